@@ -1,0 +1,323 @@
+"""Child cgroups under the caller's own cgroup: memory and blkio/io limits.
+
+Supports cgroup v1 (per-controller hierarchies) and v2 (unified). A Cgroup is
+always created below the cgroup this process is in (read from
+/proc/self/cgroup), never at the hierarchy root, and always removed: on context
+exit, at interpreter exit, and on SIGTERM/SIGINT (converted to exceptions so
+`finally` blocks run). Processes join with `join(procs_files)` from inside the
+child (no race with work the child starts) or `Cgroup.add(pid)`.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+PREFIX = "storagebrief-"
+_live: dict[str, "Cgroup"] = {}
+
+
+class CgroupUnavailable(RuntimeError):
+    """The capability is missing; the message says why (shown in the brief)."""
+
+
+@dataclass(frozen=True)
+class IoLimits:
+    device: tuple[int, int]
+    read_bps: int | None = None
+    write_bps: int | None = None
+    read_iops: int | None = None
+    write_iops: int | None = None
+
+
+def _own_paths() -> dict[str, str]:
+    """controller -> own cgroup path; '' key is the v2 unified path."""
+    out = {}
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        for c in (controllers.split(",") if controllers else [""]):
+            out[c] = path
+    return out
+
+
+def _v1_mount(controller: str) -> Path | None:
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        parts = line.split()
+        if len(parts) >= 4 and parts[2] == "cgroup" and controller in parts[3].split(","):
+            return Path(parts[1])
+    return None
+
+
+def _v2_mount() -> Path | None:
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[2] == "cgroup2":
+            return Path(parts[1])
+    return None
+
+
+def _v2_controllers(path: Path) -> set[str]:
+    try:
+        return set((path / "cgroup.controllers").read_text().split())
+    except OSError:
+        return set()
+
+
+def controller_dir(controller: str) -> tuple[int, Path]:
+    """(version, own cgroup dir) for a controller ('memory' or 'io'/'blkio').
+
+    Prefers v1 when the controller is mounted there (a controller is active in
+    only one hierarchy at a time).
+    """
+    own = _own_paths()
+    v1_name = "blkio" if controller in ("io", "blkio") else controller
+    mount = _v1_mount(v1_name)
+    if mount is not None and v1_name in own:
+        d = mount / own[v1_name].lstrip("/")
+        if d.is_dir():
+            return 1, d
+    v2 = _v2_mount()
+    v2_name = "io" if controller in ("io", "blkio") else controller
+    if v2 is not None and "" in own:
+        d = v2 / own[""].lstrip("/")
+        if v2_name in _v2_controllers(d):
+            return 2, d
+    raise CgroupUnavailable(
+        f"no writable '{controller}' cgroup controller: neither cgroup v1 '{v1_name}' nor "
+        f"cgroup v2 '{v2_name}' is available for this process")
+
+
+def capabilities() -> dict[str, str]:
+    """controller -> 'v1 <dir>' / 'v2 <dir>' or the reason it is unavailable."""
+    out = {}
+    for c in ("memory", "blkio"):
+        try:
+            version, d = controller_dir(c)
+            ok = os.access(d, os.W_OK)
+            out[c] = f"v{version} {d}" + ("" if ok else " (not writable: needs root or delegation)")
+        except (CgroupUnavailable, OSError) as exc:
+            out[c] = f"unavailable: {exc}"
+    return out
+
+
+def join(procs_files: list[str]) -> None:
+    """Move the calling process into a cgroup (call first thing in a child)."""
+    for f in procs_files:
+        with open(f, "w") as fh:
+            fh.write(str(os.getpid()))
+
+
+class Cgroup:
+    """One child cgroup (across the controllers it needs), removed on exit."""
+
+    def __init__(self, name: str, memory_limit_bytes: int | None = None, io: IoLimits | None = None):
+        safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
+        self.name = f"{PREFIX}{safe}-{os.getpid()}-{time.monotonic_ns() % 10**9}"
+        self.memory_limit_bytes = memory_limit_bytes
+        self.io = io
+        self.dirs: dict[str, tuple[int, Path]] = {}  # controller -> (version, dir)
+        self.owner_pid = os.getpid()
+
+    # -- lifecycle --------------------------------------------------------
+    def create(self) -> "Cgroup":
+        wanted = (["memory"] if self.memory_limit_bytes is not None else []) + (["blkio"] if self.io else [])
+        if not wanted:
+            raise CgroupUnavailable("nothing to limit")
+        try:
+            for c in wanted:
+                version, parent = controller_dir(c)
+                if version == 2:
+                    self._enable_v2(parent, "io" if c == "blkio" else c)
+                d = parent / self.name
+                if not d.exists():
+                    d.mkdir()
+                self.dirs[c] = (version, d)
+            _live[self.name] = self
+            _install_handlers()
+            if self.memory_limit_bytes is not None:
+                self._set_memory(self.memory_limit_bytes)
+            if self.io:
+                self._set_io(self.io)
+        except PermissionError as exc:
+            self.remove()
+            raise CgroupUnavailable(f"cannot create or configure a child cgroup ({exc.filename}): "
+                                    "permission denied (run as root or delegate the cgroup)") from None
+        except OSError as exc:
+            self.remove()
+            raise CgroupUnavailable(f"cgroup setup failed: {exc}") from None
+        return self
+
+    def __enter__(self) -> "Cgroup":
+        return self.create()
+
+    def __exit__(self, *exc) -> None:
+        self.remove()
+
+    def remove(self) -> None:
+        """Move any remaining processes to the parent and delete the cgroup."""
+        for c, (version, d) in list(self.dirs.items()):
+            if not d.exists():
+                continue
+            parent_procs = d.parent / "cgroup.procs"
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                try:
+                    pids = (d / "cgroup.procs").read_text().split()
+                except OSError:
+                    pids = []
+                for pid in pids:
+                    try:
+                        parent_procs.write_text(pid)
+                    except OSError:
+                        pass
+                try:
+                    d.rmdir()
+                    break
+                except OSError:
+                    time.sleep(0.05)
+        self.dirs.clear()
+        _live.pop(self.name, None)
+
+    # -- membership -------------------------------------------------------
+    @property
+    def procs_files(self) -> list[str]:
+        return [str(d / "cgroup.procs") for _, d in self.dirs.values()]
+
+    def add(self, pid: int) -> None:
+        for f in self.procs_files:
+            Path(f).write_text(str(pid))
+
+    def pids(self) -> list[int]:
+        out: set[int] = set()
+        for f in self.procs_files:
+            try:
+                out.update(int(p) for p in Path(f).read_text().split())
+            except OSError:
+                pass
+        return sorted(out)
+
+    # -- limits -----------------------------------------------------------
+    @staticmethod
+    def _enable_v2(parent: Path, controller: str) -> None:
+        sub = parent / "cgroup.subtree_control"
+        if controller in sub.read_text().split():
+            return
+        try:
+            sub.write_text(f"+{controller}")
+        except OSError as exc:
+            raise CgroupUnavailable(
+                f"cgroup v2: cannot enable '{controller}' for children of {parent} ({exc.strerror}); "
+                "a v2 cgroup holding processes cannot delegate controllers") from None
+
+    def _set_memory(self, limit: int) -> None:
+        version, d = self.dirs["memory"]
+        if version == 1:
+            (d / "memory.limit_in_bytes").write_text(str(limit))
+        else:
+            (d / "memory.max").write_text(str(limit))
+            try:
+                (d / "memory.swap.max").write_text("0")
+            except OSError:
+                pass
+
+    def _set_io(self, io: IoLimits) -> None:
+        version, d = self.dirs["blkio"]
+        dev = f"{io.device[0]}:{io.device[1]}"
+        if version == 1:
+            for fname, value in (("blkio.throttle.read_bps_device", io.read_bps),
+                                 ("blkio.throttle.write_bps_device", io.write_bps),
+                                 ("blkio.throttle.read_iops_device", io.read_iops),
+                                 ("blkio.throttle.write_iops_device", io.write_iops)):
+                if value:
+                    (d / fname).write_text(f"{dev} {int(value)}")
+        else:
+            parts = [f"{k}={int(v)}" for k, v in (("rbps", io.read_bps), ("wbps", io.write_bps),
+                                                  ("riops", io.read_iops), ("wiops", io.write_iops)) if v]
+            (d / "io.max").write_text(f"{dev} {' '.join(parts)}")
+
+    def memory_limit_applied(self) -> int | None:
+        if "memory" not in self.dirs:
+            return None
+        version, d = self.dirs["memory"]
+        text = (d / ("memory.limit_in_bytes" if version == 1 else "memory.max")).read_text().strip()
+        return None if text == "max" else int(text)
+
+    def memory_stats(self) -> dict[str, int]:
+        """peak bytes, failcnt and OOM kills (only what the kernel exposes)."""
+        if "memory" not in self.dirs:
+            return {}
+        version, d = self.dirs["memory"]
+        out: dict[str, int] = {}
+        if version == 1:
+            out["memory_peak_bytes"] = int((d / "memory.max_usage_in_bytes").read_text())
+            out["memory_failcnt"] = int((d / "memory.failcnt").read_text())
+            for line in (d / "memory.oom_control").read_text().splitlines():
+                k, _, v = line.partition(" ")
+                if k == "oom_kill":
+                    out["oom_kills"] = int(v)
+        else:
+            peak = d / "memory.peak"
+            if peak.exists():
+                out["memory_peak_bytes"] = int(peak.read_text())
+            for line in (d / "memory.events").read_text().splitlines():
+                k, _, v = line.partition(" ")
+                if k == "max":
+                    out["memory_failcnt"] = int(v)
+                elif k == "oom_kill":
+                    out["oom_kills"] = int(v)
+        return out
+
+
+def live_cgroups() -> list[str]:
+    return list(_live)
+
+
+def leftover_dirs() -> list[Path]:
+    """Child cgroups of this package still present under our own cgroups (for tests)."""
+    found = []
+    for c in ("memory", "blkio"):
+        try:
+            _, d = controller_dir(c)
+        except CgroupUnavailable:
+            continue
+        found += [p for p in d.glob(f"{PREFIX}*") if p.is_dir()]
+    return found
+
+
+def _cleanup_all() -> None:
+    # Forked children inherit _live; only the creating process removes its cgroups.
+    for group in list(_live.values()):
+        if group.owner_pid == os.getpid():
+            group.remove()
+
+
+_handlers_installed = False
+_handler_pid = os.getpid()
+
+
+def _raise_on_signal(signum, frame):
+    if os.getpid() != _handler_pid:  # a forked child: default behaviour
+        raise SystemExit(128 + signum)
+    _cleanup_all()
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise SystemExit(128 + signum)
+
+
+def _install_handlers() -> None:
+    """SIGTERM/SIGINT remove our cgroups before the process ends (main thread only)."""
+    global _handlers_installed, _handler_pid
+    if _handlers_installed:
+        return
+    _handler_pid = os.getpid()
+    atexit.register(_cleanup_all)
+    try:
+        if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+            signal.signal(signal.SIGTERM, _raise_on_signal)
+        _handlers_installed = True
+    except ValueError:  # not in the main thread: atexit and context managers still apply
+        pass

@@ -1,0 +1,128 @@
+"""System inventory for the brief's configuration appendix, and `doctor`."""
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+from . import cache, cgroups
+
+PACKAGES = ("storagebrief", "tensorflow-cpu", "tensorflow", "opencv-python-headless", "numpy",
+            "pandas", "scikit-learn", "seaborn", "matplotlib", "dvc", "papermill", "nbconvert",
+            "jupyterlab", "pydantic", "psutil", "weasyprint")
+TRACEFS = Path("/sys/kernel/tracing/events/block")
+
+
+def _cpuinfo() -> dict:
+    model, sockets, flags = "unknown", set(), ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            k, _, v = line.partition(":")
+            k, v = k.strip(), v.strip()
+            if k == "model name" and model == "unknown":
+                model = v
+            elif k == "physical id":
+                sockets.add(v)
+            elif k == "flags" and not flags:
+                flags = v
+    except OSError:
+        pass
+    try:
+        import psutil
+        physical = psutil.cpu_count(logical=False)
+    except Exception:
+        physical = None
+    return {"cpu_model": model, "cpu_sockets": max(1, len(sockets)),
+            "cpu_cores_physical": physical, "cpu_threads": os.cpu_count(),
+            "cpu_avx2": "avx2" in flags.split()}
+
+
+def _os_release() -> str:
+    try:
+        for line in Path("/etc/os-release").read_text().splitlines():
+            if line.startswith("PRETTY_NAME="):
+                return line.split("=", 1)[1].strip('"')
+    except OSError:
+        pass
+    return platform.platform()
+
+
+def _git(*args: str) -> str:
+    try:
+        return subprocess.run(["git", *args], capture_output=True, text=True, timeout=10,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def packages() -> dict[str, str]:
+    out = {}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def collect(params=None, targets=None) -> dict:
+    """Everything a reader needs to judge where the numbers came from."""
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    commit = _git("rev-parse", "HEAD")
+    dirty = bool(_git("status", "--porcelain", "--untracked-files=no")) if commit else False
+    inv = {
+        **_cpuinfo(),
+        "memory_total_bytes": mem,
+        "os": _os_release(),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "packages": packages(),
+        "git_commit": (commit[:12] + ("-dirty" if dirty else "")) if commit else "not a git checkout",
+        "params_hash": getattr(params, "source_hash", ""),
+        "privileges": privileges(),
+        "targets": [t.describe() for t in (targets or [])],
+    }
+    return inv
+
+
+def privileges() -> dict[str, str]:
+    ok, why = cache.drop_caches_possible()
+    caps = cgroups.capabilities()
+    return {
+        "root": "yes" if os.geteuid() == 0 else "no",
+        "drop_caches": "yes" if ok else f"no: {why} (fadvise DONTNEED used instead)",
+        "cgroup_memory": caps["memory"],
+        "cgroup_blkio": caps["blkio"],
+        "tracefs_block_events": "yes" if TRACEFS.exists() and os.access(TRACEFS, os.R_OK)
+        else "no: /sys/kernel/tracing/events/block not readable",
+    }
+
+
+def doctor_lines() -> list[str]:
+    """What this machine allows, and what each missing piece disables."""
+    lines = []
+    p = privileges()
+    root = p["root"] == "yes"
+    lines.append(f"root .................. {p['root']}" + ("" if root else
+                 "  -> drop_caches, cgroups and tracing need root or delegation"))
+    lines.append(f"drop_caches ........... {p['drop_caches']}")
+    for key, what in (("cgroup_memory", "memory-limited training runs and page-cache capping are skipped"),
+                      ("cgroup_blkio", "emulated device profiles are not applied (targets run unthrottled)")):
+        val = p[key]
+        bad = val.startswith("unavailable") or "not writable" in val
+        lines.append(f"{key:<22}{'.' * 0} {val}" + (f"  -> {what}" if bad else ""))
+    lines.append(f"tracefs block events .. {p['tracefs_block_events']}")
+    for tool, what in (("fio", "fio comparisons in benchmarks are skipped"),
+                       ("stress-ng", "busy-system scenarios are skipped"),
+                       ("pdftoppm", "none (only used to look at PDF pages)")):
+        path = shutil.which(tool)
+        lines.append(f"{tool:<22} {path or 'missing'}" + ("" if path else f"  -> {what}"))
+    try:
+        import weasyprint  # noqa: F401
+        lines.append("weasyprint (PDF) ...... yes")
+    except Exception as exc:  # missing pango libs raise OSError
+        lines.append(f"weasyprint (PDF) ...... no: {exc}  -> brief.pdf is not rendered")
+    return lines

@@ -1,0 +1,76 @@
+"""Results I/O: one row per measured run, written atomically.
+
+A row is appended only after its run finished, by rewriting the CSV to a temp
+file and renaming it over the old one, so an interrupted run leaves no row and
+no half-written file. Readers check the schema.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+COMMON_COLUMNS = ("study", "run_id", "target", "repeat", "started_at", "cache_method")
+
+
+class SchemaError(ValueError):
+    pass
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: Path, obj) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def write_csv(path: Path, frame: pd.DataFrame) -> None:
+    atomic_write_text(path, frame.to_csv(index=False))
+
+
+class RunTable:
+    """Accumulates finished-run rows and keeps `path` equal to them on disk."""
+
+    def __init__(self, path: Path, fresh: bool = True):
+        self.path = Path(path)
+        self.rows: list[dict] = []
+        if not fresh and self.path.exists():
+            self.rows = pd.read_csv(self.path).to_dict("records")
+        else:
+            self.path.unlink(missing_ok=True)
+
+    def append(self, row: dict) -> None:
+        missing = [c for c in COMMON_COLUMNS if c not in row]
+        if missing:
+            raise SchemaError(f"run row lacks required columns {missing}")
+        self.rows.append(row)
+        write_csv(self.path, self.frame())
+
+    def frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.rows)
+
+
+def read_runs(path: Path, required: tuple[str, ...] = ()) -> pd.DataFrame:
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no results at {path}: run the study first")
+    frame = pd.read_csv(path)
+    missing = [c for c in (*COMMON_COLUMNS, *required) if c not in frame.columns]
+    if missing:
+        raise SchemaError(f"{path} lacks columns {missing}")
+    return frame

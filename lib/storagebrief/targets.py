@@ -1,0 +1,302 @@
+"""Storage targets: a name, a directory, and optionally an emulated device profile.
+
+A target resolves to the block device behind its directory (st_dev ->
+/sys/dev/block/MAJ:MIN -> whole disk), its filesystem and mount options. An
+emulated profile caps the device's read/write bandwidth and IOPS for the
+processes of a run with cgroup blkio throttling (v1 blkio.throttle.*, v2
+io.max), so an A-vs-B comparison runs on one disk.
+
+What the throttle can and cannot emulate: it enforces bandwidth and request-rate
+ceilings on everything the run reads (buffered or direct); it does not emulate
+seek-distance effects or device latency below the ceiling, and with cgroup v1
+it cannot attribute buffered (page-cache) writeback to the run, so buffered
+writes are throttled only under cgroup v2.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# Directories a target may never be, nor lie under (a study writes there).
+FORBIDDEN_TREES = ("/dev", "/proc", "/sys", "/boot", "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib64")
+FORBIDDEN_EXACT = ("/", "/home", "/root", "/tmp", "/var", "/mnt", "/media", "/opt", "/srv", "/run")
+
+
+class TargetError(ValueError):
+    pass
+
+
+class DeviceProfile(BaseModel):
+    """Ceilings of an emulated device; None means not capped."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    description: str = ""
+    read_mb_per_s: float | None = Field(None, gt=0)
+    write_mb_per_s: float | None = Field(None, gt=0)
+    read_iops: int | None = Field(None, gt=0)
+    write_iops: int | None = Field(None, gt=0)
+
+
+# Figures are typical datasheet ceilings of each class (MB = 10^6 bytes), documented
+# in README.md. They cap bandwidth and request rate, nothing else.
+DEVICE_PROFILES: dict[str, DeviceProfile] = {
+    "hdd_7200": DeviceProfile(
+        description="7200 rpm SATA HDD: ~150 MB/s sequential, ~150 random IOPS",
+        read_mb_per_s=150, write_mb_per_s=150, read_iops=150, write_iops=150),
+    "sata_ssd": DeviceProfile(
+        description="SATA 6 Gb/s SSD (e.g. QLC 5210 ION class): 540/520 MB/s, 90k/30k IOPS",
+        read_mb_per_s=540, write_mb_per_s=520, read_iops=90_000, write_iops=30_000),
+    "nvme_gen3": DeviceProfile(
+        description="PCIe 3.0 x4 NVMe SSD: 3,500/3,000 MB/s, 600k/300k IOPS",
+        read_mb_per_s=3500, write_mb_per_s=3000, read_iops=600_000, write_iops=300_000),
+    "nvme_gen4": DeviceProfile(
+        description="PCIe 4.0 x4 NVMe SSD: 7,000/5,000 MB/s, 1M/500k IOPS",
+        read_mb_per_s=7000, write_mb_per_s=5000, read_iops=1_000_000, write_iops=500_000),
+    "nvme_gen5": DeviceProfile(
+        description="PCIe 5.0 x4 NVMe SSD (e.g. CM7-R class): 14,000/7,000 MB/s, 2.7M/600k IOPS",
+        read_mb_per_s=14000, write_mb_per_s=7000, read_iops=2_700_000, write_iops=600_000),
+}
+
+
+def check_target_path(value: str) -> Path:
+    """Refuse '/', /dev/* and other system trees; return the absolute path."""
+    if not value or not str(value).strip():
+        raise ValueError("target path is empty")
+    path = Path(os.path.abspath(os.path.expanduser(str(value))))
+    text = str(path)
+    if text in FORBIDDEN_EXACT:
+        raise ValueError(f"target path '{value}' resolves to {text}: refusing a system directory; "
+                         "use a dedicated directory such as data/targets/<name>")
+    for tree in FORBIDDEN_TREES:
+        if text == tree or text.startswith(tree + "/"):
+            raise ValueError(f"target path '{value}' lies under {tree}: refused "
+                             "(targets must be ordinary directories on a filesystem)")
+    return path
+
+
+@dataclass
+class BlockDevice:
+    name: str | None            # whole-disk kernel name, e.g. 'vda', 'nvme0n1'
+    major: int | None
+    minor: int | None
+    partition: str | None = None
+    model: str = "unknown"
+    rotational: bool | None = None
+    interface: str = "unknown"
+    size_bytes: int | None = None
+    scheduler: str = "unknown"
+    reason: str = ""            # why the device could not be resolved, if so
+
+    @property
+    def majmin(self) -> str | None:
+        return None if self.major is None else f"{self.major}:{self.minor}"
+
+
+@dataclass
+class Target:
+    name: str
+    path: Path
+    profile_name: str | None = None
+    profile: DeviceProfile | None = None
+    device: BlockDevice | None = None
+    filesystem: str = "unknown"
+    mount_point: str = "unknown"
+    mount_options: str = ""
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def emulated(self) -> bool:
+        return self.profile is not None
+
+    def study_dir(self, study: str) -> Path:
+        """Everything a study writes on this target lives below here."""
+        return self.path / "storagebrief" / study
+
+    def describe(self) -> dict:
+        d = asdict(self)
+        d["path"] = str(self.path)
+        d["profile"] = self.profile.model_dump() if self.profile else None
+        return d
+
+
+def _read(path: Path, default: str = "") -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return default
+
+
+def _mountinfo_for(path: Path) -> tuple[str, str, str, str]:
+    """(mount point, fs type, mount options, source) of the mount holding path."""
+    best = ("unknown", "unknown", "", "")
+    best_len = -1
+    text = str(path)
+    for line in _read(Path("/proc/self/mountinfo")).splitlines():
+        left, _, right = line.partition(" - ")
+        parts, rparts = left.split(), right.split()
+        if len(parts) < 6 or len(rparts) < 2:
+            continue
+        mnt = parts[4].replace("\\040", " ")
+        if (text == mnt or text.startswith(mnt.rstrip("/") + "/")) and len(mnt) > best_len:
+            opts = parts[5] + ("," + rparts[2] if len(rparts) > 2 else "")
+            best, best_len = (mnt, rparts[0], opts, rparts[1]), len(mnt)
+    return best
+
+
+def resolve_device(path: Path) -> BlockDevice:
+    """The whole-disk block device that backs path (partition -> parent disk)."""
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    st_dev = os.stat(probe).st_dev
+    major, minor = os.major(st_dev), os.minor(st_dev)
+    sysdir = Path(f"/sys/dev/block/{major}:{minor}")
+    if major == 0 or not sysdir.exists():
+        # overlay/tmpfs/btrfs subvolumes: try the mount source instead.
+        _, _, _, source = _mountinfo_for(path.resolve() if path.exists() else probe.resolve())
+        if source.startswith("/dev/") and os.path.exists(source):
+            rdev = os.stat(source).st_rdev
+            major, minor = os.major(rdev), os.minor(rdev)
+            sysdir = Path(f"/sys/dev/block/{major}:{minor}")
+    if not sysdir.exists():
+        return BlockDevice(None, None, None, reason=f"st_dev {major}:{minor} is not a block device "
+                           "(tmpfs, overlay or network filesystem): device counters and emulated "
+                           "profiles are unavailable for this target")
+    real = sysdir.resolve()
+    partition = None
+    if (real / "partition").exists():
+        partition = real.name
+        real = real.parent
+    name = real.name
+    dev = _read(real / "dev", f"{major}:{minor}")
+    dmaj, dmin = (int(x) for x in dev.split(":"))
+    model = " ".join(filter(None, [_read(real / "device" / "vendor"), _read(real / "device" / "model")]))
+    text = str(real)
+    interface = next((k for k in ("nvme", "virtio", "ata", "usb", "scsi", "mmc", "loop", "zram")
+                      if f"/{k}" in text or name.startswith(k)), "unknown")
+    rot = _read(real / "queue" / "rotational")
+    sched = _read(real / "queue" / "scheduler", "unknown")
+    size = _read(real / "size")
+    return BlockDevice(
+        name=name, major=dmaj, minor=dmin, partition=partition,
+        model=model or (f"{interface} disk" if interface != "unknown" else "unknown"),
+        rotational=(rot == "1") if rot in ("0", "1") else None, interface=interface,
+        size_bytes=int(size) * 512 if size.isdigit() else None,
+        scheduler=(sched.split("[")[1].split("]")[0] if "[" in sched else sched),
+    )
+
+
+def resolve(params_target, catalogue: dict[str, DeviceProfile]) -> Target:
+    """Turn a validated TargetParams into a Target with device and mount details."""
+    path = check_target_path(params_target.path)
+    device = resolve_device(path)
+    mnt, fstype, opts, _ = _mountinfo_for(path if path.exists() else path.parent)
+    profile = catalogue[params_target.profile] if params_target.profile else None
+    target = Target(name=params_target.name, path=path, profile_name=params_target.profile,
+                    profile=profile, device=device, filesystem=fstype, mount_point=mnt,
+                    mount_options=opts)
+    if profile is not None and device.major is None:
+        target.warnings.append(f"target '{target.name}': profile '{params_target.profile}' cannot be "
+                               f"emulated: {device.reason}")
+    return target
+
+
+def resolve_all(params) -> list[Target]:
+    catalogue = params.profile_catalogue()
+    return [resolve(t, catalogue) for t in params.targets]
+
+
+def check_free_space(target: Target, needed_bytes: int, what: str) -> None:
+    """Refuse before work starts when the dataset will not fit (keeps 5 % + 1 GiB spare)."""
+    probe = target.path
+    while not probe.exists():
+        probe = probe.parent
+    st = os.statvfs(probe)
+    free = st.f_bavail * st.f_frsize
+    spare = int(0.05 * st.f_blocks * st.f_frsize) + (1 << 30)
+    if needed_bytes + spare > free:
+        raise TargetError(
+            f"target '{target.name}' ({target.path}): {what} needs {needed_bytes / 1e9:.2f} GB "
+            f"but only {free / 1e9:.2f} GB is free (keeping {spare / 1e9:.2f} GB spare); "
+            "reduce the dataset or choose another target path")
+
+
+def probe_read_mb_per_s(files: list[Path], max_bytes: int = 256 << 20, block: int = 1 << 20) -> float | None:
+    """Sequential O_DIRECT read rate of the given files (bypasses page cache)."""
+    buf = mmap.mmap(-1, block)  # page-aligned, as O_DIRECT requires
+    total, start = 0, time.perf_counter()
+    for f in files:
+        try:
+            fd = os.open(f, os.O_RDONLY | getattr(os, "O_DIRECT", 0))
+        except OSError:
+            return None
+        try:
+            while total < max_bytes:
+                try:
+                    n = os.readv(fd, [buf])
+                except OSError:
+                    return None
+                if n <= 0:
+                    break
+                total += n
+        finally:
+            os.close(fd)
+        if total >= max_bytes:
+            break
+    elapsed = time.perf_counter() - start
+    return total / elapsed / 1e6 if total and elapsed > 0 else None
+
+
+def check_profile_speed(target: Target, sample_files: list[Path]) -> str | None:
+    """Warn when the emulated profile is faster than the device itself measures."""
+    if not target.emulated or not target.profile.read_mb_per_s or not sample_files:
+        return None
+    measured = probe_read_mb_per_s(sample_files)
+    if measured and target.profile.read_mb_per_s > measured:
+        msg = (f"target '{target.name}': profile '{target.profile_name}' allows "
+               f"{target.profile.read_mb_per_s:.0f} MB/s reads but the device measured "
+               f"{measured:.0f} MB/s (O_DIRECT, sequential): the emulation cannot be faster "
+               "than the disk it runs on")
+        target.warnings.append(msg)
+        return msg
+    return None
+
+
+@contextmanager
+def emulation(target: Target, run_name: str):
+    """Yield a cgroup that throttles the target's device to its profile, or None.
+
+    Processes that must be throttled join it (cgroups.join). When the capability
+    is missing the reason is appended to target.warnings and None is yielded, so
+    the caller records that the run was not emulated instead of crashing.
+    """
+    from . import cgroups
+
+    if not target.emulated or target.device is None or target.device.major is None:
+        yield None
+        return
+    p = target.profile
+    limits = cgroups.IoLimits(
+        device=(target.device.major, target.device.minor),
+        read_bps=int(p.read_mb_per_s * 1e6) if p.read_mb_per_s else None,
+        write_bps=int(p.write_mb_per_s * 1e6) if p.write_mb_per_s else None,
+        read_iops=p.read_iops, write_iops=p.write_iops)
+    try:
+        group = cgroups.Cgroup(f"{target.name}-{run_name}", io=limits)
+        group.create()
+    except cgroups.CgroupUnavailable as exc:
+        msg = f"target '{target.name}': emulated profile not applied: {exc}"
+        if msg not in target.warnings:
+            target.warnings.append(msg)
+        yield None
+        return
+    try:
+        yield group
+    finally:
+        group.remove()
