@@ -276,15 +276,20 @@ def live_cgroups() -> list[str]:
     return list(_live)
 
 
-def leftover_dirs() -> list[Path]:
-    """Child cgroups of this package still present under our own cgroups (for tests)."""
+def leftover_dirs(owner_pid: int | None = None) -> list[Path]:
+    """Child cgroups of this package still present under our own cgroups (for tests).
+
+    owner_pid limits the search to cgroups created by that process (names carry it),
+    so concurrent runs of other processes do not count.
+    """
     found = []
+    pattern = f"{PREFIX}*-{owner_pid}-*" if owner_pid else f"{PREFIX}*"
     for c in ("memory", "blkio"):
         try:
             _, d = controller_dir(c)
         except CgroupUnavailable:
             continue
-        found += [p for p in d.glob(f"{PREFIX}*") if p.is_dir()]
+        found += [p for p in d.glob(pattern) if p.is_dir()]
     return found
 
 

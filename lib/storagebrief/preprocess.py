@@ -31,7 +31,6 @@ import shutil
 import struct
 import time
 import traceback
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal
 
@@ -454,10 +453,6 @@ def plan(p: PreprocessParams) -> list[tuple[str, int | None, int]]:
     return runs
 
 
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
 def run_study(params: Params, out_dir: str | Path = "reports/preprocess", log=print) -> "pd.DataFrame":
     """Run the whole study on every target; write runs.csv and friends to out_dir."""
     import pandas as pd
@@ -503,7 +498,7 @@ def run_study(params: Params, out_dir: str | Path = "reports/preprocess", log=pr
                 out = t.study_dir(STUDY) / "tfrecords" / "current"
                 method = cache.cold_cache([root], params.run.cold_cache)
                 mon = monitor.Monitor(t.device.name if t.device else None, params.run.monitor_interval_s)
-                started = _now()
+                started = results.utc_now()
                 with targets_mod.emulation(t, run_id) as group:
                     try:
                         m = run_pipeline(files[:count], root, out, procs, p,

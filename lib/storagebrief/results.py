@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
@@ -18,6 +19,11 @@ COMMON_COLUMNS = ("study", "run_id", "target", "repeat", "started_at", "cache_me
 
 class SchemaError(ValueError):
     pass
+
+
+def utc_now() -> str:
+    """The started_at stamp of a run row."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -1,0 +1,57 @@
+# storagebrief: `make study` runs the whole default study and renders the brief;
+# `make test` runs the test suite. Both create the environment first.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(CURDIR)/$(VENV)/bin
+export PATH := $(BIN):$(PATH)
+export TF_CPP_MIN_LOG_LEVEL ?= 2
+SCALE ?= quick
+# Debian packages: fio (benchmarks), stress-ng (busy-system runs), poppler-utils
+# (pdftoppm, to look at the PDF), pango (WeasyPrint's PDF engine), DejaVu fonts.
+APT_PACKAGES := fio stress-ng poppler-utils libpango-1.0-0 libpangoft2-1.0-0 libharfbuzz-subset0 fonts-dejavu-core
+
+.PHONY: study test env system-deps doctor brief clean-data clean
+
+study: env
+	@if [ "$(SCALE)" = "paper" ]; then dvc exp run -S scale=paper; else dvc repro; fi
+	@ls -l reports/brief.html reports/brief.pdf
+
+test: env
+	pytest -q -ra tests
+
+env: system-deps $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e .
+	$(BIN)/python -m ipykernel install --prefix $(CURDIR)/$(VENV) --name python3 >/dev/null
+	@touch $@
+
+system-deps:
+	@missing=""; \
+	for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if ! command -v apt-get >/dev/null; then \
+	    echo "storagebrief: missing system packages:$$missing (no apt-get here: install them with your package manager)"; \
+	  elif [ "$$(id -u)" = 0 ]; then \
+	    echo "installing system packages:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else \
+	    echo "storagebrief: missing system packages:$$missing"; \
+	    echo "  run: sudo apt-get install -y$$missing   (without them: no PDF brief / no fio benchmarks)"; \
+	  fi; \
+	fi
+
+doctor: env
+	storagebrief doctor
+
+brief: env
+	storagebrief brief
+
+clean-data:
+	rm -rf data/targets
+
+clean: clean-data
+	rm -rf $(VENV) reports/*/ reports/brief.*
