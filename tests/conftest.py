@@ -1,0 +1,69 @@
+"""Shared fixtures: a small params file with targets inside the test's tmp dir."""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from storagebrief import cache, cgroups
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def has_blkio() -> tuple[bool, str]:
+    if os.geteuid() != 0:
+        return False, "needs root to create cgroups"
+    caps = cgroups.capabilities()
+    if caps["blkio"].startswith("unavailable") or "not writable" in caps["blkio"]:
+        return False, f"blkio/io controller: {caps['blkio']}"
+    return True, ""
+
+
+def has_memory_cgroup() -> tuple[bool, str]:
+    if os.geteuid() != 0:
+        return False, "needs root to create cgroups"
+    caps = cgroups.capabilities()
+    if caps["memory"].startswith("unavailable") or "not writable" in caps["memory"]:
+        return False, f"memory controller: {caps['memory']}"
+    return True, ""
+
+
+def needs_blkio():
+    ok, why = has_blkio()
+    return pytest.mark.skipif(not ok, reason=why)
+
+
+def needs_memory_cgroup():
+    ok, why = has_memory_cgroup()
+    return pytest.mark.skipif(not ok, reason=why)
+
+
+def needs_drop_caches():
+    ok, why = cache.drop_caches_possible()
+    return pytest.mark.skipif(not ok, reason=why)
+
+
+def base_params(tmp: Path, **preprocess) -> dict:
+    pp = {"image_count": 6, "image_counts": [3], "processes": [1, 2], "image_width": 320,
+          "image_height": 240, "num_classes": 3, "resize_width": 32, "resize_height": 32, "repeats": 1}
+    pp.update(preprocess)
+    return {
+        "scale": "quick",
+        "targets": [{"name": "fast", "path": str(tmp / "fast")},
+                    {"name": "slow", "path": str(tmp / "slow"), "profile": "hdd_7200"}],
+        "run": {"cold_cache": True, "monitor_interval_s": 0.1},
+        "preprocess": pp,
+    }
+
+
+@pytest.fixture
+def params_file(tmp_path):
+    def make(**preprocess) -> Path:
+        f = tmp_path / "params.yaml"
+        f.write_text(yaml.safe_dump(base_params(tmp_path, **preprocess)))
+        shutil.copytree(REPO / "params", tmp_path / "params", dirs_exist_ok=True)
+        return f
+    return make

@@ -1,0 +1,72 @@
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from storagebrief import cgroups
+from conftest import needs_blkio, needs_memory_cgroup
+
+
+def test_own_paths_parse():
+    own = cgroups._own_paths()
+    assert own  # every Linux process is in some cgroup
+
+
+@needs_memory_cgroup()
+def test_memory_limit_enforced_and_removed():
+    """A process in a 64 MiB group that allocates 256 MiB is OOM-killed; the group is removed."""
+    with cgroups.Cgroup("memtest", memory_limit_bytes=64 << 20) as g:
+        assert g.memory_limit_applied() == 64 << 20
+        code = "import sys; b = bytearray(256 << 20); b[::4096] = b'x' * len(b[::4096]); print('survived')"
+        proc = subprocess.Popen([sys.executable, "-c", code], preexec_fn=lambda: cgroups.join(g.procs_files),
+                                stdout=subprocess.PIPE)
+        out, _ = proc.communicate(timeout=60)
+        stats = g.memory_stats()
+        path = g.dirs["memory"][1]
+    assert proc.returncode == -signal.SIGKILL and b"survived" not in out
+    assert stats["memory_failcnt"] > 0 and stats["memory_peak_bytes"] <= (64 << 20) + (1 << 20)
+    assert stats.get("oom_kills", 1) >= 1
+    assert not path.exists()
+
+
+@needs_blkio()
+def test_io_limits_written():
+    dev = os.stat("/").st_dev
+    with cgroups.Cgroup("iotest", io=cgroups.IoLimits(device=(os.major(dev), os.minor(dev)), read_bps=10**7)) as g:
+        version, d = g.dirs["blkio"]
+        text = (d / ("blkio.throttle.read_bps_device" if version == 1 else "io.max")).read_text()
+        assert "10000000" in text
+    assert not d.exists()
+
+
+@needs_memory_cgroup()
+def test_sigterm_removes_cgroup(tmp_path):
+    """A process killed with SIGTERM while holding a cgroup removes it on the way out."""
+    marker = tmp_path / "path.txt"
+    script = textwrap.dedent(f"""
+        import time
+        from storagebrief import cgroups
+        g = cgroups.Cgroup("sigterm", memory_limit_bytes=256 << 20).create()
+        open({str(marker)!r}, "w").write(str(g.dirs["memory"][1]))
+        time.sleep(60)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script])
+    deadline = time.time() + 30
+    while not marker.exists() and time.time() < deadline:
+        time.sleep(0.1)
+    path = marker.read_text()
+    assert os.path.isdir(path)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=30)
+    assert not os.path.exists(path)
+
+
+def test_unavailable_controller_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(cgroups, "_v1_mount", lambda c: None)
+    monkeypatch.setattr(cgroups, "_v2_mount", lambda: None)
+    with pytest.raises(cgroups.CgroupUnavailable, match="no writable 'memory'"):
+        cgroups.Cgroup("x", memory_limit_bytes=1 << 30).create()

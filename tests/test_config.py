@@ -1,0 +1,67 @@
+import pytest
+import yaml
+
+from storagebrief import config
+from storagebrief.config import ParamsError
+
+
+def test_repo_params_validate():
+    params = config.load(config.Path(__file__).resolve().parents[1] / "params.yaml")
+    assert params.scale == "quick"
+    assert [t.name for t in params.targets][:2] == ["local", "hdd-emulated"]
+    assert params.section("preprocess").repeats >= 3
+
+
+def test_paper_overlay_changes_scale(tmp_path, params_file):
+    f = params_file()
+    quick = config.load(f)
+    paper = config.load(f, ["scale=paper"])
+    assert paper.section("preprocess").image_count == 1000
+    assert paper.section("preprocess").image_bytes == pytest.approx(22e6, rel=0.01)
+    assert quick.section("preprocess").image_count == 6
+
+
+def test_override_parses_yaml_values(params_file):
+    p = config.load(params_file(), ["preprocess.processes=[4,1,2,2]", "run.cold_cache=false"])
+    assert p.section("preprocess").processes == [1, 2, 4]
+    assert p.run.cold_cache is False
+
+
+@pytest.mark.parametrize("override, words", [
+    ("preprocess.processes=[0]", ["preprocess.processes", "[0]", "1..1024"]),
+    ("preprocess.image_count=-5", ["preprocess.image_count", "-5", "greater than or equal to 1"]),
+    ("preprocess.colour=1", ["preprocess.colour", "Extra inputs are not permitted"]),
+    ("bogus=1", ["bogus", "allowed"]),
+    ("preprocess.output_mode=zip", ["preprocess.output_mode", "zip", "sharded", "single"]),
+    ("preprocess.image_counts=[100]", ["image_counts", "exceed image_count"]),
+    ("preprocess.source_dir=/nonexistent/tiffs", ["source_dir", "/nonexistent/tiffs", "does not exist"]),
+    ("targets.0.path=/", ["targets.0.path", "refusing a system directory"]),
+    ("targets.0.path=/dev/sda", ["targets.0.path", "/dev"]),
+    ("targets.1.profile=floppy", ["targets.1.profile", "floppy", "hdd_7200"]),
+    ("targets.1.name=fast", ["names must be unique"]),
+])
+def test_bad_params_name_key_value_and_allowed(params_file, override, words):
+    with pytest.raises(ParamsError) as exc:
+        config.load(params_file(), [override])
+    for w in words:
+        assert w in str(exc.value), (w, str(exc.value))
+
+
+def test_override_syntax_error(params_file):
+    with pytest.raises(ParamsError, match="key=value"):
+        config.load(params_file(), ["preprocess.repeats"])
+
+
+def test_custom_profile(params_file, tmp_path):
+    f = params_file()
+    data = yaml.safe_load(f.read_text())
+    data["profiles"] = {"usb_stick": {"read_mb_per_s": 30, "description": "slow"}}
+    data["targets"][1]["profile"] = "usb_stick"
+    f.write_text(yaml.safe_dump(data))
+    p = config.load(f)
+    assert p.profile_catalogue()["usb_stick"].read_mb_per_s == 30
+
+
+def test_params_hash_changes_with_values(params_file):
+    f = params_file()
+    assert config.load(f).source_hash != config.load(f, ["preprocess.repeats=2"]).source_hash

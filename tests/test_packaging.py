@@ -1,0 +1,35 @@
+import re
+import tomllib
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _name(req: str) -> str:
+    return re.split(r"[<>=!~\[ ]", req.strip(), 1)[0].lower()
+
+
+def test_environment_yml_matches_pyproject():
+    deps = {_name(d) for d in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]}
+    env = yaml.safe_load((REPO / "environment.yml").read_text())
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    env_deps = {_name(d) for d in pip if not d.startswith("-e")}
+    assert deps == env_deps
+
+
+def test_design_card_layout_and_ci():
+    for p in ("environment.yml", "notebooks", "lib", "data", "dvc.yaml", "reports", "tests", "params.yaml",
+              "pyproject.toml", "Makefile", "README.md", ".ci/run", "benchmarks"):
+        assert (REPO / p).exists(), p
+    assert "make test" in (REPO / ".ci/run").read_text()
+    assert "make test" in (REPO / "README.md").read_text() and "make study" in (REPO / "README.md").read_text()
+    assert "analytics = false" in (REPO / ".dvc/config").read_text()
+
+
+def test_every_stage_declares_deps_params_outs():
+    stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    assert "preprocess" in stages and "brief" in stages
+    for name, st in stages.items():
+        assert st.get("deps") and st.get("outs"), name
