@@ -135,7 +135,7 @@ def generate_dataset(directory: Path, p: PreprocessParams, count: int, log=print
         import json
         try:
             if json.loads(manifest.read_text()) == spec:
-                files = sorted(directory.rglob("*.tif"))
+                files = sorted(directory.rglob("*.tif"), key=lambda f: f.name)
                 if len(files) == count:
                     return files
         except ValueError:
@@ -159,7 +159,7 @@ def generate_dataset(directory: Path, p: PreprocessParams, count: int, log=print
         files.append(f)
     results.write_json(manifest, spec)
     log(f"generated {count} TIFFs ({p.image_bytes / 1e6:.1f} MB each) in {directory}")
-    return sorted(files)
+    return files  # in index order, so any prefix holds every class
 
 
 def list_source(directory: Path) -> list[Path]:

@@ -153,6 +153,16 @@ def title_block(reports_dir: str | Path, params_file: str | Path) -> None:
         f'<p class="meta">Studies: {html.escape("; ".join(studies)) or "none"}. Commit {html.escape(inv.get("git_commit", "?"))},'
         f' params {html.escape(inv.get("params_hash", "?"))}. Every figure below is computed from the runs.csv '
         'files the studies wrote; the appendices list the system and the parameters that ran.</p></div>')
+    rows = []
+    for t in inv.get("targets", []):
+        dev, prof = t.get("device") or {}, t.get("profile") or {}
+        rows.append({"Target": t["name"], "Directory": t["path"],
+                     "Device": f'{dev.get("name")} ({dev.get("model")}, {"rotational" if dev.get("rotational") else "non-rotational"})'
+                     if dev.get("name") else "unresolved",
+                     "Emulated device": (f'{t["profile_name"]}: read ≤ {prof.get("read_mb_per_s") or "∞"} MB/s, '
+                                         f'≤ {prof.get("read_iops") or "∞"} IOPS') if prof else "none (as is)"})
+    if rows:
+        show_table(pd.DataFrame(rows), "Storage targets compared in this brief (details in Appendix A).")
 
 
 def snapshot(reports_dir: str | Path) -> None:
