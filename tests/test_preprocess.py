@@ -149,3 +149,20 @@ def test_cli_runs_study_with_overrides(params_file, tmp_path):
     assert code == 0
     frame = pd.read_csv(out / "runs.csv")
     assert set(frame.processes) == {1} and set(frame.target) == {"fast", "slow"}
+
+
+def test_degrades_without_privileges(params_file, tmp_path, monkeypatch):
+    """No drop_caches and no cgroups: the study still runs and records why."""
+    from storagebrief import cache
+    monkeypatch.setattr(cache, "drop_caches_possible", lambda: (False, "needs root"))
+
+    def refuse(controller):
+        raise cgroups.CgroupUnavailable(f"no writable '{controller}' cgroup controller (test)")
+    monkeypatch.setattr(cgroups, "controller_dir", refuse)
+    p = _params(params_file, "preprocess.processes=[1]", "preprocess.image_counts=[]")
+    out = tmp_path / "out"
+    frame = preprocess.run_study(p, out)
+    assert set(frame.cache_method) == {"fadvise_dontneed"}
+    assert not frame.emulated.any()
+    notes = json.loads((out / "notes.json").read_text())["warnings"]
+    assert any("profile not applied" in w and "slow" in w for w in notes)

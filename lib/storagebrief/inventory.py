@@ -96,9 +96,17 @@ def privileges() -> dict[str, str]:
         "drop_caches": "yes" if ok else f"no: {why} (fadvise DONTNEED used instead)",
         "cgroup_memory": caps["memory"],
         "cgroup_blkio": caps["blkio"],
-        "tracefs_block_events": "yes" if TRACEFS.exists() and os.access(TRACEFS, os.R_OK)
-        else "no: /sys/kernel/tracing/events/block not readable",
+        "tracefs_block_events": _tracefs_state(),
     }
+
+
+def _tracefs_state() -> str:
+    if TRACEFS.exists() and os.access(TRACEFS, os.R_OK):
+        return "yes"
+    if not any(TRACEFS.parents[1].iterdir()) if TRACEFS.parents[1].exists() else True:
+        return ("no: tracefs is not mounted (as root: mount -t tracefs nodev /sys/kernel/tracing) "
+                "-> block-level I/O characterization is unavailable")
+    return "no: /sys/kernel/tracing/events/block not readable (needs root) -> no block-level tracing"
 
 
 def doctor_lines() -> list[str]:
@@ -106,23 +114,23 @@ def doctor_lines() -> list[str]:
     lines = []
     p = privileges()
     root = p["root"] == "yes"
-    lines.append(f"root .................. {p['root']}" + ("" if root else
+    lines.append(f"{'root ':.<23} {p['root']}" + ("" if root else
                  "  -> drop_caches, cgroups and tracing need root or delegation"))
-    lines.append(f"drop_caches ........... {p['drop_caches']}")
+    lines.append(f"{'drop_caches ':.<23} {p['drop_caches']}")
     for key, what in (("cgroup_memory", "memory-limited training runs and page-cache capping are skipped"),
                       ("cgroup_blkio", "emulated device profiles are not applied (targets run unthrottled)")):
         val = p[key]
         bad = val.startswith("unavailable") or "not writable" in val
-        lines.append(f"{key:<22}{'.' * 0} {val}" + (f"  -> {what}" if bad else ""))
-    lines.append(f"tracefs block events .. {p['tracefs_block_events']}")
+        lines.append(f"{key + ' ':.<23} {val}" + (f"  -> {what}" if bad else ""))
+    lines.append(f"{'tracefs block events ':.<23} {p['tracefs_block_events']}")
     for tool, what in (("fio", "fio comparisons in benchmarks are skipped"),
                        ("stress-ng", "busy-system scenarios are skipped"),
                        ("pdftoppm", "none (only used to look at PDF pages)")):
         path = shutil.which(tool)
-        lines.append(f"{tool:<22} {path or 'missing'}" + ("" if path else f"  -> {what}"))
+        lines.append(f"{tool + ' ':.<23} {path or 'missing'}" + ("" if path else f"  -> {what}"))
     try:
         import weasyprint  # noqa: F401
-        lines.append("weasyprint (PDF) ...... yes")
+        lines.append(f"{'weasyprint (PDF) ':.<23} yes")
     except Exception as exc:  # missing pango libs raise OSError
-        lines.append(f"weasyprint (PDF) ...... no: {exc}  -> brief.pdf is not rendered")
+        lines.append(f"{'weasyprint (PDF) ':.<23} no: {exc}  -> brief.pdf is not rendered")
     return lines

@@ -192,6 +192,10 @@ def study_section(key: str, study_dir: str | Path) -> None:
     study_module(key).brief_section(d, frame, target_order(d, frame))
     notes = d / "notes.json"
     warnings = json.loads(notes.read_text()).get("warnings", []) if notes.exists() else []
+    methods = sorted(set(frame.cache_method.astype(str)) - {"drop_caches"})
+    if methods:
+        warnings.append(f"cold cache by {', '.join(methods)} instead of drop_caches (needs root): files the "
+                        "run reads were evicted, other cached data (metadata, libraries) was not")
     if warnings:
         show_html('<div class="warn"><b>Limits of this run</b><ul>' +
                   "".join(f"<li>{html.escape(w)}</li>" for w in warnings) + "</ul></div>")
