@@ -13,22 +13,21 @@ from storagebrief import cache, cgroups
 REPO = Path(__file__).resolve().parents[1]
 
 
-def has_blkio() -> tuple[bool, str]:
+def _controller(name: str) -> tuple[bool, str]:
     if os.geteuid() != 0:
         return False, "needs root to create cgroups"
-    caps = cgroups.capabilities()
-    if caps["blkio"].startswith("unavailable") or "not writable" in caps["blkio"]:
-        return False, f"blkio/io controller: {caps['blkio']}"
+    state = cgroups.capabilities()[name]
+    if state.startswith("unavailable") or "not writable" in state:
+        return False, f"{name} controller: {state}"
     return True, ""
+
+
+def has_blkio() -> tuple[bool, str]:
+    return _controller("blkio")
 
 
 def has_memory_cgroup() -> tuple[bool, str]:
-    if os.geteuid() != 0:
-        return False, "needs root to create cgroups"
-    caps = cgroups.capabilities()
-    if caps["memory"].startswith("unavailable") or "not writable" in caps["memory"]:
-        return False, f"memory controller: {caps['memory']}"
-    return True, ""
+    return _controller("memory")
 
 
 def needs_blkio():
