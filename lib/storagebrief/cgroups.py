@@ -237,7 +237,37 @@ class Cgroup:
         else:
             parts = [f"{k}={int(v)}" for k, v in (("rbps", io.read_bps), ("wbps", io.write_bps),
                                                   ("riops", io.read_iops), ("wiops", io.write_iops)) if v]
-            (d / "io.max").write_text(f"{dev} {' '.join(parts)}")
+            if parts:  # no limits: an accounting-only group (io.stat still counts)
+                (d / "io.max").write_text(f"{dev} {' '.join(parts)}")
+
+    def io_read_stats(self, device: tuple[int, int]) -> tuple[int, int] | None:
+        """(bytes, requests) this group's processes read from the device.
+
+        v1 blkio.throttle.io_service_bytes/io_serviced, v2 io.stat. Unlike the
+        device-wide counters this excludes every other process on the disk.
+        """
+        if "blkio" not in self.dirs:
+            return None
+        version, d = self.dirs["blkio"]
+        key = f"{device[0]}:{device[1]}"
+
+        def v1(fname: str) -> int:
+            for line in (d / fname).read_text().splitlines():
+                f = line.split()
+                if len(f) == 3 and f[0] == key and f[1] == "Read":
+                    return int(f[2])
+            return 0
+        try:
+            if version == 1:
+                return v1("blkio.throttle.io_service_bytes"), v1("blkio.throttle.io_serviced")
+            for line in (d / "io.stat").read_text().splitlines():
+                f = line.split()
+                if f and f[0] == key:
+                    kv = dict(x.split("=", 1) for x in f[1:])
+                    return int(kv.get("rbytes", 0)), int(kv.get("rios", 0))
+            return 0, 0
+        except OSError:
+            return None
 
     def memory_limit_applied(self) -> int | None:
         if "memory" not in self.dirs:

@@ -268,6 +268,26 @@ def check_profile_speed(target: Target, sample_files: list[Path]) -> str | None:
     return None
 
 
+def io_limits(target: Target, accounting: bool = False):
+    """The target's emulated profile as cgroup io limits.
+
+    Unthrottled targets give None, or with accounting=True limits of None on the
+    device: a cgroup that only counts what the run's own processes read from it.
+    """
+    from . import cgroups
+
+    if target.device is None or target.device.major is None:
+        return None
+    dev = (target.device.major, target.device.minor)
+    if not target.emulated:
+        return cgroups.IoLimits(device=dev) if accounting else None
+    p = target.profile
+    return cgroups.IoLimits(device=dev,
+                            read_bps=int(p.read_mb_per_s * 1e6) if p.read_mb_per_s else None,
+                            write_bps=int(p.write_mb_per_s * 1e6) if p.write_mb_per_s else None,
+                            read_iops=p.read_iops, write_iops=p.write_iops)
+
+
 @contextmanager
 def emulation(target: Target, run_name: str):
     """Yield a cgroup that throttles the target's device to its profile, or None.
@@ -278,15 +298,10 @@ def emulation(target: Target, run_name: str):
     """
     from . import cgroups
 
-    if not target.emulated or target.device is None or target.device.major is None:
+    limits = io_limits(target)
+    if limits is None:
         yield None
         return
-    p = target.profile
-    limits = cgroups.IoLimits(
-        device=(target.device.major, target.device.minor),
-        read_bps=int(p.read_mb_per_s * 1e6) if p.read_mb_per_s else None,
-        write_bps=int(p.write_mb_per_s * 1e6) if p.write_mb_per_s else None,
-        read_iops=p.read_iops, write_iops=p.write_iops)
     try:
         group = cgroups.Cgroup(f"{target.name}-{run_name}", io=limits)
         group.create()

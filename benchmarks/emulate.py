@@ -1,0 +1,127 @@
+"""Benchmark the emulator against fio and against itself (prints ratios; not a test).
+
+1. Read path: the emulator's loader (one emulated accelerator, T read threads,
+   O_DIRECT, block B) vs fio on the same file with the same block size, the same
+   number of concurrent streams and the same access pattern (stream k reads
+   blocks k, k+T, k+2T, ...: fio `rw=read:<(T-1)B>` with `offset_increment=B`).
+   Goal: emulator MB/s / fio MB/s >= 0.90.
+2. Overhead: AU on a fast target (data in page cache) with a small compute time.
+   Goal: AU >= 99 %. The AU before removing the emulator's measured overheads
+   (sleep overshoot, barrier release) is printed beside it.
+
+Usage: python benchmarks/emulate.py [--dir DIR] [--size-mib 1024] [--threads 4] [--block-kib 1024]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from storagebrief import config, emulate
+
+
+def make_file(path: Path, size: int) -> None:
+    if path.exists() and path.stat().st_size == size:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    with open(path, "wb") as fh:
+        left = size
+        while left:
+            n = min(left, 64 << 20)
+            fh.write(rng.bytes(n))
+            left -= n
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def emulator_read(path: Path, size: int, threads: int, block: int, direct: bool = True, loops: int = 1) -> float:
+    """MB/s of one emulated accelerator reading the whole file, one block per sample, no compute."""
+    samples = size // block
+    cfg = {"files": [str(path)], "spans": [[(i * block, block) for i in range(samples)]], "epochs": loops, "seed": 0,
+           "batch": 1, "steps_per_epoch": samples, "compute_s": 1e-6, "read_threads": threads, "prefetch": 4,
+           "block": block, "odirect": direct, "evict": False, "readahead": True,
+           "checkpoint_every_steps": 0, "checkpoint_bytes": 0, "checkpoint_dir": str(path.parent)}
+    raw = emulate.run_once(cfg, 1, None)
+    row, _, _ = emulate.summarize(raw, cfg, 1)
+    return row["loader_bytes"] / row["total_time_s"] / 1e6
+
+
+def fio_read(path: Path, size: int, threads: int, block: int, direct: bool = True, loops: int = 1) -> float:
+    cmd = ["fio", "--name=emu", f"--filename={path}", f"--direct={int(direct)}", "--ioengine=psync", f"--bs={block}",
+           f"--rw=read:{(threads - 1) * block}", f"--numjobs={threads}", f"--offset_increment={block}",
+           f"--size={size - (threads - 1) * block}", f"--io_size={size // threads}", "--invalidate=0", f"--loops={loops}", "--group_reporting", "--output-format=json"]
+    out = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+    return out["jobs"][0]["read"]["bw_bytes"] / 1e6
+
+
+def au_fast(directory: Path, compute_s: float, accelerators: int) -> dict:
+    section = {"workloads": ["unet3d"], "accelerator_type": "v100",
+               "workload_overrides": {"unet3d": {"record_bytes": 65536, "record_bytes_stdev": 0,
+                                                 "compute_s": {"v100": compute_s}}},
+               "num_files": 1024, "dataset_sizing": "fixed", "epochs": 2, "repeats": 3,
+               "accelerators": [accelerators], "prefetch": 2}
+    params = config.validate({"targets": [{"name": "fast", "path": str(directory)}],
+                              "run": {"cold_cache": False, "monitor_interval_s": 0.5}, "emulate": section})
+    out = Path(tempfile.mkdtemp(prefix="emu-bench-"))
+    try:
+        frame = emulate.run_study(params, out, log=lambda *_: None)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    raw_au = 100 * frame.compute_s * (frame.steps - 1) / frame.measured_time_s
+    return {"au": float(frame.au_percent.mean()), "au_raw": float(raw_au.mean()),
+            "overshoot_us": float(frame.compute_overshoot_us_mean.mean()), "steps": int(frame.steps.iloc[0])}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dir", default="data/targets/local/storagebrief/bench")
+    ap.add_argument("--size-mib", type=int, default=1024)
+    ap.add_argument("--threads", type=int, default=4)
+    ap.add_argument("--block-kib", type=int, default=1024)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--compute-s", type=float, default=0.01)
+    ap.add_argument("--accelerators", type=int, default=2)
+    a = ap.parse_args()
+    if not shutil.which("fio"):
+        print("fio is not installed: the read-path comparison needs it (apt-get install fio)")
+        return 1
+    d = Path(a.dir).resolve()
+    size, block = a.size_mib << 20, a.block_kib << 10
+    f = d / "bench.bin"
+    make_file(f, size)
+    print(f"read path: {a.block_kib} KiB reads, {a.threads} concurrent streams (stream k reads blocks k, k+T, ...), "
+          f"{a.size_mib} MiB file {f}; rounds alternate emulator and fio; ratio = median of per-round ratios")
+    print(f"  {'mode':<38} {'emulator MB/s':>14} {'fio MB/s':>10} {'ratio':>7}  (goal >= 0.90)")
+    # Several passes per round: short runs would mostly time process start-up.
+    for direct, label, loops in ((True, "O_DIRECT (device)", 2), (False, "buffered, file in page cache", 8)):
+        if not direct:
+            subprocess.run(["cat", str(f)], stdout=subprocess.DEVNULL, check=True)   # warm the cache
+        emu, fio = [], []
+        for _ in range(a.rounds):   # alternate so drift hits both alike
+            emu.append(emulator_read(f, size, a.threads, block, direct, loops))
+            fio.append(fio_read(f, size, a.threads, block, direct, loops))
+        ratio = statistics.median(e / g for e, g in zip(emu, fio))
+        label = f"{label}, {loops} passes"
+        print(f"  {label:<38} {statistics.median(emu):14.1f} {statistics.median(fio):10.1f} {ratio:7.3f}"
+              f"   rounds emu={[round(x) for x in emu]} fio={[round(x) for x in fio]}")
+    t = time.perf_counter()
+    r = au_fast(d / "au", a.compute_s, a.accelerators)
+    print(f"AU on a fast target (page cache), compute {a.compute_s * 1000:.0f} ms per batch, {a.accelerators} "
+          f"accelerators, {r['steps']} steps, 3 repeats ({time.perf_counter() - t:.0f} s):")
+    print(f"  {'AU %':>8} {'AU % before removing overhead':>31} {'sleep overshoot us':>19}  (goal AU >= 99 %)")
+    print(f"  {r['au']:8.2f} {r['au_raw']:31.2f} {r['overshoot_us']:19.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
