@@ -16,7 +16,10 @@ REPO = Path(__file__).resolve().parents[1]
 TINY = {
     "preprocess": {"image_count": 6, "image_counts": [3], "processes": [1, 2], "image_width": 640,
                    "image_height": 480, "repeats": 2, "resize_width": 64, "resize_height": 64},
+    "emulate": {"accelerators": [1, 2], "repeats": 1, "epochs": 1, "num_files": 200, "memory_limit_mib": 16},
 }
+# Keys over which each study matches configurations between targets.
+MATCH_KEYS = {"preprocess": ["sweep", "processes", "image_count"], "emulate": ["workload", "accelerators"]}
 
 
 def _copy_repo(dst: Path) -> None:
@@ -28,9 +31,8 @@ def _copy_repo(dst: Path) -> None:
             shutil.copy2(REPO / f, dst / f)
 
 
-def _recompute(runs: pd.DataFrame, metric: str, better: str, ref: str, other: str) -> float:
+def _recompute(runs: pd.DataFrame, keys: list[str], metric: str, better: str, ref: str, other: str) -> float:
     """Independent arithmetic: mean per configuration, then the best relative difference."""
-    keys = ["sweep", "processes", "image_count"]
     best = None
     for _, g in runs.groupby(keys):
         a, b = g[g.target == ref][metric], g[g.target == other][metric]
@@ -67,18 +69,30 @@ def test_dvc_chain_renders_brief_with_recomputable_headlines(tmp_path):
     if shutil.which("pdfinfo"):
         info = subprocess.run(["pdfinfo", str(work / "reports" / "brief.pdf")], capture_output=True, text=True).stdout
         assert int(re.search(r"Pages:\s+(\d+)", info).group(1)) >= 3
-    for heading in ("Test results snapshot", "Preprocessing ingest", "Appendix A", "Appendix B"):
+    for heading in ("Test results snapshot", "Preprocessing ingest", "Emulated-accelerator training",
+                    "Appendix A", "Appendix B"):
         assert heading in html, heading
     assert "def " not in html and "import " not in html  # code is hidden
 
-    runs = pd.read_csv(work / "reports" / "preprocess" / "runs.csv")
-    cards = dict(re.findall(r'data-headline="([^"]+)" data-value="([^"]+)"', html))
-    for metric, better in (("input_mb_per_s", "higher"), ("completion_time_s", "lower")):
-        hid = f"{metric}:local_vs_hdd-emulated"
-        assert float(cards[hid]) == _recompute(runs, metric, better, "local", "hdd-emulated")
-        assert f"{abs(float(cards[hid])):.1f}%" in html
-    # every brief figure row came from a run: the runs file has every configuration x target x repeat
-    assert len(runs) == (2 + 1) * 2 * 2
+    import json
+    headlines = json.loads((work / "reports" / "headlines.json").read_text())
+    cards = []
+    for tag in re.findall(r'<div class="card"[^>]*>', html):  # nbconvert may reorder attributes
+        attrs = dict(re.findall(r'(data-[a-z]+)="([^"]*)"', tag))
+        cards.append((attrs["data-study"], attrs["data-headline"], attrs["data-value"]))
+    assert {s for s, _, _ in cards} == {"preprocess", "emulate"}
+    better_of = {(h["study"], h["id"]): h["better"] for h in headlines}
+    for study, hid, value in cards:
+        metric, pair = hid.split(":")
+        runs = pd.read_csv(work / "reports" / study / "runs.csv")
+        expected = _recompute(runs, MATCH_KEYS[study], metric, better_of[(study, hid)], "local", "hdd-emulated")
+        assert float(value) == expected, (study, hid)
+        assert f"{abs(float(value)):.1f}%" in html
+    for study in ("input_mb_per_s", "completion_time_s"):
+        assert any(hid.startswith(study) for s, hid, _ in cards if s == "preprocess")
+    # every configuration x target x repeat ran and wrote its row
+    assert len(pd.read_csv(work / "reports" / "preprocess" / "runs.csv")) == (2 + 1) * 2 * 2
+    assert len(pd.read_csv(work / "reports" / "emulate" / "runs.csv")) == 2 * 2
 
     # nothing changed -> nothing reruns
     before = (work / "reports" / "brief.html").stat().st_mtime

@@ -174,7 +174,8 @@ def snapshot(reports_dir: str | Path) -> None:
     for h in hs:
         word = "higher is better" if h["better"] == "higher" else "lower is better"
         cards.append(
-            f'<div class="card" data-headline="{html.escape(h["id"])}" data-value="{h["delta_percent"]}">'
+            f'<div class="card" data-study="{h["study"]}" data-headline="{html.escape(h["id"])}" '
+            f'data-value="{h["delta_percent"]}">'
             f'<div class="card-label">{html.escape(h["label"])}<br/><span class="hint">({word})</span></div>'
             f'<div class="card-value">{html.escape(h["text"])}</div>'
             f'<div class="card-pair">{html.escape(h["ref"])} vs {html.escape(h["other"])}</div></div>')
