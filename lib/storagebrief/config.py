@@ -34,6 +34,15 @@ class ParamsError(ValueError):
     """A parameter is wrong; the message names key, value and what is allowed."""
 
 
+def sorted_counts(values: list[int], what: str, low: int = 1, high: int | None = None) -> list[int]:
+    """Validate a sweep of whole-number counts; returns them sorted and de-duplicated."""
+    bad = [v for v in values if not isinstance(v, int) or v < low or (high is not None and v > high)]
+    if bad:
+        allowed = f"{low}..{high}" if high is not None else f">= {low}"
+        raise ValueError(f"{what} must be whole numbers {allowed}, got {bad}")
+    return sorted(set(values))
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 

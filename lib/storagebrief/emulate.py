@@ -66,7 +66,7 @@ import numpy as np
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from . import cache, cgroups, inventory, monitor, results, targets as targets_mod
-from .config import Params, ParamsError, Strict
+from .config import Params, ParamsError, Strict, sorted_counts
 
 STUDY = "emulate"
 TITLE = "Emulated-accelerator training (DLIO / MLPerf Storage style)"
@@ -174,10 +174,7 @@ class EmulateParams(Strict):
     @field_validator("accelerators")
     @classmethod
     def _accelerators(cls, v: list[int]) -> list[int]:
-        bad = [n for n in v if not isinstance(n, int) or n < 1 or n > 1024]
-        if bad:
-            raise ValueError(f"accelerator counts must be whole numbers 1..1024, got {bad}")
-        return sorted(set(v))
+        return sorted_counts(v, "accelerator counts", 1, 1024)
 
     @field_validator("read_block_kib")
     @classmethod

@@ -38,7 +38,7 @@ import numpy as np
 from pydantic import Field, field_validator, model_validator
 
 from . import cache, cgroups, inventory, monitor, results, targets as targets_mod
-from .config import Params, ParamsError, Strict
+from .config import Params, ParamsError, Strict, sorted_counts
 
 STUDY = "preprocess"
 TIFF_MAGIC = (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+")
@@ -74,18 +74,12 @@ class PreprocessParams(Strict):
     @field_validator("processes")
     @classmethod
     def _processes(cls, v: list[int]) -> list[int]:
-        bad = [p for p in v if not isinstance(p, int) or p < 1 or p > 1024]
-        if bad:
-            raise ValueError(f"process counts must be whole numbers 1..1024, got {bad}")
-        return sorted(set(v))
+        return sorted_counts(v, "process counts", 1, 1024)
 
     @field_validator("image_counts")
     @classmethod
     def _counts(cls, v: list[int]) -> list[int]:
-        bad = [n for n in v if not isinstance(n, int) or n < 1]
-        if bad:
-            raise ValueError(f"image counts must be whole numbers >= 1, got {bad}")
-        return sorted(set(v))
+        return sorted_counts(v, "image counts")
 
     @field_validator("source_dir")
     @classmethod
