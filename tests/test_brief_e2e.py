@@ -17,9 +17,14 @@ TINY = {
     "preprocess": {"image_count": 6, "image_counts": [3], "processes": [1, 2], "image_width": 640,
                    "image_height": 480, "repeats": 2, "resize_width": 64, "resize_height": 64},
     "emulate": {"accelerators": [1, 2], "repeats": 1, "epochs": 1, "num_files": 200, "memory_limit_mib": 16},
+    "train_resnet50": {"dataset": "generated", "dataset_images": 48, "record_kib": 64, "batch_size": 8,
+                       "memory_limits": ["none"], "parallel_models": [1], "ingest_mb_per_s": 0,
+                       "checkpoint_every_steps": 0},
 }
 # Keys over which each study matches configurations between targets.
-MATCH_KEYS = {"preprocess": ["sweep", "processes", "image_count"], "emulate": ["workload", "accelerators"]}
+MATCH_KEYS = {"preprocess": ["sweep", "processes", "image_count"], "emulate": ["workload", "accelerators"],
+              "train_resnet50": ["sweep", "models", "memory_setting", "ingest_target_mb_per_s",
+                                 "checkpoint_every_steps"]}
 
 
 def _copy_repo(dst: Path) -> None:
@@ -34,7 +39,9 @@ def _copy_repo(dst: Path) -> None:
 def _recompute(runs: pd.DataFrame, keys: list[str], metric: str, better: str, ref: str, other: str) -> float:
     """Independent arithmetic: mean per configuration, then the best relative difference."""
     best = None
-    for _, g in runs.groupby(keys):
+    if "status" in runs:
+        runs = runs[runs.status == "ok"]
+    for _, g in runs.groupby(keys, dropna=False):
         a, b = g[g.target == ref][metric], g[g.target == other][metric]
         if a.empty or b.empty:
             continue
@@ -70,7 +77,7 @@ def test_dvc_chain_renders_brief_with_recomputable_headlines(tmp_path):
         info = subprocess.run(["pdfinfo", str(work / "reports" / "brief.pdf")], capture_output=True, text=True).stdout
         assert int(re.search(r"Pages:\s+(\d+)", info).group(1)) >= 3
     for heading in ("Test results snapshot", "Preprocessing ingest", "Emulated-accelerator training",
-                    "Appendix A", "Appendix B"):
+                    "ResNet50 training", "Appendix A", "Appendix B"):
         assert heading in html, heading
     assert "def " not in html and "import " not in html  # code is hidden
 
@@ -80,7 +87,7 @@ def test_dvc_chain_renders_brief_with_recomputable_headlines(tmp_path):
     for tag in re.findall(r'<div class="card"[^>]*>', html):  # nbconvert may reorder attributes
         attrs = dict(re.findall(r'(data-[a-z]+)="([^"]*)"', tag))
         cards.append((attrs["data-study"], attrs["data-headline"], attrs["data-value"]))
-    assert {s for s, _, _ in cards} == {"preprocess", "emulate"}
+    assert {s for s, _, _ in cards} == {"preprocess", "emulate", "train_resnet50"}
     better_of = {(h["study"], h["id"]): h["better"] for h in headlines}
     for study, hid, value in cards:
         metric, pair = hid.split(":")
@@ -93,6 +100,8 @@ def test_dvc_chain_renders_brief_with_recomputable_headlines(tmp_path):
     # every configuration x target x repeat ran and wrote its row
     assert len(pd.read_csv(work / "reports" / "preprocess" / "runs.csv")) == (2 + 1) * 2 * 2
     assert len(pd.read_csv(work / "reports" / "emulate" / "runs.csv")) == 2 * 2
+    train = pd.read_csv(work / "reports" / "train_resnet50" / "runs.csv")
+    assert len(train) == 2 and (train.status == "ok").all()
 
     # nothing changed -> nothing reruns
     before = (work / "reports" / "brief.html").stat().st_mtime

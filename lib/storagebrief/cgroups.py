@@ -269,6 +269,43 @@ class Cgroup:
         except OSError:
             return None
 
+    def _memory_file(self, v1: str, v2: str) -> Path | None:
+        if "memory" not in self.dirs:
+            return None
+        version, d = self.dirs["memory"]
+        return d / (v1 if version == 1 else v2)
+
+    def set_memory_limit(self, limit: int) -> None:
+        """Change the limit of a live group (e.g. once a job's own need is measured)."""
+        self.memory_limit_bytes = limit
+        self._set_memory(limit)
+
+    def memory_usage(self) -> int | None:
+        f = self._memory_file("memory.usage_in_bytes", "memory.current")
+        return int(f.read_text()) if f is not None else None
+
+    def memory_breakdown(self) -> dict[str, int]:
+        """Anonymous, page-cache and mapped-file bytes charged to the group now."""
+        f = self._memory_file("memory.stat", "memory.stat")
+        if f is None:
+            return {}
+        stat = dict(line.split() for line in f.read_text().splitlines() if len(line.split()) == 2)
+        if self.dirs["memory"][0] == 1:
+            return {"anon_bytes": int(stat.get("total_rss", stat.get("rss", 0))),
+                    "cache_bytes": int(stat.get("total_cache", stat.get("cache", 0))),
+                    "mapped_file_bytes": int(stat.get("total_mapped_file", stat.get("mapped_file", 0)))}
+        return {"anon_bytes": int(stat.get("anon", 0)), "cache_bytes": int(stat.get("file", 0)),
+                "mapped_file_bytes": int(stat.get("file_mapped", 0))}
+
+    def reset_memory_peak(self) -> None:
+        """Start the peak over (v1 allows it; v2 kernels >= 6.12 too; otherwise a no-op)."""
+        f = self._memory_file("memory.max_usage_in_bytes", "memory.peak")
+        if f is not None:
+            try:
+                f.write_text("0")
+            except OSError:
+                pass
+
     def memory_limit_applied(self) -> int | None:
         if "memory" not in self.dirs:
             return None

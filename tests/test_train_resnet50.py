@@ -1,0 +1,293 @@
+"""train_resnet50: params, memory limits enforced by the kernel, cache effect, OOM, cgroup hygiene.
+
+The TensorFlow jobs here are real ResNet50 trainings at 32x32 on a few MB-sized records, so
+the whole file takes about 3-4 minutes on 2 cores. Privileged tests skip with the reason when
+this process cannot create memory cgroups (not root, no controller).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from storagebrief import cgroups, config, targets as targets_mod
+from storagebrief import train_resnet50 as tr
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _cgroup_reason() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root to create memory cgroups"
+    return tr._memory_capability()
+
+
+CG_REASON = _cgroup_reason()
+needs_cgroups = pytest.mark.skipif(CG_REASON is not None, reason=f"memory cgroups unavailable: {CG_REASON}")
+
+
+def write_params(tmp: Path, **train) -> Path:
+    data = {"targets": [{"name": "local", "path": str(tmp / "target")}],
+            "run": {"cold_cache": True, "monitor_interval_s": 0.25},
+            "train_resnet50": {"preprocess_outputs": str(tmp / "no-preprocess.json"), "dataset": "generated",
+                               "input_size": 32, "batch_size": 16, "epochs": 2, "record_kib": 1024,
+                               "dataset_images": 96, "shards": 4, "warmup_steps": 1, "ingest_mb_per_s": 0,
+                               "checkpoint_every_steps": 0, "stall_timeout_s": 120, **train}}
+    path = tmp / "params.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """One target with one generated dataset reused by the training tests."""
+    tmp = tmp_path_factory.mktemp("train")
+    params = config.load(write_params(tmp))
+    target = targets_mod.resolve_all(params)[0]
+    ds = tr.resolve_dataset(params, target, params.section("train_resnet50"), log=lambda *a: None)
+    return tmp, params, target, ds
+
+
+# --------------------------------------------------------------------------- params
+@pytest.mark.parametrize("override, needle", [
+    ("train_resnet50.batch_size=0", "batch_size"),
+    ("train_resnet50.memory_limits=[none,'2.5:0']", "both sides"),
+    ("train_resnet50.memory_limits=['lots']", "not 'none', a dataset:memory ratio"),
+    ("train_resnet50.parallel_memory=1MiB", "below 16 MiB"),
+    ("train_resnet50.parallel_models=[0]", "1..256"),
+    ("train_resnet50.input_size=16", "input_size"),
+    ("train_resnet50.unknown=1", "Extra inputs"),
+    ("train_resnet50.dataset_images=8", "smaller than batch_size"),
+])
+def test_bad_params_name_the_key(tmp_path, override, needle):
+    with pytest.raises(config.ParamsError) as exc:
+        config.load(write_params(tmp_path), [override])
+    assert needle in str(exc.value)
+
+
+def test_unknown_target_and_missing_tfrecords_are_clear(tmp_path):
+    params = config.load(write_params(tmp_path, targets=["nope"]))
+    with pytest.raises(config.ParamsError, match="unknown target 'nope'"):
+        tr.run_study(params, tmp_path / "out")
+    params = config.load(write_params(tmp_path, dataset="preprocess"))
+    target = targets_mod.resolve_all(params)[0]
+    with pytest.raises(config.ParamsError, match="run `storagebrief preprocess` first"):
+        tr.resolve_dataset(params, target, params.section("train_resnet50"))
+
+
+def test_memory_settings_parse():
+    assert tr.parse_memory("none").kind == "none"
+    r = tr.parse_memory("2.5:1")
+    assert r.kind == "ratio" and r.value == pytest.approx(0.4)
+    assert tr.parse_memory("1:5").value == pytest.approx(5.0)
+    assert tr.parse_memory("2GiB").value == 2 * 2**30
+    assert tr.parse_memory("1500MB").value == 1.5e9
+
+
+def test_cpu_split_and_plan(tmp_path):
+    assert tr.cpu_split(1, 2) == [[0, 1]]
+    assert tr.cpu_split(2, 2) == [[0], [1]]
+    assert tr.cpu_split(4, 2) == [[0], [1], [0], [1]]
+    p = config.load(write_params(tmp_path, memory_limits=["none", "2.5:1"], parallel_models=[1, 2, 4],
+                                 parallel_memory="2.5:1", ingest_mb_per_s=5,
+                                 checkpoint_every_steps=3)).section("train_resnet50")
+    runs = tr.plan(p)
+    assert [(r.sweep, r.models, r.memory) for r in runs[:4]] == [
+        ("memory", 1, "none"), ("memory", 1, "2.5:1"), ("parallel", 2, "2.5:1"), ("parallel", 4, "2.5:1")]
+    assert runs[4].ingest_mb_per_s == 5 and runs[5].checkpoint_every_steps == 3
+
+
+def test_generated_dataset_is_imagenet_like(shared):
+    _, _, target, ds = shared
+    assert ds.source == "generated" and ds.records == 96 and len(ds.files) == 4
+    assert all(str(target.study_dir("train_resnet50")) in f for f in ds.files)
+    sizes = [s for f in ds.files for s in tr._frame_sizes(Path(f))]
+    assert len(sizes) == 96
+    assert 700 * 1024 < sum(sizes) / len(sizes) < 1400 * 1024   # ~record_kib each
+
+
+# --------------------------------------------------------------------------- the kernel enforces limits
+@needs_cgroups
+def test_memory_limit_is_enforced_by_the_kernel(tmp_path):
+    """A process in the cgroup cannot hold more than the limit: page cache is capped, anon is OOM-killed."""
+    big = tmp_path / "big.bin"
+    with open(big, "wb") as fh:
+        fh.write(os.urandom(1 << 20) * 160)
+    os.sync()
+    tr.cold_dataset([str(big)], True)
+    limit = 64 * tr.MIB
+    with cgroups.Cgroup("test-enforce", memory_limit_bytes=limit) as group:
+        assert group.memory_limit_applied() == limit
+        join = "import sys, os\n[open(f, 'w').write(str(os.getpid())) for f in sys.argv[2:]]\n"
+        reader = subprocess.run([sys.executable, "-c", join + "fh = open(sys.argv[1], 'rb')\n"
+                                 "while fh.read(1 << 20): pass\nprint('read')", str(big), *group.procs_files],
+                                capture_output=True, text=True, timeout=60)
+        assert reader.returncode == 0 and "read" in reader.stdout
+        stats = group.memory_stats()
+        assert stats["memory_peak_bytes"] <= limit      # 160 MiB read through a 64 MiB cgroup
+        hog = subprocess.run([sys.executable, "-c", join + "x = bytearray(256 << 20)\nprint('survived')",
+                              "-", *group.procs_files], capture_output=True, text=True, timeout=60)
+        assert hog.returncode in (-9, 137) and "survived" not in hog.stdout
+        assert group.memory_stats().get("oom_kills", 1) >= 1
+        # Lowering the limit of a live group (how ratio limits are applied) also holds.
+        group.set_memory_limit(48 * tr.MIB)
+        assert group.memory_limit_applied() == 48 * tr.MIB
+    assert not cgroups.leftover_dirs(owner_pid=os.getpid())
+
+
+# --------------------------------------------------------------------------- real training runs
+@pytest.fixture(scope="module")
+def memory_runs(shared):
+    """Baseline and 4:1-limited training of the same 96 MB dataset (2 epochs each)."""
+    if CG_REASON:
+        pytest.skip(f"memory cgroups unavailable: {CG_REASON}")
+    tmp, params, target, ds = shared
+    p = params.section("train_resnet50")
+    out = tmp / "out-memory"
+    base = tr.execute_run(tr.RunSpec("memory", 1, "none"), target, ds, p, params, "t-base", 1, out,
+                          log=lambda *a: None)
+    growth = int(base[0]["memory_anon_growth_bytes"]) if base[0]["status"] == "ok" else None
+    limited = tr.execute_run(tr.RunSpec("memory", 1, "4:1"), target, ds, p, params, "t-lim", 1, out,
+                             growth_hint=growth, log=lambda *a: None)
+    return base, limited
+
+
+@needs_cgroups
+def test_second_epoch_reads_rise_only_when_the_dataset_exceeds_the_limit(memory_runs):
+    (base, _, base_epochs, _), (lim, _, lim_epochs, _) = memory_runs
+    assert base["status"] == "ok", base["failure_reason"]
+    assert lim["status"] == "ok", lim["failure_reason"]
+    # The limit leaves the page cache less than the dataset: it cannot all stay cached.
+    assert lim["cache_allowance_bytes"] < lim["dataset_bytes"]
+    assert lim_epochs[1]["memory_cache_bytes"] < lim["dataset_bytes"]
+    assert lim["memory_peak_bytes"] <= lim["memory_limit_bytes"]
+    # Epoch 1 reads the dataset from the device in both runs (cold cache).
+    for e in (base_epochs[0], lim_epochs[0]):
+        assert e["job_read_bytes"] > 0.5 * e["pipeline_bytes"]
+    lim2 = lim_epochs[1]
+    assert lim2["job_read_bytes"] > 0.5 * lim2["pipeline_bytes"], "limited run should re-read epoch 2"
+    if base["foreign_cache_drops"]:
+        pytest.skip(f"another process dropped the page cache {base['foreign_cache_drops']} times during the "
+                    "baseline run; the 'stays cached' half cannot be judged")
+    base2 = base_epochs[1]
+    assert base2["job_read_bytes"] < 0.1 * base2["pipeline_bytes"], "baseline epoch 2 should hit the cache"
+
+
+@needs_cgroups
+def test_tiny_training_really_trains(memory_runs):
+    (base, jobs, epochs, series), _ = memory_runs
+    assert base["status"] == "ok"
+    assert base["loss_last_epoch"] < base["loss_first_epoch"]
+    assert base["images"] == 2 * (96 // 16) * 16
+    assert base["tf_device"] in ("CPU",) or base["tf_device"].startswith("GPU")
+    assert series and {"read_mb_per_s", "read_iops"} <= set(series[0])
+    assert jobs[0]["memory_peak_bytes"] > 500 * tr.MIB       # TensorFlow + ResNet50 really ran in the group
+    assert not cgroups.leftover_dirs(owner_pid=os.getpid())
+
+
+@needs_cgroups
+def test_oom_becomes_a_failed_run_row(shared):
+    tmp, params, target, ds = shared
+    p = params.section("train_resnet50")
+    row, jobs, epochs, _ = tr.execute_run(tr.RunSpec("memory", 1, "450MiB"), target, ds, p, params, "t-oom", 1,
+                                          tmp / "out-oom", log=lambda *a: None)
+    assert row["status"] == "failed"
+    assert "OOM-killed" in row["failure_reason"] and "450 MiB" in row["failure_reason"]
+    assert row["oom_kills"] >= 1 and not jobs and not epochs
+    assert not cgroups.leftover_dirs(owner_pid=os.getpid())
+    # With a measured need, a limit below it is refused up front with the minimum to use.
+    row, *_ = tr.execute_run(tr.RunSpec("memory", 1, "450MiB"), target, ds, p, params, "t-oom2", 1,
+                             tmp / "out-oom", need_hint=1200 * tr.MIB, log=lambda *a: None)
+    assert row["status"] == "failed" and "use at least 1,248 MiB" in row["failure_reason"]
+
+
+@needs_cgroups
+def test_parallel_jobs_each_get_a_cgroup_and_interrupt_cleans_up(shared, monkeypatch):
+    """K=2: two cgroups, each holding its own job; an interrupt kills both, removes both, writes no row."""
+    tmp, params, target, ds = shared
+    seen = {}
+    real_poll = tr._poll
+
+    def spy(jobs, until, stall_s, timeout_s):
+        real_poll(jobs, until, stall_s, timeout_s)
+        if until == "ready":
+            seen["groups"] = [(j.group.dirs["memory"][1], j.proc.pid, j.group.pids(), j.spec["cpus"]) for j in jobs]
+            seen["procs"] = [j.proc for j in jobs]
+            raise KeyboardInterrupt   # as Ctrl-C would, while both jobs are alive in their cgroups
+
+    monkeypatch.setattr(tr, "_poll", spy)
+    monkeypatch.setattr(tr, "plan", lambda p: [tr.RunSpec("parallel", 2, "2.5:1")])
+    out = tmp / "out-parallel"
+    with pytest.raises(KeyboardInterrupt):
+        tr.run_study(params, out, log=lambda *a: None)
+    dirs = [g[0] for g in seen["groups"]]
+    assert len(set(dirs)) == 2
+    for d, pid, pids, cpus in seen["groups"]:
+        assert pid in pids and len(cpus) == max(1, len(os.sched_getaffinity(0)) // 2)
+    assert not any(d.exists() for d in dirs)
+    assert all(p.poll() is not None for p in seen["procs"])
+    assert not cgroups.leftover_dirs(owner_pid=os.getpid())
+    runs = out / "runs.csv"
+    assert not runs.exists() or pd.read_csv(runs).empty
+
+
+@needs_cgroups
+def test_sigterm_of_the_study_removes_its_cgroups(shared):
+    tmp, params, target, ds = shared
+    path = write_params(tmp)   # same target and dataset spec: the generated set is reused
+    proc = subprocess.Popen([sys.executable, "-m", "storagebrief.cli", "train-resnet50", "--params", str(path),
+                             "--out", str(tmp / "out-term"), "-S", "train_resnet50.parallel_models=[]",
+                             "-S", "train_resnet50.memory_limits=[none]"],
+                            cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 90
+        def job_groups():
+            return [d for d in cgroups.leftover_dirs(owner_pid=proc.pid) if "train_resnet50-memory" in d.name]
+
+        while time.monotonic() < deadline and not job_groups():
+            assert proc.poll() is None, proc.stdout.read().decode()[-2000:]
+            time.sleep(0.1)
+        groups = job_groups()
+        assert groups, "the study never created its job cgroup"
+        time.sleep(1.0)   # the job process is starting inside it
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0
+    assert not cgroups.leftover_dirs(owner_pid=proc.pid)
+    runs = tmp / "out-term" / "runs.csv"
+    assert not runs.exists() or pd.read_csv(runs).empty
+    # No orphaned training job keeps running.
+    out = subprocess.run(["pgrep", "-f", "storagebrief.train_resnet50 import worker_main"], capture_output=True,
+                         text=True)
+    mine = [pid for pid in out.stdout.split() if str(tmp) in Path(f"/proc/{pid}/cmdline").read_text(errors="ignore")]
+    assert not mine
+
+
+# --------------------------------------------------------------------------- analysis
+@needs_cgroups
+def test_tables_and_headlines_from_real_rows(memory_runs):
+    (base, *_), (lim, *_) = memory_runs
+    rows = []
+    for target in ("local", "other"):
+        for r in (base, lim):
+            rows.append({**r, "target": target})
+    frame = pd.DataFrame(rows)
+    table = tr.profile_table(frame, "local")
+    assert list(table.columns) == ["Metric", "baseline (none)", "limited 4:1"]
+    assert "Avg. throughput MiB/s" in set(table.Metric)
+    eff = tr.memory_effect(frame, "local")
+    assert eff["setting"] == "4:1" and eff["read_ratio"] > 0
+    hs = tr.headlines(frame, ["local", "other"])
+    assert {h["metric"] for h in hs} == {"training_time_s", "images_per_s"}
+    m = tr.metrics(frame, ["local", "other"])
+    assert m["runs"] == 4 and "local" in m
