@@ -170,18 +170,20 @@ def snapshot(reports_dir: str | Path) -> None:
     if not hs:
         show_md("No study results yet: run `dvc repro` or `storagebrief <study>` first.")
         return
-    cards = []
+    groups: dict[str, list[str]] = {}
     for h in hs:
         word = "higher is better" if h["better"] == "higher" else "lower is better"
-        cards.append(
+        groups.setdefault(h["study_title"], []).append(
             f'<div class="card" data-study="{h["study"]}" data-headline="{html.escape(h["id"])}" '
             f'data-value="{h["delta_percent"]}">'
             f'<div class="card-label">{html.escape(h["label"])}<br/><span class="hint">({word})</span></div>'
             f'<div class="card-value">{html.escape(h["text"])}</div>'
             f'<div class="card-pair">{html.escape(h["ref"])} vs {html.escape(h["other"])}</div></div>')
+    body = "".join(f'<h3 class="snap-study">{html.escape(title)}</h3><div class="cards">{"".join(cards)}</div>'
+                   for title, cards in groups.items())
     show_html('<h2>Test results snapshot</h2><p>Reference target compared with each other target; '
               '"up to" is the largest difference over the configurations both ran (means over '
-              'repeats).</p><div class="cards">' + "".join(cards) + "</div>")
+              'repeats).</p>' + body)
 
 
 def study_section(key: str, study_dir: str | Path) -> None:

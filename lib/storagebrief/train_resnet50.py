@@ -437,6 +437,36 @@ class JobFailed(RuntimeError):
     pass
 
 
+def tighten_after_first_epoch(j) -> None:
+    """Shrink a ratio limit to what the job now holds + headroom + its page-cache share.
+
+    Growth = the larger of memory_need now (usage minus unmapped cache) minus the need at
+    go, and epoch 1's peak anonymous growth (polled every 0.25 s): at the epoch boundary
+    tf.data has freed its buffers, so the level alone underestimates (measured: an
+    OOM kill in epoch 2). Headroom is max(32 MiB, 20 % of the growth). The kernel reclaims
+    cache to the new limit.
+    """
+    if j.tightened or not j.cache_share_bytes or j.group is None or not j.need_bytes:
+        return
+    j.tightened = True
+    try:
+        held = memory_need(j.group)
+    except (OSError, ValueError):
+        return
+    if held is None:
+        return
+    growth = max(0, held - j.need_bytes, j.anon_max - j.anon_ready)
+    margin = growth + max(32 * MIB, growth // 5)
+    limit = j.need_bytes + margin + j.cache_share_bytes
+    if limit < (j.limit_bytes or limit + 1):
+        try:
+            j.group.set_memory_limit(limit)
+        except OSError:  # the kernel could not reclaim enough: keep the epoch-1 limit
+            return
+        j.margin_bytes, j.limit_bytes = margin, limit
+        j.group.reset_memory_peak()  # the peak reported is then the one under the final limit
+
+
 def memory_need(group) -> int | None:
     """What the job holds that reclaim cannot take: usage minus unmapped page cache.
 
@@ -495,6 +525,8 @@ class Job:
     anon_ready: int = 0
     anon_max: int = 0
     margin_bytes: int = 0
+    cache_share_bytes: int = 0      # a ratio limit's page-cache share (0: not a ratio run)
+    tightened: bool = False
     stats: dict = field(default_factory=dict)
 
     def start(self, spec_path: Path) -> None:
@@ -585,6 +617,7 @@ def _poll(jobs: list[Job], until: str, stall_s: float, timeout_s: float) -> None
                         except (OSError, ValueError):
                             pass
                     j.epochs.append(ev)
+                    tighten_after_first_epoch(j)
                 elif kind == "done":
                     j.done = ev
                 elif kind == "eof":
@@ -809,13 +842,16 @@ def execute_run(spec: RunSpec, target, ds: Dataset, p: TrainParams, params: Para
             if j.group is not None:
                 j.anon_ready = j.anon_max = j.group.memory_breakdown().get("anon_bytes", 0)
             if setting.kind == "ratio" and j.group is not None:
-                # Margin: the pipeline's growth past warm-up as measured in this target's baseline
-                # + 16 MiB headroom, at least memory_margin_mib; the rest of the limit is the
-                # dataset's share. A proportional margin (x1.25 was tried) hands its unused part
-                # to the page cache: 60 MB more cache than the ratio allows, and a 100 MB dataset
-                # stayed cached under a 4:1 limit (measured).
-                j.margin_bytes = max(p.memory_margin_mib * MIB, int(growth_hint or 0) + 16 * MIB)
-                limit = j.need_bytes + j.margin_bytes + int(ds.bytes * setting.value)
+                # Epoch 1 margin: the pipeline's growth past warm-up as measured in this target's
+                # baseline (x1.25) + memory_margin_mib (kernel memory grows too: a small run with
+                # 1.25x alone was OOM-killed, measured), so the job is not OOM-killed while
+                # its buffers grow. At the end of epoch 1 the limit is tightened to the job's own
+                # observed growth (see tighten_after_first_epoch): an unused margin would
+                # otherwise become page cache (measured: a 100 MB dataset stayed cached under a
+                # 4:1 limit with a 1.25x margin), and the epochs that show re-reads are 2 and on.
+                j.margin_bytes = p.memory_margin_mib * MIB + int(1.25 * (growth_hint or 0))
+                j.cache_share_bytes = int(ds.bytes * setting.value)
+                limit = j.need_bytes + j.margin_bytes + j.cache_share_bytes
                 j.group.set_memory_limit(limit)
                 j.limit_bytes = limit
             j.group.reset_memory_peak()
