@@ -173,7 +173,8 @@ def test_second_epoch_reads_rise_only_when_the_dataset_exceeds_the_limit(memory_
         assert e["job_read_bytes"] > 0.5 * e["pipeline_bytes"]
     lim2 = lim_epochs[1]
     # The cache share is 25 % of the dataset plus the limit's headroom for TensorFlow's own
-    # growth (>= 32 MiB), so roughly half of epoch 2 comes from the device (measured 0.49).
+    # growth (>= 16 MiB), so at least a third of epoch 2 comes from the device (measured
+    # 0.49 with a 32 MiB headroom, more with 16 MiB).
     assert lim2["job_read_bytes"] > 0.3 * lim2["pipeline_bytes"], "limited run should re-read epoch 2"
     if base["foreign_cache_drops"]:
         pytest.skip(f"another process dropped the page cache {base['foreign_cache_drops']} times during the "

@@ -312,19 +312,23 @@ def warm_up(size, interp: str) -> None:
             encode_example(rgb, 0, "warm-up")
 
 
-def count_records(path: Path) -> int:
-    """Count TFRecord frames by walking length headers (no TensorFlow needed)."""
-    n = 0
+def record_lengths(path: Path) -> list[int]:
+    """Payload lengths of a TFRecord file's frames, from its length headers (no TensorFlow)."""
+    out = []
     with open(path, "rb") as fh:
         while True:
             header = fh.read(12)
             if not header:
-                return n
+                return out
             if len(header) < 12:
-                raise ValueError(f"{path}: truncated record header")
+                raise ValueError(f"{path}: truncated TFRecord header")
             (length,) = struct.unpack("<Q", header[:8])
             fh.seek(length + 4, os.SEEK_CUR)
-            n += 1
+            out.append(length)
+
+
+def count_records(path: Path) -> int:
+    return len(record_lengths(path))
 
 
 def run_pipeline(files: list[Path], root: Path, out_dir: Path, processes: int, p: PreprocessParams,
