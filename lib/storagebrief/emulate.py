@@ -1109,15 +1109,9 @@ def headline_metrics(frame) -> list[tuple[str, str, str]]:
 
 def headlines(frame, target_names: list[str]) -> list[dict]:
     """The six KIOXIA tests: reference (first target) vs each other, over matched workload x N."""
-    from .report import compare
+    from .report import versus_reference
 
-    out = []
-    keys = ["workload", "accelerators"]
-    for other in target_names[1:]:
-        for metric, better, label in headline_metrics(frame):
-            if metric in frame:
-                out.append(compare(frame, metric, better, keys, target_names[0], other, label))
-    return out
+    return versus_reference(frame, target_names, ["workload", "accelerators"], headline_metrics(frame))
 
 
 def metrics(frame, target_names: list[str]) -> dict:

@@ -544,16 +544,11 @@ def run_study(params: Params, out_dir: str | Path = "reports/preprocess", log=pr
 # --------------------------------------------------------------------------- analysis
 def headlines(frame, target_names: list[str]) -> list[dict]:
     """Reference target (first) vs each other: up-to deltas over matched configurations."""
-    from .report import compare
+    from .report import versus_reference
 
-    out = []
-    keys = ["sweep", "processes", "image_count"]
-    for other in target_names[1:]:
-        out.append(compare(frame, "input_mb_per_s", "higher", keys, target_names[0], other,
-                           "Ingest bandwidth (input MB/s)"))
-        out.append(compare(frame, "completion_time_s", "lower", keys, target_names[0], other,
-                           "Completion time"))
-    return out
+    return versus_reference(frame, target_names, ["sweep", "processes", "image_count"],
+                            [("input_mb_per_s", "higher", "Ingest bandwidth (input MB/s)"),
+                             ("completion_time_s", "lower", "Completion time")])
 
 
 def metrics(frame, target_names: list[str]) -> dict:

@@ -61,6 +61,16 @@ def compare(frame: pd.DataFrame, metric: str, better: str, keys: list[str], ref:
             "configurations": int(len(pair)), "text": text}
 
 
+def versus_reference(frame: pd.DataFrame, target_names: list[str], keys: list[str],
+                     metrics: list[tuple[str, str, str]]) -> list[dict]:
+    """compare() of the first (reference) target with each other one, per (metric, better, label).
+
+    Metrics missing from the frame are left out. Every study's headlines() is this call.
+    """
+    return [compare(frame, metric, better, keys, target_names[0], other, label)
+            for other in target_names[1:] for metric, better, label in metrics if metric in frame]
+
+
 def _plain(v):
     if isinstance(v, float) and math.isnan(v):
         return None

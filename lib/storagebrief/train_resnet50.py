@@ -1062,17 +1062,12 @@ def _ok(frame):
 
 def headlines(frame, target_names: list[str]) -> list[dict]:
     """Reference target (first) vs each other on matched scenarios."""
-    from .report import compare
+    from .report import versus_reference
 
-    ok = _ok(frame)
     keys = ["sweep", "models", "memory_setting", "ingest_target_mb_per_s", "checkpoint_every_steps"]
-    out = []
-    for other in target_names[1:]:
-        out.append(compare(ok, "training_time_s", "lower", keys, target_names[0], other,
-                           "ResNet50 training time"))
-        out.append(compare(ok, "images_per_s", "higher", keys, target_names[0], other,
-                           "ResNet50 training throughput (images/s)"))
-    return out
+    return versus_reference(_ok(frame), target_names, keys,
+                            [("training_time_s", "lower", "ResNet50 training time"),
+                             ("images_per_s", "higher", "ResNet50 training throughput (images/s)")])
 
 
 def pd_zero(frame):
