@@ -1244,8 +1244,9 @@ def brief_section(study_dir, frame, names: list[str]) -> None:
         axes[0].set(xlabel="seconds", ylabel="read MiB/s", title="Device read throughput")
         axes[1].set(xlabel="seconds", ylabel="read IOPS", title="Device read IOPS")
         axes[0].legend(fontsize=7)
-        show_figure(fig, "Device reads while one model trained (first repeat): the limited run keeps reading "
-                         "in every epoch; the baseline reads in the first epoch only.")
+        show_figure(fig, "Device reads while one model trained (first repeat). Reads after the first epoch "
+                         "are page-cache misses: where the limit bites, the limited run keeps reading in "
+                         "later epochs (re-read ratios in the table above).")
     # Parallel models
     par = ok[ok.sweep == "parallel"]
     if not par.empty:
