@@ -18,7 +18,7 @@ TINY = {
                    "image_height": 480, "repeats": 2, "resize_width": 64, "resize_height": 64},
     "emulate": {"accelerators": [1, 2], "repeats": 1, "epochs": 1, "num_files": 200, "memory_limit_mib": 16},
     "train_resnet50": {"dataset": "generated", "dataset_images": 48, "record_kib": 64, "batch_size": 8,
-                       "memory_limits": ["none"], "parallel_models": [1], "parallel_memory": "none",
+                       "memory_limits": ["none", "2.5:1"], "parallel_models": [1], "parallel_memory": "none",
                        "ingest_mb_per_s": 0,
                        "checkpoint_every_steps": 0},
 }
@@ -102,9 +102,10 @@ def test_dvc_chain_renders_brief_with_recomputable_headlines(tmp_path):
     assert len(pd.read_csv(work / "reports" / "preprocess" / "runs.csv")) == (2 + 1) * 2 * 2
     assert len(pd.read_csv(work / "reports" / "emulate" / "runs.csv")) == 2 * 2
     train = pd.read_csv(work / "reports" / "train_resnet50" / "runs.csv")
-    # Ratio limits are exercised by test_train_resnet50 on a 100 MB dataset; on this 3 MB one the
-    # 16 MiB headroom left after epoch 1 can be too small (an OOM row, see README).
-    assert len(train) == 2 and (train.status == "ok").all()  # K=1 reuses the memory runs
+    assert len(train) == 4 and (train.status == "ok").all()  # K=1 reuses the memory runs
+    capped = train[train.memory_setting == "2.5:1"]
+    assert (capped.page_cache_cap_bytes == (capped.dataset_bytes * 0.4).astype(int)).all()
+    assert (work / "reports" / "train_resnet50" / "timeseries" / f"{capped.run_id.iloc[0]}-memory.csv").exists()
 
     # nothing changed -> nothing reruns
     before = (work / "reports" / "brief.html").stat().st_mtime

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from storagebrief import cgroups
+from storagebrief import cache, cgroups
 from conftest import needs_blkio, needs_memory_cgroup
 
 
@@ -33,6 +33,29 @@ def test_memory_limit_enforced_and_removed():
     assert not path.exists()
 
 
+@needs_memory_cgroup()
+def test_reclaim_evicts_page_cache_and_keeps_the_limit(tmp_path):
+    """Proactive reclaim (how a ratio caps a job's page cache) shrinks the cache, not the limit."""
+    data = tmp_path / "cached.bin"
+    data.write_bytes(os.urandom(1 << 20) * 64)
+    os.sync()
+    cache.fadvise_dontneed([str(data)])   # so the reader's group is charged for its pages
+    with cgroups.Cgroup("reclaim", memory_limit_bytes=1 << 30) as g:
+        code = "import sys; open(sys.argv[1], 'rb').read(); print('read')"
+        proc = subprocess.run([sys.executable, "-c", code, str(data)], preexec_fn=lambda: cgroups.join(g.procs_files),
+                              capture_output=True, timeout=60)
+        assert b"read" in proc.stdout
+        def unmapped() -> int:
+            b = g.memory_breakdown()
+            return b["cache_bytes"] - b["mapped_file_bytes"]
+        before = unmapped()
+        if before < 48 << 20:
+            pytest.skip(f"the file's pages were charged elsewhere (only {before >> 20} MiB in the group)")
+        g.reclaim(before - (16 << 20))
+        assert unmapped() <= 20 << 20
+        assert g.memory_limit_applied() == 1 << 30
+
+
 @needs_blkio()
 def test_io_limits_written():
     dev = os.stat("/").st_dev
@@ -49,7 +72,7 @@ def test_sigterm_removes_cgroup(tmp_path):
     marker = tmp_path / "path.txt"
     script = textwrap.dedent(f"""
         import time
-        from storagebrief import cgroups
+        from storagebrief import cache, cgroups
         g = cgroups.Cgroup("sigterm", memory_limit_bytes=256 << 20).create()
         open({str(marker)!r}, "w").write(str(g.dirs["memory"][1]))
         time.sleep(60)

@@ -280,6 +280,27 @@ class Cgroup:
         self.memory_limit_bytes = limit
         self._set_memory(limit)
 
+    def reclaim(self, nbytes: int) -> None:
+        """Make the kernel reclaim about nbytes from this group now, coldest pages first (proactive reclaim).
+
+        v2 memory.reclaim where the kernel has it (>= 5.19); otherwise (v1, older v2) the limit is
+        lowered to usage - nbytes, which reclaims synchronously in this call, and then restored.
+        OSError (EBUSY/EAGAIN) when the kernel could not reclaim that much.
+        """
+        version, d = self.dirs["memory"]
+        if version == 2 and (d / "memory.reclaim").exists():
+            (d / "memory.reclaim").write_text(str(nbytes))
+            return
+        limit_file = d / ("memory.limit_in_bytes" if version == 1 else "memory.max")
+        usage = self.memory_usage() or 0
+        if usage <= nbytes:
+            return
+        previous = limit_file.read_text().strip()
+        try:
+            limit_file.write_text(str(usage - nbytes))
+        finally:
+            limit_file.write_text(previous)
+
     def memory_usage(self) -> int | None:
         f = self._memory_file("memory.usage_in_bytes", "memory.current")
         return int(f.read_text()) if f is not None else None
