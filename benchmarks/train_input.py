@@ -1,12 +1,16 @@
 """Does the input pipeline or the monitor slow ResNet50 training? Ratios measured side by side.
 
     python benchmarks/train_input.py [--params params.yaml] [--target local] [--steps 8] [--rounds 2]
+                                     [--record-kib 110] [--images 320]
 
 One process, one model (same trace for every variant), rounds interleave the variants so
 drift hits all alike:
   synthetic   in-memory tensors (no I/O, no decode): the compute ceiling
   tfrecord    the study's tf.data pipeline over the target's TFRecords, cold cache first
   monitored   tfrecord again, with monitor.Monitor sampling the device at run.monitor_interval_s
+The records are generated ImageNet-like JPEGs (--record-kib, default 110 KiB as ImageNet's) in
+their own directory beside the study's dataset; --record-kib 1024 measures the quick profile's
+records, whose full-size decode costs ~10 ms each on this class of CPU.
 Prints images/s of each and the ratios tfrecord ÷ synthetic (goal >= 0.95 on fast storage)
 and monitored ÷ tfrecord (goal >= 0.98). Not a test: numbers depend on the machine.
 """
@@ -27,6 +31,8 @@ def main() -> None:
     ap.add_argument("--target", default=None, help="target name (default: the first)")
     ap.add_argument("--steps", type=int, default=8, help="training steps per measurement")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--record-kib", type=int, default=110, help="generated JPEG record size")
+    ap.add_argument("--images", type=int, default=320, help="generated records")
     ap.add_argument("-S", "--set", dest="overrides", action="append", default=[])
     args = ap.parse_args()
 
@@ -39,7 +45,8 @@ def main() -> None:
     target = next((t for t in tlist if t.name == args.target), None) if args.target else tlist[0]
     if target is None:
         raise SystemExit(f"unknown target {args.target!r}; have {[t.name for t in tlist]}")
-    ds_info = tr.resolve_dataset(params, target, p)
+    p = p.model_copy(update={"record_kib": args.record_kib, "dataset_images": args.images})
+    ds_info = tr.generate_dataset(target, p, name=f"benchmark-dataset-{args.record_kib}k")
 
     import tensorflow as tf
 
