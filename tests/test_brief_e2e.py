@@ -91,11 +91,18 @@ def test_dvc_chain_renders_brief_with_recomputable_headlines(tmp_path):
     assert {s for s, _, _ in cards} == {"preprocess", "emulate", "train_resnet50"}
     better_of = {(h["study"], h["id"]): h["better"] for h in headlines}
     for study, hid, value in cards:
-        metric, pair = hid.split(":")
         runs = pd.read_csv(work / "reports" / study / "runs.csv")
-        expected = _recompute(runs, MATCH_KEYS[study], metric, better_of[(study, hid)], "local", "hdd-emulated")
+        metric, pair = hid.split(":", 1)
+        if "|" in pair:   # a memory limit vs none on one target (training)
+            target, setting = pair.removesuffix("_vs_none").split("|")
+            runs = runs[(runs.sweep == "memory") & (runs.target == target)].assign(target=lambda f: f.memory_setting)
+            expected = _recompute(runs, ["models"], metric, better_of[(study, hid)], setting, "none")
+        else:
+            expected = _recompute(runs, MATCH_KEYS[study], metric, better_of[(study, hid)], "local", "hdd-emulated")
         assert float(value) == expected, (study, hid)
         assert f"{abs(float(value)):.1f}%" in html
+    assert {hid for s, hid, _ in cards if s == "train_resnet50" and "|" in hid} == {
+        f"{m}:{t}|2.5:1_vs_none" for m in ("job_read_bytes", "training_time_s") for t in ("local", "hdd-emulated")}
     for study in ("input_mb_per_s", "completion_time_s"):
         assert any(hid.startswith(study) for s, hid, _ in cards if s == "preprocess")
     # every configuration x target x repeat ran and wrote its row

@@ -289,7 +289,10 @@ def test_tables_and_headlines_from_real_rows(memory_runs):
     assert "Avg. throughput MiB/s" in set(table.Metric)
     eff = tr.memory_effect(frame, "local")
     assert eff["setting"] == "4:1" and eff["read_ratio"] > 0
-    hs = tr.headlines(frame, ["local", "other"])
-    assert {h["metric"] for h in hs} == {"training_time_s", "images_per_s"}
+    hs = {h["id"]: h for h in tr.headlines(frame, ["local", "other"])}
+    assert {h["metric"] for h in hs.values()} == {"training_time_s", "images_per_s", "job_read_bytes"}
+    reads = hs["job_read_bytes:local|4:1_vs_none"]   # the seed's finding, limited vs none on one target
+    assert reads["delta_percent"] == round((lim["job_read_bytes"] / base["job_read_bytes"] - 1) * 100, 1)
+    assert reads["delta_percent"] > 50 and reads["ref"] == "memory 4:1" and reads["other"] == "no limit"
     m = tr.metrics(frame, ["local", "other"])
     assert m["runs"] == 4 and "local" in m

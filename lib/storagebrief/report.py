@@ -182,7 +182,7 @@ def snapshot(reports_dir: str | Path) -> None:
         return
     groups: dict[str, list[str]] = {}
     for h in hs:
-        word = "higher is better" if h["better"] == "higher" else "lower is better"
+        word = h.get("hint") or ("higher is better" if h["better"] == "higher" else "lower is better")
         groups.setdefault(h["study_title"], []).append(
             f'<div class="card" data-study="{h["study"]}" data-headline="{html.escape(h["id"])}" '
             f'data-value="{h["delta_percent"]}">'
@@ -191,9 +191,9 @@ def snapshot(reports_dir: str | Path) -> None:
             f'<div class="card-pair">{html.escape(h["ref"])} vs {html.escape(h["other"])}</div></div>')
     body = "".join(f'<h3 class="snap-study">{html.escape(title)}</h3><div class="cards">{"".join(cards)}</div>'
                    for title, cards in groups.items())
-    show_html('<h2>Test results snapshot</h2><p>Reference target compared with each other target; '
-              '"up to" is the largest difference over the configurations both ran (means over '
-              'repeats).</p>' + body)
+    show_html('<h2>Test results snapshot</h2><p>Reference target compared with each other target (for '
+              'training, also each memory limit with no limit on the same target); "up to" is the largest '
+              'difference over the configurations both ran (means over repeats).</p>' + body)
 
 
 def study_section(key: str, study_dir: str | Path) -> None:

@@ -1086,13 +1086,27 @@ def _ok(frame):
 
 
 def headlines(frame, target_names: list[str]) -> list[dict]:
-    """Reference target (first) vs each other on matched scenarios."""
-    from .report import versus_reference
+    """Reference target (first) vs each other on matched scenarios, then the seed's finding per
+    target: a memory limit vs none (the job's device reads and its training time)."""
+    from .report import compare, versus_reference
 
     keys = ["sweep", "models", "memory_setting", "ingest_target_mb_per_s", "checkpoint_every_steps"]
-    return versus_reference(_ok(frame), target_names, keys,
-                            [("training_time_s", "lower", "ResNet50 training time"),
-                             ("images_per_s", "higher", "ResNet50 training throughput (images/s)")])
+    out = versus_reference(_ok(frame), target_names, keys,
+                           [("training_time_s", "lower", "ResNet50 training time"),
+                            ("images_per_s", "higher", "ResNet50 training throughput (images/s)")])
+    ok = _ok(frame)
+    mem = ok[ok.sweep == "memory"] if "sweep" in ok else ok.iloc[0:0]
+    for name in target_names:
+        m = mem[mem.target == name]
+        for setting in sorted(s for s in set(m.memory_setting) if s != "none"):
+            # The memory setting takes the place of the target in compare(): limited vs none.
+            pair = m[m.memory_setting.isin([setting, "none"])].assign(target=lambda f: f.memory_setting)
+            for metric, label in (("job_read_bytes", "Device reads of one training job"),
+                                  ("training_time_s", "Training time")):
+                h = compare(pair, metric, "higher", ["models"], setting, "none", f"{label}, {name}")
+                out.append({**h, "id": f"{metric}:{name}|{setting}_vs_none", "hint": "the limit's effect",
+                            "ref": f"memory {setting}", "other": "no limit"})
+    return out
 
 
 def pd_zero(frame):
