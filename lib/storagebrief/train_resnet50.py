@@ -1104,6 +1104,9 @@ def headlines(frame, target_names: list[str]) -> list[dict]:
             for metric, label in (("job_read_bytes", "Device reads of one training job"),
                                   ("training_time_s", "Training time")):
                 h = compare(pair, metric, "higher", ["models"], setting, "none", f"{label}, {name}")
+                d = h["delta_percent"]
+                if d is not None:   # a signed change reads better than "never higher" for an effect
+                    h["text"] = f"{d:+.1f}%" + (f" (×{1 + d / 100:.1f})" if metric == "job_read_bytes" else "")
                 out.append({**h, "id": f"{metric}:{name}|{setting}_vs_none", "hint": "the limit's effect",
                             "ref": f"memory {setting}", "other": "no limit"})
     return out
