@@ -56,6 +56,28 @@ def test_reclaim_evicts_page_cache_and_keeps_the_limit(tmp_path):
         assert g.memory_limit_applied() == 1 << 30
 
 
+def test_reclaim_v2_file_protocol(tmp_path, monkeypatch):
+    """cgroup v2 (not on this VM's memory controller): memory.reclaim when present, else a memory.high
+    pulse that ends where it started (memory.max, which could OOM-kill, is never touched)."""
+    g = cgroups.Cgroup("v2")
+    g.dirs["memory"] = (2, tmp_path)
+    (tmp_path / "memory.current").write_text("100000000\n")
+    (tmp_path / "memory.max").write_text("max\n")
+    (tmp_path / "memory.high").write_text("max\n")
+    writes = []
+    real_write = type(tmp_path).write_text
+    monkeypatch.setattr(type(tmp_path), "write_text",
+                        lambda self, text, *a, **k: (writes.append((self.name, text)), real_write(self, text, *a, **k))[1])
+    g.reclaim(30_000_000)
+    assert writes == [("memory.high", "70000000"), ("memory.high", "max")]
+    assert (tmp_path / "memory.max").read_text() == "max\n"
+    writes.clear()
+    (tmp_path / "memory.reclaim").write_text("")
+    writes.clear()
+    g.reclaim(30_000_000)
+    assert writes == [("memory.reclaim", "30000000")]
+
+
 @needs_blkio()
 def test_io_limits_written():
     dev = os.stat("/").st_dev

@@ -283,15 +283,16 @@ class Cgroup:
     def reclaim(self, nbytes: int) -> None:
         """Make the kernel reclaim about nbytes from this group now, coldest pages first (proactive reclaim).
 
-        v2 memory.reclaim where the kernel has it (>= 5.19); otherwise (v1, older v2) the limit is
-        lowered to usage - nbytes, which reclaims synchronously in this call, and then restored.
+        v2 memory.reclaim where the kernel has it (>= 5.19); otherwise the limit is lowered to
+        usage - nbytes, which reclaims synchronously in this call, and then restored: v1
+        memory.limit_in_bytes, older v2 memory.high (memory.max would OOM-kill if reclaim fell short).
         OSError (EBUSY/EAGAIN) when the kernel could not reclaim that much.
         """
         version, d = self.dirs["memory"]
         if version == 2 and (d / "memory.reclaim").exists():
             (d / "memory.reclaim").write_text(str(nbytes))
             return
-        limit_file = d / ("memory.limit_in_bytes" if version == 1 else "memory.max")
+        limit_file = d / ("memory.limit_in_bytes" if version == 1 else "memory.high")
         usage = self.memory_usage() or 0
         if usage <= nbytes:
             return
