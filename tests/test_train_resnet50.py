@@ -136,9 +136,6 @@ def test_memory_limit_is_enforced_by_the_kernel(tmp_path):
                               "-", *group.procs_files], capture_output=True, text=True, timeout=60)
         assert hog.returncode in (-9, 137) and "survived" not in hog.stdout
         assert group.memory_stats().get("oom_kills", 1) >= 1
-        # Lowering the limit of a live group (how ratio limits are applied) also holds.
-        group.set_memory_limit(48 * tr.MIB)
-        assert group.memory_limit_applied() == 48 * tr.MIB
     assert not cgroups.leftover_dirs(owner_pid=os.getpid())
 
 

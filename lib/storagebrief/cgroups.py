@@ -275,11 +275,6 @@ class Cgroup:
         version, d = self.dirs["memory"]
         return d / (v1 if version == 1 else v2)
 
-    def set_memory_limit(self, limit: int) -> None:
-        """Change the limit of a live group (e.g. once a job's own need is measured)."""
-        self.memory_limit_bytes = limit
-        self._set_memory(limit)
-
     def reclaim(self, nbytes: int) -> None:
         """Make the kernel reclaim about nbytes from this group now, coldest pages first (proactive reclaim).
 
