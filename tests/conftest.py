@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from storagebrief import cache, cgroups
+from storagebrief.core import cache, cgroups
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from storagebrief import cache, cgroups
+from storagebrief.core import cache, cgroups
 from conftest import needs_blkio, needs_memory_cgroup
 
 
@@ -94,7 +94,7 @@ def test_sigterm_removes_cgroup(tmp_path):
     marker = tmp_path / "path.txt"
     script = textwrap.dedent(f"""
         import time
-        from storagebrief import cache, cgroups
+        from storagebrief.core import cache, cgroups
         g = cgroups.Cgroup("sigterm", memory_limit_bytes=256 << 20).create()
         open({str(marker)!r}, "w").write(str(g.dirs["memory"][1]))
         time.sleep(60)

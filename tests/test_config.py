@@ -1,8 +1,8 @@
 import pytest
 import yaml
 
-from storagebrief import config
-from storagebrief.config import ParamsError
+from storagebrief.core import config
+from storagebrief.core.config import ParamsError
 
 
 def test_repo_params_validate():

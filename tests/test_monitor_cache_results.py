@@ -4,7 +4,7 @@ import time
 import pandas as pd
 import pytest
 
-from storagebrief import cache, monitor, results, targets, config
+from storagebrief.core import cache, monitor, results, targets, config
 from conftest import needs_drop_caches
 
 

@@ -7,7 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from storagebrief import cgroups, config, preprocess
+from storagebrief.core import cgroups, config
+from storagebrief.studies.preprocess import STUDY, dataset, params, pipeline
 from storagebrief.cli import main as cli_main
 from conftest import needs_blkio
 
@@ -17,24 +18,24 @@ def _params(params_file, *overrides):
 
 
 def test_to_rgb8_maps_depths_and_channels():
-    assert preprocess.to_rgb8(np.full((2, 2), 65535, np.uint16)).tolist() == [[[255] * 3] * 2] * 2
-    mid = preprocess.to_rgb8(np.full((1, 1), 32896, np.uint16))  # 128 * 257
+    assert pipeline.to_rgb8(np.full((2, 2), 65535, np.uint16)).tolist() == [[[255] * 3] * 2] * 2
+    mid = pipeline.to_rgb8(np.full((1, 1), 32896, np.uint16))  # 128 * 257
     assert mid[0, 0].tolist() == [128, 128, 128]
     bgr = np.zeros((1, 1, 3), np.uint8)
     bgr[..., 0] = 200  # blue in OpenCV order
-    assert preprocess.to_rgb8(bgr)[0, 0].tolist() == [0, 0, 200]
-    assert preprocess.to_rgb8(np.zeros((3, 3, 4), np.uint8)).shape == (3, 3, 3)
+    assert pipeline.to_rgb8(bgr)[0, 0].tolist() == [0, 0, 200]
+    assert pipeline.to_rgb8(np.zeros((3, 3, 4), np.uint8)).shape == (3, 3, 3)
 
 
 def test_bad_files_are_classified():
     size = (16, 16)
-    with pytest.raises(preprocess.BadImage, match="zero-byte"):
-        preprocess.decode_resize(b"", size, "area")
-    with pytest.raises(preprocess.BadImage, match="not a TIFF"):
-        preprocess.decode_resize(b"\x89PNG\r\n\x1a\n" + b"0" * 100, size, "area")
+    with pytest.raises(pipeline.BadImage, match="zero-byte"):
+        pipeline.decode_resize(b"", size, "area")
+    with pytest.raises(pipeline.BadImage, match="not a TIFF"):
+        pipeline.decode_resize(b"\x89PNG\r\n\x1a\n" + b"0" * 100, size, "area")
     ok, tiff = cv2.imencode(".tiff", np.zeros((64, 64, 3), np.uint8), [cv2.IMWRITE_TIFF_COMPRESSION, 1])
-    with pytest.raises(preprocess.BadImage, match="truncated or corrupt"):
-        preprocess.decode_resize(tiff.tobytes()[:200], size, "area")
+    with pytest.raises(pipeline.BadImage, match="truncated or corrupt"):
+        pipeline.decode_resize(tiff.tobytes()[:200], size, "area")
 
 
 def _source_tree(tmp_path: Path) -> Path:
@@ -60,7 +61,7 @@ def test_study_on_user_folder_skips_bad_files_and_round_trips(params_file, tmp_p
     p = _params(params_file, f"preprocess.source_dir={src}", "preprocess.image_count=7",
                 "preprocess.image_counts=[]", "preprocess.processes=[2]", "targets.1.profile=null")
     out = tmp_path / "out"
-    frame = preprocess.run_study(p, out)
+    frame = STUDY.run(p, out)
     assert len(frame) == 2  # one run per target
     assert set(frame.images_ok) == {4} and set(frame.images_skipped) == {3}
     assert (frame.records_written == frame.images_ok).all()
@@ -90,7 +91,7 @@ def test_generated_dataset_single_file_mode_16bit(params_file, tmp_path):
     p = _params(params_file, "preprocess.bit_depth=16", "preprocess.channels=1", "preprocess.output_mode=single",
                 "preprocess.processes=[2]", "preprocess.image_counts=[]", "targets.1.profile=null")
     out = tmp_path / "out"
-    frame = preprocess.run_study(p, out)
+    frame = STUDY.run(p, out)
     assert (frame.images_ok == 6).all() and (frame.images_skipped == 0).all()
     outputs = json.loads((out / "outputs.json").read_text())
     assert [Path(f).name for f in outputs["tfrecords"]["fast"]] == ["data.tfrecord"]
@@ -107,8 +108,8 @@ def test_generated_dataset_single_file_mode_16bit(params_file, tmp_path):
 
 def test_generated_content_is_not_trivially_compressible(tmp_path):
     import zlib
-    p = preprocess.PreprocessParams(image_count=1, image_counts=[], image_width=256, image_height=128)
-    files = preprocess.generate_dataset(tmp_path / "d", p, 1, log=lambda *_: None)
+    p = params.PreprocessParams(image_count=1, image_counts=[], image_width=256, image_height=128)
+    files = dataset.generate_dataset(tmp_path / "d", p, 1, log=lambda *_: None)
     raw = files[0].read_bytes()
     assert files[0].stat().st_size >= p.image_bytes
     assert len(zlib.compress(raw, 6)) > 0.6 * len(raw)
@@ -120,7 +121,7 @@ def test_study_on_throttled_target_is_slower(params_file, tmp_path):
     p = _params(params_file, "preprocess.image_count=8", "preprocess.image_width=1600",
                 "preprocess.image_height=1200", "preprocess.processes=[2]", "preprocess.image_counts=[]",
                 "preprocess.repeats=2")
-    frame = preprocess.run_study(p, tmp_path / "out")
+    frame = STUDY.run(p, tmp_path / "out")
     fast, slow = (frame[frame.target == n] for n in ("fast", "slow"))
     assert slow.emulated.all() and not fast.emulated.any()
     assert slow.completion_time_s.mean() > 1.3 * fast.completion_time_s.mean()
@@ -153,7 +154,7 @@ def test_cli_runs_study_with_overrides(params_file, tmp_path):
 
 def test_degrades_without_privileges(params_file, tmp_path, monkeypatch):
     """No drop_caches and no cgroups: the study still runs and records why."""
-    from storagebrief import cache
+    from storagebrief.core import cache
     monkeypatch.setattr(cache, "drop_caches_possible", lambda: (False, "needs root"))
 
     def refuse(controller):
@@ -161,7 +162,7 @@ def test_degrades_without_privileges(params_file, tmp_path, monkeypatch):
     monkeypatch.setattr(cgroups, "controller_dir", refuse)
     p = _params(params_file, "preprocess.processes=[1]", "preprocess.image_counts=[]")
     out = tmp_path / "out"
-    frame = preprocess.run_study(p, out)
+    frame = STUDY.run(p, out)
     assert set(frame.cache_method) == {"fadvise_dontneed"}
     assert not frame.emulated.any()
     notes = json.loads((out / "notes.json").read_text())["warnings"]

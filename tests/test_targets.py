@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from storagebrief import cgroups, config, monitor, targets
+from storagebrief.core import cgroups, config, monitor, targets
 from conftest import needs_blkio, needs_drop_caches
 
 

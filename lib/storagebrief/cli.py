@@ -1,30 +1,31 @@
-"""`storagebrief <study> [-S key=value ...] [--out DIR]`: the same functions the notebooks call."""
+"""`storagebrief <study> [-S key=value ...] [--out DIR]`: the same functions the notebooks call.
+
+One subcommand per registered study (storagebrief.studies), plus doctor, validate and brief.
+"""
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
 
-from . import config
-
-# study command -> (params section, module, default output dir)
-STUDY_COMMANDS = {
-    "preprocess": ("preprocess", "storagebrief.preprocess", "reports/preprocess"),
-    "emulate": ("emulate", "storagebrief.emulate", "reports/emulate"),
-    "train-resnet50": ("train_resnet50", "storagebrief.train_resnet50", "reports/train_resnet50"),
-}
+from . import studies
+from .core import config
+from .core.progress import MODES
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="storagebrief", description=__doc__)
+    ap = argparse.ArgumentParser(prog="storagebrief", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True)
     sub.add_parser("doctor", help="what this machine allows and what each missing piece disables")
-    for name, (section, _, out) in STUDY_COMMANDS.items():
-        sp = sub.add_parser(name, help=f"run the {section} study")
+    for command, study in studies.by_command().items():
+        sp = sub.add_parser(command, help=f"run the {study.name} study: {study.title}")
         sp.add_argument("--params", default="params.yaml")
         sp.add_argument("-S", "--set", dest="overrides", action="append", default=[],
-                        metavar="KEY=VALUE", help="override a parameter, e.g. -S preprocess.repeats=3")
-        sp.add_argument("--out", default=out, help=f"output directory (default {out})")
+                        metavar="KEY=VALUE", help=f"override a parameter, e.g. -S {study.name}.repeats=3")
+        sp.add_argument("--out", default=study.reports_dir, help=f"output directory (default {study.reports_dir})")
+        sp.add_argument("--progress", choices=MODES, default="auto",
+                        help="progress on stderr: a bar on a terminal, one line per run otherwise (auto)")
     bp = sub.add_parser("brief", help="render reports/brief.html and reports/brief.pdf")
     bp.add_argument("--params", default="params.yaml")
     bp.add_argument("--reports", default="reports")
@@ -39,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "doctor":
-            from .inventory import doctor_lines
+            from .core.inventory import doctor_lines
             print("\n".join(doctor_lines()))
             return 0
         if args.command == "validate":
@@ -51,12 +52,10 @@ def main(argv: list[str] | None = None) -> int:
             out = report.render(args.reports, args.params, pdf=not args.no_pdf)
             print(f"wrote {out['html']}" + (f" and {out['pdf']}" if out["pdf"] else ""))
             return 0 if (out["pdf"] or args.no_pdf) else 1
-        section, module, _ = STUDY_COMMANDS[args.command]
+        study = studies.get(args.command)
         params = config.load(args.params, args.overrides)
-        params.section(section)
-        import importlib
-        mod = importlib.import_module(module)
-        frame = mod.run_study(params, Path(args.out))
+        params.section(study.name)
+        frame = study.run(params, Path(args.out), progress=args.progress)
         print(f"wrote {len(frame)} runs to {Path(args.out) / 'runs.csv'}")
         return 0
     except (config.ParamsError, ValueError, FileNotFoundError) as exc:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import importlib
 import json
 from pathlib import Path
 from typing import Any, Literal
@@ -18,15 +17,12 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ..studies import REGISTRY
 from .targets import DEVICE_PROFILES, DeviceProfile, check_target_path
 
-# Study sections: top-level key -> "module:ParamsClass". Modules load lazily so a
-# study's heavy imports (TensorFlow) are paid only by the study that runs.
-STUDY_SECTIONS: dict[str, str] = {
-    "preprocess": "storagebrief.preprocess:PreprocessParams",
-    "emulate": "storagebrief.emulate:EmulateParams",
-    "train_resnet50": "storagebrief.train_resnet50:TrainParams",
-}
+# Study sections come from the registry; a study's params model loads lazily, so its
+# heavy imports (TensorFlow) are paid only by the study that runs.
+STUDY_SECTIONS: tuple[str, ...] = tuple(REGISTRY)
 PAPER_OVERLAY = "params/paper.yaml"
 
 
@@ -91,8 +87,7 @@ class Params(Strict):
 
 
 def _study_model(section: str):
-    module_name, class_name = STUDY_SECTIONS[section].split(":")
-    return getattr(importlib.import_module(module_name), class_name)
+    return REGISTRY[section].params_model()
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:

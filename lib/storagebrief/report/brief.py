@@ -1,92 +1,30 @@
-"""The performance brief: headline deltas, study sections, appendices, HTML + PDF.
+"""The performance brief's sections: cover, snapshot, one section per study, appendices.
 
-The brief is a notebook (notebooks/brief.ipynb) executed by papermill; every
-cell calls into this module, which reads the studies' runs.csv files. nbconvert
-turns the executed notebook into HTML with all code hidden; WeasyPrint prints
-that HTML to PDF. Each study module provides TITLE, headlines(frame, targets)
-and brief_section(study_dir, frame, targets); this module knows the list.
+The brief is a notebook (notebooks/brief.ipynb) executed by papermill; every cell
+calls into this module, which reads the studies' output directories. Studies come
+from the registry (storagebrief.studies): each contributes its title, headlines()
+and its own section; this module adds what every brief shares.
 """
 from __future__ import annotations
 
 import html
-import importlib
 import json
-import math
-import os
 from pathlib import Path
 
 import pandas as pd
 
-from . import config as config_mod, results
-
-# (study key, module, section title): the order sections appear in the brief.
-STUDIES = [
-    ("preprocess", "storagebrief.preprocess", "Preprocessing ingest: TIFF → resize → TFRecord"),
-    ("emulate", "storagebrief.emulate", "Emulated-accelerator training (DLIO / MLPerf Storage style)"),
-    ("train_resnet50", "storagebrief.train_resnet50", "ResNet50 training under memory limits"),
-]
-CSS = Path(__file__).with_name("templates") / "brief.css"
-
-
-# --------------------------------------------------------------------------- headline arithmetic
-def compare(frame: pd.DataFrame, metric: str, better: str, keys: list[str], ref: str, other: str,
-            label: str) -> dict:
-    """How much better `ref` is than `other` on `metric`, at best, over matched configurations.
-
-    Means over repeats per configuration; delta % = (ref/other - 1) * 100 when higher
-    is better, (1 - ref/other) * 100 when lower is better. 'Up to' = the maximum.
-    """
-    means = frame.groupby(keys + ["target"], dropna=False)[metric].mean().unstack("target")
-    hid = f"{metric}:{ref}_vs_{other}"
-    base = {"id": hid, "label": label, "metric": metric, "better": better, "ref": ref, "other": other}
-    if ref not in means or other not in means:
-        return {**base, "delta_percent": None, "at": {}, "configurations": 0,
-                "text": f"{ref} vs {other}: no matched runs"}
-    pair = means[[ref, other]].dropna()
-    pair = pair[(pair[other] > 0) & (pair[ref] > 0)]
-    if pair.empty:
-        return {**base, "delta_percent": None, "at": {}, "configurations": 0,
-                "text": f"{ref} vs {other}: no matched runs"}
-    ratio = pair[ref] / pair[other]
-    delta = (ratio - 1) * 100 if better == "higher" else (1 - ratio) * 100
-    at = delta.idxmax()
-    value = float(delta.max())
-    at_dict = dict(zip(keys, at if isinstance(at, tuple) else (at,)))
-    word = "higher" if better == "higher" else "lower"
-    if value > 0:
-        text = f"up to {value:.1f}% {word}"
-    else:
-        text = f"never {word} (best case {value:+.1f}%)"
-    return {**base, "delta_percent": round(value, 1), "at": {k: _plain(v) for k, v in at_dict.items()},
-            "configurations": int(len(pair)), "text": text}
-
-
-def versus_reference(frame: pd.DataFrame, target_names: list[str], keys: list[str],
-                     metrics: list[tuple[str, str, str]]) -> list[dict]:
-    """compare() of the first (reference) target with each other one, per (metric, better, label).
-
-    Metrics missing from the frame are left out. Every study's headlines() is this call.
-    """
-    return [compare(frame, metric, better, keys, target_names[0], other, label)
-            for other in target_names[1:] for metric, better, label in metrics if metric in frame]
-
-
-def _plain(v):
-    if isinstance(v, float) and math.isnan(v):
-        return None
-    return v.item() if hasattr(v, "item") else v
-
-
-def study_module(key: str):
-    return importlib.import_module(dict((k, m) for k, m, _ in STUDIES)[key])
+from ..core import config as config_mod, results
+from ..studies import REGISTRY, get as get_study
+from .display import limits_box, show_html, show_md, show_table
 
 
 def available(reports_dir: str | Path) -> list[tuple[str, str, Path]]:
+    """(study name, title, output directory) of every registered study that has results."""
     out = []
-    for key, _, title in STUDIES:
-        d = Path(reports_dir) / key
+    for study in REGISTRY.values():
+        d = Path(reports_dir) / study.name
         if (d / "runs.csv").exists():
-            out.append((key, title, d))
+            out.append((study.name, study.title, d))
     return out
 
 
@@ -105,50 +43,11 @@ def all_headlines(reports_dir: str | Path) -> list[dict]:
     out = []
     for key, title, d in available(reports_dir):
         frame = results.read_runs(d / "runs.csv")
-        for h in study_module(key).headlines(frame, target_order(d, frame)):
+        for h in get_study(key).headlines(frame, target_order(d, frame)):
             out.append({**h, "study": key, "study_title": title})
     return out
 
 
-# --------------------------------------------------------------------------- notebook display helpers
-def show_html(text: str) -> None:
-    from IPython.display import HTML, display
-    display(HTML(text))
-
-
-def show_md(text: str) -> None:
-    from IPython.display import Markdown, display
-    display(Markdown(text))
-
-
-def show_table(frame: pd.DataFrame, caption: str = "", floatfmt: str = "{:,.1f}") -> None:
-    body = frame.to_html(index=False, classes="brief-table", border=0, na_rep="–",
-                         float_format=lambda v: floatfmt.format(v))
-    cap = f'<p class="caption">{html.escape(caption)}</p>' if caption else ""
-    show_html(f'<div class="table-wrap">{body}{cap}</div>')
-
-
-def show_figure(fig, caption: str = "") -> None:
-    import base64
-    import io
-    import matplotlib.pyplot as plt
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    data = base64.b64encode(buf.getvalue()).decode()
-    cap = f'<p class="caption">{html.escape(caption)}</p>' if caption else ""
-    show_html(f'<figure><img src="data:image/png;base64,{data}" alt="{html.escape(caption)}"/>{cap}</figure>')
-
-
-def style() -> None:
-    import matplotlib
-    import seaborn as sns
-    sns.set_theme(style="whitegrid", context="notebook", palette="deep")
-    matplotlib.rcParams.update({"figure.figsize": (7.2, 3.4), "axes.titlesize": 11})
-
-
-# --------------------------------------------------------------------------- brief sections
 def title_block(reports_dir: str | Path, params_file: str | Path) -> None:
     params = config_mod.load(params_file)
     studies = [t for _, t, _ in available(reports_dir)]
@@ -198,11 +97,11 @@ def snapshot(reports_dir: str | Path) -> None:
 
 def study_section(key: str, study_dir: str | Path) -> None:
     """A study's brief section from its output directory (also used by its notebook)."""
+    study = get_study(key)
     d = Path(study_dir)
-    title = dict((k, t) for k, _, t in STUDIES)[key]
-    show_html(f'<h2 class="section">{html.escape(title)}</h2>')
+    show_html(f'<h2 class="section">{html.escape(study.title)}</h2>')
     frame = results.read_runs(d / "runs.csv")
-    study_module(key).brief_section(d, frame, target_order(d, frame))
+    study.brief_section(d, frame, target_order(d, frame))
     notes = d / "notes.json"
     warnings = json.loads(notes.read_text()).get("warnings", []) if notes.exists() else []
     # Only cache.cold_cache's fallbacks are degradations; a study may choose a method by design.
@@ -210,9 +109,7 @@ def study_section(key: str, study_dir: str | Path) -> None:
     if methods:
         warnings.append(f"cold cache by {', '.join(methods)} instead of drop_caches (needs root): files the "
                         "run reads were evicted, other cached data (metadata, libraries) was not")
-    if warnings:
-        show_html('<div class="warn"><b>Limits of this run</b><ul>' +
-                  "".join(f"<li>{html.escape(w)}</li>" for w in warnings) + "</ul></div>")
+    limits_box(warnings)
 
 
 def _latest_inventory(reports_dir) -> dict:
@@ -260,38 +157,3 @@ def appendix_procedure(reports_dir: str | Path, params_file: str | Path) -> None
         "interleave targets so drift affects all targets alike. The parameters that ran:")
     text = yaml.safe_dump(config_mod.raw_params(params), sort_keys=False)
     show_html(f"<pre class='params'>{html.escape(text)}</pre>")
-
-
-# --------------------------------------------------------------------------- rendering
-def render(reports_dir: str | Path = "reports", params_file: str | Path = "params.yaml",
-           notebook: str | Path | None = None, pdf: bool = True, log=print) -> dict:
-    """Execute the brief notebook, export HTML without code, print it to PDF."""
-    import nbformat
-    import papermill
-    from nbconvert import HTMLExporter
-
-    reports_dir = Path(reports_dir)
-    notebook = Path(notebook or Path("notebooks") / "brief.ipynb")
-    executed = reports_dir / "brief.ipynb"
-    papermill.execute_notebook(str(notebook), str(executed), progress_bar=False,
-                               parameters={"reports_dir": str(reports_dir), "params_file": str(params_file)})
-    nb = nbformat.read(executed, as_version=4)
-    exporter = HTMLExporter(template_name="basic", exclude_input=True, exclude_input_prompt=True,
-                            exclude_output_prompt=True)
-    body, _ = exporter.from_notebook_node(nb)
-    page = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>Storage performance brief</title>"
-            f"<style>{CSS.read_text()}</style></head><body><main>{body}</main></body></html>")
-    html_path = reports_dir / "brief.html"
-    results.atomic_write_text(html_path, page)
-    out = {"html": str(html_path), "pdf": None, "pdf_error": None}
-    if pdf:
-        pdf_path = reports_dir / "brief.pdf"
-        try:
-            from weasyprint import HTML
-            HTML(string=page, base_url=str(reports_dir.resolve())).write_pdf(str(pdf_path))
-            out["pdf"] = str(pdf_path)
-        except Exception as exc:  # missing system libraries: HTML still stands
-            out["pdf_error"] = f"{type(exc).__name__}: {exc}"
-            log(f"brief.pdf not rendered: {out['pdf_error']}")
-    results.write_json(reports_dir / "headlines.json", all_headlines(reports_dir))
-    return out

@@ -1,0 +1,1 @@
+"""The shared hall: config, targets, cgroups, cache, monitor, inventory, results, sweep."""

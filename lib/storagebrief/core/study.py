@@ -1,0 +1,61 @@
+"""What a study is, to the rest of the package: one record in the registry.
+
+A study is a package `storagebrief.studies.<name>` with the same rooms:
+  params   the pydantic model of its params.yaml section (`Params`)
+  dataset  what it generates or reads on each target
+  run      the sweep hooks the engine (core.sweep) calls: prepare, plan, run_one, finish
+  metrics  arithmetic on runs.csv: headlines() and metrics() (metrics.json)
+  brief    its section of the brief: section(study_dir, frame, target_names)
+plus worker modules of its own. The rooms are found by name, so the registry
+entry holds only what the CLI, the brief, DVC and the tests need to know, and
+importing the registry never imports a study's heavy libraries (TensorFlow).
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Study:
+    name: str                       # params section, reports/<name>/, DVC stage name
+    command: str                    # CLI subcommand (`storagebrief <command>`)
+    title: str                      # section title in the brief
+    notebook: str                   # notebooks/NN_<name>.ipynb, run by the DVC stage
+    outputs: tuple[str, ...]        # files/folders under reports/<name>/ the stage declares as outs
+    brief_inputs: tuple[str, ...]   # the subset of outputs the brief stage reads
+    upstream: tuple[str, ...] = ()  # other stages' outputs this stage reads (e.g. preprocess/outputs.json)
+
+    @property
+    def package(self) -> str:
+        return f"storagebrief.studies.{self.name}"
+
+    @property
+    def source_dir(self) -> str:
+        return f"lib/storagebrief/studies/{self.name}"
+
+    @property
+    def reports_dir(self) -> str:
+        return f"reports/{self.name}"
+
+    def room(self, name: str):
+        """One of the study's modules (params, dataset, run, metrics, brief, ...)."""
+        return importlib.import_module(f"{self.package}.{name}")
+
+    def params_model(self):
+        return self.room("params").Params
+
+    def run(self, params, out_dir: str | Path | None = None, log=print, progress: str = "auto"):
+        """Run the whole study (every target, configuration and repeat); returns runs as a frame."""
+        from . import sweep
+        return sweep.run(self, params, out_dir or self.reports_dir, log=log, progress=progress)
+
+    def headlines(self, frame, target_names: list[str]) -> list[dict]:
+        return self.room("metrics").headlines(frame, target_names)
+
+    def metrics(self, frame, target_names: list[str]) -> dict:
+        return self.room("metrics").metrics(frame, target_names)
+
+    def brief_section(self, study_dir, frame, target_names: list[str]) -> None:
+        return self.room("brief").section(Path(study_dir), frame, target_names)

@@ -1,0 +1,228 @@
+"""The one sweep engine every study runs on.
+
+    plan (configurations x repeats, targets interleaved inside each point)
+      -> for each run: cold cache, throttle / cgroups, monitor, the study's run_one,
+         one atomic row in runs.csv, cleanup (even on an exception or a signal)
+      -> notes.json, metrics.json, the study's finish()
+
+A study's `run` room supplies the hooks (module-level functions):
+  prepare(sweep)            datasets and prechecks, before any measured work; may narrow
+                            sweep.targets and keep anything it needs in sweep.state
+  plan(sweep) -> [Point]    configurations and repeats in run order
+  run_id(config, target, repeat) -> str
+  configure(sweep, config, target) -> config   optional: settle a configuration that depends on
+                            earlier runs (e.g. "the best process count") just before it runs
+  run_one(run, config) -> Measurement      measure one configuration on run.target
+  skip(sweep, point, target) -> bool       optional: leave a run out (e.g. below threshold)
+  finish(sweep, frame)      optional: study-wide outputs after the last run
+The engine owns what every study shares: the run table, common columns, the
+monitor and its time series, cgroups created through the Run, progress, notes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import cache, cgroups, inventory, monitor, results, targets as targets_mod
+from .progress import Progress
+
+
+@dataclass(frozen=True)
+class Point:
+    """One configuration at one repeat; it runs on every target (or `targets` only)."""
+    config: Any
+    repeat: int
+    label: str
+    targets: tuple[str, ...] | None = None
+
+
+@dataclass
+class Measurement:
+    """What run_one returns: the study's columns and anything that goes beside runs.csv."""
+    row: dict
+    ok: bool = True                                    # False: a failed run (the row says why)
+    tables: dict[str, list[dict]] = field(default_factory=dict)   # file name -> rows to append
+    series: dict[str, Any] = field(default_factory=dict)          # suffix -> rows of timeseries/<run_id><suffix>.csv
+
+
+def _limits_set(io) -> bool:
+    return io is not None and any((io.read_bps, io.write_bps, io.read_iops, io.write_iops))
+
+
+class Sweep:
+    """State of one study run, handed to every hook."""
+
+    def __init__(self, study, params, out_dir: Path, log=print):
+        self.study, self.params, self.out_dir, self.log = study, params, Path(out_dir), log
+        self.p = params.section(study.name)
+        self.targets: list[targets_mod.Target] = targets_mod.resolve_all(params)
+        self.state: dict[str, Any] = {}
+        self.notes: list[str] = []
+        self.table: results.RunTable | None = None
+        self.tables: dict[str, list[dict]] = {}
+
+    @property
+    def target_names(self) -> list[str]:
+        return [t.name for t in self.targets]
+
+    def note(self, text: str) -> None:
+        """A warning for notes.json and the brief, said once however often it happens."""
+        if text not in self.notes:
+            self.notes.append(text)
+
+    def frame(self):
+        return self.table.frame()
+
+    def all_notes(self) -> list[str]:
+        return list(dict.fromkeys([w for t in self.targets for w in t.warnings] + self.notes))
+
+
+class Run:
+    """One measured run: its target, cold cache, cgroups, monitor; closed by the engine."""
+
+    def __init__(self, sweep: Sweep, target, repeat: int, run_id: str):
+        self.sweep, self.target, self.repeat, self.run_id = sweep, target, repeat, run_id
+        self.params, self.p, self.log = sweep.params, sweep.p, sweep.log
+        self.started_at = results.utc_now()
+        self.cache_method = ""
+        self.emulated = False
+        self.monitor = monitor.Monitor(target.device.name if target.device else None,
+                                       sweep.params.run.monitor_interval_s)
+        self._samplers: list = []
+        self._groups: list[cgroups.Cgroup] = []
+        self._clock = False
+
+    # -- cold cache --------------------------------------------------------------------------
+    def cold_cache(self, paths) -> str:
+        """Make the next reads of `paths` come from the device; the method becomes cache_method."""
+        self.cache_method = cache.cold_cache(paths, self.params.run.cold_cache)
+        return self.cache_method
+
+    # -- cgroups -----------------------------------------------------------------------------
+    def cgroup(self, suffix: str = "", memory_limit_bytes: int | None = None, io=None) -> cgroups.Cgroup:
+        """A child cgroup removed when the run ends; raises CgroupUnavailable with the reason."""
+        name = f"{self.run_id}-{suffix}" if suffix else self.run_id
+        group = cgroups.Cgroup(name, memory_limit_bytes=memory_limit_bytes, io=io).create()
+        self._groups.append(group)
+        if _limits_set(io):
+            self.emulated = True
+        return group
+
+    def throttle(self, suffix: str = "") -> cgroups.Cgroup | None:
+        """A cgroup holding the target's emulated profile, or None (unthrottled target, or the
+        capability is missing: the reason goes to the target's warnings)."""
+        io = targets_mod.io_limits(self.target)
+        if io is None:
+            return None
+        try:
+            return self.cgroup(suffix, io=io)
+        except cgroups.CgroupUnavailable as exc:
+            self.unthrottled(exc)
+            return None
+
+    def unthrottled(self, reason) -> None:
+        msg = f"target '{self.target.name}': emulated profile not applied: {reason}"
+        if msg not in self.target.warnings:
+            self.target.warnings.append(msg)
+
+    # -- clock -------------------------------------------------------------------------------
+    def add_sampler(self, sampler) -> None:
+        """Anything with start()/stop() that samples alongside the monitor."""
+        self._samplers.append(sampler)
+
+    def start_clock(self) -> None:
+        """The measured interval begins: device/CPU monitor and samplers start."""
+        self.monitor.start()
+        for s in self._samplers:
+            s.start()
+        self._clock = True
+
+    def stop_clock(self) -> None:
+        if not self._clock:
+            return
+        self._clock = False
+        for s in self._samplers:
+            s.stop()
+        self.monitor.stop()
+
+    @property
+    def monitored(self) -> bool:
+        return bool(self.monitor.snapshots)
+
+    def close(self) -> None:
+        """Always runs: samplers and monitor stopped, every cgroup of this run removed."""
+        try:
+            self.stop_clock()
+        finally:
+            for g in reversed(self._groups):
+                g.remove()
+            self._groups.clear()
+
+
+def _common(run: Run) -> dict:
+    t = run.target
+    return {"study": run.sweep.study.name, "run_id": run.run_id, "target": t.name,
+            "profile": t.profile_name or "", "repeat": run.repeat, "started_at": run.started_at,
+            "cache_method": run.cache_method, "emulated": run.emulated}
+
+
+def _record(sweep: Sweep, run: Run, m: Measurement) -> None:
+    """Append the run's row (atomically) and write what goes beside it."""
+    import pandas as pd
+
+    row = {**_common(run), **m.row}
+    if m.ok and run.monitored:
+        row.update(run.monitor.summary())
+        results.write_csv(sweep.out_dir / "timeseries" / f"{run.run_id}.csv", pd.DataFrame(run.monitor.timeseries()))
+    for suffix, rows in m.series.items():
+        if len(rows):
+            results.write_csv(sweep.out_dir / "timeseries" / f"{run.run_id}{suffix}.csv", pd.DataFrame(rows))
+    sweep.table.append(row)
+    for name, rows in m.tables.items():
+        sweep.tables.setdefault(name, []).extend(rows)
+        results.write_csv(sweep.out_dir / name, pd.DataFrame(sweep.tables[name]))
+
+
+def run(study, params, out_dir: str | Path, log=print, progress: str = "auto"):
+    """Run `study` on every target; runs.csv and friends go to out_dir. Returns the runs."""
+    hooks = study.room("run")
+    sweep = Sweep(study, params, Path(out_dir), log)
+    hooks.prepare(sweep)                     # raises before any measured work on bad input
+    sweep.out_dir.mkdir(parents=True, exist_ok=True)
+    (sweep.out_dir / "timeseries").mkdir(exist_ok=True)
+    results.write_json(sweep.out_dir / "inventory.json", inventory.collect(params, sweep.targets))
+    sweep.table = results.RunTable(sweep.out_dir / "runs.csv")
+    points = list(hooks.plan(sweep))
+    by_name = {t.name: t for t in sweep.targets}
+    todo = [(pt, by_name[n]) for pt in points for n in (pt.targets or sweep.target_names) if n in by_name]
+    bar = Progress(len(todo), study.name, mode=progress)
+    skip = getattr(hooks, "skip", None)
+    configure = getattr(hooks, "configure", None)
+    try:
+        for pt, target in todo:
+            if skip is not None and skip(sweep, pt, target):
+                bar.skip()
+                continue
+            cfg = configure(sweep, pt.config, target) if configure is not None else pt.config
+            run_id = hooks.run_id(cfg, target, pt.repeat)
+            bar.begin(target.name, pt.label, pt.repeat)
+            log(f"[{run_id}] {pt.label}")
+            one = Run(sweep, target, pt.repeat, run_id)
+            try:
+                m = hooks.run_one(one, cfg)
+            finally:
+                one.close()
+            _record(sweep, one, m)
+            bar.end("ok" if m.ok else "failed")
+    finally:
+        bar.close()
+    frame = sweep.frame()
+    finish = getattr(hooks, "finish", None)
+    try:
+        if finish is not None:
+            finish(sweep, frame)
+    finally:
+        results.write_json(sweep.out_dir / "notes.json", {"warnings": sweep.all_notes()})
+        results.write_json(sweep.out_dir / "metrics.json", study.metrics(frame, sweep.target_names))
+    return frame

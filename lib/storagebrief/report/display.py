@@ -1,0 +1,66 @@
+"""Small shared pieces every brief section is built from: HTML, markdown, tables, figures, analysis."""
+from __future__ import annotations
+
+import html
+
+import pandas as pd
+
+
+def show_html(text: str) -> None:
+    from IPython.display import HTML, display
+    display(HTML(text))
+
+
+def show_md(text: str) -> None:
+    from IPython.display import Markdown, display
+    display(Markdown(text))
+
+
+def show_table(frame: pd.DataFrame, caption: str = "", floatfmt: str = "{:,.1f}") -> None:
+    body = frame.to_html(index=False, classes="brief-table", border=0, na_rep="–",
+                         float_format=lambda v: floatfmt.format(v))
+    cap = f'<p class="caption">{html.escape(caption)}</p>' if caption else ""
+    show_html(f'<div class="table-wrap">{body}{cap}</div>')
+
+
+def show_figure(fig, caption: str = "") -> None:
+    import base64
+    import io
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    data = base64.b64encode(buf.getvalue()).decode()
+    cap = f'<p class="caption">{html.escape(caption)}</p>' if caption else ""
+    show_html(f'<figure><img src="data:image/png;base64,{data}" alt="{html.escape(caption)}"/>{cap}</figure>')
+
+
+def style() -> None:
+    import matplotlib
+    import seaborn as sns
+    sns.set_theme(style="whitegrid", context="notebook", palette="deep")
+    matplotlib.rcParams.update({"figure.figsize": (7.2, 3.4), "axes.titlesize": 11})
+
+
+def fmt_s(seconds: float) -> str:
+    """A duration in the unit a reader takes in at a glance."""
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def analysis(lines: list[str], title: str = "Analysis", tail: str = "") -> None:
+    """The generated analysis paragraph: a bold title, one bullet per finding, closing text."""
+    body = "\n".join(lines)
+    show_md(f"**{title}.**\n\n{body}" + (f"\n\n{tail}" if tail else ""))
+
+
+def limits_box(warnings: list[str]) -> None:
+    """'Limits of this run': everything that was degraded or not applied, said once each."""
+    items = list(dict.fromkeys(warnings))
+    if items:
+        show_html('<div class="warn"><b>Limits of this run</b><ul>' +
+                  "".join(f"<li>{html.escape(w)}</li>" for w in items) + "</ul></div>")
