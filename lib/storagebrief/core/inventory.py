@@ -58,6 +58,17 @@ def _git(*args: str) -> str:
         return ""
 
 
+# What a study run itself rewrites: a change there does not make the code that ran "dirty".
+RUN_OUTPUTS = ("dvc.lock", "reports/")
+
+
+def changed_files() -> tuple[list[str], list[str]]:
+    """Tracked files that differ from the commit: (code, params, notebooks...) and (run outputs)."""
+    names = _git("diff", "--name-only", "HEAD").splitlines()   # paths from the checkout's top
+    run = [n for n in names if n == RUN_OUTPUTS[0] or n.startswith(RUN_OUTPUTS[1])]
+    return [n for n in names if n not in run], run
+
+
 def packages() -> dict[str, str]:
     out = {}
     for name in PACKAGES:
@@ -72,7 +83,7 @@ def collect(params=None, targets=None) -> dict:
     """Everything a reader needs to judge where the numbers came from."""
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     commit = _git("rev-parse", "HEAD")
-    dirty = bool(_git("status", "--porcelain", "--untracked-files=no")) if commit else False
+    code_changed, run_changed = changed_files() if commit else ([], [])
     inv = {
         **_cpuinfo(),
         "memory_total_bytes": mem,
@@ -80,7 +91,9 @@ def collect(params=None, targets=None) -> dict:
         "kernel": platform.release(),
         "python": platform.python_version(),
         "packages": packages(),
-        "git_commit": (commit[:12] + ("-dirty" if dirty else "")) if commit else "not a git checkout",
+        "git_commit": (commit[:12] + ("-dirty" if code_changed else "")) if commit else "not a git checkout",
+        "git_changed_files": code_changed,
+        "run_updated_files": run_changed,
         "params_hash": getattr(params, "source_hash", ""),
         "privileges": privileges(),
         "targets": [t.describe() for t in (targets or [])],

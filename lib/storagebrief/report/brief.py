@@ -126,6 +126,11 @@ def appendix_configuration(reports_dir: str | Path) -> None:
             ("Cores (physical / threads)", f'{inv["cpu_cores_physical"]} / {inv["cpu_threads"]}'),
             ("Memory", f"{gib:.1f} GiB"), ("Operating system", inv["os"]), ("Kernel", inv["kernel"]),
             ("Python", inv["python"]), ("Git commit", inv["git_commit"]), ("Params hash", inv["params_hash"])]
+    if inv.get("git_changed_files"):
+        rows.append(("Uncommitted changes (why '-dirty')", ", ".join(inv["git_changed_files"])))
+    if inv.get("run_updated_files"):
+        rows.append(("Rewritten by this run (not code)", ", ".join(inv["run_updated_files"]) +
+                     ": DVC records the outputs of each stage it ran"))
     rows += [(f"Privilege: {k}", v) for k, v in inv.get("privileges", {}).items()]
     show_html('<h2 class="appendix">Appendix A — System configuration</h2>')
     show_table(pd.DataFrame(rows, columns=["Item", "Value"]))

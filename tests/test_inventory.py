@@ -1,0 +1,28 @@
+"""The brief's commit is honest: only code, params or notebooks make it '-dirty'."""
+import subprocess
+
+from storagebrief.core import inventory
+
+
+def _git(cwd, *args):
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def test_run_outputs_do_not_make_the_commit_dirty(tmp_path, monkeypatch):
+    _git(tmp_path, "init", "-q")
+    for name in ("dvc.lock", "params.yaml"):
+        (tmp_path / name).write_text("a\n")
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "README.md").write_text("a\n")
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    monkeypatch.chdir(tmp_path)
+    assert inventory.collect()["git_commit"].count("-dirty") == 0
+    (tmp_path / "dvc.lock").write_text("b\n")
+    (tmp_path / "reports" / "README.md").write_text("b\n")
+    inv = inventory.collect()
+    assert not inv["git_commit"].endswith("-dirty")
+    assert inv["run_updated_files"] == ["dvc.lock", "reports/README.md"] and inv["git_changed_files"] == []
+    (tmp_path / "params.yaml").write_text("b\n")
+    inv = inventory.collect()
+    assert inv["git_commit"].endswith("-dirty") and inv["git_changed_files"] == ["params.yaml"]

@@ -1,0 +1,135 @@
+"""The one sweep engine (core.sweep) on a tiny in-test study: order, rows, cleanup, progress."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import types
+from dataclasses import dataclass
+
+import pandas as pd
+import pytest
+import yaml
+
+from storagebrief.core import cgroups, config, sweep
+from storagebrief.core.progress import Progress
+from storagebrief.core.study import Study
+from conftest import needs_blkio
+
+
+@dataclass(frozen=True)
+class FakeStudy(Study):
+    """A study whose rooms are objects made by the test (name borrowed for params validation)."""
+    hooks: object = None
+
+    def room(self, name):
+        return self.hooks
+
+    def metrics(self, frame, names):
+        return {"runs": len(frame)}
+
+
+def _study(**hooks) -> FakeStudy:
+    defaults = dict(
+        prepare=lambda sw: sw.state.setdefault("prepared", True),
+        plan=lambda sw: [sweep.Point(c, r, f"config {c}") for c in ("a", "b") for r in (1, 2)],
+        run_id=lambda c, t, r: f"fake-{c}-{t.name}-r{r}",
+        run_one=lambda run, c: sweep.Measurement({"config": c, "value_s": 1.0}),
+    )
+    defaults.update(hooks)
+    return FakeStudy(name="preprocess", command="fake", title="Fake", notebook="", outputs=(), brief_inputs=(),
+                     hooks=types.SimpleNamespace(**defaults))
+
+
+@pytest.fixture
+def params(tmp_path):
+    data = {"targets": [{"name": "one", "path": str(tmp_path / "one")},
+                        {"name": "two", "path": str(tmp_path / "two"), "profile": "hdd_7200"}],
+            "run": {"cold_cache": False, "monitor_interval_s": 0.05}, "preprocess": {}}
+    f = tmp_path / "params.yaml"
+    f.write_text(yaml.safe_dump(data))
+    return config.load(f)
+
+
+def test_targets_interleave_inside_each_point_and_common_columns(params, tmp_path):
+    frame = sweep.run(_study(), params, tmp_path / "out", log=lambda *_: None, progress="off")
+    assert list(zip(frame.config, frame.repeat, frame.target)) == [
+        ("a", 1, "one"), ("a", 1, "two"), ("a", 2, "one"), ("a", 2, "two"),
+        ("b", 1, "one"), ("b", 1, "two"), ("b", 2, "one"), ("b", 2, "two")]
+    for col in ("study", "run_id", "target", "profile", "repeat", "started_at", "cache_method", "emulated"):
+        assert col in frame
+    assert set(frame.profile) == {"", "hdd_7200"} and not frame.emulated.any()
+    out = tmp_path / "out"
+    assert json.loads((out / "metrics.json").read_text()) == {"runs": 8}
+    assert (out / "inventory.json").exists() and pd.read_csv(out / "runs.csv").shape[0] == 8
+
+
+def test_configure_skip_tables_series_and_notes_once(params, tmp_path):
+    def run_one(run, c):
+        run.sweep.note("said once")
+        run.sweep.note("said once")
+        run.start_clock()
+        run.stop_clock()
+        return sweep.Measurement({"config": c}, tables={"extra.csv": [{"run_id": run.run_id}]},
+                                 series={"-x": [{"t_s": 0.0, "v": 1}]})
+    study = _study(configure=lambda sw, c, t: c.upper(), skip=lambda sw, pt, t: t.name == "two",
+                   run_one=run_one)
+    frame = sweep.run(study, params, tmp_path / "out", log=lambda *_: None, progress="off")
+    out = tmp_path / "out"
+    assert set(frame.config) == {"A", "B"} and set(frame.target) == {"one"} and len(frame) == 4
+    assert len(pd.read_csv(out / "extra.csv")) == 4
+    assert (out / "timeseries" / "fake-A-one-r1-x.csv").exists()
+    assert (out / "timeseries" / "fake-A-one-r1.csv").exists()          # the monitor's series
+    assert "device_read_mb_per_s_avg" in frame or "cpu_busy_percent" in frame
+    assert json.loads((out / "notes.json").read_text())["warnings"].count("said once") == 1
+
+
+def test_failed_measurement_gets_no_monitor_columns(params, tmp_path):
+    def run_one(run, c):
+        run.start_clock()
+        return sweep.Measurement({"status": "failed"}, ok=False)
+    frame = sweep.run(_study(run_one=run_one), params, tmp_path / "out", log=lambda *_: None, progress="off")
+    assert "cpu_busy_percent" not in frame and not list((tmp_path / "out" / "timeseries").glob("*.csv"))
+
+
+def test_an_exception_mid_run_leaves_earlier_rows_only(params, tmp_path):
+    def run_one(run, c):
+        if c == "b":
+            raise KeyboardInterrupt
+        return sweep.Measurement({"config": c})
+    with pytest.raises(KeyboardInterrupt):
+        sweep.run(_study(run_one=run_one), params, tmp_path / "out", log=lambda *_: None, progress="off")
+    rows = pd.read_csv(tmp_path / "out" / "runs.csv")
+    assert set(rows.config) == {"a"} and len(rows) == 4
+
+
+@needs_blkio()
+def test_cgroups_of_a_run_are_removed_when_it_fails(params, tmp_path):
+    made = []
+
+    def run_one(run, c):
+        group = run.throttle()
+        made.append(group)
+        assert group is not None and run.emulated == (run.target.name == "two")
+        raise RuntimeError("boom")
+    with pytest.raises(RuntimeError, match="boom"):
+        sweep.run(_study(run_one=run_one, skip=lambda sw, pt, t: t.name == "one"), params, tmp_path / "out",
+                  log=lambda *_: None, progress="off")
+    assert made and not cgroups.leftover_dirs(os.getpid())
+
+
+def test_progress_lines_show_run_of_total_target_and_eta():
+    buf = io.StringIO()
+    bar = Progress(3, "fake", mode="lines", stream=buf)
+    bar.begin("one", "4 accelerators", 1)
+    bar.end()
+    bar.skip()
+    bar.begin("two", "8 accelerators", 1)
+    bar.end()
+    bar.close()
+    lines = buf.getvalue().splitlines()
+    assert lines[0].startswith("[fake] run 1/3 one: 4 accelerators, repeat 1 (elapsed 00:00, ETA ?)")
+    assert lines[1].startswith("[fake] run 3/3 two: 8 accelerators") and "ETA 00:00" in lines[1]
+    assert lines[2].startswith("[fake] 3/3 runs in")
+    with pytest.raises(ValueError, match="progress mode"):
+        Progress(1, "x", mode="fancy")
