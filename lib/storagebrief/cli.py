@@ -5,11 +5,13 @@ One subcommand per registered study (storagebrief.studies), plus doctor, validat
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
 from . import studies
 from .core import config
+from .core.lock import TargetBusy
 from .core.progress import MODES
 
 
@@ -17,7 +19,9 @@ def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="storagebrief", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True)
-    sub.add_parser("doctor", help="what this machine allows and what each missing piece disables")
+    dp = sub.add_parser("doctor", help="what this machine allows and what each missing piece disables")
+    dp.add_argument("--clean", action="store_true",
+                    help="remove storagebrief cgroups (and processes in them) left by runs that were killed")
     for command, study in studies.by_command().items():
         sp = sub.add_parser(command, help=f"run the {study.name} study: {study.title}")
         sp.add_argument("--params", default="params.yaml")
@@ -41,6 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "doctor":
             from .core.inventory import doctor_lines
+            if args.clean:
+                from .core.cgroups import remove_leftovers
+                print("\n".join(remove_leftovers()) or "no leftover storagebrief cgroups")
             print("\n".join(doctor_lines()))
             return 0
         if args.command == "validate":
@@ -58,9 +65,24 @@ def main(argv: list[str] | None = None) -> int:
         frame = study.run(params, Path(args.out), progress=args.progress)
         print(f"wrote {len(frame)} runs to {Path(args.out) / 'runs.csv'}")
         return 0
-    except (config.ParamsError, ValueError, FileNotFoundError) as exc:
+    except (config.ParamsError, ValueError, FileNotFoundError, TargetBusy) as exc:
         print(f"storagebrief: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        return _stopped(args, "interrupted (Ctrl-C)", 130)
+    except SystemExit as exc:   # SIGTERM / SIGHUP, raised by the cgroup signal handlers
+        code = exc.code if isinstance(exc.code, int) else 1
+        name = signal.Signals(code - 128).name if 128 < code < 160 else f"exit {code}"
+        return _stopped(args, f"stopped by {name}", code)
+
+
+def _stopped(args, why: str, code: int) -> int:
+    """One line instead of a traceback: what happened and what was kept."""
+    out = getattr(args, "out", None)
+    kept = f"; runs finished so far are in {Path(out) / 'runs.csv'}" if out else ""
+    print(f"storagebrief: {why}: cgroups and child processes removed, no partial row written{kept}",
+          file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

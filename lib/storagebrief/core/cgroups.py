@@ -377,6 +377,79 @@ def leftover_dirs(owner_pid: int | None = None) -> list[Path]:
     return found
 
 
+def _owner_pid(name: str) -> int | None:
+    """The creating process's PID from a cgroup name (PREFIX<what>-<pid>-<nonce>)."""
+    parts = name.rsplit("-", 2)
+    return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _all_controller_dirs() -> list[Path]:
+    """Our own cgroup directory in every hierarchy we can see (v1 per controller, v2 unified)."""
+    own, dirs = _own_paths(), []
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        parts = line.split()
+        if len(parts) < 4 or parts[2] not in ("cgroup", "cgroup2"):
+            continue
+        if parts[2] == "cgroup2":
+            rel = own.get("")
+        else:
+            rel = next((own[c] for c in parts[3].split(",") if c in own), None)
+        if rel is not None and (Path(parts[1]) / rel.lstrip("/")).is_dir():
+            dirs.append(Path(parts[1]) / rel.lstrip("/"))
+    return list(dict.fromkeys(dirs))
+
+
+def remove_leftovers() -> list[str]:
+    """Remove storagebrief cgroups whose creating process is dead (left by kill -9 or a crash).
+
+    Processes still inside (orphaned workers, training jobs) are killed first: they belong to
+    a run that no longer exists. Returns one line per removed cgroup, for notes and doctor."""
+    removed = []
+    for parent in _all_controller_dirs():
+        for d in sorted(parent.glob(f"{PREFIX}*")):
+            pid = _owner_pid(d.name)
+            if not d.is_dir() or pid is None or _alive(pid):
+                continue
+            killed = _kill_members(d)
+            try:
+                d.rmdir()
+            except OSError as exc:
+                removed.append(f"could not remove leftover cgroup {d}: {exc.strerror}")
+                continue
+            removed.append(f"removed leftover cgroup {d} of dead process {pid}"
+                           + (f" (killed {killed} orphaned process(es) in it)" if killed else ""))
+    return removed
+
+
+def _kill_members(d: Path) -> int:
+    killed = 0
+    for _ in range(50):
+        try:
+            pids = [int(p) for p in (d / "cgroup.procs").read_text().split()]
+        except OSError:
+            return killed
+        if not pids:
+            return killed
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except OSError:
+                pass
+        time.sleep(0.05)
+    return killed
+
+
 def _cleanup_all() -> None:
     # Forked children inherit _live; only the creating process removes its cgroups.
     for group in list(_live.values()):
@@ -386,6 +459,8 @@ def _cleanup_all() -> None:
 
 _handlers_installed = False
 _handler_pid = os.getpid()
+# Closing the terminal (SIGHUP) ends a run like SIGTERM: cgroups removed, no half row.
+TERMINATING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 def _raise_on_signal(signum, frame):
@@ -398,15 +473,21 @@ def _raise_on_signal(signum, frame):
 
 
 def _install_handlers() -> None:
-    """SIGTERM/SIGINT remove our cgroups before the process ends (main thread only)."""
+    """SIGTERM/SIGHUP remove our cgroups before the process ends (main thread only)."""
     global _handlers_installed, _handler_pid
     if _handlers_installed:
         return
     _handler_pid = os.getpid()
     atexit.register(_cleanup_all)
     try:
-        if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
-            signal.signal(signal.SIGTERM, _raise_on_signal)
+        for sig in TERMINATING_SIGNALS:
+            if signal.getsignal(sig) in (signal.SIG_DFL, None):
+                signal.signal(sig, _raise_on_signal)
         _handlers_installed = True
     except ValueError:  # not in the main thread: atexit and context managers still apply
         pass
+
+
+def install_handlers() -> None:
+    """Called by the sweep engine at the start of every run, before anything is created."""
+    _install_handlers()

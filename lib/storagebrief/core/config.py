@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..studies import REGISTRY
-from .targets import DEVICE_PROFILES, DeviceProfile, check_target_path
+from .targets import DEVICE_PROFILES, DeviceProfile, check_target_usable
 
 # Study sections come from the registry; a study's params model loads lazily, so its
 # heavy imports (TensorFlow) are paid only by the study that runs.
@@ -52,13 +52,14 @@ class TargetParams(Strict):
     @field_validator("path")
     @classmethod
     def _safe_path(cls, value: str) -> str:
-        check_target_path(value)
+        check_target_usable(value)   # system trees (also via symlinks), files, read-only, unwritable
         return value
 
 
 class RunParams(Strict):
     cold_cache: bool = True
     monitor_interval_s: float = Field(0.5, gt=0.01, le=60)
+    on_busy_target: Literal["wait", "refuse"] = "wait"   # another run holds a target: queue or stop
 
 
 class Params(Strict):

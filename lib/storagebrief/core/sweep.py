@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from . import cache, cgroups, inventory, monitor, results, targets as targets_mod
+from .lock import TargetLocks
 from .progress import Progress
 
 
@@ -56,7 +57,7 @@ class Sweep:
     def __init__(self, study, params, out_dir: Path, log=print):
         self.study, self.params, self.out_dir, self.log = study, params, Path(out_dir), log
         self.p = params.section(study.name)
-        self.targets: list[targets_mod.Target] = targets_mod.resolve_all(params)
+        self.targets: list[targets_mod.Target] = targets_mod.resolve_all(params, create=True)
         self.state: dict[str, Any] = {}
         self.notes: list[str] = []
         self.table: results.RunTable | None = None
@@ -184,14 +185,38 @@ def _record(sweep: Sweep, run: Run, m: Measurement) -> None:
         results.write_csv(sweep.out_dir / name, pd.DataFrame(sweep.tables[name]))
 
 
+def check_out_dir(out_dir: str | Path) -> Path:
+    """Refuse an output folder that is a file or a system directory, before any work."""
+    path = targets_mod.check_target_path(str(out_dir))
+    if path.exists() and not path.is_dir():
+        raise targets_mod.TargetError(f"output folder '{out_dir}' is a file, not a directory")
+    return path
+
+
 def run(study, params, out_dir: str | Path, log=print, progress: str = "auto"):
-    """Run `study` on every target; runs.csv and friends go to out_dir. Returns the runs."""
+    """Run `study` on every target; runs.csv and friends go to out_dir. Returns the runs.
+
+    Before any work: the output folder and targets are checked, leftovers of killed runs
+    (storagebrief cgroups of dead processes) are removed and noted, and every target is
+    locked for the whole run (a second run on it waits or refuses: run.on_busy_target)."""
     hooks = study.room("run")
-    sweep = Sweep(study, params, Path(out_dir), log)
-    hooks.prepare(sweep)                     # raises before any measured work on bad input
+    out_dir = check_out_dir(out_dir)
+    cgroups.install_handlers()
+    sweep = Sweep(study, params, out_dir, log)
+    for line in cgroups.remove_leftovers():
+        log(line)
+        sweep.note(line)
+    with TargetLocks(sweep.targets, params.run.on_busy_target, log) as locks:
+        hooks.prepare(sweep)                 # raises before any measured work on bad input
+        locks.keep_only(sweep.targets)
+        return _sweep(sweep, hooks, progress)
+
+
+def _sweep(sweep: Sweep, hooks, progress: str):
+    study, log = sweep.study, sweep.log
     sweep.out_dir.mkdir(parents=True, exist_ok=True)
     (sweep.out_dir / "timeseries").mkdir(exist_ok=True)
-    results.write_json(sweep.out_dir / "inventory.json", inventory.collect(params, sweep.targets))
+    results.write_json(sweep.out_dir / "inventory.json", inventory.collect(sweep.params, sweep.targets))
     sweep.table = results.RunTable(sweep.out_dir / "runs.csv")
     points = list(hooks.plan(sweep))
     by_name = {t.name: t for t in sweep.targets}

@@ -65,19 +65,71 @@ DEVICE_PROFILES: dict[str, DeviceProfile] = {
 
 
 def check_target_path(value: str) -> Path:
-    """Refuse '/', /dev/* and other system trees; return the absolute path."""
+    """Refuse '/', /dev/* and other system trees, also through symlinks; return the absolute path."""
     if not value or not str(value).strip():
         raise ValueError("target path is empty")
     path = Path(os.path.abspath(os.path.expanduser(str(value))))
-    text = str(path)
-    if text in FORBIDDEN_EXACT:
-        raise ValueError(f"target path '{value}' resolves to {text}: refusing a system directory; "
-                         "use a dedicated directory such as data/targets/<name>")
-    for tree in FORBIDDEN_TREES:
-        if text == tree or text.startswith(tree + "/"):
-            raise ValueError(f"target path '{value}' lies under {tree}: refused "
-                             "(targets must be ordinary directories on a filesystem)")
+    real = os.path.realpath(path)      # a symlink to /etc is /etc
+    for text in dict.fromkeys((str(path), real)):
+        via = "" if text == str(path) else f" (through a symlink: it resolves to {real})"
+        if text in FORBIDDEN_EXACT:
+            raise ValueError(f"target path '{value}' is {text}{via}: refusing a system directory; "
+                             "use a dedicated directory such as data/targets/<name>")
+        for tree in FORBIDDEN_TREES:
+            if text == tree or text.startswith(tree + "/"):
+                raise ValueError(f"target path '{value}' lies under {tree}{via}: refused "
+                                 "(targets must be ordinary directories on a filesystem)")
     return path
+
+
+def _read_only(path: Path) -> bool:
+    return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+
+
+def check_target_usable(value: str, create: bool = False) -> Path:
+    """Refuse a target that cannot hold a study, before any work (validate does this too).
+
+    The target must be a directory (or not exist yet, with an existing parent: only the last
+    component is ever created), on a writable filesystem, writable by this user (a probe file
+    is created and deleted). create=True makes the missing last component."""
+    path = check_target_path(value)
+    if path.exists() or path.is_symlink():
+        if not path.is_dir():
+            kind = "a broken symlink" if not path.exists() else "a file" if path.is_file() else "not a directory"
+            raise TargetError(f"target path '{value}' is {kind}, not a directory")
+    else:
+        parent = path.parent
+        if not parent.is_dir():
+            raise TargetError(f"target path '{value}': its parent {parent} does not exist; create it first "
+                              "(storagebrief creates only the last component of a target path)")
+        if parent == Path(parent.anchor):
+            raise TargetError(f"target path '{value}': refusing to create a new directory at the "
+                              "filesystem root; create it yourself or choose a path below an existing folder")
+        if _read_only(parent):
+            raise TargetError(f"target path '{value}': {parent} is on a read-only filesystem")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise TargetError(f"target path '{value}': {parent} is not writable by this user, so the "
+                              "target directory cannot be created")
+        if not create:
+            return path
+        path.mkdir()
+    if _read_only(path):
+        raise TargetError(f"target path '{value}' is on a read-only filesystem")
+    probe = path / f".storagebrief-probe-{os.getpid()}"
+    try:
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise TargetError(f"target path '{value}' is not writable by this user: {exc.strerror}") from None
+    return path
+
+
+def fmt_bytes(n: float) -> str:
+    """Sizes in the unit that fits (MB = 10^6 bytes, as everywhere in the brief)."""
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f} {unit}" if unit in ("TB", "GB") else f"{n / scale:.1f} {unit}"
+    return f"{int(n)} bytes"
 
 
 @dataclass
@@ -192,9 +244,11 @@ def resolve_device(path: Path) -> BlockDevice:
     )
 
 
-def resolve(params_target, catalogue: dict[str, DeviceProfile]) -> Target:
-    """Turn a validated TargetParams into a Target with device and mount details."""
-    path = check_target_path(params_target.path)
+def resolve(params_target, catalogue: dict[str, DeviceProfile], create: bool = False) -> Target:
+    """Turn a validated TargetParams into a Target with device and mount details.
+
+    create=True (a run, not validate) makes the target directory if only it is missing."""
+    path = check_target_usable(params_target.path, create=create) if create else check_target_path(params_target.path)
     device = resolve_device(path)
     mnt, fstype, opts, _ = _mountinfo_for(path if path.exists() else path.parent)
     profile = catalogue[params_target.profile] if params_target.profile else None
@@ -207,23 +261,29 @@ def resolve(params_target, catalogue: dict[str, DeviceProfile]) -> Target:
     return target
 
 
-def resolve_all(params) -> list[Target]:
+def resolve_all(params, create: bool = False) -> list[Target]:
     catalogue = params.profile_catalogue()
-    return [resolve(t, catalogue) for t in params.targets]
+    return [resolve(t, catalogue, create=create) for t in params.targets]
+
+
+def free_space_reserve(total_bytes: int) -> int:
+    """Space left free after a dataset: 5 % + 1 GiB, but never more than 10 % of the filesystem,
+    so a small filesystem can hold a small dataset."""
+    return min(int(0.05 * total_bytes) + (1 << 30), int(0.10 * total_bytes))
 
 
 def check_free_space(target: Target, needed_bytes: int, what: str) -> None:
-    """Refuse before work starts when the dataset will not fit (keeps 5 % + 1 GiB spare)."""
+    """Refuse before work starts when the dataset will not fit (keeping free_space_reserve spare)."""
     probe = target.path
     while not probe.exists():
         probe = probe.parent
     st = os.statvfs(probe)
     free = st.f_bavail * st.f_frsize
-    spare = int(0.05 * st.f_blocks * st.f_frsize) + (1 << 30)
+    spare = free_space_reserve(st.f_blocks * st.f_frsize)
     if needed_bytes + spare > free:
         raise TargetError(
-            f"target '{target.name}' ({target.path}): {what} needs {needed_bytes / 1e9:.2f} GB "
-            f"but only {free / 1e9:.2f} GB is free (keeping {spare / 1e9:.2f} GB spare); "
+            f"target '{target.name}' ({target.path}): {what} needs {fmt_bytes(needed_bytes)} "
+            f"but only {fmt_bytes(free)} is free (keeping {fmt_bytes(spare)} spare); "
             "reduce the dataset or choose another target path")
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -27,31 +28,46 @@ def generate_dataset(directory: Path, p: PreprocessParams, count: int, log=print
                     return files
         except ValueError:
             pass
-    if directory.exists():
-        shutil.rmtree(directory)
-    directory.mkdir(parents=True)
+    # Generated beside the final folder and renamed into place, manifest last: a run killed
+    # mid-way leaves no half dataset where the next run looks for one.
+    tmp = directory.with_name(f".{directory.name}.tmp-{os.getpid()}")
+    if directory.parent.exists():   # halves left by killed runs (the target lock keeps others out)
+        for old in directory.parent.glob(f".{directory.name}.tmp-*"):
+            shutil.rmtree(old, ignore_errors=True)
+    tmp.mkdir(parents=True)
     rng = np.random.default_rng(p.seed)
-    files = []
+    names = []
     for i in range(count):
         label = i % p.num_classes
         img = class_pattern(label, p.num_classes, p.image_height, p.image_width, rng,
                             p.channels, p.bit_depth)
         if img.ndim == 3:
             img = img[..., ::-1]  # OpenCV writes BGR
-        sub = directory / f"class_{label:04d}"
-        sub.mkdir(exist_ok=True)
-        f = sub / f"img_{i:07d}.tif"
-        if not cv2.imwrite(str(f), np.ascontiguousarray(img), [cv2.IMWRITE_TIFF_COMPRESSION, 1]):
-            raise OSError(f"OpenCV could not write {f}")
-        files.append(f)
-    results.write_json(manifest, spec)
+        rel = Path(f"class_{label:04d}") / f"img_{i:07d}.tif"
+        (tmp / rel.parent).mkdir(exist_ok=True)
+        if not cv2.imwrite(str(tmp / rel), np.ascontiguousarray(img), [cv2.IMWRITE_TIFF_COMPRESSION, 1]):
+            raise OSError(f"OpenCV could not write {tmp / rel}")
+        names.append(rel)
+    os.sync()
+    results.write_json(tmp / "manifest.json", spec)
+    if directory.exists():
+        shutil.rmtree(directory)
+    tmp.rename(directory)
     log(f"generated {count} TIFFs ({p.image_bytes / 1e6:.1f} MB each) in {directory}")
-    return files  # in index order, so any prefix holds every class
+    return [directory / n for n in names]  # in index order, so any prefix holds every class
 
 
 def list_source(directory: Path) -> list[Path]:
-    """Every regular file below the folder (non-TIFFs are skipped later, and listed)."""
-    return sorted(f for f in directory.rglob("*") if f.is_file() and f.name != "manifest.json")
+    """Every regular file below the folder (non-TIFFs are skipped later, and listed), in
+    class-balanced order: one file of each class subfolder in turn (each class sorted), so any
+    prefix -- an image-count subset -- holds every class, as the generated set does."""
+    files = sorted(f for f in directory.rglob("*") if f.is_file() and f.name != "manifest.json")
+    by_class: dict[str, list[Path]] = {}
+    for f in files:
+        rel = f.relative_to(directory)
+        by_class.setdefault(rel.parts[0] if len(rel.parts) > 1 else "", []).append(f)
+    queues = [by_class[k] for k in sorted(by_class)]
+    return [q[i] for i in range(max(map(len, queues), default=0)) for q in queues if i < len(q)]
 
 
 def label_for(path: Path, root: Path) -> int:

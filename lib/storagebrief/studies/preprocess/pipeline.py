@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from ...core import cgroups
+from ...core.procs import die_with_parent
 from ...formats.tfrecord import count_records, image_example
 from .dataset import label_for
 from .params import INTERPOLATIONS, PreprocessParams
@@ -48,25 +49,104 @@ def to_rgb8(img: np.ndarray) -> np.ndarray:
         raise BadImage(f"unsupported sample type {img.dtype}")
     if img.ndim == 2:
         return cv2.cvtColor(img, cv2.COLOR_GRAY2RGB)
+    if img.shape[2] == 2:                       # gray + alpha: alpha dropped
+        return cv2.cvtColor(np.ascontiguousarray(img[..., 0]), cv2.COLOR_GRAY2RGB)
     if img.shape[2] == 4:
         return cv2.cvtColor(img, cv2.COLOR_BGRA2RGB)
     if img.shape[2] == 3:
         return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
-    raise BadImage(f"unsupported channel count {img.shape[2]}")
+    raise BadImage(f"unsupported: {img.shape[2]} channels")
+
+
+# TIFF tags read from the first directory: enough to say why a file is unsupported, and
+# whether its alpha is unassociated (OpenCV's libtiff RGBA path then premultiplies colour).
+_TAGS = {258: "bits", 277: "samples", 338: "extra_samples", 339: "sample_format"}
+_TYPE_SIZE = {1: 1, 3: 2, 4: 4, 16: 8}
+
+
+def tiff_tags(data: bytes) -> dict[str, tuple[int, ...]]:
+    """bits / samples / extra_samples / sample_format of a classic or BigTIFF's first image."""
+    import struct
+
+    try:
+        bo = "<" if data[:2] == b"II" else ">"
+        big = struct.unpack(bo + "H", data[2:4])[0] == 43
+        off = struct.unpack(bo + ("Q" if big else "I"), data[8:16] if big else data[4:8])[0]
+        n = struct.unpack(bo + ("Q" if big else "H"), data[off:off + (8 if big else 2)])[0]
+        entry, pos, inline = (20, off + 8, 8) if big else (12, off + 2, 4)
+        out = {}
+        for i in range(min(n, 4096)):
+            e = data[pos + i * entry: pos + (i + 1) * entry]
+            tag, typ = struct.unpack(bo + "HH", e[:4])
+            if tag not in _TAGS or typ not in _TYPE_SIZE:
+                continue
+            count = struct.unpack(bo + ("Q" if big else "I"), e[4:12] if big else e[4:8])[0]
+            raw = e[12:20] if big else e[8:12]
+            size = _TYPE_SIZE[typ] * count
+            if size > inline:
+                at = struct.unpack(bo + ("Q" if big else "I"), raw)[0]
+                raw = data[at:at + size]
+            fmt = {1: "B", 3: "H", 4: "I", 16: "Q"}[typ]
+            out[_TAGS[tag]] = struct.unpack(bo + fmt * count, raw[:size])
+        return out
+    except (struct.error, IndexError, ValueError):
+        return {}
+
+
+def _why_undecodable(data: bytes) -> str:
+    tags = tiff_tags(data)
+    if "bits" not in tags:
+        return "OpenCV could not decode it (truncated or corrupt)"
+    bits, fmt = tags["bits"][0], tags.get("sample_format", (1,))[0]
+    samples = tags.get("samples", (1,))[0]
+    if fmt == 3 and bits == 16:
+        return "unsupported: 16-bit floating-point samples (OpenCV reads 32/64-bit float only)"
+    if samples > 4:
+        return f"unsupported: {samples} samples per pixel (1-4 are ingested)"
+    if fmt not in (1, 2, 3) or bits not in (1, 8, 16, 32, 64):
+        return f"unsupported: {bits}-bit samples of sample format {fmt}"
+    return "OpenCV could not decode it (truncated or corrupt)"
+
+
+def _stored_colour(data: bytes) -> np.ndarray | None:
+    """RGB as stored in an 8-bit RGBA TIFF with unassociated alpha (Pillow keeps it; OpenCV's
+    libtiff RGBA path would return colour x alpha)."""
+    import io
+
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as im:
+        return np.asarray(im.convert("RGBA"))[..., :3].copy() if im.mode == "RGBA" else None
 
 
 def decode_resize(data: bytes, size: tuple[int, int], interpolation: str) -> np.ndarray:
+    """Decode with OpenCV, map to 8-bit RGB, resize; BadImage names why a file cannot be ingested."""
     import cv2
 
     if not data:
         raise BadImage("zero-byte file")
     if data[:4] not in TIFF_MAGIC:
         raise BadImage("not a TIFF (bad magic bytes)")
-    img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
+    try:
+        img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
+    except cv2.error as exc:    # e.g. more pixels than CV_IO_MAX_IMAGE_PIXELS allows
+        raise BadImage(f"OpenCV refused it: {_cv_reason(exc)}") from None
     if img is None:
-        raise BadImage("OpenCV could not decode it (truncated or corrupt)")
-    rgb = to_rgb8(img)
-    return cv2.resize(rgb, size, interpolation=getattr(cv2, INTERPOLATIONS[interpolation]))
+        raise BadImage(_why_undecodable(data))
+    rgb = None
+    if img.ndim == 3 and img.shape[2] == 4 and img.dtype == np.uint8 and \
+            tiff_tags(data).get("extra_samples", (0,))[0] == 2:
+        rgb = _stored_colour(data)
+    rgb = to_rgb8(img) if rgb is None else rgb
+    try:
+        return cv2.resize(rgb, size, interpolation=getattr(cv2, INTERPOLATIONS[interpolation]))
+    except cv2.error as exc:
+        raise BadImage(f"OpenCV could not resize it: {_cv_reason(exc)}") from None
+
+
+def _cv_reason(exc) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[-1] if text else type(exc).__name__)[:200]
 
 
 def encode_example(rgb: np.ndarray, label: int, filename: str) -> bytes:
@@ -89,6 +169,7 @@ def fsync_path(path: Path) -> None:
 def _worker(wid: int, nworkers: int, tasks, out_q, out_dir: str, mode: str, size, interp: str,
             root: str, procs_files: list[str]) -> None:
     """One ingest process: warm up, join the throttle cgroup, then take images until None."""
+    die_with_parent()
     try:
         warm_up(size, interp)
         if procs_files:
@@ -99,7 +180,7 @@ def _worker(wid: int, nworkers: int, tasks, out_q, out_dir: str, mode: str, size
             shard = Path(out_dir) / f"part-{wid:05d}-of-{nworkers:05d}.tfrecord"
             writer = tf.io.TFRecordWriter(str(shard))
         out_q.put(("ready", wid, None))
-        stats = {"read": 0.0, "decode": 0.0, "encode": 0.0, "ok": 0, "bytes": 0, "out": 0}
+        stats = {"read": 0.0, "decode": 0.0, "encode": 0.0, "ok": 0, "bytes": 0, "out": 0, "skipped_bytes": 0}
         while True:
             item = tasks.get()
             if item is None:
@@ -114,15 +195,17 @@ def _worker(wid: int, nworkers: int, tasks, out_q, out_dir: str, mode: str, size
                 continue
             t1 = time.perf_counter()
             stats["read"] += t1 - t0
-            stats["bytes"] += len(data)
             try:
                 rgb = decode_resize(data, size, interp)
-            except BadImage as exc:
+                t2 = time.perf_counter()
+                record = encode_example(rgb, label_for(Path(path), Path(root)), Path(path).name)
+            except Exception as exc:   # one bad image never ends the run: skipped with its reason
                 stats["decode"] += time.perf_counter() - t1
-                out_q.put(("skip", wid, (path, str(exc))))
+                stats["skipped_bytes"] += len(data)
+                reason = str(exc) if isinstance(exc, BadImage) else f"{type(exc).__name__}: {exc}"[:300]
+                out_q.put(("skip", wid, (path, reason)))
                 continue
-            t2 = time.perf_counter()
-            record = encode_example(rgb, label_for(Path(path), Path(root)), Path(path).name)
+            stats["bytes"] += len(data)
             if writer is not None:
                 writer.write(record)
                 payload = None
@@ -252,7 +335,7 @@ def run_pipeline(files: list[Path], root: Path, out_dir: Path, processes: int, p
 def _measurements(out_dir: Path, skipped: list, done: list, parent_write: float, elapsed: float) -> dict:
     outputs = sorted(out_dir.glob("*.tfrecord"))
     records = sum(count_records(f) for f in outputs)
-    agg = {k: sum(d[k] for d in done) for k in ("read", "decode", "encode", "ok", "bytes", "out")}
+    agg = {k: sum(d[k] for d in done) for k in ("read", "decode", "encode", "ok", "bytes", "out", "skipped_bytes")}
     agg["encode"] += parent_write
     stage_total = agg["read"] + agg["decode"] + agg["encode"] or 1.0
     shares = {"read": agg["read"] / stage_total * 100, "decode_resize": agg["decode"] / stage_total * 100,
@@ -260,7 +343,7 @@ def _measurements(out_dir: Path, skipped: list, done: list, parent_write: float,
     output_bytes = sum(f.stat().st_size for f in outputs)
     return {
         "images_ok": agg["ok"], "images_skipped": len(skipped), "skipped": skipped,
-        "input_bytes": agg["bytes"], "output_bytes": output_bytes,
+        "input_bytes": agg["bytes"], "skipped_bytes": agg["skipped_bytes"], "output_bytes": output_bytes,
         "records_written": records, "completion_time_s": elapsed,
         "input_mb_per_s": agg["bytes"] / elapsed / 1e6,
         "images_per_s": agg["ok"] / elapsed,

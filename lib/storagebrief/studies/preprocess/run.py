@@ -43,7 +43,7 @@ def prepare(sweep) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow  # noqa: F401  (imported once here so forked workers share it)
 
-    sweep.state.update(datasets={}, skipped=[], final={}, best={})
+    sweep.state.update(datasets={}, skipped=[], pending={}, best={})
     for t in sweep.targets:
         root, files = _dataset(sweep, t)
         sweep.state["datasets"][t.name] = (root, files)
@@ -90,11 +90,13 @@ def run_one(run, config) -> Measurement:
     if m["records_written"] != m["images_ok"]:
         raise RuntimeError(f"{run.run_id}: wrote {m['records_written']} records for {m['images_ok']} images")
     run.sweep.state["skipped"] += [{"run_id": run.run_id, "target": t.name, **s} for s in m["skipped"]]
-    final = t.study_dir(STUDY) / "tfrecords" / "final"
-    if final.exists():
-        shutil.rmtree(final)
-    out.rename(final)
-    run.sweep.state["final"][t.name] = [str(final / Path(f).name) for f in m["outputs"]]
+    # The last run's output waits in 'pending'; it replaces the kept 'final' only when the whole
+    # study completed (finish), so an interrupted study leaves final and outputs.json consistent.
+    pending = t.study_dir(STUDY) / "tfrecords" / "pending"
+    if pending.exists():
+        shutil.rmtree(pending)
+    out.rename(pending)
+    run.sweep.state["pending"][t.name] = [Path(f).name for f in m["outputs"]]
     row = {"sweep": name, "processes": procs, "image_count": count, "output_mode": p.output_mode,
            **{k: v for k, v in m.items() if k not in ("skipped", "outputs")}}
     return Measurement(row)
@@ -107,10 +109,19 @@ def finish(sweep, frame) -> None:
     p: PreprocessParams = sweep.p
     results.write_csv(sweep.out_dir / "skipped_files.csv",
                       pd.DataFrame(sweep.state["skipped"], columns=["run_id", "target", "file", "reason"]))
+    final = {}
+    for t in sweep.targets:
+        if t.name not in sweep.state["pending"]:
+            continue
+        kept = t.study_dir(STUDY) / "tfrecords" / "final"
+        if kept.exists():
+            shutil.rmtree(kept)
+        (t.study_dir(STUDY) / "tfrecords" / "pending").rename(kept)
+        final[t.name] = [str(kept / f) for f in sweep.state["pending"][t.name]]
     size = (p.resize_width, p.resize_height)
     checks = {name: verify_tfrecords(paths, int(frame[frame.target == name].iloc[-1].images_ok), size)
-              for name, paths in sweep.state["final"].items()}
-    results.write_json(sweep.out_dir / "outputs.json", {"tfrecords": sweep.state["final"], "verification": checks,
+              for name, paths in final.items()}
+    results.write_json(sweep.out_dir / "outputs.json", {"tfrecords": final, "verification": checks,
                                                         "best_processes": sweep.state["best"]})
     bad = [n for n, c in checks.items() if not c["ok"]]
     if bad:
