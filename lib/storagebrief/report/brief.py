@@ -39,12 +39,46 @@ def target_order(study_dir: Path, frame: pd.DataFrame) -> list[str]:
     return list(dict.fromkeys(frame.target))
 
 
+FALLBACK_CACHE = ("fadvise_dontneed", "none")
+
+
+def unapplied_profiles(frame: pd.DataFrame) -> dict[str, str]:
+    """target -> how much of its emulated profile was not applied, from the runs' own rows."""
+    out = {}
+    if "emulated" not in frame or "profile" not in frame:
+        return out
+    for name, g in frame.groupby("target"):
+        prof = str(g.profile.fillna("").iloc[0])
+        applied = g.emulated.astype(str).str.lower().eq("true")
+        if prof and prof != "nan" and not applied.all():
+            share = "none" if not applied.any() else f"{int((~applied).sum())} of {len(g)}"
+            out[name] = f"profile {prof} not applied in {share} of its runs (they ran unthrottled)"
+    return out
+
+
+def _caveats(frame: pd.DataFrame, h: dict) -> list[str]:
+    """What a headline's numbers do not show: an emulated profile or a cold cache that was not applied."""
+    out = [f"{t}: {why}" for t, why in unapplied_profiles(frame).items() if t in (h["ref"], h["other"])]
+    methods = sorted(m for m in set(frame.cache_method.astype(str)) if m.startswith(FALLBACK_CACHE))
+    if methods:
+        out.append(f"cold cache by {', '.join(methods)}, not drop_caches")
+    return out
+
+
 def all_headlines(reports_dir: str | Path) -> list[dict]:
     out = []
     for key, title, d in available(reports_dir):
         frame = results.read_runs(d / "runs.csv")
         for h in get_study(key).headlines(frame, target_order(d, frame)):
-            out.append({**h, "study": key, "study_title": title})
+            out.append({**h, "study": key, "study_title": title, "caveats": _caveats(frame, h)})
+    return out
+
+
+def _all_unapplied(reports_dir) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for _, _, d in available(reports_dir):
+        for t, why in unapplied_profiles(results.read_runs(d / "runs.csv")).items():
+            out.setdefault(t, why)
     return out
 
 
@@ -52,9 +86,15 @@ def title_block(reports_dir: str | Path, params_file: str | Path) -> None:
     params = config_mod.load(params_file)
     studies = [t for _, t, _ in available(reports_dir)]
     inv = _latest_inventory(reports_dir)
-    targets = ", ".join(f"<b>{html.escape(t['name'])}</b>" + (f" (emulated {html.escape(t['profile_name'])})"
-                                                             if t.get("profile_name") else "")
-                        for t in inv.get("targets", []))
+    unapplied = _all_unapplied(reports_dir)
+
+    def label(t) -> str:
+        if not t.get("profile_name"):
+            return ""
+        if t["name"] in unapplied:
+            return f" (emulated {html.escape(t['profile_name'])} <b>NOT applied</b>: ran unthrottled)"
+        return f" (emulated {html.escape(t['profile_name'])})"
+    targets = ", ".join(f"<b>{html.escape(t['name'])}</b>" + label(t) for t in inv.get("targets", []))
     show_html(
         '<div class="cover"><h1>Storage performance brief</h1>'
         f'<p class="subtitle">How storage shapes AI pipelines on <b>{html.escape(inv.get("cpu_model", "this machine"))}</b>'
@@ -68,8 +108,10 @@ def title_block(reports_dir: str | Path, params_file: str | Path) -> None:
         rows.append({"Target": t["name"], "Directory": t["path"],
                      "Device": f'{dev.get("name")} ({dev.get("model")}, {"rotational" if dev.get("rotational") else "non-rotational"})'
                      if dev.get("name") else "unresolved",
-                     "Emulated device": (f'{t["profile_name"]}: read ≤ {prof.get("read_mb_per_s") or "∞"} MB/s, '
-                                         f'≤ {prof.get("read_iops") or "∞"} IOPS') if prof else "none (as is)"})
+                     "Emulated device": (f'NOT APPLIED ({unapplied[t["name"]]}); meant {t["profile_name"]}: '
+                                         if t["name"] in unapplied else f'{t["profile_name"]}: ') +
+                     (f'read ≤ {prof.get("read_mb_per_s") or "∞"} MB/s, ≤ {prof.get("read_iops") or "∞"} IOPS')
+                     if prof else "none (as is)"})
     if rows:
         show_table(pd.DataFrame(rows), "Storage targets compared in this brief (details in Appendix A).")
 
@@ -87,7 +129,9 @@ def snapshot(reports_dir: str | Path) -> None:
             f'data-value="{h["delta_percent"]}">'
             f'<div class="card-label">{html.escape(h["label"])}<br/><span class="hint">({word})</span></div>'
             f'<div class="card-value">{html.escape(h["text"])}</div>'
-            f'<div class="card-pair">{html.escape(h["ref"])} vs {html.escape(h["other"])}</div></div>')
+            f'<div class="card-pair">{html.escape(h["ref"])} vs {html.escape(h["other"])}</div>'
+            + "".join(f'<div class="card-caveat">⚠ {html.escape(c)}</div>' for c in h.get("caveats", []))
+            + '</div>')
     body = "".join(f'<h3 class="snap-study">{html.escape(title)}</h3><div class="cards">{"".join(cards)}</div>'
                    for title, cards in groups.items())
     show_html('<h2>Test results snapshot</h2><p>Reference target compared with each other target (for '
