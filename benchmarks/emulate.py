@@ -26,7 +26,10 @@ from pathlib import Path
 
 import numpy as np
 
-from storagebrief import config, emulate
+from storagebrief.core import config
+from storagebrief.studies.emulate import STUDY
+from storagebrief.studies.emulate.accelerators import run_once
+from storagebrief.studies.emulate.metrics import summarize
 
 
 def make_file(path: Path, size: int) -> None:
@@ -51,8 +54,8 @@ def emulator_read(path: Path, size: int, threads: int, block: int, direct: bool 
            "batch": 1, "steps_per_epoch": samples, "compute_s": 1e-6, "read_threads": threads, "prefetch": 4,
            "block": block, "odirect": direct, "evict": False, "readahead": True,
            "checkpoint_every_steps": 0, "checkpoint_bytes": 0, "checkpoint_dir": str(path.parent)}
-    raw = emulate.run_once(cfg, 1, None)
-    row, _, _ = emulate.summarize(raw, cfg, 1)
+    raw = run_once(cfg, 1, None)
+    row, _, _ = summarize(raw, cfg, 1)
     return row["loader_bytes"] / row["total_time_s"] / 1e6
 
 
@@ -74,7 +77,7 @@ def au_fast(directory: Path, compute_s: float, accelerators: int) -> dict:
                               "run": {"cold_cache": False, "monitor_interval_s": 0.5}, "emulate": section})
     out = Path(tempfile.mkdtemp(prefix="emu-bench-"))
     try:
-        frame = emulate.run_study(params, out, log=lambda *_: None)
+        frame = STUDY.run(params, out, log=lambda *_: None, progress="off")
     finally:
         shutil.rmtree(out, ignore_errors=True)
     raw_au = 100 * frame.compute_s * (frame.steps - 1) / frame.measured_time_s

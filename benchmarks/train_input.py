@@ -36,8 +36,10 @@ def main() -> None:
     ap.add_argument("-S", "--set", dest="overrides", action="append", default=[])
     args = ap.parse_args()
 
-    from storagebrief import config, monitor, targets as targets_mod
-    from storagebrief import train_resnet50 as tr
+    from storagebrief.core import config, monitor, targets as targets_mod
+    from storagebrief.studies.train_resnet50.dataset import generate_dataset
+    from storagebrief.studies.train_resnet50.memory import cold_dataset
+    from storagebrief.studies.train_resnet50.worker import build_dataset
 
     params = config.load(args.params, args.overrides)
     p = params.section("train_resnet50")
@@ -46,7 +48,7 @@ def main() -> None:
     if target is None:
         raise SystemExit(f"unknown target {args.target!r}; have {[t.name for t in tlist]}")
     p = p.model_copy(update={"record_kib": args.record_kib, "dataset_images": args.images})
-    ds_info = tr.generate_dataset(target, p, name=f"benchmark-dataset-{args.record_kib}k")
+    ds_info = generate_dataset(target, p, name=f"benchmark-dataset-{args.record_kib}k")
 
     import tensorflow as tf
 
@@ -92,10 +94,10 @@ def main() -> None:
     out = {"synthetic": [], "tfrecord": [], "monitored": []}
     for _ in range(args.rounds):
         out["synthetic"].append(measure(synthetic, False))
-        tr.cold_dataset(ds_info.files, True)
-        out["tfrecord"].append(measure(tr.build_dataset(ds_info.files, spec, tf), False))
-        tr.cold_dataset(ds_info.files, True)
-        out["monitored"].append(measure(tr.build_dataset(ds_info.files, spec, tf), True))
+        cold_dataset(ds_info.files, True)
+        out["tfrecord"].append(measure(build_dataset(ds_info.files, spec, tf), False))
+        cold_dataset(ds_info.files, True)
+        out["monitored"].append(measure(build_dataset(ds_info.files, spec, tf), True))
     med = {k: statistics.median(v) for k, v in out.items()}
     print(f"target {target.name} ({target.device.name if target.device else '?'}), {ds_info.records} records of "
           f"{ds_info.bytes / ds_info.records / 1024:.0f} KiB, ResNet50 {size}x{size}, batch {batch}, "

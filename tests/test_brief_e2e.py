@@ -56,6 +56,7 @@ def test_dvc_chain_renders_brief_with_recomputable_headlines(tmp_path):
     work = tmp_path / "repo"
     _copy_repo(work)
     params = yaml.safe_load((work / "params.yaml").read_text())
+    (tmp_path / "t").mkdir()   # storagebrief creates only the last component of a target path
     params["targets"][0]["path"] = str(tmp_path / "t" / "local")
     params["targets"][1]["path"] = str(tmp_path / "t" / "hdd")
     params["run"]["monitor_interval_s"] = 0.1
@@ -81,6 +82,9 @@ def test_dvc_chain_renders_brief_with_recomputable_headlines(tmp_path):
                     "ResNet50 training", "Appendix A", "Appendix B"):
         assert heading in html, heading
     assert "def " not in html and "import " not in html  # code is hidden
+    # the commit is the code's: dvc.lock rewritten by the run is listed apart, not called "dirty"
+    assert "-dirty" not in html and "Rewritten by this run" in html and "dvc.lock" in html
+    assert "[preprocess] run 1/12" in res.stderr + res.stdout        # progress, one line per run
 
     import json
     headlines = json.loads((work / "reports" / "headlines.json").read_text())

@@ -16,7 +16,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from storagebrief import cgroups, config, emulate, results
+from storagebrief.core import cgroups, config, results, targets as targets_mod
+from storagebrief.formats import tfrecord
+from storagebrief.studies.emulate import STUDY, dataset, metrics, params as emulate_params, run as emulate_run
+from storagebrief.studies.emulate.loader import Loader, batch_plan, epoch_files, steps_per_epoch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -81,9 +84,9 @@ def test_workload_catalogue_and_custom_workload(tmp_path):
                                         "batch_size": 2, "compute_s": {"v100": 0.5}, "au_threshold_percent": 70}}}))
     s = p.section("emulate")
     assert s.spec("mine").au_threshold_percent == 70
-    ref = emulate.WorkloadSpec.model_validate(emulate.WORKLOADS["unet3d"])
+    ref = emulate_params.WorkloadSpec.model_validate(emulate_params.WORKLOADS["unet3d"])
     assert ref.record_bytes == 146_600_628 and ref.batch_for("v100") == 4 and ref.batch_for("a100") == 7
-    assert emulate.WORKLOADS["cosmoflow"]["au_threshold_percent"] == 70
+    assert emulate_params.WORKLOADS["cosmoflow"]["au_threshold_percent"] == 70
     assert s.spec("unet3d").compute_s == {"v100": 0.02, "a100": 0.636, "h100": 0.323}   # merged over reference
 
 
@@ -99,8 +102,9 @@ def test_dataset_that_does_not_fit_is_refused_before_work(tmp_path):
         **SMALL, "dataset_sizing": "fixed", "num_files": 4000,
         "workload_overrides": {"unet3d": {"record_bytes": 10**11, "compute_s": {"v100": 1.0}}}}))
     with pytest.raises(ValueError, match="GB is free"):
-        emulate.run_study(p, tmp_path / "out", log=lambda *_: None)
-    assert not (tmp_path / "fast").exists() and not (tmp_path / "out" / "runs.csv").exists()
+        STUDY.run(p, tmp_path / "out", log=lambda *_: None)
+    # The engine makes the target folder itself (and its lock file) before prepare; no dataset was written.
+    assert not (tmp_path / "fast" / "storagebrief").exists() and not (tmp_path / "out" / "runs.csv").exists()
 
 
 # --------------------------------------------------------------------------- arithmetic
@@ -125,7 +129,7 @@ def synthetic_times(n: int, steps: int, compute: float, wait: list[float], overs
 def test_au_arithmetic_on_synthetic_timings():
     compute, steps = 0.1, 11
     times = synthetic_times(2, steps, compute, wait=[0.0, 0.05], overshoot=0.001, release=0.0005)
-    m = emulate.job_metrics(times, compute, batch=4, t_start=100.0)
+    m = metrics.job_metrics(times, compute, batch=4, t_start=100.0)
     # Each step: slowest waits 0.05 s for data, then computes; overshoot and release are emulator overhead.
     assert m["au_percent"] == pytest.approx(100 * 0.1 / 0.15, rel=1e-9)
     assert m["emulator_overhead_s"] == pytest.approx((steps - 1) * 0.0015, rel=1e-9)
@@ -142,60 +146,60 @@ def test_first_step_is_excluded_from_au():
     times = synthetic_times(1, 6, 0.1, wait=[0.0], overshoot=0.0, release=0.0)
     times[0, 0, 1:] += 5.0   # a slow first step (empty prefetch queues)
     times[0, 1:, :] += 5.0
-    m = emulate.job_metrics(times, 0.1, batch=1, t_start=100.0)
+    m = metrics.job_metrics(times, 0.1, batch=1, t_start=100.0)
     assert m["au_percent"] == pytest.approx(100.0)
     assert m["total_time_s"] == pytest.approx(5.0 + 0.6)
 
 
 def test_latency_stats_histogram_and_throttle_bound():
     lat = np.array([1e-4] * 90 + [1e-3] * 9 + [1e-1])
-    st = emulate.latency_stats(lat)
+    st = metrics.latency_stats(lat)
     assert st["read_latency_us_p50"] == pytest.approx(100.0)
     assert st["read_latency_us_max"] == pytest.approx(1e5)
     assert st["read_latency_us_mean"] == pytest.approx((90 * 100 + 9 * 1000 + 1e5) / 100)
-    hist = emulate.latency_histogram(lat)
+    hist = metrics.latency_histogram(lat)
     assert sum(h["count"] for h in hist) == 100
     assert all(h["bin_lo_us"] < h["bin_hi_us"] for h in hist)
-    prof = emulate.targets_mod.DeviceProfile(read_mb_per_s=150, read_iops=150)
-    assert emulate.throttle_cap_mb_per_s(prof, 524288) == pytest.approx(150 * 0.524288)
-    assert emulate.throttle_cap_mb_per_s(prof, 4 << 20) == 150
-    assert emulate.throttle_au_bound(150, 4, 75) == pytest.approx(50.0)
-    assert emulate.throttle_au_bound(150, 1, 75) == 100.0
+    prof = targets_mod.DeviceProfile(read_mb_per_s=150, read_iops=150)
+    assert metrics.throttle_cap_mb_per_s(prof, 524288) == pytest.approx(150 * 0.524288)
+    assert metrics.throttle_cap_mb_per_s(prof, 4 << 20) == 150
+    assert metrics.throttle_au_bound(150, 4, 75) == pytest.approx(50.0)
+    assert metrics.throttle_au_bound(150, 1, 75) == 100.0
 
 
 def test_schedule_shuffles_per_epoch_and_partitions_files():
-    parts = [emulate.epoch_files(10, 3, r, 0, seed=1) for r in range(3)]
+    parts = [epoch_files(10, 3, r, 0, seed=1) for r in range(3)]
     assert sorted(np.concatenate(parts).tolist()) == list(range(10))
-    again = emulate.epoch_files(10, 3, 0, 0, seed=1)
+    again = epoch_files(10, 3, 0, 0, seed=1)
     assert np.array_equal(parts[0], again)
-    assert not np.array_equal(emulate.epoch_files(10, 1, 0, 0, 1), emulate.epoch_files(10, 1, 0, 1, 1))
-    assert emulate.steps_per_epoch(10, 1, 3, 2) == 1          # 3 files each, batch 2, drop last
-    assert emulate.steps_per_epoch(10, 1251, 3, 400) == 9      # samples from multi-sample files
+    assert not np.array_equal(epoch_files(10, 1, 0, 0, 1), epoch_files(10, 1, 0, 1, 1))
+    assert steps_per_epoch(10, 1, 3, 2) == 1          # 3 files each, batch 2, drop last
+    assert steps_per_epoch(10, 1251, 3, 400) == 9      # samples from multi-sample files
     spans = [[(0, 100)] for _ in range(10)]
-    plan = emulate.batch_plan(spans, 10, 3, 0, epochs=2, seed=1, batch=2, steps=1)
+    plan = batch_plan(spans, 10, 3, 0, epochs=2, seed=1, batch=2, steps=1)
     assert len(plan) == 2 and all(len(b) == 2 for b in plan)
 
 
 # --------------------------------------------------------------------------- dataset and loader
 def test_generated_npz_and_tfrecord_are_real(tmp_path):
-    spec = emulate.WorkloadSpec.model_validate({**emulate.WORKLOADS["unet3d"], "record_bytes": 50_000,
-                                                "record_bytes_stdev": 10_000})
-    data = emulate.generate_dataset(tmp_path / "npz", "unet3d", spec, 6, seed=3, log=lambda *_: None)
+    spec = emulate_params.WorkloadSpec.model_validate({**emulate_params.WORKLOADS["unet3d"], "record_bytes": 50_000,
+                                                       "record_bytes_stdev": 10_000})
+    data = dataset.generate_dataset(tmp_path / "npz", "unet3d", spec, 6, seed=3, log=lambda *_: None)
     arrays = [np.load(f)["x"] for f in data["files"]]
-    sizes = emulate.sample_sizes(spec, 6, 3)[:, 0]
+    sizes = dataset.sample_sizes(spec, 6, 3)[:, 0]
     assert [a.size for a in arrays] == sizes.tolist()
     assert len({a[:64].tobytes() for a in arrays}) == 6     # random content, not zeros
     mtime = Path(data["files"][0]).stat().st_mtime_ns
-    again = emulate.generate_dataset(tmp_path / "npz", "unet3d", spec, 6, seed=3, log=lambda *_: None)
+    again = dataset.generate_dataset(tmp_path / "npz", "unet3d", spec, 6, seed=3, log=lambda *_: None)
     assert again["files"] == data["files"] and Path(data["files"][0]).stat().st_mtime_ns == mtime
-    tf_spec = emulate.WorkloadSpec.model_validate({**emulate.WORKLOADS["resnet50"], "record_bytes": 1000,
-                                                   "samples_per_file": 5})
-    tfd = emulate.generate_dataset(tmp_path / "tfr", "resnet50", tf_spec, 2, seed=0, log=lambda *_: None)
+    tf_spec = emulate_params.WorkloadSpec.model_validate({**emulate_params.WORKLOADS["resnet50"], "record_bytes": 1000,
+                                                          "samples_per_file": 5})
+    tfd = dataset.generate_dataset(tmp_path / "tfr", "resnet50", tf_spec, 2, seed=0, log=lambda *_: None)
     raw = Path(tfd["files"][0]).read_bytes()
     pos, frames = 0, 0
     while pos < len(raw):
         (length,) = struct.unpack("<Q", raw[pos:pos + 8])
-        assert struct.unpack("<I", raw[pos + 8:pos + 12])[0] == emulate._masked_crc(raw[pos:pos + 8])
+        assert struct.unpack("<I", raw[pos + 8:pos + 12])[0] == tfrecord.masked_crc(raw[pos:pos + 8])
         assert [pos, length + 16] == tfd["spans"][0][frames]
         pos += length + 16
         frames += 1
@@ -205,16 +209,53 @@ def test_generated_npz_and_tfrecord_are_real(tmp_path):
 def test_masked_crc32c_known_value():
     # CRC-32C("123456789") = 0xE3069283; TFRecord masks it.
     crc = 0xE3069283
-    assert emulate._masked_crc(b"123456789") == (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+    assert tfrecord.masked_crc(b"123456789") == (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def test_generated_tfrecords_read_back_with_tensorflow_crc_checks(tmp_path):
+    """tf.data checks the length CRC and the data CRC of every frame: each generated file reads back whole."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    tf = pytest.importorskip("tensorflow")
+    shapes = {"resnet50": {"record_bytes": 3000, "samples_per_file": 7},          # many samples per file
+              "cosmoflow": {"record_bytes": 20_000, "record_bytes_stdev": 5000}}  # one per file, sizes vary
+    for name, change in shapes.items():
+        spec = emulate_params.WorkloadSpec.model_validate({**emulate_params.WORKLOADS[name], **change})
+        data = dataset.generate_dataset(tmp_path / name, name, spec, 4, seed=1, log=lambda *_: None)
+        sizes = dataset.sample_sizes(spec, 4, 1)
+        assert sum(1 for _ in tf.data.TFRecordDataset(data["files"])) == sizes.size
+        for i, f in enumerate(data["files"]):
+            raw = Path(f).read_bytes()
+            records = [r.numpy() for r in tf.data.TFRecordDataset(f)]
+            assert [len(r) for r in records] == sizes[i].tolist()
+            for payload, (offset, length) in zip(records, data["spans"][i]):
+                assert raw[offset + 12:offset + length - 4] == payload
+                (data_crc,) = struct.unpack("<I", raw[offset + length - 4:offset + length])
+                assert data_crc == tfrecord.masked_crc(payload) != 0
+
+
+def test_tfrecord_dataset_of_format_version_1_is_regenerated(tmp_path):
+    """Version 1 wrote a data CRC of 0, which tf.data rejects: such a dataset is not reused."""
+    spec = emulate_params.WorkloadSpec.model_validate({**emulate_params.WORKLOADS["cosmoflow"], "record_bytes": 5000,
+                                                       "record_bytes_stdev": 0})
+    data = dataset.generate_dataset(tmp_path / "d", "cosmoflow", spec, 2, seed=0, log=lambda *_: None)
+    manifest = tmp_path / "d" / "manifest.json"
+    old = json.loads(manifest.read_text())
+    assert old["spec"]["version"] == 2
+    old["spec"]["version"] = 1
+    manifest.write_text(json.dumps(old))
+    said = []
+    again = dataset.generate_dataset(tmp_path / "d", "cosmoflow", spec, 2, seed=0, log=said.append)
+    assert again["files"] == data["files"] and len(said) == 1 and said[0].startswith("generated 2 tfrecord files")
+    assert json.loads(manifest.read_text())["spec"]["version"] == 2
 
 
 @pytest.mark.parametrize("odirect", [False, True])
 def test_loader_reads_every_byte_and_times_each_read(tmp_path, odirect):
-    spec = emulate.WorkloadSpec.model_validate({**emulate.WORKLOADS["unet3d"], "record_bytes": 100_000,
-                                                "record_bytes_stdev": 20_000})
-    data = emulate.generate_dataset(tmp_path / "d", "unet3d", spec, 8, seed=0, log=lambda *_: None)
-    batches = emulate.batch_plan(data["spans"], 8, 1, 0, epochs=1, seed=0, batch=2, steps=4)
-    loader = emulate.Loader(data["files"], batches, threads=2, prefetch=1, block=32768, odirect=odirect)
+    spec = emulate_params.WorkloadSpec.model_validate({**emulate_params.WORKLOADS["unet3d"], "record_bytes": 100_000,
+                                                       "record_bytes_stdev": 20_000})
+    data = dataset.generate_dataset(tmp_path / "d", "unet3d", spec, 8, seed=0, log=lambda *_: None)
+    batches = batch_plan(data["spans"], 8, 1, 0, epochs=1, seed=0, batch=2, steps=4)
+    loader = Loader(data["files"], batches, threads=2, prefetch=1, block=32768, odirect=odirect)
     loader.start()
     got = sum(loader.next() for _ in batches)
     loader.close()
@@ -237,7 +278,7 @@ def fast_study(tmp_path_factory):
                                                          {"name": "also-fast", "path": str(tmp / "fast2")}],
                                     cold_cache=False))
     out = tmp / "out"
-    frame = emulate.run_study(p, out, log=lambda *_: None)
+    frame = STUDY.run(p, out, log=lambda *_: None)
     return p, out, frame
 
 
@@ -289,17 +330,17 @@ def test_headlines_and_brief_section(fast_study):
     from storagebrief import report
 
     _, out, frame = fast_study
-    hs = emulate.headlines(frame, ["fast", "also-fast"])
-    assert [h["metric"] for h in hs] == [m for m, _, _ in emulate.headline_metrics(frame)]
-    drive = {m for m, _, _ in emulate.headline_metrics(frame)[3:5]}
+    hs = metrics.headlines(frame, ["fast", "also-fast"])
+    assert [h["metric"] for h in hs] == [m for m, _, _ in metrics.headline_metrics(frame)]
+    drive = {m for m, _, _ in metrics.headline_metrics(frame)[3:5]}
     assert all(h["delta_percent"] is not None for h in hs if h["metric"] not in drive)
     tt = hs[0]
     means = frame.groupby(["accelerators", "target"]).total_time_s.mean().unstack()
     expect = ((1 - means["fast"] / means["also-fast"]) * 100).max()
     assert tt["delta_percent"] == pytest.approx(round(expect, 1))
-    sup = emulate.supported(frame)
+    sup = metrics.supported(frame)
     assert set(sup.accelerators_supported) == {2}
-    ds = emulate.days_saved_table(frame, "fast", "also-fast", "unet3d")
+    ds = metrics.days_saved_table(frame, "fast", "also-fast", "unet3d")
     assert len(ds) == 2 and np.allclose(ds["Days saved / year"], 365 * ds["fast faster %"] / 100)
     report.study_section("emulate", out)   # renders tables and figures without error
 
@@ -316,7 +357,7 @@ def test_throttled_target_au_follows_demand_over_cap(tmp_path):
     p = config.validate(params_dict(tmp_path, section,
                                     targets=[{"name": "slow", "path": str(tmp_path / "slow"), "profile": "cap40"}],
                                     profiles={"cap40": {"read_mb_per_s": cap}}))
-    frame = emulate.run_study(p, tmp_path / "out", log=lambda *_: None)
+    frame = STUDY.run(p, tmp_path / "out", log=lambda *_: None)
     assert cgroups.leftover_dirs(owner_pid=os.getpid()) == []
     demand = frame.demand_mb_per_s_per_accelerator.iloc[0]
     assert demand == pytest.approx(2 * (262144 + 250) / 0.02 / 1e6, rel=0.01)   # npz header ~250 B
@@ -337,7 +378,7 @@ def test_throttled_target_au_follows_demand_over_cap(tmp_path):
     ({"fail_rank": 1, "fail_at_step": 3}, "accelerator 1 died: exited with status 3"),
     ({"fail_rank": 0, "fail_at_step": None}, "injected failure before the first step"),
 ])
-def test_dead_worker_fails_run_cleans_up_and_leaves_no_row(tmp_path, fault, message):
+def test_dead_worker_fails_run_cleans_up_and_leaves_no_row(tmp_path, monkeypatch, fault, message):
     section = {**SMALL, "accelerators": [2]}
     targets = [{"name": "fast", "path": str(tmp_path / "fast")}]
     profiles = {}
@@ -345,8 +386,9 @@ def test_dead_worker_fails_run_cleans_up_and_leaves_no_row(tmp_path, fault, mess
         targets = [{"name": "slow", "path": str(tmp_path / "slow"), "profile": "cap"}]
         profiles = {"cap": {"read_mb_per_s": 500}}
     p = config.validate(params_dict(tmp_path, section, targets=targets, profiles=profiles, cold_cache=False))
+    monkeypatch.setattr(emulate_run, "FAULT", fault)   # the run module's test hook
     with pytest.raises(RuntimeError, match=message):
-        emulate.run_study(p, tmp_path / "out", log=lambda *_: None, _fault=fault)
+        STUDY.run(p, tmp_path / "out", log=lambda *_: None)
     assert mp.active_children() == []
     assert cgroups.leftover_dirs(owner_pid=os.getpid()) == []
     assert not (tmp_path / "out" / "runs.csv").exists()
@@ -408,4 +450,4 @@ def test_notebook_is_thin_and_parameterised():
     tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
     assert len(tagged) == 1 and 'out_dir = "reports/emulate"' in tagged[0].source
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
-    assert "emulate.run_study(params, out_dir)" in code and 'report.study_section("emulate", out_dir)' in code
+    assert 'studies.get("emulate").run(params, out_dir' in code and 'report.study_section("emulate", out_dir)' in code

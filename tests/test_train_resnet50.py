@@ -17,8 +17,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from storagebrief import cgroups, config, targets as targets_mod
-from storagebrief import train_resnet50 as tr
+from storagebrief.core import cgroups, config, sweep, targets as targets_mod
+from storagebrief.studies.train_resnet50 import STUDY
+from storagebrief.studies.train_resnet50 import brief as trb, dataset as trd, memory as trm
+from storagebrief.studies.train_resnet50 import metrics as trmet, params as trp, run as trr
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,11 +28,21 @@ ROOT = Path(__file__).resolve().parents[1]
 def _cgroup_reason() -> str | None:
     if os.geteuid() != 0:
         return "needs root to create memory cgroups"
-    return tr._memory_capability()
+    return trm._memory_capability()
 
 
 CG_REASON = _cgroup_reason()
 needs_cgroups = pytest.mark.skipif(CG_REASON is not None, reason=f"memory cgroups unavailable: {CG_REASON}")
+
+
+def execute(spec, target, ds, params, run_id: str, repeat: int, out: Path, need_hint=None):
+    """One measured run as the engine makes it (a Run, closed after): (row, jobs, epochs, monitor series)."""
+    run = sweep.Run(sweep.Sweep(STUDY, params, out, log=lambda *a: None), target, repeat, run_id)
+    try:
+        m = trr.execute_run(run, spec, ds, need_hint=need_hint)
+    finally:
+        run.close()
+    return m.row, m.tables["jobs.csv"], m.tables["epochs.csv"], run.monitor.timeseries() if m.ok else []
 
 
 def write_params(tmp: Path, **train) -> Path:
@@ -51,7 +63,7 @@ def shared(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("train")
     params = config.load(write_params(tmp))
     target = targets_mod.resolve_all(params)[0]
-    ds = tr.resolve_dataset(params, target, params.section("train_resnet50"), log=lambda *a: None)
+    ds = trd.resolve_dataset(params, target, params.section("train_resnet50"), log=lambda *a: None)
     return tmp, params, target, ds
 
 
@@ -75,30 +87,30 @@ def test_bad_params_name_the_key(tmp_path, override, needle):
 def test_unknown_target_and_missing_tfrecords_are_clear(tmp_path):
     params = config.load(write_params(tmp_path, targets=["nope"]))
     with pytest.raises(config.ParamsError, match="unknown target 'nope'"):
-        tr.run_study(params, tmp_path / "out")
+        STUDY.run(params, tmp_path / "out")
     params = config.load(write_params(tmp_path, dataset="preprocess"))
     target = targets_mod.resolve_all(params)[0]
     with pytest.raises(config.ParamsError, match="run `storagebrief preprocess` first"):
-        tr.resolve_dataset(params, target, params.section("train_resnet50"))
+        trd.resolve_dataset(params, target, params.section("train_resnet50"))
 
 
 def test_memory_settings_parse():
-    assert tr.parse_memory("none").kind == "none"
-    r = tr.parse_memory("2.5:1")
+    assert trp.parse_memory("none").kind == "none"
+    r = trp.parse_memory("2.5:1")
     assert r.kind == "ratio" and r.value == pytest.approx(0.4)
-    assert tr.parse_memory("1:5").value == pytest.approx(5.0)
-    assert tr.parse_memory("2GiB").value == 2 * 2**30
-    assert tr.parse_memory("1500MB").value == 1.5e9
+    assert trp.parse_memory("1:5").value == pytest.approx(5.0)
+    assert trp.parse_memory("2GiB").value == 2 * 2**30
+    assert trp.parse_memory("1500MB").value == 1.5e9
 
 
 def test_cpu_split_and_plan(tmp_path):
-    assert tr.cpu_split(1, 2) == [[0, 1]]
-    assert tr.cpu_split(2, 2) == [[0], [1]]
-    assert tr.cpu_split(4, 2) == [[0], [1], [0], [1]]
+    assert trr.cpu_split(1, 2) == [[0, 1]]
+    assert trr.cpu_split(2, 2) == [[0], [1]]
+    assert trr.cpu_split(4, 2) == [[0], [1], [0], [1]]
     p = config.load(write_params(tmp_path, memory_limits=["none", "2.5:1"], parallel_models=[1, 2, 4],
                                  parallel_memory="2.5:1", ingest_mb_per_s=5,
                                  checkpoint_every_steps=3)).section("train_resnet50")
-    runs = tr.plan(p)
+    runs = trr.scenarios(p)
     assert [(r.sweep, r.models, r.memory) for r in runs[:4]] == [
         ("memory", 1, "none"), ("memory", 1, "2.5:1"), ("parallel", 2, "2.5:1"), ("parallel", 4, "2.5:1")]
     assert runs[4].ingest_mb_per_s == 5 and runs[5].checkpoint_every_steps == 3
@@ -108,7 +120,7 @@ def test_generated_dataset_is_imagenet_like(shared):
     _, _, target, ds = shared
     assert ds.source == "generated" and ds.records == 96 and len(ds.files) == 4
     assert all(str(target.study_dir("train_resnet50")) in f for f in ds.files)
-    sizes = [s for f in ds.files for s in tr._frame_sizes(Path(f))]
+    sizes = [s for f in ds.files for s in trd._frame_sizes(Path(f))]
     assert len(sizes) == 96
     assert 700 * 1024 < sum(sizes) / len(sizes) < 1400 * 1024   # ~record_kib each
 
@@ -121,8 +133,8 @@ def test_memory_limit_is_enforced_by_the_kernel(tmp_path):
     with open(big, "wb") as fh:
         fh.write(os.urandom(1 << 20) * 160)
     os.sync()
-    tr.cold_dataset([str(big)], True)
-    limit = 64 * tr.MIB
+    trm.cold_dataset([str(big)], True)
+    limit = 64 * trp.MIB
     with cgroups.Cgroup("test-enforce", memory_limit_bytes=limit) as group:
         assert group.memory_limit_applied() == limit
         join = "import sys, os\n[open(f, 'w').write(str(os.getpid())) for f in sys.argv[2:]]\n"
@@ -139,6 +151,65 @@ def test_memory_limit_is_enforced_by_the_kernel(tmp_path):
     assert not cgroups.leftover_dirs(owner_pid=os.getpid())
 
 
+# --------------------------------------------------------------------------- without memory cgroups (issue 10)
+def _no_cgroup(*a, **k):
+    raise cgroups.CgroupUnavailable("no writable 'memory' cgroup controller (test)")
+
+
+def test_memory_helpers_tolerate_a_job_without_cgroup(tmp_path, monkeypatch):
+    """No root / no memory controller: every use of a job's group takes None; the row says NaN, not 0."""
+    assert trm.memory_need(None) is None
+    assert trm.final_stats(None) == {} and trm.safe_stats(None) == {} and trm.anon_bytes(None) == 0
+    trm.reset_peak(None)
+    params = config.load(write_params(tmp_path))
+    target = targets_mod.resolve_all(params)[0]
+    run = sweep.Run(sweep.Sweep(STUDY, params, tmp_path / "out", log=lambda *a: None), target, 1, "t-nocg")
+    monkeypatch.setattr(sweep.Run, "cgroup", _no_cgroup)
+    ds = trd.Dataset([str(tmp_path / "a.tfrecord")], 96, 96 * 1000, "generated")
+    jobs: list = []
+    trr._make_jobs(run, trr.RunSpec("memory", 1, "none"), ds, trp.parse_memory("none"), None, [[0]], jobs)
+    assert len(jobs) == 1 and jobs[0].group is None and jobs[0].limit_bytes is None
+    with pytest.raises(cgroups.CgroupUnavailable):   # a limited run cannot go without its cgroup
+        trr._make_jobs(run, trr.RunSpec("memory", 1, "2.5:1"), ds, trp.parse_memory("2.5:1"), None, [[0]], [])
+    j = jobs[0]
+    j.ready = {"device": "CPU", "startup_s": 1.0, "rss_peak_bytes": 1500 * trp.MIB}
+    for setting in ("none", "2.5:1"):
+        trr._arm([j], trp.parse_memory(setting), ds)
+    trm.cap_page_cache(j)
+    assert j.need_bytes == 1500 * trp.MIB and j.anon_ready == 0 and j.cache_share_bytes == 0
+    j.done = {"seconds": 2.0, "checkpoints": 0, "checkpoint_bytes": 0, "checkpoint_s": 0.0}
+    j.epochs = [{"epoch": e, "seconds": 1.0, "images": 96, "read_bytes": 96_000, "pipeline_bytes": 96_000,
+                 "loss": 2.0 - e / 10, "accuracy": 0.3} for e in (1, 2)]
+    j.stats = trm.final_stats(j.group)
+    row, job_rows, epoch_rows = trmet._rows({"run_id": "t-nocg", "target": "local", "status": "ok"}, [j], 2.0,
+                                            {}, [], {}, False, ds)
+    assert row["memory_need_bytes"] == 1500 * trp.MIB and row["images"] == 192
+    for key in ("memory_peak_bytes", "memory_failcnt", "oom_kills", "memory_anon_growth_bytes",
+                "page_cache_mean_bytes"):
+        assert row[key] != row[key], f"{key} should be NaN without a cgroup, got {row[key]}"
+    assert job_rows[0]["memory_peak_bytes"] is None and len(epoch_rows) == 2
+    failed = trr._failed({"run_id": "t-nocg"}, [j], "job 0 exited with code 1", False)
+    assert not failed.ok and failed.row["oom_kills"] != failed.row["oom_kills"]
+
+
+def test_unlimited_run_completes_without_memory_cgroups(shared, monkeypatch):
+    """The first unlimited run used to crash ('NoneType' object has no attribute 'memory_usage')."""
+    tmp, params, target, ds = shared
+    monkeypatch.setattr(sweep.Run, "cgroup", _no_cgroup)
+    monkeypatch.setattr(trr, "_memory_capability", lambda: "no writable 'memory' cgroup controller (test)")
+    params = config.load(write_params(tmp), ["train_resnet50.parallel_models=[]", "train_resnet50.epochs=1"])
+    out = tmp / "out-nocgroup"
+    frame = STUDY.run(params, out, log=lambda *a: None, progress="lines")
+    assert list(frame.memory_setting) == ["none"]           # the 2.5:1 run is skipped, with a note
+    r = frame.iloc[0]
+    assert r.status == "ok", r.failure_reason
+    assert r.images == (96 // 16) * 16 and r.memory_need_bytes > 0
+    assert pd.isna(r.memory_peak_bytes) and pd.isna(r.oom_kills) and pd.isna(r.memory_failcnt)
+    notes = (out / "notes.json").read_text()
+    assert "memory-limited runs skipped (1 per target and repeat: 2.5:1)" in notes
+    assert (out / "jobs.csv").exists() and not (out / "jobs").exists()
+
+
 # --------------------------------------------------------------------------- real training runs
 @pytest.fixture(scope="module")
 def memory_runs(shared):
@@ -146,12 +217,9 @@ def memory_runs(shared):
     if CG_REASON:
         pytest.skip(f"memory cgroups unavailable: {CG_REASON}")
     tmp, params, target, ds = shared
-    p = params.section("train_resnet50")
     out = tmp / "out-memory"
-    base = tr.execute_run(tr.RunSpec("memory", 1, "none"), target, ds, p, params, "t-base", 1, out,
-                          log=lambda *a: None)
-    limited = tr.execute_run(tr.RunSpec("memory", 1, "4:1"), target, ds, p, params, "t-lim", 1, out,
-                             log=lambda *a: None)
+    base = execute(trr.RunSpec("memory", 1, "none"), target, ds, params, "t-base", 1, out)
+    limited = execute(trr.RunSpec("memory", 1, "4:1"), target, ds, params, "t-lim", 1, out)
     return base, limited
 
 
@@ -164,8 +232,8 @@ def test_second_epoch_reads_rise_only_when_the_dataset_exceeds_the_limit(memory_
     assert lim["page_cache_cap_bytes"] == pytest.approx(lim["dataset_bytes"] / 4, abs=1)
     assert lim["page_cache_reclaims"] > 0
     # Held near the cap (reads between two 50 ms polls may overshoot it) and far below the baseline's.
-    assert lim["page_cache_mean_bytes"] < lim["page_cache_cap_bytes"] + 16 * tr.MIB
-    assert base["page_cache_mean_bytes"] > lim["page_cache_mean_bytes"] + 16 * tr.MIB
+    assert lim["page_cache_mean_bytes"] < lim["page_cache_cap_bytes"] + 16 * trp.MIB
+    assert base["page_cache_mean_bytes"] > lim["page_cache_mean_bytes"] + 16 * trp.MIB
     # Epoch 1 reads the dataset from the device in both runs (cold cache).
     for e in (base_epochs[0], lim_epochs[0]):
         assert e["job_read_bytes"] > 0.5 * e["pipeline_bytes"]
@@ -187,23 +255,22 @@ def test_tiny_training_really_trains(memory_runs):
     assert base["images"] == 2 * (96 // 16) * 16
     assert base["tf_device"] in ("CPU",) or base["tf_device"].startswith("GPU")
     assert series and {"read_mb_per_s", "read_iops"} <= set(series[0])
-    assert jobs[0]["memory_peak_bytes"] > 500 * tr.MIB       # TensorFlow + ResNet50 really ran in the group
+    assert jobs[0]["memory_peak_bytes"] > 500 * trp.MIB       # TensorFlow + ResNet50 really ran in the group
     assert not cgroups.leftover_dirs(owner_pid=os.getpid())
 
 
 @needs_cgroups
 def test_oom_becomes_a_failed_run_row(shared):
     tmp, params, target, ds = shared
-    p = params.section("train_resnet50")
-    row, jobs, epochs, _ = tr.execute_run(tr.RunSpec("memory", 1, "450MiB"), target, ds, p, params, "t-oom", 1,
-                                          tmp / "out-oom", log=lambda *a: None)
+    row, jobs, epochs, _ = execute(trr.RunSpec("memory", 1, "450MiB"), target, ds, params, "t-oom", 1,
+                                   tmp / "out-oom")
     assert row["status"] == "failed"
     assert "OOM-killed" in row["failure_reason"] and "450 MiB" in row["failure_reason"]
     assert row["oom_kills"] >= 1 and not jobs and not epochs
     assert not cgroups.leftover_dirs(owner_pid=os.getpid())
     # With a measured need, a limit below it is refused up front with the minimum to use.
-    row, *_ = tr.execute_run(tr.RunSpec("memory", 1, "450MiB"), target, ds, p, params, "t-oom2", 1,
-                             tmp / "out-oom", need_hint=1200 * tr.MIB, log=lambda *a: None)
+    row, *_ = execute(trr.RunSpec("memory", 1, "450MiB"), target, ds, params, "t-oom2", 1,
+                      tmp / "out-oom", need_hint=1200 * trp.MIB)
     assert row["status"] == "failed" and "use at least 1,248 MiB" in row["failure_reason"]
 
 
@@ -212,7 +279,7 @@ def test_parallel_jobs_each_get_a_cgroup_and_interrupt_cleans_up(shared, monkeyp
     """K=2: two cgroups, each holding its own job; an interrupt kills both, removes both, writes no row."""
     tmp, params, target, ds = shared
     seen = {}
-    real_poll = tr._poll
+    real_poll = trr._poll
 
     def spy(jobs, until, stall_s, timeout_s):
         real_poll(jobs, until, stall_s, timeout_s)
@@ -221,11 +288,11 @@ def test_parallel_jobs_each_get_a_cgroup_and_interrupt_cleans_up(shared, monkeyp
             seen["procs"] = [j.proc for j in jobs]
             raise KeyboardInterrupt   # as Ctrl-C would, while both jobs are alive in their cgroups
 
-    monkeypatch.setattr(tr, "_poll", spy)
-    monkeypatch.setattr(tr, "plan", lambda p: [tr.RunSpec("parallel", 2, "2.5:1")])
+    monkeypatch.setattr(trr, "_poll", spy)
+    monkeypatch.setattr(trr, "scenarios", lambda p: [trr.RunSpec("parallel", 2, "2.5:1")])
     out = tmp / "out-parallel"
     with pytest.raises(KeyboardInterrupt):
-        tr.run_study(params, out, log=lambda *a: None)
+        STUDY.run(params, out, log=lambda *a: None)
     dirs = [g[0] for g in seen["groups"]]
     assert len(set(dirs)) == 2
     for d, pid, pids, cpus in seen["groups"]:
@@ -266,7 +333,7 @@ def test_sigterm_of_the_study_removes_its_cgroups(shared):
     runs = tmp / "out-term" / "runs.csv"
     assert not runs.exists() or pd.read_csv(runs).empty
     # No orphaned training job keeps running.
-    out = subprocess.run(["pgrep", "-f", "storagebrief.train_resnet50 import worker_main"], capture_output=True,
+    out = subprocess.run(["pgrep", "-f", "storagebrief.studies.train_resnet50.worker import worker_main"], capture_output=True,
                          text=True)
     mine = [pid for pid in out.stdout.split() if str(tmp) in Path(f"/proc/{pid}/cmdline").read_text(errors="ignore")]
     assert not mine
@@ -281,15 +348,15 @@ def test_tables_and_headlines_from_real_rows(memory_runs):
         for r in (base, lim):
             rows.append({**r, "target": target})
     frame = pd.DataFrame(rows)
-    table = tr.profile_table(frame, "local")
+    table = trb.profile_table(frame, "local")
     assert list(table.columns) == ["Metric", "baseline (none)", "limited 4:1"]
     assert "Avg. throughput MiB/s" in set(table.Metric)
-    eff = tr.memory_effect(frame, "local")
+    eff = trmet.memory_effect(frame, "local")
     assert eff["setting"] == "4:1" and eff["read_ratio"] > 0
-    hs = {h["id"]: h for h in tr.headlines(frame, ["local", "other"])}
+    hs = {h["id"]: h for h in trmet.headlines(frame, ["local", "other"])}
     assert {h["metric"] for h in hs.values()} == {"training_time_s", "images_per_s", "job_read_bytes"}
     reads = hs["job_read_bytes:local|4:1_vs_none"]   # the seed's finding, limited vs none on one target
     assert reads["delta_percent"] == round((lim["job_read_bytes"] / base["job_read_bytes"] - 1) * 100, 1)
     assert reads["delta_percent"] > 50 and reads["ref"] == "memory 4:1" and reads["other"] == "no limit"
-    m = tr.metrics(frame, ["local", "other"])
+    m = trmet.metrics(frame, ["local", "other"])
     assert m["runs"] == 4 and "local" in m

@@ -40,13 +40,21 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _quiet_unraisable(unraisable) -> None:
+    # A signal's SystemExit raised inside os.fork's callbacks is only "ignored" by Python; the
+    # engine re-raises it (cgroups.raise_pending_signal), so its traceback would be noise.
+    if not isinstance(unraisable.exc_value, (SystemExit, KeyboardInterrupt)):
+        sys.__unraisablehook__(unraisable)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    sys.unraisablehook = _quiet_unraisable
     try:
         if args.command == "doctor":
             from .core.inventory import doctor_lines
             if args.clean:
-                from .core.cgroups import remove_leftovers
+                from .core.leftovers import remove_leftovers
                 print("\n".join(remove_leftovers()) or "no leftover storagebrief cgroups")
             print("\n".join(doctor_lines()))
             return 0

@@ -23,3 +23,12 @@ def die_with_parent(sig: int = signal.SIGKILL) -> bool:
     if ok and os.getppid() != parent:   # the parent died before prctl took effect
         os._exit(128 + int(sig))
     return ok
+
+
+def reap(procs, timeout_s: float) -> None:
+    """Join every multiprocessing child, killing any that outlive `timeout_s`."""
+    for pr in procs:
+        pr.join(timeout=timeout_s)
+        if pr.is_alive():
+            pr.kill()
+            pr.join()

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import cache, cgroups, inventory, monitor, results, targets as targets_mod
+from . import cache, cgroups, inventory, leftovers, monitor, results, targets as targets_mod
 from .lock import TargetLocks
 from .progress import Progress
 
@@ -203,7 +203,7 @@ def run(study, params, out_dir: str | Path, log=print, progress: str = "auto"):
     out_dir = check_out_dir(out_dir)
     cgroups.install_handlers()
     sweep = Sweep(study, params, out_dir, log)
-    for line in cgroups.remove_leftovers():
+    for line in leftovers.remove_leftovers():
         log(line)
         sweep.note(line)
     with TargetLocks(sweep.targets, params.run.on_busy_target, log) as locks:
@@ -236,8 +236,12 @@ def _sweep(sweep: Sweep, hooks, progress: str):
             one = Run(sweep, target, pt.repeat, run_id)
             try:
                 m = hooks.run_one(one, cfg)
+            except BaseException:
+                cgroups.raise_pending_signal()   # a SIGTERM/SIGHUP explains whatever failed after it
+                raise
             finally:
                 one.close()
+            cgroups.raise_pending_signal()
             _record(sweep, one, m)
             bar.end("ok" if m.ok else "failed")
     finally:

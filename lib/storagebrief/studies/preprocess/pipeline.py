@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from ...core import cgroups
-from ...core.procs import die_with_parent
+from ...core.procs import die_with_parent, reap
 from ...formats.tfrecord import count_records, image_example
 from .dataset import label_for
 from .params import INTERPOLATIONS, PreprocessParams
@@ -324,11 +324,7 @@ def run_pipeline(files: list[Path], root: Path, out_dir: Path, processes: int, p
     finally:
         if single_writer is not None:
             single_writer.close()
-        for w in workers:
-            w.join(timeout=10)
-            if w.is_alive():
-                w.kill()
-                w.join()
+        reap(workers, 10)
     return _measurements(out_dir, skipped, done, parent_write, elapsed)
 
 

@@ -1,0 +1,202 @@
+"""The emulate section of the brief: the KIOXIA brief's six tests, days saved, accelerators supported, latency."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from ...report.display import analysis, fmt_s, show_figure, show_md, show_table, style
+from .metrics import LAT_BINS_PER_DECADE, days_saved_table, drive_columns, figures, supported
+
+
+def section(study_dir: Path, frame, names: list[str]) -> None:
+    import seaborn as sns
+
+    style()
+    study_dir = Path(study_dir)
+    desc_path = study_dir / "study.json"
+    desc = json.loads(desc_path.read_text()) if desc_path.exists() else {}
+    _what_ran(frame, desc)
+    _workload_table(frame)
+    palette = dict(zip(names, sns.color_palette("deep", len(names))))
+    for w, g in frame.groupby("workload", sort=False):
+        _six_tests(frame, w, g, names, palette)
+        _days_saved(frame, w, g, names, desc)
+    sup = supported(frame)
+    _supported_table(sup)
+    _analysis(frame, sup)
+    _latency_histogram(study_dir, palette)
+    _latency_table(frame)
+
+
+def _what_ran(frame, desc: dict) -> None:
+    repeats = int(frame.repeat.max())
+    sizing = ", ".join(sorted(set(frame.dataset_sizing.astype(str))))
+    show_md(
+        f"**What ran.** Each emulated accelerator is a process with its own loader "
+        f"({int(frame.read_threads.iloc[0])} read threads, {int(frame.prefetch.iloc[0])} batches prefetched per thread, "
+        f"{int(frame.read_block_bytes.iloc[0]) // 1024} KiB reads) that reads every sample's bytes from the target, then "
+        "sleeps for the accelerator's compute time per batch; all accelerators meet at a barrier every step "
+        f"(the all-reduce). Files are reshuffled every epoch with a fixed seed. {int(frame.epochs.iloc[0])} epochs, "
+        f"{repeats} repeat(s) per point, cold cache before every run, targets interleaved. AU % = compute ÷ wall time "
+        "over all steps but the first, after removing the emulator's own measured overheads (sleep overshoot, "
+        f"barrier release). Page cache kept out of the measurement by: **{sizing}**. "
+        "MB = 10⁶ bytes, MiB = 2²⁰ bytes.")
+    few = frame.loc[frame.steps.idxmin()]
+    buffered = int(few.read_threads) * (int(few.prefetch) + 1)
+    if buffered / int(few.steps) > 0.02:
+        show_md(f"**Short runs.** The shortest run took {int(few.steps)} steps ({int(few.accelerators)} accelerators). Up to "
+                f"{buffered} batches (read threads × (prefetch + 1)) are read during the first step, which AU excludes "
+                "as DLIO does; on a storage-bound run those batches then arrive early, so its AU can be overstated by up "
+                f"to about {100 * buffered / max(1, int(few.steps) - 1 - buffered):.0f} % of its value. The throttle "
+                "bound in the analysis below is the steady-state figure.")
+    if desc.get("scale_note"):
+        show_md(f"**Scaled down.** This run's workload differs from the DLIO / MLPerf Storage reference values: "
+                f"{desc['scale_note']}. The quick profile shrinks files and compute time so the sweep finishes in "
+                "minutes on a small machine while each accelerator still demands a fixed bandwidth; absolute times "
+                "are not comparable with published results, the shape of the curves is.")
+
+
+def _workload_table(frame) -> None:
+    wrows = []
+    for w, g in frame.groupby("workload", sort=False):
+        first = g.iloc[0]
+        wrows.append({"Workload": w, "Files": int(first.num_files), "Dataset MB": first.dataset_bytes / 1e6,
+                      "Sample MB (mean)": first.sample_bytes_mean / 1e6, "Batch": int(first.batch_size),
+                      "Compute s / batch": first.compute_s, "Accelerator": first.accelerator_type,
+                      "Demand MB/s per accelerator": first.demand_mb_per_s_per_accelerator,
+                      "AU threshold %": first.au_threshold_percent})
+    show_table(pd.DataFrame(wrows), "Workloads as run. Demand = batch × sample bytes ÷ compute time: the read "
+                                    "rate one accelerator needs to stay busy.", floatfmt="{:,.3g}")
+
+
+def _six_tests(frame, w: str, g, names: list[str], palette: dict) -> None:
+    """The KIOXIA brief's tests 1–6 for one workload, as two rows of three bar charts."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    figs = figures(frame)
+    for part, items in ((1, figs[:3]), (2, figs[3:])):
+        fig, axes = plt.subplots(1, 3, figsize=(9.5, 3.1))
+        for ax, (col, unit, title, hint) in zip(axes, items):
+            if col not in g:
+                ax.set_visible(False)
+                continue
+            sns.barplot(data=g, x="accelerators", y=col, hue="target", hue_order=names, palette=palette,
+                        errorbar="sd", ax=ax)
+            ax.set(xlabel="accelerators", ylabel=unit, title=f"{title}\n({hint})")
+            ax.title.set_fontsize(9.5)
+            if col == "au_percent":
+                thr = float(g.au_threshold_percent.iloc[0])
+                ax.axhline(thr, color="#c0392b", ls="--", lw=1)
+                ax.set_ylim(0, 105)
+            if ax is not axes[0] and ax.get_legend():
+                ax.get_legend().remove()
+            elif ax.get_legend():
+                ax.legend(fontsize=7, title=None)
+        fig.tight_layout()
+        cap = ("Tests 1–3: total time, AU (dashed: MLPerf threshold) and samples/s per accelerator count"
+               if part == 1 else
+               f"Tests 4–6: average and maximum drive read MB/s from {drive_columns(frame)[2]} (max = largest "
+               f"{frame.monitor_interval_s.iloc[0] if 'monitor_interval_s' in frame else ''} s window) and "
+               "average read latency per read call seen by the loaders")
+        show_figure(fig, f"{w}: {cap}. Bars: means over repeats; error bars ±1 sd.")
+
+
+def _days_saved(frame, w: str, g, names: list[str], desc: dict) -> None:
+    ref = names[0]
+    epochs = int(g.epochs.iloc[0])
+    for other in names[1:]:
+        ds = days_saved_table(frame, ref, other, w)
+        if ds.empty:
+            continue
+        show_table(ds, f"{w}: training days saved per year by {ref} over {other}, extrapolated as in the KIOXIA "
+                       f"brief (365 days × the share of time saved; 100-epoch time = 100 ÷ {epochs} × "
+                       f"the {epochs}-epoch time; models/year = 8,760 h ÷ 100-epoch hours).",
+                   floatfmt="{:,.2f}")
+        best = ds.loc[ds["Days saved / year"].idxmax()]
+        show_md(f"**Analysis ({w}).** With {int(best.Accelerators)} accelerators {ref} finished "
+                f"{abs(best[f'{ref} faster %']):.1f} % {'faster' if best[f'{ref} faster %'] >= 0 else 'slower'} than "
+                f"{other} ({fmt_s(best[f'{ref}: s'])} vs {fmt_s(best[f'{other}: s'])}), which over a year of "
+                f"continuous training is ~{abs(best['Days saved / year']):.0f} days "
+                f"{'saved' if best['Days saved / year'] >= 0 else 'lost'}."
+                + (" The share of time saved carries over to full-size runs only as far as the scaled-down "
+                   "workload keeps the same demand-to-bandwidth ratio; the hours and models per year are those "
+                   "of the scaled-down run." if desc.get("scale_note") else ""))
+
+
+def _supported_table(sup) -> None:
+    tab = sup.rename(columns={"workload": "Workload", "target": "Target", "au_threshold_percent": "AU threshold %",
+                              "accelerators_supported": "Accelerators supported",
+                              "au_percent_at_supported": "AU % at that N",
+                              "max_accelerators_tested": "Largest N tested",
+                              "limited_by_sweep": "Limited by sweep"})
+    show_table(tab, "Accelerators supported (MLPerf Storage rule): the largest accelerator count whose mean AU "
+                    "stays at or above the threshold. 'Limited by sweep': the target passed at the largest N tried, "
+                    "so it may support more.")
+
+
+def _analysis(frame, sup) -> None:
+    """One finding per workload and target: AU at the ends of the sweep, read rate vs demand, the throttle bound."""
+    lines = []
+    for (w, t), g in frame.groupby(["workload", "target"], sort=False):
+        m = g.groupby("accelerators").agg(au=("au_percent", "mean"), dev=("device_read_mb_per_s_avg", "mean")
+                                          if "device_read_mb_per_s_avg" in g else ("loader_read_mb_per_s", "mean"),
+                                          loader=("loader_read_mb_per_s", "mean"),
+                                          bound=("throttle_au_bound_percent", "mean"),
+                                          lat=("read_latency_us_mean", "mean"),
+                                          over=("emulator_overhead_s", "mean"), tot=("measured_time_s", "mean"))
+        d = float(g.demand_mb_per_s_per_accelerator.iloc[0])
+        nmax = int(m.index.max())
+        s = sup[(sup.workload == w) & (sup.target == t)].iloc[0]
+        text = (f"- **{t}** ({w}): AU {m.au.iloc[0]:.1f} % at {int(m.index[0])} accelerator(s) and {m.au.iloc[-1]:.1f} % at "
+                f"{nmax}; loaders read {m.loader.iloc[-1]:.0f} MB/s at {nmax} against a demand of {nmax} × {d:.0f} = "
+                f"{nmax * d:.0f} MB/s; supports {int(s.accelerators_supported)} accelerator(s) at ≥ "
+                f"{s.au_threshold_percent:.0f} % AU")
+        if not math.isnan(m.bound.iloc[-1]):
+            text += (f". The throttle allows at most {m.bound.iloc[-1]:.0f} % AU at {nmax} (min(bandwidth cap, "
+                     f"IOPS cap × measured request size) ÷ demand); measured {m.au.iloc[-1]:.0f} %")
+        text += (f". Emulator overhead removed from the wall time: "
+                 f"{100 * m.over.mean() / max(m.tot.mean(), 1e-9):.2f} % of it.")
+        lines.append(text)
+    analysis(lines, tail="When storage keeps up, AU stays near 100 % and total time "
+             "falls as accelerators are added (the dataset is split among them); once N × demand exceeds what the "
+             "target delivers, the loaders fall behind, the accelerators wait at the barrier for the slowest, AU drops "
+             "roughly as delivered ÷ demanded, and total time stops improving.")
+
+
+def _latency_histogram(study_dir: Path, palette: dict) -> None:
+    """Per-read latency distribution at the largest accelerator count (latency_histograms.csv)."""
+    import matplotlib.pyplot as plt
+
+    hist_path = study_dir / "latency_histograms.csv"
+    if not hist_path.exists():
+        return
+    h = pd.read_csv(hist_path)
+    if h.empty:
+        return
+    nmax = int(h.accelerators.max())
+    sub = h[h.accelerators == nmax].groupby(["workload", "target", "bin_lo_us", "bin_hi_us"],
+                                            as_index=False)["count"].sum()
+    fig, ax = plt.subplots(figsize=(7.5, 3.0))
+    for (w, t), g in sub.groupby(["workload", "target"], sort=False):
+        share = g["count"] / g["count"].sum() * 100
+        ax.step(g.bin_lo_us, share, where="post", label=f"{t} ({w})", color=palette.get(t))
+    ax.set(xscale="log", xlabel="read latency per read call (µs, log scale)", ylabel="% of reads",
+           title=f"Read latency distribution at {nmax} accelerators")
+    ax.legend(fontsize=8)
+    show_figure(fig, f"Histogram of per-read latencies over all repeats at {nmax} accelerators "
+                     f"({LAT_BINS_PER_DECADE} log bins per decade).")
+
+
+def _latency_table(frame) -> None:
+    cols = ["workload", "target", "accelerators", "read_latency_us_mean", "read_latency_us_p50", "read_latency_us_p90",
+            "read_latency_us_p99", "read_latency_us_max", "device_read_latency_us", "cpu_busy_percent"]
+    cols = [c for c in cols if c in frame]
+    lt = frame.groupby(["workload", "target", "accelerators"], as_index=False)[cols[3:]].mean()
+    names_map = {"device_read_latency_us": "device read µs (avg)", "cpu_busy_percent": "CPU busy %"}
+    show_table(lt.rename(columns=lambda c: names_map.get(c, c.replace("read_latency_us_", "read µs ").replace("_", " "))),
+               "Read latency per read call as the loaders saw it (µs; includes throttle queueing), the device's own "
+               "average (µs; after the throttle) and CPU busy %, means over repeats.")

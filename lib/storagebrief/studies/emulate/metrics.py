@@ -1,0 +1,252 @@
+"""emulate arithmetic: AU and timing from per-step timestamps, read latencies, the throttle's bound,
+and on runs.csv the MLPerf Storage rule, headlines, metrics.json and mlperf_results.json.
+
+AU % = compute time ÷ step wall time over all steps but the first. The emulator's
+own overheads (the sleep overshoot of the accelerator that closed the step and the
+barrier's release latency after the last arrival) are measured per step and taken
+out of the wall time, so they never look like storage slowness; they are reported
+as columns. A storage system supports the largest number of accelerators whose AU
+stays at or above the workload's threshold (MLPerf Storage).
+MB = 10^6 bytes, MiB = 2^20 bytes; column names say which.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from ...report.headlines import versus_reference
+
+LAT_BINS_PER_DECADE = 20
+LAT_EDGES_US = np.logspace(0, 8, 8 * LAT_BINS_PER_DECADE + 1)   # 1 us .. 100 s
+
+
+# --------------------------------------------------------------------------- one run
+def job_metrics(times: np.ndarray, compute_s: float, batch: int, t_start: float) -> dict:
+    """AU and timing from per-step timestamps, shape (accelerators, steps, 5).
+
+    Columns per step: t0 batch wanted, t1 batch in hand, t2 compute done,
+    t3 at barrier, t4 released. Step boundaries are the barrier releases (the
+    same instant for every accelerator up to release latency). The first step is
+    excluded from AU and samples/s (start-up: empty prefetch queues).
+    """
+    n, steps, _ = times.shape
+    release = times[:, :, 4].max(axis=0)                 # step ends (last accelerator out)
+    last_in = times[:, :, 3].max(axis=0)                 # last arrival at the barrier
+    closer = times[:, :, 3].argmax(axis=0)               # accelerator that closed each step
+    overshoot = (times[:, :, 2] - times[:, :, 1]) - compute_s
+    release_lat = np.clip(release - last_in, 0, None)
+    crit_overshoot = np.clip(overshoot[closer, np.arange(steps)], 0, None)
+    bounds = np.concatenate([[t_start], release])
+    wall = np.diff(bounds)                               # step wall time, job view
+    overhead = np.minimum(crit_overshoot + release_lat, wall)
+    data_wait = times[:, :, 1] - times[:, :, 0]
+    peer_wait = times[:, :, 4] - times[:, :, 3]
+    m = slice(1, None) if steps > 1 else slice(0, None)
+    measured = float(wall[m].sum() - overhead[m].sum())
+    au = 100.0 * compute_s * len(wall[m]) / measured if measured > 0 else 0.0
+    own = 100.0 * compute_s * len(wall[m]) / (compute_s * len(wall[m]) + data_wait[:, m].sum(axis=1))
+    window = float(release[-1] - (release[0] if steps > 1 else t_start))
+    samples_m = n * batch * len(wall[m])
+    return {
+        "total_time_s": float(release[-1] - t_start),
+        "measured_time_s": float(wall[m].sum()),
+        "au_percent": min(100.0, au),
+        "au_own_percent": own,                            # per accelerator: compute / (compute + own data wait)
+        "samples": int(n * batch * steps),
+        "samples_per_s": samples_m / window if window > 0 else float("nan"),
+        "steps": int(steps),
+        "compute_overshoot_s_total": float(np.clip(overshoot, 0, None).sum()),
+        "compute_overshoot_us_mean": float(overshoot.mean() * 1e6),
+        "barrier_release_s_total": float(release_lat.sum()),
+        "emulator_overhead_s": float(overhead[m].sum()),
+        "data_wait_s": data_wait.sum(axis=1),             # per accelerator
+        "peer_wait_s": peer_wait.sum(axis=1),
+        "overshoot_s": np.clip(overshoot, 0, None).sum(axis=1),
+    }
+
+
+def latency_stats(lat_s: np.ndarray, prefix: str = "read_latency_us") -> dict:
+    if lat_s.size == 0:
+        return {f"{prefix}_{k}": float("nan") for k in ("mean", "p50", "p90", "p99", "max")}
+    us = lat_s.astype(np.float64) * 1e6
+    p50, p90, p99 = np.percentile(us, [50, 90, 99])
+    return {f"{prefix}_mean": float(us.mean()), f"{prefix}_p50": float(p50), f"{prefix}_p90": float(p90),
+            f"{prefix}_p99": float(p99), f"{prefix}_max": float(us.max())}
+
+
+def latency_histogram(lat_s: np.ndarray) -> list[dict]:
+    counts, _ = np.histogram(np.clip(lat_s.astype(np.float64) * 1e6, 1, 1e8 - 1), bins=LAT_EDGES_US)
+    return [{"bin_lo_us": float(LAT_EDGES_US[i]), "bin_hi_us": float(LAT_EDGES_US[i + 1]), "count": int(c)}
+            for i, c in enumerate(counts) if c]
+
+
+def throttle_cap_mb_per_s(profile, request_bytes: float | None = None) -> float:
+    """Read rate the throttle allows: min(bandwidth cap, IOPS cap x request size); NaN if uncapped.
+
+    The IOPS cap binds when requests are small: a 1 MiB read split by the
+    device's segment limit counts as two requests.
+    """
+    if profile is None:
+        return float("nan")
+    caps = []
+    if profile.read_mb_per_s:
+        caps.append(float(profile.read_mb_per_s))
+    if profile.read_iops and request_bytes:
+        caps.append(profile.read_iops * request_bytes / 1e6)
+    return min(caps) if caps else float("nan")
+
+
+def throttle_au_bound(cap_mb_per_s: float, accelerators: int, demand_mb_per_s: float) -> float:
+    """AU the throttle allows: min(100, cap / (N x demand)); NaN when not capped."""
+    if not cap_mb_per_s or math.isnan(cap_mb_per_s) or demand_mb_per_s <= 0:
+        return float("nan")
+    return min(100.0, 100.0 * cap_mb_per_s / (accelerators * demand_mb_per_s))
+
+
+def summarize(raw: dict, cfg: dict, accelerators: int) -> tuple[dict, list[dict], np.ndarray]:
+    """Run-level metrics, per-accelerator rows and all read latencies (seconds)."""
+    times = np.stack([r["times"] for r in raw["ranks"]])
+    jm = job_metrics(times, cfg["compute_s"], cfg["batch"], raw["t_start"])
+    lat = np.concatenate([r["latencies"] for r in raw["ranks"]])
+    loader_bytes = sum(r["bytes"] for r in raw["ranks"])
+    total = jm["total_time_s"]
+    row = {k: v for k, v in jm.items() if not isinstance(v, np.ndarray)}
+    row.update({
+        "au_own_percent_min": float(jm["au_own_percent"].min()),
+        "au_own_percent_mean": float(jm["au_own_percent"].mean()),
+        "data_wait_s_total": float(jm["data_wait_s"].sum()),
+        "loader_bytes": int(loader_bytes),
+        "loader_read_mb_per_s": loader_bytes / total / 1e6,
+        "loader_read_mib_per_s": loader_bytes / total / 2**20,
+        "reads": int(lat.size),
+        **latency_stats(lat),
+        "checkpoints": int(sum(r["checkpoints"] for r in raw["ranks"])),
+        "checkpoint_s_total": float(sum(r["checkpoint_s"] for r in raw["ranks"])),
+    })
+    per = []
+    for r, rk in enumerate(raw["ranks"]):
+        per.append({"accelerator": r, "steps": int(jm["steps"]), "samples": int(jm["steps"] * cfg["batch"]),
+                    "au_own_percent": float(jm["au_own_percent"][r]),
+                    "data_wait_s": float(jm["data_wait_s"][r]), "peer_wait_s": float(jm["peer_wait_s"][r]),
+                    "compute_overshoot_s": float(jm["overshoot_s"][r]),
+                    "loader_bytes": int(rk["bytes"]), "loader_read_mb_per_s": rk["bytes"] / total / 1e6,
+                    "reads": int(rk["latencies"].size), **latency_stats(rk["latencies"])})
+    return row, per, lat
+
+
+# --------------------------------------------------------------------------- runs.csv
+def supported(frame) -> pd.DataFrame:
+    """Accelerators supported per workload and target: largest N whose mean AU >= threshold."""
+    rows = []
+    for (w, t), g in frame.groupby(["workload", "target"], sort=False):
+        thr = float(g.au_threshold_percent.iloc[0])
+        au = g.groupby("accelerators").au_percent.mean()
+        ok = au[au >= thr]
+        n = int(ok.index.max()) if not ok.empty else 0
+        rows.append({"workload": w, "target": t, "au_threshold_percent": thr, "accelerators_supported": n,
+                     "au_percent_at_supported": float(au[n]) if n else float("nan"),
+                     "max_accelerators_tested": int(au.index.max()),
+                     "limited_by_sweep": bool(n == int(au.index.max()))})
+    return pd.DataFrame(rows)
+
+
+def drive_columns(frame) -> tuple[str, str, str]:
+    """(average, maximum, source) columns for the drive-throughput tests.
+
+    Prefer the run's own device reads (cgroup blkio counters, sampled like the
+    monitor) when every run has them: the monitor's counters are device-wide and
+    count other work on a shared disk too.
+    """
+    own = ("cgroup_read_mb_per_s", "cgroup_read_mb_per_s_max")
+    if all(c in frame and frame[c].notna().all() for c in own):
+        return own[0], own[1], "the run's own device reads (cgroup blkio counters)"
+    return "device_read_mb_per_s_avg", "device_read_mb_per_s_max", "device-wide counters (/proc/diskstats)"
+
+
+def headline_metrics(frame) -> list[tuple[str, str, str]]:
+    avg, mx, _ = drive_columns(frame)
+    return [("total_time_s", "lower", "Total time to complete training"),
+            ("au_percent", "higher", "Average accelerator utilization"),
+            ("samples_per_s", "higher", "Training sample throughput"),
+            (avg, "higher", "Average drive read throughput (MB/s)"),
+            (mx, "higher", "Maximum drive read throughput (MB/s)"),
+            ("read_latency_us_mean", "lower", "Average read latency (loader, per read call)")]
+
+
+def headlines(frame, target_names: list[str]) -> list[dict]:
+    """The six KIOXIA tests: reference (first target) vs each other, over matched workload x N."""
+    return versus_reference(frame, target_names, ["workload", "accelerators"], headline_metrics(frame))
+
+
+def metrics(frame, target_names: list[str]) -> dict:
+    out: dict = {"runs": int(len(frame))}
+    sup = supported(frame)
+    for (w, t), g in frame.groupby(["workload", "target"]):
+        means = g.groupby("accelerators")[["au_percent", "samples_per_s", "loader_read_mb_per_s"]].mean()
+        s = sup[(sup.workload == w) & (sup.target == t)].iloc[0]
+        out.setdefault(w, {})[t] = {
+            "accelerators_supported": int(s.accelerators_supported),
+            "au_percent_at_max_accelerators": float(means.au_percent.iloc[-1]),
+            "max_samples_per_s": float(means.samples_per_s.max()),
+            "max_loader_read_mb_per_s": float(means.loader_read_mb_per_s.max())}
+    out["headlines"] = {h["id"]: h["delta_percent"] for h in headlines(frame, target_names)}
+    return out
+
+
+def mlperf_results(frame) -> dict:
+    """MLPerf-Storage-like summary per workload, target and accelerator count (means over repeats).
+
+    MLPerf Storage / DLIO report I/O as MB/s computed with 2^20 bytes; here the
+    key says MiB. AU excludes the first step, as there.
+    """
+    out = {"benchmark": "storagebrief emulate (DLIO / MLPerf Storage style)", "results": [],
+           "accelerators_supported": supported(frame).to_dict("records")}
+    for (w, t, n), g in frame.groupby(["workload", "target", "accelerators"]):
+        thr = float(g.au_threshold_percent.iloc[0])
+        out["results"].append({
+            "workload": w, "target": t, "accelerator_type": str(g.accelerator_type.iloc[0]),
+            "num_accelerators": int(n), "repeats": int(len(g)),
+            "train_au_percentage": [round(float(x), 3) for x in g.au_percent],
+            "train_au_mean_percentage": float(g.au_percent.mean()),
+            "train_au_stdev_percentage": float(g.au_percent.std(ddof=0)),
+            "train_au_threshold_percentage": thr,
+            "train_au_meet_expectation": "success" if g.au_percent.mean() >= thr else "fail",
+            "train_throughput_mean_samples_per_second": float(g.samples_per_s.mean()),
+            "train_io_mean_MiB_per_second": float(g.loader_read_mib_per_s.mean()),
+            "train_io_mean_MB_per_second_1e6": float(g.loader_read_mb_per_s.mean()),
+            "num_files": int(g.num_files.iloc[0]), "sample_bytes_mean": float(g.sample_bytes_mean.iloc[0]),
+            "batch_size": int(g.batch_size.iloc[0]), "compute_s_per_batch": float(g.compute_s.iloc[0]),
+            "epochs": int(g.epochs.iloc[0]), "dataset_sizing": str(g.dataset_sizing.iloc[0]),
+        })
+    return out
+
+
+def days_saved_table(frame, ref: str, other: str, workload: str):
+    """KIOXIA-style extrapolation: % faster, days saved per year, 100-epoch hours, models per year."""
+    g = frame[frame.workload == workload].groupby(["accelerators", "target"]).total_time_s.mean().unstack("target")
+    if ref not in g or other not in g:
+        return pd.DataFrame()
+    epochs = int(frame[frame.workload == workload].epochs.iloc[0])
+    rows = []
+    for n, r in g[[ref, other]].dropna().iterrows():
+        faster = (r[other] - r[ref]) / r[other] * 100
+        h_ref, h_other = r[ref] * 100 / epochs / 3600, r[other] * 100 / epochs / 3600
+        rows.append({"Accelerators": int(n), f"{ref}: s": r[ref], f"{other}: s": r[other],
+                     f"{ref} faster %": faster, "Days saved / year": 365 * faster / 100,
+                     f"{ref}: 100-epoch h": h_ref, f"{other}: 100-epoch h": h_other,
+                     f"{ref}: models / year": 8760 / h_ref if h_ref else float("nan"),
+                     f"{other}: models / year": 8760 / h_other if h_other else float("nan")})
+    return pd.DataFrame(rows)
+
+
+def figures(frame) -> list[tuple[str, str, str, str]]:
+    """The six KIOXIA tests: (column, unit, title, hint)."""
+    avg, mx, _ = drive_columns(frame)
+    return [("total_time_s", "seconds", "Total time to complete training", "lower is better"),
+            ("au_percent", "AU %", "Average accelerator utilization", "higher is better"),
+            ("samples_per_s", "samples/s", "Training sample throughput", "higher is better"),
+            (avg, "MB/s (10⁶ B)", "Average drive read throughput", "higher is better"),
+            (mx, "MB/s (10⁶ B)", "Maximum drive read throughput", "higher is better"),
+            ("read_latency_us_mean", "µs", "Average read latency (loader)", "lower is better")]

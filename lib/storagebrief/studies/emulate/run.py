@@ -1,0 +1,250 @@
+"""The emulate sweep on the shared engine (core.sweep): accelerator counts per workload, on every target.
+
+Reproduces "Accelerating Machine Learning Performance / Decreasing Training Times with
+KIOXIA CM7 Series SSDs" (2024), which ran DLIO's unet3d workload with 8..18 emulated
+V100s, and MLPerf Storage's rule: a storage system supports the largest number of
+accelerators whose utilization (AU) stays at or above a threshold (90 % unet3d/resnet50,
+70 % cosmoflow). An emulated accelerator is one process (no MPI) with its own loader
+(loader.py, accelerators.py); AU arithmetic is in metrics.py.
+
+Per workload, accelerator counts x repeats in run order, targets interleaved. Each run:
+cold cache, one cgroup holding the target's throttle and/or the page-cache cap, N
+accelerators, one row, per-accelerator rows (accelerators.csv) and a read-latency
+histogram (latency_histograms.csv) beside it.
+
+Page cache: a small dataset read for several epochs would come from memory.
+Two ways to keep reads on the device (recorded per run, `dataset_sizing`):
+  mlperf      the dataset is at least 5 × the host's memory (MLPerf Storage rule);
+  memory_cap  the accelerators run in a child cgroup whose memory limit caps
+              their page cache (cgroup v1 and v2 charge page cache to the
+              cgroup); the dataset must be at least 5 × that cap, so at most
+              ~20 % of reads can hit the cache. Loader buffers are allocated
+              before the processes join, so the cap is almost all page cache.
+              Without a memory cgroup the loader evicts each file after reading
+              it (fadvise DONTNEED) instead, and the run says so.
+`odirect: true` bypasses the page cache altogether (aligned reads).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from ...core import cgroups, results, targets as targets_mod
+from ...core.config import ParamsError
+from ...core.sweep import Measurement, Point
+from .accelerators import run_once
+from .dataset import generate_dataset, planned_files, study_description
+from .iocounters import CgroupIoSampler, cgroup_read_stats
+from .loader import steps_per_epoch
+from .metrics import latency_histogram, mlperf_results, summarize, throttle_au_bound, throttle_cap_mb_per_s
+from .params import EmulateParams
+
+STUDY = "emulate"
+
+# Test hook, None in use: keys merged into every run's accelerator config, e.g.
+# {"fail_rank": 1, "fail_at_step": 3} makes accelerator 1 exit at step 3
+# (tests/test_emulate.py sets it with monkeypatch to check failure handling).
+FAULT: dict | None = None
+
+
+# --------------------------------------------------------------------------- prepare
+def _dataset_sizes(p: EmulateParams) -> dict[str, int]:
+    """Files per workload; refuses a workload that has no full step at the largest accelerator count."""
+    sizes: dict[str, int] = {}
+    for name in p.workloads:
+        spec = p.spec(name)
+        files = planned_files(p, spec)
+        steps = steps_per_epoch(files, spec.samples_per_file, max(p.accelerators), spec.batch_for(p.accelerator_type))
+        if steps < 1:
+            raise ParamsError(f"emulate: workload '{name}' with {files} files has no full step for "
+                              f"{max(p.accelerators)} accelerators")
+        sizes[name] = files
+    return sizes
+
+
+def _check_free_space(p: EmulateParams, tlist, sizes: dict[str, int]) -> None:
+    """Every target's datasets fit; targets on one filesystem share its free space."""
+    per_fs: dict[int, int] = {}
+    for t in tlist:
+        need = 0
+        for name in p.workloads:
+            spec = p.spec(name)
+            d = t.study_dir(STUDY) / name / "data"
+            existing = sum(f.stat().st_size for f in d.rglob("*") if f.is_file()) if d.exists() else 0
+            need += max(0, int(sizes[name] * spec.samples_per_file * (spec.record_bytes + 64)) - existing)
+        need += int(p.checkpoint_mib * 2**20)
+        probe = t.path
+        while not probe.exists():
+            probe = probe.parent
+        dev = os.stat(probe).st_dev
+        per_fs[dev] = per_fs.get(dev, 0) + need
+        targets_mod.check_free_space(t, per_fs[dev], f"the emulate datasets ({', '.join(p.workloads)}) of this "
+                                                     "and earlier targets on the same filesystem")
+
+
+def prepare(sweep) -> None:
+    """Everything that can be wrong is checked before any measured work; then the datasets, and study.json."""
+    p: EmulateParams = sweep.p
+    sizes = _dataset_sizes(p)
+    _check_free_space(p, sweep.targets, sizes)
+    datasets: dict[tuple[str, str], dict] = {}
+    for t in sweep.targets:
+        for name in p.workloads:
+            datasets[(t.name, name)] = generate_dataset(t.study_dir(STUDY) / name / "data", name, p.spec(name),
+                                                        sizes[name], p.seed, sweep.log)
+        sample = [Path(f) for f in datasets[(t.name, p.workloads[0])]["files"][:16]]
+        targets_mod.check_profile_speed(t, sample)
+    memory_limit = p.memory_limit_mib * 2**20 if p.dataset_sizing == "memory_cap" and not p.odirect else None
+    sweep.state.update(datasets=datasets, memory_limit=memory_limit, stopped=set(), last_n={})
+    sweep.out_dir.mkdir(parents=True, exist_ok=True)
+    results.write_json(sweep.out_dir / "study.json", study_description(p, datasets, sweep.targets))
+
+
+# --------------------------------------------------------------------------- plan
+def plan(sweep) -> list[Point]:
+    """(workload, accelerators) x repeats in run order (targets interleave inside each)."""
+    p: EmulateParams = sweep.p
+    return [Point((w, n), r, f"{n} accelerator(s)")
+            for w in p.workloads for n in p.accelerators for r in range(1, p.repeats + 1)]
+
+
+def run_id(config, target, repeat: int) -> str:
+    name, n = config
+    return f"{STUDY}-{name}-{target.name}-n{n}-r{repeat}"
+
+
+def skip(sweep, point, target) -> bool:
+    """stop_below_threshold: a target whose mean AU at the previous accelerator count fell
+    below the workload's threshold runs no larger counts of that workload."""
+    p: EmulateParams = sweep.p
+    name, n = point.config
+    stopped, last_n = sweep.state["stopped"], sweep.state["last_n"]
+    if p.stop_below_threshold and point.repeat == 1 and n != last_n.get(name):   # first target of a new N
+        frame = sweep.frame()
+        if not frame.empty and name in last_n:
+            prev = frame[(frame.workload == name) & (frame.accelerators == last_n[name])]
+            for tname, au in prev.groupby("target").au_percent.mean().items():
+                if au < p.spec(name).au_threshold_percent:
+                    stopped.add((name, tname))
+        last_n[name] = n
+    return (name, target.name) in stopped
+
+
+# --------------------------------------------------------------------------- one run
+def run_config(p: EmulateParams, name: str, data: dict, accelerators: int, evict: bool,
+               checkpoint_dir: Path, capped: bool = False) -> dict:
+    """What every accelerator process of one run needs (accelerators._accelerator)."""
+    spec = p.spec(name)
+    batch = spec.batch_for(p.accelerator_type)
+    return {"files": data["files"], "spans": [[tuple(s) for s in f] for f in data["spans"]],
+            "epochs": p.epochs, "seed": p.seed, "batch": batch,
+            "steps_per_epoch": steps_per_epoch(len(data["files"]), spec.samples_per_file, accelerators, batch),
+            "compute_s": spec.compute_s[p.accelerator_type], "read_threads": p.read_threads or spec.read_threads,
+            "prefetch": p.prefetch, "block": p.read_block_kib * 1024, "odirect": p.odirect, "evict": evict,
+            "readahead": p.readahead if p.readahead is not None else not capped,
+            "checkpoint_every_steps": p.checkpoint_every_steps,
+            "checkpoint_bytes": int(p.checkpoint_mib * 2**20), "checkpoint_dir": str(checkpoint_dir)}
+
+
+def _run_cgroup(run, memory_limit: int | None) -> tuple[cgroups.Cgroup | None, bool, bool]:
+    """A cgroup with the target's throttle and/or the page-cache cap; degrades with a warning.
+
+    Returns (group or None, throttled, capped). When both cannot be had, it keeps what
+    the machine allows: the throttle alone, else the cap alone. The engine removes it.
+    """
+    t = run.target
+    io = targets_mod.io_limits(t, accounting=True)   # unthrottled: counts the run's own reads
+    limited = io is not None and any((io.read_bps, io.write_bps, io.read_iops, io.write_iops))
+    if t.emulated and io is None:
+        run.sweep.note(f"target '{t.name}': emulated profile not applied: {t.device.reason}")
+    attempts = [(memory_limit, io)]
+    if memory_limit is not None and io is not None:
+        attempts += [(None, io), (memory_limit, None)]
+    group, last_err = None, None
+    for mem, lim in attempts:
+        if mem is None and lim is None:
+            continue
+        try:
+            group = run.cgroup(memory_limit_bytes=mem, io=lim)
+            break
+        except cgroups.CgroupUnavailable as exc:
+            last_err = exc
+    throttled = limited and group is not None and group.io is not None
+    capped = group is not None and group.memory_limit_bytes is not None
+    if limited and not throttled:
+        run.sweep.note(f"target '{t.name}': emulated profile not applied: {last_err}")
+    if memory_limit is not None and not capped:
+        run.sweep.note(f"page cache not capped (memory cgroup unavailable: {last_err}); the loader evicted each "
+                       "file after reading it (fadvise DONTNEED) instead")
+    return group, throttled, capped
+
+
+def _sizing(p: EmulateParams, capped: bool, memory_limit: int | None) -> str:
+    """How the page cache was kept out of the measurement (the dataset_sizing column)."""
+    return ("odirect (page cache bypassed)" if p.odirect else
+            "memory_cap" if capped else
+            "memory_cap->fadvise_evict (no memory cgroup)" if memory_limit else
+            "fixed (page cache not controlled)" if p.dataset_sizing == "fixed" else "mlperf")
+
+
+def _row(run, name: str, n: int, data: dict, cfg: dict, summary: dict, cg, throttled: bool, capped: bool) -> dict:
+    """The run's columns (the engine adds the common and monitor ones)."""
+    p: EmulateParams = run.p
+    spec = p.spec(name)
+    memory_limit = run.sweep.state["memory_limit"]
+    sample_bytes = data["bytes"] / (len(data["files"]) * spec.samples_per_file)
+    req = cg[0] / cg[1] if cg and cg[1] else None
+    cap = throttle_cap_mb_per_s(run.target.profile if throttled else None, req)
+    demand = cfg["batch"] * sample_bytes / cfg["compute_s"] / 1e6
+    return {"workload": name, "accelerator_type": p.accelerator_type, "accelerators": n,
+            "dataset_sizing": _sizing(p, capped, memory_limit), "memory_limit_bytes": memory_limit if capped else None,
+            "odirect": p.odirect, "num_files": len(data["files"]), "dataset_bytes": int(data["bytes"]),
+            "sample_bytes_mean": sample_bytes,
+            "batch_size": cfg["batch"], "compute_s": cfg["compute_s"], "epochs": p.epochs,
+            "steps_per_epoch": cfg["steps_per_epoch"], "read_threads": cfg["read_threads"],
+            "prefetch": p.prefetch, "read_block_bytes": cfg["block"], "readahead": cfg["readahead"],
+            "demand_mb_per_s_per_accelerator": demand,
+            "throttle_cap_mb_per_s": cap,
+            "throttle_au_bound_percent": throttle_au_bound(cap, n, demand),
+            "au_threshold_percent": spec.au_threshold_percent, **summary,
+            "au_pass": summary["au_percent"] >= spec.au_threshold_percent,
+            "cgroup_read_bytes": cg[0] if cg else None,
+            "cgroup_read_requests": cg[1] if cg else None,
+            "cgroup_read_kib_per_request": cg[0] / cg[1] / 1024 if cg and cg[1] else None,
+            "cgroup_read_mb_per_s": cg[0] / summary["total_time_s"] / 1e6 if cg else None,
+            "device_bytes_per_loader_byte": cg[0] / summary["loader_bytes"] if cg and summary["loader_bytes"] else None}
+
+
+def run_one(run, config) -> Measurement:
+    """N emulated accelerators on run.target: cold cache, throttle / page-cache cap, the measured run."""
+    name, n = config
+    t, p = run.target, run.p
+    data = run.sweep.state["datasets"][(t.name, name)]
+    memory_limit = run.sweep.state["memory_limit"]
+    run.cold_cache([Path(data["files"][0]).parent])
+    group, throttled, capped = _run_cgroup(run, memory_limit)
+    evict = memory_limit is not None and not capped
+    cfg = run_config(p, name, data, n, evict, t.study_dir(STUDY) / "checkpoints", capped)
+    if FAULT:
+        cfg.update(FAULT)
+    cgio = CgroupIoSampler(group, t.device, run.params.run.monitor_interval_s)
+    run.add_sampler(cgio)
+    raw = run_once(cfg, n, group.procs_files if group else None, on_start=run.start_clock)
+    run.stop_clock()
+    mem_stats = group.memory_stats() if capped else {}
+    cg = cgroup_read_stats(group, t.device)
+    summary, per, lat = summarize(raw, cfg, n)
+    row = {**_row(run, name, n, data, cfg, summary, cg, throttled, capped), **cgio.summary(), **mem_stats}
+    ids = {"run_id": run.run_id, "target": t.name, "workload": name, "accelerators": n, "repeat": run.repeat}
+    return Measurement(row, tables={"accelerators.csv": [{**ids, **r} for r in per],
+                                    "latency_histograms.csv": [{**ids, **h} for h in latency_histogram(lat)]},
+                       series={"-cgroup": cgio.timeseries()} if cgio.samples else {})
+
+
+# --------------------------------------------------------------------------- finish
+def finish(sweep, frame) -> None:
+    """Checkpoints removed from every target; the MLPerf-Storage-like summary."""
+    for t in sweep.targets:
+        shutil.rmtree(t.study_dir(STUDY) / "checkpoints", ignore_errors=True)
+    results.write_json(sweep.out_dir / "mlperf_results.json", mlperf_results(frame))

@@ -1,0 +1,208 @@
+"""Training jobs seen from the parent: start each in its own process (and cgroup), drain its events.
+
+Each training job is a fresh Python process (`python -c BOOT`) that joins its cgroup
+before anything else, so all its memory (TensorFlow, page cache of the records it reads)
+is charged there and an OOM kill takes only that job, which becomes a failed run row with
+its reason. The job reports ready, waits for go (the parent makes the cache cold and
+starts the clock in between) and reports each step, epoch and the end on a pipe.
+"""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ...core.procs import die_with_parent
+from .memory import breakdown, cap_page_cache
+from .params import MIB
+
+BOOT = ("import sys, os, json; a = json.loads(sys.argv[1]); "
+        "[open(f, 'w').write(str(os.getpid())) for f in a['procs']]; "
+        "from storagebrief.studies.train_resnet50.worker import worker_main; worker_main(a['spec'])")
+
+
+class JobFailed(RuntimeError):
+    pass
+
+
+@dataclass
+class Job:
+    index: int
+    spec: dict
+    group: object | None            # its memory (+ io) cgroup; None where cgroups are unavailable
+    log_path: Path
+    proc: subprocess.Popen | None = None
+    events: "queue.Queue" = field(default_factory=queue.Queue)
+    ready: dict | None = None
+    done: dict | None = None
+    epochs: list = field(default_factory=list)
+    last_progress: float = 0.0
+    need_bytes: int | None = None
+    limit_bytes: int | None = None
+    anon_ready: int = 0
+    anon_max: int = 0
+    memory_trace: list = field(default_factory=list)   # polled every 0.25 s while training
+    cache_share_bytes: int = 0      # a ratio limit's page-cache share (0: not a ratio run)
+    reclaims: int = 0               # ratio runs: page-cache reclaims and the bytes asked for
+    reclaimed_bytes: int = 0
+    cache_sum: int = 0              # unmapped page cache in the group, summed over polls
+    cache_samples: int = 0
+    stats: dict = field(default_factory=dict)
+
+    def start(self, spec_path: Path) -> None:
+        rfd, wfd = os.pipe()
+        self.spec["event_fd"] = wfd
+        spec_path.write_text(json.dumps(self.spec))
+        arg = json.dumps({"procs": self.group.procs_files if self.group else [], "spec": str(spec_path)})
+        # Two malloc arenas and a fixed mmap threshold: otherwise TensorFlow's threads grow an arena
+        # each and freed decode buffers stay in the heap, so the job's memory drifts by 100+ MB after
+        # warm-up (measured) and a ratio limit's page-cache share would be unpredictable.
+        # Temporary files (TensorFlow's autograph sources) go under the run's own jobs/ folder,
+        # which the study removes, instead of piling up in /tmp.
+        tmp = spec_path.parent / "tmp"
+        tmp.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1", "MALLOC_ARENA_MAX": "2",
+               "MALLOC_MMAP_THRESHOLD_": "65536", "TMPDIR": str(tmp)}
+        log = open(self.log_path, "wb")
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-c", BOOT, arg], stdin=subprocess.PIPE,
+                                         stdout=log, stderr=subprocess.STDOUT, pass_fds=(wfd,), env=env,
+                                         start_new_session=True,   # our signal handling decides its end
+                                         preexec_fn=die_with_parent)   # ... and kill -9 of us ends it too
+        finally:
+            os.close(wfd)
+            log.close()
+        threading.Thread(target=self._read, args=(rfd,), daemon=True).start()
+        self.last_progress = time.monotonic()
+
+    def _read(self, fd: int) -> None:
+        with os.fdopen(fd, "rb") as fh:
+            for line in fh:
+                try:
+                    self.events.put(json.loads(line))
+                except ValueError:
+                    pass
+        self.events.put({"event": "eof"})
+
+    def go(self) -> None:
+        self.proc.stdin.write(b"go\n")
+        self.proc.stdin.flush()
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
+
+    def log_tail(self, n: int = 1500) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        lines = [ln for ln in text.splitlines() if ln.strip() and "WARNING" not in ln and "I0000" not in ln]
+        return "\n".join(lines)[-n:]
+
+
+def _sample_memory(j: Job) -> None:
+    """One 0.25 s sample of a training job's cgroup (v1 has no anon peak counter)."""
+    b = breakdown(j.group)
+    if b is None:
+        return
+    j.anon_max = max(j.anon_max, b.get("anon_bytes", 0))
+    if j.done is None:
+        cached = max(0, b.get("cache_bytes", 0) - b.get("mapped_file_bytes", 0))
+        j.cache_sum += cached
+        j.cache_samples += 1
+        j.memory_trace.append({"t": time.monotonic(), "job": j.index, "epoch": len(j.epochs) + 1,
+                               "anon_bytes": b.get("anon_bytes", 0), "page_cache_bytes": cached,
+                               "mapped_file_bytes": b.get("mapped_file_bytes", 0)})
+
+
+def _drain(j: Job, until: str) -> None:
+    """Take every event the job sent so far; JobFailed when it ended before `until`."""
+    while True:
+        try:
+            ev = j.events.get_nowait()
+        except queue.Empty:
+            return
+        kind = ev.get("event")
+        j.last_progress = time.monotonic()
+        if kind == "ready":
+            j.ready = ev
+        elif kind == "epoch":
+            if j.group is not None:
+                try:
+                    ev["anon_bytes"] = j.group.memory_breakdown().get("anon_bytes")
+                    ev["cache_bytes"] = j.group.memory_breakdown().get("cache_bytes")
+                except (OSError, ValueError):
+                    pass
+            j.epochs.append(ev)
+        elif kind == "done":
+            j.done = ev
+        elif kind == "eof":
+            j.proc.wait()
+            if (j.ready if until == "ready" else j.done) is None:
+                raise JobFailed(_exit_reason(j))
+
+
+def _poll(jobs: list[Job], until: str, stall_s: float, timeout_s: float) -> None:
+    """Drain events until every job reached `until` ('ready' or 'done'); raise JobFailed otherwise.
+
+    While training, caps ratio jobs' page cache every 50 ms and samples each job's memory every 0.25 s.
+    """
+    deadline = time.monotonic() + timeout_s
+    next_sample = 0.0
+    while True:
+        if until == "done":
+            for j in jobs:
+                if j.group is not None and j.cache_share_bytes and j.done is None:
+                    cap_page_cache(j)
+        if until == "done" and time.monotonic() >= next_sample:
+            next_sample = time.monotonic() + 0.25
+            for j in jobs:
+                _sample_memory(j)
+        pending = [j for j in jobs if (j.ready if until == "ready" else j.done) is None]
+        if not pending:
+            return
+        for j in pending:
+            _drain(j, until)
+        now = time.monotonic()
+        stalled = [j for j in pending if now - j.last_progress > stall_s]
+        if stalled:
+            j = stalled[0]
+            raise JobFailed(f"job {j.index} made no progress for {stall_s:.0f} s (train_resnet50.stall_timeout_s)"
+                            + (f" under a {j.limit_bytes / MIB:,.0f} MiB memory limit: the job is thrashing; "
+                               "raise the limit" if j.limit_bytes else "") + "; killed")
+        if now > deadline:
+            raise JobFailed(f"jobs did not reach '{until}' within {timeout_s:.0f} s; killed")
+        time.sleep(0.05)
+
+
+def _exit_reason(j: Job) -> str:
+    code = j.proc.returncode
+    stats = {}
+    if j.group is not None and "memory" in getattr(j.group, "dirs", {}):
+        try:
+            stats = j.group.memory_stats()
+        except OSError:
+            pass
+    limit = j.limit_bytes
+    if stats.get("oom_kills") or (code in (-9, 137) and limit):
+        need = f" TensorFlow's measured need in this job was {j.need_bytes / MIB:,.0f} MiB;" if j.need_bytes else ""
+        peak = stats.get("memory_peak_bytes")
+        return (f"job {j.index} was OOM-killed by the kernel (exit {code}): memory limit "
+                f"{(limit or 0) / MIB:,.0f} MiB is below what TensorFlow needs for this model, input size and "
+                f"batch.{need} Use at least the baseline run's memory_need_bytes + memory_anon_growth_bytes + "
+                "memory_margin_mib (see runs.csv), or give the limit as a dataset:memory ratio, which caps "
+                "only the page cache" + (f" (peak before the kill {peak / MIB:,.0f} MiB)" if peak else ""))
+    tail = j.log_tail()
+    return f"job {j.index} exited with code {code}" + (f": {tail.splitlines()[-1]}" if tail else "")

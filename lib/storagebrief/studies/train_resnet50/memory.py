@@ -1,0 +1,138 @@
+"""Memory of a training job: the ratio's page-cache cap, the job's need, cold dataset, capability.
+
+Memory limit from a ratio (documented choice): the ratio caps the page cache the job may
+hold at dataset_bytes x (memory / dataset); every 50 ms the job's cgroup reclaims whatever
+unmapped page cache exceeds that (least recently used first; Cgroup.reclaim). A pure 2.5:1
+ratio of a 100 MB dataset would be 40 MB, far below TensorFlow's own ~1.5 GB, and
+TensorFlow's own memory swings by 200+ MB while it trains, so capping the whole job cannot
+hold the cache at the ratio (see cap_page_cache). An absolute size limits the whole job
+from its start, as `docker run -m` would; exceeding it is an OOM kill and a failed row.
+
+A job without a cgroup (no root, no memory controller: only unlimited runs then) has no
+memory statistics: every helper here takes group=None and returns nothing for it.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ...core import cache, cgroups
+from .params import MIB
+
+
+def cap_page_cache(j) -> None:
+    """Hold a ratio job's unmapped page cache at its share (dataset x memory/dataset).
+
+    Called every poll (50 ms): whatever exceeds the share is reclaimed by the group's own memory
+    controller, least recently used first, as a machine whose memory were that small would evict
+    it. The job's own memory (anonymous, mapped code, kernel) is not what the ratio caps: it swings
+    by 200+ MB within and between epochs as tf.data fills and frees buffers (measured), so a fixed
+    limit hands whatever the job does not use at the moment to the page cache (a 96 MB dataset
+    stayed 83 % cached under a fixed 2.5:1 limit), and a limit that follows the job's need lets a
+    buffer spike fail a read with ENOMEM (measured).
+    """
+    b = breakdown(j.group)
+    if b is None:
+        return
+    cached = max(0, b.get("cache_bytes", 0) - b.get("mapped_file_bytes", 0))
+    excess = cached - j.cache_share_bytes
+    if excess < MIB:
+        return
+    try:
+        j.group.reclaim(excess)
+    except OSError:   # the kernel could not reclaim that much right now: try again next poll
+        return
+    j.reclaims += 1
+    j.reclaimed_bytes += excess
+
+
+def memory_need(group) -> int | None:
+    """What the job holds that reclaim cannot take: usage minus unmapped page cache (None: no group).
+
+    Unmapped cache (library files read once at import, the dataset) is reclaimable; anonymous
+    memory, mapped code and kernel memory are what the job needs to keep running.
+    """
+    if group is None:
+        return None
+    usage = group.memory_usage()
+    if usage is None:
+        return None
+    b = group.memory_breakdown()
+    return usage - max(0, b.get("cache_bytes", 0) - b.get("mapped_file_bytes", 0))
+
+
+def anon_bytes(group) -> int:
+    """The group's anonymous memory now (0: no group)."""
+    return group.memory_breakdown().get("anon_bytes", 0) if group is not None else 0
+
+
+def reset_peak(group) -> None:
+    """Start the group's peak counter at the measured phase (nothing to reset without a group)."""
+    if group is not None:
+        group.reset_memory_peak()
+
+
+def final_stats(group) -> dict:
+    """Peak, failcnt, OOM kills and the breakdown at the end of a run ({}: no group)."""
+    if group is None:
+        return {}
+    stats = group.memory_stats()
+    stats.update(group.memory_breakdown())
+    return stats
+
+
+def safe_stats(group) -> dict:
+    """memory_stats() of a failed job's group, {} when there is none or it cannot be read."""
+    if group is None:
+        return {}
+    try:
+        return group.memory_stats()
+    except (OSError, ValueError):
+        return {}
+
+
+def cold_dataset(files: list[str], enabled: bool) -> str:
+    """Evict the dataset's pages only (sync + fadvise DONTNEED).
+
+    Not cache.cold_cache's drop_caches: dropping everything would also evict TensorFlow's
+    not-yet-mapped code pages, whose re-reads would then be charged to the training run.
+    """
+    if not enabled:
+        return "none (run.cold_cache is false)"
+    os.sync()
+    cache.fadvise_dontneed(files)
+    return "fadvise_dontneed (dataset files)"
+
+
+def foreign_cache_drops() -> int:
+    """Kernel count of drop_caches writes (another process dropping caches mid-run spoils hits)."""
+    try:
+        for line in Path("/proc/vmstat").read_text().splitlines():
+            if line.startswith("drop_pagecache "):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def total_memory_bytes() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def _memory_capability() -> str | None:
+    """None when memory cgroups work here, else the reason limited runs are skipped."""
+    try:
+        with cgroups.Cgroup("probe", memory_limit_bytes=total_memory_bytes()):
+            return None
+    except cgroups.CgroupUnavailable as exc:
+        return str(exc)
+
+
+def breakdown(group) -> dict | None:
+    """The job cgroup's memory breakdown, or None without a cgroup or when it is gone."""
+    if group is None:
+        return None
+    try:
+        return group.memory_breakdown()
+    except (OSError, ValueError):
+        return None

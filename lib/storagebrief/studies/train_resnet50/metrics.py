@@ -1,0 +1,195 @@
+"""Arithmetic on what the jobs reported: one run's rows (runs.csv, jobs.csv, epochs.csv), headlines, metrics.json."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .params import MIB
+
+
+def _ok(frame):
+    return frame[frame.status == "ok"] if "status" in frame else frame
+
+
+# --------------------------------------------------------------------------- one run's rows
+def _active_mean(series: list[dict], key: str) -> float:
+    """Mean over intervals where the device did read (the seed discards zero intervals)."""
+    vals = [r[key] for r in series if r.get("read_iops", 0) > 0]
+    return float(np.mean(vals)) if vals else 0.0
+
+
+def _job_row(base: dict, j) -> dict:
+    """jobs.csv: one training job of a run (its own time, reads, memory, loss, checkpoints)."""
+    images = sum(e["images"] for e in j.epochs)
+    later = j.epochs[1:]
+    return {
+        "run_id": base["run_id"], "target": base["target"], "job": j.index, "cpus": len(j.spec["cpus"]),
+        "tf_device": j.ready["device"], "startup_s": j.ready["startup_s"],
+        "training_time_s": j.done["seconds"], "images": images, "images_per_s": images / j.done["seconds"],
+        "memory_limit_bytes": j.limit_bytes, "page_cache_cap_bytes": j.cache_share_bytes or None,
+        "page_cache_reclaims": j.reclaims, "page_cache_reclaimed_bytes": j.reclaimed_bytes,
+        "page_cache_mean_bytes": j.cache_sum / j.cache_samples if j.cache_samples else None,
+        "memory_need_bytes": j.need_bytes,
+        "memory_anon_ready_bytes": j.anon_ready or None,
+        "memory_anon_growth_bytes": (j.anon_max - j.anon_ready) if j.anon_ready else None,
+        "memory_peak_bytes": j.stats.get("memory_peak_bytes"), "memory_failcnt": j.stats.get("memory_failcnt"),
+        "oom_kills": j.stats.get("oom_kills"), "job_read_bytes": sum(e["read_bytes"] for e in j.epochs),
+        "pipeline_bytes": sum(e["pipeline_bytes"] for e in j.epochs),
+        "reread_ratio": (sum(e["read_bytes"] for e in later) / max(1, sum(e["pipeline_bytes"] for e in later))
+                         if later else np.nan),
+        "loss_first_epoch": j.epochs[0]["loss"], "loss_last_epoch": j.epochs[-1]["loss"],
+        "accuracy_last_epoch": j.epochs[-1]["accuracy"], "checkpoints": j.done["checkpoints"],
+        "checkpoint_bytes": j.done["checkpoint_bytes"], "checkpoint_s_total": j.done["checkpoint_s"]}
+
+
+def _epoch_rows(base: dict, j) -> list[dict]:
+    """epochs.csv: one row per epoch of a job."""
+    return [{"run_id": base["run_id"], "target": base["target"], "job": j.index, "epoch": e["epoch"],
+             "seconds": e["seconds"], "images": e["images"], "job_read_bytes": e["read_bytes"],
+             "pipeline_bytes": e["pipeline_bytes"], "loss": e["loss"], "accuracy": e["accuracy"],
+             "memory_anon_bytes": e.get("anon_bytes"), "memory_cache_bytes": e.get("cache_bytes")}
+            for e in j.epochs]
+
+
+def _memory_columns(jr: list[dict], ds_bytes: int, cgroup: bool) -> dict:
+    """Memory columns of a run; without any job cgroup (no memory controller) the counters are NaN."""
+    limit = jr[0]["memory_limit_bytes"]
+    out = {
+        "memory_limit_bytes": limit if limit else np.nan,
+        "memory_need_bytes": max(r["memory_need_bytes"] or 0 for r in jr),
+        "memory_anon_growth_bytes": max((r["memory_anon_growth_bytes"] or 0) for r in jr),
+        # Ratio runs: the page cache each job may hold (dataset x memory/dataset), what it held on
+        # average while training, and how often the cap had to reclaim.
+        "page_cache_cap_bytes": jr[0]["page_cache_cap_bytes"] or np.nan,
+        "dataset_to_memory_ratio": ds_bytes / jr[0]["page_cache_cap_bytes"] if jr[0]["page_cache_cap_bytes"]
+        else np.nan,
+        "page_cache_reclaims": sum(r["page_cache_reclaims"] for r in jr),
+        "page_cache_reclaimed_bytes": sum(r["page_cache_reclaimed_bytes"] for r in jr),
+        "page_cache_mean_bytes": float(np.mean([r["page_cache_mean_bytes"] for r in jr]))
+        if all(r["page_cache_mean_bytes"] is not None for r in jr) else np.nan,
+        "memory_peak_bytes": max((r["memory_peak_bytes"] or 0) for r in jr) or np.nan,
+        "memory_failcnt": sum(r["memory_failcnt"] or 0 for r in jr),
+        "oom_kills": sum(r["oom_kills"] or 0 for r in jr),
+    }
+    if not cgroup:   # unknown, not zero: nothing counted them
+        out.update(memory_anon_growth_bytes=np.nan, memory_failcnt=np.nan, oom_kills=np.nan)
+    return out
+
+
+def _training_columns(jr: list[dict], epoch_rows: list[dict], elapsed: float) -> dict:
+    """Time, throughput, loss, reads and checkpoints of a run, over all its jobs."""
+    images = sum(r["images"] for r in jr)
+    pipeline = sum(r["pipeline_bytes"] for r in jr)
+    job_read = sum(r["job_read_bytes"] for r in jr)
+    later_read = sum(e["job_read_bytes"] for e in epoch_rows if e["epoch"] > 1)
+    later_pipe = sum(e["pipeline_bytes"] for e in epoch_rows if e["epoch"] > 1)
+    ck_count = sum(r["checkpoints"] for r in jr)
+    return {
+        "training_time_s": elapsed, "training_time_min": elapsed / 60, "images": images,
+        "images_per_s": images / elapsed, "images_per_s_per_job": float(np.mean([r["images_per_s"] for r in jr])),
+        "startup_s_max": max(r["startup_s"] for r in jr),
+        "loss_first_epoch": float(np.mean([r["loss_first_epoch"] for r in jr])),
+        "loss_last_epoch": float(np.mean([r["loss_last_epoch"] for r in jr])),
+        "accuracy_last_epoch": float(np.mean([r["accuracy_last_epoch"] for r in jr])),
+        "pipeline_bytes": pipeline, "job_read_bytes": job_read,
+        "read_amplification": job_read / pipeline if pipeline else np.nan,
+        "reread_ratio": later_read / later_pipe if later_pipe else np.nan,
+        "checkpoints": ck_count, "checkpoint_bytes": sum(r["checkpoint_bytes"] for r in jr),
+        "checkpoint_s_total": sum(r["checkpoint_s_total"] for r in jr),
+        "checkpoint_s_mean": (sum(r["checkpoint_s_total"] for r in jr) / ck_count) if ck_count else np.nan,
+        "checkpoint_mb": sum(r["checkpoint_bytes"] for r in jr) / ck_count / 1e6 if ck_count else np.nan,
+    }
+
+
+def _rows(base: dict, jobs: list, elapsed: float, summary: dict, series: list[dict], ingest: dict,
+          emulated: bool, ds) -> tuple[dict, list, list]:
+    """(run row, per-job rows, per-epoch rows) of a run whose jobs all finished."""
+    job_rows = [_job_row(base, j) for j in jobs]
+    epoch_rows = [e for j in jobs for e in _epoch_rows(base, j)]
+    jr = job_rows
+    training = _training_columns(jr, epoch_rows, elapsed)
+    memory = _memory_columns(jr, ds.bytes, any(j.group is not None for j in jobs))
+    row = {
+        **base, "emulated": emulated, "tf_device": jr[0]["tf_device"],
+        **memory,
+        **training,
+        **({"ingest_bytes": ingest.get("ingest_bytes", 0), "ingest_mb_per_s": ingest.get("ingest_mb_per_s", 0.0)}
+           if ingest else {"ingest_bytes": 0, "ingest_mb_per_s": 0.0}),
+        **summary,
+    }
+    if "device_read_mb_per_s_avg" in summary:
+        pipeline = training["pipeline_bytes"]
+        row["device_read_mib_per_s_avg"] = summary["device_read_mb_per_s_avg"] * 1e6 / MIB
+        row["device_write_mib_per_s_avg"] = summary["device_write_mb_per_s_avg"] * 1e6 / MIB
+        row["device_read_mib_per_s_active"] = _active_mean(series, "read_mb_per_s") * 1e6 / MIB
+        row["device_read_iops_active"] = _active_mean(series, "read_iops")
+        row["device_read_per_consumed"] = summary["device_read_bytes"] / pipeline if pipeline else np.nan
+    return row, job_rows, epoch_rows
+
+
+# --------------------------------------------------------------------------- the study's figures
+def headlines(frame, target_names: list[str]) -> list[dict]:
+    """Reference target (first) vs each other on matched scenarios, then the seed's finding per
+    target: a memory limit vs none (the job's device reads and its training time)."""
+    from ...report import compare, versus_reference
+
+    keys = ["sweep", "models", "memory_setting", "ingest_target_mb_per_s", "checkpoint_every_steps"]
+    out = versus_reference(_ok(frame), target_names, keys,
+                           [("training_time_s", "lower", "ResNet50 training time"),
+                            ("images_per_s", "higher", "ResNet50 training throughput (images/s)")])
+    ok = _ok(frame)
+    mem = ok[ok.sweep == "memory"] if "sweep" in ok else ok.iloc[0:0]
+    for name in target_names:
+        m = mem[mem.target == name]
+        for setting in sorted(s for s in set(m.memory_setting) if s != "none"):
+            # The memory setting takes the place of the target in compare(): limited vs none.
+            pair = m[m.memory_setting.isin([setting, "none"])].assign(target=lambda f: f.memory_setting)
+            for metric, label in (("job_read_bytes", "Device reads of one training job"),
+                                  ("training_time_s", "Training time")):
+                h = compare(pair, metric, "higher", ["models"], setting, "none", f"{label}, {name}")
+                d = h["delta_percent"]
+                if d is not None:   # a signed change reads better than "never higher" for an effect
+                    h["text"] = f"{d:+.1f}%" + (f" (×{1 + d / 100:.1f})" if metric == "job_read_bytes" else "")
+                out.append({**h, "id": f"{metric}:{name}|{setting}_vs_none", "hint": "the limit's effect",
+                            "ref": f"memory {setting}", "other": "no limit"})
+    return out
+
+
+def pd_zero(frame):
+    import pandas as pd
+    return pd.Series(0, index=frame.index)
+
+
+def memory_effect(frame, target: str) -> dict | None:
+    """Baseline (no limit) vs the most limited ratio run of one model on a target."""
+    ok = _ok(frame)
+    mem = ok[(ok.sweep == "memory") & (ok.target == target)]
+    base = mem[mem.memory_setting == "none"]
+    lim = mem[mem.memory_setting != "none"]
+    if base.empty or lim.empty:
+        return None
+    worst = lim.groupby("memory_setting").job_read_bytes.mean().idxmax()
+    b, l = base.mean(numeric_only=True), lim[lim.memory_setting == worst].mean(numeric_only=True)
+    drops = float(mem.get("foreign_cache_drops", pd_zero(mem)).sum())
+    return {"setting": worst, "read_ratio": (l.job_read_bytes / b.job_read_bytes) if b.job_read_bytes else math.inf,
+            "foreign_cache_drops": drops,
+            "time_change_percent": (l.training_time_s / b.training_time_s - 1) * 100,
+            "base_reread": b.reread_ratio, "limited_reread": l.reread_ratio}
+
+
+def metrics(frame, target_names: list[str]) -> dict:
+    out: dict = {"runs": int(len(frame)), "failed_runs": int((frame.status != "ok").sum()) if len(frame) else 0}
+    ok = _ok(frame)
+    for name, g in ok.groupby("target"):
+        baseline = (g.sweep == "memory") & (g.memory_setting == "none")
+        d = {"max_images_per_s": float(g.images_per_s.max()),
+             "baseline_training_time_s": float(g[baseline].training_time_s.mean()) if baseline.any() else None}
+        eff = memory_effect(frame, name)
+        if eff:
+            ratio = eff["read_ratio"]
+            d["limited_device_read_ratio"] = None if math.isinf(ratio) else round(float(ratio), 2)
+            d["limited_training_time_change_percent"] = round(float(eff["time_change_percent"]), 1)
+        out[name] = d
+    out["headlines"] = {h["id"]: h["delta_percent"] for h in headlines(frame, target_names)}
+    return out

@@ -1,0 +1,330 @@
+"""ResNet50 training from TFRecords under cgroup memory limits, on the shared engine (core.sweep).
+
+Reproduces the training half of "Benchmarking Storage with AI Workloads" (Samsung, SDC):
+benchmark datasets fit in the page cache, so training never stresses storage; capping
+memory so the dataset:memory ratio is 2.5:1 instead of 1:5 makes every epoch read from the
+device. Scenarios, each on every target:
+
+  memory      one model, each memory setting (none, a dataset:memory ratio, a size)
+  parallel    K models at once, cores split, each job in its own cgroup
+  ingest      one model while a writer ingests new TFRecords at a set rate
+  checkpoint  one model checkpointing every N steps (vs the long default interval)
+
+Each job is its own process in its own cgroup (jobs.py, worker.py). The parent waits for
+every job to be ready, makes the dataset's cache cold, applies the ratio's page-cache cap
+(memory.py), starts the clock and says go. Where memory cgroups are unavailable, limited
+runs are skipped (a note says why) and unlimited runs go without memory statistics.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ...core import cgroups, targets as targets_mod
+from ...core.sweep import Measurement, Point
+from .dataset import Dataset, resolve_dataset
+from .ingest import IngestWriter
+from .jobs import Job, JobFailed, _poll
+from .memory import (_memory_capability, anon_bytes, cap_page_cache, cold_dataset, final_stats,
+                     foreign_cache_drops, memory_need, reset_peak, safe_stats, total_memory_bytes)
+from .metrics import _rows
+from .params import MIB, NAME, MemorySetting, TrainParams, parse_memory
+
+
+
+# --------------------------------------------------------------------------- what runs
+@dataclass(frozen=True)
+class RunSpec:
+    sweep: str                 # memory | parallel | ingest | checkpoint
+    models: int
+    memory: str
+    ingest_mb_per_s: float = 0.0
+    checkpoint_every_steps: int = 0
+
+
+def scenarios(p: TrainParams) -> list[RunSpec]:
+    """Run order; the parallel sweep's K=1 point is the memory sweep's run when settings match."""
+    runs = [RunSpec("memory", 1, m) for m in sorted(p.memory_limits, key=lambda m: parse_memory(m).limited)]
+    have_one = p.parallel_memory in p.memory_limits
+    runs += [RunSpec("parallel", k, p.parallel_memory) for k in p.parallel_models if not (k == 1 and have_one)]
+    if p.ingest_mb_per_s > 0:
+        runs.append(RunSpec("ingest", 1, p.ingest_memory, ingest_mb_per_s=p.ingest_mb_per_s))
+    if p.checkpoint_every_steps > 0:
+        runs.append(RunSpec("checkpoint", 1, p.checkpoint_memory, checkpoint_every_steps=p.checkpoint_every_steps))
+    return runs
+
+
+def run_id_for(spec: RunSpec, target: str, repeat: int) -> str:
+    mem = re.sub(r"[^A-Za-z0-9.]+", "_", spec.memory)
+    extra = (f"-ingest{spec.ingest_mb_per_s:g}" if spec.ingest_mb_per_s else "") + \
+            (f"-ckpt{spec.checkpoint_every_steps}" if spec.checkpoint_every_steps else "")
+    return f"{NAME}-{spec.sweep}-{target}-k{spec.models}-mem{mem}{extra}-r{repeat}"
+
+
+def cpu_split(models: int, ncpu: int | None = None) -> list[list[int]]:
+    """Cores per job: an equal share of this process's CPUs; jobs share cores when K > CPUs."""
+    cpus = sorted(os.sched_getaffinity(0)) if ncpu is None else list(range(ncpu))
+    if models >= len(cpus):
+        return [[cpus[i % len(cpus)]] for i in range(models)]
+    per = len(cpus) // models
+    return [cpus[i * per:(i + 1) * per] for i in range(models)]
+
+
+def warm_libraries(log=print) -> None:
+    """Import TensorFlow once outside every job's cgroup, so its library pages are cached already.
+
+    After an earlier stage's drop_caches the first job would otherwise read ~400 MB of libraries,
+    charged to its cgroup as page cache (measured: 444 MiB 'held' by the first baseline vs 94 MiB
+    by the next), which skews its startup, its page cache and a ratio run's cap.
+    """
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import tensorflow as tf; tf.keras.applications.ResNet50"],
+                   env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}, capture_output=True, timeout=600)
+    log(f"TensorFlow libraries cached ({time.perf_counter() - t:.1f} s)")
+
+
+# --------------------------------------------------------------------------- engine hooks
+def prepare(sweep) -> None:
+    """Targets (train_resnet50.targets), fresh output folders, datasets, warm libraries, capability."""
+    p: TrainParams = sweep.p
+    for name in p.targets:
+        sweep.params.target(name)   # unknown name -> ParamsError naming the allowed ones
+    sweep.targets = [t for t in sweep.targets if not p.targets or t.name in p.targets]
+    sweep.out_dir.mkdir(parents=True, exist_ok=True)
+    for sub in ("timeseries", "logs", "jobs"):
+        shutil.rmtree(sweep.out_dir / sub, ignore_errors=True)
+        (sweep.out_dir / sub).mkdir()
+    datasets = {t.name: resolve_dataset(sweep.params, t, p, sweep.log) for t in sweep.targets}
+    warm_libraries(sweep.log)
+    for t in sweep.targets:
+        targets_mod.check_profile_speed(t, [Path(f) for f in datasets[t.name].files[:4]])
+    # need: per target, the most memory a job held that reclaim cannot take (refuses smaller sizes)
+    sweep.state.update(datasets=datasets, need={}, memory_unavailable=_memory_capability())
+
+
+def plan(sweep) -> list[Point]:
+    """for repeat: for scenario (targets interleaved by the engine); limited runs need memory cgroups."""
+    p: TrainParams = sweep.p
+    runs = scenarios(p)
+    reason = sweep.state["memory_unavailable"]
+    if reason:
+        skipped = [r for r in runs if parse_memory(r.memory).limited]
+        runs = [r for r in runs if not parse_memory(r.memory).limited]
+        sweep.note(f"memory-limited runs skipped ({len(skipped)} per target and repeat: "
+                   f"{', '.join(sorted({r.memory for r in skipped}))}): memory cgroups unavailable: {reason}")
+    return [Point(spec, repeat, f"{spec.sweep}: {spec.models} model(s), memory {spec.memory}")
+            for repeat in range(1, p.repeats + 1) for spec in runs]
+
+
+def run_id(config: RunSpec, target, repeat: int) -> str:
+    return run_id_for(config, target.name, repeat)
+
+
+def run_one(run, config: RunSpec) -> Measurement:
+    """One scenario on run.target; remembers the job's memory need for later size limits."""
+    state = run.sweep.state
+    m = execute_run(run, config, state["datasets"][run.target.name], need_hint=state["need"].get(run.target.name))
+    if m.ok:
+        need = m.row["memory_need_bytes"]
+        if need == need:   # NaN: nothing measured
+            state["need"][run.target.name] = max(state["need"].get(run.target.name, 0), int(need))
+        if m.row.get("foreign_cache_drops"):
+            run.sweep.note(f"{run.run_id}: another process dropped the page cache {m.row['foreign_cache_drops']} "
+                           "time(s) during the run, so its cache hits (re-read ratio) understate caching")
+    return m
+
+
+def finish(sweep, frame) -> None:
+    shutil.rmtree(sweep.out_dir / "jobs", ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- one measured run
+def _base_row(run, spec: RunSpec, ds: Dataset, setting: MemorySetting, steps_per_epoch: int, cpus: int) -> dict:
+    p: TrainParams = run.p
+    t = run.target
+    return {"study": NAME, "run_id": run.run_id, "sweep": spec.sweep, "target": t.name,
+            "profile": t.profile_name or "", "repeat": run.repeat, "started_at": run.started_at,
+            "status": "ok", "failure_reason": "", "models": spec.models,
+            "memory_setting": setting.text, "dataset_source": ds.source, "dataset_records": ds.records,
+            "dataset_bytes": ds.bytes, "input_size": p.input_size, "batch_size": p.batch_size,
+            "epochs": p.epochs, "num_classes": p.num_classes, "steps_per_epoch": steps_per_epoch,
+            "cpus_per_job": cpus, "ingest_target_mb_per_s": spec.ingest_mb_per_s,
+            "checkpoint_every_steps": spec.checkpoint_every_steps,
+            "checkpoint_interval_s": 0.0 if spec.checkpoint_every_steps else p.checkpoint_default_interval_s}
+
+
+def _job_cgroup(run, index: int, setting: MemorySetting, io):
+    """The job's cgroup (memory, even unlimited = RAM, for its peak and OOM stats), or None.
+
+    None only for an unlimited run where cgroups are unavailable: it runs without memory
+    statistics; a limited run cannot, so CgroupUnavailable propagates.
+    """
+    initial = int(setting.value) if setting.kind == "bytes" else total_memory_bytes()
+    try:
+        return run.cgroup(f"j{index}", memory_limit_bytes=initial, io=io)
+    except cgroups.CgroupUnavailable as exc:
+        if setting.limited:
+            raise
+        if io is not None:
+            run.unthrottled(exc)
+        return None
+
+
+def _make_jobs(run, spec: RunSpec, ds: Dataset, setting: MemorySetting, io, splits, jobs: list[Job]) -> None:
+    """One Job per model (appended to `jobs` as made, so a failure half-way still cleans up)."""
+    p: TrainParams = run.p
+    for i, cpus in enumerate(splits):
+        group = _job_cgroup(run, i, setting, io)
+        ckdir = run.target.study_dir(NAME) / "checkpoints" / f"{run.run_id}-j{i}"
+        shutil.rmtree(ckdir, ignore_errors=True)
+        jobs.append(Job(i, {"job": i, "files": ds.files, "input_size": p.input_size, "batch_size": p.batch_size,
+                            "num_classes": p.num_classes, "epochs": p.epochs,
+                            "steps_per_epoch": ds.records // p.batch_size,
+                            "learning_rate": p.learning_rate, "shuffle_buffer": p.shuffle_buffer,
+                            "read_parallelism": p.read_parallelism, "warmup_steps": p.warmup_steps,
+                            "seed": p.seed + 1000 * run.repeat, "threads": len(cpus), "cpus": cpus,
+                            "checkpoint_dir": str(ckdir), "checkpoint_every_steps": spec.checkpoint_every_steps,
+                            "checkpoint_interval_s": p.checkpoint_default_interval_s},
+                        group, run.sweep.out_dir / "logs" / f"{run.run_id}-j{i}.log",
+                        limit_bytes=int(setting.value) if setting.kind == "bytes" else None))
+
+
+def _ingest_writer(run, spec: RunSpec, ds: Dataset, io) -> IngestWriter:
+    """Built (and its payload read) before the cache is made cold; throttled like the target."""
+    group = None
+    if io is not None:
+        try:
+            group = run.cgroup("ingest", io=io)
+        except cgroups.CgroupUnavailable:
+            group = None
+    writer = IngestWriter(run.target.study_dir(NAME) / "ingest" / run.run_id, ds.files, spec.ingest_mb_per_s,
+                          group.procs_files if group else [])
+    writer.group = group
+    return writer
+
+
+def _arm(jobs: list[Job], setting: MemorySetting, ds: Dataset) -> None:
+    """Just before go: each job's need, its anon baseline, a ratio's page-cache share, a fresh peak."""
+    for j in jobs:
+        j.need_bytes = memory_need(j.group) or j.ready.get("rss_peak_bytes")
+        if j.group is not None:
+            j.anon_ready = j.anon_max = anon_bytes(j.group)
+        if setting.kind == "ratio" and j.group is not None:
+            # From go on, cap_page_cache holds the job's page cache at this share.
+            j.cache_share_bytes = max(1, int(ds.bytes * setting.value))
+            cap_page_cache(j)
+        reset_peak(j.group)
+
+
+def _no_rows() -> dict:
+    """A failed run adds no job or epoch rows (jobs.csv and epochs.csv are still rewritten, as before)."""
+    return {"jobs.csv": [], "epochs.csv": []}
+
+
+def _sum_stats(jobs: list[Job]) -> dict:
+    """Memory counters of a failed run's jobs (NaN where no job had a cgroup to count them)."""
+    stats = [j.stats or safe_stats(j.group) for j in jobs]
+    counted = any(j.group is not None for j in jobs)
+    return {"memory_peak_bytes": max((s.get("memory_peak_bytes", 0) for s in stats), default=0) or np.nan,
+            "memory_failcnt": sum(s.get("memory_failcnt", 0) for s in stats) if counted else np.nan,
+            "oom_kills": sum(s.get("oom_kills", 0) for s in stats) if counted else np.nan}
+
+
+def _failed(base: dict, jobs: list[Job], reason: str, emulated: bool) -> Measurement:
+    first = next((j for j in jobs if j.limit_bytes), None)
+    return Measurement({**base, "status": "failed", "failure_reason": reason, "emulated": emulated,
+                        "memory_limit_bytes": first.limit_bytes if first else np.nan,
+                        "memory_need_bytes": max((j.need_bytes or 0 for j in jobs), default=0) or np.nan,
+                        **_sum_stats(jobs)}, ok=False, tables=_no_rows())
+
+
+def _clean_up(target, jobs: list[Job], writer: IngestWriter | None) -> None:
+    """Every job killed, its cgroup removed (the engine removes them too), scratch files gone."""
+    for j in jobs:
+        j.kill()
+        if j.group is not None:
+            j.group.remove()
+    if writer is not None and getattr(writer, "group", None) is not None:
+        writer.group.remove()
+    if writer is not None and writer.proc.is_alive():
+        writer.proc.kill()
+    shutil.rmtree(target.study_dir(NAME) / "checkpoints", ignore_errors=True)
+    shutil.rmtree(target.study_dir(NAME) / "ingest", ignore_errors=True)
+
+
+def _refusal(base: dict, setting: MemorySetting, need_hint: int, margin_mib: int, io) -> Measurement:
+    """A size limit below the need an earlier run measured: not run, the row says what to use."""
+    minimum = need_hint + margin_mib * MIB
+    return Measurement({**base, "status": "failed", "emulated": io is not None,
+                        "failure_reason": f"not run: memory limit {setting.text} ({setting.value / MIB:,.0f} MiB) is "
+                        f"below what TensorFlow needs for this model on this target ({need_hint / MIB:,.0f} MiB "
+                        f"measured in an earlier run); use at least {minimum / MIB:,.0f} MiB"},
+                       ok=False, tables=_no_rows())
+
+
+def execute_run(run, spec: RunSpec, ds: Dataset, need_hint: int | None = None) -> Measurement:
+    """Run one measured configuration: run row, jobs.csv and epochs.csv rows, the memory series.
+
+    A job failure (OOM, crash, stall) is a row with status=failed and its reason; an
+    interrupt (SIGINT/SIGTERM) propagates after every job is killed and every cgroup removed.
+    """
+    p: TrainParams = run.p
+    setting = parse_memory(spec.memory)
+    io = targets_mod.io_limits(run.target)
+    splits = cpu_split(spec.models)
+    base = _base_row(run, spec, ds, setting, ds.records // p.batch_size, len(splits[0]))
+    if setting.kind == "bytes" and need_hint and setting.value < need_hint:
+        return _refusal(base, setting, need_hint, p.memory_margin_mib, io)
+    out_dir = run.sweep.out_dir
+    (out_dir / "jobs").mkdir(parents=True, exist_ok=True)
+    (out_dir / "logs").mkdir(exist_ok=True)
+    jobs: list[Job] = []
+    writer: IngestWriter | None = None
+    try:
+        _make_jobs(run, spec, ds, setting, io, splits, jobs)
+        emulated = io is not None and any(j.group is not None for j in jobs)
+        for j in jobs:
+            j.start(out_dir / "jobs" / f"{run.run_id}-j{j.index}.json")
+        _poll(jobs, "ready", p.stall_timeout_s, p.stall_timeout_s * 2)
+        writer = _ingest_writer(run, spec, ds, io) if spec.ingest_mb_per_s else None
+        run.cache_method = cold_dataset(ds.files, run.params.run.cold_cache)
+        _arm(jobs, setting, ds)
+        drops0 = foreign_cache_drops()
+        run.start_clock()
+        t0, t_go = time.perf_counter(), time.monotonic()
+        if writer:
+            writer.start()
+        for j in jobs:
+            j.go()
+        _poll(jobs, "done", p.stall_timeout_s, max(3600.0, p.stall_timeout_s * 10) * p.epochs)
+        elapsed = time.perf_counter() - t0
+        run.stop_clock()
+        base["foreign_cache_drops"] = foreign_cache_drops() - drops0
+        ingest = writer.stop() if writer else {}
+        for j in jobs:
+            j.stats = final_stats(j.group)
+            j.proc.wait(timeout=60)
+    except JobFailed as exc:
+        run.stop_clock()
+        if writer:
+            writer.stop()
+        for j in jobs:
+            j.kill()
+        run.log(f"[{run.run_id}] failed: {exc}")
+        return _failed(base, jobs, str(exc), emulated)
+    finally:
+        _clean_up(run.target, jobs, writer)
+    # The job's own memory vs its page cache over time (the brief's memory figure).
+    trace = [{"t_s": round(m["t"] - t_go, 3), **{k: v for k, v in m.items() if k != "t"}}
+             for j in jobs for m in j.memory_trace]
+    summary, series = run.monitor.summary(), run.monitor.timeseries()
+    row, job_rows, epoch_rows = _rows(base, jobs, elapsed, summary, series, ingest, emulated, ds)
+    return Measurement(row, tables={"jobs.csv": job_rows, "epochs.csv": epoch_rows}, series={"-memory": trace})
