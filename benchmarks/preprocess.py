@@ -18,12 +18,13 @@ import sys
 import time
 from pathlib import Path
 
-from storagebrief import cache, cgroups, config, monitor, preprocess, targets
+from storagebrief.core import cache, cgroups, config, monitor, targets
+from storagebrief.studies.preprocess import dataset, params, pipeline
 
 
 def ingest_rate(files, root, out, procs, p) -> float:
     cache.cold_cache([root])
-    m = preprocess.run_pipeline(files, root, out, procs, p)
+    m = pipeline.run_pipeline(files, root, out, procs, p)
     return m["images_per_s"]
 
 
@@ -68,12 +69,12 @@ def main() -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow  # noqa: F401  (workers fork with it loaded, as in the study)
 
-    p = preprocess.PreprocessParams(image_count=args.images, image_counts=[], processes=[1, args.processes])
+    p = params.PreprocessParams(image_count=args.images, image_counts=[], processes=[1, args.processes])
     catalogue = {**targets.DEVICE_PROFILES, "bandwidth_only": targets.DeviceProfile(read_mb_per_s=args.cap_mb_per_s)}
     tp = config.TargetParams(name="bench", path=args.dir, profile="bandwidth_only")
     target = targets.resolve(tp, catalogue)
     root = target.study_dir("preprocess") / "images"
-    files = preprocess.generate_dataset(root, p, args.images, log=lambda *a: None)
+    files = dataset.generate_dataset(root, p, args.images, log=lambda *a: None)
     out = target.study_dir("preprocess") / "tfrecords" / "bench"
     image_mb = sum(f.stat().st_size for f in files) / len(files) / 1e6
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -91,3 +93,24 @@ def read_runs(path: Path, required: tuple[str, ...] = ()) -> pd.DataFrame:
     if missing:
         raise SchemaError(f"{path} lacks columns {missing}")
     return frame
+
+
+@contextmanager
+def staged_dir(directory: Path):
+    """Build a dataset folder beside its final place, then rename it in (write its manifest last,
+    inside the block). A run killed mid-way leaves no half dataset where the next run looks for
+    one; halves of earlier killed runs are removed first (the target lock keeps others out)."""
+    directory = Path(directory)
+    tmp = directory.with_name(f".{directory.name}.tmp-{os.getpid()}")
+    if directory.parent.exists():
+        for old in directory.parent.glob(f".{directory.name}.tmp-*"):
+            shutil.rmtree(old, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if directory.exists():
+        shutil.rmtree(directory)
+    tmp.rename(directory)

@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -61,25 +60,23 @@ def generate_dataset(directory: Path, name: str, spec: WorkloadSpec, num_files: 
     found = _reusable(directory, want)
     if found is not None:
         return found
-    if directory.exists():
-        shutil.rmtree(directory)
-    directory.mkdir(parents=True)
     sizes = sample_sizes(spec, num_files, seed)
     rng = np.random.default_rng([seed, 23])
     ext = "npz" if spec.format == "npz" else "tfrecord"
     names, spans = [], []
-    for i in range(num_files):
-        fname = f"img_{i:07d}_of_{num_files:07d}.{ext}"
-        path = directory / fname
-        if spec.format == "npz":
-            spans.append([list(npz.write_random(path, sizes[i, 0], rng))])
-        else:
-            payloads = (rng.bytes(int(n)) for n in sizes[i])
-            spans.append([list(s) for s in tfrecord.write_frames(path, payloads)])
-        names.append(fname)
-    total = sum((directory / n).stat().st_size for n in names)
-    os.sync()
-    results.write_json(directory / "manifest.json", {"spec": want, "files": names, "spans": spans, "bytes": total})
+    with results.staged_dir(directory) as tmp:
+        for i in range(num_files):
+            fname = f"img_{i:07d}_of_{num_files:07d}.{ext}"
+            path = tmp / fname
+            if spec.format == "npz":
+                spans.append([list(npz.write_random(path, sizes[i, 0], rng))])
+            else:
+                payloads = (rng.bytes(int(n)) for n in sizes[i])
+                spans.append([list(s) for s in tfrecord.write_frames(path, payloads)])
+            names.append(fname)
+        total = sum((tmp / n).stat().st_size for n in names)
+        os.sync()
+        results.write_json(tmp / "manifest.json", {"spec": want, "files": names, "spans": spans, "bytes": total})
     log(f"generated {num_files} {spec.format} files for {name} ({total / 1e6:.1f} MB) in {directory}")
     return {"files": [str(directory / n) for n in names], "spans": spans, "bytes": total}
 

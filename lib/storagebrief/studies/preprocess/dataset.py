@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -28,31 +27,22 @@ def generate_dataset(directory: Path, p: PreprocessParams, count: int, log=print
                     return files
         except ValueError:
             pass
-    # Generated beside the final folder and renamed into place, manifest last: a run killed
-    # mid-way leaves no half dataset where the next run looks for one.
-    tmp = directory.with_name(f".{directory.name}.tmp-{os.getpid()}")
-    if directory.parent.exists():   # halves left by killed runs (the target lock keeps others out)
-        for old in directory.parent.glob(f".{directory.name}.tmp-*"):
-            shutil.rmtree(old, ignore_errors=True)
-    tmp.mkdir(parents=True)
     rng = np.random.default_rng(p.seed)
     names = []
-    for i in range(count):
-        label = i % p.num_classes
-        img = class_pattern(label, p.num_classes, p.image_height, p.image_width, rng,
-                            p.channels, p.bit_depth)
-        if img.ndim == 3:
-            img = img[..., ::-1]  # OpenCV writes BGR
-        rel = Path(f"class_{label:04d}") / f"img_{i:07d}.tif"
-        (tmp / rel.parent).mkdir(exist_ok=True)
-        if not cv2.imwrite(str(tmp / rel), np.ascontiguousarray(img), [cv2.IMWRITE_TIFF_COMPRESSION, 1]):
-            raise OSError(f"OpenCV could not write {tmp / rel}")
-        names.append(rel)
-    os.sync()
-    results.write_json(tmp / "manifest.json", spec)
-    if directory.exists():
-        shutil.rmtree(directory)
-    tmp.rename(directory)
+    with results.staged_dir(directory) as tmp:
+        for i in range(count):
+            label = i % p.num_classes
+            img = class_pattern(label, p.num_classes, p.image_height, p.image_width, rng,
+                                p.channels, p.bit_depth)
+            if img.ndim == 3:
+                img = img[..., ::-1]  # OpenCV writes BGR
+            rel = Path(f"class_{label:04d}") / f"img_{i:07d}.tif"
+            (tmp / rel.parent).mkdir(exist_ok=True)
+            if not cv2.imwrite(str(tmp / rel), np.ascontiguousarray(img), [cv2.IMWRITE_TIFF_COMPRESSION, 1]):
+                raise OSError(f"OpenCV could not write {tmp / rel}")
+            names.append(rel)
+        os.sync()
+        results.write_json(tmp / "manifest.json", spec)
     log(f"generated {count} TIFFs ({p.image_bytes / 1e6:.1f} MB each) in {directory}")
     return [directory / n for n in names]  # in index order, so any prefix holds every class
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,9 +65,6 @@ def generate_dataset(target, p: TrainParams, log=print, name: str = "dataset") -
         return kept
     targets_mod.check_free_space(target, int(p.dataset_images * p.record_kib * 1024 * 1.1),
                                  "the generated TFRecord dataset")
-    if directory.exists():
-        shutil.rmtree(directory)
-    directory.mkdir(parents=True)
     rng = np.random.default_rng(p.seed)
     side = _jpeg_side(p, rng)
     shards = min(p.shards, p.dataset_images)
@@ -76,26 +72,28 @@ def generate_dataset(target, p: TrainParams, log=print, name: str = "dataset") -
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
 
-    writers = [tf.io.TFRecordWriter(str(directory / n)) for n in names]
-    try:
-        for i in range(p.dataset_images):
-            label = i % p.num_classes
-            rgb = class_pattern(label, p.num_classes, side, side, rng, 3, 8)
-            ok, jpg = cv2.imencode(".jpg", np.ascontiguousarray(rgb[..., ::-1]), [cv2.IMWRITE_JPEG_QUALITY, 95])
-            if not ok:
-                raise OSError("OpenCV could not encode a JPEG")
-            writers[i % shards].write(image_example(jpg.tobytes(), "jpeg", side, side, label, f"img_{i:08d}.jpg"))
-    finally:
-        for w in writers:
-            w.close()
+    with results.staged_dir(directory) as tmp:
+        writers = [tf.io.TFRecordWriter(str(tmp / n)) for n in names]
+        try:
+            for i in range(p.dataset_images):
+                label = i % p.num_classes
+                rgb = class_pattern(label, p.num_classes, side, side, rng, 3, 8)
+                ok, jpg = cv2.imencode(".jpg", np.ascontiguousarray(rgb[..., ::-1]), [cv2.IMWRITE_JPEG_QUALITY, 95])
+                if not ok:
+                    raise OSError("OpenCV could not encode a JPEG")
+                writers[i % shards].write(image_example(jpg.tobytes(), "jpeg", side, side, label,
+                                                        f"img_{i:08d}.jpg"))
+        finally:
+            for w in writers:
+                w.close()
+        for n in names:   # on the device before the manifest says the set is complete
+            fd = os.open(tmp / n, os.O_RDONLY)
+            os.fsync(fd)
+            os.close(fd)
+        total = sum(os.path.getsize(tmp / n) for n in names)
+        results.write_json(tmp / "manifest.json",
+                           {"spec": spec, "files": names, "records": p.dataset_images, "bytes": total})
     files = [str(directory / n) for n in names]
-    for fpath in files:   # on the device before the manifest says the set is complete
-        fd = os.open(fpath, os.O_RDONLY)
-        os.fsync(fd)
-        os.close(fd)
-    total = sum(os.path.getsize(fp) for fp in files)
-    results.write_json(directory / "manifest.json",
-                       {"spec": spec, "files": names, "records": p.dataset_images, "bytes": total})
     log(f"generated {p.dataset_images} JPEG TFRecords ({total / p.dataset_images / 1024:.0f} KiB each, "
         f"{side}x{side}) in {directory}")
     return Dataset(files, p.dataset_images, total, "generated")

@@ -1,0 +1,151 @@
+"""Guarantees every registered study keeps (issue 10), tested through the CLI on tiny settings:
+kill -9 mid-run leaves nothing a rerun does not remove, and a run without root completes with
+its reasons. New studies get these tests by adding a TINY entry (the registry test demands it)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from storagebrief import studies
+from storagebrief.core import leftovers
+from conftest import REPO
+
+NOBODY = 65534
+TINY = {
+    # 24 x 6.2 MB: a throttled run lasts about a second, long enough to be caught holding its cgroup
+    "preprocess": {"image_count": 24, "image_counts": [], "processes": [2], "repeats": 3, "image_width": 1920,
+                   "image_height": 1080, "num_classes": 2, "resize_width": 32, "resize_height": 32},
+    "emulate": {"workloads": ["unet3d"], "accelerator_type": "v100", "num_files": 64, "dataset_sizing": "fixed",
+                "epochs": 2, "repeats": 2, "accelerators": [1, 2], "read_threads": 2, "prefetch": 1,
+                "read_block_kib": 64, "memory_limit_mib": 16,
+                "workload_overrides": {"unet3d": {"record_bytes": 262144, "record_bytes_stdev": 0,
+                                                  "batch_size_by_accelerator": {"v100": 2},
+                                                  "compute_s": {"v100": 0.02}}}},
+    "train_resnet50": {"dataset": "generated", "dataset_images": 32, "record_kib": 32, "shards": 2,
+                       "input_size": 32, "batch_size": 8, "epochs": 1, "warmup_steps": 1,
+                       "memory_limits": ["none", "2.5:1"], "parallel_models": [1], "parallel_memory": "none",
+                       "ingest_mb_per_s": 0, "checkpoint_every_steps": 0, "stall_timeout_s": 300,
+                       "preprocess_outputs": "/nonexistent/outputs.json"},
+}
+STUDIES = list(studies.REGISTRY.values())
+
+
+def test_every_registered_study_has_tiny_settings_here():
+    assert set(TINY) == set(studies.REGISTRY)
+
+
+def _params(base: Path, name: str) -> Path:
+    data = {"targets": [{"name": "fast", "path": str(base / "fast")},
+                        {"name": "slow", "path": str(base / "slow"), "profile": "hdd_7200"}],
+            "run": {"cold_cache": True, "monitor_interval_s": 0.2}, name: TINY[name]}
+    f = base / "params.yaml"
+    f.write_text(yaml.safe_dump(data))
+    return f
+
+
+def _tree(pid: int) -> list[int]:
+    """Every descendant of pid (children, their children: workers, accelerators, training jobs)."""
+    out, todo = [], [pid]
+    while todo:
+        kids = subprocess.run(["pgrep", "-P", str(todo.pop())], capture_output=True, text=True).stdout.split()
+        out += [int(k) for k in kids]
+        todo += [int(k) for k in kids]
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def _ours(pid: int) -> list[Path]:
+    return [d for parent in leftovers._all_controller_dirs() for d in parent.glob(f"storagebrief-*-{pid}-*")]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="kill -9 leftovers are cgroups, which need root here")
+@pytest.mark.parametrize("study", STUDIES, ids=lambda s: s.name)
+def test_kill_9_mid_run_then_rerun_leaves_no_cgroup_and_no_orphan(study, tmp_path):
+    f = _params(tmp_path, study.name)
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    cmd = [sys.executable, "-m", "storagebrief.cli", study.command, "--params", str(f), "--progress", "off"]
+    run = subprocess.Popen(cmd + ["--out", str(tmp_path / "a")], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 600
+    while not _ours(run.pid) and time.monotonic() < deadline and run.poll() is None:
+        time.sleep(0.05)
+    assert _ours(run.pid), "the run never created a cgroup to leave behind"
+    family = _tree(run.pid)
+    os.kill(run.pid, signal.SIGKILL)
+    run.wait()
+    deadline = time.monotonic() + 30
+    while any(_alive(p) for p in family) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in family if _alive(p)], "children outlived a kill -9 of their run"
+    # the next run (refusing at once on its own bad params, after the sweep) removes what is left
+    rerun = subprocess.run(cmd + ["--out", str(tmp_path / "b"), "-S", f"{study.name}.repeats=1"], cwd=REPO,
+                           env=env, capture_output=True, text=True, timeout=900)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert not _ours(run.pid)
+    notes = json.loads((tmp_path / "b" / "notes.json").read_text())["warnings"]
+    assert any(f"dead process {run.pid}" in n for n in notes)
+
+
+def _unprivileged_python() -> list[str]:
+    """An interpreter the unprivileged user can execute, and re-execute from inside (the training
+    study starts its jobs with sys.executable), with this environment's packages on PYTHONPATH."""
+    probe = "import subprocess, sys; subprocess.run([sys.executable, '-c', 'pass'], check=True)"
+    cands = [sys.executable, shutil.which(f"python3.{sys.version_info.minor}", path="/usr/bin:/usr/local/bin")]
+    for cand in filter(None, cands):
+        if subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", cand, "-c", probe],
+                          capture_output=True, cwd="/").returncode == 0:
+            return [cand]
+    pytest.skip(f"no Python {sys.version_info.major}.{sys.version_info.minor} the unprivileged user can run "
+                f"({sys.executable} lies in a folder it cannot enter)")
+
+
+@pytest.mark.parametrize("study", STUDIES, ids=lambda s: s.name)
+def test_runs_without_root_and_says_what_it_could_not_do(study):
+    """As root: the study runs as uid 65534 (nobody); without root: as the user it is."""
+    base = Path(tempfile.mkdtemp(prefix="sb-nonroot-"))
+    try:
+        os.chmod(base, 0o777)
+        f = _params(base, study.name)
+        os.chmod(f, 0o644)
+        site = [p for p in sys.path if p.endswith("site-packages")]
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "HOME": str(base), "MPLCONFIGDIR": str(base / "mpl"),
+               "PYTHONPATH": os.pathsep.join([str(REPO / "lib"), *site])}
+        cmd = [study.command, "--params", str(f), "--out", str(base / "out"), "--progress", "off",
+               "-S", f"{study.name}.repeats=1"]
+        if os.geteuid() == 0:
+            py = _unprivileged_python()
+            argv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *py]
+        else:
+            argv = [sys.executable]
+        res = subprocess.run([*argv, "-m", "storagebrief.cli", *cmd], cwd=base, env=env, capture_output=True,
+                             text=True, timeout=900)
+        assert res.returncode == 0, res.stderr[-3000:]
+        runs = pd.read_csv(base / "out" / "runs.csv")
+        notes = " ".join(json.loads((base / "out" / "notes.json").read_text())["warnings"])
+        assert len(runs) and not runs.emulated.any()
+        assert "profile not applied" in notes and "slow" in notes
+        methods = set(runs.cache_method.fillna("").astype(str))
+        assert methods and all(m.startswith("fadvise_dontneed") for m in methods), methods   # not drop_caches
+        if study.name == "train_resnet50":
+            assert "memory-limited runs skipped" in notes and (runs.status == "ok").all()
+        assert (base / "out" / "runs.csv").stat().st_mode & 0o044 == 0o044   # others may read the results
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
