@@ -39,7 +39,11 @@ def target_order(study_dir: Path, frame: pd.DataFrame) -> list[str]:
     return list(dict.fromkeys(frame.target))
 
 
-FALLBACK_CACHE = ("fadvise_dontneed", "none")
+def fallback_cache_methods(frame: pd.DataFrame) -> list[str]:
+    """cache.cold_cache's fallbacks (no root, or cold cache off); a study may choose a method by
+    design (training evicts its dataset files only: 'fadvise_dontneed (dataset files)')."""
+    return sorted(m for m in set(frame.cache_method.fillna("").astype(str))
+                  if m == "fadvise_dontneed" or m.startswith("none"))
 
 
 def unapplied_profiles(frame: pd.DataFrame) -> dict[str, str]:
@@ -59,7 +63,7 @@ def unapplied_profiles(frame: pd.DataFrame) -> dict[str, str]:
 def _caveats(frame: pd.DataFrame, h: dict) -> list[str]:
     """What a headline's numbers do not show: an emulated profile or a cold cache that was not applied."""
     out = [f"{t}: {why}" for t, why in unapplied_profiles(frame).items() if t in (h["ref"], h["other"])]
-    methods = sorted(m for m in set(frame.cache_method.astype(str)) if m.startswith(FALLBACK_CACHE))
+    methods = fallback_cache_methods(frame)
     if methods:
         out.append(f"cold cache by {', '.join(methods)}, not drop_caches")
     return out
@@ -148,8 +152,7 @@ def study_section(key: str, study_dir: str | Path) -> None:
     study.brief_section(d, frame, target_order(d, frame))
     notes = d / "notes.json"
     warnings = json.loads(notes.read_text()).get("warnings", []) if notes.exists() else []
-    # Only cache.cold_cache's fallbacks are degradations; a study may choose a method by design.
-    methods = sorted(m for m in set(frame.cache_method.astype(str)) if m == "fadvise_dontneed" or m.startswith("none"))
+    methods = fallback_cache_methods(frame)
     if methods:
         warnings.append(f"cold cache by {', '.join(methods)} instead of drop_caches (needs root): files the "
                         "run reads were evicted, other cached data (metadata, libraries) was not")
@@ -191,7 +194,10 @@ def appendix_configuration(reports_dir: str | Path) -> None:
                       "Emulated profile": (t.get("profile_name") or "–") + (f": {caps}" if prof else "")})
     show_table(pd.DataFrame(trows), "Storage targets. Emulated profiles cap the device with cgroup blkio throttling.")
     pk = inv.get("packages", {})
-    show_table(pd.DataFrame(sorted(pk.items()), columns=["Package", "Version"]), "Software versions")
+    items = sorted(pk.items())
+    half = (len(items) + 1) // 2     # two column pairs: half the height, no page of its own
+    pairs = [(*items[i], *(items[i + half] if i + half < len(items) else ("", ""))) for i in range(half)]
+    show_table(pd.DataFrame(pairs, columns=["Package", "Version", "Package ", "Version "]), "Software versions")
 
 
 def appendix_procedure(reports_dir: str | Path, params_file: str | Path) -> None:

@@ -15,13 +15,13 @@ def section(study_dir: Path, frame, names: list[str]) -> None:
     style()
     ps = frame[frame.sweep == "processes"]
     _what_ran(frame, ps)
+    _output_check(study_dir)     # short: kept beside what ran, not left alone on a last page
     _process_sweep(frame, ps, names)
     _time_split(ps)
     _process_analysis(ps, names)
     _image_count_sweep(frame, names)
     _device_table(frame, ps)
     _skipped_files(study_dir, frame)
-    _output_check(study_dir)
 
 
 def _what_ran(frame, ps) -> None:
