@@ -115,3 +115,42 @@ def test_unavailable_controller_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(cgroups, "_v2_mount", lambda: None)
     with pytest.raises(cgroups.CgroupUnavailable, match="no writable 'memory'"):
         cgroups.Cgroup("x", memory_limit_bytes=1 << 30).create()
+
+
+@needs_blkio()
+@pytest.mark.skipif(not cache.drop_caches_possible()[0], reason="needs drop_caches to read from the device")
+def test_a_child_never_escapes_an_ancestor_throttle(tmp_path):
+    """cgroup v1 blkio limits are not inherited: every child we create copies the ancestors' limit."""
+    from storagebrief.core import config, targets
+    t = targets.resolve(config.TargetParams(name="x", path=str(tmp_path)), targets.DEVICE_PROFILES)
+    if t.device is None or t.device.major is None:
+        pytest.skip("tmp_path is not on a block device")
+    dev = (t.device.major, t.device.minor)
+    data = tmp_path / "f.bin"
+    data.write_bytes(os.urandom(48 << 20))
+    os.sync()
+    r, w = os.pipe()
+    with cgroups.Cgroup("outer", io=cgroups.IoLimits(device=dev, read_bps=40_000_000)) as outer:
+        pid = os.fork()
+        if pid == 0:   # the "user's" throttled process: it runs a study that makes its own child cgroup
+            code = 1
+            try:
+                cgroups.join(outer.procs_files)
+                with cgroups.Cgroup("inner", io=cgroups.IoLimits(device=dev)) as inner:   # accounting only
+                    cgroups.join(inner.procs_files)
+                    limit = (inner.dirs["blkio"][1] / "blkio.throttle.read_bps_device").read_text().split()
+                    cache.cold_cache([data])
+                    t0 = time.perf_counter()
+                    with open(data, "rb") as fh:
+                        while fh.read(1 << 20):
+                            pass
+                    rate = (48 << 20) / (time.perf_counter() - t0) / 1e6
+                    os.write(w, f"{' '.join(limit)} {rate:.1f}".encode())
+                    code = 0
+            finally:
+                os._exit(code)
+        os.close(w)
+        _, status = os.waitpid(pid, 0)
+        out = os.read(r, 200).decode().split()
+    assert status == 0 and out[:2] == [f"{dev[0]}:{dev[1]}", "40000000"]
+    assert float(out[2]) < 40 * 1.25     # reads at the ancestor's cap, not the disk's speed

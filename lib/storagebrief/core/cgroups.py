@@ -91,6 +91,30 @@ def controller_dir(controller: str) -> tuple[int, Path]:
         f"cgroup v2 '{v2_name}' is available for this process")
 
 
+V1_THROTTLE_FILES = ("blkio.throttle.read_bps_device", "blkio.throttle.write_bps_device",
+                     "blkio.throttle.read_iops_device", "blkio.throttle.write_iops_device")
+
+
+def inherited_v1_limits(start: Path, device: tuple[int, int]) -> dict[str, int]:
+    """The tightest cgroup v1 blkio throttle on `device` set on `start` or any ancestor up to the
+    hierarchy's root (file name -> value). v2 io.max needs no copy: it is hierarchical."""
+    key, out = f"{device[0]}:{device[1]}", {}
+    d = start
+    while True:
+        for fname in V1_THROTTLE_FILES:
+            try:
+                lines = (d / fname).read_text().splitlines()
+            except OSError:
+                continue
+            for line in lines:
+                f = line.split()
+                if len(f) == 2 and f[0] == key and f[1].isdigit() and int(f[1]) > 0:
+                    out[fname] = min(int(f[1]), out.get(fname, int(f[1])))
+        if not (d.parent / "cgroup.procs").exists() or d.parent == d:
+            return out
+        d = d.parent
+
+
 def capabilities() -> dict[str, str]:
     """controller -> 'v1 <dir>' / 'v2 <dir>' or the reason it is unavailable."""
     out = {}
@@ -228,10 +252,15 @@ class Cgroup:
         version, d = self.dirs["blkio"]
         dev = f"{io.device[0]}:{io.device[1]}"
         if version == 1:
+            # v1 throttles are not inherited: a child of a throttled cgroup reads at full speed
+            # (measured: 498 MB/s under a 50 MB/s parent). Copy the tightest ancestor limit.
+            inherited = inherited_v1_limits(d.parent, io.device)
+            self.inherited_io = {k: v for k, v in inherited.items() if v}
             for fname, value in (("blkio.throttle.read_bps_device", io.read_bps),
                                  ("blkio.throttle.write_bps_device", io.write_bps),
                                  ("blkio.throttle.read_iops_device", io.read_iops),
                                  ("blkio.throttle.write_iops_device", io.write_iops)):
+                value = min(filter(None, (value, inherited.get(fname))), default=None)
                 if value:
                     (d / fname).write_text(f"{dev} {int(value)}")
         else:
@@ -239,6 +268,8 @@ class Cgroup:
                                                   ("riops", io.read_iops), ("wiops", io.write_iops)) if v]
             if parts:  # no limits: an accounting-only group (io.stat still counts)
                 (d / "io.max").write_text(f"{dev} {' '.join(parts)}")
+
+    inherited_io: dict[str, int] = {}
 
     def io_read_stats(self, device: tuple[int, int]) -> tuple[int, int] | None:
         """(bytes, requests) this group's processes read from the device.

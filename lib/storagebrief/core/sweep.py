@@ -108,6 +108,12 @@ class Run:
         self._groups.append(group)
         if _limits_set(io):
             self.emulated = True
+        if group.inherited_io:
+            caps = ", ".join(f"{k.rsplit('.', 1)[-1].removesuffix('_device')} {v:,}"
+                             for k, v in group.inherited_io.items())
+            self.sweep.note(f"target '{self.target.name}': this process's own cgroup (or an ancestor) throttles the "
+                            f"target's device ({caps}); the run's cgroups carry that limit too, so its figures are "
+                            "capped by it")
         return group
 
     def throttle(self, suffix: str = "") -> cgroups.Cgroup | None:
