@@ -6,10 +6,16 @@
    blocks k, k+T, k+2T, ...: fio `rw=read:<(T-1)B>` with `offset_increment=B`).
    Goal: emulator MB/s / fio MB/s >= 0.90.
 2. Overhead: AU on a fast target (data in page cache) with a small compute time.
-   Goal: AU >= 99 %. The AU before removing the emulator's measured overheads
-   (sleep overshoot, barrier release) is printed beside it.
+   AU is compute / wall with nothing subtracted; the AU with the emulator's own
+   measured delays removed (sleep overshoot, barrier release) is printed beside it.
+   Goal: AU without the emulator's delays >= 99 % (the emulator's fidelity).
+3. The client's capacity: accelerators N = 1, 2, 4, 8, 16 (until AU < 90 %) on the
+   same fast warm-cache target, small records (64 KiB), 0.01 s compute per batch:
+   the largest N with AU >= 90 % is what this machine can drive as a client, with
+   what limited the first failing N and the client's CPU seconds per GB read.
 
 Usage: python benchmarks/emulate.py [--dir DIR] [--size-mib 1024] [--threads 4] [--block-kib 1024]
+       [--only-client]   (parts 2 and 3 only)
 """
 from __future__ import annotations
 
@@ -67,38 +73,70 @@ def fio_read(path: Path, size: int, threads: int, block: int, direct: bool = Tru
     return out["jobs"][0]["read"]["bw_bytes"] / 1e6
 
 
-def au_fast(directory: Path, compute_s: float, accelerators: int) -> dict:
-    section = {"workloads": ["unet3d"], "accelerator_type": "v100",
-               "workload_overrides": {"unet3d": {"record_bytes": 65536, "record_bytes_stdev": 0,
-                                                 "compute_s": {"v100": compute_s}}},
-               "num_files": 1024, "dataset_sizing": "fixed", "epochs": 2, "repeats": 3,
-               "accelerators": [accelerators], "prefetch": 2}
+def warm(directory: Path) -> None:
+    """Read every file already under `directory` (a dataset kept from an earlier run) into the page cache."""
+    for f in directory.rglob("*"):
+        if f.is_file():
+            with open(f, "rb") as fh:
+                while fh.read(8 << 20):
+                    pass
+
+
+def _fast_study(directory: Path, section: dict):
+    """The emulate study on one unthrottled target with its dataset in page cache (a new one is, once written)."""
+    warm(directory)
     params = config.validate({"targets": [{"name": "fast", "path": str(directory)}],
                               "run": {"cold_cache": False, "monitor_interval_s": 0.5}, "emulate": section})
     out = Path(tempfile.mkdtemp(prefix="emu-bench-"))
     try:
-        frame = STUDY.run(params, out, log=lambda *_: None, progress="off")
+        return STUDY.run(params, out, log=lambda *_: None, progress="off")
     finally:
         shutil.rmtree(out, ignore_errors=True)
-    raw_au = 100 * frame.compute_s * (frame.steps - 1) / frame.measured_time_s
-    return {"au": float(frame.au_percent.mean()), "au_raw": float(raw_au.mean()),
+
+
+def small_records(compute_s: float, accelerators: list[int], num_files: int, epochs: int, repeats: int) -> dict:
+    """64 KiB records in page cache (fixed sizing, no cold cache): storage is never the limit."""
+    return {"workloads": ["unet3d"], "accelerator_type": "v100",
+            "workload_overrides": {"unet3d": {"record_bytes": 65536, "record_bytes_stdev": 0,
+                                              "compute_s": {"v100": compute_s}}},
+            "num_files": num_files, "dataset_sizing": "fixed", "epochs": epochs, "repeats": repeats,
+            "accelerators": accelerators, "prefetch": 2}
+
+
+def au_fast(directory: Path, compute_s: float, accelerators: int) -> dict:
+    frame = _fast_study(directory, small_records(compute_s, [accelerators], 1024, 2, 3))
+    return {"au": float(frame.au_percent.mean()), "au_removed": float(frame.au_percent_overhead_removed.mean()),
             "overshoot_us": float(frame.compute_overshoot_us_mean.mean()), "steps": int(frame.steps.iloc[0])}
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dir", default="data/targets/local/storagebrief/bench")
-    ap.add_argument("--size-mib", type=int, default=1024)
-    ap.add_argument("--threads", type=int, default=4)
-    ap.add_argument("--block-kib", type=int, default=1024)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--compute-s", type=float, default=0.01)
-    ap.add_argument("--accelerators", type=int, default=2)
-    a = ap.parse_args()
-    if not shutil.which("fio"):
-        print("fio is not installed: the read-path comparison needs it (apt-get install fio)")
-        return 1
-    d = Path(a.dir).resolve()
+def client_capacity(directory: Path, compute_s: float, counts: list[int]):
+    """Largest N with AU >= 90 % on a fast warm-cache target (the sweep stops after the first failing N)."""
+    section = {**small_records(compute_s, counts, 4096, 2, 1), "stop_below_threshold": True}
+    return _fast_study(directory, section).sort_values("accelerators")
+
+
+def print_capacity(frame, compute_s: float, seconds: float) -> None:
+    thr = float(frame.au_threshold_percent.iloc[0])
+    print(f"client capacity: fast warm-cache target, 64 KiB records, batch {int(frame.batch_size.iloc[0])}, "
+          f"compute {compute_s * 1000:.0f} ms per batch, {int(frame.epochs.iloc[0])} epochs, N until AU < {thr:.0f} % "
+          f"({seconds:.0f} s); client CPU = the accelerator processes' user + system seconds:")
+    print(f"  {'N':>3} {'AU %':>7} {'AU % w/o emu delays':>20} {'samples/s':>10} {'demand':>8} {'client CPU %':>13} "
+          f"{'machine busy %':>15} {'CPU s per GB':>13}  limited by")
+    for _, r in frame.iterrows():
+        print(f"  {int(r.accelerators):>3} {r.au_percent:7.1f} {r.au_percent_overhead_removed:20.1f} {r.samples_per_s:10.0f} "
+              f"{r.demand_samples_per_s:8.0f} {r.client_cpu_percent_of_cores:13.1f} {r.cpu_busy_percent:15.1f} "
+              f"{r.client_cpu_s_per_gb:13.3f}  {r.limited_by} ({r.limited_by_reason})")
+    ok = frame[frame.au_percent >= thr]
+    fail = frame[frame.au_percent < thr]
+    best = int(ok.accelerators.max()) if not ok.empty else 0
+    tail = (f"; first failing N = {int(fail.accelerators.iloc[0])}, limited by {fail.limited_by.iloc[0]}"
+            if not fail.empty else f"; every N tried passed (capacity >= {best})")
+    print(f"  largest N with AU >= {thr:.0f} % (the client's capacity): {best}{tail}")
+    print(f"  client CPU seconds per GB read: median {frame.client_cpu_s_per_gb.median():.3f} "
+          f"(range {frame.client_cpu_s_per_gb.min():.3f}-{frame.client_cpu_s_per_gb.max():.3f}; GB = 10^9 B)")
+
+
+def read_path(a, d: Path) -> None:
     size, block = a.size_mib << 20, a.block_kib << 10
     f = d / "bench.bin"
     make_file(f, size)
@@ -117,12 +155,36 @@ def main() -> int:
         label = f"{label}, {loops} passes"
         print(f"  {label:<38} {statistics.median(emu):14.1f} {statistics.median(fio):10.1f} {ratio:7.3f}"
               f"   rounds emu={[round(x) for x in emu]} fio={[round(x) for x in fio]}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dir", default="data/targets/local/storagebrief/bench")
+    ap.add_argument("--size-mib", type=int, default=1024)
+    ap.add_argument("--threads", type=int, default=4)
+    ap.add_argument("--block-kib", type=int, default=1024)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--compute-s", type=float, default=0.01)
+    ap.add_argument("--accelerators", type=int, default=2)
+    ap.add_argument("--capacity-counts", default="1,2,4,8,16")
+    ap.add_argument("--only-client", action="store_true", help="skip the fio comparison (parts 2 and 3 only)")
+    a = ap.parse_args()
+    d = Path(a.dir).resolve()
+    if not a.only_client:
+        if not shutil.which("fio"):
+            print("fio is not installed: the read-path comparison needs it (apt-get install fio)")
+            return 1
+        read_path(a, d)
     t = time.perf_counter()
     r = au_fast(d / "au", a.compute_s, a.accelerators)
     print(f"AU on a fast target (page cache), compute {a.compute_s * 1000:.0f} ms per batch, {a.accelerators} "
           f"accelerators, {r['steps']} steps, 3 repeats ({time.perf_counter() - t:.0f} s):")
-    print(f"  {'AU %':>8} {'AU % before removing overhead':>31} {'sleep overshoot us':>19}  (goal AU >= 99 %)")
-    print(f"  {r['au']:8.2f} {r['au_raw']:31.2f} {r['overshoot_us']:19.0f}")
+    print(f"  {'AU %':>8} {'AU % without the emulator delays':>33} {'sleep overshoot us':>19}  (goal: AU without "
+          "the emulator's delays >= 99 %)")
+    print(f"  {r['au']:8.2f} {r['au_removed']:33.2f} {r['overshoot_us']:19.0f}")
+    t = time.perf_counter()
+    cap = client_capacity(d / "capacity", a.compute_s, [int(x) for x in a.capacity_counts.split(",")])
+    print_capacity(cap, a.compute_s, time.perf_counter() - t)
     return 0
 
 

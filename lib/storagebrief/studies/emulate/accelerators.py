@@ -9,6 +9,9 @@ Each step an accelerator
   4. meets the other accelerators at a barrier (the all-reduce), so the
      slowest sets the pace.
 
+At the end each reports its CPU seconds over the run (user + system, its loader
+threads included) and the CPUs it may run on: the client's own CPU (limits.py).
+
 The loader keeps running across epoch boundaries (like persistent PyTorch
 workers that prefetch the next epoch): with the scaled-down quick datasets a
 per-epoch restart would otherwise dominate the few steps an epoch has.
@@ -21,6 +24,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import queue
+import resource
 import signal
 import threading
 import time
@@ -73,6 +77,7 @@ def _accelerator(rank: int, n: int, cfg: dict, procs_files: list[str], barrier, 
             cgroups.join(procs_files)
         out_q.put(("ready", rank, None))
         start.wait()
+        cpu0 = cpu_seconds()
         loader.start()
         compute, clock = cfg["compute_s"], time.perf_counter
         total = len(batches)
@@ -94,13 +99,21 @@ def _accelerator(rank: int, n: int, cfg: dict, procs_files: list[str], barrier, 
             barrier.wait(BARRIER_TIMEOUT_S)   # the all-reduce: the slowest sets the pace
             times[s] = (t0, t1, t2, t3, clock())
         loader.close()
+        cpu_s = cpu_seconds() - cpu0      # this process and its loader threads, over the run
         out_q.put(("done", rank, {"times": times, "bytes": int(sum(loader.bytes)),
+                                  "cpu_s": cpu_s, "cpus": sorted(os.sched_getaffinity(0)),
                                   "latencies": loader.read_latencies().astype(np.float32),
                                   "checkpoint_s": ckpt_s, "checkpoints": ckpts}))
     except threading.BrokenBarrierError:
         out_q.put(("aborted", rank, "barrier broken (another accelerator failed)"))
     except BaseException:
         out_q.put(("error", rank, traceback.format_exc()))
+
+
+def cpu_seconds() -> float:
+    """User + system CPU seconds of this process so far, all its threads (ended ones included)."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
 
 
 def write_checkpoint(directory: Path, nbytes: int, chunk: bytes) -> None:

@@ -1,4 +1,5 @@
-"""The emulate section of the brief: the KIOXIA brief's six tests, days saved, accelerators supported, latency."""
+"""The emulate section of the brief: the KIOXIA brief's six tests, days saved, accelerators supported and what
+limited each run, latency."""
 from __future__ import annotations
 
 import json
@@ -26,6 +27,7 @@ def section(study_dir: Path, frame, names: list[str]) -> None:
         _days_saved(frame, w, g, names, desc)
     sup = supported(frame)
     _supported_table(sup)
+    _limits_table(frame)
     _analysis(frame, sup)
     _latency_histogram(study_dir, palette)
     _latency_table(frame)
@@ -41,22 +43,33 @@ def _what_ran(frame, desc: dict) -> None:
         "sleeps for the accelerator's compute time per batch; all accelerators meet at a barrier every step "
         f"(the all-reduce). Files are reshuffled every epoch with a fixed seed. {int(frame.epochs.iloc[0])} epochs, "
         f"{repeats} repeat(s) per point, cold cache before every run, targets interleaved. AU % = compute ÷ wall time "
-        "over all steps but the first, after removing the emulator's own measured overheads (sleep overshoot, "
-        f"barrier release). Page cache kept out of the measurement by: **{sizing}**. "
-        "MB = 10⁶ bytes, MiB = 2²⁰ bytes.")
-    few = frame.loc[frame.steps.idxmin()]
-    buffered = int(few.read_threads) * (int(few.prefetch) + 1)
-    if buffered / int(few.steps) > 0.02:
-        show_md(f"**Short runs.** The shortest run took {int(few.steps)} steps ({int(few.accelerators)} accelerators). Up to "
-                f"{buffered} batches (read threads × (prefetch + 1)) are read during the first step, which AU excludes "
-                "as DLIO does; on a storage-bound run those batches then arrive early, so its AU can be overstated by up "
-                f"to about {100 * buffered / max(1, int(few.steps) - 1 - buffered):.0f} % of its value. The throttle "
-                "bound in the analysis below is the steady-state figure.")
+        "over the measured steps, nothing subtracted (as MLPerf Storage and DLIO define it): an accelerator that is "
+        "late, for whatever reason, lowers AU. Page cache kept out of the measurement by: "
+        f"**{sizing}**. MB = 10⁶ bytes, MiB = 2²⁰ bytes.")
+    _au_window(frame)
     if desc.get("scale_note"):
         show_md(f"**Scaled down.** This run's workload differs from the DLIO / MLPerf Storage reference values: "
                 f"{desc['scale_note']}. The quick profile shrinks files and compute time so the sweep finishes in "
                 "minutes on a small machine while each accelerator still demands a fixed bandwidth; absolute times "
                 "are not comparable with published results, the shape of the curves is.")
+
+
+def _au_window(frame) -> None:
+    """Which steps AU covers, in numbers from the runs."""
+    if "au_warmup_steps" not in frame:
+        return
+    first = frame.loc[frame.steps.idxmin()]
+    w = int(first.read_threads) * (int(first.prefetch) + 1)
+    counts = ", ".join(f"{int(r.steps)} steps at {int(r.accelerators)} accelerator(s): {int(r.au_warmup_steps) + 1}.."
+                       f"{int(r.steps) - int(r.au_drain_steps)}"
+                       for _, r in frame.drop_duplicates(["workload", "accelerators"]).iterrows())
+    show_md(f"**Which steps AU measures (steady state).** Each loader can hold up to read threads × (prefetch + 1) = "
+            f"{int(first.read_threads)} × ({int(first.prefetch)} + 1) = {w} batches ahead of its accelerator. The first {w} "
+            "steps can consume batches read during start-up, and the last ones batches read before the loader ran "
+            "dry: on a storage-bound run both are free steps that overstate AU in short runs. AU and samples/s "
+            f"therefore leave out up to {w} steps at each end (at most a quarter of the run each; the first step "
+            f"always), and the throttle bound uses the request size the run's cgroup saw in that window: "
+            f"{counts}. Total time covers every step.")
 
 
 def _workload_table(frame) -> None:
@@ -128,14 +141,47 @@ def _days_saved(frame, w: str, g, names: list[str], desc: dict) -> None:
 
 
 def _supported_table(sup) -> None:
-    tab = sup.rename(columns={"workload": "Workload", "target": "Target", "au_threshold_percent": "AU threshold %",
-                              "accelerators_supported": "Accelerators supported",
-                              "au_percent_at_supported": "AU % at that N",
-                              "max_accelerators_tested": "Largest N tested",
-                              "limited_by_sweep": "Limited by sweep"})
+    tab = sup[["workload", "target", "au_threshold_percent", "accelerators_supported_text", "supported_limited_by",
+               "au_percent_at_supported", "max_accelerators_tested"]].rename(columns={
+        "workload": "Workload", "target": "Target", "au_threshold_percent": "AU threshold %",
+        "accelerators_supported_text": "Accelerators supported", "supported_limited_by": "Limited by",
+        "au_percent_at_supported": "AU % at the largest passing N", "max_accelerators_tested": "Largest N tested"})
     show_table(tab, "Accelerators supported (MLPerf Storage rule): the largest accelerator count whose mean AU "
-                    "stays at or above the threshold. 'Limited by sweep': the target passed at the largest N tried, "
-                    "so it may support more.")
+                    "stays at or above the threshold. 'Limited by' is what stopped it at the first failing count: "
+                    "storage, or the client ('client-limited at N': this machine could not drive N accelerators, so the "
+                    "storage earned no number there); 'none': every count tried passed, so the target may support more.")
+
+
+def _limits_table(frame) -> None:
+    """What limited each accelerator count: AU vs the throttle bound, samples/s vs demand, the client's CPU."""
+    if "limited_by" not in frame:
+        return
+    cols = {"au_percent": "AU %", "throttle_au_bound_percent": "Throttle bound AU %",
+            "samples_per_s": "Samples/s", "demand_samples_per_s": "Demand samples/s",
+            "client_cpu_percent_of_cores": "Client CPU % of its cores", "cpu_busy_percent": "Machine CPU busy %",
+            "client_cpu_s_per_gb": "Client CPU s per GB"}
+    cols = {k: v for k, v in cols.items() if k in frame}
+    g = frame.groupby(["workload", "target", "accelerators"], sort=False)
+    tab = g[list(cols)].mean().rename(columns=cols)
+    tab["Limited by"] = g.limited_by.agg(lambda x: ", ".join(f"{k} × {v}" for k, v in x.value_counts().items()))
+    show_table(tab.reset_index().rename(columns={"workload": "Workload", "target": "Target", "accelerators": "N"}),
+               "What limited each run (means over repeats; 'Limited by' counts the repeats). storage: AU below the "
+               "threshold while the client had CPU to spare; client: AU below it and the client had no CPU headroom "
+               "(machine ≥ 90 % busy or the accelerators using ≥ 90 % of their cores) or its accelerators were late "
+               "by themselves (AU would pass with their sleep overshoot and barrier release removed); none: AU at or "
+               "above the threshold. Client CPU = user + system seconds of the accelerator processes and their loader "
+               "threads; GB = 10⁹ bytes read by the loaders.", floatfmt="{:,.3g}")
+    client = frame[frame.limited_by == "client"]
+    if len(client):
+        ns = ", ".join(str(n) for n in sorted(client.accelerators.unique()))
+        show_md(f"**The client limited {len(client)} of {len(frame)} runs** (at {ns} accelerator(s)): this machine could "
+                "not keep that many emulated accelerators on time, so those runs say nothing about the storage. To "
+                "measure the storage further, drive it from more client hosts (as MLPerf Storage does): multi-host "
+                "runs are planned; today one host runs every accelerator.")
+    else:
+        show_md(f"**No run was limited by the client**: its accelerators used at most "
+                f"{frame.client_cpu_percent_of_cores.max():.0f} % of their CPUs and the machine was at most "
+                f"{frame.cpu_busy_percent.max():.0f} % busy; every AU below the threshold is the storage's.")
 
 
 def _analysis(frame, sup) -> None:
@@ -147,19 +193,21 @@ def _analysis(frame, sup) -> None:
                                           loader=("loader_read_mb_per_s", "mean"),
                                           bound=("throttle_au_bound_percent", "mean"),
                                           lat=("read_latency_us_mean", "mean"),
-                                          over=("emulator_overhead_s", "mean"), tot=("measured_time_s", "mean"))
+                                          over=("emulator_overhead_s", "mean"), tot=("measured_time_s", "mean"),
+                                          removed=("au_percent_overhead_removed", "mean"))
         d = float(g.demand_mb_per_s_per_accelerator.iloc[0])
         nmax = int(m.index.max())
         s = sup[(sup.workload == w) & (sup.target == t)].iloc[0]
         text = (f"- **{t}** ({w}): AU {m.au.iloc[0]:.1f} % at {int(m.index[0])} accelerator(s) and {m.au.iloc[-1]:.1f} % at "
                 f"{nmax}; loaders read {m.loader.iloc[-1]:.0f} MB/s at {nmax} against a demand of {nmax} × {d:.0f} = "
-                f"{nmax * d:.0f} MB/s; supports {int(s.accelerators_supported)} accelerator(s) at ≥ "
-                f"{s.au_threshold_percent:.0f} % AU")
+                f"{nmax * d:.0f} MB/s; supports {s.accelerators_supported_text} accelerator(s) at ≥ "
+                f"{s.au_threshold_percent:.0f} % AU (limited by: {s.supported_limited_by})")
         if not math.isnan(m.bound.iloc[-1]):
             text += (f". The throttle allows at most {m.bound.iloc[-1]:.0f} % AU at {nmax} (min(bandwidth cap, "
-                     f"IOPS cap × measured request size) ÷ demand); measured {m.au.iloc[-1]:.0f} %")
-        text += (f". Emulator overhead removed from the wall time: "
-                 f"{100 * m.over.mean() / max(m.tot.mean(), 1e-9):.2f} % of it.")
+                     f"IOPS cap × the run's request size in the AU window) ÷ demand); measured {m.au.iloc[-1]:.0f} %")
+        text += (f". The emulator's own delays (sleep overshoot, barrier release) were "
+                 f"{100 * m.over.mean() / max(m.tot.mean(), 1e-9):.2f} % of the measured time; they count in AU "
+                 f"(without them AU at {nmax} would be {m.removed.iloc[-1]:.1f} %).")
         lines.append(text)
     analysis(lines, tail="When storage keeps up, AU stays near 100 % and total time "
              "falls as accelerators are added (the dataset is split among them); once N × demand exceeds what the "

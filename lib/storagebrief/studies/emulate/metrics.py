@@ -1,13 +1,15 @@
 """emulate arithmetic: AU and timing from per-step timestamps, read latencies, the throttle's bound,
 and on runs.csv the MLPerf Storage rule, headlines, metrics.json and mlperf_results.json.
 
-AU % = compute time ÷ step wall time over all steps but the first. The emulator's
-own overheads (the sleep overshoot of the accelerator that closed the step and the
-barrier's release latency after the last arrival) are measured per step and taken
-out of the wall time, so they never look like storage slowness; they are reported
-as columns. A storage system supports the largest number of accelerators whose AU
-stays at or above the workload's threshold (MLPerf Storage).
-MB = 10^6 bytes, MiB = 2^20 bytes; column names say which.
+AU % = compute time ÷ wall time over the measured steps (the AU window), nothing
+subtracted, as MLPerf Storage and DLIO define it: an accelerator that is late
+because the client machine is saturated is late. The emulator's own delays (the
+sleep overshoot of the accelerator that closed each step and the barrier's release
+latency) are measured per step and reported beside it (`emulator_overhead_s`,
+`au_percent_overhead_removed`), never taken out of `au_percent`. What limited each
+run (storage, the client, neither) is classified in limits.py. A storage system
+supports the largest number of accelerators whose AU stays at or above the
+workload's threshold (MLPerf Storage). MB = 10^6 bytes, MiB = 2^20 bytes.
 """
 from __future__ import annotations
 
@@ -17,21 +19,40 @@ import numpy as np
 import pandas as pd
 
 from ...report.headlines import versus_reference
+from .limits import client_cpu_columns, plain_records, supported
 
 LAT_BINS_PER_DECADE = 20
 LAT_EDGES_US = np.logspace(0, 8, 8 * LAT_BINS_PER_DECADE + 1)   # 1 us .. 100 s
 
 
 # --------------------------------------------------------------------------- one run
-def job_metrics(times: np.ndarray, compute_s: float, batch: int, t_start: float) -> dict:
+def au_window(steps: int, read_threads: int, prefetch: int) -> tuple[int, int]:
+    """Steps [first, stop) over which AU is measured: the loader's steady state.
+
+    A loader holds at most W = read_threads x (prefetch + 1) batches ahead of its
+    accelerator (prefetch ready batches per thread plus one being read). The first W
+    steps may consume batches read during start-up (free steps that overstate AU on
+    storage-bound runs) and the last W steps batches read before the loader ran dry;
+    both are left out. W is capped at a quarter of the run; the first step (empty
+    queues) is always left out, as in DLIO.
+    """
+    if steps <= 1:
+        return 0, steps
+    w = min(read_threads * (prefetch + 1), (steps - 1) // 4)
+    return max(1, w), steps - w
+
+
+def job_metrics(times: np.ndarray, compute_s: float, batch: int, t_start: float,
+                window: tuple[int, int] | None = None) -> dict:
     """AU and timing from per-step timestamps, shape (accelerators, steps, 5).
 
     Columns per step: t0 batch wanted, t1 batch in hand, t2 compute done,
     t3 at barrier, t4 released. Step boundaries are the barrier releases (the
-    same instant for every accelerator up to release latency). The first step is
-    excluded from AU and samples/s (start-up: empty prefetch queues).
+    same instant for every accelerator up to release latency). AU and samples/s
+    cover the steps in `window` ([first, stop); default: all but the first step).
     """
     n, steps, _ = times.shape
+    first, stop = window if window is not None else ((1, steps) if steps > 1 else (0, steps))
     release = times[:, :, 4].max(axis=0)                 # step ends (last accelerator out)
     last_in = times[:, :, 3].max(axis=0)                 # last arrival at the barrier
     closer = times[:, :, 3].argmax(axis=0)               # accelerator that closed each step
@@ -43,24 +64,29 @@ def job_metrics(times: np.ndarray, compute_s: float, batch: int, t_start: float)
     overhead = np.minimum(crit_overshoot + release_lat, wall)
     data_wait = times[:, :, 1] - times[:, :, 0]
     peer_wait = times[:, :, 4] - times[:, :, 3]
-    m = slice(1, None) if steps > 1 else slice(0, None)
-    measured = float(wall[m].sum() - overhead[m].sum())
-    au = 100.0 * compute_s * len(wall[m]) / measured if measured > 0 else 0.0
-    own = 100.0 * compute_s * len(wall[m]) / (compute_s * len(wall[m]) + data_wait[:, m].sum(axis=1))
-    window = float(release[-1] - (release[0] if steps > 1 else t_start))
-    samples_m = n * batch * len(wall[m])
+    m = slice(first, stop)
+    k = stop - first
+    measured = float(wall[m].sum())
+    removed = measured - float(overhead[m].sum())
+    compute = compute_s * k
+    own = 100.0 * compute / (compute + data_wait[:, m].sum(axis=1))
     return {
         "total_time_s": float(release[-1] - t_start),
-        "measured_time_s": float(wall[m].sum()),
-        "au_percent": min(100.0, au),
+        "measured_time_s": measured,
+        "au_percent": min(100.0, 100.0 * compute / measured) if measured > 0 else 0.0,
+        "au_percent_overhead_removed": min(100.0, 100.0 * compute / removed) if removed > 0 else 0.0,
+        "au_window_steps": int(k),
+        "au_warmup_steps": int(first),                    # left out at the start ...
+        "au_drain_steps": int(steps - stop),              # ... and at the end
         "au_own_percent": own,                            # per accelerator: compute / (compute + own data wait)
         "samples": int(n * batch * steps),
-        "samples_per_s": samples_m / window if window > 0 else float("nan"),
+        "samples_per_s": n * batch * k / measured if measured > 0 else float("nan"),
         "steps": int(steps),
         "compute_overshoot_s_total": float(np.clip(overshoot, 0, None).sum()),
         "compute_overshoot_us_mean": float(overshoot.mean() * 1e6),
         "barrier_release_s_total": float(release_lat.sum()),
-        "emulator_overhead_s": float(overhead[m].sum()),
+        "emulator_overhead_s": float(overhead[m].sum()),  # measured, not subtracted from au_percent
+        "window_t": (float(bounds[first]), float(bounds[stop])),   # perf_counter instants of the window
         "data_wait_s": data_wait.sum(axis=1),             # per accelerator
         "peer_wait_s": peer_wait.sum(axis=1),
         "overshoot_s": np.clip(overshoot, 0, None).sum(axis=1),
@@ -106,9 +132,15 @@ def throttle_au_bound(cap_mb_per_s: float, accelerators: int, demand_mb_per_s: f
 
 
 def summarize(raw: dict, cfg: dict, accelerators: int) -> tuple[dict, list[dict], np.ndarray]:
-    """Run-level metrics, per-accelerator rows and all read latencies (seconds)."""
+    """Run-level metrics, per-accelerator rows and all read latencies (seconds).
+
+    The row carries `window_t` (the AU window's start and end, perf_counter
+    seconds) for the caller to pick the throttle's request size in it; it is not
+    a column.
+    """
     times = np.stack([r["times"] for r in raw["ranks"]])
-    jm = job_metrics(times, cfg["compute_s"], cfg["batch"], raw["t_start"])
+    window = au_window(times.shape[1], cfg["read_threads"], cfg["prefetch"])
+    jm = job_metrics(times, cfg["compute_s"], cfg["batch"], raw["t_start"], window)
     lat = np.concatenate([r["latencies"] for r in raw["ranks"]])
     loader_bytes = sum(r["bytes"] for r in raw["ranks"])
     total = jm["total_time_s"]
@@ -117,6 +149,7 @@ def summarize(raw: dict, cfg: dict, accelerators: int) -> tuple[dict, list[dict]
         "au_own_percent_min": float(jm["au_own_percent"].min()),
         "au_own_percent_mean": float(jm["au_own_percent"].mean()),
         "data_wait_s_total": float(jm["data_wait_s"].sum()),
+        "demand_samples_per_s": accelerators * cfg["batch"] / cfg["compute_s"],
         "loader_bytes": int(loader_bytes),
         "loader_read_mb_per_s": loader_bytes / total / 1e6,
         "loader_read_mib_per_s": loader_bytes / total / 2**20,
@@ -124,34 +157,20 @@ def summarize(raw: dict, cfg: dict, accelerators: int) -> tuple[dict, list[dict]
         **latency_stats(lat),
         "checkpoints": int(sum(r["checkpoints"] for r in raw["ranks"])),
         "checkpoint_s_total": float(sum(r["checkpoint_s"] for r in raw["ranks"])),
+        **client_cpu_columns(raw["ranks"], total, int(jm["steps"]), loader_bytes),
     })
     per = []
     for r, rk in enumerate(raw["ranks"]):
         per.append({"accelerator": r, "steps": int(jm["steps"]), "samples": int(jm["steps"] * cfg["batch"]),
                     "au_own_percent": float(jm["au_own_percent"][r]),
                     "data_wait_s": float(jm["data_wait_s"][r]), "peer_wait_s": float(jm["peer_wait_s"][r]),
-                    "compute_overshoot_s": float(jm["overshoot_s"][r]),
+                    "compute_overshoot_s": float(jm["overshoot_s"][r]), "cpu_s": float(rk.get("cpu_s", float("nan"))),
                     "loader_bytes": int(rk["bytes"]), "loader_read_mb_per_s": rk["bytes"] / total / 1e6,
                     "reads": int(rk["latencies"].size), **latency_stats(rk["latencies"])})
     return row, per, lat
 
 
 # --------------------------------------------------------------------------- runs.csv
-def supported(frame) -> pd.DataFrame:
-    """Accelerators supported per workload and target: largest N whose mean AU >= threshold."""
-    rows = []
-    for (w, t), g in frame.groupby(["workload", "target"], sort=False):
-        thr = float(g.au_threshold_percent.iloc[0])
-        au = g.groupby("accelerators").au_percent.mean()
-        ok = au[au >= thr]
-        n = int(ok.index.max()) if not ok.empty else 0
-        rows.append({"workload": w, "target": t, "au_threshold_percent": thr, "accelerators_supported": n,
-                     "au_percent_at_supported": float(au[n]) if n else float("nan"),
-                     "max_accelerators_tested": int(au.index.max()),
-                     "limited_by_sweep": bool(n == int(au.index.max()))})
-    return pd.DataFrame(rows)
-
-
 def drive_columns(frame) -> tuple[str, str, str]:
     """(average, maximum, source) columns for the drive-throughput tests.
 
@@ -181,16 +200,25 @@ def headlines(frame, target_names: list[str]) -> list[dict]:
 
 
 def metrics(frame, target_names: list[str]) -> dict:
+    """metrics.json: per workload and target, accelerators supported (a number the storage earned, or
+    "client-limited at N") and what limited it; the headlines."""
     out: dict = {"runs": int(len(frame))}
     sup = supported(frame)
     for (w, t), g in frame.groupby(["workload", "target"]):
-        means = g.groupby("accelerators")[["au_percent", "samples_per_s", "loader_read_mb_per_s"]].mean()
+        cols = [c for c in ("au_percent", "samples_per_s", "loader_read_mb_per_s") if c in g]
+        means = g.groupby("accelerators")[cols].mean()
         s = sup[(sup.workload == w) & (sup.target == t)].iloc[0]
-        out.setdefault(w, {})[t] = {
-            "accelerators_supported": int(s.accelerators_supported),
-            "au_percent_at_max_accelerators": float(means.au_percent.iloc[-1]),
-            "max_samples_per_s": float(means.samples_per_s.max()),
-            "max_loader_read_mb_per_s": float(means.loader_read_mb_per_s.max())}
+        n = s.accelerators_supported
+        entry = {"accelerators_supported": int(n) if not pd.isna(n) else str(s.accelerators_supported_text),
+                 "supported_limited_by": str(s.supported_limited_by),
+                 "au_percent_at_max_accelerators": float(means.au_percent.iloc[-1]),
+                 "max_samples_per_s": float(means.samples_per_s.max()),
+                 "max_loader_read_mb_per_s": float(means.loader_read_mb_per_s.max())}
+        if "client_cpu_s_per_gb" in g:
+            entry["client_cpu_s_per_gb"] = float(g.client_cpu_s_per_gb.mean())
+        if "limited_by" in g:
+            entry["runs_limited_by_client"] = int((g.limited_by == "client").sum())
+        out.setdefault(w, {})[t] = entry
     out["headlines"] = {h["id"]: h["delta_percent"] for h in headlines(frame, target_names)}
     return out
 
@@ -199,26 +227,33 @@ def mlperf_results(frame) -> dict:
     """MLPerf-Storage-like summary per workload, target and accelerator count (means over repeats).
 
     MLPerf Storage / DLIO report I/O as MB/s computed with 2^20 bytes; here the
-    key says MiB. AU excludes the first step, as there.
+    key says MiB. AU = compute ÷ wall over the AU window, nothing subtracted, as there.
     """
     out = {"benchmark": "storagebrief emulate (DLIO / MLPerf Storage style)", "results": [],
-           "accelerators_supported": supported(frame).to_dict("records")}
+           "accelerators_supported": plain_records(supported(frame))}
     for (w, t, n), g in frame.groupby(["workload", "target", "accelerators"]):
         thr = float(g.au_threshold_percent.iloc[0])
+        first = g.iloc[0]
+        has = set(g.columns)
         out["results"].append({
-            "workload": w, "target": t, "accelerator_type": str(g.accelerator_type.iloc[0]),
+            "workload": w, "target": t, "accelerator_type": str(first.accelerator_type),
             "num_accelerators": int(n), "repeats": int(len(g)),
             "train_au_percentage": [round(float(x), 3) for x in g.au_percent],
             "train_au_mean_percentage": float(g.au_percent.mean()),
             "train_au_stdev_percentage": float(g.au_percent.std(ddof=0)),
             "train_au_threshold_percentage": thr,
             "train_au_meet_expectation": "success" if g.au_percent.mean() >= thr else "fail",
+            "au_window": (f"steps {int(first.au_warmup_steps) + 1}..{int(first.steps) - int(first.au_drain_steps)} "
+                           f"of {int(first.steps)}") if "au_warmup_steps" in has else None,
+            "limited_by": [str(x) for x in g.limited_by] if "limited_by" in has else None,
             "train_throughput_mean_samples_per_second": float(g.samples_per_s.mean()),
+            "demand_samples_per_second": float(first.demand_samples_per_s) if "demand_samples_per_s" in has else None,
             "train_io_mean_MiB_per_second": float(g.loader_read_mib_per_s.mean()),
             "train_io_mean_MB_per_second_1e6": float(g.loader_read_mb_per_s.mean()),
-            "num_files": int(g.num_files.iloc[0]), "sample_bytes_mean": float(g.sample_bytes_mean.iloc[0]),
-            "batch_size": int(g.batch_size.iloc[0]), "compute_s_per_batch": float(g.compute_s.iloc[0]),
-            "epochs": int(g.epochs.iloc[0]), "dataset_sizing": str(g.dataset_sizing.iloc[0]),
+            "client_cpu_s_per_gb": float(g.client_cpu_s_per_gb.mean()) if "client_cpu_s_per_gb" in has else None,
+            "num_files": int(first.num_files), "sample_bytes_mean": float(first.sample_bytes_mean),
+            "batch_size": int(first.batch_size), "compute_s_per_batch": float(first.compute_s),
+            "epochs": int(first.epochs), "dataset_sizing": str(first.dataset_sizing),
         })
     return out
 

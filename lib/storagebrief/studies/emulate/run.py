@@ -5,7 +5,7 @@ KIOXIA CM7 Series SSDs" (2024), which ran DLIO's unet3d workload with 8..18 emul
 V100s, and MLPerf Storage's rule: a storage system supports the largest number of
 accelerators whose utilization (AU) stays at or above a threshold (90 % unet3d/resnet50,
 70 % cosmoflow). An emulated accelerator is one process (no MPI) with its own loader
-(loader.py, accelerators.py); AU arithmetic is in metrics.py.
+(loader.py, accelerators.py); AU arithmetic is in metrics.py, what limited a run in limits.py.
 
 Per workload, accelerator counts x repeats in run order, targets interleaved. Each run:
 cold cache, one cgroup holding the target's throttle and/or the page-cache cap, N
@@ -36,6 +36,7 @@ from ...core.sweep import Measurement, Point
 from .accelerators import run_once
 from .dataset import generate_dataset, planned_files, study_description
 from .iocounters import CgroupIoSampler, cgroup_read_stats
+from .limits import limited_by
 from .loader import steps_per_epoch
 from .metrics import latency_histogram, mlperf_results, summarize, throttle_au_bound, throttle_cap_mb_per_s
 from .params import EmulateParams
@@ -188,15 +189,31 @@ def _sizing(p: EmulateParams, capped: bool, memory_limit: int | None) -> str:
             "fixed (page cache not controlled)" if p.dataset_sizing == "fixed" else "mlperf")
 
 
-def _row(run, name: str, n: int, data: dict, cfg: dict, summary: dict, cg, throttled: bool, capped: bool) -> dict:
+def _throttle_columns(run, n: int, demand: float, cg, cgw, throttled: bool) -> dict:
+    """What the throttle allows: its cap at the request size the run's cgroup saw in the AU window.
+
+    The run's first reads after a cold cache include the files' metadata (small
+    requests, before the AU window): the request size of the whole run would
+    understate what the IOPS cap allows in the window AU measures.
+    """
+    req_run = cg[0] / cg[1] if cg and cg[1] else None
+    req = cgw[0] / cgw[1] if cgw else req_run
+    cap = throttle_cap_mb_per_s(run.target.profile if throttled else None, req)
+    return {"cgroup_read_kib_per_request_au_window": req / 1024 if req else None,
+            "cgroup_read_mb_per_s_au_window": cgw[0] / cgw[2] / 1e6 if cgw and cgw[2] > 0 else None,
+            "throttle_cap_mb_per_s": cap,
+            "throttle_au_bound_percent": throttle_au_bound(cap, n, demand)}
+
+
+def _row(run, name: str, n: int, data: dict, cfg: dict, summary: dict, cg, cgw, throttled: bool,
+         capped: bool) -> dict:
     """The run's columns (the engine adds the common and monitor ones)."""
     p: EmulateParams = run.p
     spec = p.spec(name)
     memory_limit = run.sweep.state["memory_limit"]
     sample_bytes = data["bytes"] / (len(data["files"]) * spec.samples_per_file)
-    req = cg[0] / cg[1] if cg and cg[1] else None
-    cap = throttle_cap_mb_per_s(run.target.profile if throttled else None, req)
     demand = cfg["batch"] * sample_bytes / cfg["compute_s"] / 1e6
+    cpu = run.monitor.summary() if run.monitored else {}
     return {"workload": name, "accelerator_type": p.accelerator_type, "accelerators": n,
             "dataset_sizing": _sizing(p, capped, memory_limit), "memory_limit_bytes": memory_limit if capped else None,
             "odirect": p.odirect, "num_files": len(data["files"]), "dataset_bytes": int(data["bytes"]),
@@ -205,10 +222,12 @@ def _row(run, name: str, n: int, data: dict, cfg: dict, summary: dict, cg, throt
             "steps_per_epoch": cfg["steps_per_epoch"], "read_threads": cfg["read_threads"],
             "prefetch": p.prefetch, "read_block_bytes": cfg["block"], "readahead": cfg["readahead"],
             "demand_mb_per_s_per_accelerator": demand,
-            "throttle_cap_mb_per_s": cap,
-            "throttle_au_bound_percent": throttle_au_bound(cap, n, demand),
+            **_throttle_columns(run, n, demand, cg, cgw, throttled),
             "au_threshold_percent": spec.au_threshold_percent, **summary,
             "au_pass": summary["au_percent"] >= spec.au_threshold_percent,
+            **dict(zip(("limited_by", "limited_by_reason"),
+                       limited_by(summary["au_percent"], spec.au_threshold_percent, cpu.get("cpu_busy_percent"),
+                                  summary.get("client_cpu_percent_of_cores"), summary["au_percent_overhead_removed"]))),
             "cgroup_read_bytes": cg[0] if cg else None,
             "cgroup_read_requests": cg[1] if cg else None,
             "cgroup_read_kib_per_request": cg[0] / cg[1] / 1024 if cg and cg[1] else None,
@@ -235,7 +254,8 @@ def run_one(run, config) -> Measurement:
     mem_stats = group.memory_stats() if capped else {}
     cg = cgroup_read_stats(group, t.device)
     summary, per, lat = summarize(raw, cfg, n)
-    row = {**_row(run, name, n, data, cfg, summary, cg, throttled, capped), **cgio.summary(), **mem_stats}
+    cgw = cgio.window(*summary.pop("window_t"))
+    row = {**_row(run, name, n, data, cfg, summary, cg, cgw, throttled, capped), **cgio.summary(), **mem_stats}
     ids = {"run_id": run.run_id, "target": t.name, "workload": name, "accelerators": n, "repeat": run.repeat}
     return Measurement(row, tables={"accelerators.csv": [{**ids, **r} for r in per],
                                     "latency_histograms.csv": [{**ids, **h} for h in latency_histogram(lat)]},

@@ -1,0 +1,169 @@
+"""Emulated accelerators: the AU definition (compute ÷ wall, nothing subtracted), its steady-state window,
+and what limited a run (storage, the client, neither) with accelerators supported (issue 11)."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from storagebrief.core import config
+from storagebrief.studies.emulate import STUDY, limits, metrics
+from test_emulate import SMALL, params_dict
+
+
+# --------------------------------------------------------------------------- arithmetic
+def synthetic_times(n: int, steps: int, compute: float, wait: list[float], overshoot: float, release: float,
+                    t_start: float = 100.0) -> np.ndarray:
+    """Timelines as the workers record them: wait for data, compute, barrier."""
+    times = np.zeros((n, steps, 5))
+    boundary = t_start
+    for s in range(steps):
+        arrive = []
+        for r in range(n):
+            t0 = boundary
+            t1 = t0 + wait[r]
+            t2 = t1 + compute + overshoot
+            arrive.append(t2)
+            times[r, s, :4] = (t0, t1, t2, t2)
+        boundary = max(arrive) + release
+        times[:, s, 4] = boundary
+    return times
+
+
+def test_au_arithmetic_on_synthetic_timings():
+    compute, steps = 0.1, 11
+    times = synthetic_times(2, steps, compute, wait=[0.0, 0.05], overshoot=0.001, release=0.0005)
+    m = metrics.job_metrics(times, compute, batch=4, t_start=100.0)
+    # Each step: slowest waits 0.05 s for data, then computes; overshoot and release are the emulator's own
+    # delays. Issue 11: AU = compute / wall with nothing subtracted (MLPerf Storage / DLIO); the figure with
+    # those delays removed (the former au_percent) is kept under its own name.
+    assert m["au_percent"] == pytest.approx(100 * 0.1 / (0.15 + 0.0015), rel=1e-9)
+    assert m["au_percent_overhead_removed"] == pytest.approx(100 * 0.1 / 0.15, rel=1e-9)
+    assert m["emulator_overhead_s"] == pytest.approx((steps - 1) * 0.0015, rel=1e-9)
+    step = 0.15 + 0.0015
+    assert m["total_time_s"] == pytest.approx(steps * step)
+    assert m["samples_per_s"] == pytest.approx(2 * 4 * (steps - 1) / ((steps - 1) * step))
+    assert m["au_own_percent"][0] == pytest.approx(100.0)
+    assert m["au_own_percent"][1] == pytest.approx(100 * 0.1 / 0.15)
+    assert m["peer_wait_s"][0] == pytest.approx(steps * (0.05 + 0.0005))
+    assert m["compute_overshoot_us_mean"] == pytest.approx(1000.0)
+
+
+def test_au_is_compute_over_wall_with_late_steps_nothing_subtracted():
+    """Accelerators late by scheduling delay (a saturated client) lower AU: the delay is not subtracted."""
+    compute, steps = 0.1, 10
+    times = synthetic_times(3, steps, compute, wait=[0.0, 0.0, 0.0], overshoot=0.0, release=0.0)
+    late = {3: 0.2, 6: 0.05, 7: 0.3}               # step -> how late the closing accelerator was
+    for s, extra in late.items():                  # accelerator 2 woke up late from its compute
+        times[2, s, 2:4] += extra
+        times[:, s, 4] += extra
+        times[:, s + 1:, :] += extra
+    m = metrics.job_metrics(times, compute, batch=2, t_start=100.0)
+    wall = steps * compute + sum(late.values())
+    first_wall = compute                           # step 0 (excluded) was on time
+    assert m["total_time_s"] == pytest.approx(wall)
+    assert m["measured_time_s"] == pytest.approx(wall - first_wall)
+    assert m["au_percent"] == pytest.approx(100 * compute * (steps - 1) / (wall - first_wall), rel=1e-9)
+    assert m["au_percent"] < 70                    # 0.9 s of compute in 1.45 s
+    # The lateness is measured (as sleep overshoot of the accelerator that closed the step) ...
+    assert m["emulator_overhead_s"] == pytest.approx(sum(late.values()))
+    # ... and only the separately named figure takes it out.
+    assert m["au_percent_overhead_removed"] == pytest.approx(100.0)
+
+
+def test_steady_state_au_window():
+    """AU leaves out read_threads x (prefetch + 1) steps at each end (at most a quarter of the run each)."""
+    assert metrics.au_window(63, 4, 2) == (12, 51)      # quick unet3d at 4 accelerators: steps 13..51
+    assert metrics.au_window(252, 4, 2) == (12, 240)
+    assert metrics.au_window(21, 4, 2) == (5, 16)       # capped at (21 - 1) // 4
+    assert metrics.au_window(3, 4, 2) == (1, 3)         # the first step is always left out
+    assert metrics.au_window(2, 4, 2) == (1, 2)
+    assert metrics.au_window(1, 4, 2) == (0, 1)
+    # Storage-bound run: after a slow first step the loader holds W batches (batch 0 among them), so steps
+    # 1..W-1 are free; at the end the loader runs dry W steps early. Inside the window every step waits
+    # 0.3 s for data: AU = 0.1 / 0.4.
+    compute, steps, w = 0.1, 40, 4
+    times = synthetic_times(1, steps, compute, wait=[0.3], overshoot=0.0, release=0.0)
+    for s in list(range(1, w)) + list(range(steps - w, steps)):
+        times[0, s, 1:] -= 0.3                     # batch already there: no wait ...
+        times[0, s + 1:, :] -= 0.3                 # ... and every later step starts earlier
+    window = metrics.au_window(steps, read_threads=2, prefetch=1)
+    assert window == (w, steps - w)
+    steady = metrics.job_metrics(times, compute, batch=1, t_start=100.0, window=window)
+    assert steady["au_percent"] == pytest.approx(25.0)
+    assert (steady["au_warmup_steps"], steady["au_window_steps"], steady["au_drain_steps"]) == (w, steps - 2 * w, w)
+    assert steady["samples_per_s"] == pytest.approx(1 / 0.4)
+    whole = metrics.job_metrics(times, compute, batch=1, t_start=100.0)   # all steps but the first
+    free = (w - 1) + w                                          # 7 free steps of 0.1 s, 32 of 0.4 s
+    assert whole["au_percent"] == pytest.approx(100 * 0.1 * 39 / (free * 0.1 + (39 - free) * 0.4))   # 28.9 %
+
+
+def test_first_step_is_excluded_from_au():
+    times = synthetic_times(1, 6, 0.1, wait=[0.0], overshoot=0.0, release=0.0)
+    times[0, 0, 1:] += 5.0   # a slow first step (empty prefetch queues)
+    times[0, 1:, :] += 5.0
+    m = metrics.job_metrics(times, 0.1, batch=1, t_start=100.0)
+    assert m["au_percent"] == pytest.approx(100.0)
+    assert m["total_time_s"] == pytest.approx(5.0 + 0.6)
+
+
+def test_cpu_starved_client_is_classified_client_and_not_supported(tmp_path):
+    """8 accelerators with 1 ms of compute on one core, tiny records in page cache: the client, not the
+    storage, is the limit; the run says so and earns the target no "accelerators supported"."""
+    section = {**SMALL, "accelerators": [8], "num_files": 2048, "epochs": 2, "read_threads": 2, "prefetch": 1,
+               "read_block_kib": 64,
+               "workload_overrides": {"unet3d": {"record_bytes": 4096, "record_bytes_stdev": 0,
+                                                 "batch_size_by_accelerator": {"v100": 2},
+                                                 "compute_s": {"v100": 0.001}}}}
+    p = config.validate(params_dict(tmp_path, section, cold_cache=False))   # data stays in page cache
+    out = tmp_path / "out"
+    allowed = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(allowed)})        # the accelerators fork from here: all on one core
+    try:
+        frame = STUDY.run(p, out, log=lambda *_: None, progress="off")
+    finally:
+        os.sched_setaffinity(0, allowed)
+    row = frame.iloc[0]
+    assert row.client_cores == 1
+    assert row.au_percent < 90, row.au_percent
+    # The evidence: no CPU headroom, or accelerators late by themselves (AU would pass without their delays).
+    assert (row.client_cpu_percent_of_cores >= 90 or row.cpu_busy_percent >= 90
+            or row.au_percent_overhead_removed >= 90), row[["client_cpu_percent_of_cores", "cpu_busy_percent",
+                                                          "au_percent_overhead_removed"]]
+    assert row.limited_by == "client" and not row.au_pass, row.limited_by_reason
+    assert row.demand_samples_per_s == pytest.approx(8 * 2 / 0.001)
+    assert row.samples_per_s < 0.9 * row.demand_samples_per_s
+    assert row.client_cpu_s > 0 and row.client_cpu_s_per_gb > 0
+    assert row.client_cpu_s_per_step == pytest.approx(row.client_cpu_s / row.steps)
+    sup = metrics.supported(frame).iloc[0]
+    assert pd.isna(sup.accelerators_supported) and sup.supported_limited_by == "client"
+    assert sup.accelerators_supported_text == "client-limited at 8"
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["unet3d"]["fast"]["accelerators_supported"] == "client-limited at 8"
+    ml = json.loads((out / "mlperf_results.json").read_text())
+    assert ml["accelerators_supported"][0]["accelerators_supported"] is None
+    assert ml["results"][0]["limited_by"] == ["client"]
+
+
+# --------------------------------------------------------------------------- what limited a run
+def test_supported_rule_with_what_limited_it():
+    """The first failing N decides: storage-limited -> the largest passing N; client-limited -> no number."""
+    def frame(rows):
+        return pd.DataFrame([{"workload": "w", "target": "t", "au_threshold_percent": 90.0, "accelerators": n,
+                              "au_percent": au, "limited_by": by} for n, au, by in rows])
+    sup = metrics.supported(frame([(1, 99, "none"), (2, 95, "none"), (4, 60, "storage"), (8, 30, "client")])).iloc[0]
+    assert (sup.accelerators_supported, sup.supported_limited_by, sup.accelerators_supported_text) == (2, "storage", "2")
+    sup = metrics.supported(frame([(1, 99, "none"), (2, 80, "client"), (4, 95, "none")])).iloc[0]
+    assert pd.isna(sup.accelerators_supported) and sup.accelerators_supported_text == "client-limited at 2"
+    assert sup.accelerators_supported_at_least == 1 and not sup.limited_by_sweep
+    sup = metrics.supported(frame([(1, 99, "none"), (2, 98, "none")])).iloc[0]
+    assert (sup.accelerators_supported, sup.supported_limited_by, bool(sup.limited_by_sweep)) == (2, "none", True)
+    assert limits.limited_by(95, 90, 99.0, 99.0)[0] == "none"
+    assert limits.limited_by(50, 90, 95.0, 40.0)[0] == "client"      # machine busy
+    assert limits.limited_by(50, 90, 55.0, 97.0)[0] == "client"      # the accelerators used all their cores
+    assert limits.limited_by(67, 90, 25.0, 37.0, 98.8)[0] == "client"   # late by themselves (scheduling)
+    assert limits.limited_by(50, 90, 20.0, 10.0, 51.0) == ("storage", "accelerators waited for data")
+    assert limits.limited_by(50, 90, None, float("nan"))[0] == "storage"
