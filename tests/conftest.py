@@ -45,6 +45,15 @@ def needs_drop_caches():
     return pytest.mark.skipif(not ok, reason=why)
 
 
+def process_alive(pid: int) -> bool:
+    """True while pid runs (a zombie waiting to be reaped counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
 def base_params(tmp: Path, **preprocess) -> dict:
     pp = {"image_count": 6, "image_counts": [3], "processes": [1, 2], "image_width": 320,
           "image_height": 240, "num_classes": 3, "resize_width": 32, "resize_height": 32, "repeats": 1}

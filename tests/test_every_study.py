@@ -19,7 +19,7 @@ import yaml
 
 from storagebrief import studies
 from storagebrief.core import leftovers
-from conftest import REPO
+from conftest import process_alive, REPO
 
 NOBODY = 65534
 TINY = {
@@ -64,14 +64,6 @@ def _tree(pid: int) -> list[int]:
     return out
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(") ", 1)[1][0] != "Z"
-    except OSError:
-        return False
-
-
 def _ours(pid: int) -> list[Path]:
     return [d for parent in leftovers._all_controller_dirs() for d in parent.glob(f"storagebrief-*-{pid}-*")]
 
@@ -92,9 +84,9 @@ def test_kill_9_mid_run_then_rerun_leaves_no_cgroup_and_no_orphan(study, tmp_pat
     os.kill(run.pid, signal.SIGKILL)
     run.wait()
     deadline = time.monotonic() + 30
-    while any(_alive(p) for p in family) and time.monotonic() < deadline:
+    while any(process_alive(p) for p in family) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not [p for p in family if _alive(p)], "children outlived a kill -9 of their run"
+    assert not [p for p in family if process_alive(p)], "children outlived a kill -9 of their run"
     # the next run (refusing at once on its own bad params, after the sweep) removes what is left
     rerun = subprocess.run(cmd + ["--out", str(tmp_path / "b"), "-S", f"{study.name}.repeats=1"], cwd=REPO,
                            env=env, capture_output=True, text=True, timeout=900)

@@ -26,7 +26,7 @@ from storagebrief.cli import main as cli_main
 from storagebrief.core import cgroups, config, leftovers, lock, results, targets
 from storagebrief.report import brief as brief_mod
 from storagebrief.studies.preprocess import STUDY, dataset, pipeline
-from conftest import REPO, base_params, needs_blkio
+from conftest import process_alive, REPO, base_params, needs_blkio
 
 ROOT = os.geteuid() == 0
 TF_NATIVE_LOG = re.compile(r"^(WARNING: All log messages before absl|[IWE]\d{4} )")
@@ -158,14 +158,6 @@ def _children(pid: int) -> list[int]:
     return [int(p) for p in out]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(") ", 1)[1][0] != "Z"
-    except OSError:
-        return False
-
-
 def _slow_preprocess(tmp_path: Path) -> Path:
     # 1600x1200 TIFFs through the 150 MB/s throttle: long enough to be killed mid-run
     return _write_params(tmp_path, image_count=16, image_counts=[], processes=[2], repeats=3,
@@ -181,7 +173,7 @@ def test_kill_9_leaves_nothing_a_rerun_or_doctor_does_not_remove(tmp_path):
     workers = _children(run.pid)
     os.kill(run.pid, signal.SIGKILL)
     run.wait()
-    assert _wait_for(lambda: not any(_alive(w) for w in workers), 20), "workers outlived their parent"
+    assert _wait_for(lambda: not any(process_alive(w) for w in workers), 20), "workers outlived their parent"
     assert _storagebrief_cgroups(run.pid)          # kill -9 gives no chance to clean up ...
     clean = _cli("doctor", "--clean")
     out, _ = clean.communicate(timeout=60)
@@ -204,7 +196,7 @@ def test_hangup_and_ctrl_c_end_with_one_line_and_no_leftovers(tmp_path, sig, cod
     ours = [ln for ln in err.strip().splitlines() if not TF_NATIVE_LOG.match(ln)]   # TensorFlow's C++ start-up lines
     assert words in err and "Traceback" not in err and len(ours) == 1, err
     assert not _storagebrief_cgroups(run.pid)
-    assert _wait_for(lambda: not any(_alive(w) for w in workers), 20)
+    assert _wait_for(lambda: not any(process_alive(w) for w in workers), 20)
 
 
 # --------------------------------------------------------------------------- preprocess: real-world images
