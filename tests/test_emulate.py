@@ -12,12 +12,13 @@ import sys
 import time
 from pathlib import Path
 
+import cv2
 import numpy as np
 import pandas as pd
 import pytest
 import yaml
 
-from storagebrief.core import cgroups, config, results, targets as targets_mod
+from storagebrief.core import cgroups, config, results, targets as targets_mod, workloads
 from storagebrief.formats import tfrecord
 from storagebrief.studies.emulate import STUDY, dataset, metrics, params as emulate_params, run as emulate_run
 from storagebrief.studies.emulate.loader import Loader, batch_plan, epoch_files, steps_per_epoch
@@ -88,7 +89,32 @@ def test_workload_catalogue_and_custom_workload(tmp_path):
     ref = emulate_params.WorkloadSpec.model_validate(emulate_params.WORKLOADS["unet3d"])
     assert ref.record_bytes == 146_600_628 and ref.batch_for("v100") == 4 and ref.batch_for("a100") == 7
     assert emulate_params.WORKLOADS["cosmoflow"]["au_threshold_percent"] == 70
-    assert s.spec("unet3d").compute_s == {"v100": 0.02, "a100": 0.636, "h100": 0.323}   # merged over reference
+    assert s.spec("unet3d").compute_s == {"v100": 0.02, "a100": 0.636, "h100": 0.323, "b200": 0.162}   # merged
+    # MLPerf Storage v3.0: retinanet (JPEG, one sample per file, 85 % AU) and the b200 times; every
+    # accelerator's numbers name their source.
+    retina = emulate_params.WorkloadSpec.model_validate(emulate_params.WORKLOADS["retinanet"])
+    assert (retina.format, retina.samples_per_file, retina.au_threshold_percent) == ("jpeg", 1, 85.0)
+    assert retina.compute_s == {"b200": 0.04755} and retina.batch_for("b200") == 24
+    assert retina.demand_bytes_per_s("b200") == pytest.approx(24 * 322_957 / 0.04755)
+    for name, spec in emulate_params.WORKLOADS.items():
+        assert set(workloads.SOURCES[name]) == set(spec["compute_s"]), name
+    with pytest.raises(config.ParamsError, match="no compute time for accelerator_type 'v100'.*b200"):
+        config.validate(params_dict(tmp_path, {**SMALL, "workloads": ["retinanet"]}))
+
+
+def test_jpeg_dataset_is_real_images_near_the_record_size(tmp_path):
+    spec = emulate_params.WorkloadSpec.model_validate({**emulate_params.WORKLOADS["retinanet"], "record_bytes": 20_000,
+                                                      "record_bytes_stdev": 4_000})
+    data = dataset.generate_dataset(tmp_path / "d", "retinanet", spec, 6, seed=1, log=lambda *_: None)
+    sizes = []
+    for f, spans in zip(data["files"], data["spans"]):
+        raw = Path(f).read_bytes()
+        assert spans == [[0, len(raw)]] and raw[:2] == b"\xff\xd8" and raw[-2:] == b"\xff\xd9"
+        img = cv2.imdecode(np.frombuffer(raw, np.uint8), cv2.IMREAD_COLOR)
+        assert img is not None and img.ndim == 3
+        sizes.append(len(raw))
+    want = dataset.sample_sizes(spec, 6, 1)[:, 0]
+    assert np.allclose(sizes, want, rtol=0.06), (sizes, want)
 
 
 def test_config_override_rejects_zero_accelerators(tmp_path):

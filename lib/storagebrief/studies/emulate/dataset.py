@@ -1,4 +1,4 @@
-"""The emulate datasets: each workload's files of real random bytes (npz or TFRecord), on every target."""
+"""The emulate datasets: each workload's files of real random bytes (npz, TFRecord or JPEG), on every target."""
 from __future__ import annotations
 
 import json
@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 
 from ...core import results
-from ...formats import npz, tfrecord
+from ...formats import jpeg, npz, tfrecord
 from .params import MLPERF_DATASET_FACTOR, WORKLOADS, EmulateParams, WorkloadSpec
 
 # Bumped when a format's files change, so older datasets are regenerated rather than reused.
 # tfrecord 2: every frame carries the real masked CRC-32C of its data (version 1 wrote 0,
 # which tf.data rejects as corrupt).
-FORMAT_VERSION = {"npz": 1, "tfrecord": 2}
+FORMAT_VERSION = {"npz": 1, "tfrecord": 2, "jpeg": 1}
 
 
 def sample_sizes(spec: WorkloadSpec, num_files: int, seed: int) -> np.ndarray:
@@ -62,7 +62,7 @@ def generate_dataset(directory: Path, name: str, spec: WorkloadSpec, num_files: 
         return found
     sizes = sample_sizes(spec, num_files, seed)
     rng = np.random.default_rng([seed, 23])
-    ext = "npz" if spec.format == "npz" else "tfrecord"
+    ext = {"npz": "npz", "tfrecord": "tfrecord", "jpeg": "jpg"}[spec.format]
     names, spans = [], []
     with results.staged_dir(directory) as tmp:
         for i in range(num_files):
@@ -70,6 +70,8 @@ def generate_dataset(directory: Path, name: str, spec: WorkloadSpec, num_files: 
             path = tmp / fname
             if spec.format == "npz":
                 spans.append([list(npz.write_random(path, sizes[i, 0], rng))])
+            elif spec.format == "jpeg":
+                spans.append([list(jpeg.write_random(path, sizes[i, 0], rng))])
             else:
                 payloads = (rng.bytes(int(n)) for n in sizes[i])
                 spans.append([list(s) for s in tfrecord.write_frames(path, payloads)])

@@ -1,0 +1,112 @@
+"""The training workloads of DLIO / MLPerf Storage: one catalogue, read by every study that needs
+a workload's demand (emulate runs them; a transfer-size forecast turns them into bandwidth).
+
+Each number's source is in SOURCES (and in the README table): MLPerf Storage v3.0 where it defines
+the (workload, accelerator) pair, the v1.0/v2.0 configs for a100/h100, DLIO's own configs for v100.
+"""
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import Field, ValidationError, field_validator
+
+from .config import Strict
+
+MLPERF_DATASET_FACTOR = 5    # dataset >= 5 x memory available to the run
+
+
+class WorkloadSpec(Strict):
+    """One training workload as DLIO / MLPerf Storage describe it."""
+
+    description: str = ""
+    format: Literal["npz", "tfrecord", "jpeg"]
+    samples_per_file: int = Field(1, ge=1, le=1_000_000)
+    record_bytes: int = Field(ge=1, le=1 << 40)          # bytes of one sample
+    record_bytes_stdev: int = Field(0, ge=0, le=1 << 40)
+    batch_size: int = Field(ge=1, le=1_000_000)
+    batch_size_by_accelerator: dict[str, int] = Field(default_factory=dict)
+    compute_s: dict[str, float]                          # accelerator type -> s per batch
+    read_threads: int = Field(4, ge=1, le=256)
+    au_threshold_percent: float = Field(90.0, gt=0, le=100)
+
+    @field_validator("compute_s")
+    @classmethod
+    def _compute(cls, v: dict[str, float]) -> dict[str, float]:
+        if not v:
+            raise ValueError("compute_s needs at least one accelerator type, e.g. {v100: 1.3604}")
+        bad = {k: s for k, s in v.items() if s is None or not s > 0 or not math.isfinite(s)}
+        if bad:
+            raise ValueError(f"compute time per batch must be > 0 seconds, got {bad}")
+        return v
+
+    @field_validator("batch_size_by_accelerator")
+    @classmethod
+    def _batches(cls, v: dict[str, int]) -> dict[str, int]:
+        bad = {k: b for k, b in v.items() if not isinstance(b, int) or b < 1}
+        if bad:
+            raise ValueError(f"batch sizes must be whole numbers >= 1, got {bad}")
+        return v
+
+    def batch_for(self, accelerator: str) -> int:
+        return self.batch_size_by_accelerator.get(accelerator, self.batch_size)
+
+    def demand_bytes_per_s(self, accelerator: str) -> float:
+        """What one accelerator reads per second when it is never kept waiting:
+        batch x mean sample bytes / compute time per batch."""
+        return self.batch_for(accelerator) * self.record_bytes / self.compute_s[accelerator]
+
+
+_MLPERF = "mlcommons/storage"
+SOURCES: dict[str, dict[str, str]] = {
+    "unet3d": {"v100": "DLIO configs/workload/unet3d_v100.yaml (MLPerf Storage v0.5)",
+               "a100": f"{_MLPERF} v1.0/v2.0 unet3d_a100.yaml",
+               "h100": f"{_MLPERF} v1.0/v2.0 unet3d_h100.yaml",
+               "b200": f"{_MLPERF} v3.0 unet3d_b200.yaml (H100 time / 2)"},
+    "resnet50": {"v100": "DLIO configs/workload/resnet50_v100.yaml",
+                 "a100": f"{_MLPERF} v1.0/v2.0 resnet50_a100.yaml",
+                 "h100": f"{_MLPERF} v1.0/v2.0 resnet50_h100.yaml"},
+    "cosmoflow": {"a100": f"{_MLPERF} v1.0/v2.0 cosmoflow_a100.yaml",
+                  "h100": f"{_MLPERF} v1.0/v2.0 cosmoflow_h100.yaml"},
+    "retinanet": {"b200": f"{_MLPERF} v3.0 retinanet_b200.yaml"},
+}
+
+# Reference values (see SOURCES for where each accelerator's numbers come from).
+WORKLOADS: dict[str, dict] = {
+    "unet3d": dict(description="3D U-Net, medical image segmentation (KiTS19): one sample per npz file",
+                   format="npz", samples_per_file=1, record_bytes=146_600_628,
+                   record_bytes_stdev=68_341_808, batch_size=7, batch_size_by_accelerator={"v100": 4},
+                   compute_s={"v100": 1.3604, "a100": 0.636, "h100": 0.323, "b200": 0.162}, read_threads=4,
+                   au_threshold_percent=90.0),
+    "resnet50": dict(description="ResNet-50, ImageNet: 1,251 samples per TFRecord file",
+                     format="tfrecord", samples_per_file=1251, record_bytes=114_660,
+                     record_bytes_stdev=0, batch_size=400, batch_size_by_accelerator={"v100": 64},
+                     compute_s={"v100": 0.195, "a100": 0.435, "h100": 0.224}, read_threads=8,
+                     au_threshold_percent=90.0),
+    "cosmoflow": dict(description="CosmoFlow, cosmology 3D CNN: one sample per TFRecord file",
+                      format="tfrecord", samples_per_file=1, record_bytes=2_828_486,
+                      record_bytes_stdev=71_311, batch_size=1,
+                      compute_s={"a100": 0.00551, "h100": 0.00350}, read_threads=4,
+                      au_threshold_percent=70.0),
+    "retinanet": dict(description="RetinaNet, object detection (OpenImages): one JPEG image per file",
+                      format="jpeg", samples_per_file=1, record_bytes=322_957, record_bytes_stdev=0,
+                      batch_size=24, compute_s={"b200": 0.04755}, read_threads=8,
+                      au_threshold_percent=85.0),
+}
+
+
+def merged_spec(name: str, overrides: dict[str, dict]) -> WorkloadSpec:
+    """Built-in reference values with the user's overrides on top (or a new workload)."""
+    base = dict(WORKLOADS.get(name, {}))
+    extra = overrides.get(name) or {}
+    for k, v in extra.items():
+        if isinstance(v, dict) and isinstance(base.get(k), dict):
+            base[k] = {**base[k], **v}
+        else:
+            base[k] = v
+    try:
+        return WorkloadSpec.model_validate(base)
+    except ValidationError as exc:
+        lines = [f"{'.'.join(str(p) for p in e['loc'])} = {e.get('input')!r}: {e['msg']}"
+                 for e in exc.errors()]
+        raise ValueError(f"workload '{name}': " + "; ".join(lines)) from None
