@@ -1,0 +1,2 @@
+def section(study_dir, frame, names):
+    pass
