@@ -176,7 +176,7 @@ def stressor_cpu_s(metrics: list[dict]) -> float:
 
 
 def stress_ng_argv(report: Path, duration_s: float, mem_workers: int, rate_mb_per_s: float | None,
-                   cpu_workers: int, cpu_load: float | None, buffer_mib: int = 256) -> list[str]:
+                   cpu_workers: int, cpu_load: float | None, buffer_mib: int = 64) -> list[str]:
     argv = [tool_binary("stress-ng") or "stress-ng", "--timeout", f"{max(1, math.ceil(duration_s))}s",
             "--metrics", "--yaml", str(report)]
     if mem_workers:

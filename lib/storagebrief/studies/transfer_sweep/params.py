@@ -66,7 +66,8 @@ class TransferSweepParams(Strict):
     engine: Literal["io_uring", "libaio", "psync"] = "io_uring"
     rw: list[Literal["randread", "read", "randwrite", "write"]] = Field(default_factory=lambda: ["randread"],
                                                                        min_length=1)
-    block_sizes: list[int | str] = Field(default_factory=lambda: ["4k", "128k", "1m"], min_length=1)
+    block_sizes: list[int | str] = Field(default_factory=lambda: ["4k", "128k", "1m"], min_length=1,
+                                         validate_default=True)
     queue_depths: list[int] = Field(default_factory=lambda: [1, 8, 32], min_length=1)
     numjobs: int = Field(1, ge=1, le=256)     # QD = iodepth x numjobs (psync: numjobs = QD, iodepth 1)
     ramp_time_s: float = Field(0.25, ge=0, le=3600)

@@ -169,6 +169,16 @@ def run_one(run, config) -> Measurement:
            "queue_depth": qd, "iodepth": iodepth, "numjobs": numjobs, "ramp_time_s": p.ramp_time_s,
            "runtime_s": p.runtime_s, "file_bytes": p.file_bytes, "throttled": group is not None,
            **_busy_columns(busy, p)}
+    try:
+        return _measure(run, row, config, f, tmp, final, busy, preexec, iodepth, numjobs, timeout)
+    except BaseException:
+        tmp.unlink(missing_ok=True)      # an interrupted run leaves no row and no JSON
+        raise
+
+
+def _measure(run, row, config, f, tmp, final, busy, preexec, iodepth, numjobs, timeout) -> Measurement:
+    ld, path, rw, bs, qd = config
+    p = run.p
     running = None
     try:
         if busy is not None:
