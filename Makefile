@@ -8,8 +8,10 @@ export PATH := $(BIN):$(PATH)
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 SCALE ?= quick
 # Debian packages: fio (benchmarks), stress-ng (busy-system runs), poppler-utils
-# (pdftoppm, to look at the PDF), pango (WeasyPrint's PDF engine), DejaVu fonts.
-APT_PACKAGES := fio stress-ng poppler-utils libpango-1.0-0 libpangoft2-1.0-0 libharfbuzz-subset0 fonts-dejavu-core
+# (pdftoppm, to look at the PDF), pango (WeasyPrint's PDF engine), DejaVu fonts,
+# Open MPI (emulated accelerators as MPI ranks: emulate.launcher = mpi).
+APT_PACKAGES := fio stress-ng poppler-utils libpango-1.0-0 libpangoft2-1.0-0 libharfbuzz-subset0 fonts-dejavu-core \
+	openmpi-bin libopenmpi-dev
 
 .PHONY: study test env system-deps doctor brief clean-data clean
 
@@ -25,7 +27,7 @@ env: system-deps $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e .
+	$(BIN)/python -m pip install -q -e '.[mpi]'
 	$(BIN)/python -m ipykernel install --prefix $(CURDIR)/$(VENV) --name python3 >/dev/null
 	@touch $@
 
@@ -37,7 +39,7 @@ system-deps:
 	    echo "storagebrief: missing system packages:$$missing (no apt-get here: install them with your package manager)"; \
 	  elif [ "$$(id -u)" = 0 ]; then \
 	    echo "installing system packages:$$missing"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq $$missing >/dev/null; \
 	  else \
 	    echo "storagebrief: missing system packages:$$missing"; \
 	    echo "  run: sudo apt-get install -y$$missing   (without them: no PDF brief / no fio benchmarks)"; \

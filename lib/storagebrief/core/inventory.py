@@ -138,7 +138,8 @@ def doctor_lines() -> list[str]:
     lines.append(f"{'tracefs block events ':.<23} {p['tracefs_block_events']}")
     for tool, what in (("fio", "fio comparisons in benchmarks are skipped"),
                        ("stress-ng", "busy-system scenarios are skipped"),
-                       ("pdftoppm", "none (only used to look at PDF pages)")):
+                       ("pdftoppm", "none (only used to look at PDF pages)"),
+                       ("mpirun", "emulate.launcher = mpi is refused (forked accelerators still run)")):
         path = shutil.which(tool)
         lines.append(f"{tool + ' ':.<23} {path or 'missing'}" + ("" if path else f"  -> {what}"))
     try:
