@@ -329,11 +329,12 @@ def _quiet_logger():
 
 
 def partition_bytes(log_dirs: list[Path], topics: list[str]) -> int:
-    """Bytes the brokers hold on disk for these topics (every replica's segment and index files)."""
+    """Bytes the brokers hold on disk for these topics: blocks allocated to every replica's segment and
+    index files (the indexes are sparse 10 MiB files, so their apparent size would overstate it)."""
     total = 0
     for d in log_dirs:
         for t in topics:
             for part in d.glob(f"{t}-*"):
                 if part.is_dir() and part.name.rsplit("-", 1)[0] == t:
-                    total += sum(f.stat().st_size for f in part.iterdir() if f.is_file())
+                    total += sum(f.stat().st_blocks * 512 for f in part.iterdir() if f.is_file())
     return total
