@@ -96,11 +96,21 @@ def check_lib(lib: Path) -> Path:
 
 
 def cluster_id() -> str:
-    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (as Kafka's Uuid)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (as Kafka's Uuid). One that
+    starts with '-' is drawn again: the storage tool's argument parser would take it for an option."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cid.startswith("-"):
+            return cid
 
 
 def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Nothing listens on host:port and a listener could bind it. (A JVM listens on an IPv6 socket
+    bound to the IPv4-mapped address, which an IPv4 bind with SO_REUSEADDR does not see: connect too.)"""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as c:
+        c.settimeout(1.0)
+        if c.connect_ex((host, port)) == 0:
+            return False
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -244,7 +254,7 @@ class Cluster:
             log = self.log_dir / f"{self.name}-node-{i}-format.log"
             with open(log, "wb") as fh:
                 jobs.append((log, subprocess.Popen(
-                    self._java(STORAGE_TOOL, "format", "-t", self.cluster_id, "-c", str(d / "server.properties"),
+                    self._java(STORAGE_TOOL, "format", f"--cluster-id={self.cluster_id}", f"--config={d / 'server.properties'}",
                                heap_mib=128),
                     stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=self._preexec())))
         failed = []

@@ -53,6 +53,17 @@ def _write(path_stem: Path, video: Video, frames: int, rng) -> Path:
     raise OSError(f"OpenCV cannot write a video here (tried {', '.join(c for c, _ in CODECS)})")
 
 
+def sample_jpeg_bytes(video: Video, quality: int, seed: int) -> float:
+    """JPEG bytes of one generated frame (sizes the free-space check before any video is written)."""
+    import cv2
+
+    rng = np.random.default_rng(seed)
+    texture = rng.normal(0, 28, size=(video.height * 2, video.width * 2, 3)).astype(np.float32)
+    ok, buf = cv2.imencode(".jpg", frame_at(0, video.width, video.height, texture, video.fps),
+                           [cv2.IMWRITE_JPEG_QUALITY, quality])
+    return float(len(buf))
+
+
 def jpeg_bytes(path: Path, quality: int, samples: int = 8) -> tuple[float, int]:
     """(mean JPEG bytes per frame at `quality`, frames) of a video, from `samples` decoded frames."""
     import cv2

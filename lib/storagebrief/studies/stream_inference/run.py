@@ -25,7 +25,7 @@ from ...core.config import ParamsError
 from ...core.procs import die_with_parent
 from ...core.sweep import Measurement, Point
 from . import cluster as kafka
-from .dataset import generate_videos, list_videos
+from .dataset import generate_videos, list_videos, sample_jpeg_bytes
 from .params import NAME, Config, StreamParams, configurations
 
 PKG = "storagebrief.studies.stream_inference"
@@ -156,24 +156,24 @@ def prepare(sweep) -> None:
         st["brokers"] = p.brokers
         st["kafka"] = {"mode": "started", "version": kafka.kafka_version(), "lib": str(lib), "java": java,
                        "java_major": major}
-    for t in sweep.targets:
-        root = t.study_dir(NAME)
-        if p.video_dir:
-            vids = list_videos(Path(p.video_dir).expanduser(), p.jpeg_quality)
-            if not vids:
-                raise ParamsError(f"stream_inference.video_dir = '{p.video_dir}' holds no video OpenCV can open "
-                                  "(.mp4, .avi, .mkv, ...)")
-            st["videos"][t.name] = {"own": vids}
-        else:
+    own = list_videos(Path(p.video_dir).expanduser(), p.jpeg_quality) if p.video_dir else None
+    if p.video_dir and not own:
+        raise ParamsError(f"stream_inference.video_dir = '{p.video_dir}' holds no video OpenCV can open "
+                          "(.mp4, .avi, .mkv, ...)")
+    if own:
+        sizes = {"own": max(own, key=lambda v: v["jpeg_bytes_mean"])}
+    else:
+        sizes = {v.text: {"fps": v.fps, "jpeg_bytes_mean": sample_jpeg_bytes(v, p.jpeg_quality, p.seed)}
+                 for v in p.video_list}
+    for t in sweep.targets:                    # every space check before any video is written
+        if not own:
             targets_mod.check_free_space(t, sum(v.width * v.height * 3 * int(p.duration_s * v.fps + 1) // 8
                                                 for v in p.video_list), "the generated videos")
-            st["videos"][t.name] = generate_videos(root / "videos", p.video_list, p.duration_s, p.jpeg_quality,
-                                                   p.seed, sweep.log)
         if not p.bootstrap_servers:
-            vids = st["videos"][t.name]
-            targets_mod.check_free_space(t, _kafka_bytes(p, {k: v for k, v in vids.items() if k != "own"} or
-                                                         {"own": max(vids["own"], key=lambda v: v["jpeg_bytes_mean"])}),
-                                         "the Kafka brokers' logs of the largest run")
+            targets_mod.check_free_space(t, _kafka_bytes(p, sizes), "the Kafka brokers' logs of the largest run")
+    for t in sweep.targets:
+        st["videos"][t.name] = {"own": own} if own else generate_videos(
+            t.study_dir(NAME) / "videos", p.video_list, p.duration_s, p.jpeg_quality, p.seed, sweep.log)
     logs = sweep.out_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
