@@ -149,7 +149,7 @@ def test_kill_9_of_the_parent_takes_the_brokers_with_it(tmp_path):
 
 
 def _params(tmp_path: Path, **over) -> Path:
-    section = {"videos": ["144p@12"], "duration_s": 2, "streams": [1, 2], "topics": [1], "partitions": [2],
+    section = {"flush_messages": 1, "videos": ["144p@12"], "duration_s": 2, "streams": [1, 2], "topics": [1], "partitions": [2],
                "replication_factors": [3], "broker_heap_mib": 256, "drain_timeout_s": 15, "input_size": 32,
                "batch_size": 8, **over}
     data = {"targets": [{"name": "fast", "path": str(tmp_path / "fast")}],
