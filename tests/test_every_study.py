@@ -37,6 +37,9 @@ TINY = {
                        "memory_limits": ["none", "2.5:1"], "parallel_models": [1], "parallel_memory": "none",
                        "ingest_mb_per_s": 0, "checkpoint_every_steps": 0, "stall_timeout_s": 300,
                        "preprocess_outputs": "/nonexistent/outputs.json"},
+    "stream_inference": {"videos": ["144p@12"], "duration_s": 2, "streams": [1], "topics": [1], "partitions": [2],
+                         "replication_factors": [3], "broker_heap_mib": 256, "drain_timeout_s": 10,
+                         "input_size": 32, "batch_size": 8},
 }
 STUDIES = list(studies.REGISTRY.values())
 

@@ -15,6 +15,8 @@ A study's `run` room supplies the hooks (module-level functions):
   run_one(run, config) -> Measurement      measure one configuration on run.target
   skip(sweep, point, target) -> bool       optional: leave a run out (e.g. below threshold)
   finish(sweep, frame)      optional: study-wide outputs after the last run
+  close(sweep)              optional: always runs last, also after an exception or a signal: stop
+                            what prepare or run_one left running for later runs (servers, clusters)
 The engine owns what every study shares: the run table, common columns, the
 monitor and its time series, cgroups created through the Run, progress, notes.
 """
@@ -212,10 +214,15 @@ def run(study, params, out_dir: str | Path, log=print, progress: str = "auto"):
     for line in leftovers.remove_leftovers():
         log(line)
         sweep.note(line)
+    close = getattr(hooks, "close", None)
     with TargetLocks(sweep.targets, params.run.on_busy_target, log) as locks:
-        hooks.prepare(sweep)                 # raises before any measured work on bad input
-        locks.keep_only(sweep.targets)
-        return _sweep(sweep, hooks, progress)
+        try:
+            hooks.prepare(sweep)                 # raises before any measured work on bad input
+            locks.keep_only(sweep.targets)
+            return _sweep(sweep, hooks, progress)
+        finally:
+            if close is not None:
+                close(sweep)
 
 
 def _sweep(sweep: Sweep, hooks, progress: str):
