@@ -288,3 +288,27 @@ def test_generated_video_moves_and_does_not_compress_to_nothing(tmp_path):
     ok2, b = cap.read()
     cap.release()
     assert ok1 and ok2 and a.shape == (240, 426, 3) and abs(a.astype(int) - b.astype(int)).mean() > 2
+
+
+@needs_kafka
+def test_a_broker_dying_mid_run_fails_it_with_the_log_tail_and_leaves_nothing(tmp_path):
+    f = _params(tmp_path, streams=[1], duration_s=60)
+    run = subprocess.Popen([sys.executable, "-m", "storagebrief.cli", "stream-inference", "--params", str(f),
+                            "--out", str(tmp_path / "out"), "--progress", "off"], cwd=REPO, env=ENV,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 180
+    while len(_java_children(run.pid)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    javas = _java_children(run.pid)
+    assert len(javas) == 3
+    ports = [p for j in javas for p in _ports_of(j)]
+    time.sleep(8)                                    # mid-run: producers publishing
+    os.kill(javas[1], signal.SIGKILL)                # a broker dies without a word
+    err = run.communicate(timeout=180)[1]
+    assert run.returncode not in (0, None), err[-2000:]
+    assert re.search(r"Kafka node \d \(pid \d+\) exited with status", err), err[-2000:]
+    assert "log" in err.split("exited with status", 1)[1]          # the node's log tail comes with it
+    assert not _java_using(tmp_path)                              # the other brokers were stopped
+    assert all(kafka.port_free(p) for p in ports)
+    runs = tmp_path / "out" / "runs.csv"
+    assert not runs.exists() or len(pd.read_csv(runs)) == 0
