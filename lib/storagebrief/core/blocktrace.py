@@ -39,6 +39,7 @@ TRACEFS_DIRS = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
 PREFIX = "storagebrief-trace-"
 EVENTS = ("block_rq_issue", "block_rq_complete", "block_rq_requeue")
 READ_CHUNK = 1 << 20
+DRAIN_INTERVAL_S = 0.2       # the reader empties the buffer this often (size the buffer for it)
 _live: dict[str, "BlockTrace"] = {}
 
 
@@ -310,8 +311,13 @@ def _read_loop(instance: Path, out: Path, parent: int) -> int:
         sys.stderr.flush()
         stdin_open = True
         while True:
-            watch = [fd] + ([0] if stdin_open else [])
-            r, _, _ = select.select(watch, [], [], 0.2)
+            # wake 5 times a second, not per event: polling trace_pipe itself wakes on every event,
+            # which costs the traced run (measured: 4 KiB O_DIRECT IOPS down to 0.54x)
+            if stdin_open:
+                r, _, _ = select.select([0], [], [], DRAIN_INTERVAL_S)
+            else:
+                r = []
+                time.sleep(DRAIN_INTERVAL_S)
             if 0 in r:
                 msg = os.read(0, 64)
                 if not msg.startswith(b"stop"):

@@ -41,7 +41,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, NamedTuple
 
 SECTOR_BYTES = 512
 BINS = 1000
@@ -81,8 +81,7 @@ def op_of(rwbs: str) -> str:
     return c if c in ("R", "W", "F", "D") else "N"
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
+class Event(NamedTuple):
     t: float          # seconds
     action: str       # ISSUE / COMPLETE / REQUEUE / MERGE / OTHER
     dev: tuple[int, int]
@@ -119,15 +118,38 @@ def _malformed(counts: ParseCounts, line: str) -> None:
         counts.malformed_examples.append(line.rstrip("\n")[:200])
 
 
+_OPS: dict[str, str] = {}
+_DEVS: dict[tuple[str, str], tuple[int, int]] = {}
+
+
+def _op(rwbs: str) -> str:
+    op = _OPS.get(rwbs)
+    if op is None:
+        op = _OPS[rwbs] = op_of(rwbs)
+    return op
+
+
+def _dev(ma: str, mi: str) -> tuple[int, int]:
+    d = _DEVS.get((ma, mi))
+    if d is None:
+        d = _DEVS[(ma, mi)] = (int(ma), int(mi))
+    return d
+
+
 def parse_tracefs(lines: Iterable[str], counts: ParseCounts) -> Iterator[Event]:
-    match, other, lost = _TRACEFS.search, _TRACEFS_OTHER.search, _LOST.search
+    match, other, lost = _TRACEFS.match, _TRACEFS_OTHER.search, _LOST.search
+    actions = _TRACEFS_ACTION
+    n_lines = 0
     for line in lines:
-        counts.lines += 1
-        m = match(line)
+        n_lines += 1
+        # the event name sits after the task, CPU and flags: start the regex there, not at column 0
+        i = line.find(": block_rq_")
+        m = match(line, line.rfind(" ", 0, i) + 1) if i > 0 else None
         if m is not None:
             t, kind, ma, mi, rwbs, sector, n = m.groups()
-            yield Event(float(t), _TRACEFS_ACTION[kind], (int(ma), int(mi)), op_of(rwbs), int(sector), int(n))
+            yield Event(float(t), actions[kind], _dev(ma, mi), _op(rwbs), int(sector), int(n))
             continue
+        counts.lines = n_lines
         s = line.strip()
         if not s or s[0] == "#":
             counts.ignored += 1
@@ -139,6 +161,7 @@ def parse_tracefs(lines: Iterable[str], counts: ParseCounts) -> Iterator[Event]:
             counts.ignored += 1          # another event in the same buffer
         else:
             _malformed(counts, line)
+    counts.lines = n_lines
 
 
 def parse_blkparse(lines: Iterable[str], counts: ParseCounts) -> Iterator[Event]:
@@ -156,7 +179,7 @@ def parse_blkparse(lines: Iterable[str], counts: ParseCounts) -> Iterator[Event]
             if act != OTHER and sector is None and op_of(rwbs) not in ("F", "N"):
                 _malformed(counts, line)      # a data request without its sector range
                 continue
-            yield Event(float(t), act, (int(ma), int(mi)), op_of(rwbs),
+            yield Event(float(t), act, _dev(ma, mi), _op(rwbs),
                         int(sector) if sector else 0, int(n) if n else 0)
             continue
         s = line.strip()
@@ -340,7 +363,10 @@ class Characterizer:
             if b >= BINS:
                 self.beyond_capacity += 1
                 b = BINS - 1
-            self.bins.setdefault(dev, {"R": [0] * BINS, "W": [0] * BINS})[op][b] += 1
+            bins = self.bins.get(dev)
+            if bins is None:
+                bins = self.bins[dev] = {"R": [0] * BINS, "W": [0] * BINS}
+            bins[op][b] += 1
         self._inflight.setdefault((dev, ev.sector, op), []).append((ev.t, ev.sectors, seq, b, prev_end))
         # reservoir sample of data requests for the LBA-vs-time plot
         if not self._sample_cap:
