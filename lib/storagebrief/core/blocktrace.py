@@ -59,7 +59,7 @@ def _mounted_tracefs() -> Path | None:
         return None
     for line in mounts:
         parts = line.split()
-        if len(parts) >= 3 and parts[2] == "tracefs" and (Path(parts[1]) / "instances").is_dir():
+        if len(parts) >= 3 and parts[2] == "tracefs" and os.path.isdir(os.path.join(parts[1], "instances")):
             return Path(parts[1])
     return None
 
@@ -246,7 +246,10 @@ def instances(root: Path | None = None) -> list[Path]:
     root = root or _mounted_tracefs()
     if root is None:
         return []
-    return sorted(p for p in (root / "instances").glob(f"{PREFIX}*") if p.is_dir())
+    try:
+        return sorted(p for p in (root / "instances").glob(f"{PREFIX}*") if p.is_dir())
+    except OSError:      # not root: tracefs is not readable, and nothing of ours can be there
+        return []
 
 
 def owner_pid(name: str) -> int | None:
