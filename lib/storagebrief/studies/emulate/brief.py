@@ -269,3 +269,14 @@ def _latency_table(frame) -> None:
     show_table(lt.rename(columns=lambda c: names_map.get(c, c.replace("read_latency_us_", "read µs ").replace("_", " "))),
                "Read latency per read call as the loaders saw it (µs; includes throttle queueing), the device's own "
                "average (µs; after the throttle) and CPU busy %, means over repeats.")
+
+
+def trace_workloads(frame, names: list[str]) -> list[tuple[str, str]]:
+    """For the block-level characterization: each workload at its most accelerators on the reference
+    target, first repeat (label, run_id)."""
+    out = []
+    ref = frame[frame.target == names[0]]
+    for w, g in ref.groupby("workload", sort=False):
+        top = g[g.accelerators == g.accelerators.max()].sort_values("repeat").iloc[0]
+        out.append((f"Emulated {w}, {int(top.accelerators)} accelerators", top.run_id))
+    return out
