@@ -8,16 +8,23 @@ export PATH := $(BIN):$(PATH)
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 SCALE ?= quick
 # Debian packages: fio (benchmarks), stress-ng (busy-system runs), poppler-utils
-# (pdftoppm, to look at the PDF), pango (WeasyPrint's PDF engine), DejaVu fonts.
-APT_PACKAGES := fio stress-ng poppler-utils libpango-1.0-0 libpangoft2-1.0-0 libharfbuzz-subset0 fonts-dejavu-core
+# (pdftoppm, to look at the PDF), pango (WeasyPrint's PDF engine), DejaVu fonts,
+# Open MPI (emulated accelerators as MPI ranks: emulate.launcher = mpi).
+APT_PACKAGES := fio stress-ng poppler-utils libpango-1.0-0 libpangoft2-1.0-0 libharfbuzz-subset0 fonts-dejavu-core \
+	openmpi-bin libopenmpi-dev
+# The streaming study runs a real Apache Kafka cluster: Java from apt, the jars from Maven Central
+# (the pinned version is in KAFKA_POM), resolved by Maven into KAFKA_LIB (outside git);
+# `make kafka` installs default-jre-headless and maven with apt when java or mvn is missing.
+KAFKA_POM := lib/storagebrief/studies/stream_inference/kafka-pom.xml
+KAFKA_LIB := .kafka/lib
 
-.PHONY: study test env system-deps doctor brief clean-data clean
+.PHONY: study test env system-deps kafka doctor brief clean-data clean
 
-study: env
+study: env kafka
 	@if [ "$(SCALE)" = "paper" ]; then dvc exp run -S scale=paper; else dvc repro; fi
 	@ls -l reports/brief.html reports/brief.pdf
 
-test: env
+test: env kafka
 	pytest -q -ra tests
 
 env: system-deps $(VENV)/.installed
@@ -25,7 +32,7 @@ env: system-deps $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e .
+	$(BIN)/python -m pip install -q -e '.[mpi]'
 	$(BIN)/python -m ipykernel install --prefix $(CURDIR)/$(VENV) --name python3 >/dev/null
 	@touch $@
 
@@ -37,12 +44,31 @@ system-deps:
 	    echo "storagebrief: missing system packages:$$missing (no apt-get here: install them with your package manager)"; \
 	  elif [ "$$(id -u)" = 0 ]; then \
 	    echo "installing system packages:$$missing"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq $$missing >/dev/null; \
 	  else \
 	    echo "storagebrief: missing system packages:$$missing"; \
 	    echo "  run: sudo apt-get install -y$$missing   (without them: no PDF brief / no fio benchmarks)"; \
 	  fi; \
 	fi
+
+# Java 17+ and Maven via apt when missing (as root; otherwise the exact command), then the Kafka jars.
+kafka: $(KAFKA_LIB)/.installed
+
+$(KAFKA_LIB)/.installed: $(KAFKA_POM)
+	@missing=""; \
+	command -v java >/dev/null || missing="$$missing default-jre-headless"; \
+	command -v mvn >/dev/null || missing="$$missing maven"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing for Kafka:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq $$missing >/dev/null; \
+	  else \
+	    echo "storagebrief: Kafka needs:$$missing; run: sudo apt-get install -y$$missing"; exit 1; \
+	  fi; \
+	fi
+	rm -rf $(KAFKA_LIB)
+	mvn -q -B -f $(KAFKA_POM) -Dkafka.lib=$(CURDIR)/$(KAFKA_LIB) dependency:copy-dependencies
+	@touch $@
 
 doctor: env
 	storagebrief doctor
@@ -54,4 +80,4 @@ clean-data:
 	rm -rf data/targets
 
 clean: clean-data
-	rm -rf $(VENV) reports/*/ reports/brief.*
+	rm -rf $(VENV) .kafka reports/*/ reports/brief.*

@@ -13,6 +13,9 @@
    same fast warm-cache target, small records (64 KiB), 0.01 s compute per batch:
    the largest N with AU >= 90 % is what this machine can drive as a client, with
    what limited the first failing N and the client's CPU seconds per GB read.
+4. Launchers: part 3 again with every accelerator an MPI rank (`launcher: mpi`, one
+   host), side by side with the forked accelerators: capacity and CPU s per GB,
+   MPI / fork (skipped with the reason when Open MPI or mpi4py is missing).
 
 Usage: python benchmarks/emulate.py [--dir DIR] [--size-mib 1024] [--threads 4] [--block-kib 1024]
        [--only-client]   (parts 2 and 3 only)
@@ -33,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from storagebrief.core import config
-from storagebrief.studies.emulate import STUDY
+from storagebrief.studies.emulate import STUDY, mpi
 from storagebrief.studies.emulate.accelerators import run_once
 from storagebrief.studies.emulate.metrics import summarize
 
@@ -109,9 +112,9 @@ def au_fast(directory: Path, compute_s: float, accelerators: int) -> dict:
             "overshoot_us": float(frame.compute_overshoot_us_mean.mean()), "steps": int(frame.steps.iloc[0])}
 
 
-def client_capacity(directory: Path, compute_s: float, counts: list[int]):
+def client_capacity(directory: Path, compute_s: float, counts: list[int], launcher: str = "fork"):
     """Largest N with AU >= 90 % on a fast warm-cache target (the sweep stops after the first failing N)."""
-    section = {**small_records(compute_s, counts, 4096, 2, 1), "stop_below_threshold": True}
+    section = {**small_records(compute_s, counts, 4096, 2, 1), "stop_below_threshold": True, "launcher": launcher}
     return _fast_study(directory, section).sort_values("accelerators")
 
 
@@ -185,6 +188,21 @@ def main() -> int:
     t = time.perf_counter()
     cap = client_capacity(d / "capacity", a.compute_s, [int(x) for x in a.capacity_counts.split(",")])
     print_capacity(cap, a.compute_s, time.perf_counter() - t)
+    try:
+        mpi.check_available("mpirun")
+    except mpi.MpiUnavailable as exc:
+        print(f"launchers: MPI part skipped: {exc}")
+        return 0
+    t = time.perf_counter()
+    ranks = client_capacity(d / "capacity", a.compute_s, [int(x) for x in a.capacity_counts.split(",")], "mpi")
+    print("the same with every accelerator an MPI rank (launcher: mpi, this host):")
+    print_capacity(ranks, a.compute_s, time.perf_counter() - t)
+    both = cap.merge(ranks, on="accelerators", suffixes=("_fork", "_mpi"))
+    print(f"  {'N':>3} {'AU % fork':>10} {'AU % mpi':>9} {'CPU s/GB fork':>14} {'CPU s/GB mpi':>13} {'mpi/fork CPU':>13}")
+    for _, r in both.iterrows():
+        print(f"  {int(r.accelerators):>3} {r.au_percent_fork:10.1f} {r.au_percent_mpi:9.1f} "
+              f"{r.client_cpu_s_per_gb_fork:14.3f} {r.client_cpu_s_per_gb_mpi:13.3f} "
+              f"{r.client_cpu_s_per_gb_mpi / r.client_cpu_s_per_gb_fork:13.2f}")
     return 0
 
 

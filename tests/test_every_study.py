@@ -42,6 +42,9 @@ TINY = {
                        "runtime_s": 0.5, "ramp_time_s": 0.05,
                        "busy": {"peak_seconds": 0.5, "calibrate_seconds": 0.5, "settle_s": 0.1},
                        "forecast": {"emulate_dir": "/nonexistent"}},
+    "stream_inference": {"videos": ["144p@12"], "duration_s": 2, "streams": [1], "topics": [1], "partitions": [2],
+                         "replication_factors": [3], "broker_heap_mib": 256, "drain_timeout_s": 10,
+                         "input_size": 32, "batch_size": 8},
 }
 STUDIES = list(studies.REGISTRY.values())
 

@@ -10,6 +10,7 @@ import yaml
 from storagebrief import studies
 from storagebrief.cli import _parser
 from storagebrief.core import config
+from storagebrief.core.study import ENGINE_OUTPUTS
 
 REPO = Path(__file__).resolve().parents[1]
 STUDIES = list(studies.REGISTRY.values())
@@ -32,13 +33,16 @@ def test_stage_matches_registry(study):
     assert {study.notebook, study.source_dir, "lib/storagebrief/core", "lib/storagebrief/formats",
             *study.upstream} <= deps
     assert study.name in st["params"]
-    assert [o for o in st["outs"] if isinstance(o, str)] == [f"{study.reports_dir}/{o}" for o in study.outputs]
+    assert [o for o in st["outs"] if isinstance(o, str)] == [f"{study.reports_dir}/{o}" for o in study.stage_outputs]
     assert [next(iter(m)) for m in st["metrics"]] == [f"{study.reports_dir}/metrics.json"]
     assert (REPO / study.notebook).exists() and (REPO / study.source_dir).is_dir()
     # the brief stage reads what the brief section reads, and only declared outputs
     brief = set(_stages()["brief"]["deps"])
     for f in study.brief_inputs:
         assert f in study.outputs and f"{study.reports_dir}/{f}" in brief
+    # the engine's block-level characterization of every study feeds the brief's characterization section
+    for f in ENGINE_OUTPUTS:
+        assert f"{study.reports_dir}/{f}" in brief, f"brief stage lacks {study.reports_dir}/{f}"
 
 
 @pytest.mark.parametrize("study", STUDIES, ids=lambda s: s.name)

@@ -1,6 +1,7 @@
 """`storagebrief <study> [-S key=value ...] [--out DIR]`: the same functions the notebooks call.
 
-One subcommand per registered study (storagebrief.studies), plus doctor, validate and brief.
+One subcommand per registered study (storagebrief.studies), plus doctor, validate, brief and
+characterize (block-trace summary statistics of any tracefs or blkparse text trace).
 """
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ def _parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True)
     dp = sub.add_parser("doctor", help="what this machine allows and what each missing piece disables")
     dp.add_argument("--clean", action="store_true",
-                    help="remove storagebrief cgroups (and processes in them) left by runs that were killed")
+                    help="remove storagebrief cgroups (and processes in them) and tracefs instances left by "
+                         "runs that were killed")
     for command, study in studies.by_command().items():
         sp = sub.add_parser(command, help=f"run the {study.name} study: {study.title}")
         sp.add_argument("--params", default="params.yaml")
@@ -34,6 +36,14 @@ def _parser() -> argparse.ArgumentParser:
     bp.add_argument("--params", default="params.yaml")
     bp.add_argument("--reports", default="reports")
     bp.add_argument("--no-pdf", action="store_true")
+    cp = sub.add_parser("characterize", help="block-level I/O summary statistics of a trace (tracefs or blkparse text)")
+    cp.add_argument("--trace", required=True, help="trace file (plain text or .gz)")
+    cp.add_argument("--format", required=True, choices=("tracefs", "blkparse"),
+                    help="tracefs: block_rq_issue/complete event lines; blkparse: its default text output")
+    cp.add_argument("--capacity-sectors", type=int, default=None,
+                    help="device capacity in 512-byte sectors for locality (default: sysfs of the traced "
+                         "device, else the highest sector in the trace)")
+    cp.add_argument("--out", required=True, help="folder for characterization.json and characterization.csv")
     vp = sub.add_parser("validate", help="check params.yaml (and overrides) without running anything")
     vp.add_argument("--params", default="params.yaml")
     vp.add_argument("-S", "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
@@ -55,8 +65,22 @@ def main(argv: list[str] | None = None) -> int:
             from .core.inventory import doctor_lines
             if args.clean:
                 from .core.leftovers import remove_leftovers
-                print("\n".join(remove_leftovers()) or "no leftover storagebrief cgroups")
+                print("\n".join(remove_leftovers()) or "no leftover storagebrief cgroups or tracefs instances")
             print("\n".join(doctor_lines()))
+            return 0
+        if args.command == "characterize":
+            from .core import characterize as ch
+            res = ch.main_characterize(args.trace, args.format, args.capacity_sectors, args.out)
+            row, counts = res["row"], res["counts"]
+            print(f"{args.trace}: {row['read_ops'] + row['write_ops']:,} reads/writes, "
+                  f"{ch.describe(row)}; {row['flush_ops']:,} flushes, {row['discard_ops']:,} discards; "
+                  f"locality {row['locality_percent']:.1f} % in 10 % of the address space, "
+                  f"{row['locality_bands']} band(s); trace {row['trace_length_s']:.3f} s")
+            if counts.malformed or counts.lost_events:
+                print(f"note: {counts.malformed:,} malformed line(s) skipped"
+                      + (f" (e.g. {counts.malformed_examples[0]!r})" if counts.malformed else "")
+                      + f"; {counts.lost_events:,} lost event(s) reported in the trace")
+            print(f"wrote {res['paths']['json']} and {res['paths']['csv']}")
             return 0
         if args.command == "validate":
             params = config.load(args.params, args.overrides)
@@ -73,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         frame = study.run(params, Path(args.out), progress=args.progress)
         print(f"wrote {len(frame)} runs to {Path(args.out) / 'runs.csv'}")
         return 0
-    except (config.ParamsError, ValueError, FileNotFoundError, TargetBusy) as exc:
+    except (config.ParamsError, ValueError, FileNotFoundError, TargetBusy) as exc:   # TraceError is a ValueError
         print(f"storagebrief: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

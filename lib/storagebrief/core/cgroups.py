@@ -410,6 +410,9 @@ def leftover_dirs(owner_pid: int | None = None) -> list[Path]:
 
 def _cleanup_all() -> None:
     # Forked children inherit _live; only the creating process removes its cgroups.
+    # Block traces first: switching tracing off must not wait for anything else.
+    from . import blocktrace
+    blocktrace.close_all()
     for group in list(_live.values()):
         if group.owner_pid == os.getpid():
             group.remove()

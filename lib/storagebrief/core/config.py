@@ -60,6 +60,8 @@ class RunParams(Strict):
     cold_cache: bool = True
     monitor_interval_s: float = Field(0.5, gt=0.01, le=60)
     on_busy_target: Literal["wait", "refuse"] = "wait"   # another run holds a target: queue or stop
+    trace: bool = True                    # block events of each measured run (tracefs, root); else diskstats only
+    trace_buffer_kib: int = Field(8192, ge=64, le=1 << 20)   # tracefs buffer per CPU (events not drained in time are lost)
 
 
 class Params(Strict):

@@ -8,12 +8,11 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
-from . import cache, cgroups
+from . import blocktrace, cache, cgroups
 
 PACKAGES = ("storagebrief", "tensorflow-cpu", "tensorflow", "opencv-python-headless", "numpy",
             "pandas", "scikit-learn", "seaborn", "matplotlib", "dvc", "papermill", "nbconvert",
             "jupyterlab", "pydantic", "psutil", "weasyprint")
-TRACEFS = Path("/sys/kernel/tracing/events/block")
 
 
 def _cpuinfo() -> dict:
@@ -114,12 +113,9 @@ def privileges() -> dict[str, str]:
 
 
 def _tracefs_state() -> str:
-    if TRACEFS.exists() and os.access(TRACEFS, os.R_OK):
-        return "yes"
-    if not any(TRACEFS.parents[1].iterdir()) if TRACEFS.parents[1].exists() else True:
-        return ("no: tracefs is not mounted (as root: mount -t tracefs nodev /sys/kernel/tracing) "
-                "-> block-level I/O characterization is unavailable")
-    return "no: /sys/kernel/tracing/events/block not readable (needs root) -> no block-level tracing"
+    ok, why = blocktrace.availability()
+    return why if ok else (f"no: {why} -> block-level I/O characterization falls back to diskstats "
+                           "(no per-request statistics)")
 
 
 def doctor_lines() -> list[str]:
@@ -138,7 +134,8 @@ def doctor_lines() -> list[str]:
     lines.append(f"{'tracefs block events ':.<23} {p['tracefs_block_events']}")
     for tool, what in (("fio", "fio comparisons in benchmarks are skipped"),
                        ("stress-ng", "busy-system scenarios are skipped"),
-                       ("pdftoppm", "none (only used to look at PDF pages)")):
+                       ("pdftoppm", "none (only used to look at PDF pages)"),
+                       ("mpirun", "emulate.launcher = mpi is refused (forked accelerators still run)")):
         path = shutil.which(tool)
         lines.append(f"{tool + ' ':.<23} {path or 'missing'}" + ("" if path else f"  -> {what}"))
     try:

@@ -1,5 +1,6 @@
 """What killed runs leave behind, found and removed at the start of the next run (and by
-`storagebrief doctor --clean`): storagebrief cgroups whose creating process is dead.
+`storagebrief doctor --clean`): storagebrief cgroups and tracefs instances
+(`storagebrief-trace-<pid>-<nonce>`, blocktrace) whose creating process is dead.
 
 Cgroup names carry the creator's PID (cgroups.Cgroup), so a live run's cgroups are never
 touched; processes still inside a dead run's cgroup (orphaned workers, training jobs) are
@@ -12,6 +13,7 @@ import signal
 import time
 from pathlib import Path
 
+from . import blocktrace
 from .cgroups import PREFIX, _own_paths
 
 
@@ -48,11 +50,18 @@ def _all_controller_dirs() -> list[Path]:
 
 
 def remove_leftovers() -> list[str]:
-    """Remove storagebrief cgroups whose creating process is dead (left by kill -9 or a crash).
+    """Remove storagebrief cgroups and tracefs instances whose creating process is dead (left by
+    kill -9 or a crash).
 
     Processes still inside (orphaned workers, training jobs) are killed first: they belong to
-    a run that no longer exists. Returns one line per removed cgroup, for notes and doctor."""
+    a run that no longer exists; so is a trace reader still holding a dead run's instance.
+    Tracing in a leftover instance is switched off before it is removed. Returns one line per
+    removed cgroup or instance, for notes and doctor."""
     removed = []
+    for inst in blocktrace.instances():
+        pid = blocktrace.owner_pid(inst.name)
+        if pid is not None and not _alive(pid):
+            removed.append(blocktrace.remove_instance(inst) + f" of dead process {pid}")
     for parent in _all_controller_dirs():
         for d in sorted(parent.glob(f"{PREFIX}*")):
             pid = _owner_pid(d.name)

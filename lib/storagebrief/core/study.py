@@ -17,6 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
+# What the sweep engine writes for every study beside runs.csv (block-level characterization:
+# core.sweep), declared as outs of every stage and read by the brief's characterization section.
+ENGINE_OUTPUTS: tuple[str, ...] = ("characterization.csv", "traces")
+
+
 @dataclass(frozen=True)
 class Study:
     name: str                       # params section, reports/<name>/, DVC stage name
@@ -26,6 +31,11 @@ class Study:
     outputs: tuple[str, ...]        # files/folders under reports/<name>/ the stage declares as outs
     brief_inputs: tuple[str, ...]   # the subset of outputs the brief stage reads
     upstream: tuple[str, ...] = ()  # other stages' outputs this stage reads (e.g. preprocess/outputs.json)
+
+    @property
+    def stage_outputs(self) -> tuple[str, ...]:
+        """Everything the stage writes under reports/<name>/: the study's outputs + the engine's."""
+        return self.outputs + ENGINE_OUTPUTS
 
     @property
     def package(self) -> str:

@@ -15,8 +15,11 @@ A study's `run` room supplies the hooks (module-level functions):
   run_one(run, config) -> Measurement      measure one configuration on run.target
   skip(sweep, point, target) -> bool       optional: leave a run out (e.g. below threshold)
   finish(sweep, frame)      optional: study-wide outputs after the last run
+  close(sweep)              optional: always runs last, also after an exception or a signal: stop
+                            what prepare or run_one left running for later runs (servers, clusters)
 The engine owns what every study shares: the run table, common columns, the
-monitor and its time series, cgroups created through the Run, progress, notes.
+monitor and its time series, block traces (run.trace) and characterization.csv, cgroups
+created through the Run, progress, notes.
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import cache, cgroups, inventory, leftovers, monitor, results, targets as targets_mod
+from . import blocktrace, cache, cgroups, characterize, inventory, leftovers, monitor, results, targets as targets_mod
 from .lock import TargetLocks
 from .progress import Progress
 
@@ -62,6 +65,7 @@ class Sweep:
         self.notes: list[str] = []
         self.table: results.RunTable | None = None
         self.tables: dict[str, list[dict]] = {}
+        self.trace_off: str | None = None     # why block tracing is unavailable, once known
 
     @property
     def target_names(self) -> list[str]:
@@ -93,6 +97,8 @@ class Run:
         self._samplers: list = []
         self._groups: list[cgroups.Cgroup] = []
         self._clock = False
+        self._trace: blocktrace.BlockTrace | None = None
+        self.trace: blocktrace.TraceResult | None = None
 
     # -- cold cache --------------------------------------------------------------------------
     def cold_cache(self, paths) -> str:
@@ -139,7 +145,8 @@ class Run:
         self._samplers.append(sampler)
 
     def start_clock(self) -> None:
-        """The measured interval begins: device/CPU monitor and samplers start."""
+        """The measured interval begins: block trace (run.trace), device/CPU monitor and samplers start."""
+        self._start_trace()
         self.monitor.start()
         for s in self._samplers:
             s.start()
@@ -152,15 +159,58 @@ class Run:
         for s in self._samplers:
             s.stop()
         self.monitor.stop()
+        self._stop_trace()
+
+    # -- block trace -------------------------------------------------------------------------
+    def trace_path(self) -> Path:
+        return self.sweep.out_dir / TRACES / f"{self.run_id}.tracefs.gz"
+
+    def _start_trace(self) -> None:
+        """Block events of the target's device while the clock runs (tracefs instance of our own)."""
+        sweep, dev = self.sweep, self.target.device
+        if not self.params.run.trace or self._trace is not None:
+            return
+        if sweep.trace_off is None and (dev is None or dev.major is None):
+            self.sweep.note(f"target '{self.target.name}': no block device to trace "
+                            f"({dev.reason if dev else 'unresolved'}); characterization from diskstats only")
+            return
+        if sweep.trace_off is not None:
+            return
+        try:
+            self._trace = blocktrace.BlockTrace((dev.major, dev.minor), self.trace_path(),
+                                                self.params.run.trace_buffer_kib).start()
+        except blocktrace.TraceUnavailable as exc:
+            self._trace = None
+            sweep.trace_off = str(exc)
+            sweep.note(f"block tracing off: {exc}; characterization.csv holds what diskstats gives "
+                       "(read %, IOPS, mean request size), no per-request statistics")
+
+    def _stop_trace(self) -> None:
+        t, self._trace = self._trace, None
+        if t is not None:
+            self.trace = t.stop()
+
+    def discard_trace(self) -> None:
+        """An interrupted run leaves no row, so no trace either."""
+        if self._trace is not None:
+            self._trace.close()
+            self._trace = None
+        self.trace_path().unlink(missing_ok=True)
 
     @property
     def monitored(self) -> bool:
         return bool(self.monitor.snapshots)
 
     def close(self) -> None:
-        """Always runs: samplers and monitor stopped, every cgroup of this run removed."""
+        """Always runs: samplers, monitor and block trace stopped (tracing switched off, its
+        instance removed), every cgroup of this run removed."""
         try:
-            self.stop_clock()
+            try:
+                self.stop_clock()
+            finally:
+                if self._trace is not None:
+                    self._trace.close()
+                    self._trace = None
         finally:
             for g in reversed(self._groups):
                 g.remove()
@@ -174,11 +224,57 @@ def _common(run: Run) -> dict:
             "cache_method": run.cache_method, "emulated": run.emulated}
 
 
+TRACES = "traces"
+CHARACTERIZATION = "characterization.csv"
+CHARACTERIZATION_KEYS = ("study", "run_id", "target", "source", "trace_file")
+
+
+def _characterization(sweep: Sweep, run: Run) -> dict | None:
+    """The run's row of characterization.csv: its block trace characterized, or (no trace) what
+    diskstats gives; None when there is neither."""
+    t = run.target
+    keys = {"study": sweep.study.name, "run_id": run.run_id, "target": t.name}
+    if run.trace is not None and run.trace.path.exists():
+        cap = t.device.size_bytes // characterize.SECTOR_BYTES if t.device and t.device.size_bytes else None
+        row, _, _ = characterize.characterize(run.trace.path, "tracefs", cap, sample_points=0,
+                                              require_requests=False)
+        row["lost_events"] = max(row.get("lost_events", 0), run.trace.lost_events)
+        if row["lost_events"]:
+            sweep.note(f"run {run.run_id}: {row['lost_events']:,} block events lost (tracefs buffer "
+                       f"{sweep.params.run.trace_buffer_kib} KiB per CPU); raise run.trace_buffer_kib")
+        rel = run.trace.path.relative_to(sweep.out_dir)
+        return {**keys, "source": "tracefs", "trace_file": str(rel), **row}
+    if not run.monitored or not run.monitor.device:
+        return None
+    ms = run.monitor.summary()
+    r_iops, w_iops = ms.get("device_read_iops_avg", 0.0), ms.get("device_write_iops_avg", 0.0)
+    span = run.monitor.snapshots[-1].t - run.monitor.snapshots[0].t
+    return {**keys, "source": "diskstats", "trace_file": "",
+            "read_percent": 100 * r_iops / (r_iops + w_iops) if r_iops + w_iops else float("nan"),
+            "avg_iops": r_iops + w_iops, "read_kib_mean": ms.get("device_avg_read_kib"),
+            "write_kib_mean": ms.get("device_avg_write_kib"), "trace_length_s": span,
+            "read_ops": round(r_iops * span), "write_ops": round(w_iops * span),
+            "read_bytes": ms.get("device_read_bytes"), "write_bytes": ms.get("device_write_bytes")}
+
+
+def _write_characterization(sweep: Sweep) -> None:
+    import pandas as pd
+
+    cols = [*CHARACTERIZATION_KEYS, *characterize.CSV_COLUMNS]
+    rows = sweep.tables.get(CHARACTERIZATION, [])
+    results.write_csv(sweep.out_dir / CHARACTERIZATION,
+                      pd.DataFrame([{k: r.get(k) for k in cols} for r in rows], columns=cols))
+
+
 def _record(sweep: Sweep, run: Run, m: Measurement) -> None:
     """Append the run's row (atomically) and write what goes beside it."""
     import pandas as pd
 
     row = {**_common(run), **m.row}
+    ch = _characterization(sweep, run)
+    if ch is not None:
+        sweep.tables.setdefault(CHARACTERIZATION, []).append(ch)
+        _write_characterization(sweep)
     if m.ok and run.monitored:
         row.update(run.monitor.summary())
         results.write_csv(sweep.out_dir / "timeseries" / f"{run.run_id}.csv", pd.DataFrame(run.monitor.timeseries()))
@@ -212,16 +308,27 @@ def run(study, params, out_dir: str | Path, log=print, progress: str = "auto"):
     for line in leftovers.remove_leftovers():
         log(line)
         sweep.note(line)
+    close = getattr(hooks, "close", None)
     with TargetLocks(sweep.targets, params.run.on_busy_target, log) as locks:
-        hooks.prepare(sweep)                 # raises before any measured work on bad input
-        locks.keep_only(sweep.targets)
-        return _sweep(sweep, hooks, progress)
+        try:
+            hooks.prepare(sweep)                 # raises before any measured work on bad input
+            locks.keep_only(sweep.targets)
+            return _sweep(sweep, hooks, progress)
+        finally:
+            if close is not None:
+                close(sweep)
 
 
 def _sweep(sweep: Sweep, hooks, progress: str):
     study, log = sweep.study, sweep.log
     sweep.out_dir.mkdir(parents=True, exist_ok=True)
     (sweep.out_dir / "timeseries").mkdir(exist_ok=True)
+    traces = sweep.out_dir / TRACES          # this run's traces only: older ones would not match runs.csv
+    if traces.exists():
+        for old in traces.glob("*.tracefs.gz"):
+            old.unlink()
+    traces.mkdir(exist_ok=True)
+    _write_characterization(sweep)           # header only until the first run: the stage's out exists
     results.write_json(sweep.out_dir / "inventory.json", inventory.collect(sweep.params, sweep.targets))
     sweep.table = results.RunTable(sweep.out_dir / "runs.csv")
     points = list(hooks.plan(sweep))
@@ -243,6 +350,7 @@ def _sweep(sweep: Sweep, hooks, progress: str):
             try:
                 m = hooks.run_one(one, cfg)
             except BaseException:
+                one.discard_trace()
                 cgroups.raise_pending_signal()   # a SIGTERM/SIGHUP explains whatever failed after it
                 raise
             finally:

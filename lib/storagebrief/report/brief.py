@@ -159,6 +159,12 @@ def study_section(key: str, study_dir: str | Path) -> None:
     limits_box(warnings)
 
 
+def block_characterization(reports_dir: str | Path) -> None:
+    """The block-level I/O characterization of every study (report/characterization.py)."""
+    from . import characterization as chz
+    chz.section(reports_dir, available(reports_dir), target_order)
+
+
 def _latest_inventory(reports_dir) -> dict:
     found = sorted(Path(reports_dir).glob("*/inventory.json"), key=lambda p: p.stat().st_mtime)
     return json.loads(found[-1].read_text()) if found else {}

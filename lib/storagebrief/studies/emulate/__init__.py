@@ -6,7 +6,7 @@ STUDY = Study(
     command="emulate",
     title="Emulated-accelerator training (DLIO / MLPerf Storage style)",
     notebook="notebooks/02_emulated_training.ipynb",
-    outputs=("runs.csv", "accelerators.csv", "latency_histograms.csv", "timeseries", "inventory.json",
+    outputs=("runs.csv", "accelerators.csv", "hosts.csv", "latency_histograms.csv", "timeseries", "inventory.json",
              "study.json", "notes.json", "mlperf_results.json", "notebook.ipynb"),
-    brief_inputs=("runs.csv", "inventory.json", "study.json", "latency_histograms.csv", "notes.json"),
+    brief_inputs=("runs.csv", "inventory.json", "study.json", "latency_histograms.csv", "hosts.csv", "notes.json"),
 )

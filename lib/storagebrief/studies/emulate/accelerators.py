@@ -26,6 +26,7 @@ import os
 import queue
 import resource
 import signal
+import socket
 import threading
 import time
 import traceback
@@ -59,51 +60,70 @@ def warm_up(block: int, odirect: bool) -> None:
     np.percentile(np.arange(10.0), [50, 99])
 
 
+def setup_rank(cfg: dict, rank: int, n: int):
+    """Everything an accelerator prepares before the clock starts: its batches and its loader.
+
+    Shared by the forked accelerators (below) and the MPI ranks (mpi_rank.py)."""
+    batches = batch_plan(cfg["spans"], len(cfg["files"]), n, rank, cfg["epochs"], cfg["seed"],
+                         cfg["batch"], cfg["steps_per_epoch"])
+    warm_up(cfg["block"], cfg["odirect"])
+    loader = Loader(cfg["files"], batches, cfg["read_threads"], cfg["prefetch"], cfg["block"],
+                    odirect=cfg["odirect"], evict=cfg["evict"], readahead=cfg["readahead"])
+    if cfg.get("fail_rank") == rank and cfg.get("fail_at_step") is None:
+        raise RuntimeError("injected failure before the first step (test hook)")
+    return batches, loader
+
+
+def train(cfg: dict, rank: int, loader: Loader, steps: int, sync) -> dict:
+    """The measured steps of one accelerator; `sync()` is the per-step all-reduce (a barrier).
+
+    Times are this host's perf_counter seconds (CLOCK_MONOTONIC: one axis for every process
+    on the host); `release_t` is the instant this accelerator was released at the start, which
+    puts ranks of other hosts on the launcher's axis (rebase_remote)."""
+    ckpt_every, ckpt_bytes = cfg["checkpoint_every_steps"], cfg["checkpoint_bytes"]
+    ckpt_buf = os.urandom(min(ckpt_bytes, 4 << 20)) if (rank == 0 and ckpt_bytes) else b""
+    clock = time.perf_counter
+    t_start = clock()
+    cpu0 = cpu_seconds()
+    loader.start()
+    compute = cfg["compute_s"]
+    times = np.zeros((steps, 5))
+    ckpt_s, ckpts = 0.0, 0
+    for s in range(steps):
+        t0 = clock()
+        loader.next()
+        t1 = clock()
+        time.sleep(compute)          # the only stand-in for work
+        t2 = clock()
+        if cfg.get("fail_rank") == rank and cfg.get("fail_at_step") == s:
+            os._exit(3)              # test hook: die mid-run without a word
+        if ckpt_buf and ckpt_every and (s + 1) % ckpt_every == 0:
+            write_checkpoint(Path(cfg["checkpoint_dir"]), ckpt_bytes, ckpt_buf)
+            ckpts += 1
+            ckpt_s += clock() - t2
+        t3 = clock()
+        sync()                       # the all-reduce: the slowest sets the pace
+        times[s] = (t0, t1, t2, t3, clock())
+    loader.close()
+    cpu_s = cpu_seconds() - cpu0      # this process and its loader threads, over the run
+    return {"times": times, "release_t": t_start, "bytes": int(sum(loader.bytes)), "cpu_s": cpu_s,
+            "cpus": sorted(os.sched_getaffinity(0)), "host": socket.gethostname(),
+            "latencies": loader.read_latencies().astype(np.float32),
+            "checkpoint_s": ckpt_s, "checkpoints": ckpts}
+
+
 def _accelerator(rank: int, n: int, cfg: dict, procs_files: list[str], barrier, start, out_q) -> None:
     """One emulated accelerator (a forked process)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # the parent handles Ctrl-C and stops us
     die_with_parent()                              # no orphaned readers on the throttled disk
     try:
-        batches = batch_plan(cfg["spans"], len(cfg["files"]), n, rank, cfg["epochs"], cfg["seed"],
-                             cfg["batch"], cfg["steps_per_epoch"])
-        warm_up(cfg["block"], cfg["odirect"])
-        loader = Loader(cfg["files"], batches, cfg["read_threads"], cfg["prefetch"], cfg["block"],
-                        odirect=cfg["odirect"], evict=cfg["evict"], readahead=cfg["readahead"])
-        ckpt_every, ckpt_bytes = cfg["checkpoint_every_steps"], cfg["checkpoint_bytes"]
-        ckpt_buf = os.urandom(min(ckpt_bytes, 4 << 20)) if (rank == 0 and ckpt_bytes) else b""
-        if cfg.get("fail_rank") == rank and cfg.get("fail_at_step") is None:
-            raise RuntimeError("injected failure before the first step (test hook)")
+        batches, loader = setup_rank(cfg, rank, n)
         if procs_files:
             cgroups.join(procs_files)
         out_q.put(("ready", rank, None))
         start.wait()
-        cpu0 = cpu_seconds()
-        loader.start()
-        compute, clock = cfg["compute_s"], time.perf_counter
-        total = len(batches)
-        times = np.zeros((total, 5))
-        ckpt_s, ckpts = 0.0, 0
-        for s in range(total):
-            t0 = clock()
-            loader.next()
-            t1 = clock()
-            time.sleep(compute)          # the only stand-in for work
-            t2 = clock()
-            if cfg.get("fail_rank") == rank and cfg.get("fail_at_step") == s:
-                os._exit(3)              # test hook: die mid-run without a word
-            if ckpt_buf and ckpt_every and (s + 1) % ckpt_every == 0:
-                write_checkpoint(Path(cfg["checkpoint_dir"]), ckpt_bytes, ckpt_buf)
-                ckpts += 1
-                ckpt_s += clock() - t2
-            t3 = clock()
-            barrier.wait(BARRIER_TIMEOUT_S)   # the all-reduce: the slowest sets the pace
-            times[s] = (t0, t1, t2, t3, clock())
-        loader.close()
-        cpu_s = cpu_seconds() - cpu0      # this process and its loader threads, over the run
-        out_q.put(("done", rank, {"times": times, "bytes": int(sum(loader.bytes)),
-                                  "cpu_s": cpu_s, "cpus": sorted(os.sched_getaffinity(0)),
-                                  "latencies": loader.read_latencies().astype(np.float32),
-                                  "checkpoint_s": ckpt_s, "checkpoints": ckpts}))
+        result = train(cfg, rank, loader, len(batches), lambda: barrier.wait(BARRIER_TIMEOUT_S))
+        out_q.put(("done", rank, result))
     except threading.BrokenBarrierError:
         out_q.put(("aborted", rank, "barrier broken (another accelerator failed)"))
     except BaseException:
@@ -187,6 +207,15 @@ def run_once(cfg: dict, accelerators: int, procs_files: list[str] | None, on_sta
         out_q.close()
         out_q.cancel_join_thread()
     return {"t_start": t_start, "ranks": [done[r] for r in range(accelerators)]}
+
+
+def rebase_remote(raw: dict, local_host: str) -> dict:
+    """Ranks of other hosts onto the launcher's clock: their release instant is the launcher's
+    start (`t_start`), to within the start barrier's latency."""
+    for r in raw["ranks"]:
+        if r.get("host") != local_host:
+            r["times"] = r["times"] - r["release_t"] + raw["t_start"]
+    return raw
 
 
 def _dead(procs, done) -> str | None:

@@ -20,6 +20,7 @@ def section(study_dir: Path, frame, names: list[str]) -> None:
     desc_path = study_dir / "study.json"
     desc = json.loads(desc_path.read_text()) if desc_path.exists() else {}
     _what_ran(frame, desc)
+    _hosts(study_dir, frame)
     _workload_table(frame)
     palette = dict(zip(names, sns.color_palette("deep", len(names))))
     for w, g in frame.groupby("workload", sort=False):
@@ -36,8 +37,11 @@ def section(study_dir: Path, frame, names: list[str]) -> None:
 def _what_ran(frame, desc: dict) -> None:
     repeats = int(frame.repeat.max())
     sizing = ", ".join(sorted(set(frame.dataset_sizing.astype(str))))
+    mpi = "launcher" in frame and (frame.launcher == "mpi").any()
+    how = ("an MPI rank (mpirun, one rank per accelerator; the per-step barrier is an MPI barrier)" if mpi
+           else "a process forked on this host")
     show_md(
-        f"**What ran.** Each emulated accelerator is a process with its own loader "
+        f"**What ran.** Each emulated accelerator is {how} with its own loader "
         f"({int(frame.read_threads.iloc[0])} read threads, {int(frame.prefetch.iloc[0])} batches prefetched per thread, "
         f"{int(frame.read_block_bytes.iloc[0]) // 1024} KiB reads) that reads every sample's bytes from the target, then "
         "sleeps for the accelerator's compute time per batch; all accelerators meet at a barrier every step "
@@ -52,6 +56,22 @@ def _what_ran(frame, desc: dict) -> None:
                 f"{desc['scale_note']}. The quick profile shrinks files and compute time so the sweep finishes in "
                 "minutes on a small machine while each accelerator still demands a fixed bandwidth; absolute times "
                 "are not comparable with published results, the shape of the curves is.")
+
+
+def _hosts(study_dir: Path, frame) -> None:
+    """Where the accelerators ran: one row per client host when more than one host took part."""
+    path = study_dir / "hosts.csv"
+    if "hosts" not in frame or int(frame.hosts.max()) <= 1 or not path.exists():
+        return
+    h = pd.read_csv(path)
+    tab = h.groupby(["workload", "target", "accelerators", "host"], as_index=False).agg(
+        ranks=("accelerators", "size"), mb=("loader_read_mb_per_s", "mean"), cpu=("client_cpu_s_per_gb", "mean"),
+        au=("au_own_percent_mean", "mean"))
+    show_table(tab.rename(columns={"workload": "Workload", "target": "Target", "accelerators": "N", "host": "Host",
+                                   "ranks": "Runs", "mb": "Loader MB/s", "cpu": "Client CPU s per GB",
+                                   "au": "Own AU % (mean)"}),
+               "Client hosts (MPI): each host's share of the load, means over repeats. The machine-wide CPU and "
+               "device columns elsewhere are the launching host's only.", floatfmt="{:,.3g}")
 
 
 def _au_window(frame) -> None:
@@ -176,8 +196,9 @@ def _limits_table(frame) -> None:
         ns = ", ".join(str(n) for n in sorted(client.accelerators.unique()))
         show_md(f"**The client limited {len(client)} of {len(frame)} runs** (at {ns} accelerator(s)): this machine could "
                 "not keep that many emulated accelerators on time, so those runs say nothing about the storage. To "
-                "measure the storage further, drive it from more client hosts (as MLPerf Storage does): multi-host "
-                "runs are planned; today one host runs every accelerator.")
+                "measure the storage further, drive it from more client hosts, as MLPerf Storage does: "
+                "`emulate.launcher: mpi` with a hostfile runs the accelerators as MPI ranks across hosts "
+                "(README: \"Many client hosts\").")
     else:
         show_md(f"**No run was limited by the client**: its accelerators used at most "
                 f"{frame.client_cpu_percent_of_cores.max():.0f} % of their CPUs and the machine was at most "
@@ -248,3 +269,14 @@ def _latency_table(frame) -> None:
     show_table(lt.rename(columns=lambda c: names_map.get(c, c.replace("read_latency_us_", "read µs ").replace("_", " "))),
                "Read latency per read call as the loaders saw it (µs; includes throttle queueing), the device's own "
                "average (µs; after the throttle) and CPU busy %, means over repeats.")
+
+
+def trace_workloads(frame, names: list[str]) -> list[tuple[str, str]]:
+    """For the block-level characterization: each workload at its most accelerators on the reference
+    target, first repeat (label, run_id)."""
+    out = []
+    ref = frame[frame.target == names[0]]
+    for w, g in ref.groupby("workload", sort=False):
+        top = g[g.accelerators == g.accelerators.max()].sort_values("repeat").iloc[0]
+        out.append((f"Emulated {w}, {int(top.accelerators)} accelerators", top.run_id))
+    return out

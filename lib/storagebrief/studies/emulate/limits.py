@@ -37,9 +37,9 @@ def client_cpu_columns(ranks: list[dict], total_time_s: float, steps: int, loade
     cpu = [r["cpu_s"] for r in ranks if r.get("cpu_s") is not None]
     if len(cpu) != len(ranks):
         return {}
-    cores = set()
+    cores = set()              # (host, cpu): ranks on several hosts use several machines' CPUs
     for r in ranks:
-        cores.update(r.get("cpus") or ())
+        cores.update((r.get("host", ""), c) for c in (r.get("cpus") or ()))
     total = float(sum(cpu))
     n_cores = len(cores) or 1
     return {"client_cpu_s": total,

@@ -161,13 +161,32 @@ def summarize(raw: dict, cfg: dict, accelerators: int) -> tuple[dict, list[dict]
     })
     per = []
     for r, rk in enumerate(raw["ranks"]):
-        per.append({"accelerator": r, "steps": int(jm["steps"]), "samples": int(jm["steps"] * cfg["batch"]),
+        per.append({"accelerator": r, "host": rk.get("host", ""), "steps": int(jm["steps"]), "samples": int(jm["steps"] * cfg["batch"]),
                     "au_own_percent": float(jm["au_own_percent"][r]),
                     "data_wait_s": float(jm["data_wait_s"][r]), "peer_wait_s": float(jm["peer_wait_s"][r]),
                     "compute_overshoot_s": float(jm["overshoot_s"][r]), "cpu_s": float(rk.get("cpu_s", float("nan"))),
                     "loader_bytes": int(rk["bytes"]), "loader_read_mb_per_s": rk["bytes"] / total / 1e6,
                     "reads": int(rk["latencies"].size), **latency_stats(rk["latencies"])})
+    row["hosts"] = len({p["host"] for p in per})
     return row, per, lat
+
+
+def per_host(per: list[dict], total_time_s: float) -> list[dict]:
+    """The per-accelerator rows summed per client host (hosts.csv): where the load came from."""
+    hosts: dict[str, list[dict]] = {}
+    for p in per:
+        hosts.setdefault(p["host"], []).append(p)
+    out = []
+    for host, ps in hosts.items():
+        nbytes = sum(p["loader_bytes"] for p in ps)
+        cpu = sum(p["cpu_s"] for p in ps)
+        out.append({"host": host, "accelerators": len(ps), "loader_bytes": int(nbytes),
+                    "loader_read_mb_per_s": nbytes / total_time_s / 1e6 if total_time_s > 0 else float("nan"),
+                    "client_cpu_s": cpu, "client_cpu_s_per_gb": cpu / (nbytes / 1e9) if nbytes else float("nan"),
+                    "au_own_percent_mean": float(np.mean([p["au_own_percent"] for p in ps])),
+                    "data_wait_s": float(sum(p["data_wait_s"] for p in ps)),
+                    "reads": int(sum(p["reads"] for p in ps))})
+    return out
 
 
 # --------------------------------------------------------------------------- runs.csv
@@ -238,6 +257,8 @@ def mlperf_results(frame) -> dict:
         out["results"].append({
             "workload": w, "target": t, "accelerator_type": str(first.accelerator_type),
             "num_accelerators": int(n), "repeats": int(len(g)),
+            "launcher": str(first.launcher) if "launcher" in has else "fork",
+            "num_client_hosts": int(g.hosts.max()) if "hosts" in has else 1,
             "train_au_percentage": [round(float(x), 3) for x in g.au_percent],
             "train_au_mean_percentage": float(g.au_percent.mean()),
             "train_au_stdev_percentage": float(g.au_percent.std(ddof=0)),

@@ -12,6 +12,22 @@ from ...core.workloads import MLPERF_DATASET_FACTOR, WORKLOADS, WorkloadSpec, me
 __all__ = ["MLPERF_DATASET_FACTOR", "WORKLOADS", "WorkloadSpec", "merged_spec", "EmulateParams", "Params"]
 
 
+class MpiParams(Strict):
+    """How `launcher: mpi` calls mpirun (Open MPI): one rank per accelerator."""
+
+    mpirun: str = "mpirun"
+    hostfile: str | None = None          # Open MPI hostfile ("node1 slots=8" per line)
+    hosts: list[str] = Field(default_factory=list)   # or --host entries, e.g. ["node1:8", "node2:8"]
+    oversubscribe: bool = True           # more ranks than cores on a host (needed on small clients)
+    extra_args: list[str] = Field(default_factory=list)   # e.g. ["--mca", "btl_tcp_if_include", "eth0"]
+
+    @model_validator(mode="after")
+    def _one_host_list(self):
+        if self.hostfile and self.hosts:
+            raise ValueError("give emulate.mpi.hostfile or emulate.mpi.hosts, not both")
+        return self
+
+
 class EmulateParams(Strict):
     workloads: list[str] = Field(default_factory=lambda: ["unet3d"], min_length=1)
     accelerator_type: str = "v100"                  # key of each workload's compute_s
@@ -31,6 +47,8 @@ class EmulateParams(Strict):
     checkpoint_every_steps: int = Field(0, ge=0)    # 0 = no checkpoints
     checkpoint_mib: float = Field(0, ge=0, le=1 << 20)
     seed: int = 0
+    launcher: Literal["fork", "mpi"] = "fork"       # fork: processes on this host; mpi: mpirun ranks
+    mpi: MpiParams = Field(default_factory=MpiParams)
 
     @field_validator("accelerators")
     @classmethod

@@ -4,8 +4,10 @@ Reproduces "Accelerating Machine Learning Performance / Decreasing Training Time
 KIOXIA CM7 Series SSDs" (2024), which ran DLIO's unet3d workload with 8..18 emulated
 V100s, and MLPerf Storage's rule: a storage system supports the largest number of
 accelerators whose utilization (AU) stays at or above a threshold (90 % unet3d/resnet50,
-70 % cosmoflow). An emulated accelerator is one process (no MPI) with its own loader
-(loader.py, accelerators.py); AU arithmetic is in metrics.py, what limited a run in limits.py.
+70 % cosmoflow, 85 % retinanet). An emulated accelerator is one process with its own loader
+(loader.py, accelerators.py): forked on this host (`launcher: fork`, the default) or an MPI
+rank on the hosts mpirun is given (`launcher: mpi`, mpi.py); AU arithmetic is in metrics.py,
+what limited a run in limits.py.
 
 Per workload, accelerator counts x repeats in run order, targets interleaved. Each run:
 cold cache, one cgroup holding the target's throttle and/or the page-cache cap, N
@@ -33,12 +35,14 @@ from pathlib import Path
 from ...core import cgroups, results, targets as targets_mod
 from ...core.config import ParamsError
 from ...core.sweep import Measurement, Point
-from .accelerators import run_once
+from .accelerators import rebase_remote, run_once
 from .dataset import generate_dataset, planned_files, study_description
 from .iocounters import CgroupIoSampler, cgroup_read_stats
 from .limits import limited_by
 from .loader import steps_per_epoch
-from .metrics import latency_histogram, mlperf_results, summarize, throttle_au_bound, throttle_cap_mb_per_s
+from .metrics import (latency_histogram, mlperf_results, per_host, summarize, throttle_au_bound,
+                      throttle_cap_mb_per_s)
+from .mpi import MpiUnavailable, check_available, run_once_mpi
 from .params import EmulateParams
 
 STUDY = "emulate"
@@ -87,6 +91,11 @@ def _check_free_space(p: EmulateParams, tlist, sizes: dict[str, int]) -> None:
 def prepare(sweep) -> None:
     """Everything that can be wrong is checked before any measured work; then the datasets, and study.json."""
     p: EmulateParams = sweep.p
+    if p.launcher == "mpi":
+        try:
+            check_available(p.mpi.mpirun)
+        except MpiUnavailable as exc:
+            raise ParamsError(str(exc)) from None
     sizes = _dataset_sizes(p)
     _check_free_space(p, sweep.targets, sizes)
     datasets: dict[tuple[str, str], dict] = {}
@@ -214,7 +223,7 @@ def _row(run, name: str, n: int, data: dict, cfg: dict, summary: dict, cg, cgw, 
     sample_bytes = data["bytes"] / (len(data["files"]) * spec.samples_per_file)
     demand = cfg["batch"] * sample_bytes / cfg["compute_s"] / 1e6
     cpu = run.monitor.summary() if run.monitored else {}
-    return {"workload": name, "accelerator_type": p.accelerator_type, "accelerators": n,
+    return {"workload": name, "accelerator_type": p.accelerator_type, "accelerators": n, "launcher": p.launcher,
             "dataset_sizing": _sizing(p, capped, memory_limit), "memory_limit_bytes": memory_limit if capped else None,
             "odirect": p.odirect, "num_files": len(data["files"]), "dataset_bytes": int(data["bytes"]),
             "sample_bytes_mean": sample_bytes,
@@ -249,15 +258,28 @@ def run_one(run, config) -> Measurement:
         cfg.update(FAULT)
     cgio = CgroupIoSampler(group, t.device, run.params.run.monitor_interval_s)
     run.add_sampler(cgio)
-    raw = run_once(cfg, n, group.procs_files if group else None, on_start=run.start_clock)
-    run.stop_clock()
+    procs = group.procs_files if group else None
+    if p.launcher == "mpi":
+        raw = run_once_mpi(cfg, n, procs, p.mpi, t.study_dir(STUDY) / "mpi", on_start=run.start_clock)
+        run.stop_clock()
+        raw = rebase_remote(raw, raw["launch_host"])
+        outside = sorted({r["host"] for r in raw["ranks"] if procs and not r.get("in_cgroup")})
+        if outside:
+            run.sweep.note(f"ranks on {', '.join(outside)} ran outside the run's cgroup (a cgroup lives on one "
+                           "host): no throttle or page-cache cap there, and their device reads are not in the "
+                           "cgroup counters; use real storage targets for multi-host runs")
+    else:
+        raw = run_once(cfg, n, procs, on_start=run.start_clock)
+        run.stop_clock()
     mem_stats = group.memory_stats() if capped else {}
     cg = cgroup_read_stats(group, t.device)
     summary, per, lat = summarize(raw, cfg, n)
     cgw = cgio.window(*summary.pop("window_t"))
     row = {**_row(run, name, n, data, cfg, summary, cg, cgw, throttled, capped), **cgio.summary(), **mem_stats}
     ids = {"run_id": run.run_id, "target": t.name, "workload": name, "accelerators": n, "repeat": run.repeat}
+    hosts = per_host(per, summary["total_time_s"])
     return Measurement(row, tables={"accelerators.csv": [{**ids, **r} for r in per],
+                                    "hosts.csv": [{**ids, **h} for h in hosts],
                                     "latency_histograms.csv": [{**ids, **h} for h in latency_histogram(lat)]},
                        series={"-cgroup": cgio.timeseries()} if cgio.samples else {})
 

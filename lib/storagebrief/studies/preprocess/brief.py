@@ -188,3 +188,13 @@ def image_count_table(frame, names: list[str]):
                      f"{other}: processes": int(b.p), f"{other}: MB/s": b.mb, f"{other}: time s": b.t,
                      "Speedup ×": b.t / a.t, "Time saved s": b.t - a.t})
     return pd.DataFrame(rows)
+
+
+def trace_workloads(frame, names: list[str]) -> list[tuple[str, str]]:
+    """The run the brief's block-level characterization shows: the most processes on the reference
+    target, first repeat (label, run_id)."""
+    ps = frame[(frame.sweep == "processes") & (frame.target == names[0])]
+    if ps.empty:
+        return []
+    top = ps[ps.processes == ps.processes.max()].sort_values("repeat").iloc[0]
+    return [(f"Preprocess, {int(top.processes)} processes", top.run_id)]

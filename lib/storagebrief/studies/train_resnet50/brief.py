@@ -264,3 +264,26 @@ def _failed_runs(frame) -> None:
     if not bad.empty:
         show_table(bad[["target", "sweep", "models", "memory_setting", "failure_reason"]],
                    "Failed runs (not included above).")
+
+
+def trace_workloads(frame, names: list[str]) -> list[tuple[str, str]]:
+    """For the block-level characterization: one run per scenario on the reference target, first
+    repeat (label, run_id): baseline, each memory limit, K models in parallel, ingest, checkpoint."""
+    out = []
+    ref = frame[(frame.target == names[0]) & (frame.get("status", "ok") == "ok")].sort_values("repeat")
+    for _, r in ref.drop_duplicates("run_id").iterrows():
+        mem = str(r.get("memory_setting", "") or "")
+        unlimited = mem in ("", "none", "nan")
+        if r.sweep == "memory":
+            label = "ResNet50 baseline" if unlimited else f"ResNet50 limited memory ({mem})"
+        elif r.sweep == "parallel":
+            label = f"ResNet50, {int(r.models)} models in parallel" + ("" if unlimited else f" ({mem})")
+        elif r.sweep == "ingest":
+            label = f"ResNet50 + ingest {r.ingest_target_mb_per_s:g} MB/s"
+        elif r.sweep == "checkpoint":
+            label = f"ResNet50, checkpoint every {int(r.checkpoint_every_steps)} steps"
+        else:
+            label = f"ResNet50 {r.sweep}"
+        if label not in {lab for lab, _ in out}:
+            out.append((label, r.run_id))
+    return out

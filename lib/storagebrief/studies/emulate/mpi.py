@@ -1,0 +1,221 @@
+"""Emulated accelerators as MPI ranks (`launcher: mpi`): one rank per accelerator on whatever hosts
+mpirun is given, as DLIO and MLPerf Storage run them.
+
+The launcher (this module's `run_once_mpi`, in the study process) starts
+`mpirun -np N python -m storagebrief.studies.emulate.mpi CONFIG RESULT`; each rank prepares its
+loader exactly as a forked accelerator does (accelerators.setup_rank), ranks on the launching host
+join the run's cgroup (throttle / page-cache cap; other hosts cannot, and the run says so), and
+rank 0 prints `ready` once every rank is. The launcher starts its clock and writes `go` to mpirun's
+stdin (Open MPI forwards it to rank 0); rank 0 releases everyone with an MPI barrier, every step
+ends with an MPI barrier (the all-reduce), and the ranks' results are gathered to rank 0, which
+writes them for the launcher. The arithmetic after that is the forked mode's (metrics.summarize).
+
+A rank that fails aborts the job (MPI_Abort); mpirun exits non-zero and the run fails with the
+ranks' own messages. mpirun dies with the study (SIGTERM on the study's death: Open MPI then
+stops every rank), so kill -9 of the study leaves no rank behind.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import queue
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+from ...core.procs import die_with_parent
+
+READY, GO, DONE = "storagebrief-mpi-ready", "go", "storagebrief-mpi-done"
+
+
+class MpiUnavailable(RuntimeError):
+    pass
+
+
+def check_available(mpirun: str) -> str:
+    """The mpirun path and a working mpi4py, or MpiUnavailable saying what to install."""
+    path = shutil.which(mpirun)
+    if path is None:
+        raise MpiUnavailable(f"emulate.mpi.mpirun = '{mpirun}' is not on PATH: install Open MPI "
+                             "(Debian: apt-get install openmpi-bin libopenmpi-dev; `make env` does it as root) "
+                             "or set emulate.launcher = fork")
+    probe = subprocess.run([sys.executable, "-c", "from mpi4py import MPI"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        tail = (probe.stderr.strip().splitlines() or ["?"])[-1]
+        raise MpiUnavailable(f"emulate.launcher = mpi needs mpi4py in this environment ({tail}); "
+                             "pip install 'storagebrief[mpi]' (or `make env`), or set emulate.launcher = fork")
+    return path
+
+
+def mpirun_command(mpirun: str, n: int, mpi, config_file: Path, result_file: Path) -> list[str]:
+    cmd = [mpirun, "-np", str(n)]
+    if os.geteuid() == 0:
+        cmd.append("--allow-run-as-root")
+    if mpi.oversubscribe:
+        cmd.append("--oversubscribe")
+    if mpi.hostfile:
+        cmd += ["--hostfile", str(mpi.hostfile)]
+    if mpi.hosts:
+        cmd += ["--host", ",".join(mpi.hosts)]
+    for var in ("PYTHONPATH", "TF_CPP_MIN_LOG_LEVEL"):
+        if var in os.environ:
+            cmd += ["-x", var]
+    cmd += list(mpi.extra_args)
+    return cmd + [sys.executable, "-m", "storagebrief.studies.emulate.mpi", str(config_file), str(result_file)]
+
+
+def _lines(stream, q: queue.Queue) -> None:
+    for line in stream:
+        q.put(line.rstrip("\n"))
+    q.put(None)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()          # Open MPI forwards it to every rank and exits
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def run_once_mpi(cfg: dict, accelerators: int, procs_files: list[str] | None, mpi, work_dir: Path,
+                 on_start=None, start_timeout_s: float = 180.0) -> dict:
+    """N accelerators as MPI ranks, once; returns what accelerators.run_once returns (plus each rank's host)."""
+    mpirun = check_available(mpi.mpirun)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    config_file, result_file, err_file = (work_dir / "mpi-config.json", work_dir / "mpi-result.pickle",
+                                          work_dir / "mpi-stderr.txt")
+    result_file.unlink(missing_ok=True)
+    launch_host = socket.gethostname()
+    config_file.write_text(json.dumps({"cfg": cfg, "procs_files": procs_files or [], "launch_host": launch_host}))
+    cmd = mpirun_command(mpirun, accelerators, mpi, config_file, result_file)
+    with open(err_file, "w") as err:
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
+                                preexec_fn=lambda: die_with_parent(signal.SIGTERM))
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=_lines, args=(proc.stdout, lines), daemon=True).start()
+    t_start, ok = None, False
+    try:
+        _wait_for(lines, proc, READY, start_timeout_s, err_file, "before the first step")
+        if on_start:
+            on_start()
+        t_start = time.perf_counter()
+        proc.stdin.write(GO + "\n")
+        proc.stdin.flush()
+        _wait_for(lines, proc, DONE, None, err_file, "during the run")
+        proc.wait(60)
+        if proc.returncode != 0:
+            raise RuntimeError(f"mpirun exited with status {proc.returncode}: {_tail(err_file)}")
+        ranks = pickle.loads(result_file.read_bytes())
+        ok = True
+    finally:
+        if not ok:
+            _stop(proc)
+        for f in (proc.stdin, proc.stdout):
+            try:
+                f.close()
+            except OSError:
+                pass
+        result_file.unlink(missing_ok=True)
+    return {"t_start": t_start, "ranks": ranks, "launch_host": launch_host, "command": cmd}
+
+
+def _wait_for(lines: queue.Queue, proc, word: str, timeout_s: float | None, err_file: Path, when: str) -> None:
+    deadline = time.monotonic() + timeout_s if timeout_s else None
+    while True:
+        try:
+            line = lines.get(timeout=0.5)
+        except queue.Empty:
+            line = ""
+        if line is None or (line == "" and proc.poll() is not None):
+            proc.wait()
+            raise RuntimeError(f"MPI ranks failed {when} (mpirun exited with status {proc.returncode}): "
+                               f"{_tail(err_file)}")
+        if line == word:
+            return
+        if deadline and time.monotonic() > deadline:
+            raise RuntimeError(f"MPI ranks not ready after {timeout_s:.0f} s: {_tail(err_file)}")
+
+
+def _tail(err_file: Path, lines: int = 12) -> str:
+    try:
+        text = err_file.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return "(no stderr)"
+    return "\n".join(text[-lines:]) or "(no stderr)"
+
+
+# --------------------------------------------------------------------------- one rank
+POLL_S = 100e-6
+
+
+def polite_barrier(comm):
+    """An MPI barrier that sleeps while it waits.
+
+    Open MPI's blocking barrier spins: a rank waiting for a slow peer burns a core, which
+    would show up as client CPU (and starve the loaders on a small client) where the
+    forked accelerators sleep in their barrier. Polling a non-blocking barrier every
+    100 us costs at most that much release latency per step (measured, in
+    `barrier_release_s_total`)."""
+    def wait():
+        req = comm.Ibarrier()
+        while not req.Test():
+            time.sleep(POLL_S)
+    return wait
+
+
+def _rank_main(config_file: str, result_file: str) -> None:
+    from mpi4py import MPI   # only ranks import MPI: the study process never initialises it
+
+    from ...core import cgroups
+    from .accelerators import setup_rank, train
+
+    comm = MPI.COMM_WORLD
+    rank, n = comm.Get_rank(), comm.Get_size()
+    die_with_parent()        # the rank's parent is Open MPI's daemon: never outlive it
+    spec = json.loads(Path(config_file).read_text())
+    cfg = spec["cfg"]
+    cfg["spans"] = [[tuple(s) for s in f] for f in cfg["spans"]]
+    try:
+        batches, loader = setup_rank(cfg, rank, n)
+        local = socket.gethostname() == spec["launch_host"]
+        if local and spec["procs_files"]:
+            cgroups.join(spec["procs_files"])
+    except BaseException:
+        sys.stderr.write(f"rank {rank} on {socket.gethostname()} failed before the first step:\n"
+                         f"{traceback.format_exc()}")
+        sys.stderr.flush()
+        comm.Abort(2)
+    barrier = polite_barrier(comm)
+    barrier()                                        # everyone ready
+    if rank == 0:
+        print(READY, flush=True)
+        if sys.stdin.readline().strip() != GO:       # the launcher started its clock
+            comm.Abort(3)
+    barrier()                                        # released together
+    try:
+        result = train(cfg, rank, loader, len(batches), barrier)
+        result["in_cgroup"] = bool(local and spec["procs_files"])
+    except BaseException:
+        sys.stderr.write(f"rank {rank} on {socket.gethostname()} failed:\n{traceback.format_exc()}")
+        sys.stderr.flush()
+        comm.Abort(4)
+    gathered = comm.gather(result, root=0)
+    if rank == 0:
+        tmp = Path(result_file + ".tmp")
+        tmp.write_bytes(pickle.dumps(gathered))
+        os.replace(tmp, result_file)
+        print(DONE, flush=True)
+
+
+if __name__ == "__main__":
+    _rank_main(sys.argv[1], sys.argv[2])

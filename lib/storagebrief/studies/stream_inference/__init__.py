@@ -1,0 +1,13 @@
+"""Streaming inference through a real Apache Kafka cluster: S video streams -> JPEG frames in Kafka
+-> a ResNet50 consumer group, with the brokers' disk profile per target (Samsung SDC seed)."""
+from ...core.study import Study
+
+STUDY = Study(
+    name="stream_inference",
+    command="stream-inference",
+    title="Streaming inference through Kafka",
+    notebook="notebooks/05_stream_inference.ipynb",
+    outputs=("runs.csv", "streams.csv", "timeseries", "logs", "inventory.json", "study.json", "notes.json",
+             "notebook.ipynb"),
+    brief_inputs=("runs.csv", "streams.csv", "inventory.json", "study.json", "notes.json"),
+)

@@ -1,0 +1,147 @@
+"""The stream_inference section of the brief: the seed's 'Data Ingestion Disk Metrics' table (one column
+per streams x FPS x topics configuration), the streams sweep, the pipeline (frames, FPS, latency), a figure
+and the generated analysis."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from ...report.display import analysis, show_figure, show_md, show_table, style
+from .metrics import ok_runs
+
+
+def _g(r, k):
+    v = r.get(k, np.nan)
+    return np.nan if v is None else v
+
+
+def disk_table(frame, target: str):
+    """The seed's table for one target: metrics as rows, one column per (streams, video, topics, P, RF)."""
+    import pandas as pd
+
+    ok = ok_runs(frame)
+    sel = ok[ok.target == target]
+    if sel.empty:
+        return pd.DataFrame()
+    g = sel.groupby(["streams", "video", "topics", "partitions", "replication_factor"], sort=True).mean(numeric_only=True)
+    rows = [("Avg. IOPS", lambda r: _g(r, "device_iops_avg")),
+            ("Avg. throughput MiB/s", lambda r: _g(r, "device_mib_per_s_avg")),
+            ("Avg. block size KiB, read / write",
+             lambda r: f"{_g(r, 'device_avg_read_kib'):.1f} / {_g(r, 'device_avg_write_kib'):.1f}"),
+            ("Avg. response time µs", lambda r: _g(r, "device_response_time_us")),
+            ("Read % of device bytes", lambda r: _g(r, "device_read_percent")),
+            ("Device writes ÷ (bytes produced × RF)", lambda r: f"{_g(r, 'write_amplification'):.2f}"),
+            ("Bytes on brokers' disks ÷ (produced × RF)", lambda r: f"{_g(r, 'log_overhead_ratio'):.2f}"),
+            ("CPU user / sys / iowait %", lambda r: f"{_g(r, 'cpu_user_percent'):.0f} / "
+                                                    f"{_g(r, 'cpu_system_percent'):.0f} / "
+                                                    f"{_g(r, 'cpu_iowait_percent'):.1f}")]
+    out = {"Metric / concurrent streams": [n for n, _ in rows]}
+    for key, r in g.iterrows():
+        s, v, t, p, rf = key
+        out[f"{s}, {v} FPS, RF {rf} ({p} partitions), {t} topic{'s' if t > 1 else ''}"] = [f(r) for _, f in rows]
+    return pd.DataFrame(out)
+
+
+def pipeline_table(frame):
+    ok = ok_runs(frame)
+    cols = {"target": "Target", "streams": "Streams", "video": "Video", "topics": "Topics",
+            "frames_produced": "Frames produced", "frames_classified": "Classified", "frames_dropped": "Dropped",
+            "fps_achieved_min": "Slowest stream FPS", "streams_below_fps": "Streams below FPS",
+            "produce_mb_per_s": "Produced MB/s", "classified_frames_per_s": "Classified frames/s",
+            "consumer_lag_frames_max": "Max lag (frames)", "latency_ms_p50": "Latency p50 ms",
+            "latency_ms_p99": "Latency p99 ms"}
+    g = ok.groupby(["target", "streams", "video", "topics"], sort=False).mean(numeric_only=True).reset_index()
+    return g[[c for c in cols if c in g]].rename(columns=cols)
+
+
+def section(study_dir: Path, frame, names: list[str]) -> None:
+    style()
+    ok = ok_runs(frame)
+    info = json.loads((study_dir / "study.json").read_text()) if (study_dir / "study.json").exists() else {}
+    _what_ran(ok, info)
+    for n in names:
+        t = disk_table(frame, n)
+        if not t.empty:
+            show_table(t, f"{n}: Data Ingestion Disk Metrics, the seed's table rebuilt — the brokers' device during "
+                          "each run (means over repeats; response time = read and write latency weighted by "
+                          "their IOPS; device-wide counters).")
+    if not ok.empty:
+        show_table(pipeline_table(frame), "The pipeline: frames through Kafka into ResNet50 (means over repeats). "
+                                          "Dropped = frames the streams decoded that were never classified.")
+    _figure(ok, names)
+    _analysis(ok, names, info)
+
+
+def _what_ran(ok, info: dict) -> None:
+    if ok.empty:
+        show_md("**What ran.** No run completed.")
+        return
+    r = ok.iloc[0]
+    k = info.get("kafka") or {}
+    cluster = (f"an Apache Kafka {k.get('version', '')} cluster of {int(r.brokers)} combined broker+controller "
+               "nodes (KRaft) started by the study on each target, their `log.dirs` on the target"
+               if k.get("mode") == "started" else
+               f"the external Kafka cluster {k.get('bootstrap', '')} (the device columns are this host's target "
+               "devices, not the brokers' disks)")
+    flush = (f"brokers fsync every {int(r.flush_messages)} message(s) so a run's frames reach the device within it"
+             if r.get("flush_messages") == r.get("flush_messages") and r.get("flush_messages") is not None
+             else "brokers leave writeback to the OS (Kafka's default)")
+    startups = info.get("cluster_startup_s") or []
+    show_md(
+        f"**What ran.** Each of S concurrent streams decodes a generated video with OpenCV at its frame rate, "
+        f"JPEG-encodes every frame (quality {int(r.jpeg_quality)}) and publishes it with confluent-kafka "
+        f"(acks={r.acks}) to {cluster}; {flush}. A consumer group of {int(r.consumers)} process(es) classifies "
+        f"the frames with ResNet50 (weights=None) at {int(r.input_size)}×{int(r.input_size)} input, batch "
+        f"{int(r.batch_size)}, on {r.tf_device}. Each stream plays {r.duration_s:g} s of video; latency runs from "
+        "the producer's timestamp just before publishing to the moment the frame's class is known. "
+        + (f"Cluster start-up took {', '.join(f'{s:.1f}' for s in startups)} s per target. " if startups else ""))
+
+
+def _figure(ok, names: list[str]) -> None:
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    sweep = ok[ok.sweep == "streams"]
+    if sweep.streams.nunique() < 2:
+        return
+    fig, axes = plt.subplots(1, 3, figsize=(10, 3.1))
+    for ax, (col, label) in zip(axes, [("device_iops_avg", "brokers' device IOPS"),
+                                        ("device_mib_per_s_avg", "brokers' device MiB/s"),
+                                        ("latency_ms_p99", "frame latency p99 (ms)")]):
+        if col in sweep:
+            sns.lineplot(sweep, x="streams", y=col, hue="target", hue_order=names, marker="o", ax=ax,
+                         errorbar=None, legend=ax is axes[0])
+        ax.set(xlabel="concurrent streams", ylabel="", title=label)
+    show_figure(fig, "Streams sweep (first video, first topic count): the brokers' disk load and the "
+                     "end-to-end latency as streams are added.")
+
+
+def _analysis(ok, names: list[str], info: dict) -> None:
+    if ok.empty:
+        return
+    lines = []
+    for n in names:
+        g = ok[ok.target == n]
+        if g.empty:
+            continue
+        top = g.loc[g.device_iops_avg.idxmax()] if "device_iops_avg" in g and g.device_iops_avg.notna().any() else None
+        if top is not None:
+            lines.append(f"- **{n}**: up to {top.device_iops_avg:,.0f} IOPS and {top.device_mib_per_s_avg:,.1f} MiB/s "
+                         f"on the brokers' device at {int(top.streams)} streams of {top.video}, {int(top.topics)} "
+                         f"topic(s); write requests average {top.device_avg_write_kib:,.1f} KiB, "
+                         f"{100 - top.device_read_percent:.1f} % of device bytes are writes (seed: nearly 100 %).")
+        wa = g.write_amplification.dropna() if "write_amplification" in g else []
+        if len(wa):
+            lines.append(f"- **{n}**: the device wrote {wa.min():.2f}–{wa.max():.2f} × the replicated bytes "
+                         "(bytes produced × RF); above 1 is log-index, metadata and filesystem-journal overhead, "
+                         "below 1 means data had not reached the device when the run ended.")
+        slow = int(g.streams_below_fps.sum())
+        lines.append(f"- **{n}**: {'every stream kept its frame rate' if slow == 0 else f'{slow} stream run(s) fell below their frame rate'}; "
+                     f"{int(g.frames_dropped.sum())} frame(s) decoded but not classified; latency p99 "
+                     f"{g.latency_ms_p99.min():,.0f}–{g.latency_ms_p99.max():,.0f} ms.")
+    lines.append("- Device counters are device-wide: anything else on the same disk during a run is in them, and "
+                 "two targets on one disk differ only by the emulated profile (cgroup v1 throttles the brokers' "
+                 "fsync'ed writes, not the kernel's background writeback).")
+    analysis(lines)

@@ -1,0 +1,350 @@
+"""A real Apache Kafka cluster in KRaft mode: N combined broker+controller nodes on loopback.
+
+The jars come from Maven Central (`make kafka`, kafka-pom.xml beside this file) into
+<repo>/.kafka/lib; the JVM from the system (`java` on PATH or JAVA_HOME). Every node is a
+child process that dies with the process that started it (PR_SET_PDEATHSIG), may join a
+cgroup (the target's emulated profile) before exec, writes its log to a file beside runs.csv
+and keeps its `log.dirs` under the target's directory. `stop()` always ends and reaps every
+node and leaves its ports free; a node that dies while the cluster is in use is reported
+with the tail of its log (BrokerDied).
+"""
+from __future__ import annotations
+
+import base64
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+from ...core.procs import die_with_parent
+
+POM = Path(__file__).with_name("kafka-pom.xml")
+REPO = Path(__file__).resolve().parents[4]
+BROKER_CLASS = "kafka.Kafka"
+STORAGE_TOOL = "kafka.tools.StorageTool"
+LOG4J2 = """\
+status = error
+appender.out.type = Console
+appender.out.name = OUT
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = {level}
+rootLogger.appenderRef.out.ref = OUT
+logger.kafka.name = kafka
+logger.kafka.level = {level}
+logger.state.name = state.change.logger
+logger.state.level = warn
+"""
+
+
+class KafkaSetupError(RuntimeError):
+    """Java, the jars or the ports are missing; the message says what to do."""
+
+
+class BrokerDied(RuntimeError):
+    """A node of the cluster exited while in use; the message carries its log tail."""
+
+
+def kafka_version() -> str:
+    m = re.search(r"<kafka.version>([^<]+)</kafka.version>", POM.read_text())
+    return m.group(1) if m else "unknown"
+
+
+def default_lib_dir() -> Path:
+    return Path(os.environ.get("STORAGEBRIEF_KAFKA_LIB") or REPO / ".kafka" / "lib")
+
+
+def find_java() -> str:
+    """The java executable (JAVA_HOME first, then PATH); Kafka 4 brokers need Java 17+."""
+    home = os.environ.get("JAVA_HOME")
+    cands = [str(Path(home) / "bin" / "java")] if home else []
+    cands.append(shutil.which("java") or "")
+    for c in cands:
+        if c and os.access(c, os.X_OK):
+            return c
+    raise KafkaSetupError("Java not found (no JAVA_HOME/bin/java, no java on PATH): Kafka brokers need "
+                          "Java 17+; run `make kafka` (installs default-jre-headless) or set "
+                          "stream_inference.bootstrap_servers to an existing cluster")
+
+
+def java_major(java: str) -> int:
+    out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60).stderr
+    m = re.search(r'version "(\d+)(?:\.(\d+))?', out)
+    if not m:
+        raise KafkaSetupError(f"cannot read the Java version from `{java} -version`: {out.strip()[:200]}")
+    major = int(m.group(1))
+    return int(m.group(2)) if major == 1 and m.group(2) else major
+
+
+def check_lib(lib: Path) -> Path:
+    """The folder of Kafka jars, or a clear error naming what is missing and how to get it."""
+    lib = Path(lib)
+    need = {"kafka_2.13": "the broker (kafka.Kafka)", "kafka-clients": "the client library",
+            "log4j-core": "the logging backend"}
+    have = {f.name for f in lib.glob("*.jar")} if lib.is_dir() else set()
+    missing = [f"{k} ({why})" for k, why in need.items() if not any(n.startswith(k + "-") for n in have)]
+    if missing:
+        raise KafkaSetupError(f"Kafka jars missing in {lib}: {', '.join(missing)}; run `make kafka` "
+                              f"(Maven resolves {POM.name} from Maven Central) or set "
+                              "stream_inference.kafka_lib to a folder holding them")
+    return lib
+
+
+def cluster_id() -> str:
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (as Kafka's Uuid). One that
+    starts with '-' is drawn again: the storage tool's argument parser would take it for an option."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cid.startswith("-"):
+            return cid
+
+
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Nothing listens on host:port and a listener could bind it. (A JVM listens on an IPv6 socket
+    bound to the IPv4-mapped address, which an IPv4 bind with SO_REUSEADDR does not see: connect too.)"""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as c:
+        c.settimeout(1.0)
+        if c.connect_ex((host, port)) == 0:
+            return False
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def pick_ports(n: int, base: int | None = None) -> list[int]:
+    """n loopback ports: base..base+n-1 (each must be free) or n free ones chosen by the kernel."""
+    if base is not None:
+        ports = list(range(base, base + n))
+        busy = [p for p in ports if not port_free(p)]
+        if busy:
+            raise KafkaSetupError(f"stream_inference.base_port = {base}: port(s) {busy} already in use on 127.0.0.1 "
+                                  f"(the cluster needs {n} consecutive ports from {base}); choose another base "
+                                  "port or null to pick free ones")
+        return ports
+    socks, ports = [], []
+    try:
+        while len(ports) < n:
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+            ports.append(s.getsockname()[1])
+    finally:
+        for s in socks:
+            s.close()
+    return ports
+
+
+def _tail(path: Path, lines: int = 25) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+class Cluster:
+    """N combined broker+controller nodes; use as a context manager or call start()/stop()."""
+
+    def __init__(self, data_dir: Path, log_dir: Path, brokers: int = 3, lib: Path | None = None,
+                 heap_mib: int = 384, base_port: int | None = None, procs_files: list[str] | None = None,
+                 properties: dict | None = None, name: str = "kafka", log_level: str = "INFO"):
+        self.data_dir, self.log_dir = Path(data_dir), Path(log_dir)
+        self.n, self.heap_mib, self.base_port = brokers, heap_mib, base_port
+        self.lib = check_lib(lib or default_lib_dir())
+        self.java = find_java()
+        self.procs_files = procs_files or []
+        self.extra = properties or {}
+        self.name, self.log_level = name, log_level
+        self.procs: list[subprocess.Popen] = []
+        self.ports: list[int] = []          # client ports; controller ports follow in cports
+        self.cports: list[int] = []
+        self.logs: list[Path] = []
+        self.startup_s: float | None = None
+        self.cluster_id = cluster_id()
+
+    # -- configuration --------------------------------------------------------------------------
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{p}" for p in self.ports)
+
+    def node_dir(self, i: int) -> Path:
+        return self.data_dir / f"node-{i}"
+
+    def log_dirs(self) -> list[Path]:
+        return [self.node_dir(i) / "data" for i in range(self.n)]
+
+    def _properties(self, i: int) -> str:
+        voters = ",".join(f"{j}@127.0.0.1:{p}" for j, p in enumerate(self.cports))
+        props = {
+            "process.roles": "broker,controller", "node.id": i,
+            "controller.quorum.voters": voters,
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.ports[i]},CONTROLLER://127.0.0.1:{self.cports[i]}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.ports[i]}",
+            "controller.listener.names": "CONTROLLER", "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": self.node_dir(i) / "data",
+            "num.network.threads": 2, "num.io.threads": 4, "num.recovery.threads.per.data.dir": 1,
+            "offsets.topic.replication.factor": min(3, self.n), "offsets.topic.num.partitions": 3,
+            "transaction.state.log.replication.factor": min(3, self.n),
+            "transaction.state.log.min.isr": 1, "share.coordinator.state.topic.replication.factor": min(3, self.n),
+            "share.coordinator.state.topic.min.isr": 1,
+            "group.initial.rebalance.delay.ms": 0, "auto.create.topics.enable": "false",
+            "delete.topic.enable": "true", "log.segment.delete.delay.ms": 0,
+            **self.extra,
+        }
+        return "".join(f"{k}={v}\n" for k, v in props.items())
+
+    def _java(self, main: str, *args: str, heap_mib: int) -> list[str]:
+        return [self.java, f"-Xmx{heap_mib}m", f"-Xms{min(heap_mib, 64)}m", "-XX:+UseSerialGC",
+                "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
+                f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
+                "-cp", f"{self.lib}/*", main, *args]
+
+    def _preexec(self):
+        files = list(self.procs_files)
+
+        def child():
+            die_with_parent(signal.SIGKILL)
+            os.setsid()   # Ctrl-C at a terminal goes to us; we stop the nodes ourselves
+            for f in files:
+                with open(f, "w") as fh:
+                    fh.write(str(os.getpid()))
+        return child
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    def start(self, timeout_s: float = 120.0) -> "Cluster":
+        t0 = time.monotonic()
+        ports = pick_ports(2 * self.n, self.base_port)
+        self.ports, self.cports = ports[: self.n], ports[self.n:]
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        (self.data_dir / "log4j2.properties").write_text(LOG4J2.format(level=self.log_level))
+        try:
+            self._format()
+            for i in range(self.n):
+                log = self.log_dir / f"{self.name}-node-{i}.log"
+                self.logs.append(log)
+                with open(log, "ab") as fh:
+                    self.procs.append(subprocess.Popen(
+                        self._java(BROKER_CLASS, str(self.node_dir(i) / "server.properties"), heap_mib=self.heap_mib),
+                        stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                        preexec_fn=self._preexec(), cwd=self.node_dir(i)))
+            self._wait_ready(t0 + timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_s = time.monotonic() - t0
+        return self
+
+    def _format(self) -> None:
+        """Format every node's log.dirs with the cluster id (the nodes format at once)."""
+        jobs = []
+        for i in range(self.n):
+            d = self.node_dir(i)
+            d.mkdir(parents=True, exist_ok=True)
+            (d / "server.properties").write_text(self._properties(i))
+            log = self.log_dir / f"{self.name}-node-{i}-format.log"
+            with open(log, "wb") as fh:
+                jobs.append((log, subprocess.Popen(
+                    self._java(STORAGE_TOOL, "format", f"--cluster-id={self.cluster_id}", f"--config={d / 'server.properties'}",
+                               heap_mib=128),
+                    stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=self._preexec())))
+        failed = []
+        for log, p in jobs:
+            try:
+                rc = p.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                rc = p.wait()
+            if rc != 0:
+                failed.append(f"{log.name} (exit {rc}):\n{_tail(log)}")
+        if failed:
+            raise KafkaSetupError("kafka.tools.StorageTool format failed: " + "\n".join(failed))
+
+    def _wait_ready(self, deadline: float) -> None:
+        """Every node listening and registered as a broker (metadata shows all N)."""
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "logger": _quiet_logger()})
+        while True:
+            self.check()
+            try:
+                md = admin.list_topics(timeout=2)
+                if len(md.brokers) == self.n:
+                    return
+            except Exception:   # noqa: BLE001 -- not up yet; the deadline ends the wait
+                pass
+            if time.monotonic() > deadline:
+                raise KafkaSetupError(f"the {self.n}-node Kafka cluster did not come up within the startup "
+                                      f"timeout; last log lines of node 0:\n{_tail(self.logs[0])}")
+            time.sleep(0.5)
+
+    def check(self) -> None:
+        """Raise BrokerDied (with the log tail) when any node has exited."""
+        for i, p in enumerate(self.procs):
+            rc = p.poll()
+            if rc is not None:
+                raise BrokerDied(f"Kafka node {i} (pid {p.pid}) exited with status {rc}; "
+                                 f"last lines of {self.logs[i]}:\n{_tail(self.logs[i])}")
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """SIGTERM every node (controlled shutdown), SIGKILL what is left after grace_s; reap all."""
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    p.send_signal(signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + grace_s
+        for p in self.procs:
+            try:
+                p.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self.procs = []
+
+    def remove_data(self) -> None:
+        if self.data_dir.exists():
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def __enter__(self) -> "Cluster":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _quiet_logger():
+    """librdkafka's logger: connection refusals while nodes start are expected, not news."""
+    import logging
+
+    log = logging.getLogger("storagebrief.kafka.client")
+    if not log.handlers:
+        log.addHandler(logging.NullHandler())
+        log.propagate = False
+    return log
+
+
+def partition_bytes(log_dirs: list[Path], topics: list[str]) -> int:
+    """Bytes the brokers hold on disk for these topics: blocks allocated to every replica's segment and
+    index files (the indexes are sparse 10 MiB files, so their apparent size would overstate it)."""
+    total = 0
+    for d in log_dirs:
+        for t in topics:
+            for part in d.glob(f"{t}-*"):
+                if part.is_dir() and part.name.rsplit("-", 1)[0] == t:
+                    total += sum(f.stat().st_blocks * 512 for f in part.iterdir() if f.is_file())
+    return total

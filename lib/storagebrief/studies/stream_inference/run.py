@@ -1,0 +1,465 @@
+"""The streaming-inference sweep on the shared engine (core.sweep).
+
+prepare: Java, jars, ports (or the external cluster) and free space are checked, the videos are
+generated on every target, and the consumer group's processes load TensorFlow once for the study.
+Runs are grouped by target (not interleaved) so that one Kafka cluster per target serves all of
+that target's runs: starting 3 JVMs costs ~10 s on 2 cores. Each run creates its topics, starts S
+producer processes (ready -> go together, clock started at go), drains the consumers, waits for
+stops the clock and deletes its topics. close() (always, also after an
+exception or a signal) stops the consumers and the cluster and removes the brokers' data unless
+keep_data. A broker that dies during a run fails it with its log tail and writes no row.
+"""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from ...core import cache, cgroups, results, targets as targets_mod
+from ...core.config import ParamsError
+from ...core.procs import die_with_parent
+from ...core.sweep import Measurement, Point
+from . import cluster as kafka
+from .dataset import generate_videos, list_videos, sample_jpeg_bytes
+from .params import NAME, Config, StreamParams, configurations
+
+PKG = "storagebrief.studies.stream_inference"
+MAX_MESSAGE = 33554432
+
+
+class Worker:
+    """A child Python process speaking JSON lines; dies with us; stdout read by a thread."""
+
+    def __init__(self, module: str, arg: dict, log_file: Path, env: dict | None = None):
+        self.log = open(log_file, "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", f"{PKG}.{module}", json.dumps(arg)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+                                     text=True, preexec_fn=die_with_parent, env=env or _child_env())
+        self.lines: queue.Queue = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            line = line.strip()
+            if line.startswith("{"):
+                try:
+                    self.lines.put(json.loads(line))
+                except ValueError:
+                    pass
+        self.lines.put(None)                                   # EOF: the process ended
+
+    def send(self, obj) -> None:
+        self.proc.stdin.write((obj if isinstance(obj, str) else json.dumps(obj)) + "\n")
+        self.proc.stdin.flush()
+
+    def expect(self, event: str, timeout_s: float, check=None, what: str = "") -> dict:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if check is not None:
+                check()
+            try:
+                msg = self.lines.get(timeout=0.2)
+            except queue.Empty:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{what or 'worker'} (pid {self.proc.pid}) sent no '{event}' within "
+                                       f"{timeout_s:.0f} s") from None
+                continue
+            if msg is None:
+                raise RuntimeError(f"{what or 'worker'} (pid {self.proc.pid}) exited ({self.proc.wait()}) "
+                                   f"before '{event}'; see {self.log.name}")
+            if msg.get("event") == "error":
+                raise RuntimeError(f"{what or 'worker'}: {msg.get('error')}")
+            if msg.get("event") == event:
+                return msg
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        try:
+            if self.proc.poll() is None:
+                try:
+                    self.send({"cmd": "exit"})
+                    self.proc.stdin.close()
+                except (BrokenPipeError, OSError, ValueError):
+                    pass
+                try:
+                    self.proc.wait(timeout=timeout_s)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait()
+        finally:
+            self.log.close()
+
+
+def _child_env() -> dict:
+    env = dict(os.environ)
+    lib = str(Path(__file__).resolve().parents[3])          # .../lib: the code that is running
+    env["PYTHONPATH"] = os.pathsep.join([lib, *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]])
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    return env
+
+
+# -- prepare -------------------------------------------------------------------------------------
+def _external(p: StreamParams) -> int:
+    """Brokers in the external cluster (refusing an unreachable one, or RF above its size)."""
+    from confluent_kafka.admin import AdminClient
+
+    servers = ",".join(p.bootstrap_servers)
+    try:
+        md = AdminClient({"bootstrap.servers": servers, "logger": kafka._quiet_logger()}).list_topics(timeout=15)
+    except Exception as exc:   # noqa: BLE001
+        raise ParamsError(f"stream_inference.bootstrap_servers = {p.bootstrap_servers}: no Kafka cluster answered "
+                          f"within 15 s ({exc})") from None
+    n = len(md.brokers)
+    if max(p.replication_factors) > n:
+        raise ParamsError(f"stream_inference.replication_factors = {p.replication_factors}: the external cluster "
+                          f"at {servers} has {n} broker(s)")
+    return n
+
+
+def _kafka_bytes(p: StreamParams, videos: dict) -> int:
+    """The largest run's bytes on the brokers' disks (x RF, + 25 % log/index overhead, + 64 MiB)."""
+    worst = 0
+    for c in configurations(p):
+        v = videos[c.video] if c.video in videos else next(iter(videos.values()))
+        worst = max(worst, c.streams * int(p.duration_s * v["fps"] + 1) * v["jpeg_bytes_mean"] * c.replication_factor)
+    return int(worst * 1.25) + (64 << 20)
+
+
+def prepare(sweep) -> None:
+    p: StreamParams = sweep.p
+    if p.targets:
+        unknown = sorted(set(p.targets) - set(sweep.target_names))
+        if unknown:
+            raise ParamsError(f"stream_inference.targets = {p.targets}: unknown target(s) {unknown}; "
+                              f"defined: {sweep.target_names}")
+        sweep.targets = [t for t in sweep.targets if t.name in p.targets]
+    st = sweep.state
+    st.update(cluster=None, cluster_target=None, group=None, consumers=[], videos={}, startups=[])
+    if p.bootstrap_servers:
+        st["brokers"] = _external(p)
+        st["kafka"] = {"mode": "external", "bootstrap": ",".join(p.bootstrap_servers)}
+        sweep.note(f"external Kafka cluster {','.join(p.bootstrap_servers)}: no brokers were started; the device "
+                   "columns are the targets' devices on this host, not the brokers' disks")
+    else:
+        lib = kafka.check_lib(Path(p.kafka_lib).expanduser() if p.kafka_lib else kafka.default_lib_dir())
+        java = kafka.find_java()
+        major = kafka.java_major(java)
+        if major < 17:
+            raise kafka.KafkaSetupError(f"{java} is Java {major}; Kafka {kafka.kafka_version()} brokers need Java 17+ "
+                                        "(run `make kafka`, or set JAVA_HOME)")
+        if p.base_port is not None:
+            kafka.pick_ports(2 * p.brokers, p.base_port)       # refuses ports in use, before any work
+        st["brokers"] = p.brokers
+        st["kafka"] = {"mode": "started", "version": kafka.kafka_version(), "lib": str(lib), "java": java,
+                       "java_major": major}
+    own = list_videos(Path(p.video_dir).expanduser(), p.jpeg_quality) if p.video_dir else None
+    if p.video_dir and not own:
+        raise ParamsError(f"stream_inference.video_dir = '{p.video_dir}' holds no video OpenCV can open "
+                          "(.mp4, .avi, .mkv, ...)")
+    if own:
+        sizes = {"own": max(own, key=lambda v: v["jpeg_bytes_mean"])}
+    else:
+        sizes = {v.text: {"fps": v.fps, "jpeg_bytes_mean": sample_jpeg_bytes(v, p.jpeg_quality, p.seed)}
+                 for v in p.video_list}
+    for t in sweep.targets:                    # every space check before any video is written
+        if not own:
+            targets_mod.check_free_space(t, sum(v.width * v.height * 3 * int(p.duration_s * v.fps + 1) // 8
+                                                for v in p.video_list), "the generated videos")
+        if not p.bootstrap_servers:
+            targets_mod.check_free_space(t, _kafka_bytes(p, sizes), "the Kafka brokers' logs of the largest run")
+    for t in sweep.targets:
+        st["videos"][t.name] = {"own": own} if own else generate_videos(
+            t.study_dir(NAME) / "videos", p.video_list, p.duration_s, p.jpeg_quality, p.seed, sweep.log)
+    logs = sweep.out_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    st["consumers"] = [Worker("consumer", {"input_size": p.input_size, "batch_size": p.batch_size},
+                              logs / f"consumer-{i}.log") for i in range(p.consumers)]
+    ready = [w.expect("ready", 600, what=f"consumer {i}") for i, w in enumerate(st["consumers"])]
+    st["tf_device"] = ready[0]["tf_device"]
+    st["consumer_startup_s"] = time.monotonic() - t0
+    sweep.log(f"consumer group ready: {p.consumers} process(es), ResNet50 {p.input_size}x{p.input_size} on "
+              f"{st['tf_device']} ({st['consumer_startup_s']:.1f} s)")
+
+
+# -- plan ----------------------------------------------------------------------------------------
+def plan(sweep) -> list[Point]:
+    """Every configuration x repeat, grouped by target (one cluster per target serves its runs)."""
+    p: StreamParams = sweep.p
+    return [Point(c, r, c.label, targets=(t.name,))
+            for t in sweep.targets for c in configurations(p) for r in range(1, p.repeats + 1)]
+
+
+def run_id(config: Config, target, repeat: int) -> str:
+    c = config
+    return (f"{NAME}-{target.name}-s{c.streams}-{c.video.replace('@', 'at')}-t{c.topics}-p{c.partitions}"
+            f"-rf{c.replication_factor}-r{repeat}")
+
+
+# -- the cluster ---------------------------------------------------------------------------------
+def _stop_cluster(sweep) -> None:
+    st = sweep.state
+    cl, group = st.get("cluster"), st.get("group")
+    st["cluster"] = st["group"] = st["cluster_target"] = None
+    try:
+        if cl is not None:
+            t = time.monotonic()
+            cl.stop(grace_s=5)
+            st.setdefault("stops", []).append(time.monotonic() - t)
+            if not sweep.p.keep_data:
+                cl.remove_data()
+    finally:
+        if group is not None:
+            group.remove()
+
+
+def _cluster(run):
+    """The running cluster of run.target (started on its first run); (bootstrap, cluster or None)."""
+    sweep, p, st, t = run.sweep, run.p, run.sweep.state, run.target
+    if p.bootstrap_servers:
+        return ",".join(p.bootstrap_servers), None
+    if st["cluster_target"] == t.name and st["cluster"] is not None:
+        st["cluster"].check()
+        if st["group"] is not None:
+            run.emulated = True
+        return st["cluster"].bootstrap, st["cluster"]
+    _stop_cluster(sweep)
+    group = None
+    io = targets_mod.io_limits(t)
+    if io is not None:
+        try:
+            group = cgroups.Cgroup(f"{NAME}-{t.name}-brokers", io=io).create()
+            run.emulated = True
+        except cgroups.CgroupUnavailable as exc:
+            run.unthrottled(exc)
+    props = {"message.max.bytes": MAX_MESSAGE, "replica.fetch.max.bytes": MAX_MESSAGE}
+    if p.flush_messages is not None:
+        props["log.flush.interval.messages"] = p.flush_messages
+    data = t.study_dir(NAME) / "kafka"
+    if data.exists():
+        kafka.shutil.rmtree(data, ignore_errors=True)             # a killed run's leftovers
+    cl = kafka.Cluster(data, sweep.out_dir / "logs", brokers=p.brokers,
+                       lib=Path(p.kafka_lib).expanduser() if p.kafka_lib else None, heap_mib=p.broker_heap_mib,
+                       base_port=p.base_port, procs_files=group.procs_files if group else None,
+                       properties=props, name=f"{t.name}-kafka")
+    st["group"] = group
+    try:
+        cl.start(p.startup_timeout_s)
+    except BaseException:
+        if group is not None:
+            group.remove()
+        st["group"] = None
+        raise
+    st.update(cluster=cl, cluster_target=t.name)
+    st["startups"].append(cl.startup_s)
+    sweep.log(f"Kafka {kafka.kafka_version()} up on target '{t.name}': {p.brokers} nodes at {cl.bootstrap} "
+              f"({cl.startup_s:.1f} s)")
+    return cl.bootstrap, cl
+
+
+def close(sweep) -> None:
+    """Always: consumers told to exit (killed if they linger), cluster stopped, its data removed."""
+    st = sweep.state
+    try:
+        for w in st.get("consumers", []):
+            w.stop()
+    finally:
+        st["consumers"] = []
+        _stop_cluster(sweep)
+
+
+# -- one run -------------------------------------------------------------------------------------
+def _topics(admin, names: list[str], partitions: int, rf: int) -> None:
+    from confluent_kafka.admin import NewTopic
+
+    futures = admin.create_topics([NewTopic(n, partitions, rf, config={"max.message.bytes": str(MAX_MESSAGE)})
+                                   for n in names], operation_timeout=30)
+    for f in futures.values():
+        f.result()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:      # every partition has a leader before producers start
+        md = admin.list_topics(timeout=5)
+        if all(n in md.topics and len(md.topics[n].partitions) == partitions and
+               all(pm.leader >= 0 for pm in md.topics[n].partitions.values()) for n in names):
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"topics {names} got no leaders within 30 s")
+
+
+def _delete(admin, names: list[str]) -> None:
+    try:
+        for f in admin.delete_topics(names, operation_timeout=30).values():
+            f.result()
+    except Exception:   # noqa: BLE001 -- a cluster stopped next anyway; leftover topics are in its data
+        pass
+
+
+def _stream_jobs(run, c: Config, bootstrap: str, topics: list[str]) -> list[dict]:
+    p, vids = run.p, run.sweep.state["videos"][run.target.name]
+    jobs = []
+    for s in range(c.streams):
+        v = vids["own"][s % len(vids["own"])] if "own" in vids else vids[c.video]
+        jobs.append({"stream": s, "video": v["path"], "fps": v["fps"], "frames": int(round(p.duration_s * v["fps"])),
+                     "topic": topics[s % len(topics)], "jpeg_quality": p.jpeg_quality, "bootstrap": bootstrap,
+                     "acks": p.acks})
+    return jobs
+
+
+def _percentiles(lat) -> dict:
+    import numpy as np
+
+    if not len(lat):
+        return {f"latency_ms_{k}": None for k in ("p50", "p95", "p99", "mean", "max")}
+    return {"latency_ms_p50": float(np.percentile(lat, 50)), "latency_ms_p95": float(np.percentile(lat, 95)),
+            "latency_ms_p99": float(np.percentile(lat, 99)), "latency_ms_mean": float(lat.mean()),
+            "latency_ms_max": float(lat.max())}
+
+
+def disk_profile(s: dict, bytes_produced: int, rf: int) -> dict:
+    """The seed's disk table from the monitor's summary, and bytes written per replicated byte."""
+    if "device_write_bytes" not in s:
+        return {}
+    secs = s.get("monitor_seconds") or 0
+    r_iops, w_iops = s["device_read_iops_avg"], s["device_write_iops_avg"]
+    ops = r_iops + w_iops
+    mib = (s["device_read_mb_per_s_avg"] + s["device_write_mb_per_s_avg"]) * 1e6 / (1 << 20)
+    resp = ((s["device_read_latency_us"] * r_iops + s["device_write_latency_us"] * w_iops) / ops) if ops else 0.0
+    total = s["device_read_bytes"] + s["device_write_bytes"]
+    replicated = bytes_produced * rf
+    return {"device_iops_avg": ops, "device_mib_per_s_avg": mib, "device_response_time_us": resp,
+            "device_read_percent": 100.0 * s["device_read_bytes"] / total if total else 0.0,
+            "write_amplification": s["device_write_bytes"] / replicated if replicated else None,
+            **({"monitor_seconds": secs} if secs else {})}
+
+
+def run_one(run, c: Config) -> Measurement:
+    import numpy as np
+    from confluent_kafka.admin import AdminClient
+
+    p, st, t = run.p, run.sweep.state, run.target
+    t_run = time.monotonic()
+    bootstrap, cl = _cluster(run)
+    check = cl.check if cl is not None else None
+    admin = AdminClient({"bootstrap.servers": bootstrap, "logger": kafka._quiet_logger()})
+    topics = [f"{run.run_id}-topic{k}"[:240] for k in range(c.topics)]
+    _delete(admin, topics)                                   # a killed earlier run of the same id
+    _topics(admin, topics, c.partitions, c.replication_factor)
+    work = t.study_dir(NAME) / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    jobs = _stream_jobs(run, c, bootstrap, topics)
+    # Only the videos are made cold (fadvise): drop_caches would also evict the running brokers', producers' and
+    # TensorFlow's code pages, and their re-reads would be charged to the brokers' disk profile (measured: 100 MB).
+    if run.params.run.cold_cache:
+        cache.fadvise_dontneed(sorted({j["video"] for j in jobs}))
+        run.cache_method = "fadvise_dontneed (videos)"
+    else:
+        run.cache_method = "none (run.cold_cache is false)"
+    logs = run.sweep.out_dir / "logs"
+    producers: list[Worker] = []
+    consumers: list[Worker] = st["consumers"]
+    parts = [(tp, k) for tp in topics for k in range(c.partitions)]
+    try:
+        producers = [Worker("producer", j, logs / f"{run.run_id}-producers.log") for j in jobs]
+        for i, w in enumerate(producers):
+            w.expect("ready", 120, check, what=f"producer {i}")
+        lat_files = [work / f"latency-{i}.npy" for i in range(len(consumers))]
+        for i, w in enumerate(consumers):
+            w.send({"cmd": "run", "bootstrap": bootstrap, "group": run.run_id, "partitions": parts[i::len(consumers)],
+                    "latency_file": str(lat_files[i])})
+        for i, w in enumerate(consumers):
+            w.expect("assigned", 60, check, what=f"consumer {i}")
+        run.start_clock()
+        go = time.time()
+        for w in producers:
+            w.send("go")
+        budget = p.duration_s * 3 + 120
+        streams = [w.expect("done", budget, check, what=f"producer {i}") for i, w in enumerate(producers)]
+        produced_at = time.time()
+        for w in consumers:
+            w.send({"cmd": "drain", "deadline_s": p.drain_timeout_s})
+        cons = [w.expect("done", p.drain_timeout_s + 120, check, what=f"consumer {i}") for i, w in enumerate(consumers)]
+        if cl is not None:
+            cl.check()
+        run.stop_clock()
+    finally:
+        for w in producers:
+            w.stop(2)
+    end = max(x["end_t"] for x in cons)
+    lat = np.concatenate([np.load(f) for f in lat_files if f.exists()]) if lat_files else np.zeros(0)
+    for f in lat_files:
+        f.unlink(missing_ok=True)
+    log_bytes = kafka.partition_bytes(cl.log_dirs(), topics) if cl is not None else None
+    _delete(admin, topics)
+    summary = run.monitor.summary()
+    summary["monitor_seconds"] = run.monitor.snapshots[-1].t - run.monitor.snapshots[0].t
+    frames_target = sum(j["frames"] for j in jobs)
+    sent = sum(x["frames_sent"] for x in streams)
+    delivered = sum(x["frames_delivered"] for x in streams)
+    bytes_produced = sum(x["bytes_delivered"] for x in streams)
+    classified = sum(x["frames_classified"] for x in cons)
+    fps = [x["achieved_fps"] for x in streams]
+    target_fps = [j["fps"] for j in jobs]
+    publish_s = max(x["end"] for x in streams) - go
+    row = {
+        "sweep": c.sweep, "status": "ok", "streams": c.streams, "video": c.video if "own" not in
+        st["videos"][t.name] else "own", "video_width": None, "video_height": None, "fps_target": float(np.mean(target_fps)),
+        "topics": c.topics, "partitions": c.partitions, "replication_factor": c.replication_factor,
+        "brokers": st["brokers"], "kafka": st["kafka"]["mode"], "kafka_version": st["kafka"].get("version", ""),
+        "broker_disks": (f"target '{t.name}' ({t.device.name if t.device else 'unknown device'})" if cl is not None
+                         else f"external cluster {bootstrap} (device columns: this host's target '{t.name}')"),
+        "flush_messages": p.flush_messages if cl is not None else None, "acks": p.acks,
+        "jpeg_quality": p.jpeg_quality, "duration_s": p.duration_s, "consumers": len(consumers),
+        "input_size": p.input_size, "batch_size": p.batch_size, "tf_device": st["tf_device"],
+        "frames_target": frames_target, "frames_sent": sent, "frames_produced": delivered,
+        "frames_failed": sum(x["frames_failed"] for x in streams), "frames_classified": classified,
+        "frames_unconsumed": sum(x["lag_frames_end"] for x in cons),
+        "frames_dropped": frames_target - classified,
+        "bytes_produced": bytes_produced, "frame_kib_mean": bytes_produced / delivered / 1024 if delivered else None,
+        "fps_achieved_mean": float(np.mean(fps)), "fps_achieved_min": float(np.min(fps)),
+        "streams_below_fps": int(sum(f < 0.98 * tf for f, tf in zip(fps, target_fps))),
+        "producer_late_frames": sum(x["late_frames"] for x in streams),
+        "producer_decode_s_total": sum(x["decode_s"] for x in streams),
+        "producer_encode_s_total": sum(x["encode_s"] for x in streams),
+        "producer_publish_s_total": sum(x["produce_s"] for x in streams),
+        "produce_mb_per_s": bytes_produced / publish_s / 1e6 if publish_s > 0 else None,
+        "publish_s": publish_s, "drain_s": end - produced_at,
+        "classified_frames_per_s": classified / (end - go) if end > go else None,
+        "consumer_infer_s_total": sum(x["infer_s"] for x in cons),
+        "consumer_decode_s_total": sum(x["decode_s"] for x in cons),
+        "consumer_lag_frames_max": max(x["lag_frames_max"] for x in cons),
+        "consumer_lag_frames_end": sum(x["lag_frames_end"] for x in cons),
+        "drained": all(x["drained"] for x in cons),
+        **_percentiles(lat),
+        "broker_log_bytes": log_bytes,
+        "log_overhead_ratio": (log_bytes / (bytes_produced * c.replication_factor)
+                               if log_bytes is not None and bytes_produced else None),
+        "cluster_startup_s": cl.startup_s if cl is not None else None,
+        "consumer_startup_s": st["consumer_startup_s"], "measured_s": summary["monitor_seconds"],
+        "run_wall_s": time.monotonic() - t_run,
+    }
+    v = st["videos"][t.name]
+    if "own" not in v:
+        row.update(video_width=v[c.video]["width"], video_height=v[c.video]["height"])
+    row.update(disk_profile(summary, bytes_produced, c.replication_factor))
+    per_stream = [{"run_id": run.run_id, "target": t.name, "stream": x["stream"], "topic": x["topic"],
+                   "fps_target": j["fps"], "fps_achieved": x["achieved_fps"], "frames_sent": x["frames_sent"],
+                   "frames_delivered": x["frames_delivered"], "frames_failed": x["frames_failed"],
+                   "late_frames": x["late_frames"], "lateness_ms_p99": x["lateness_ms_p99"],
+                   "decode_s": x["decode_s"], "encode_s": x["encode_s"], "produce_s": x["produce_s"],
+                   "errors": "; ".join(x["errors"])} for x, j in zip(streams, jobs)]
+    flow = [{"consumer": i, **f} for i, x in enumerate(cons) for f in x["flow"]]
+    return Measurement(row, tables={"streams.csv": per_stream}, series={"-flow": flow})
+
+
+def finish(sweep, frame) -> None:
+    st = sweep.state
+    _stop_cluster(sweep)
+    results.write_json(sweep.out_dir / "study.json", {
+        "kafka": st.get("kafka"), "brokers": st.get("brokers"), "cluster_startup_s": st.get("startups"),
+        "cluster_stop_s": st.get("stops", []), "consumer_startup_s": st.get("consumer_startup_s"),
+        "tf_device": st.get("tf_device"),
+        "videos": {k: v for k, v in st.get("videos", {}).items()}})

@@ -1,0 +1,184 @@
+"""Capture on this machine (root + tracefs): the right bytes, and nothing left behind after
+SIGTERM, kill -9 of the run, or kill -9 of the run and its reader (then the leftovers sweep)."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from storagebrief import studies
+from storagebrief.core import blocktrace, characterize as ch, config, leftovers, targets
+from conftest import REPO, process_alive
+
+
+def _tracing() -> tuple[bool, str]:
+    try:
+        blocktrace.tracefs_root()
+    except blocktrace.TraceUnavailable as exc:
+        return False, str(exc)
+    return True, ""
+
+
+_OK, _WHY = _tracing()
+needs_tracefs = pytest.mark.skipif(not _OK, reason=f"block tracing unavailable: {_WHY}")
+
+
+def _device(path: Path) -> targets.BlockDevice:
+    dev = targets.resolve_device(path)
+    if dev.major is None:
+        pytest.skip(f"{path} is not on a block device: {dev.reason}")
+    return dev
+
+
+@needs_tracefs
+def test_capture_around_direct_io_has_the_right_bytes(tmp_path):
+    dev = _device(tmp_path)
+    data = tmp_path / "data.bin"
+    # 36 KiB requests (72 sectors): a size nothing else on the disk is likely to use at once
+    subprocess.run(["dd", "if=/dev/urandom", f"of={data}", "bs=36k", "count=64", "oflag=direct", "status=none"], check=True)
+    trace = blocktrace.BlockTrace((dev.major, dev.minor), tmp_path / "t.tracefs.gz", buffer_kib=1024).start()
+    inst = trace.instance
+    assert inst.is_dir() and (inst / "events/block/block_rq_issue/filter").read_text().strip() == \
+        f"dev == {blocktrace.dev_t(dev.major, dev.minor)}"
+    try:
+        subprocess.run(["fio", "--name=r", f"--filename={data}", "--rw=read", "--bs=36k", "--direct=1",
+                        "--ioengine=psync", f"--size={36 * 1024 * 64}", "--output=/dev/null"], check=True)
+    finally:
+        result = trace.stop()
+    assert not inst.exists(), "instance left behind"
+    assert result.reader_rc == 0 and result.lost_events == 0
+    row, dists, _ = ch.characterize(result.path, "tracefs", dev.size_bytes // 512)
+    # every byte of the file was read from the device exactly once: the read requests that fall in
+    # the file's extents (filefrag, in sectors of the disk) add up to its size
+    inside = [(sec, n) for _, sec, n, op, _ in dists["sample"]
+              if op == "R" and any(a <= sec < b for a, b in _extents(data, dev))]
+    assert len(dists["sample"]) < ch.SAMPLE_POINTS       # the sample holds every request here
+    assert sum(n for _, n in inside) * 512 == 36 * 1024 * 64 == data.stat().st_size
+    assert row["read_bytes"] >= 36 * 1024 * 64
+    assert row["device"] == f"{dev.major}:{dev.minor}" and row["devices"] == 1
+    assert row["read_latency_us_median"] > 0 and row["unmatched_issues"] == 0
+    # the file was read front to back: after its first request, nearly all of its 64 are sequential
+    assert row["sequential_read_ops"] >= 48
+
+
+def _extents(path: Path, dev: targets.BlockDevice) -> list[tuple[int, int]]:
+    """The file's physical extents as [start, end) sectors of the whole disk."""
+    start = 0
+    if dev.partition:
+        start = int(Path(f"/sys/class/block/{dev.partition}/start").read_text())
+    out = subprocess.run(["filefrag", "-v", "-b512", str(path)], capture_output=True, text=True, check=True).stdout
+    spans = []
+    for line in out.splitlines():
+        f = line.replace(":", " ").replace("..", " ").split()
+        if len(f) >= 6 and f[0].isdigit():      # ext logical_start logical_end physical_start physical_end length
+            spans.append((start + int(f[3]), start + int(f[4]) + 1))
+    assert spans, out
+    return spans
+
+
+_HOLDER = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from storagebrief.core import blocktrace, cgroups
+    cgroups.install_handlers()
+    t = blocktrace.BlockTrace((int(sys.argv[1]), int(sys.argv[2])), Path(sys.argv[3]), 256).start()
+    print(t.instance, t._reader.pid, flush=True)
+    time.sleep(120)
+""")
+
+
+def _holder(tmp_path: Path):
+    dev = _device(tmp_path)
+    p = subprocess.Popen([sys.executable, "-c", _HOLDER, str(dev.major), str(dev.minor), str(tmp_path / "h.gz")],
+                         stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO / "lib")})
+    inst, reader = p.stdout.readline().split()
+    inst = Path(inst)
+    assert inst.is_dir() and (inst / "tracing_on").read_text().strip() == "1"
+    return p, inst, int(reader)
+
+
+def _gone(path: Path, pid: int, within_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if not path.exists() and not process_alive(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@needs_tracefs
+def test_sigterm_switches_tracing_off_and_removes_the_instance(tmp_path):
+    p, inst, reader = _holder(tmp_path)
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(10) == 128 + signal.SIGTERM
+    assert _gone(inst, reader), f"{inst} or reader {reader} outlived SIGTERM"
+
+
+@needs_tracefs
+def test_kill_9_of_the_run_the_reader_removes_the_instance(tmp_path):
+    p, inst, reader = _holder(tmp_path)
+    p.kill()
+    p.wait(10)
+    assert _gone(inst, reader), f"{inst} or reader {reader} outlived kill -9 of its run"
+
+
+@needs_tracefs
+def test_kill_9_of_run_and_reader_then_leftovers_sweep(tmp_path):
+    p, inst, reader = _holder(tmp_path)
+    os.kill(reader, signal.SIGKILL)
+    p.kill()
+    p.wait(10)
+    time.sleep(0.2)
+    assert inst.is_dir() and (inst / "tracing_on").read_text().strip() == "1"   # what kill -9 leaves
+    lines = leftovers.remove_leftovers()
+    assert not inst.exists() and any(inst.name in line and "removed leftover tracefs instance" in line for line in lines)
+
+
+def test_availability_is_reported_by_doctor():
+    from storagebrief.core.inventory import doctor_lines
+    line = next(x for x in doctor_lines() if x.startswith("tracefs"))
+    ok, why = blocktrace.availability()
+    assert why in line and (ok or "diskstats" in line)
+
+
+def _tiny(tmp_path: Path, trace: bool) -> Path:
+    data = {"targets": [{"name": "fast", "path": str(tmp_path / "fast")}],
+            "run": {"cold_cache": True, "monitor_interval_s": 0.2, "trace": trace, "trace_buffer_kib": 1024},
+            "preprocess": {"image_count": 6, "image_counts": [], "processes": [1], "repeats": 2, "image_width": 640,
+                           "image_height": 480, "num_classes": 2, "resize_width": 32, "resize_height": 32}}
+    f = tmp_path / "params.yaml"
+    f.write_text(yaml.safe_dump(data))
+    return f
+
+
+@needs_tracefs
+def test_engine_traces_every_measured_run_and_writes_characterization(tmp_path):
+    params = config.load(_tiny(tmp_path, trace=True))
+    out = tmp_path / "out"
+    frame = studies.get("preprocess").run(params, out, log=lambda *_: None, progress="off")
+    chz = pd.read_csv(out / "characterization.csv")
+    assert list(chz.run_id) == list(frame.run_id) and set(chz.source) == {"tracefs"}
+    for _, r in chz.iterrows():
+        assert (out / r.trace_file).is_file() and r.lost_events == 0 and r.malformed_lines == 0
+    joined = frame.merge(chz, on="run_id")
+    # the trace and diskstats saw the same device: read bytes agree (the trace starts a little earlier)
+    assert (joined.read_bytes >= joined.device_read_bytes * 0.9).all() and (joined.read_bytes > 0).all()
+    assert not blocktrace.instances() or all(blocktrace.owner_pid(i.name) != os.getpid() for i in blocktrace.instances())
+
+
+def test_engine_without_tracing_falls_back_to_diskstats(tmp_path):
+    params = config.load(_tiny(tmp_path, trace=False))
+    out = tmp_path / "out"
+    frame = studies.get("preprocess").run(params, out, log=lambda *_: None, progress="off")
+    chz = pd.read_csv(out / "characterization.csv")
+    assert list(chz.run_id) == list(frame.run_id) and set(chz.source) == {"diskstats"}
+    assert chz.random_percent.isna().all() and (chz.read_ops > 0).all()
+    assert not list((out / "traces").iterdir())

@@ -1,0 +1,226 @@
+"""The block-trace parser and every summary statistic against hand-computed values.
+
+The small trace (device 8,0 of 8,000 sectors, so bin = sector // 8):
+  t (s)     event                     what it counts as
+  1.000000  issue R 0+8               read 4 KiB, random (first), bin 0
+  1.000100  complete R 0+8            latency 100 us
+  1.000200  issue R 8+8               read 4 KiB, sequential (0+8 ends at 8), bin 1
+  1.000300  issue W 4000+16           write 8 KiB, random, bin 500
+  1.000400  complete R 8+8            latency 200 us
+  1.000500  complete W 4000+16        latency 200 us
+  1.000600  issue FF 0+0              flush (own column, no size, no sequence effect)
+  1.000650  complete FF 0+0
+  1.000700  issue R 4016+32           read 16 KiB, sequential (W ended at 4016), bin 502 ...
+  1.000800  requeue R 4016+32         ... taken back: the device did not take it
+  1.000900  issue R 4016+32           read 16 KiB, sequential again, bin 502
+  1.001000  complete R 4016+32        latency 100 us (from the last issue)
+  1.001100  issue D 6000+64           discard (own column), never completed
+  1.001200  issue R 7992+8            read 4 KiB, random, bin 999
+  1.001300  complete R 7992+8         latency 100 us
+  1.001400  complete W 100+8          completion without an issue
+  1.001500  issue FWS 200+8           write (with preflush) 4 KiB, random, bin 25, never completed
+Reads 4 KiB x3 + 16 KiB: min 4, median 4, max 16, mean 7, stdev sqrt(27); writes 8 and 4 KiB:
+median 6 (even count: mean of the middle two), mean 6, stdev 2. 4 of 6 random, 4 of 6 read.
+Trace 0.0015 s -> 4,000 IOPS. Bins: reads 0,1,502,999 (bands 0-1, 502, 999 = 3), writes 25, 500
+(2 bands), both 5 bands; every request is in the 100 busiest bins -> locality 100 %.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from storagebrief.cli import main
+from storagebrief.core import characterize as ch
+
+EVENTS = [  # t, action, rwbs, sector, sectors
+    ("1.000000", "issue", "R", 0, 8), ("1.000100", "complete", "R", 0, 8),
+    ("1.000200", "issue", "R", 8, 8), ("1.000300", "issue", "W", 4000, 16),
+    ("1.000400", "complete", "R", 8, 8), ("1.000500", "complete", "W", 4000, 16),
+    ("1.000600", "issue", "FF", 0, 0), ("1.000650", "complete", "FF", 0, 0),
+    ("1.000700", "issue", "R", 4016, 32), ("1.000800", "requeue", "R", 4016, 32),
+    ("1.000900", "issue", "R", 4016, 32), ("1.001000", "complete", "R", 4016, 32),
+    ("1.001100", "issue", "D", 6000, 64), ("1.001200", "issue", "R", 7992, 8),
+    ("1.001300", "complete", "R", 7992, 8), ("1.001400", "complete", "W", 100, 8),
+    ("1.001500", "issue", "FWS", 200, 8),
+]
+CAPACITY = 8000
+
+
+def _tracefs_text(ioprio_every_other: bool = True) -> str:
+    lines = ["# tracer: nop", "#", "#           TASK-PID     CPU#  |||||  TIMESTAMP  FUNCTION"]
+    for i, (t, act, rwbs, sec, n) in enumerate(EVENTS):
+        prio = " be,0,4" if (ioprio_every_other and i % 2 == 0) else ""   # kernel 6.x field, older without
+        if act == "issue":
+            body = f"8,0 {rwbs} {n * 512} () {sec} + {n}{prio} [fio]"
+        else:
+            body = f"8,0 {rwbs} () {sec} + {n}{prio} [0]"
+        task = "fio-4242" if act == "issue" else "<idle>-0"
+        lines.append(f"          {task:>12}   [001] d..1. {t}: block_rq_{act}: {body}")
+        if i == 5:
+            lines.append("CPU:1 [LOST 3 EVENTS]")
+            lines.append(f"             fio-4242   [000] ..... {t}: block_bio_queue: 8,0 R 0 + 8 [fio]")
+        if i == 9:
+            lines.append("this line is not an event at all")
+    return "\n".join(lines) + "\n"
+
+
+def _blkparse_text() -> str:
+    action = {"issue": "D", "complete": "C", "requeue": "R"}
+    lines, seq = [], 0
+    for t, act, rwbs, sec, n in EVENTS:
+        t = f"{float(t) - 1:.9f}"
+        if act == "issue":   # what blkparse shows before a dispatch: queue, get request, insert
+            for a in ("Q", "G", "I"):
+                seq += 1
+                lines.append(f"  8,0    1   {seq:>6}     {t}  4242  {a}  {rwbs} {sec} + {n} [fio]")
+        seq += 1
+        pid = "4242" if act != "complete" else "0"
+        tail = "[fio]" if act != "complete" else "[0]"
+        lines.append(f"  8,0    1   {seq:>6}     {t}  {pid:>4}  {action[act]}  {rwbs} {sec} + {n} {tail}")
+    lines.insert(3, "  8,0    1        0     0.000250000  4242  M   R 16 + 8 [fio]")     # a back merge
+    lines.insert(4, "  8,0    1        0     0.000260000  4242  F   R 0 + 8 [fio]")      # a front merge
+    lines.insert(5, "  8,0    1        0     0.000270000     0  m   N cfq4242 insert_request")
+    lines.insert(6, "  8,0    1        0     0.000280000  4242  P   N [fio]")
+    lines.insert(7, "  8,0    1   bogus line with a wrong shape")
+    lines += ["", "CPU1 (8,0):", " Reads Queued:           4,       28KiB\t Writes Queued:           2,       12KiB",
+              "Total (8,0):", " Reads Completed:        4,       28KiB", "",
+              "Throughput (R/W): 18666KiB/s / 8000KiB/s", "Events (8,0): 42 entries", "Skips: 0 forward (0 -   0.0%)"]
+    return "\n".join(lines) + "\n"
+
+
+EXPECTED = {
+    "read_percent": 100 * 4 / 6, "random_percent": 100 * 4 / 6, "avg_iops": 6 / 0.0015,
+    "read_kib_min": 4, "read_kib_median": 4, "read_kib_max": 16, "read_kib_mean": 7, "read_kib_stdev": math.sqrt(27),
+    "write_kib_min": 4, "write_kib_median": 6, "write_kib_max": 8, "write_kib_mean": 6, "write_kib_stdev": 2,
+    "random_read_ops": 2, "random_write_ops": 2, "sequential_read_ops": 2, "sequential_write_ops": 0,
+    "trace_length_s": 0.0015, "read_ops": 4, "write_ops": 2, "flush_ops": 1, "discard_ops": 1, "requeues": 1,
+    "read_bytes": 56 * 512, "write_bytes": 24 * 512,
+    "locality_percent": 100.0, "locality_bands": 5, "read_locality_bands": 3, "write_locality_bands": 2,
+    "read_latency_us_mean": 125, "read_latency_us_median": 100, "read_latency_us_p99": 200,
+    "write_latency_us_mean": 200, "unmatched_issues": 2, "unmatched_completions": 1,
+}
+
+
+def _check(row: dict) -> None:
+    for key, want in EXPECTED.items():
+        assert row[key] == pytest.approx(want, rel=1e-6), key
+
+
+def test_tracefs_every_statistic_by_hand(tmp_path):
+    f = tmp_path / "t.txt"
+    f.write_text(_tracefs_text())
+    row, dists, counts = ch.characterize(f, "tracefs", capacity_sectors=CAPACITY)
+    _check(row)
+    assert row["merges"] == 0 and row["lost_events"] == 3 and row["malformed_lines"] == 1
+    assert counts.malformed_examples == ["this line is not an event at all"]
+    assert row["capacity_source"] == "given" and row["device"] == "8:0"
+    assert dists["sizes_kib"]["read_random"] == {"4.0": 2} and dists["sizes_kib"]["read_sequential"] == {"4.0": 1, "16.0": 1}
+    assert [i for i, c in enumerate(dists["locality_bins"]["read"]) if c] == [0, 1, 502, 999]
+    assert [i for i, c in enumerate(dists["locality_bins"]["write"]) if c] == [25, 500]
+    assert len(dists["sample"]) == 7     # the plot sample shows every issue, the requeued attempt too
+
+
+def test_tracefs_without_ioprio_field_and_gzip(tmp_path):
+    f = tmp_path / "t.gz"
+    with gzip.open(f, "wt") as fh:
+        fh.write(_tracefs_text(ioprio_every_other=False))
+    row, _, _ = ch.characterize(f, "tracefs", capacity_sectors=CAPACITY)
+    _check(row)
+
+
+def test_blkparse_same_statistics_merges_and_summary_skipped(tmp_path):
+    f = tmp_path / "b.txt"
+    f.write_text(_blkparse_text())
+    row, _, counts = ch.characterize(f, "blkparse", capacity_sectors=CAPACITY)
+    _check(row)
+    assert row["merges"] == 2 and row["malformed_lines"] == 1 and row["lost_events"] == 0
+    assert "bogus" in counts.malformed_examples[0]
+
+
+def test_op_of_rwbs():
+    assert [ch.op_of(s) for s in ("R", "RA", "RM", "W", "WS", "WFS", "FWS", "FWFS", "FF", "F", "D", "DE", "N")] == \
+        ["R", "R", "R", "W", "W", "W", "W", "W", "F", "F", "D", "D", "N"]
+
+
+def test_locality_share_and_bands():
+    bins = [0] * 1000
+    bins[0] = 800
+    for i in range(10, 210):       # 200 bins of 1: each exactly the even share, so no band
+        bins[i] = 1
+    share, bands = ch.locality(bins)
+    assert share == pytest.approx(100 * (800 + 99) / 1000) and bands == 1
+    bins = [0] * 1000
+    bins[3] = bins[4] = bins[7] = 10
+    assert ch.locality(bins) == (100.0, 2)
+
+
+def test_exact_median_of_a_histogram():
+    from collections import Counter
+    assert ch.hist_stats(Counter({8: 3, 256: 1}))["median"] == 8
+    assert ch.hist_stats(Counter({8: 2, 256: 2}))["median"] == 132
+    assert ch.hist_stats(Counter({1: 1, 2: 1, 3: 1}))["median"] == 2
+
+
+def test_issue_complete_matching_is_fifo_per_key(tmp_path):
+    lines = []
+    for t, act in (("1.0", "issue"), ("1.1", "issue"), ("1.5", "complete"), ("1.7", "complete")):
+        extra = "4096 " if act == "issue" else ""
+        lines.append(f"x-1 [000] ..... {t}00000: block_rq_{act}: 8,0 R {extra}() 64 + 8 be,0,4 [x]")
+    f = tmp_path / "t.txt"
+    f.write_text("\n".join(lines) + "\n")
+    row, _, _ = ch.characterize(f, "tracefs", capacity_sectors=CAPACITY)
+    # first issued first completed: 500 ms and 600 ms
+    assert row["read_latency_us_mean"] == pytest.approx(550_000) and row["read_latency_us_median"] == 550_000
+    assert row["unmatched_issues"] == 0 and row["read_ops"] == 2
+
+
+def test_capacity_unknown_uses_highest_sector_and_says_so(tmp_path):
+    f = tmp_path / "t.txt"
+    f.write_text(_tracefs_text().replace("8,0", "250,77"))   # no such device in sysfs
+    row, _, _ = ch.characterize(f, "tracefs")
+    assert row["capacity_source"] == "highest sector in the trace" and row["capacity_sectors"] == 8000
+
+
+def test_empty_trace_and_wrong_format_are_clear_errors(tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("# tracer: nop\n")
+    with pytest.raises(ch.TraceError, match="no block requests.*the traced device had no I/O"):
+        ch.characterize(empty, "tracefs")
+    f = tmp_path / "b.txt"
+    f.write_text(_blkparse_text())
+    with pytest.raises(ch.TraceError, match="malformed line.*--format"):
+        ch.characterize(f, "tracefs")
+    with pytest.raises(ch.TraceError, match="does not exist"):
+        ch.characterize(tmp_path / "nope", "tracefs")
+    with pytest.raises(ch.TraceError, match="allowed: tracefs, blkparse"):
+        ch.characterize(f, "btt")
+
+
+def test_describe_in_the_seeds_terms():
+    assert ch.describe({"read_percent": 99.94, "random_percent": 83.88, "read_kib_min": 4, "read_kib_max": 256,
+                        "write_kib_min": 4, "write_kib_max": 108}) == "nearly 100 % read, 84 % random, 4–256 KiB"
+    assert ch.describe({"read_percent": 0.08, "random_percent": 71.4, "read_kib_min": 4, "read_kib_max": 128,
+                        "write_kib_min": 4, "write_kib_max": 764}).startswith("nearly 100 % write, 71 % random")
+
+
+def test_cli_characterize_writes_json_and_seed_columns(tmp_path, capsys):
+    f = tmp_path / "t.txt"
+    f.write_text(_tracefs_text())
+    out = tmp_path / "out"
+    assert main(["characterize", "--trace", str(f), "--format", "tracefs", "--capacity-sectors", str(CAPACITY),
+                 "--out", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert "67 % read, 67 % random, 4–16 KiB" in said and "1 malformed line" in said and "3 lost event" in said
+    frame = pd.read_csv(out / "characterization.csv")
+    assert list(frame.columns)[1:19] == [k for _, k in ch.SEED_COLUMNS]
+    _check(frame.iloc[0].to_dict())
+    js = json.loads((out / "characterization.json").read_text())
+    assert js["summary"]["random_read_ops"] == 2 and "Sequential" in js["definitions"]
+    # an empty trace: a clear message and exit 2, no traceback
+    (tmp_path / "e.txt").write_text("")
+    assert main(["characterize", "--trace", str(tmp_path / "e.txt"), "--format", "blkparse", "--out", str(out)]) == 2
+    assert "holds no block requests" in capsys.readouterr().err
