@@ -38,7 +38,7 @@ class BusyParams(Strict):
     memory_bandwidth_percent: float = Field(50.0, ge=0, le=100)  # of this machine's measured peak
     peak_seconds: float = Field(2.0, gt=0, le=60)                # peak memory-bandwidth measurement
     calibrate_seconds: float = Field(1.0, gt=0, le=60)           # per calibration round (stress-ng)
-    settle_s: float = Field(0.3, ge=0, le=30)                    # load runs this long before fio starts
+    settle_s: float = Field(0.2, ge=0, le=30)                    # load runs this long before fio starts
 
 
 class ForecastParams(Strict):
@@ -70,8 +70,8 @@ class TransferSweepParams(Strict):
                                          validate_default=True)
     queue_depths: list[int] = Field(default_factory=lambda: [1, 8, 32], min_length=1)
     numjobs: int = Field(1, ge=1, le=256)     # QD = iodepth x numjobs (psync: numjobs = QD, iodepth 1)
-    ramp_time_s: float = Field(0.25, ge=0, le=3600)
-    runtime_s: float = Field(1.0, gt=0, le=86400)
+    ramp_time_s: float = Field(0.15, ge=0, le=3600)
+    runtime_s: float = Field(0.6, gt=0, le=86400)
     repeats: int = Field(2, ge=1, le=100)
     file_mib: int = Field(256, ge=1, le=1 << 24)   # the preconditioned file per target
     loads: list[Literal["idle", "busy"]] = Field(default_factory=lambda: ["idle", "busy"], min_length=1)
