@@ -9,8 +9,9 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 SCALE ?= quick
 # Debian packages: fio (benchmarks), stress-ng (busy-system runs), poppler-utils
 # (pdftoppm, to look at the PDF), pango (WeasyPrint's PDF engine), DejaVu fonts,
-# Open MPI (emulated accelerators as MPI ranks: emulate.launcher = mpi).
-APT_PACKAGES := fio stress-ng poppler-utils libpango-1.0-0 libpangoft2-1.0-0 libharfbuzz-subset0 fonts-dejavu-core \
+# Open MPI (emulated accelerators as MPI ranks: emulate.launcher = mpi), stressapptest (the transfer
+# sweep's busy system with busy.tool = stressapptest).
+APT_PACKAGES := fio stress-ng stressapptest poppler-utils libpango-1.0-0 libpangoft2-1.0-0 libharfbuzz-subset0 fonts-dejavu-core \
 	openmpi-bin libopenmpi-dev
 # The streaming study runs a real Apache Kafka cluster: Java from apt, the jars from Maven Central
 # (the pinned version is in KAFKA_POM), resolved by Maven into KAFKA_LIB (outside git);

@@ -21,11 +21,15 @@ TINY = {
                        "memory_limits": ["none", "2.5:1"], "parallel_models": [1], "parallel_memory": "none",
                        "ingest_mb_per_s": 0,
                        "checkpoint_every_steps": 0},
+    "transfer_sweep": {"block_sizes": ["4k", "1m"], "queue_depths": [1, 4], "repeats": 2, "file_mib": 16,
+                       "runtime_s": 0.3, "ramp_time_s": 0.05,
+                       "busy": {"peak_seconds": 0.5, "calibrate_seconds": 0.5, "settle_s": 0.1}},
 }
 # Keys over which each study matches configurations between targets.
 MATCH_KEYS = {"preprocess": ["sweep", "processes", "image_count"], "emulate": ["workload", "accelerators"],
               "train_resnet50": ["sweep", "models", "memory_setting", "ingest_target_mb_per_s",
-                                 "checkpoint_every_steps"]}
+                                 "checkpoint_every_steps"],
+              "transfer_sweep": ["rw", "block_size_bytes", "queue_depth"]}
 
 
 def _copy_repo(dst: Path) -> None:
@@ -92,12 +96,19 @@ def test_dvc_chain_renders_brief_with_recomputable_headlines(tmp_path):
     for tag in re.findall(r'<div class="card"[^>]*>', html):  # nbconvert may reorder attributes
         attrs = dict(re.findall(r'(data-[a-z]+)="([^"]*)"', tag))
         cards.append((attrs["data-study"], attrs["data-headline"], attrs["data-value"]))
-    assert {s for s, _, _ in cards} == {"preprocess", "emulate", "train_resnet50"}
+    assert {s for s, _, _ in cards} == {"preprocess", "emulate", "train_resnet50", "transfer_sweep"}
     better_of = {(h["study"], h["id"]): h["better"] for h in headlines}
     for study, hid, value in cards:
         runs = pd.read_csv(work / "reports" / study / "runs.csv")
         metric, pair = hid.split(":", 1)
-        if "|" in pair:   # a memory limit vs none on one target (training)
+        if study == "transfer_sweep" and "|" in pair:   # idle vs busy on one target
+            target = pair.removesuffix("_vs_busy").split("|")[0]
+            runs = runs[runs.target == target].assign(target=lambda f: f.load)
+            expected = _recompute(runs, MATCH_KEYS[study], metric, better_of[(study, hid)], "idle", "busy")
+        elif study == "transfer_sweep":   # targets compared on the busy system
+            expected = _recompute(runs[runs.load == "busy"], MATCH_KEYS[study], metric, better_of[(study, hid)],
+                                  "local", "hdd-emulated")
+        elif "|" in pair:   # a memory limit vs none on one target (training)
             target, setting = pair.removesuffix("_vs_none").split("|")
             runs = runs[(runs.sweep == "memory") & (runs.target == target)].assign(target=lambda f: f.memory_setting)
             expected = _recompute(runs, ["models"], metric, better_of[(study, hid)], setting, "none")

@@ -37,6 +37,11 @@ TINY = {
                        "memory_limits": ["none", "2.5:1"], "parallel_models": [1], "parallel_memory": "none",
                        "ingest_mb_per_s": 0, "checkpoint_every_steps": 0, "stall_timeout_s": 300,
                        "preprocess_outputs": "/nonexistent/outputs.json"},
+    # 2 sizes x 2 QDs x idle/busy x 3 repeats, 0.5 s each: the throttled target holds its cgroup long enough
+    "transfer_sweep": {"block_sizes": ["4k", "64k"], "queue_depths": [1, 4], "repeats": 3, "file_mib": 8,
+                       "runtime_s": 0.5, "ramp_time_s": 0.05,
+                       "busy": {"peak_seconds": 0.5, "calibrate_seconds": 0.5, "settle_s": 0.1},
+                       "forecast": {"emulate_dir": "/nonexistent"}},
     "stream_inference": {"videos": ["144p@12"], "duration_s": 2, "streams": [1], "topics": [1], "partitions": [2],
                          "replication_factors": [3], "broker_heap_mib": 256, "drain_timeout_s": 10,
                          "input_size": 32, "batch_size": 8},

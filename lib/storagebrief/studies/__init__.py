@@ -12,10 +12,11 @@ from .emulate import STUDY as _emulate
 from .preprocess import STUDY as _preprocess
 from .stream_inference import STUDY as _stream_inference
 from .train_resnet50 import STUDY as _train_resnet50
+from .transfer_sweep import STUDY as _transfer_sweep
 
 # Brief order: the order sections appear in the brief.
 REGISTRY: dict[str, Study] = {s.name: s for s in (_preprocess, _emulate, _train_resnet50,
-                                                     _stream_inference)}
+                                                   _transfer_sweep, _stream_inference)}
 
 
 def get(name: str) -> Study:

@@ -1,0 +1,301 @@
+"""The busy system: a measured CPU + memory-bandwidth load beside fio ("emulated AI preprocessing").
+
+The seed loaded 86 % of the CPUs and ~50 % of memory bandwidth with stressapptest. Here:
+
+  stress-ng (default)  `--memrate W --memrate-rd-mbs R --memrate-wr-mbs R` (W = CPUs workers, each
+                       rate-limited so together they move share x peak MB/s) plus `--cpu W --cpu-load L`
+                       topping the CPU up; L is calibrated once per study run against /proc/stat so the
+                       whole load reaches the CPU target with fio not running.
+  stressapptest        `-m` copy threads and `-C` CPU threads (counts from the shares, whole threads
+                       only: it has no rate limit), reported as it runs.
+
+Peak memory bandwidth is measured once per study run with the same tool, unthrottled, one
+worker per CPU (stress-ng memrate: bytes moved / time over all its read and write methods;
+stressapptest: its "Memory Copy" MB/s). During each busy point the load's own report gives
+its memory MB/s (share = that ÷ peak) and its CPU seconds (stress-ng's usr+sys); the machine's
+CPU % over the point comes from /proc/stat (the engine's monitor, `cpu_busy_percent`).
+
+Safety: the load is its own process group started with die_with_parent (PR_SET_PDEATHSIG), with a
+hard `-t` timeout as a second net; it is stopped (SIGINT, then SIGKILL to the group) and reaped
+after every busy point, on exceptions and on SIGTERM/SIGHUP (the engine turns those into
+exceptions). It is never placed in fio's cgroup: it starts from the study process.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+from ...core.procs import die_with_parent
+
+TOOLS = ("stress-ng", "stressapptest")
+SAT_COPY = re.compile(r"Memory Copy:\s*([\d.]+)M at ([\d.]+)MB/s")
+
+
+class LoadError(RuntimeError):
+    """The load tool is missing or failed; the message says which and why."""
+
+
+def ncpu() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def tool_binary(tool: str) -> str | None:
+    return shutil.which(tool)
+
+
+# --------------------------------------------------------------------------- /proc/stat
+def cpu_times() -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs."""
+    f = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = f[3] + (f[4] if len(f) > 4 else 0)
+    total = sum(f[:8])
+    return total - idle, total
+
+
+def busy_percent(a: tuple[int, int], b: tuple[int, int]) -> float:
+    dt = b[1] - a[1]
+    return 100.0 * (b[0] - a[0]) / dt if dt > 0 else float("nan")
+
+
+# --------------------------------------------------------------------------- processes
+def _group_members(pgid: int) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()
+        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
+            out.append(int(d.name))
+    return out
+
+
+class Load:
+    """One running load; stop() always leaves no process of its group behind."""
+
+    def __init__(self, argv: list[str], tool: str, report: Path | None, started_s: float | None = None):
+        self.tool, self.report, self.argv = tool, report, argv
+        self.log = tempfile.NamedTemporaryFile("w+", prefix="storagebrief-load-", suffix=".log", delete=False)
+        self.t0 = time.monotonic()
+        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     start_new_session=True, preexec_fn=die_with_parent)
+        self.pgid = self.proc.pid
+        self.wall_s = 0.0
+
+    @property
+    def pids(self) -> list[int]:
+        return _group_members(self.pgid)
+
+    def stop(self) -> None:
+        """SIGINT (the tools report and exit), SIGKILL to the group after 5 s; reaped; group empty."""
+        try:
+            if self.proc.poll() is None:
+                try:
+                    os.killpg(self.pgid, signal.SIGINT)
+                except ProcessLookupError:
+                    pass
+                try:
+                    self.proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    pass
+            deadline = time.monotonic() + 5
+            while True:
+                left = self.pids
+                if not left:
+                    break
+                try:
+                    os.killpg(self.pgid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise LoadError(f"load processes {left} survived SIGKILL")
+                time.sleep(0.02)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.proc.wait()
+            self.wall_s = time.monotonic() - self.t0
+            self.log.close()
+
+    def output(self) -> str:
+        try:
+            return Path(self.log.name).read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def cleanup_files(self) -> None:
+        for f in (self.log.name, self.report):
+            if f:
+                try:
+                    os.unlink(f)
+                except OSError:
+                    pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+# --------------------------------------------------------------------------- stress-ng
+def _sn_metrics(path: Path | None) -> list[dict]:
+    try:
+        doc = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError, TypeError):
+        return []
+    return doc.get("metrics") or []
+
+
+def memrate_mb_per_s(metrics: list[dict], instances: int) -> float | None:
+    """Bytes moved per second by `instances` memrate workers: each method moves the same buffer, so
+    the worker's average rate is the harmonic mean of its per-method MB/s (stress-ng reports the
+    geometric mean over instances per method; x instances for all of them)."""
+    for m in metrics:
+        if m.get("stressor") == "memrate":
+            rates = [float(v) for k, v in m.items() if k.endswith("-mb-per-sec") and float(v) > 0]
+            if rates:
+                return instances * len(rates) / sum(1.0 / r for r in rates)
+    return None
+
+
+def stressor_cpu_s(metrics: list[dict]) -> float:
+    return float(sum((m.get("user-time") or 0) + (m.get("system-time") or 0) for m in metrics))
+
+
+def stress_ng_argv(report: Path, duration_s: float, mem_workers: int, rate_mb_per_s: float | None,
+                   cpu_workers: int, cpu_load: float | None, buffer_mib: int = 64) -> list[str]:
+    argv = [tool_binary("stress-ng") or "stress-ng", "--timeout", f"{max(1, math.ceil(duration_s))}s",
+            "--metrics", "--yaml", str(report)]
+    if mem_workers:
+        argv += ["--memrate", str(mem_workers), "--memrate-bytes", f"{buffer_mib}M"]
+        if rate_mb_per_s:
+            r = str(max(1, int(rate_mb_per_s)))
+            argv += ["--memrate-rd-mbs", r, "--memrate-wr-mbs", r]
+    if cpu_workers and cpu_load:
+        argv += ["--cpu", str(cpu_workers), "--cpu-load", str(int(round(cpu_load))), "--cpu-method", "int64"]
+    return argv
+
+
+def _report_path() -> Path:
+    fd, name = tempfile.mkstemp(prefix="storagebrief-load-", suffix=".yaml")
+    os.close(fd)
+    os.unlink(name)   # stress-ng writes it
+    return Path(name)
+
+
+# --------------------------------------------------------------------------- stressapptest
+def sat_argv(duration_s: float, copy_threads: int, cpu_threads: int, memory_mib: int = 256) -> list[str]:
+    return [tool_binary("stressapptest") or "stressapptest", "-s", str(max(1, math.ceil(duration_s))),
+            "-M", str(memory_mib), "-m", str(copy_threads), "-C", str(cpu_threads)]
+
+
+def sat_copy_mb_per_s(text: str) -> float | None:
+    m = SAT_COPY.search(text)
+    return float(m.group(2)) if m else None
+
+
+# --------------------------------------------------------------------------- calibration
+def measure_peak(tool: str, seconds: float = 2.0) -> dict:
+    """Peak memory bandwidth of this machine with the load's own tool (unthrottled, a worker per CPU)."""
+    n = ncpu()
+    if tool == "stress-ng":
+        report = _report_path()
+        load = Load(stress_ng_argv(report, seconds + 5, n, None, 0, None), tool, report)
+        try:
+            time.sleep(seconds)
+        finally:
+            load.stop()
+        mb = memrate_mb_per_s(_sn_metrics(report), n)
+        load.cleanup_files()
+        method = f"stress-ng memrate, {n} unthrottled workers, {seconds:g} s"
+    else:
+        load = Load(sat_argv(seconds, n, 0), tool, None)
+        try:
+            load.proc.wait(timeout=seconds + 30)
+        except subprocess.TimeoutExpired:
+            pass
+        finally:
+            load.stop()
+        mb = sat_copy_mb_per_s(load.output())
+        load.cleanup_files()
+        method = f"stressapptest -m {n} (memory copy), {seconds:g} s"
+    if not mb:
+        raise LoadError(f"{tool} reported no memory bandwidth while measuring the peak")
+    return {"peak_memory_mb_per_s": mb, "peak_method": method}
+
+
+def calibrate(tool: str, cpu_percent: float, memory_percent: float, peak_mb_per_s: float,
+              seconds: float = 1.0, rounds: int = 3) -> dict:
+    """Settings that reach the CPU and memory targets with fio not running (measured, /proc/stat)."""
+    n = ncpu()
+    rate = memory_percent / 100 * peak_mb_per_s / n
+    if tool == "stressapptest":
+        threads = max(1, round(cpu_percent / 100 * n))
+        copy = 1 if memory_percent > 0 else 0
+        settings = {"copy_threads": copy, "cpu_threads": max(0, threads - copy)}
+        return {**settings, "calibrated_cpu_percent": None, "calibration": "thread counts from the shares"}
+    load_setting, best = cpu_percent, None
+    for _ in range(rounds):
+        report = _report_path()
+        a = cpu_times()
+        load = Load(stress_ng_argv(report, seconds + 5, n if memory_percent > 0 else 0, rate, n, load_setting),
+                    tool, report)
+        try:
+            time.sleep(seconds)
+            b = cpu_times()
+        finally:
+            load.stop()
+            load.cleanup_files()
+        got = busy_percent(a, b)
+        if best is None or abs(got - cpu_percent) < abs(best[1] - cpu_percent):
+            best = (load_setting, got)
+        if abs(got - cpu_percent) <= 2:
+            break
+        load_setting = min(100.0, max(1.0, load_setting + (cpu_percent - got)))
+    load_setting, measured = best
+    return {"mem_workers": n if memory_percent > 0 else 0, "rate_mb_per_s_per_worker": rate, "cpu_workers": n,
+            "cpu_load": load_setting, "calibrated_cpu_percent": measured,
+            "calibration": f"stress-ng --cpu-load adjusted against /proc/stat ({rounds} x {seconds:g} s at most)"}
+
+
+def start(tool: str, settings: dict, duration_s: float) -> Load:
+    """Start the calibrated load (returns once its processes exist)."""
+    if tool == "stress-ng":
+        report = _report_path()
+        load = Load(stress_ng_argv(report, duration_s, settings["mem_workers"], settings["rate_mb_per_s_per_worker"],
+                                   settings["cpu_workers"], settings["cpu_load"]), tool, report)
+    else:
+        load = Load(sat_argv(duration_s, settings["copy_threads"], settings["cpu_threads"]), tool, None)
+    return load
+
+
+def measured(load: Load, peak_mb_per_s: float) -> dict:
+    """The load's own report after stop(): memory MB/s, its share of the peak, its CPU %."""
+    n = ncpu()
+    if load.tool == "stress-ng":
+        metrics = _sn_metrics(load.report)
+        mb = memrate_mb_per_s(metrics, _instances(load.argv, "--memrate"))
+        cpu = 100.0 * stressor_cpu_s(metrics) / (load.wall_s * n) if metrics and load.wall_s > 0 else None
+    else:
+        mb = sat_copy_mb_per_s(load.output())
+        cpu = None
+    return {"load_memory_mb_per_s": mb,
+            "load_memory_share_percent": 100.0 * mb / peak_mb_per_s if mb and peak_mb_per_s else None,
+            "load_cpu_percent": cpu, "load_wall_s": load.wall_s}
+
+
+def _instances(argv: list[str], flag: str) -> int:
+    return int(argv[argv.index(flag) + 1]) if flag in argv else 0

@@ -1,0 +1,225 @@
+"""The transfer-size x queue-depth sweep on the shared engine (core.sweep).
+
+Reproduces "The Micron 9400 NVMe SSD Performance With NVIDIA Magnum IO GPUDirect Storage
+Platform" (2023): 4 KB / 128 KB / 1024 KB reads at doubling queue depths, every point a
+(throughput, latency) pair; idle vs busy system; two drives on the busy system; GDS vs legacy
+when a GPU is visible. One fio job per point (fio.py) on one preconditioned file per target
+(dataset.py), inside the target's blkio throttle (fio's pid joins the run's cgroup before
+exec); the busy load (load.py) beside it, outside that cgroup, stopped and reaped after every
+busy point. Repeats are the outer loop, so drift spreads over every point instead of biting one.
+finish() merges repeats per point (points.csv, percentiles from merged histogram bins) and
+forecasts accelerators supported per target and workload (forecast.py, forecast.csv).
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from ...core import cgroups, results, targets as targets_mod
+from ...core.config import ParamsError
+from ...core.procs import die_with_parent
+from ...core.sweep import Measurement, Point
+from . import dataset, fio, forecast, gpu, load as load_mod, metrics
+from .params import TransferSweepParams, size_label
+
+STUDY = "transfer_sweep"
+
+
+# --------------------------------------------------------------------------- prepare
+def _check_tools(p: TransferSweepParams) -> dict:
+    """fio with the engine, and the load tool: refused with the key before any work."""
+    binary = fio.fio_binary()
+    if binary is None:
+        raise ParamsError(f"transfer_sweep.engine = '{p.engine}': fio is not installed (not on PATH); install the "
+                          "Debian package 'fio' (`make system-deps`)")
+    listed = fio.engines(binary)
+    if p.engine not in listed:
+        raise ParamsError(f"transfer_sweep.engine = '{p.engine}': this fio build does not list it in "
+                          f"`fio --enghelp`; it lists {', '.join(listed)}")
+    if "busy" in p.loads and load_mod.tool_binary(p.busy.tool) is None:
+        pkg = {"stress-ng": "stress-ng", "stressapptest": "stressapptest"}[p.busy.tool]
+        raise ParamsError(f"transfer_sweep.busy.tool = '{p.busy.tool}': not installed (not on PATH); install the "
+                          f"Debian package '{pkg}' (`make system-deps`) or drop 'busy' from transfer_sweep.loads")
+    return {"fio": binary, "fio_version": fio.fio_version(binary), "fio_engines": listed,
+            "fio_libcufile": "libcufile" in listed}
+
+
+def _check_space(p: TransferSweepParams, tlist) -> None:
+    """Every target's file fits; targets on one filesystem share its free space."""
+    per_fs: dict[int, int] = {}
+    for t in tlist:
+        need = dataset.needed_bytes(dataset.data_file(t, STUDY), p.file_bytes)
+        probe = t.path
+        while not probe.exists():
+            probe = probe.parent
+        dev = os.stat(probe).st_dev
+        per_fs[dev] = per_fs.get(dev, 0) + need
+        targets_mod.check_free_space(t, per_fs[dev], "the transfer-sweep files of this and earlier targets on "
+                                                     "the same filesystem (transfer_sweep.file_mib)")
+
+
+def _check_direct(t, path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECT", 0))
+        os.close(fd)
+    except OSError as exc:
+        raise targets_mod.TargetError(f"target '{t.name}' ({t.path}): the filesystem refuses O_DIRECT "
+                                      f"({exc.strerror}); fio runs with direct=1") from None
+
+
+def prepare(sweep) -> None:
+    p: TransferSweepParams = sweep.p
+    tools = _check_tools(p)
+    _check_space(p, sweep.targets)
+    files = {}
+    for t in sweep.targets:
+        f = dataset.prepare_file(t, STUDY, p.file_bytes, p.seed, sweep.log)
+        if not fio.same_file(f, t.path):
+            raise targets_mod.TargetError(f"target '{t.name}': {f} is not a file below {t.path}")
+        _check_direct(t, f)
+        targets_mod.check_profile_speed(t, [f])
+        files[t.name] = f
+    gpu_info = gpu.detect() if p.gpu == "auto" else {"available": False, "reason": "GPU path off (transfer_sweep.gpu)"}
+    if not gpu_info["available"]:
+        sweep.note(gpu_info["reason"])
+    busy = None
+    if "busy" in p.loads:
+        sweep.log(f"measuring peak memory bandwidth and calibrating the busy load ({p.busy.tool})")
+        peak = load_mod.measure_peak(p.busy.tool, p.busy.peak_seconds)
+        settings = load_mod.calibrate(p.busy.tool, p.busy.cpu_percent, p.busy.memory_bandwidth_percent,
+                                      peak["peak_memory_mb_per_s"], p.busy.calibrate_seconds)
+        busy = {**peak, "settings": settings, "tool": p.busy.tool, "cpus": load_mod.ncpu()}
+        sweep.log(f"peak memory bandwidth {peak['peak_memory_mb_per_s']:,.0f} MB/s; load calibrated to "
+                  f"{settings.get('calibrated_cpu_percent') or float('nan'):.0f} % CPU (target {p.busy.cpu_percent:g} %)")
+    sweep.state.update(files=files, gpu=gpu_info, busy=busy, tools=tools)
+    fio_dir = fio.raw_json_dir(sweep.out_dir)
+    for old in fio_dir.glob(f"{STUDY}-*.json"):
+        old.unlink()
+    results.write_json(sweep.out_dir / "study.json", {
+        "fio_version": tools["fio_version"], "engine": p.engine, "fio_libcufile_listed": tools["fio_libcufile"],
+        "queue_depth_split": "queue depth = iodepth x numjobs; " + (
+            "psync: iodepth 1, numjobs = queue depth" if p.engine in fio.SYNC_ENGINES else
+            f"numjobs = {p.numjobs}, iodepth = queue depth / {p.numjobs}"),
+        "file_bytes": p.file_bytes, "files": {k: str(v) for k, v in files.items()},
+        "gpu": gpu_info, "busy": busy, "percentiles": list(fio.PERCENTILES),
+        "ramp_time_s": p.ramp_time_s, "runtime_s": p.runtime_s, "repeats": p.repeats})
+
+
+# --------------------------------------------------------------------------- plan
+def _paths(sweep, rw: str) -> list[str]:
+    info = sweep.state.get("gpu") or {}
+    return ["cpu"] + (list(gpu.PATHS) if info.get("available") and "read" in rw else [])
+
+
+def plan(sweep) -> list[Point]:
+    p: TransferSweepParams = sweep.p
+    out = []
+    for r in range(1, p.repeats + 1):
+        for ld in p.loads:
+            for rw in p.rw:
+                for path in _paths(sweep, rw):
+                    for bs in p.block_sizes:
+                        for qd in p.queue_depths:
+                            label = f"{ld} {rw} {size_label(bs)} QD {qd}" + ("" if path == "cpu" else f" GPU {path}")
+                            out.append(Point((ld, path, rw, bs, qd), r, label))
+    return out
+
+
+def run_id(config, target, repeat: int) -> str:
+    ld, path, rw, bs, qd = config
+    return f"{STUDY}-{target.name}-{ld}-{path}-{rw}-{size_label(bs)}-qd{qd}-r{repeat}"
+
+
+# --------------------------------------------------------------------------- one run
+def _preexec(procs_files: list[str] | None):
+    def inside():
+        die_with_parent()
+        if procs_files:
+            cgroups.join(procs_files)
+    return inside
+
+
+def _busy_columns(busy: dict | None, p: TransferSweepParams) -> dict:
+    if busy is None:
+        return {}
+    s = busy["settings"]
+    return {"load_tool": busy["tool"], "load_cpu_percent_target": p.busy.cpu_percent,
+            "load_memory_share_percent_target": p.busy.memory_bandwidth_percent,
+            "peak_memory_mb_per_s": busy["peak_memory_mb_per_s"],
+            "load_cpu_setting_percent": s.get("cpu_load"), "load_calibrated_cpu_percent": s.get("calibrated_cpu_percent")}
+
+
+def run_one(run, config) -> Measurement:
+    ld, path, rw, bs, qd = config
+    t, p = run.target, run.p
+    sweep = run.sweep
+    f = sweep.state["files"][t.name]
+    run.cold_cache([f])
+    if path == "cpu":
+        fio.warm_code(data=f)
+    group = run.throttle()
+    preexec = _preexec(group.procs_files if group else None)
+    iodepth, numjobs = fio.split_queue_depth(qd, p.numjobs, p.engine)
+    final = fio.raw_json_dir(sweep.out_dir) / f"{run.run_id}.json"
+    tmp = final.with_name(f".{final.name}.tmp")
+    busy = sweep.state["busy"] if ld == "busy" else None
+    timeout = p.ramp_time_s + p.runtime_s + 120
+    row = {"load": ld, "path": path, "rw": rw, "block_size_bytes": bs, "block_size_label": size_label(bs),
+           "queue_depth": qd, "iodepth": iodepth, "numjobs": numjobs, "ramp_time_s": p.ramp_time_s,
+           "runtime_s": p.runtime_s, "file_bytes": p.file_bytes, "throttled": group is not None,
+           **_busy_columns(busy, p)}
+    try:
+        return _measure(run, row, config, f, tmp, final, busy, preexec, iodepth, numjobs, timeout)
+    except BaseException:
+        tmp.unlink(missing_ok=True)      # an interrupted run leaves no row and no JSON
+        raise
+
+
+def _measure(run, row, config, f, tmp, final, busy, preexec, iodepth, numjobs, timeout) -> Measurement:
+    ld, path, rw, bs, qd = config
+    p = run.p
+    running = None
+    try:
+        if busy is not None:
+            running = load_mod.start(busy["tool"], busy["settings"], p.busy.settle_s + timeout)
+            time.sleep(p.busy.settle_s)
+            if running.proc.poll() is not None:
+                raise load_mod.LoadError(f"the busy load exited early: {running.output()[-500:]}")
+        run.start_clock()
+        if path == "cpu":
+            args = fio.job_args(f, rw, bs, iodepth, numjobs, p.engine, p.ramp_time_s, p.runtime_s, p.file_bytes, tmp)
+            t0 = time.perf_counter()
+            doc = fio.run_job(args, timeout, preexec)
+            wall = time.perf_counter() - t0
+            run.stop_clock()
+            row.update(engine=p.engine, fio_wall_s=wall, **fio.parse(doc, rw))
+        else:
+            res = gpu.run_point(path, str(f), bs, qd, p.runtime_s, p.ramp_time_s, p.seed, timeout, preexec)
+            run.stop_clock()
+            row.update(engine="kvikio" if path != "host" else "pread+cupy", **res)
+    finally:
+        run.stop_clock()
+        if running is not None:
+            running.stop()
+            row.update(load_mod.measured(running, busy["peak_memory_mb_per_s"]))
+            running.cleanup_files()
+    if path == "cpu":
+        tmp.rename(final)
+        row["fio_json"] = f"fio/{final.name}"
+    row["status"] = "ok"
+    return Measurement(row)
+
+
+# --------------------------------------------------------------------------- finish
+def finish(sweep, frame) -> None:
+    """points.csv (repeats merged, percentiles from merged bins) and forecast.csv."""
+    p: TransferSweepParams = sweep.p
+    pts = metrics.points(frame, sweep.out_dir / "fio")
+    results.write_csv(sweep.out_dir / "points.csv", pts)
+    ctx = forecast.emulate_context(p.forecast.emulate_dir)
+    if not ctx:
+        sweep.note(f"forecast: no emulate results in {p.forecast.emulate_dir} (study.json + mlperf_results.json), so "
+                   "the forecast stands without an emulated answer beside it")
+    fc = forecast.forecast(pts, p.forecast, ctx)
+    results.write_csv(sweep.out_dir / "forecast.csv", fc)
