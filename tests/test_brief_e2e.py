@@ -24,12 +24,16 @@ TINY = {
     "transfer_sweep": {"block_sizes": ["4k", "1m"], "queue_depths": [1, 4], "repeats": 2, "file_mib": 16,
                        "runtime_s": 0.3, "ramp_time_s": 0.05,
                        "busy": {"peak_seconds": 0.5, "calibrate_seconds": 0.5, "settle_s": 0.1}},
+    "stream_inference": {"videos": ["144p@12"], "duration_s": 2, "streams": [1], "topics": [1], "partitions": [2],
+                         "replication_factors": [3], "broker_heap_mib": 256, "drain_timeout_s": 15,
+                         "input_size": 32, "batch_size": 8},
 }
 # Keys over which each study matches configurations between targets.
 MATCH_KEYS = {"preprocess": ["sweep", "processes", "image_count"], "emulate": ["workload", "accelerators"],
               "train_resnet50": ["sweep", "models", "memory_setting", "ingest_target_mb_per_s",
                                  "checkpoint_every_steps"],
-              "transfer_sweep": ["rw", "block_size_bytes", "queue_depth"]}
+              "transfer_sweep": ["rw", "block_size_bytes", "queue_depth"],
+              "stream_inference": ["streams", "video", "topics", "partitions", "replication_factor"]}
 
 
 def _copy_repo(dst: Path) -> None:
@@ -83,7 +87,8 @@ def test_dvc_chain_renders_brief_with_recomputable_headlines(tmp_path):
         info = subprocess.run(["pdfinfo", str(work / "reports" / "brief.pdf")], capture_output=True, text=True).stdout
         assert int(re.search(r"Pages:\s+(\d+)", info).group(1)) >= 3
     for heading in ("Test results snapshot", "Preprocessing ingest", "Emulated-accelerator training",
-                    "ResNet50 training", "Appendix A", "Appendix B"):
+                    "ResNet50 training", "Transfer size", "Streaming inference", "Block-level I/O characterization",
+                    "Appendix A", "Appendix B"):
         assert heading in html, heading
     assert "def " not in html and "import " not in html  # code is hidden
     # the commit is the code's: dvc.lock rewritten by the run is listed apart, not called "dirty"
@@ -96,7 +101,8 @@ def test_dvc_chain_renders_brief_with_recomputable_headlines(tmp_path):
     for tag in re.findall(r'<div class="card"[^>]*>', html):  # nbconvert may reorder attributes
         attrs = dict(re.findall(r'(data-[a-z]+)="([^"]*)"', tag))
         cards.append((attrs["data-study"], attrs["data-headline"], attrs["data-value"]))
-    assert {s for s, _, _ in cards} == {"preprocess", "emulate", "train_resnet50", "transfer_sweep"}
+    assert {s for s, _, _ in cards} == {"preprocess", "emulate", "train_resnet50", "transfer_sweep",
+                                        "stream_inference"}
     better_of = {(h["study"], h["id"]): h["better"] for h in headlines}
     for study, hid, value in cards:
         runs = pd.read_csv(work / "reports" / study / "runs.csv")
@@ -128,6 +134,15 @@ def test_dvc_chain_renders_brief_with_recomputable_headlines(tmp_path):
     capped = train[train.memory_setting == "2.5:1"]
     assert (capped.page_cache_cap_bytes == (capped.dataset_bytes * 0.4).astype(int)).all()
     assert (work / "reports" / "train_resnet50" / "timeseries" / f"{capped.run_id.iloc[0]}-memory.csv").exists()
+    stream = pd.read_csv(work / "reports" / "stream_inference" / "runs.csv")
+    assert len(stream) == 2 and (stream.status == "ok").all() and (stream.frames_dropped == 0).all()
+    # every study's runs were characterized at the block level, one row per run
+    for study in TINY:
+        runs = pd.read_csv(work / "reports" / study / "runs.csv")
+        ch = pd.read_csv(work / "reports" / study / "characterization.csv")
+        assert set(ch.run_id) == set(runs.run_id), study
+        if os.geteuid() == 0:
+            assert (ch.source == "tracefs").all(), study
 
     # nothing changed -> nothing reruns
     before = (work / "reports" / "brief.html").stat().st_mtime

@@ -111,13 +111,17 @@ def port_free(port: int, host: str = "127.0.0.1") -> bool:
         c.settimeout(1.0)
         if c.connect_ex((host, port)) == 0:
             return False
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True
+    # A closed broker's connections may sit in TIME-WAIT on its IPv4-mapped IPv6 address; they do not
+    # stop a new broker (the JVM binds that way, with SO_REUSEADDR), so a bind either way counts as free.
+    for family, addr in ((socket.AF_INET, (host, port)), (socket.AF_INET6, (f"::ffff:{host}", port))):
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(addr)
+                return True
+            except OSError:
+                continue
+    return False
 
 
 def pick_ports(n: int, base: int | None = None) -> list[int]:
