@@ -549,16 +549,16 @@ def _concat(a: _Batch, b: _Batch, order) -> _Batch:
 
 
 def _digits(a, start, end, width: int):
-    """(ok, value) of the decimal tokens a[start:end] (1..width digits) of each row."""
+    """(ok, value) of the decimal tokens a[start:end] (1..width digits, width <= 15) of each row."""
     import numpy as np
     length = end - start
     ar = np.arange(width)
-    g = a[end[:, None] - width + ar]
-    d = g - np.uint8(48)
+    d = a[end[:, None] - width + ar] - np.uint8(48)
     inside = ar >= (width - length)[:, None]
     ok = (length >= 1) & (length <= width) & ((d <= 9) | ~inside).all(1)
-    d = np.where(inside, d, 0)
-    val = d.astype(np.int64) @ (10 ** np.arange(width - 1, -1, -1, dtype=np.int64))
+    d[~inside] = 0
+    # float64 through BLAS: exact, every partial sum is below 10**15 < 2**53
+    val = (d.astype(np.float64) @ (10.0 ** np.arange(width - 1, -1, -1))).astype(np.int64)
     return ok, val
 
 
@@ -601,22 +601,19 @@ def _tracefs_chunk(chunk: bytes, counts: ParseCounts, devices: _Devices) -> _Bat
         act[hit], f0[hit] = code, mk[hit] + 11 + len(w)
     ok = act >= 0
     # timestamp: the token of digits and one dot right before the colon, after a space
-    W = 24
-    ar = np.arange(W)
-    g = a[mk[:, None] - W + ar]
-    dig = (g - np.uint8(48)) <= 9
+    W = 20
+    g = a[mk[:, None] - W + np.arange(W)]
     dot = g == 46
-    notok = ~(dig | dot)
+    notok = ~(((g - np.uint8(48)) <= 9) | dot)
     tl = np.argmax(notok[:, ::-1], axis=1)                  # token length
-    ok &= notok.any(1) & (tl >= 3)
-    ok &= g[np.arange(len(mk)), np.maximum(W - 1 - tl, 0)] == 32
-    intok = ar >= (W - tl)[:, None]
-    ok &= ((dot & intok).sum(1) == 1) & dig[:, -1] & dig[np.arange(len(mk)), np.minimum(W - tl, W - 1)]
-    frac = np.argmax(dot[:, ::-1], axis=1)                  # digits after the dot
-    ok &= (tl - 1 <= 16)
-    powr = (W - 1 - ar)[None, :] - (ar < (W - 1 - frac)[:, None])   # a digit's power of ten
-    dval = np.where(intok & dig, (g - np.uint8(48)), 0).astype(np.int64)
-    whole = (dval * (10 ** np.clip(powr, 0, 18).astype(np.int64))).sum(1)
+    rows = np.arange(len(mk))
+    ok &= notok.any(1) & (g[rows, W - 1 - tl] == 32)
+    frac = np.argmax(dot[:, ::-1], axis=1)                  # digits after the (last) dot
+    dpos = mk - 1 - frac
+    oki, ip = _digits(a, mk - tl, dpos, 10)                 # digits only: exactly one dot
+    okf, fp = _digits(a, dpos + 1, mk, 9)
+    ok &= oki & okf
+    whole = ip * (10 ** frac) + fp
     ok &= whole < (1 << 53)
     t = whole / (10.0 ** frac)                               # exact: float(text), correctly rounded
     # the fields after the action: tokens between single spaces
@@ -627,7 +624,6 @@ def _tracefs_chunk(chunk: bytes, counts: ParseCounts, devices: _Devices) -> _Bat
     ends = np.where(idx < len(sp), sp[np.minimum(idx, len(sp) - 1)] if len(sp) else 0, lend[:, None])
     ends = np.minimum(ends, lend[:, None])
     starts = np.concatenate([f0[:, None], ends[:, :-1] + 1], axis=1)
-    rows = np.arange(len(mk))
     # dev "maj,min" (up to 8 characters) and rwbs
     ok &= (ends[:, 0] < lend) & (ends[:, 1] < lend) & (ends[:, 1] > starts[:, 1])
     dl = ends[:, 0] - starts[:, 0]
@@ -641,7 +637,7 @@ def _tracefs_chunk(chunk: bytes, counts: ParseCounts, devices: _Devices) -> _Bat
     ps, pe = starts[rows, p], ends[rows, p]
     ok &= (pe - ps == 2) & (a[ps] == 40) & (a[ps + 1] == 41) & (pe < lend)
     ss, se = starts[rows, p + 1], ends[rows, p + 1]
-    oks, sector = _digits(a, ss, se, 16)
+    oks, sector = _digits(a, ss, se, 15)
     ok &= oks & (se < lend)
     qs, qe = starts[rows, p + 2], ends[rows, p + 2]
     ok &= (qe - qs == 1) & (a[qs] == 43) & (qe < lend)
