@@ -224,3 +224,104 @@ def test_cli_characterize_writes_json_and_seed_columns(tmp_path, capsys):
     (tmp_path / "e.txt").write_text("")
     assert main(["characterize", "--trace", str(tmp_path / "e.txt"), "--format", "blkparse", "--out", str(out)]) == 2
     assert "holds no block requests" in capsys.readouterr().err
+
+
+def _random_trace(seed: int, events: int = 50_000) -> tuple[str, str]:
+    """(tracefs text, blkparse text) of one random trace: 3 devices, reads / writes / flushes /
+    discards / other ops, sequential runs, several requests in flight on the same sector (FIFO),
+    requeues (with and without a later issue), completions never issued, issues never completed,
+    lost-events lines, other events, headers, malformed lines, odd spacing and a non-ASCII comm."""
+    import random
+    rng = random.Random(seed)
+    devs = [(8, 0), (8, 16), (259, 3)]
+    rwbs = ["R", "RA", "RM", "W", "WS", "WFS", "FWS", "FF", "F", "D", "DE", "N", "RSM"]
+    weights = [30, 5, 2, 20, 8, 2, 2, 3, 1, 2, 1, 1, 1]
+    nxt = {d: 0 for d in devs}
+    inflight, tf, bp = [], ["# tracer: nop", "#"], []
+    t = 100.0
+    for i in range(events):
+        t += rng.choice([0.000001, 0.000013, 0.0001, 0.0023])
+        ts = f"{t:.6f}"
+        r = rng.random()
+        if r < 0.5 or not inflight:
+            d = rng.choice(devs)
+            op = rng.choices(rwbs, weights)[0]
+            if op in ("FF", "F"):
+                sec, n = 0, 0
+            else:
+                sec = nxt[d] if rng.random() < 0.4 else rng.choice([rng.randrange(0, 4_000_000), 64, 128])
+                n = rng.choice([1, 8, 8, 16, 64, 256, 2048])
+                nxt[d] = sec + n
+            inflight.append((d, op, sec, n))
+            act = "issue"
+        elif r < 0.5002:        # rare, so that most chunks take the bulk path
+            d, op, sec, n = inflight.pop(rng.randrange(len(inflight)))
+            act = "requeue"
+            if rng.random() < 0.7:
+                inflight.append((d, op, sec, n))       # issued again later
+        elif r < 0.535:
+            d, op, sec, n = rng.choice(devs), "R", rng.randrange(0, 1000), 8    # never issued
+            act = "complete"
+        elif r < 0.54:
+            continue                                    # an issue that never completes stays in flight
+        else:
+            d, op, sec, n = inflight.pop(rng.randrange(min(4, len(inflight))))
+            act = "complete"
+        prio = " be,0,4" if rng.random() < 0.8 else ""
+        body = (f"{d[0]},{d[1]} {op} {n * 512} () {sec} + {n}{prio} [fio]" if act == "issue"
+                else f"{d[0]},{d[1]} {op} () {sec} + {n}{prio} [0]")
+        task = rng.choice(["fio-4242", "<idle>-0", "kworker/u4:1-77", "my task-9", "jbd2/sda1-8"])
+        tf.append(f"{task:>16} [00{i % 2}] d..1. {ts}: block_rq_{act}: {body}")
+        code = {"issue": "D", "complete": "C", "requeue": "R"}[act]
+        if act == "issue" and rng.random() < 0.3:
+            bp.append(f"  {d[0]},{d[1]}    1   {i:>6}     {t - 100:.9f}  4242  Q  {op} {sec} + {n} [fio]")
+        bp.append(f"  {d[0]},{d[1]}    1   {i:>6}     {t - 100:.9f}  4242  {code}  {op} {sec} + {n} [fio]")
+        x = rng.random()
+        if x < 0.002:
+            tf.append(f"CPU:{i % 2} [LOST {rng.randrange(1, 50)} EVENTS]")
+        elif x < 0.004:
+            tf.append(f"          fio-1  [000] ..... {ts}: block_bio_queue: 8,0 R 0 + 8 [fio]")
+        elif x < 0.006:
+            tf.append(rng.choice(["garbage", "", "   ", f"fio-1 [000] {ts}: block_rq_issue: 8,0 R", "#x",
+                                  f"{ts}: block_rq_issue: 8,0 R 4096 () 7 + 8 [x]",
+                                  f"é-1 [000] ..... {ts}: block_rq_issue: 8,16 W 4096 () 77 + 8 [x]",
+                                  f"x-1 [000] ..... {ts}: block_rq_complete: 8,0 R (12 34) 64 + 8 [0]"]))
+            bp.append(rng.choice(["  8,0  junk", f"  8,0    1   0     {t - 100:.9f}  4242  M  R 8 + 8 [fio]"]))
+    return "\n".join(tf) + "\n", "\n".join(bp) + "\n"
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return a == b and type(a) is type(b) or (isinstance(a, (int, float)) and isinstance(b, (int, float)) and a == b)
+
+
+@pytest.mark.parametrize("fmt", ["tracefs", "blkparse"])
+def test_fast_path_equals_the_reference_on_a_random_trace(tmp_path, monkeypatch, fmt):
+    monkeypatch.setattr(ch, "CHUNK_BYTES", 1 << 16)     # many chunks: state carried across them
+    monkeypatch.setattr(ch, "BLKPARSE_BATCH", 700)
+    tf, bp = _random_trace(7)
+    f = tmp_path / "t.gz"
+    with gzip.open(f, "wt") as fh:
+        fh.write(tf if fmt == "tracefs" else bp)
+    each = []
+    feed_each = ch.FastCharacterizer._feed_each
+    monkeypatch.setattr(ch.FastCharacterizer, "_feed_each", lambda self, b: (each.append(len(b)), feed_each(self, b)))
+    for cap in (None, 3_000_000):           # None: the first pass finds the highest sector
+        each.clear()
+        fast = ch.characterize(f, fmt, cap, sample_points=10**6)
+        assert 0 < sum(each) < 25_000     # both paths ran: bulk, and event by event for requeues
+        ref = ch.characterize(f, fmt, cap, sample_points=10**6, reference=True)
+        (rf, df, cf), (rr, dr, cr) = fast, ref
+        assert set(rf) == set(rr)
+        bad = {k: (rf[k], rr[k]) for k in rr if not _same(rf[k], rr[k])}
+        assert not bad
+        assert vars(cf) == vars(cr)
+        assert df["sizes_kib"] == dr["sizes_kib"] and df["locality_bins"] == dr["locality_bins"]
+        assert df["sample"] == dr["sample"] and df["t0"] == dr["t0"]      # every request fits in the sample
+    if fmt == "tracefs":     # what the trace holds, so that the comparison means something
+        assert rr["requeues"] > 5 and rr["devices"] == 3 and rr["flush_ops"] > 0 and rr["discard_ops"] > 0
+        assert rr["malformed_lines"] > 10 and rr["lost_events"] > 0 and rr["unmatched_completions"] > 100
+        assert rr["unmatched_issues"] > 100 and rr["sequential_read_ops"] > 1000
+        small = ch.characterize(f, fmt, 3_000_000, sample_points=50)[1]["sample"]
+        assert len(small) == 50 and set(small) <= set(dr["sample"])
