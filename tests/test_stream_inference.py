@@ -202,8 +202,8 @@ def test_study_end_to_end_counts_bytes_profile_and_nothing_left(tmp_path):
     assert study["kafka"]["version"] == kafka.kafka_version() and len(study["cluster_startup_s"]) == 1
 
 
-@needs_kafka
-def test_sigterm_mid_run_stops_brokers_and_consumers_and_writes_no_row(tmp_path):
+def _study_mid_run(tmp_path):
+    """A one-stream study started from the CLI, 8 s into its first run: (process, broker pids, their ports)."""
     f = _params(tmp_path, streams=[1], duration_s=60)
     run = subprocess.Popen([sys.executable, "-m", "storagebrief.cli", "stream-inference", "--params", str(f),
                             "--out", str(tmp_path / "out"), "--progress", "off"], cwd=REPO, env=ENV,
@@ -215,6 +215,12 @@ def test_sigterm_mid_run_stops_brokers_and_consumers_and_writes_no_row(tmp_path)
     assert len(javas) == 3
     ports = [p for j in javas for p in _ports_of(j)]
     time.sleep(8)                                    # mid-run: producers publishing
+    return run, javas, ports
+
+
+@needs_kafka
+def test_sigterm_mid_run_stops_brokers_and_consumers_and_writes_no_row(tmp_path):
+    run, javas, ports = _study_mid_run(tmp_path)
     kids = subprocess.run(["pgrep", "-P", str(run.pid)], capture_output=True, text=True).stdout.split()
     run.send_signal(signal.SIGTERM)
     err = run.communicate(timeout=120)[1]
@@ -301,17 +307,7 @@ def test_generated_video_moves_and_does_not_compress_to_nothing(tmp_path):
 
 @needs_kafka
 def test_a_broker_dying_mid_run_fails_it_with_the_log_tail_and_leaves_nothing(tmp_path):
-    f = _params(tmp_path, streams=[1], duration_s=60)
-    run = subprocess.Popen([sys.executable, "-m", "storagebrief.cli", "stream-inference", "--params", str(f),
-                            "--out", str(tmp_path / "out"), "--progress", "off"], cwd=REPO, env=ENV,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 180
-    while len(_java_children(run.pid)) < 3 and time.monotonic() < deadline:
-        time.sleep(0.2)
-    javas = _java_children(run.pid)
-    assert len(javas) == 3
-    ports = [p for j in javas for p in _ports_of(j)]
-    time.sleep(8)                                    # mid-run: producers publishing
+    run, javas, ports = _study_mid_run(tmp_path)
     os.kill(javas[1], signal.SIGKILL)                # a broker dies without a word
     err = run.communicate(timeout=180)[1]
     assert run.returncode not in (0, None), err[-2000:]
