@@ -110,6 +110,32 @@ def test_sigterm_removes_cgroup(tmp_path):
     assert not os.path.exists(path)
 
 
+
+def test_ctrl_c_swallowed_inside_fork_is_raised_again():
+    """Python only reports a KeyboardInterrupt raised in os.fork's at-fork callbacks; the engine
+    remembers the SIGINT and raises it again, so the run still stops (CI saw a run go on)."""
+    script = textwrap.dedent("""
+        import os, signal, sys, time
+        from storagebrief.core import cgroups
+        sys.unraisablehook = lambda u: None
+        cgroups.install_handlers()
+        os.register_at_fork(before=lambda: (os.kill(os.getpid(), signal.SIGINT), time.sleep(0.2)))
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+        print("after fork", flush=True)
+        try:
+            cgroups.raise_pending_signal()
+        except KeyboardInterrupt:
+            sys.exit(3)
+        cgroups.install_handlers()            # a new sweep forgets it
+        cgroups.raise_pending_signal()
+        sys.exit(4)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert "after fork" in proc.stdout and proc.returncode == 3, proc.stderr
+
 def test_unavailable_controller_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(cgroups, "_v1_mount", lambda c: None)
     monkeypatch.setattr(cgroups, "_v2_mount", lambda: None)

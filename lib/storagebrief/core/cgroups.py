@@ -430,6 +430,8 @@ _pending_signal: int | None = None
 def _raise_on_signal(signum, frame):
     global _pending_signal
     if os.getpid() != _handler_pid:  # a forked child: default behaviour
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
         raise SystemExit(128 + signum)
     _pending_signal = signum
     _cleanup_all()
@@ -439,7 +441,7 @@ def _raise_on_signal(signum, frame):
 
 
 def _install_handlers() -> None:
-    """SIGTERM/SIGHUP remove our cgroups before the process ends (main thread only)."""
+    """SIGTERM/SIGHUP/SIGINT remove our cgroups before the process ends (main thread only)."""
     global _handlers_installed, _handler_pid
     if _handlers_installed:
         return
@@ -449,6 +451,11 @@ def _install_handlers() -> None:
         for sig in TERMINATING_SIGNALS:
             if signal.getsignal(sig) in (signal.SIG_DFL, None):
                 signal.signal(sig, _raise_on_signal)
+        # Ctrl-C stays a KeyboardInterrupt, but is remembered: one that lands inside os.fork's
+        # at-fork callbacks is swallowed, and the run would go on to the end. (A Jupyter kernel's
+        # own SIGINT handler is left alone.)
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, _raise_on_signal)
         _handlers_installed = True
     except ValueError:  # not in the main thread: atexit and context managers still apply
         pass
@@ -458,9 +465,14 @@ def raise_pending_signal() -> None:
     """Re-raise a signal whose exception Python swallowed (one that landed inside os.fork's
     at-fork callbacks is only 'ignored'), so the run still stops as the signal asked."""
     if _pending_signal is not None and os.getpid() == _handler_pid:
+        if _pending_signal == signal.SIGINT:
+            raise KeyboardInterrupt
         raise SystemExit(128 + _pending_signal)
 
 
 def install_handlers() -> None:
-    """Called by the sweep engine at the start of every run, before anything is created."""
+    """Called by the sweep engine at the start of every sweep, before anything is created; a
+    signal remembered from an earlier sweep in this process (one the caller caught) is forgotten."""
+    global _pending_signal
+    _pending_signal = None
     _install_handlers()

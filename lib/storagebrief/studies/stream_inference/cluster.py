@@ -274,7 +274,8 @@ class Cluster:
             raise KafkaSetupError("kafka.tools.StorageTool format failed: " + "\n".join(failed))
 
     def _wait_ready(self, deadline: float) -> None:
-        """Every node listening and registered as a broker (metadata shows all N)."""
+        """Every node registered as a broker (metadata shows all N) and accepting connections on its
+        port: a broker can be in the metadata a moment before its own listener takes clients."""
         from confluent_kafka.admin import AdminClient
 
         admin = AdminClient({"bootstrap.servers": self.bootstrap, "logger": _quiet_logger()})
@@ -282,7 +283,7 @@ class Cluster:
             self.check()
             try:
                 md = admin.list_topics(timeout=2)
-                if len(md.brokers) == self.n:
+                if len(md.brokers) == self.n and not any(port_free(p) for p in self.ports):
                     return
             except Exception:   # noqa: BLE001 -- not up yet; the deadline ends the wait
                 pass
