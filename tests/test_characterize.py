@@ -298,8 +298,8 @@ def _same(a, b) -> bool:
 
 @pytest.mark.parametrize("fmt", ["tracefs", "blkparse"])
 def test_fast_path_equals_the_reference_on_a_random_trace(tmp_path, monkeypatch, fmt):
-    monkeypatch.setattr(ch, "CHUNK_BYTES", 1 << 16)     # many chunks: state carried across them
-    monkeypatch.setattr(ch, "BLKPARSE_BATCH", 700)
+    monkeypatch.setattr(ch.chunks, "CHUNK_BYTES", 1 << 16)     # many chunks: state carried across them
+    monkeypatch.setattr(ch.chunks, "BLKPARSE_BATCH", 700)
     tf, bp = _random_trace(7)
     f = tmp_path / "t.gz"
     with gzip.open(f, "wt") as fh:
