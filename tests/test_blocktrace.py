@@ -44,7 +44,7 @@ def test_capture_around_direct_io_has_the_right_bytes(tmp_path):
     data = tmp_path / "data.bin"
     # 36 KiB requests (72 sectors): a size nothing else on the disk is likely to use at once
     subprocess.run(["dd", "if=/dev/urandom", f"of={data}", "bs=36k", "count=64", "oflag=direct", "status=none"], check=True)
-    trace = blocktrace.BlockTrace((dev.major, dev.minor), tmp_path / "t.tracefs.gz", buffer_kib=1024).start()
+    trace = blocktrace.BlockTrace((dev.major, dev.minor), tmp_path / "t.tracefs-raw.gz", buffer_kib=1024).start()
     inst = trace.instance
     assert inst.is_dir() and (inst / "events/block/block_rq_issue/filter").read_text().strip() == \
         f"dev == {blocktrace.dev_t(dev.major, dev.minor)}"
@@ -55,7 +55,7 @@ def test_capture_around_direct_io_has_the_right_bytes(tmp_path):
         result = trace.stop()
     assert not inst.exists(), "instance left behind"
     assert result.reader_rc == 0 and result.lost_events == 0
-    row, dists, _ = ch.characterize(result.path, "tracefs", dev.size_bytes // 512)
+    row, dists, _ = ch.characterize(result.path, "tracefs-raw", dev.size_bytes // 512)
     # every byte of the file was read from the device exactly once: the read requests that fall in
     # the file's extents (filefrag, in sectors of the disk) add up to its size
     inside = [(sec, n) for _, sec, n, op, _ in dists["sample"]
@@ -68,6 +68,47 @@ def test_capture_around_direct_io_has_the_right_bytes(tmp_path):
     # the file was read front to back: after its first request, nearly all of its 64 are sequential
     assert row["sequential_read_ops"] >= 48
 
+
+
+@needs_tracefs
+def test_raw_pages_decode_to_exactly_what_the_kernel_prints(tmp_path):
+    """The kernel's own formatter is the reference: events recorded into an instance are printed
+    by its (non-consuming) `trace` file, then the reader copies the same buffer's pages."""
+    dev = _device(tmp_path)
+    root = blocktrace.tracefs_root()
+    inst = root / "instances" / f"{blocktrace.PREFIX}{os.getpid()}-oracle"   # ours: the leftovers sweep knows it
+    inst.mkdir()
+    try:
+        (inst / "buffer_size_kb").write_text("16384")
+        for ev in blocktrace.EVENTS:
+            (inst / "events/block" / ev / "filter").write_text(f"dev == {blocktrace.dev_t(dev.major, dev.minor)}")
+            (inst / "events/block" / ev / "enable").write_text("1")
+        (inst / "tracing_on").write_text("1")
+        subprocess.run(["fio", "--name=o", f"--filename={tmp_path / 'f'}", "--size=32m", "--rw=randrw", "--bs=4k",
+                        "--direct=1", "--ioengine=psync", "--runtime=1", "--time_based", "--fsync=50",
+                        "--output=/dev/null"], check=True)
+        (inst / "tracing_on").write_text("0")
+        assert "overrun: 0" in (inst / "per_cpu/cpu0/stats").read_text()
+        (tmp_path / "kernel.txt").write_text((inst / "trace").read_text())
+        reader = subprocess.Popen([sys.executable, "-m", "storagebrief.core.blocktrace", "read", str(inst),
+                                   str(tmp_path / "t.tracefs-raw.gz"), str(os.getpid())],
+                                  stdin=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  env={**os.environ, "PYTHONPATH": str(REPO / "lib")})
+        assert reader.stderr.readline().startswith(b"ready")
+        time.sleep(2 * blocktrace.DRAIN_INTERVAL_S)
+        reader.communicate(b"stop\n", timeout=30)
+        assert reader.returncode == 0
+    finally:
+        blocktrace.switch_off(inst)
+        blocktrace.rmdir_instance(inst)
+    text = list(ch.events(tmp_path / "kernel.txt", "tracefs", ch.ParseCounts()))
+    counts = ch.ParseCounts()
+    pages = list(ch.events(tmp_path / "t.tracefs-raw.gz", "tracefs-raw", counts))
+    # the kernel prints microseconds, rounded to nearest
+    as_text = [((round(e.t * 1e9) + 500) // 1000, e.action, e.dev, e.op, e.sector, e.sectors) for e in pages]
+    printed = [(round(e.t * 1e6), e.action, e.dev, e.op, e.sector, e.sectors) for e in text]
+    assert len(printed) > 2000 and as_text == printed
+    assert counts.malformed == 0 and any(e.op == "F" for e in pages)
 
 def _extents(path: Path, dev: targets.BlockDevice) -> list[tuple[int, int]]:
     """The file's physical extents as [start, end) sectors of the whole disk."""

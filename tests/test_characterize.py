@@ -29,6 +29,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import struct
 
 import pandas as pd
 import pytest
@@ -196,7 +197,7 @@ def test_empty_trace_and_wrong_format_are_clear_errors(tmp_path):
         ch.characterize(f, "tracefs")
     with pytest.raises(ch.TraceError, match="does not exist"):
         ch.characterize(tmp_path / "nope", "tracefs")
-    with pytest.raises(ch.TraceError, match="allowed: tracefs, blkparse"):
+    with pytest.raises(ch.TraceError, match="allowed: tracefs, tracefs-raw, blkparse"):
         ch.characterize(f, "btt")
 
 
@@ -325,3 +326,130 @@ def test_fast_path_equals_the_reference_on_a_random_trace(tmp_path, monkeypatch,
         assert rr["unmatched_issues"] > 100 and rr["sequential_read_ops"] > 1000
         small = ch.characterize(f, fmt, 3_000_000, sample_points=50)[1]["sample"]
         assert len(small) == 50 and set(small) <= set(dr["sample"])
+
+
+# --------------------------------------------------------------------------- binary traces (tracefs-raw)
+from storagebrief.core.blocktrace import PAGES, RAW_MAGIC, RECORD, SYNC   # noqa: E402
+from storagebrief.core.characterize import tracefs_raw as raw            # noqa: E402
+
+_ACT = {"D": 0, "C": 1, "R": 2}
+
+
+def _key(e: ch.Event) -> tuple:
+    return round(e.t * 1e9), e.action, e.dev, e.op, e.sector, e.sectors
+
+
+def test_raw_pages_decode_to_the_events_written_in_time_order_across_cpus(tmp_path):
+    f = tmp_path / "t.tracefs-raw.gz"
+    w = raw.RawWriter(f, sync_s=0.05)
+    written = [  # t ns, action, rwbs, sector, sectors, cpu
+        (1_000_000_000, "D", "R", 0, 8, 1),
+        (1_000_000_000, "D", "WS", 64, 8, 0),            # same ns on a lower CPU: comes first
+        (1_000_000_500, "C", "R", 0, 8, 0),
+        (1_000_000_500, "D", "R", 8, 8, 0),              # same ns, same CPU: page order kept
+        (1_400_000_000, "C", "WS", 64, 8, 1),            # 0.4 s gap: a time-extend record
+        (1_400_000_001, "C", "FF", (1 << 64) - 1, 0, 1), # a flush completion's sector is (u64)-1
+        (1_400_000_002, "R", "FWS", 1 << 40, 2048, 0),
+        (9_000_000_000, "D", "D", 77, 8, 0),             # 7.6 s gap: the extend's high word
+    ]
+    for t, a, rwbs, sec, n, cpu in written:
+        w.add(t, _ACT[a], (8 << 20) | 16, rwbs, sec, n, cpu)
+    for i in range(3000):                              # more than one page per CPU
+        w.add(9_000_001_000 + i * 1000, i % 2, (8 << 20) | 16, "R", i * 8, 8, i % 2)
+    w.close()
+    counts = ch.ParseCounts()
+    got = [_key(e) for e in ch.events(f, "tracefs-raw", counts)]
+    order = sorted(range(len(written)), key=lambda i: (written[i][0], written[i][5]))
+    want = [(written[i][0], written[i][1], (8, 16), ch.op_of(written[i][2]), written[i][3], written[i][4]) for i in order]
+    assert got[:len(written)] == want
+    assert len(got) == len(written) + 3000 and counts.lines == len(got) and counts.malformed == 0
+    assert [k[0] for k in got] == sorted(k[0] for k in got)
+    assert ch.is_raw(f) and ch.sniff_format(f) == "tracefs-raw"
+
+
+def _page(events: list[bytes], ts: int, commit_flags: int = 0, lost: int | None = None) -> bytes:
+    data = b"".join(events)
+    tail = b"" if lost is None else struct.pack("<Q", lost)
+    return (struct.pack("<Qq", ts, len(data) | commit_flags) + data + tail).ljust(4096, b"\0")
+
+
+def _record(delta: int, payload: bytes) -> bytes:
+    payload += b"\0" * (-len(payload) % 4)
+    return struct.pack("<I", len(payload) // 4 | delta << 5) + payload
+
+
+def _issue(sector: int) -> bytes:
+    rec = bytearray(65)
+    struct.pack_into("<HiIQI", rec, 0, 2104, 1, 0, 0, 0)
+    struct.pack_into("<I", rec, 8, (8 << 20) | 16)
+    struct.pack_into("<QI", rec, 16, sector, 8)
+    rec[34:35] = b"R"
+    struct.pack_into("<I", rec, 60, (1 << 16) | 64)
+    return bytes(rec)
+
+
+def _raw_file(path, pages: bytes, header: dict | None = None) -> None:
+    w = raw.RawWriter(path)          # only for its header
+    w.fh.close()
+    with gzip.open(path, "rb") as fh:
+        head = fh.read().split(b"\n", 2)[:2]
+    with gzip.open(path, "wb") as fh:
+        fh.write(head[0] + b"\n" + head[1] + b"\n" + RECORD.pack(PAGES, 0, len(pages)) + pages)
+
+
+def test_raw_padding_adds_no_time_and_stored_lost_counts_are_read(tmp_path):
+    f = tmp_path / "p.gz"
+    discarded = struct.pack("<II", 29 | 7 << 5, 64) + b"\0" * 60            # a discarded 64-byte record
+    long_rec = struct.pack("<II", 0 | 3 << 5, 4 + 68) + _issue(30) + b"\0" * 3   # type_len 0: length word
+    page1 = _page([_record(100, _issue(10)), discarded, _record(5, _issue(20)), long_rec], ts=5_000)
+    page2 = _page([_record(0, _issue(40)), struct.pack("<I", 29)], ts=9_000, commit_flags=3 << 30, lost=17)
+    _raw_file(f, page1 + page2 + page2[:100])                                  # + a cut-off page
+    counts = ch.ParseCounts()
+    got = [(round(e.t * 1e9), e.sector) for e in ch.events(f, "tracefs-raw", counts)]
+    assert got == [(5_100, 10), (5_105, 20), (5_108, 30), (9_000, 40)]
+    assert counts.lost_events == 17 and counts.malformed == 0
+
+
+def test_raw_trace_gives_the_statistics_of_the_same_events_as_text(tmp_path):
+    tf, _ = _random_trace(11)
+    text = tmp_path / "t.txt"
+    text.write_text(tf)
+    evs = list(ch.events(text, "tracefs", ch.ParseCounts()))
+    f = tmp_path / "t.tracefs-raw.gz"
+    w = raw.RawWriter(f)
+    for i, e in enumerate(evs):
+        w.add(round(e.t * 1e9), _ACT[e.action], e.dev[0] << 20 | e.dev[1], e.op, e.sector, e.sectors, cpu=0)
+    w.close()
+    assert [_key(e) for e in ch.events(f, "tracefs-raw", ch.ParseCounts())] == [_key(e) for e in evs]
+    for ref in (False, True):
+        r_text, d_text, _ = ch.characterize(text, "tracefs", 3_000_000, sample_points=10**6, reference=ref)
+        r_raw, d_raw, _ = ch.characterize(f, "tracefs-raw", 3_000_000, sample_points=10**6, reference=ref)
+        skip = {"format", "malformed_lines", "lost_events", "lines"}     # the text's junk and LOST lines
+        bad = {k: (r_raw[k], r_text[k]) for k in r_text if k not in skip and not _same(r_raw[k], r_text[k])
+               and not (isinstance(r_raw[k], float) and math.isclose(r_raw[k], r_text[k], rel_tol=1e-9))}
+        assert not bad
+        assert d_raw["sizes_kib"] == d_text["sizes_kib"] and d_raw["locality_bins"] == d_text["locality_bins"]
+    assert r_raw["requeues"] > 5 and r_raw["devices"] == 3 and r_raw["flush_ops"] > 0
+
+
+def test_raw_format_errors_are_clear_and_a_cut_file_keeps_what_it_has(tmp_path):
+    text = tmp_path / "t.txt"
+    text.write_text(_tracefs_text())
+    with pytest.raises(ch.TraceError, match="not a storagebrief raw trace.*--format tracefs"):
+        ch.characterize(text, "tracefs-raw")
+    with pytest.raises(ch.TraceError, match="does not exist"):
+        ch.characterize(tmp_path / "nope", "tracefs-raw")
+    f = tmp_path / "t.gz"
+    w = raw.RawWriter(f)
+    for i in range(20000):
+        w.add(10**9 + i * 100_000, i % 2, (8 << 20), "R", i * 8, 8)
+    w.close()
+    whole = f.read_bytes()
+    cut = tmp_path / "cut.gz"
+    cut.write_bytes(whole[: len(whole) * 2 // 3])                       # a reader killed mid-write
+    counts = ch.ParseCounts()
+    got = list(ch.events(cut, "tracefs-raw", counts))
+    assert 0 < len(got) < 20000 and counts.malformed == 1 and "ends early" in counts.malformed_examples[0]
+    out = tmp_path / "o"
+    assert main(["characterize", "--trace", str(f), "--format", "tracefs-raw", "--out", str(out)]) == 0
+    assert json.loads((out / "characterization.json").read_text())["summary"]["read_ops"] == 10000

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from . import studies
 from .core import config
+from .core.characterize.parse import FORMATS
 from .core.lock import TargetBusy
 from .core.progress import MODES
 
@@ -36,10 +37,10 @@ def _parser() -> argparse.ArgumentParser:
     bp.add_argument("--params", default="params.yaml")
     bp.add_argument("--reports", default="reports")
     bp.add_argument("--no-pdf", action="store_true")
-    cp = sub.add_parser("characterize", help="block-level I/O summary statistics of a trace (tracefs or blkparse text)")
+    cp = sub.add_parser("characterize", help="block-level I/O summary statistics of a trace (tracefs text or raw pages, blkparse text)")
     cp.add_argument("--trace", required=True, help="trace file (plain text or .gz)")
-    cp.add_argument("--format", required=True, choices=("tracefs", "blkparse"),
-                    help="tracefs: block_rq_issue/complete event lines; blkparse: its default text output")
+    cp.add_argument("--format", required=True, choices=FORMATS,
+                    help="tracefs: block_rq_issue/complete event lines (trace_pipe text); tracefs-raw: the binary ring-buffer pages this package records (traces/*.tracefs-raw.gz); blkparse: its default text output")
     cp.add_argument("--capacity-sectors", type=int, default=None,
                     help="device capacity in 512-byte sectors for locality (default: sysfs of the traced "
                          "device, else the highest sector in the trace)")

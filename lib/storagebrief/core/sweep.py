@@ -163,7 +163,7 @@ class Run:
 
     # -- block trace -------------------------------------------------------------------------
     def trace_path(self) -> Path:
-        return self.sweep.out_dir / TRACES / f"{self.run_id}.tracefs.gz"
+        return self.sweep.out_dir / TRACES / f"{self.run_id}.tracefs-raw.gz"
 
     def _start_trace(self) -> None:
         """Block events of the target's device while the clock runs (tracefs instance of our own)."""
@@ -236,7 +236,7 @@ def _characterization(sweep: Sweep, run: Run) -> dict | None:
     keys = {"study": sweep.study.name, "run_id": run.run_id, "target": t.name}
     if run.trace is not None and run.trace.path.exists():
         cap = t.device.size_bytes // characterize.SECTOR_BYTES if t.device and t.device.size_bytes else None
-        row, _, _ = characterize.characterize(run.trace.path, "tracefs", cap, sample_points=0,
+        row, _, _ = characterize.characterize(run.trace.path, "tracefs-raw", cap, sample_points=0,
                                               require_requests=False)
         row["lost_events"] = max(row.get("lost_events", 0), run.trace.lost_events)
         if row["lost_events"]:
@@ -325,7 +325,7 @@ def _sweep(sweep: Sweep, hooks, progress: str):
     (sweep.out_dir / "timeseries").mkdir(exist_ok=True)
     traces = sweep.out_dir / TRACES          # this run's traces only: older ones would not match runs.csv
     if traces.exists():
-        for old in traces.glob("*.tracefs.gz"):
+        for old in traces.glob("*.tracefs*.gz"):
             old.unlink()
     traces.mkdir(exist_ok=True)
     _write_characterization(sweep)           # header only until the first run: the stage's out exists

@@ -99,7 +99,7 @@ def section(reports_dir: str | Path, available, target_order) -> None:
     dists = []
     for lab, r, d in traced:
         try:
-            row, dist, _ = ch.characterize(d / r["trace_file"], "tracefs", _cap(r), sample_points=3000,
+            row, dist, _ = ch.characterize(d / r["trace_file"], ch.sniff_format(d / r["trace_file"]), _cap(r), sample_points=3000,
                                            require_requests=False)
         except (ch.TraceError, OSError) as exc:
             notes.append(f"{lab}: trace not readable ({exc})")

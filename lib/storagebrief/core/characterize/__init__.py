@@ -47,6 +47,7 @@ from .outputs import CSV_COLUMNS, SEED_COLUMNS, characterize, describe, main_cha
 from .parse import (COMPLETE, FORMATS, ISSUE, MERGE, OTHER, REQUEUE, Event, ParseCounts, TraceError,
                     device_capacity_sectors, events, op_of, open_text, parse_blkparse, parse_tracefs,
                     tracefs_line)
+from .tracefs_raw import is_raw
 from .stats import (BINS, HOT_BINS, LOCALITY_BAND_SHARE, SAMPLE_POINTS, SECTOR_BYTES, Characterizer,
                     hist_percentile, hist_stats, locality)
 
@@ -55,6 +56,11 @@ __all__ = [
     "BINS", "CSV_COLUMNS", "COMPLETE", "Characterizer", "Event", "FORMATS", "FastCharacterizer", "HOT_BINS", "ISSUE",
     "LOCALITY_BAND_SHARE", "MERGE", "OTHER", "ParseCounts", "REQUEUE", "SAMPLE_POINTS", "SECTOR_BYTES", "SEED_COLUMNS",
     "TraceError", "batches", "characterize", "describe", "device_capacity_sectors", "events", "hist_percentile",
-    "hist_stats", "locality", "main_characterize", "op_of", "open_text", "parse_blkparse", "parse_tracefs",
+    "hist_stats", "is_raw", "locality", "sniff_format", "main_characterize", "op_of", "open_text", "parse_blkparse", "parse_tracefs",
     "tracefs_line", "write_outputs",
 ]
+
+
+def sniff_format(path) -> str:
+    """'tracefs-raw' for this package's binary traces, else 'tracefs' (kernel text)."""
+    return "tracefs-raw" if is_raw(path) else "tracefs"

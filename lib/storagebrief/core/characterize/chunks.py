@@ -262,6 +262,11 @@ def batches(path: str | Path, fmt: str, counts: ParseCounts, devices: _Devices) 
     """The trace's events in order, as column batches (the fast path of events())."""
     if fmt not in FORMATS:
         raise TraceError(f"unknown trace format '{fmt}'; allowed: {', '.join(FORMATS)}")
+    if fmt == "tracefs-raw":
+        from . import tracefs_raw
+        for cols in tracefs_raw.columns(path, counts):
+            yield tracefs_raw.as_batch(cols, devices)
+        return
     chunks = _read_chunks(path)
     if fmt == "blkparse":
         yield from _blkparse_batches(chunks, counts, devices)

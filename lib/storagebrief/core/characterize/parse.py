@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, NamedTuple
 
-FORMATS = ("tracefs", "blkparse")
+FORMATS = ("tracefs", "tracefs-raw", "blkparse")   # kernel text, our binary pages, blkparse text
 
 # tracefs: "<comm>-<pid> [cpu] flags 1234.567890: block_rq_issue: 254,0 WS 65536 () 319433096 + 128 be,0,4 [dd]"
 _TRACEFS = re.compile(
@@ -158,6 +158,10 @@ def parse_blkparse(lines: Iterable[str], counts: ParseCounts) -> Iterator[Event]
 def events(path: str | Path, fmt: str, counts: ParseCounts) -> Iterator[Event]:
     if fmt not in FORMATS:
         raise TraceError(f"unknown trace format '{fmt}'; allowed: {', '.join(FORMATS)}")
+    if fmt == "tracefs-raw":
+        from .tracefs_raw import events as raw_events
+        yield from raw_events(path, counts)
+        return
     parse = parse_tracefs if fmt == "tracefs" else parse_blkparse
     with open_text(path) as fh:
         yield from parse(fh, counts)

@@ -1,0 +1,440 @@
+"""Decoding the binary traces the block-trace reader writes (format: core/blocktrace.py): the
+kernel's ring-buffer pages of each CPU, merged into one time-ordered stream of block events.
+
+A page (its layout comes from the file's copy of events/header_page) is a u64 timestamp, a commit
+word (bytes of event data; bit 31: events were lost before this page, bit 30: their count is
+stored after the data) and the events. Each event starts with a 32-bit word: type_len (5 bits)
+and time_delta (27 bits).
+  type_len 1..28  a record of type_len * 4 bytes follows
+  type_len 0      the next word is the record's length in bytes (itself included), record after it
+  29              padding (a discarded record, length in the next word; time_delta 0: page ends)
+  30              time extend: delta = next word << 27 | time_delta (8 bytes in all)
+  31              absolute time stamp, same layout (the top 5 bits come from the running time)
+A record's time is the page timestamp plus the deltas of every record and extend up to and
+including it (padding adds nothing, as in the kernel's own reader). Record fields (dev, sector,
+nr_sector, rwbs) are read at the offsets of the event's `format` text kept in the file.
+
+Pages are decoded with numpy: the length of a would-be event at every 4-byte word is computed at
+once, then one short Python loop follows the chain of lengths through each page; all fields are
+gathered in bulk. The CPUs' events are merged at the reader's sync marks (every event older than
+a mark is in the file before the next one), so memory holds about one drain interval of events.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import struct
+from pathlib import Path
+from typing import Iterator
+
+from ..blocktrace import PAGES, RAW_MAGIC, RECORD, SYNC
+from .chunks import _A_COMPLETE, _A_ISSUE, _A_REQUEUE, _ACT_CODE, _OP_CODE, _OP_NAMES, _Batch, _Devices
+from .parse import Event, ParseCounts, TraceError
+
+DECODE_BYTES = 4 << 20          # pages decoded together (numpy steps cost per call, not per event)
+SYNC_MARGIN_NS = 20_000_000     # clock skew between CPUs and events committed while the mark was taken
+_MISSED_STORED, _LENGTH_MASK = 1 << 30, (1 << 30) - 1   # bit 31 (events lost): the stats count them
+_ACTIONS = {"block_rq_issue": _A_ISSUE, "block_rq_complete": _A_COMPLETE, "block_rq_requeue": _A_REQUEUE}
+_FIELD = re.compile(r"field:([^;]*);\s*offset:(\d+);\s*size:(\d+);\s*signed:(\d+);")
+_ID = re.compile(r"^ID: (\d+)", re.M)
+
+
+def is_raw(path: str | Path) -> bool:
+    """Whether a file is one of our binary traces (gzip whose first line is the magic)."""
+    try:
+        with open(path, "rb") as fh:
+            if fh.read(2) != b"\x1f\x8b":
+                return False
+        with gzip.open(path, "rb") as fh:
+            return fh.read(len(RAW_MAGIC)) == RAW_MAGIC
+    except (OSError, EOFError):
+        return False
+
+
+def _fields(text: str) -> dict[str, tuple[int, int]]:
+    """name -> (offset, size) of a `format` / header_page text."""
+    out = {}
+    for decl, off, size, _ in _FIELD.findall(text):
+        name = decl.split()[-1].split("[")[0] if decl.split() else ""
+        out[name] = (int(off), int(size))
+    return out
+
+
+class _Layout:
+    """Where things are in a page and in each block event, from the file's header."""
+
+    def __init__(self, header: dict):
+        hp = _fields(header["header_page"])
+        try:
+            self.page = int(header["page_size"])
+            self.ts_off = hp["timestamp"][0]
+            self.commit_off, self.commit_size = hp["commit"]
+            self.data_off = hp["data"][0]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise TraceError(f"raw trace header lacks the page layout ({exc})") from None
+        if self.data_off % 4 or self.page % 4 or self.commit_size not in (4, 8):
+            raise TraceError(f"raw trace page layout not understood: data at {self.data_off}, "
+                             f"page {self.page} bytes, commit of {self.commit_size} bytes")
+        self.events = {}              # event id -> (action code, {field: (offset, size)})
+        for name, text in header.get("events", {}).items():
+            m = _ID.search(text)
+            f = _fields(text)
+            if m and name in _ACTIONS and all(k in f for k in ("dev", "sector", "nr_sector", "rwbs")):
+                self.events[int(m.group(1))] = (_ACTIONS[name], f)
+        if not self.events:
+            raise TraceError("raw trace header describes none of the block events "
+                             "(block_rq_issue / block_rq_complete / block_rq_requeue)")
+
+
+def _records(fh) -> Iterator[tuple[bytes, int, bytes]]:
+    while True:
+        head = fh.read(RECORD.size)
+        if len(head) < RECORD.size:
+            return                       # end (a cut-off record header: the reader was killed)
+        kind, cpu, n = RECORD.unpack(head)
+        data = fh.read(n)
+        if len(data) < n:
+            data = data[: len(data) // 8 * 8] if kind == PAGES else b""
+        yield kind, cpu, data
+
+
+def _gather(b, pos, size: int):
+    """Little-endian unsigned integers of `size` bytes at byte positions pos of b."""
+    import numpy as np
+    idx = pos[:, None] + np.arange(size)
+    return b[idx].copy().view(f"<u{size}")[:, 0].astype(np.int64 if size < 8 else np.uint64)
+
+
+def _walk(w32, start, end):
+    """Word indexes of every event, following all pages' chains of lengths at once (one numpy step
+    per event slot of the fullest page): (word index, page) of each, in page order."""
+    import numpy as np
+    last = len(w32) - 1
+    o, steps = start.copy(), []
+    live = o < end
+    while live.any():
+        steps.append(np.where(live, o, -1))
+        x = w32[np.minimum(o, last)].astype(np.int64)
+        a0 = w32[np.minimum(o + 1, last)].astype(np.int64)
+        tl = x & 31
+        size = np.where(tl == 0, 1 + a0 // 4, 1 + tl)
+        size = np.where(tl == 29, np.where((x >> 5) == 0, end - o, 1 + a0 // 4), size)   # delta 0: page ends
+        size = np.where(tl >= 30, 2, size)
+        o = np.where(live, o + np.maximum(size, 1), o)
+        live = o < end
+    if not steps:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    grid = np.stack(steps, axis=1)            # page x slot
+    pg, _ = np.nonzero(grid >= 0)
+    return grid[grid >= 0], pg
+
+
+def decode_pages(data: bytes, lay: _Layout, counts: ParseCounts, cpu: int = 0) -> dict | None:
+    """Columns (t ns, act, dev, op, sector, n, cpu) of the block events in whole pages of one CPU,
+    in page order (which is time order on one CPU)."""
+    import numpy as np
+    npages = len(data) // lay.page
+    if npages == 0:
+        return None
+    a = np.frombuffer(data, np.uint8, npages * lay.page).reshape(npages, lay.page)
+    ts0 = a[:, lay.ts_off:lay.ts_off + 8].copy().view("<u8")[:, 0]
+    commit = a[:, lay.commit_off:lay.commit_off + lay.commit_size].copy().view(f"<i{lay.commit_size}")[:, 0]
+    commit = commit.astype(np.int64)
+    length = commit & _LENGTH_MASK
+    room = lay.page - lay.data_off
+    bad = length > room
+    if bad.any():
+        counts.malformed += int(bad.sum())
+        if len(counts.malformed_examples) < 5:
+            counts.malformed_examples.append(f"raw page with {int(length[bad][0])} data bytes (room {room})")
+        length = np.where(bad, 0, length)
+    data_at = np.arange(npages, dtype=np.int64) * lay.page + lay.data_off      # byte where each page's data starts
+    for p in np.flatnonzero(((commit & _MISSED_STORED) != 0) & (length + 8 <= room)).tolist():
+        counts.lost_events += int(a[p, lay.data_off + length[p]:lay.data_off + length[p] + 8].copy().view("<u8")[0])
+    b = a.reshape(-1)
+    w32 = b.view("<u4")
+    o, pg = _walk(w32, data_at // 4, (data_at + length) // 4)
+    if not len(o):
+        return None
+    x = w32[o].astype(np.int64)
+    a0 = w32[np.minimum(o + 1, len(w32) - 1)].astype(np.int64)
+    t = x & 31
+    delta = x >> 5
+    delta = np.where(t == 30, (a0 << 27) + delta, np.where(t == 29, 0, delta))
+    ts = _times(ts0, pg, t, delta, x, a0)
+    data_ev = t <= 28
+    pos = 4 * o + np.where(t == 0, 8, 4)
+    end = 4 * o + 4 + np.where(t == 0, a0, 4 * t)
+    ok = data_ev & (end <= data_at[pg] + length[pg]) & (end > pos + 2)
+    if (data_ev & ~ok).any():
+        counts.malformed += int((data_ev & ~ok).sum())
+    pos, ts, reclen = pos[ok], ts[ok], (end - pos)[ok]
+    etype = _gather(b, pos, 2)
+    counts.lines += len(pos)
+    n = len(pos)
+    act = np.full(n, -1, dtype=np.int8)
+    dev, sector, nsec = (np.zeros(n, dtype=np.int64) for _ in range(3))
+    op = np.zeros(n, dtype=np.int8)
+    for eid, (code, f) in lay.events.items():     # fields in page order: ties in time keep it
+        m = etype == eid
+        need = max(off + size for off, size in (f["dev"], f["sector"], f["nr_sector"], f["rwbs"]))
+        bad = m & (reclen < need)
+        if bad.any():
+            counts.malformed += int(bad.sum())
+            m &= ~bad
+        if not m.any():
+            continue
+        p = pos[m]
+        act[m] = code
+        dev[m] = _gather(b, p + f["dev"][0], f["dev"][1])
+        sector[m] = _gather(b, p + f["sector"][0], f["sector"][1]).astype(np.int64)
+        nsec[m] = _gather(b, p + f["nr_sector"][0], f["nr_sector"][1])
+        op[m] = _op_codes(b[p + f["rwbs"][0]], b[p + f["rwbs"][0] + 1])
+    keep = act >= 0
+    counts.ignored += int((~keep).sum())
+    if not keep.any():
+        return None
+    return {"t": ts[keep], "act": act[keep], "dev": dev[keep], "op": op[keep], "sector": sector[keep],
+            "n": nsec[keep], "cpu": np.full(int(keep.sum()), cpu, dtype=np.int16)}
+
+
+def _times(ts0, pg, t, delta, x, a0):
+    """Each event's time: page timestamp + running sum of deltas within its page."""
+    import numpy as np
+    cs = np.cumsum(delta.astype(np.uint64))
+    first = np.r_[0, np.flatnonzero(np.diff(pg)) + 1]
+    counts = np.diff(np.r_[first, len(pg)])
+    before = np.zeros(len(first), dtype=np.uint64)
+    before[1:] = cs[first[1:] - 1]
+    out = cs - np.repeat(before, counts) + np.repeat(ts0[pg[first]].astype(np.uint64), counts)
+    if (t == 31).any():                    # absolute stamps (rare): replay those pages one by one
+        for p in np.unique(pg[t == 31]).tolist():
+            now = int(ts0[p])
+            for i in np.flatnonzero(pg == p).tolist():
+                if t[i] == 31:
+                    now = (now & ~((1 << 59) - 1)) | (int(a0[i]) << 27) | (int(x[i]) >> 5)
+                else:
+                    now += int(delta[i])
+                out[i] = now
+    return out.astype(np.int64)
+
+
+_OP_TABLE = None
+
+
+def _op_codes(c0, c1):
+    """R/W/F/D/N codes from the first two rwbs characters (a leading F before R/W/D/N/F is the
+    preflush flag, as op_of says)."""
+    import numpy as np
+    global _OP_TABLE
+    if _OP_TABLE is None:
+        _OP_TABLE = np.full(256, _OP_CODE["N"], dtype=np.int8)
+        for ch in "RWFD":
+            _OP_TABLE[ord(ch)] = _OP_CODE[ch]
+    pre = (c0 == ord("F")) & np.isin(c1, np.frombuffer(b"RWDNF", np.uint8))
+    return _OP_TABLE[np.where(pre, c1, c0)]
+
+
+def read_header(fh, path) -> dict:
+    magic = fh.read(len(RAW_MAGIC))
+    if magic != RAW_MAGIC:
+        raise TraceError(f"'{path}' is not a storagebrief raw trace (no '{RAW_MAGIC.decode().strip()}' line); "
+                         "for kernel text use --format tracefs")
+    line = fh.readline()
+    try:
+        return json.loads(line)
+    except ValueError:
+        raise TraceError(f"'{path}': the raw trace header is not JSON") from None
+
+
+def columns(path: str | Path, counts: ParseCounts) -> Iterator[dict]:
+    """Column batches (numpy: t ns, act, dev (kernel dev_t), op, sector, n, cpu) in time order."""
+    import numpy as np
+    path = Path(path)
+    if not path.is_file():
+        raise TraceError(f"trace file '{path}' does not exist" if not path.exists() else f"trace '{path}' is not a file")
+    if not is_raw(path):
+        raise TraceError(f"'{path}' is not a storagebrief raw trace (a gzip file starting with "
+                         f"'{RAW_MAGIC.decode().strip()}'); for the kernel's text use --format tracefs")
+    try:
+        fh = gzip.open(path, "rb")
+        header = read_header(fh, path)
+    except (OSError, EOFError) as exc:
+        raise TraceError(f"'{path}' is not a readable raw trace ({exc})") from None
+    lay = _Layout(header)
+    bufs: dict[int, list[bytes]] = {}       # cpu -> page bytes read since the last decode
+    pending: list[dict] = []                 # decoded, not yet safe to release (may precede other CPUs')
+    last_sync = None
+
+    def decode_all():
+        for cpu in sorted(bufs):
+            data = b"".join(bufs[cpu])
+            whole = len(data) // lay.page * lay.page
+            bufs[cpu] = [data[whole:]] if whole < len(data) else []
+            if whole:
+                cols = decode_pages(data[:whole] if whole < len(data) else data, lay, counts, cpu)
+                if cols is not None:
+                    pending.append(cols)
+
+    def release(limit):
+        if not pending:
+            return None
+        merged = {k: np.concatenate([c[k] for c in pending]) for k in pending[0]}
+        order = np.lexsort((merged["cpu"], merged["t"]))     # the kernel's merge: earliest, then lowest CPU
+        merged = {k: v[order] for k, v in merged.items()}
+        cut = len(merged["t"]) if limit is None else int(np.searchsorted(merged["t"], limit, side="left"))
+        pending.clear()
+        if cut < len(merged["t"]):
+            pending.append({k: v[cut:] for k, v in merged.items()})
+        return {k: v[:cut] for k, v in merged.items()} if cut else None
+
+    with fh:
+        try:
+            buffered = 0
+            for kind, cpu, data in _records(fh):
+                if kind == PAGES:
+                    bufs.setdefault(cpu, []).append(data)
+                    buffered += len(data)
+                elif kind == SYNC and len(data) == 8:
+                    # everything older than the previous mark is in: release it, a few MiB at a time
+                    if last_sync is not None and buffered >= DECODE_BYTES:
+                        decode_all()
+                        buffered = 0
+                        out = release(last_sync - SYNC_MARGIN_NS)
+                        if out is not None:
+                            yield out
+                    last_sync = struct.unpack("<Q", data)[0]
+                else:
+                    counts.malformed += 1
+        except (OSError, EOFError, gzip.BadGzipFile) as exc:   # a cut-off file: keep what was read
+            counts.malformed += 1
+            if len(counts.malformed_examples) < 5:
+                counts.malformed_examples.append(f"raw trace ends early: {exc}")
+        decode_all()
+        out = release(None)
+        if out is not None:
+            yield out
+
+
+def dev_tuple(dev_t: int) -> tuple[int, int]:
+    return dev_t >> 20, dev_t & ((1 << 20) - 1)
+
+
+def as_batch(cols: dict, devices: _Devices) -> _Batch:
+    """The fast path's batch (seconds, device ids) of decoded columns."""
+    import numpy as np
+    uniq, inv = np.unique(cols["dev"], return_inverse=True)
+    ids = np.array([devices.id(dev_tuple(int(d))) for d in uniq.tolist()], dtype=np.int64)
+    return _Batch(cols["t"] / 1e9, cols["act"], ids[inv], cols["op"], _sectors(cols["sector"]), cols["n"])
+
+
+def _sectors(sector):
+    """Sectors as the text shows them: a flush completion's (u64)-1 stays 2**64 - 1 (Python ints)."""
+    import numpy as np
+    if (sector < 0).any():
+        return np.array([v + (1 << 64) if v < 0 else v for v in sector.tolist()], dtype=object)
+    return sector
+
+
+def events(path: str | Path, counts: ParseCounts) -> Iterator[Event]:
+    """The reference path's events, one by one (the same decoding)."""
+    action = {code: a for a, code in _ACT_CODE.items()}
+    for cols in columns(path, counts):
+        for t, act, dev, op, sector, n in zip(*(cols[k].tolist() for k in ("t", "act", "dev", "op", "sector", "n"))):
+            yield Event(t / 1e9, action[act], dev_tuple(dev), _OP_NAMES[op], sector + (1 << 64) if sector < 0 else sector, n)
+
+
+# -- writing: synthetic traces for tests and benchmarks ----------------------------------------
+# The kernel 6.x layout of the three block events (as this package's format texts say it); the
+# reader never uses these, it copies the running kernel's own formats into each trace.
+
+_HEADER_PAGE = ("\tfield: u64 timestamp;\toffset:0;\tsize:8;\tsigned:0;\n"
+                "\tfield: local_t commit;\toffset:8;\tsize:8;\tsigned:1;\n"
+                "\tfield: int overwrite;\toffset:8;\tsize:1;\tsigned:1;\n"
+                "\tfield: char data;\toffset:16;\tsize:4080;\tsigned:0;\n")
+_SYNTHETIC = {   # name: (id, [(field, offset, size)], record bytes before the cmd string)
+    "block_rq_issue": (2104, [("dev", 8, 4), ("sector", 16, 8), ("nr_sector", 24, 4), ("bytes", 28, 4),
+                              ("ioprio", 32, 2), ("rwbs[10]", 34, 10), ("comm[16]", 44, 16), ("cmd", 60, 4)], 64),
+    "block_rq_complete": (2107, [("dev", 8, 4), ("sector", 16, 8), ("nr_sector", 24, 4), ("error", 28, 4),
+                                 ("ioprio", 32, 2), ("rwbs[10]", 34, 10), ("cmd", 44, 4)], 48),
+    "block_rq_requeue": (2108, [("dev", 8, 4), ("sector", 16, 8), ("nr_sector", 24, 4), ("ioprio", 28, 2),
+                                ("rwbs[10]", 30, 10), ("cmd", 40, 4)], 44),
+}
+_NAME_OF = {_A_ISSUE: "block_rq_issue", _A_COMPLETE: "block_rq_complete", _A_REQUEUE: "block_rq_requeue"}
+
+
+def _format_text(name: str) -> str:
+    eid, fields, _ = _SYNTHETIC[name]
+    lines = [f"name: {name}", f"ID: {eid}", "format:",
+             "\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;",
+             "\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;", ""]
+    lines += [f"\tfield:unsigned {f};\toffset:{o};\tsize:{s};\tsigned:0;" for f, o, s in fields]
+    return "\n".join(lines) + "\n"
+
+
+class RawWriter:
+    """Writes a raw trace of given events (one ring-buffer page stream per CPU), with a sync mark
+    every `sync_s` of trace time, as the reader does."""
+
+    def __init__(self, path: str | Path, page_size: int = 4096, sync_s: float = 0.2):
+        self.fh = gzip.open(path, "wb", compresslevel=1)
+        self.page, self.sync_ns = page_size, int(sync_s * 1e9)
+        header = {"page_size": page_size, "clock": "local", "kernel": "synthetic", "cpus": [],
+                  "header_page": _HEADER_PAGE, "events": {n: _format_text(n) for n in _SYNTHETIC}}
+        self.fh.write(RAW_MAGIC + json.dumps(header).encode() + b"\n")
+        self.cur: dict[int, list] = {}      # cpu -> [page ts, last ts, bytearray of events]
+        self.done: dict[int, list[bytes]] = {}
+        self.next_sync = None
+
+    def _close_page(self, cpu: int) -> None:
+        ts, _, data = self.cur.pop(cpu)
+        page = struct.pack("<Qq", ts, len(data)) + bytes(data)
+        self.done.setdefault(cpu, []).append(page.ljust(self.page, b"\0"))
+
+    def _flush(self, now_ns: int) -> None:
+        for cpu in sorted(self.cur):
+            self._close_page(cpu)
+        for cpu in sorted(self.done):
+            data = b"".join(self.done[cpu])
+            self.fh.write(RECORD.pack(PAGES, cpu, len(data)) + data)
+        self.done.clear()
+        self.fh.write(RECORD.pack(SYNC, 0, 8) + struct.pack("<Q", now_ns))
+
+    def add(self, t_ns: int, act: int, dev_t: int, rwbs: str, sector: int, n: int, cpu: int = 0) -> None:
+        if self.next_sync is None:
+            self.next_sync = t_ns + self.sync_ns
+            self.fh.write(RECORD.pack(SYNC, 0, 8) + struct.pack("<Q", t_ns))
+        elif t_ns >= self.next_sync:
+            self._flush(t_ns)
+            self.next_sync = t_ns + self.sync_ns
+        name = _NAME_OF[act]
+        eid, fields, size = _SYNTHETIC[name]
+        rec = bytearray(size + 1)                       # + the empty cmd string's NUL
+        struct.pack_into("<Hi", rec, 0, eid, 4242)
+        off = {f.split("[")[0]: o for f, o, _ in fields}
+        struct.pack_into("<I", rec, off["dev"], dev_t)
+        struct.pack_into("<Q", rec, off["sector"], sector & ((1 << 64) - 1))
+        struct.pack_into("<I", rec, off["nr_sector"], n)
+        rec[off["rwbs"]:off["rwbs"] + len(rwbs)] = rwbs.encode()
+        struct.pack_into("<I", rec, off["cmd"], (1 << 16) | size)
+        rec += b"\0" * (-len(rec) % 4)
+        cur = self.cur.get(cpu)
+        delta = 0 if cur is None else t_ns - cur[1]
+        extend = delta >= (1 << 27)
+        need = len(rec) + 4 + (8 if extend else 0)
+        if cur is not None and len(cur[2]) + need > self.page - 16:
+            self._close_page(cpu)
+            cur = None
+        if cur is None:
+            cur = self.cur[cpu] = [t_ns, t_ns, bytearray()]
+            delta, extend = 0, False
+        if extend:
+            cur[2] += struct.pack("<II", 30 | (delta & ((1 << 27) - 1)) << 5, delta >> 27)
+            delta = 0
+        cur[2] += struct.pack("<I", (len(rec) // 4) | delta << 5) + rec
+        cur[1] = t_ns
+
+    def close(self) -> None:
+        self._flush(self.next_sync or 0)
+        self.fh.close()
