@@ -65,19 +65,20 @@ class _Layout:
     """Where things are in a page and in each block event, from the file's header."""
 
     def __init__(self, header: dict):
-        hp = _fields(header["header_page"])
         try:
+            hp = _fields(header["header_page"])
             self.page = int(header["page_size"])
             self.ts_off = hp["timestamp"][0]
             self.commit_off, self.commit_size = hp["commit"]
             self.data_off = hp["data"][0]
         except (KeyError, TypeError, ValueError) as exc:
             raise TraceError(f"raw trace header lacks the page layout ({exc})") from None
-        if self.data_off % 4 or self.page % 4 or self.commit_size not in (4, 8):
+        if self.data_off % 4 or self.page % 4 or self.page <= self.data_off or self.commit_size not in (4, 8):
             raise TraceError(f"raw trace page layout not understood: data at {self.data_off}, "
                              f"page {self.page} bytes, commit of {self.commit_size} bytes")
         self.events = {}              # event id -> (action code, {field: (offset, size)})
-        for name, text in header.get("events", {}).items():
+        events = header.get("events")
+        for name, text in (events.items() if isinstance(events, dict) else ()):
             m = _ID.search(text)
             f = _fields(text)
             if m and name in _ACTIONS and all(k in f for k in ("dev", "sector", "nr_sector", "rwbs")):
@@ -243,9 +244,12 @@ def read_header(fh, path) -> dict:
                          "for kernel text use --format tracefs")
     line = fh.readline()
     try:
-        return json.loads(line)
+        header = json.loads(line)
     except ValueError:
-        raise TraceError(f"'{path}': the raw trace header is not JSON") from None
+        header = None
+    if not isinstance(header, dict):
+        raise TraceError(f"'{path}': the raw trace header is not a JSON object")
+    return header
 
 
 def columns(path: str | Path, counts: ParseCounts) -> Iterator[dict]:
