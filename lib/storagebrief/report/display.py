@@ -17,8 +17,10 @@ def show_md(text: str) -> None:
 
 
 def show_table(frame: pd.DataFrame, caption: str = "", floatfmt: str = "{:,.1f}") -> None:
-    body = frame.to_html(index=False, classes="brief-table", border=0, na_rep="–",
-                         float_format=lambda v: floatfmt.format(v))
+    # numbers in the columns after the first: keep each on one line (long text elsewhere may wrap anywhere)
+    numeric = len(frame.columns) > 1 and all(pd.api.types.is_numeric_dtype(frame[c]) for c in frame.columns[1:])
+    body = frame.to_html(index=False, classes="brief-table numeric" if numeric else "brief-table", border=0,
+                         na_rep="–", float_format=lambda v: floatfmt.format(v))
     cap = f'<p class="caption">{html.escape(caption)}</p>' if caption else ""
     show_html(f'<div class="table-wrap">{body}{cap}</div>')
 
