@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import random
-import resource
 import statistics
 import subprocess
 import sys

@@ -329,7 +329,7 @@ def test_fast_path_equals_the_reference_on_a_random_trace(tmp_path, monkeypatch,
 
 
 # --------------------------------------------------------------------------- binary traces (tracefs-raw)
-from storagebrief.core.blocktrace import PAGES, RAW_MAGIC, RECORD, SYNC   # noqa: E402
+from storagebrief.core.blocktrace import PAGES, RECORD                  # noqa: E402
 from storagebrief.core.characterize import tracefs_raw as raw            # noqa: E402
 
 _ACT = {"D": 0, "C": 1, "R": 2}
@@ -388,13 +388,11 @@ def _issue(sector: int) -> bytes:
     return bytes(rec)
 
 
-def _raw_file(path, pages: bytes, header: dict | None = None) -> None:
-    w = raw.RawWriter(path)          # only for its header
+def _raw_file(path, pages: bytes) -> None:
+    """A raw trace of hand-made pages of CPU 0 (the writer's header, no events of its own)."""
+    w = raw.RawWriter(path)
+    w.fh.write(RECORD.pack(PAGES, 0, len(pages)) + pages)
     w.fh.close()
-    with gzip.open(path, "rb") as fh:
-        head = fh.read().split(b"\n", 2)[:2]
-    with gzip.open(path, "wb") as fh:
-        fh.write(head[0] + b"\n" + head[1] + b"\n" + RECORD.pack(PAGES, 0, len(pages)) + pages)
 
 
 def test_raw_padding_adds_no_time_and_stored_lost_counts_are_read(tmp_path):
