@@ -10,16 +10,19 @@ SCALE ?= quick
 # Debian packages: fio (benchmarks), stress-ng (busy-system runs), poppler-utils
 # (pdftoppm, to look at the PDF), pango (WeasyPrint's PDF engine), DejaVu fonts,
 # Open MPI (emulated accelerators as MPI ranks: emulate.launcher = mpi), stressapptest (the transfer
-# sweep's busy system with busy.tool = stressapptest).
+# sweep's busy system with busy.tool = stressapptest), Chromium + its WebDriver (the test that opens the
+# notebooks in JupyterLab in a real browser, as a user does).
 APT_PACKAGES := fio stress-ng stressapptest poppler-utils libpango-1.0-0 libpangoft2-1.0-0 libharfbuzz-subset0 fonts-dejavu-core \
-	openmpi-bin libopenmpi-dev
+	openmpi-bin libopenmpi-dev chromium chromium-driver
 # The streaming study runs a real Apache Kafka cluster: Java from apt, the jars from Maven Central
 # (the pinned version is in KAFKA_POM), resolved by Maven into KAFKA_LIB (outside git);
 # `make kafka` installs default-jre-headless and maven with apt when java or mvn is missing.
 KAFKA_POM := lib/storagebrief/studies/stream_inference/kafka-pom.xml
 KAFKA_LIB := .kafka/lib
 
-.PHONY: study test env system-deps kafka doctor brief clean-data clean
+NOTEBOOKS := $(patsubst %.py,%.ipynb,$(wildcard notebooks/[0-9]*_*.py notebooks/brief.py))
+
+.PHONY: study test env system-deps kafka doctor brief notebooks clean-data clean
 
 study: env kafka
 	@if [ "$(SCALE)" = "paper" ]; then dvc exp run -S scale=paper; else dvc repro; fi
@@ -28,7 +31,12 @@ study: env kafka
 test: env kafka
 	pytest -q -ra tests
 
-env: system-deps $(VENV)/.installed
+env: system-deps $(VENV)/.installed notebooks
+
+# The notebooks are tracked as Jupytext percent scripts; the .ipynb a user opens in JupyterLab is made
+# here once (git ignores it; JupyterLab's jupytext extension keeps the pair in step from then on).
+notebooks: $(VENV)/.installed
+	@for nb in $(NOTEBOOKS); do test -e $$nb || $(BIN)/jupytext --quiet --to ipynb $${nb%.ipynb}.py; done
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -81,4 +89,4 @@ clean-data:
 	rm -rf data/targets
 
 clean: clean-data
-	rm -rf $(VENV) .kafka reports/*/ reports/brief.*
+	rm -rf $(VENV) .kafka reports/*/ reports/brief.* $(NOTEBOOKS)

@@ -30,7 +30,9 @@ def test_override_parses_yaml_values(params_file):
 @pytest.mark.parametrize("override, words", [
     ("preprocess.processes=[0]", ["preprocess.processes", "[0]", "1..1024"]),
     ("preprocess.image_count=-5", ["preprocess.image_count", "-5", "greater than or equal to 1"]),
-    ("preprocess.colour=1", ["preprocess.colour", "Extra inputs are not permitted"]),
+    ("preprocess.colour=1", ["preprocess.colour", "unknown key", "allowed: bit_depth, channels"]),
+    ("preprocess.proceses=[1,2]", ["preprocess.proceses", "did you mean 'processes'?", "allowed:"]),
+    ("preprocess.processes=1,2", ["preprocess.processes", '"1,2"', "write a list, e.g. [1, 2]"]),
     ("bogus=1", ["bogus", "allowed"]),
     ("preprocess.output_mode=zip", ["preprocess.output_mode", "zip", "sharded", "single"]),
     ("preprocess.image_counts=[100]", ["image_counts", "exceed image_count"]),

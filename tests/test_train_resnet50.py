@@ -75,7 +75,7 @@ def shared(tmp_path_factory):
     ("train_resnet50.parallel_memory=1MiB", "below 16 MiB"),
     ("train_resnet50.parallel_models=[0]", "1..256"),
     ("train_resnet50.input_size=16", "input_size"),
-    ("train_resnet50.unknown=1", "Extra inputs"),
+    ("train_resnet50.unknown=1", "unknown key; allowed:"),
     ("train_resnet50.dataset_images=8", "smaller than batch_size"),
 ])
 def test_bad_params_name_the_key(tmp_path, override, needle):

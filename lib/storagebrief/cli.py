@@ -17,6 +17,15 @@ from .core.lock import TargetBusy
 from .core.progress import MODES
 
 
+PARAMS_HELP = ("params file (default: params.yaml of the project around the current directory; relative paths "
+               "in it resolve against its folder)")
+
+
+def error_line(exc: BaseException) -> str:
+    """The one line (or short block) a user sees for an expected error, in the CLI and in notebooks."""
+    return f"storagebrief: error: {exc}"
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="storagebrief", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -27,14 +36,17 @@ def _parser() -> argparse.ArgumentParser:
                          "runs that were killed")
     for command, study in studies.by_command().items():
         sp = sub.add_parser(command, help=f"run the {study.name} study: {study.title}")
-        sp.add_argument("--params", default="params.yaml")
+        sp.add_argument("--params", default=None, help=PARAMS_HELP)
         sp.add_argument("-S", "--set", dest="overrides", action="append", default=[],
                         metavar="KEY=VALUE", help=f"override a parameter, e.g. -S {study.name}.repeats=3")
-        sp.add_argument("--out", default=study.reports_dir, help=f"output directory (default {study.reports_dir})")
+        sp.add_argument("--out", default=None,
+                        help=f"output directory (default: a new reports/runs/<time>/{study.name}/; `dvc repro` "
+                             f"writes {study.reports_dir}). Earlier results there are replaced only when the "
+                             "study completes")
         sp.add_argument("--progress", choices=MODES, default="auto",
                         help="progress on stderr: a bar on a terminal, one line per run otherwise (auto)")
     bp = sub.add_parser("brief", help="render reports/brief.html and reports/brief.pdf")
-    bp.add_argument("--params", default="params.yaml")
+    bp.add_argument("--params", default=None, help=PARAMS_HELP)
     bp.add_argument("--reports", default="reports")
     bp.add_argument("--no-pdf", action="store_true")
     cp = sub.add_parser("characterize", help="block-level I/O summary statistics of a trace (tracefs text or raw pages, blkparse text)")
@@ -46,7 +58,7 @@ def _parser() -> argparse.ArgumentParser:
                          "device, else the highest sector in the trace)")
     cp.add_argument("--out", required=True, help="folder for characterization.json and characterization.csv")
     vp = sub.add_parser("validate", help="check params.yaml (and overrides) without running anything")
-    vp.add_argument("--params", default="params.yaml")
+    vp.add_argument("--params", default=None, help=PARAMS_HELP)
     vp.add_argument("-S", "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     return ap
 
@@ -85,21 +97,24 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "validate":
             params = config.load(args.params, args.overrides)
-            print(f"ok: {args.params} is valid (sections: {', '.join(params.sections) or 'none'})")
+            shown = args.params or config.default_params_file()
+            print(f"ok: {shown} is valid (sections: {', '.join(params.sections) or 'none'})")
             return 0
         if args.command == "brief":
             from . import report
-            out = report.render(args.reports, args.params, pdf=not args.no_pdf)
+            out = report.render(args.reports, args.params or config.default_params_file(), pdf=not args.no_pdf)
             print(f"wrote {out['html']}" + (f" and {out['pdf']}" if out["pdf"] else ""))
             return 0 if (out["pdf"] or args.no_pdf) else 1
         study = studies.get(args.command)
         params = config.load(args.params, args.overrides)
         params.section(study.name)
-        frame = study.run(params, Path(args.out), progress=args.progress)
-        print(f"wrote {len(frame)} runs to {Path(args.out) / 'runs.csv'}")
+        frame = study.run(params, Path(args.out) if args.out else None, progress=args.progress,
+                          log=lambda text: print(text, flush=True))
+        status = frame.attrs.get("out_dir") or args.out
+        print(f"wrote {len(frame)} runs to {Path(status) / 'runs.csv'}")
         return 0
     except (config.ParamsError, ValueError, FileNotFoundError, TargetBusy) as exc:   # TraceError is a ValueError
-        print(f"storagebrief: error: {exc}", file=sys.stderr)
+        print(error_line(exc), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return _stopped(args, "interrupted (Ctrl-C)", 130)
@@ -112,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
 def _stopped(args, why: str, code: int) -> int:
     """One line instead of a traceback: what happened and what was kept."""
     out = getattr(args, "out", None)
-    kept = f"; runs finished so far are in {Path(out) / 'runs.csv'}" if out else ""
+    kept = (f"; runs finished so far are in {Path(out) / 'runs.csv'} or its '.incomplete-' sibling (status.json: "
+            "complete false)" if out else "; runs finished so far are in reports/runs/ (status.json: complete false)")
     print(f"storagebrief: {why}: cgroups and child processes removed, no partial row written{kept}",
           file=sys.stderr)
     return code

@@ -9,13 +9,14 @@ one switch away without a second copy of every knob.
 from __future__ import annotations
 
 import copy
+import difflib
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from ..studies import REGISTRY
 from .targets import DEVICE_PROFILES, DeviceProfile, check_target_usable
@@ -28,6 +29,39 @@ PAPER_OVERLAY = "params/paper.yaml"
 
 class ParamsError(ValueError):
     """A parameter is wrong; the message names key, value and what is allowed."""
+
+
+PROJECT_MARKERS = ("params.yaml", "dvc.yaml")
+
+
+def project_root(start: str | Path | None = None) -> Path:
+    """The storagebrief project holding `start` (default: the current directory): the nearest
+    folder, walking up, with both params.yaml and dvc.yaml. JupyterLab starts a notebook's kernel
+    in notebooks/, papermill and DVC at the root: both find the same project this way."""
+    here = Path(start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if all((folder / m).is_file() for m in PROJECT_MARKERS):
+            return folder
+    raise ParamsError(f"no storagebrief project above {here}: no folder holding both params.yaml and "
+                      "dvc.yaml; start from the repository (or a folder inside it) or pass the params file")
+
+
+def default_params_file(start: str | Path | None = None) -> Path:
+    """params.yaml of the project around `start` (the current directory)."""
+    return project_root(start) / "params.yaml"
+
+
+def _resolve_project_path(value: str | None, info: ValidationInfo) -> str | None:
+    # A relative path in params resolves against the params file's folder (DVC's own rule), so a
+    # notebook whose kernel runs in notebooks/ and `dvc repro` at the root mean the same folder.
+    root = (info.context or {}).get("root")
+    if value is None or root is None:
+        return value
+    path = Path(value).expanduser()
+    return str(path if path.is_absolute() else Path(root) / path)
+
+
+ProjectPath = Annotated[str, AfterValidator(_resolve_project_path)]
 
 
 def sorted_counts(values: list[int], what: str, low: int = 1, high: int | None = None) -> list[int]:
@@ -45,7 +79,7 @@ class Strict(BaseModel):
 
 class TargetParams(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    path: str
+    path: ProjectPath
     profile: str | None = None  # a key of the device-profile catalogue (emulated device)
     description: str = ""
 
@@ -71,6 +105,7 @@ class Params(Strict):
     run: RunParams = RunParams()
     sections: dict[str, Any] = Field(default_factory=dict)  # validated study models
     source_hash: str = ""
+    root: str = ""          # the params file's folder: relative paths and reports/ resolve against it
 
     def section(self, name: str):
         if name not in self.sections:
@@ -134,18 +169,57 @@ def deep_merge(base: dict, extra: dict) -> dict:
     return out
 
 
-def _format_error(section: str, exc: ValidationError) -> str:
+def _model_at(model, loc: tuple) -> type[BaseModel] | None:
+    """The pydantic model that holds the last key of `loc` (nested models, lists, dicts of models)."""
+    import typing
+
+    def models_in(annotation):
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            return [annotation]
+        return [m for arg in typing.get_args(annotation) for m in models_in(arg)]
+
+    for key in loc[:-1]:
+        if model is None:
+            return None
+        if isinstance(key, int) or key not in model.model_fields:
+            continue          # a list index or a dict key: stay on the element's model
+        found = models_in(model.model_fields[key].annotation)
+        model = found[0] if found else None
+    return model
+
+
+def explain_error(model, err: dict) -> str:
+    """pydantic's message, made to say what is allowed."""
+    msg = err["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
+    kind, value, loc = err.get("type"), err.get("input"), tuple(err["loc"])
+    if kind == "extra_forbidden":
+        holder = _model_at(model, loc)
+        allowed = sorted(holder.model_fields) if holder is not None else []
+        near = difflib.get_close_matches(str(loc[-1]), allowed, n=1, cutoff=0.6)
+        msg = "unknown key" + (f" (did you mean '{near[0]}'?)" if near else "") + \
+              (f"; allowed: {', '.join(allowed)}" if allowed else "")
+    elif kind == "list_type" and isinstance(value, str):
+        msg += " (write a list, e.g. [1, 2], not a string)"
+    return msg
+
+
+def _format_error(section: str, exc: ValidationError, model=None) -> str:
     lines = []
     for err in exc.errors():
         loc = ".".join(str(p) for p in (section, *err["loc"]) if p != "")
         value = err.get("input")
         shown = json.dumps(value, default=str) if not isinstance(value, dict) else "{...}"
-        lines.append(f"  {loc} = {shown}: {err['msg']}")
-    return "invalid parameters:\n" + "\n".join(lines)
+        if err.get("type") == "extra_forbidden":
+            lines.append(f"{loc}: {explain_error(model, err)}")
+        else:
+            lines.append(f"{loc} = {shown}: {explain_error(model, err)}")
+    if len(lines) == 1:
+        return "invalid parameter " + lines[0]
+    return "invalid parameters:\n" + "\n".join(f"  {line}" for line in lines)
 
 
-def validate(data: dict, root: Path | None = None) -> Params:
-    """Validate a params mapping (after overrides and overlays)."""
+def validate(data: dict, root: Path | None = None, changes: dict | None = None) -> Params:
+    """Validate a params mapping (after overrides and overlays; `changes` go over the overlay)."""
     if not isinstance(data, dict):
         raise ParamsError("params must be a mapping of sections")
     data = copy.deepcopy(data)
@@ -154,12 +228,17 @@ def validate(data: dict, root: Path | None = None) -> Params:
         if not overlay.exists():
             raise ParamsError(f"scale=paper needs {overlay}; it is missing")
         data = deep_merge(data, yaml.safe_load(overlay.read_text()) or {})
+    if changes:
+        data = deep_merge(data, changes)
     known = {"scale", "targets", "profiles", "run", *STUDY_SECTIONS}
     unknown = sorted(set(data) - known)
     if unknown:
+        near = difflib.get_close_matches(str(unknown[0]), sorted(known), n=1, cutoff=0.6)
         raise ParamsError(
-            f"unknown top-level key(s) {unknown}; allowed: {sorted(known)}"
+            f"unknown top-level key(s) {unknown}" + (f" (did you mean '{near[0]}'?)" if near else "")
+            + f"; allowed: {', '.join(sorted(known))}"
         )
+    context = {"root": Path(root).resolve()} if root is not None else None
     sections = {}
     for name in STUDY_SECTIONS:
         if name in data and data[name] is not None:
@@ -168,15 +247,16 @@ def validate(data: dict, root: Path | None = None) -> Params:
             except (ImportError, AttributeError) as exc:
                 raise ParamsError(f"section '{name}' is not available in this version: {exc}") from exc
             try:
-                sections[name] = model.model_validate(data[name])
+                sections[name] = model.model_validate(data[name], context=context)
             except ValidationError as exc:
-                raise ParamsError(_format_error(name, exc)) from None
+                raise ParamsError(_format_error(name, exc, model)) from None
     base = {k: data[k] for k in ("scale", "targets", "profiles", "run") if k in data}
     digest = hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:12]
     try:
-        params = Params.model_validate({**base, "sections": sections, "source_hash": digest})
+        params = Params.model_validate({**base, "sections": sections, "source_hash": digest,
+                                        "root": str(context["root"]) if context else ""}, context=context)
     except ValidationError as exc:
-        raise ParamsError(_format_error("", exc)) from None
+        raise ParamsError(_format_error("", exc, Params)) from None
     names = [t.name for t in params.targets]
     if len(set(names)) != len(names):
         raise ParamsError(f"targets: names must be unique, got {names}")
@@ -190,24 +270,44 @@ def validate(data: dict, root: Path | None = None) -> Params:
     return params
 
 
-def load(path: str | Path = "params.yaml", overrides: list[str] | None = None) -> Params:
-    """Load params.yaml, apply `-S key=value` overrides, validate everything."""
+def read_yaml(path: str | Path) -> dict:
+    """params.yaml as plain data, before overrides and validation."""
     path = Path(path)
+    if path.is_dir():
+        raise ParamsError(f"params file '{path}' is a directory; give the params.yaml inside it")
     if not path.exists():
-        raise ParamsError(f"params file '{path}' does not exist")
+        raise ParamsError(f"params file '{path}' does not exist (resolved: {path.resolve()})")
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
         raise ParamsError(f"{path} is not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ParamsError(f"{path} must be a mapping of sections (scale, targets, run, <study>...)")
+    return data
+
+
+def load(path: str | Path | None = None, overrides: list[str] | str | None = None,
+         changes: dict | None = None) -> Params:
+    """Load params.yaml, apply `-S key=value` overrides, validate everything.
+
+    path None: the project's params.yaml, found by walking up from the current directory.
+    changes: sections merged over the file after the paper overlay (a notebook's knobs).
+    Relative paths in params resolve against the params file's folder."""
+    path = Path(path) if path is not None else default_params_file()
+    data = read_yaml(path)
+    if isinstance(overrides, str):      # one override given as a string, not a list of them
+        overrides = [overrides]
     for text in overrides or []:
+        if not isinstance(text, str):
+            raise ParamsError(f"override {text!r} is not a 'key=value' string")
         keys, value = parse_override(text)
         apply_override(data, keys, value)
-    return validate(data, root=path.resolve().parent)
+    return validate(data, root=path.resolve().parent, changes=changes)
 
 
 def raw_params(params: Params) -> dict:
     """The validated params as plain data (for the brief's test-procedure appendix)."""
-    out = params.model_dump(exclude={"sections", "source_hash"})
+    out = params.model_dump(exclude={"sections", "source_hash", "root"})
     for name, model in params.sections.items():
         out[name] = model.model_dump()
     return out

@@ -3,6 +3,10 @@
 On a terminal a tqdm bar; in JupyterLab tqdm's notebook widget (when ipywidgets is
 installed); anywhere else (papermill under `dvc repro`, CI logs, pipes) one plain
 line per run, so logs stay readable. mode: auto | bar | lines | off.
+
+The bar exists from the first second of a study (total unknown while libraries load and
+datasets are generated: `message` says what is happening), and `start(n)` sets the run count
+once the plan is known.
 """
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ def _clock(seconds: float) -> str:
 
 
 class Progress:
-    def __init__(self, total: int, title: str, mode: str = "auto", stream=None):
+    def __init__(self, total: int | None, title: str, mode: str = "auto", stream=None):
         if mode not in MODES:
             raise ValueError(f"progress mode '{mode}' is not one of {MODES}")
         self.total, self.title, self.stream = total, title, stream or sys.stderr
@@ -59,6 +63,29 @@ class Progress:
             return tqdm(total=self.total, desc=self.title, unit="run", file=self.stream, dynamic_ncols=True)
         except ImportError:
             return None
+
+    def start(self, total: int) -> None:
+        """The plan is known: count runs from here (time so far stays in `elapsed`)."""
+        self.total, self.done = total, 0
+        if self.bar is not None:
+            self.bar.reset(total=total)
+            self.bar.set_postfix_str("", refresh=True)
+
+    def message(self, text: str) -> None:
+        """What is happening between runs (start-up, datasets): the bar's text, or one line."""
+        if self.bar is not None:
+            self.bar.set_postfix_str(text, refresh=True)
+        elif self.mode == "lines":
+            print(f"[{self.title}] {text}", file=self.stream, flush=True)
+
+    def note(self, text: str) -> None:
+        """A line that stays (where the results went)."""
+        if self.mode == "off":
+            return
+        if self.bar is not None:
+            self.bar.write(text) if hasattr(self.bar, "write") else print(text)
+        else:
+            print(f"[{self.title}] {text}", file=self.stream, flush=True)
 
     def eta_s(self) -> float | None:
         if not self._timed:

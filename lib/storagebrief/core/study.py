@@ -19,7 +19,7 @@ from pathlib import Path
 
 # What the sweep engine writes for every study beside runs.csv (block-level characterization:
 # core.sweep), declared as outs of every stage and read by the brief's characterization section.
-ENGINE_OUTPUTS: tuple[str, ...] = ("characterization.csv", "traces")
+ENGINE_OUTPUTS: tuple[str, ...] = ("characterization.csv", "traces", "status.json")
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class Study:
     name: str                       # params section, reports/<name>/, DVC stage name
     command: str                    # CLI subcommand (`storagebrief <command>`)
     title: str                      # section title in the brief
-    notebook: str                   # notebooks/NN_<name>.ipynb, run by the DVC stage
+    notebook: str                   # notebooks/NN_<name>.py (Jupytext percent; the .ipynb is generated), run by the DVC stage
     outputs: tuple[str, ...]        # files/folders under reports/<name>/ the stage declares as outs
     brief_inputs: tuple[str, ...]   # the subset of outputs the brief stage reads
     upstream: tuple[str, ...] = ()  # other stages' outputs this stage reads (e.g. preprocess/outputs.json)
@@ -57,9 +57,12 @@ class Study:
         return self.room("params").Params
 
     def run(self, params, out_dir: str | Path | None = None, log=print, progress: str = "auto"):
-        """Run the whole study (every target, configuration and repeat); returns runs as a frame."""
+        """Run the whole study (every target, configuration and repeat); returns runs as a frame.
+
+        out_dir None: a fresh folder reports/runs/<time>/<name>/ of the params file's project, so
+        an interactive run never replaces the pipeline's reports/<name>/ (dvc repro passes that)."""
         from . import sweep
-        return sweep.run(self, params, out_dir or self.reports_dir, log=log, progress=progress)
+        return sweep.run(self, params, out_dir, log=log, progress=progress)
 
     def headlines(self, frame, target_names: list[str]) -> list[dict]:
         return self.room("metrics").headlines(frame, target_names)

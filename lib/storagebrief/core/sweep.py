@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import blocktrace, cache, cgroups, characterize, inventory, leftovers, monitor, results, targets as targets_mod
+from . import blocktrace, cache, cgroups, characterize, inventory, leftovers, monitor, outdir, results, targets as targets_mod
 from .lock import TargetLocks
 from .progress import Progress
 
@@ -66,6 +66,15 @@ class Sweep:
         self.table: results.RunTable | None = None
         self.tables: dict[str, list[dict]] = {}
         self.trace_off: str | None = None     # why block tracing is unavailable, once known
+        self.progress: Progress | None = None
+
+    def status(self, text: str) -> None:
+        """What the study is doing now (dataset generation, start-up): shown on the progress bar,
+        or as one line where there is no bar."""
+        if self.progress is not None:
+            self.progress.message(text)
+        else:
+            self.log(text)
 
     @property
     def target_names(self) -> list[str]:
@@ -295,71 +304,102 @@ def check_out_dir(out_dir: str | Path) -> Path:
     return path
 
 
-def run(study, params, out_dir: str | Path, log=print, progress: str = "auto"):
+def _default_out_dir(study, params) -> Path:
+    root = Path(params.root) if getattr(params, "root", "") else Path.cwd()
+    return outdir.new_run_folder(root / "reports", study.name)
+
+
+def run(study, params, out_dir: str | Path | None, log=print, progress: str = "auto"):
     """Run `study` on every target; runs.csv and friends go to out_dir. Returns the runs.
 
-    Before any work: the output folder and targets are checked, leftovers of killed runs
-    (storagebrief cgroups of dead processes) are removed and noted, and every target is
-    locked for the whole run (a second run on it waits or refuses: run.on_busy_target)."""
-    hooks = study.room("run")
-    out_dir = check_out_dir(out_dir)
-    cgroups.install_handlers()
-    sweep = Sweep(study, params, out_dir, log)
-    for line in leftovers.remove_leftovers():
-        log(line)
-        sweep.note(line)
-    close = getattr(hooks, "close", None)
-    with TargetLocks(sweep.targets, params.run.on_busy_target, log) as locks:
-        try:
-            hooks.prepare(sweep)                 # raises before any measured work on bad input
-            locks.keep_only(sweep.targets)
-            return _sweep(sweep, hooks, progress)
-        finally:
-            if close is not None:
-                close(sweep)
+    out_dir None: a fresh reports/runs/<time>/<study>/ beside the params file. Before any work:
+    the output folder is checked (ours or empty: core.outdir) and the targets; leftovers of killed
+    runs (storagebrief cgroups of dead processes) are removed and noted, and every target is
+    locked for the whole run (a second run on it waits or refuses: run.on_busy_target). Earlier
+    results in out_dir are replaced only when the study completes."""
+    bar = Progress(None, study.name, mode=progress)      # from the first second: imports, datasets
+    folder = None
+    try:
+        bar.message("starting: checking the output folder and targets")
+        final = check_out_dir(out_dir if out_dir is not None else _default_out_dir(study, params))
+        folder = outdir.OutputFolder(final, study.name).open()
+        where = f"results go to {final}" + (f" (written in {folder.work} until the study completes)"
+                                             if folder.work != final else "")
+        (bar.note if bar.mode == "bar" else log)(where)
+        hooks = study.room("run")
+        cgroups.install_handlers()
+        sweep = Sweep(study, params, folder.work, log if bar.mode != "bar" else bar.message)
+        sweep.progress = bar
+        for line in leftovers.remove_leftovers():
+            sweep.log(line)
+            sweep.note(line)
+        close = getattr(hooks, "close", None)
+        with TargetLocks(sweep.targets, params.run.on_busy_target, sweep.log) as locks:
+            try:
+                bar.message("preparing datasets and start-up")
+                hooks.prepare(sweep)                 # raises before any measured work on bad input
+                locks.keep_only(sweep.targets)
+                frame = _sweep(sweep, hooks, bar, folder)
+            finally:
+                if close is not None:
+                    close(sweep)
+        folder.complete()
+        frame.attrs["out_dir"] = str(final)
+        (bar.note if bar.mode == "bar" else log)(f"{len(frame)} runs complete: {final}")
+        return frame
+    except BaseException as exc:
+        if folder is not None:
+            folder.stopped(_why_stopped(exc))
+        raise
+    finally:
+        bar.close()
 
 
-def _sweep(sweep: Sweep, hooks, progress: str):
+def _why_stopped(exc: BaseException) -> str:
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted (Ctrl-C)"
+    if isinstance(exc, SystemExit):
+        return f"signal (exit {exc.code})"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _sweep(sweep: Sweep, hooks, bar: Progress, folder: outdir.OutputFolder):
     study, log = sweep.study, sweep.log
     sweep.out_dir.mkdir(parents=True, exist_ok=True)
     (sweep.out_dir / "timeseries").mkdir(exist_ok=True)
-    traces = sweep.out_dir / TRACES          # this run's traces only: older ones would not match runs.csv
-    if traces.exists():
-        for old in traces.glob("*.tracefs*.gz"):
-            old.unlink()
-    traces.mkdir(exist_ok=True)
+    (sweep.out_dir / TRACES).mkdir(exist_ok=True)   # a fresh folder: only this run's traces
     _write_characterization(sweep)           # header only until the first run: the stage's out exists
     results.write_json(sweep.out_dir / "inventory.json", inventory.collect(sweep.params, sweep.targets))
     sweep.table = results.RunTable(sweep.out_dir / "runs.csv")
     points = list(hooks.plan(sweep))
     by_name = {t.name: t for t in sweep.targets}
     todo = [(pt, by_name[n]) for pt in points for n in (pt.targets or sweep.target_names) if n in by_name]
-    bar = Progress(len(todo), study.name, mode=progress)
+    bar.start(len(todo))
+    folder.progress(0, len(todo))
     skip = getattr(hooks, "skip", None)
     configure = getattr(hooks, "configure", None)
-    try:
-        for pt, target in todo:
-            if skip is not None and skip(sweep, pt, target):
-                bar.skip()
-                continue
-            cfg = configure(sweep, pt.config, target) if configure is not None else pt.config
-            run_id = hooks.run_id(cfg, target, pt.repeat)
-            bar.begin(target.name, pt.label, pt.repeat)
+    for pt, target in todo:
+        if skip is not None and skip(sweep, pt, target):
+            bar.skip()
+            continue
+        cfg = configure(sweep, pt.config, target) if configure is not None else pt.config
+        run_id = hooks.run_id(cfg, target, pt.repeat)
+        bar.begin(target.name, pt.label, pt.repeat)
+        if bar.mode != "bar":
             log(f"[{run_id}] {pt.label}")
-            one = Run(sweep, target, pt.repeat, run_id)
-            try:
-                m = hooks.run_one(one, cfg)
-            except BaseException:
-                one.discard_trace()
-                cgroups.raise_pending_signal()   # a SIGTERM/SIGHUP explains whatever failed after it
-                raise
-            finally:
-                one.close()
-            cgroups.raise_pending_signal()
-            _record(sweep, one, m)
-            bar.end("ok" if m.ok else "failed")
-    finally:
-        bar.close()
+        one = Run(sweep, target, pt.repeat, run_id)
+        try:
+            m = hooks.run_one(one, cfg)
+        except BaseException:
+            one.discard_trace()
+            cgroups.raise_pending_signal()   # a SIGTERM/SIGHUP explains whatever failed after it
+            raise
+        finally:
+            one.close()
+        cgroups.raise_pending_signal()
+        _record(sweep, one, m)
+        bar.end("ok" if m.ok else "failed")
+        folder.progress(len(sweep.table.rows), len(todo))
     frame = sweep.frame()
     finish = getattr(hooks, "finish", None)
     try:

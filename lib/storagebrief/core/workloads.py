@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationError, field_validator
 
-from .config import Strict
+from .config import Strict, explain_error
 
 MLPERF_DATASET_FACTOR = 5    # dataset >= 5 x memory available to the run
 
@@ -107,6 +107,8 @@ def merged_spec(name: str, overrides: dict[str, dict]) -> WorkloadSpec:
     try:
         return WorkloadSpec.model_validate(base)
     except ValidationError as exc:
-        lines = [f"{'.'.join(str(p) for p in e['loc'])} = {e.get('input')!r}: {e['msg']}"
+        lines = [f"{'.'.join(str(p) for p in e['loc'])}: {explain_error(WorkloadSpec, e)}"
+                 if e.get("type") == "extra_forbidden" else
+                 f"{'.'.join(str(p) for p in e['loc'])} = {e.get('input')!r}: {explain_error(WorkloadSpec, e)}"
                  for e in exc.errors()]
         raise ValueError(f"workload '{name}': " + "; ".join(lines)) from None

@@ -1,6 +1,6 @@
 """The performance brief's sections: cover, snapshot, one section per study, appendices.
 
-The brief is a notebook (notebooks/brief.ipynb) executed by papermill; every cell
+The brief is a notebook (notebooks/brief.py, Jupytext) executed by papermill; every cell
 calls into this module, which reads the studies' output directories. Studies come
 from the registry (storagebrief.studies): each contributes its title, headlines()
 and its own section; this module adds what every brief shares.

@@ -1,4 +1,4 @@
-"""Render the brief: execute notebooks/brief.ipynb, export HTML without code, print it to PDF."""
+"""Render the brief: execute notebooks/brief.py (Jupytext), export HTML without code, print it to PDF."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,10 +16,14 @@ def render(reports_dir: str | Path = "reports", params_file: str | Path = "param
     import papermill
     from nbconvert import HTMLExporter
 
+    import jupytext
+
     reports_dir = Path(reports_dir)
-    notebook = Path(notebook or Path("notebooks") / "brief.ipynb")
+    # the brief notebook of the project whose params these are (any working directory)
+    notebook = Path(notebook or Path(params_file).resolve().parent / "notebooks" / "brief.py")
     executed = reports_dir / "brief.ipynb"
-    papermill.execute_notebook(str(notebook), str(executed), progress_bar=False,
+    source = jupytext.read(notebook) if notebook.suffix == ".py" else str(notebook)
+    papermill.execute_notebook(source, str(executed), progress_bar=False,
                                parameters={"reports_dir": str(reports_dir), "params_file": str(params_file)})
     nb = nbformat.read(executed, as_version=4)
     exporter = HTMLExporter(template_name="basic", exclude_input=True, exclude_input_prompt=True,

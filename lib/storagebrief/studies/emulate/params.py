@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ...core.config import Strict, sorted_counts
+from ...core.config import ProjectPath, Strict, sorted_counts
 from ...core.workloads import MLPERF_DATASET_FACTOR, WORKLOADS, WorkloadSpec, merged_spec
 
 __all__ = ["MLPERF_DATASET_FACTOR", "WORKLOADS", "WorkloadSpec", "merged_spec", "EmulateParams", "Params"]
@@ -16,7 +16,7 @@ class MpiParams(Strict):
     """How `launcher: mpi` calls mpirun (Open MPI): one rank per accelerator."""
 
     mpirun: str = "mpirun"
-    hostfile: str | None = None          # Open MPI hostfile ("node1 slots=8" per line)
+    hostfile: ProjectPath | None = None          # Open MPI hostfile ("node1 slots=8" per line)
     hosts: list[str] = Field(default_factory=list)   # or --host entries, e.g. ["node1:8", "node2:8"]
     oversubscribe: bool = True           # more ranks than cores on a host (needed on small clients)
     extra_args: list[str] = Field(default_factory=list)   # e.g. ["--mca", "btl_tcp_if_include", "eth0"]

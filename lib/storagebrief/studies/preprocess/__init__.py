@@ -5,7 +5,7 @@ STUDY = Study(
     name="preprocess",
     command="preprocess",
     title="Preprocessing ingest: TIFF → resize → TFRecord",
-    notebook="notebooks/01_preprocess.ipynb",
+    notebook="notebooks/01_preprocess.py",
     outputs=("runs.csv", "timeseries", "inventory.json", "outputs.json", "notes.json", "skipped_files.csv",
              "notebook.ipynb"),
     brief_inputs=("runs.csv", "inventory.json", "notes.json", "outputs.json", "skipped_files.csv"),

@@ -6,14 +6,14 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ...core.config import Strict, sorted_counts
+from ...core.config import ProjectPath, Strict, sorted_counts
 
 INTERPOLATIONS = {"area": "INTER_AREA", "linear": "INTER_LINEAR", "cubic": "INTER_CUBIC",
                   "nearest": "INTER_NEAREST", "lanczos": "INTER_LANCZOS4"}
 
 
 class PreprocessParams(Strict):
-    source_dir: str | None = None          # your own TIFFs (class subfolders optional)
+    source_dir: ProjectPath | None = None          # your own TIFFs (class subfolders optional)
     image_count: int = Field(48, ge=1, le=10_000_000)   # images in the process sweep
     image_counts: list[int] = Field(default_factory=lambda: [8, 24], min_length=0)
     processes: list[int] = Field(default_factory=lambda: [1, 2, 4], min_length=1)

@@ -6,7 +6,7 @@ STUDY = Study(
     name="stream_inference",
     command="stream-inference",
     title="Streaming inference through Kafka",
-    notebook="notebooks/05_stream_inference.ipynb",
+    notebook="notebooks/05_stream_inference.py",
     outputs=("runs.csv", "streams.csv", "timeseries", "logs", "inventory.json", "study.json", "notes.json",
              "notebook.ipynb"),
     brief_inputs=("runs.csv", "streams.csv", "inventory.json", "study.json", "notes.json"),

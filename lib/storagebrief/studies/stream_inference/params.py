@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pydantic import Field, field_validator, model_validator
 
-from ...core.config import Strict, sorted_counts
+from ...core.config import ProjectPath, Strict, sorted_counts
 
 NAME = "stream_inference"
 GEOMETRIES = {"144p": (256, 144), "240p": (426, 240), "360p": (640, 360), "480p": (854, 480),
@@ -60,14 +60,14 @@ def parse_video(text) -> Video:
 class StreamParams(Strict):
     targets: list[str] = Field(default_factory=list)        # subset of target names; [] = every target
     bootstrap_servers: list[str] = Field(default_factory=list)   # an external cluster: no brokers started
-    kafka_lib: str | None = None          # folder of Kafka jars; null = <repo>/.kafka/lib (`make kafka`)
+    kafka_lib: ProjectPath | None = None          # folder of Kafka jars; null = <repo>/.kafka/lib (`make kafka`)
     brokers: int = Field(3, ge=1, le=9)   # combined broker+controller nodes started per target
     broker_heap_mib: int = Field(320, ge=128, le=65536)
     base_port: int | None = Field(None, ge=1024, le=65000)   # null = free loopback ports
     startup_timeout_s: float = Field(120, gt=0, le=3600)
     flush_messages: int | None = Field(1, ge=1)   # Kafka log.flush.interval.messages; null = OS writeback
     videos: list[str] = Field(default_factory=lambda: ["240p@24"], min_length=1)
-    video_dir: str | None = None          # your own videos (one per stream, in turn); null = generate
+    video_dir: ProjectPath | None = None          # your own videos (one per stream, in turn); null = generate
     duration_s: float = Field(6, gt=0, le=86400)       # seconds of video each stream plays
     streams: list[int] = Field(default_factory=lambda: [2, 4], min_length=1)
     topics: list[int] = Field(default_factory=lambda: [1, 3], min_length=1)

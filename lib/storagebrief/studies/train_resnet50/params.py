@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ...core.config import Strict, sorted_counts
+from ...core.config import ProjectPath, Strict, sorted_counts
 
 NAME = "train_resnet50"    # params section, reports/<NAME>/, run_id prefix, target.study_dir(NAME)
 MIB = 1 << 20
@@ -61,7 +61,7 @@ class TrainParams(Strict):
     targets: list[str] = Field(default_factory=list)   # subset of target names; [] = every target
     dataset: Literal["auto", "preprocess", "generated"] = "auto"
     dataset_images: int = Field(160, ge=1, le=50_000_000)  # generated set size (auto: if > preprocess)
-    preprocess_outputs: str = "reports/preprocess/outputs.json"
+    preprocess_outputs: ProjectPath = Field("reports/preprocess/outputs.json", validate_default=True)
     record_kib: int = Field(1024, ge=8, le=16_384)     # generated record size (paper: 110, ImageNet JPEG)
     shards: int = Field(4, ge=1, le=4096)               # generated TFRecord files
     num_classes: int = Field(4, ge=2, le=100_000)

@@ -6,7 +6,7 @@ STUDY = Study(
     name="transfer_sweep",
     command="transfer-sweep",
     title="Transfer size × queue depth, idle vs busy (fio)",
-    notebook="notebooks/04_transfer_sweep.ipynb",
+    notebook="notebooks/04_transfer_sweep.py",
     outputs=("runs.csv", "points.csv", "forecast.csv", "fio", "timeseries", "inventory.json", "study.json",
              "notes.json", "notebook.ipynb"),
     brief_inputs=("runs.csv", "points.csv", "forecast.csv", "study.json", "notes.json", "inventory.json"),

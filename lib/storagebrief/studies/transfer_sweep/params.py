@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ...core.config import Strict, sorted_counts
+from ...core.config import ProjectPath, Strict, sorted_counts
 from ...core.workloads import WORKLOADS, merged_spec
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmg]?)(i?b)?\s*$", re.IGNORECASE)
@@ -46,7 +46,7 @@ class ForecastParams(Strict):
     accelerator_type: str = "v100"
     workload_overrides: dict[str, dict[str, Any]] = Field(default_factory=dict)
     request_kib: int = Field(1024, ge=1, le=1 << 20)   # the loader's read call size (emulate: read_block_kib)
-    emulate_dir: str = "reports/emulate"               # use its workload spec and answer when it ran
+    emulate_dir: ProjectPath = Field("reports/emulate", validate_default=True)              # use its workload spec and answer when it ran
 
     @model_validator(mode="after")
     def _check(self):

@@ -1,0 +1,67 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 02 — Emulated-accelerator training (DLIO / MLPerf Storage style)
+#
+# Reproduces *Accelerating Machine Learning Performance / Decreasing Training Times with KIOXIA CM7 Series SSDs* (2024), which ran the DLIO benchmark's unet3d workload with 8 to 18 emulated V100 accelerators, and applies MLPerf Storage's rule: a storage target *supports* the largest number of accelerators whose accelerator utilization (AU) stays at or above 90 % (70 % for cosmoflow).
+#
+# Each emulated accelerator is a process with its own loader (read threads, prefetch) that reads the real bytes of a shuffled share of the dataset from the target, then sleeps for the accelerator's compute time per batch; the accelerators meet at a barrier every step, like an all-reduce. The sweep adds accelerators until the target can no longer keep them busy.
+#
+# **Run All** runs it with `params.yaml`'s knobs (the quick profile is scaled down and says so below); change any of them in the parameters cell below. Results go to a new folder `reports/runs/<time>/emulate/` (the pipeline's `reports/emulate/` belongs to `dvc repro`). The same study runs without Jupyter: `storagebrief emulate -S emulate.accelerators=[1,2] --out DIR`.
+
+# %% tags=["parameters"]
+# This study's knobs: params.yaml's `emulate:` section. A value changed here applies to this notebook's
+# runs (merged over params.yaml, validated before any work); change params.yaml for `dvc repro` too.
+emulate = dict(
+    workloads=['unet3d'],  # catalogue: unet3d, resnet50, cosmoflow, retinanet (+ any defined below)
+    accelerator_type='v100',  # key of each workload's compute_s (unet3d: v100 a100 h100 b200; resnet50: v100 a100
+    workload_overrides={'unet3d': {'record_bytes': 500000, 'record_bytes_stdev': 233000, 'compute_s': {'v100': 0.04}}},  # partial specs merged over the reference values, or whole new workloads
+    accelerators=[1, 2, 3, 4],  # sweep per target
+    stop_below_threshold=False,  # true: stop a target's sweep after the first N whose AU < threshold
+    repeats=3,
+    epochs=3,  # DLIO default is 5
+    num_files=336,  # files per workload (None with mlperf sizing: >= 5 x host memory)
+    dataset_sizing='memory_cap',  # memory_cap: run in a cgroup capping page cache (dataset >= 5 x cap);
+    memory_limit_mib=32,  # the cap (memory_cap only)
+    odirect=False,  # true: O_DIRECT reads (page cache bypassed)
+    readahead=None,  # None: off under the memory cap (avoids thrash), kernel default otherwise
+    read_threads=None,  # None: the workload's own (unet3d 4, resnet50 8)
+    prefetch=2,  # ready batches per read thread (PyTorch prefetch_factor)
+    read_block_kib=1024,  # bytes per read call (multiple of 4)
+    checkpoint_every_steps=0,  # 0 = no checkpoints
+    checkpoint_mib=0,
+    seed=0,
+    launcher='fork',  # fork: accelerators forked on this host; mpi: mpirun ranks (README: Many client hosts)
+    mpi={'mpirun': 'mpirun', 'hostfile': None, 'hosts': [], 'oversubscribe': True, 'extra_args': []},  # used by launcher: mpi only
+)
+targets = None     # None: params.yaml's targets; or a list like params.yaml's (name, path, profile)
+out_dir = None     # None: a new reports/runs/<time>/emulate/ (dvc repro passes reports/emulate)
+progress = "auto"  # a bar in JupyterLab; "lines": one line per run
+
+# %%
+from storagebrief import notebook, report
+
+runs = notebook.run_study("emulate", emulate, targets=targets, out_dir=out_dir, progress=progress)
+
+# %% [markdown]
+# ## Runs
+# One row per measured run (`runs.csv`); units are in the column headers (MB = 10⁶ bytes, MiB = 2²⁰ bytes). Per-accelerator rows are in `accelerators.csv`, per-read latency histograms in `latency_histograms.csv`, an MLPerf-Storage-like summary in `mlperf_results.json`.
+
+# %%
+notebook.show_runs(runs, ["target", "workload", "accelerators", "repeat", "total_time_s", "au_percent",
+                       "samples_per_s", "loader_read_mb_per_s", "device_read_mb_per_s_avg",
+                       "device_read_mb_per_s_max", "read_latency_us_mean", "read_latency_us_p99",
+                       "throttle_au_bound_percent", "dataset_sizing", "cache_method"])
+
+# %% [markdown]
+# ## Results
+# The same tables, figures and analysis that the brief shows.
+
+# %%
+report.study_section("emulate", runs.attrs["out_dir"])
