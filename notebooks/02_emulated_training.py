@@ -23,13 +23,13 @@ emulate = dict(
     accelerator_type='v100',  # key of each workload's compute_s (unet3d: v100 a100 h100 b200; resnet50: v100 a100
     workload_overrides={'unet3d': {'record_bytes': 500000, 'record_bytes_stdev': 233000, 'compute_s': {'v100': 0.04}}},  # partial specs merged over the reference values, or whole new workloads
     accelerators=[1, 2, 3, 4],  # sweep per target
-    stop_below_threshold=False,  # true: stop a target's sweep after the first N whose AU < threshold
+    stop_below_threshold=False,  # True: stop a target's sweep after the first N whose AU < threshold
     repeats=3,
     epochs=3,  # DLIO default is 5
     num_files=336,  # files per workload (None with mlperf sizing: >= 5 x host memory)
     dataset_sizing='memory_cap',  # memory_cap: run in a cgroup capping page cache (dataset >= 5 x cap);
     memory_limit_mib=32,  # the cap (memory_cap only)
-    odirect=False,  # true: O_DIRECT reads (page cache bypassed)
+    odirect=False,  # True: O_DIRECT reads (page cache bypassed)
     readahead=None,  # None: off under the memory cap (avoids thrash), kernel default otherwise
     read_threads=None,  # None: the workload's own (unet3d 4, resnet50 8)
     prefetch=2,  # ready batches per read thread (PyTorch prefetch_factor)

@@ -57,6 +57,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="device capacity in 512-byte sectors for locality (default: sysfs of the traced "
                          "device, else the highest sector in the trace)")
     cp.add_argument("--out", required=True, help="folder for characterization.json and characterization.csv")
+    np_ = sub.add_parser("notebooks", help="check (or --write) that each study notebook's parameters cell "
+                                          "shows params.yaml's section")
+    np_.add_argument("--write", action="store_true", help="rewrite the cells from params.yaml")
     vp = sub.add_parser("validate", help="check params.yaml (and overrides) without running anything")
     vp.add_argument("--params", default=None, help=PARAMS_HELP)
     vp.add_argument("-S", "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
@@ -95,6 +98,15 @@ def main(argv: list[str] | None = None) -> int:
                       + f"; {counts.lost_events:,} lost event(s) reported in the trace")
             print(f"wrote {res['paths']['json']} and {res['paths']['csv']}")
             return 0
+        if args.command == "notebooks":
+            from .notebook import sync_knobs
+            differing = sync_knobs(write=args.write)
+            if not differing:
+                print("ok: every notebook's parameters cell equals params.yaml")
+                return 0
+            verb = "rewrote" if args.write else "differ from params.yaml (storagebrief notebooks --write)"
+            print(f"{verb}: {', '.join(differing)}")
+            return 0 if args.write else 1
         if args.command == "validate":
             params = config.load(args.params, args.overrides)
             shown = args.params or config.default_params_file()

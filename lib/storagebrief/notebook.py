@@ -132,11 +132,20 @@ _UNITS = [("_mb_per_s", " (MB/s)"), ("_mib_per_s", " (MiB/s)"), ("_per_s", " /s"
           ("_bytes", " (B)")]
 
 
+_STATISTIC = re.compile(r"_(avg|max|min|mean|median|stdev|p\d+(?:_\d+)?)$")
+
+
 def column_title(column: str) -> str:
-    """`completion_time_s` -> 'completion time (s)': the unit from the column name's suffix."""
+    """`completion_time_s` -> 'completion time (s)', `device_read_mb_per_s_avg` -> 'device read (MB/s, avg)',
+    `read_latency_us_p99` -> 'read latency (µs, p99)': unit (and statistic) from the name's suffixes."""
+    stat = _STATISTIC.search(column)
+    base = column[: stat.start()] if stat else column
     for suffix, unit in _UNITS:
-        if column.endswith(suffix):
-            return column[: -len(suffix)].replace("_", " ") + unit
+        if base.endswith(suffix):
+            inner = unit.strip(" ()") + (f", {stat.group(1)}" if stat else "")
+            sep = " " if unit.startswith(" (") else ""
+            return base[: -len(suffix)].replace("_", " ") + (f" ({inner})" if sep else f"{unit}" +
+                                                             (f" ({stat.group(1)})" if stat else ""))
     return column.replace("_", " ")
 
 
@@ -235,4 +244,26 @@ def _literal(value) -> str:
 
 def _python_words(comment: str) -> str:
     # the same knobs in Python: YAML's null/true/false read as None/True/False
-    return re.sub(r"\bnull\b", "None", comment)
+    for yaml_word, python_word in (("null", "None"), ("true", "True"), ("false", "False")):
+        comment = re.sub(rf"\b{yaml_word}\b", python_word, comment)
+    return comment
+
+
+def sync_knobs(root: str | Path | None = None, write: bool = False) -> list[str]:
+    """Notebooks whose parameters cell differs from params.yaml's section (rewritten when `write`).
+
+    The cell is the `<study> = dict(...)` block of notebooks/NN_<study>.py, made by knobs_cell."""
+    root = Path(root) if root is not None else config.project_root()
+    differing = []
+    for study in studies.REGISTRY.values():
+        path = root / study.notebook
+        text = path.read_text()
+        block = re.search(rf"^{study.name} = dict\(\n.*?^\)$", text, flags=re.M | re.S)
+        if block is None:
+            raise config.ParamsError(f"{path}: no '{study.name} = dict(' parameters block")
+        wanted = knobs_cell(study.name, root / "params.yaml")
+        if block.group(0) != wanted:
+            differing.append(str(path.relative_to(root)))
+            if write:
+                path.write_text(text[:block.start()] + wanted + text[block.end():])
+    return differing

@@ -72,11 +72,10 @@ class Progress:
             self.bar.set_postfix_str("", refresh=True)
 
     def message(self, text: str) -> None:
-        """What is happening between runs (start-up, datasets): the bar's text, or one line."""
+        """What is happening between runs (start-up, datasets): the bar's text (nothing without a bar:
+        line-by-line logs say what they need through the study's log)."""
         if self.bar is not None:
             self.bar.set_postfix_str(text, refresh=True)
-        elif self.mode == "lines":
-            print(f"[{self.title}] {text}", file=self.stream, flush=True)
 
     def note(self, text: str) -> None:
         """A line that stays (where the results went)."""

@@ -71,7 +71,7 @@ class Sweep:
     def status(self, text: str) -> None:
         """What the study is doing now (dataset generation, start-up): shown on the progress bar,
         or as one line where there is no bar."""
-        if self.progress is not None:
+        if self.progress is not None and self.progress.mode == "bar":
             self.progress.message(text)
         else:
             self.log(text)

@@ -101,6 +101,7 @@ def prepare(sweep) -> None:
     datasets: dict[tuple[str, str], dict] = {}
     for t in sweep.targets:
         for name in p.workloads:
+            sweep.status(f"dataset of {name} on '{t.name}'")
             datasets[(t.name, name)] = generate_dataset(t.study_dir(STUDY) / name / "data", name, p.spec(name),
                                                         sizes[name], p.seed, sweep.log)
         sample = [Path(f) for f in datasets[(t.name, p.workloads[0])]["files"][:16]]

@@ -12,8 +12,9 @@ from ...formats.images import class_pattern
 from .params import PreprocessParams
 
 
-def generate_dataset(directory: Path, p: PreprocessParams, count: int, log=print) -> list[Path]:
-    """Write `count` synthetic uncompressed TIFFs in class subfolders; reuse a matching set."""
+def generate_dataset(directory: Path, p: PreprocessParams, count: int, log=print, status=None) -> list[Path]:
+    """Write `count` synthetic uncompressed TIFFs in class subfolders; reuse a matching set.
+    status(text), when given, hears each image as it is written (the progress bar)."""
     import cv2
 
     spec = {"count": count, "w": p.image_width, "h": p.image_height, "depth": p.bit_depth,
@@ -31,6 +32,8 @@ def generate_dataset(directory: Path, p: PreprocessParams, count: int, log=print
     names = []
     with results.staged_dir(directory) as tmp:
         for i in range(count):
+            if status is not None:
+                status(f"generating TIFFs {i + 1}/{count} in {directory}")
             label = i % p.num_classes
             img = class_pattern(label, p.num_classes, p.image_height, p.image_width, rng,
                                 p.channels, p.bit_depth)

@@ -34,13 +34,14 @@ def _dataset(sweep, t) -> tuple[Path, list[Path]]:
     needed = p.image_count * (p.image_bytes + 4096) + p.image_count * p.resize_width * p.resize_height * 4
     existing = sum(f.stat().st_size for f in root.rglob("*.tif")) if root.exists() else 0
     targets_mod.check_free_space(t, max(0, needed - existing), "the TIFF dataset")
-    files = generate_dataset(root, p, p.image_count, sweep.log)
+    files = generate_dataset(root, p, p.image_count, sweep.log, sweep.status)
     return root, files[: p.image_count]
 
 
 def prepare(sweep) -> None:
     """Datasets and prechecks on every target, before any measured work."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    sweep.status("loading TensorFlow")
     import tensorflow  # noqa: F401  (imported once here so forked workers share it)
 
     sweep.state.update(datasets={}, skipped=[], pending={}, best={})

@@ -99,10 +99,11 @@ def prepare(sweep) -> None:
         sweep.params.target(name)   # unknown name -> ParamsError naming the allowed ones
     sweep.targets = [t for t in sweep.targets if not p.targets or t.name in p.targets]
     sweep.out_dir.mkdir(parents=True, exist_ok=True)
-    for sub in ("timeseries", "logs", "jobs"):
-        shutil.rmtree(sweep.out_dir / sub, ignore_errors=True)
-        (sweep.out_dir / sub).mkdir()
+    for sub in ("timeseries", "logs", "jobs"):     # the engine's working folder is fresh: nothing to clear
+        (sweep.out_dir / sub).mkdir(exist_ok=True)
+    sweep.status("datasets on every target")
     datasets = {t.name: resolve_dataset(sweep.params, t, p, sweep.log) for t in sweep.targets}
+    sweep.status("loading TensorFlow and ResNet50 once (cached for the jobs)")
     warm_libraries(sweep.log)
     for t in sweep.targets:
         targets_mod.check_profile_speed(t, [Path(f) for f in datasets[t.name].files[:4]])

@@ -1,0 +1,238 @@
+"""The front door, walked in a real browser: JupyterLab started on loopback by the test, Debian's
+Chromium driven by Selenium, notebooks/01_preprocess.ipynb opened as a user opens it (the kernel
+starts in notebooks/), Run All, then the same with a typo'd key. Screenshots are kept as test
+artifacts in reports/test-artifacts/jupyterlab/ (override with STORAGEBRIEF_ARTIFACTS).
+
+The project is a copy of this repository's tracked files in a temp folder (git init + commit) whose
+params.yaml is a tiny profile and whose notebooks show it (`storagebrief notebooks --write`), so Run
+All takes seconds and `git status` / `dvc status` can be compared before and after."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO
+
+webdriver = pytest.importorskip("selenium.webdriver")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+DRIVER = shutil.which("chromedriver")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not (CHROMIUM and DRIVER),
+                                 reason="needs Debian's chromium and chromium-driver (make installs them as root)")]
+BIN = Path(sys.executable).parent
+TINY_PREPROCESS = {"image_count": 8, "image_counts": [4], "processes": [1, 2], "repeats": 1, "image_width": 640,
+                   "image_height": 480, "num_classes": 2, "resize_width": 32, "resize_height": 32}
+ARTIFACTS = Path(os.environ.get("STORAGEBRIEF_ARTIFACTS", REPO / "reports" / "test-artifacts" / "jupyterlab"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run(cmd, cwd, **kw) -> str:
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=True, env=env, **kw).stdout
+
+
+def _project(tmp: Path) -> Path:
+    """A git project holding this repository's tracked files, a tiny params.yaml and its notebooks."""
+    proj = tmp / "proj"
+    files = _run(["git", "ls-files", "-co", "--exclude-standard"], REPO).splitlines()
+    for rel in files:
+        src = REPO / rel
+        if src.is_file() and not rel.startswith(("reports/", "data/targets/")):
+            (proj / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, proj / rel)
+    data = yaml.safe_load((REPO / "params.yaml").read_text())
+    data["preprocess"].update(TINY_PREPROCESS)
+    data["run"]["trace"] = False      # the browser test checks the front door, not block tracing
+    text = (REPO / "params.yaml").read_text()
+    # keep params.yaml's comments (the notebook cell shows them): rewrite only the preprocess section
+    start = text.index("\npreprocess:")
+    end = text.index("\n\n", start + 1)
+    section = "\npreprocess:\n" + "".join(f"  {k}: {json.dumps(v)}\n" for k, v in data["preprocess"].items())
+    text = text[:start] + section.rstrip("\n") + text[end:]
+    text = text.replace("  trace: true ", "  trace: false")
+    (proj / "params.yaml").write_text(text)
+    (proj / "data" / "targets").mkdir(parents=True, exist_ok=True)
+    _run([str(BIN / "storagebrief"), "notebooks", "--write"], proj)
+    _run([str(BIN / "jupytext"), "--quiet", "--to", "ipynb", "notebooks/01_preprocess.py"], proj)
+    for cmd in (["git", "init", "-q"], ["git", "add", "-A"],
+                ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "tiny"]):
+        _run(cmd, proj)
+    return proj
+
+
+def _status(proj: Path) -> tuple[str, str]:
+    git = _run(["git", "status", "--porcelain"], proj)
+    dvc = _run([str(BIN / "dvc"), "status"], proj)
+    return git, dvc
+
+
+@pytest.fixture
+def lab(tmp_path):
+    proj = _project(tmp_path)
+    port, token = _free_port(), "storagebrief-test"
+    home = tmp_path / "jupyter"
+    settings = home / "settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True)
+    # no "get Jupyter news?" toast over the notebook
+    (settings / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false",
+                                                                           "checkForUpdates": False}))
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "JUPYTER_CONFIG_DIR": str(home / "config"),
+           "JUPYTER_RUNTIME_DIR": str(home / "runtime"), "JUPYTERLAB_SETTINGS_DIR": str(home / "settings"),
+           "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces")}
+    log = open(tmp_path / "jupyterlab.log", "w")
+    server = subprocess.Popen([str(BIN / "jupyter"), "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+                               f"--IdentityProvider.token={token}", "--allow-root",
+                               f"--ServerApp.root_dir={proj}"],
+                              cwd=proj, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.5)
+        else:
+            pytest.fail(f"JupyterLab did not listen: {(tmp_path / 'jupyterlab.log').read_text()[-2000:]}")
+        yield proj, f"http://127.0.0.1:{port}", token
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+        log.close()
+
+
+@pytest.fixture
+def browser():
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    opts = Options()
+    opts.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1500,1100"):
+        opts.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(DRIVER), options=opts)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _wait(driver, what, seconds: float, poll: float = 0.5):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            value = what()
+        except Exception:   # the page is still building: elements come and go
+            value = None
+        if value:
+            return value
+        time.sleep(poll)
+    raise AssertionError(f"timed out after {seconds} s waiting for {getattr(what, '__name__', what)}")
+
+
+def _shot(driver, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    driver.save_screenshot(str(ARTIFACTS / name))
+
+
+def _open(driver, url: str, token: str):
+    from selenium.webdriver.common.by import By
+
+    driver.get(f"{url}/lab/tree/notebooks/01_preprocess.ipynb?token={token}")
+    _wait(driver, lambda: len(driver.find_elements(By.CSS_SELECTOR, ".jp-Notebook .jp-Cell")) > 4, 90)
+
+    def kernel_idle():
+        # the toolbar's kernel status says Idle once the kernel (started in notebooks/) is up
+        return driver.execute_script(
+            "const s = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook-ExecutionIndicator');"
+            "return s && s.getAttribute('data-status') === 'idle';")
+    _wait(driver, kernel_idle, 90)
+
+
+def _run_all(driver):
+    from selenium.webdriver.common.by import By
+
+    menu = _wait(driver, lambda: [m for m in driver.find_elements(By.CSS_SELECTOR, ".lm-MenuBar-itemLabel")
+                                  if m.text == "Run"], 20)
+    menu[0].click()
+    item = _wait(driver, lambda: driver.find_elements(By.CSS_SELECTOR, "li[data-command='runmenu:run-all']"), 10)
+    item[0].click()
+
+
+def _busy(driver) -> bool:
+    prompts = driver.execute_script(
+        "return Array.from(document.querySelectorAll('.jp-Notebook .jp-InputPrompt')).map(p => p.textContent);")
+    return any("*" in p for p in prompts)
+
+
+def _save(driver):
+    from selenium.webdriver.common.by import By
+
+    driver.find_elements(By.CSS_SELECTOR, ".jp-Notebook")[0].click()
+    driver.execute_script("document.querySelector('.jp-Notebook').focus();")
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+    ActionChains(driver).key_down(Keys.CONTROL).send_keys("s").key_up(Keys.CONTROL).perform()
+    time.sleep(2)
+
+
+def test_notebook_runs_as_opened_in_jupyterlab_and_leaves_git_and_dvc_as_they_were(lab, browser):
+    from selenium.webdriver.common.by import By
+
+    proj, url, token = lab
+    before = _status(proj)
+    _open(browser, url, token)
+    _shot(browser, "01-first-screen.png")
+    _run_all(browser)
+    _wait(browser, lambda: not _busy(browser) and browser.find_elements(By.CSS_SELECTOR, ".jp-OutputArea-output img"),
+          420, poll=1)
+    _shot(browser, "02-finished.png")
+    page = browser.find_element(By.CSS_SELECTOR, ".jp-Notebook").text
+    assert "measured runs (runs.csv)" in page and "Knobs: as in" in page
+    assert "completion time (s)" in page and "Traceback" not in page and "Error" not in page.split("Results")[0]
+    _save(browser)
+    nb = json.loads((proj / "notebooks" / "01_preprocess.ipynb").read_text())
+    kinds = [o["output_type"] for c in nb["cells"] for o in c.get("outputs", [])]
+    assert "error" not in kinds and "display_data" in kinds
+    runs = list((proj / "reports" / "runs").glob("*/preprocess/status.json"))
+    assert len(runs) == 1 and json.loads(runs[0].read_text())["complete"] is True
+    assert _status(proj) == before             # running (and saving) changed nothing git or DVC track
+
+
+def test_a_typo_in_the_knobs_shows_one_short_message_in_jupyterlab(lab, browser):
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    proj, url, token = lab
+    _open(browser, url, token)
+    editor = browser.find_elements(By.CSS_SELECTOR, ".jp-Notebook .jp-CodeCell .cm-content")[0]
+    editor.click()
+    ActionChains(browser).key_down(Keys.CONTROL).send_keys(Keys.END).key_up(Keys.CONTROL).perform()
+    ActionChains(browser).send_keys(Keys.ENTER, 'preprocess["proceses"] = [1, 2]').perform()
+    _run_all(browser)
+    error = _wait(browser, lambda: [e for e in browser.find_elements(By.CSS_SELECTOR, ".jp-OutputArea-output")
+                                    if "storagebrief: error" in e.text], 120)
+    _shot(browser, "03-typo-message.png")
+    text = error[0].text
+    assert "invalid parameter preprocess.proceses: unknown key (did you mean 'processes'?)" in text
+    assert "Traceback" not in text and len(text.strip().splitlines()) == 1
+    assert not list((proj / "reports").glob("runs/*/preprocess"))     # refused before any work

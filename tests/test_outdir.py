@@ -1,0 +1,97 @@
+"""Output folders (core.outdir through the engine): a run never clobbers or mixes results, never
+deletes what it did not write, and an interrupted re-run leaves the earlier complete results whole."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from storagebrief import studies
+from storagebrief.core import outdir, sweep
+from test_sweep import _study, params  # noqa: F401  (the fake study and its params fixture)
+
+
+def _quiet(**kw):
+    return dict(log=lambda *_: None, progress="off", **kw)
+
+
+def _status(folder):
+    return json.loads((folder / "status.json").read_text())
+
+
+def test_a_complete_run_is_marked_and_lists_its_files(params, tmp_path):
+    out = tmp_path / "out"
+    sweep.run(_study(), params, out, **_quiet())
+    st = _status(out)
+    assert st["complete"] is True and st["runs_done"] == st["runs_planned"] == 8 and st["study"] == "preprocess"
+    assert "runs.csv" in st["files"] and "metrics.json" in st["files"] and st["stopped_by"] is None
+
+
+def test_no_out_dir_means_a_fresh_run_folder_beside_the_params_file(params, tmp_path):
+    frame = sweep.run(_study(), params, None, **_quiet())
+    final = tmp_path / frame.attrs["out_dir"]
+    assert final.parent.parent == tmp_path / "reports" / "runs" and final.name == "preprocess"
+    assert _status(final)["complete"] is True
+    again = sweep.run(_study(), params, None, **_quiet())
+    assert again.attrs["out_dir"] != frame.attrs["out_dir"]        # never the same folder twice
+
+
+def test_interrupted_rerun_leaves_the_earlier_complete_result_whole(params, tmp_path):
+    out = tmp_path / "out"
+    sweep.run(_study(), params, out, **_quiet())
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+
+    def run_one(run, c):
+        if c == "b":
+            raise KeyboardInterrupt
+        return sweep.Measurement({"config": c, "value_s": 2.0})
+    with pytest.raises(KeyboardInterrupt):
+        sweep.run(_study(run_one=run_one), params, out, **_quiet())
+    after = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert after == before                                   # not one byte of the complete result changed
+    partial = [d for d in tmp_path.iterdir() if d.name.startswith("out.incomplete-")]
+    assert len(partial) == 1
+    st = _status(partial[0])
+    assert st["complete"] is False and st["runs_done"] == 4 and "Ctrl-C" in st["stopped_by"]
+    assert set(pd.read_csv(partial[0] / "runs.csv").value_s) == {2.0}
+
+    # the next complete run replaces the earlier result as a whole
+    sweep.run(_study(run_one=lambda run, c: sweep.Measurement({"config": c, "value_s": 3.0})), params, out,
+              **_quiet())
+    assert set(pd.read_csv(out / "runs.csv").value_s) == {3.0} and _status(out)["complete"] is True
+    assert not [d for d in tmp_path.iterdir() if d.name.startswith(".out.swap")]
+
+
+def test_a_folder_with_a_users_file_is_refused_before_work_and_kept(params, tmp_path):
+    out = tmp_path / "out"
+    sweep.run(_study(), params, out, **_quiet())
+    mine = out / "timeseries" / "my-notes.txt"
+    mine.write_text("keep me")
+    calls = []
+    with pytest.raises(outdir.OutDirError, match="my-notes.txt.*move them or choose another"):
+        sweep.run(_study(prepare=lambda sw: calls.append(1)), params, out, **_quiet())
+    assert not calls and mine.read_text() == "keep me"
+
+
+@pytest.mark.parametrize("study", list(studies.REGISTRY.values()), ids=lambda s: s.name)
+def test_cli_refuses_an_out_folder_holding_user_files_in_every_subfolder(study, tmp_path):
+    """A user file in each subfolder any study writes (and at the top) survives; exit 2, one line."""
+    out = tmp_path / "out"
+    kept = {}
+    for sub in ("", "logs", "timeseries", "jobs", "traces", "fio", "brokers"):
+        f = out / sub / "mine.txt"
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(sub or "top")
+        kept[f] = sub or "top"
+    params = tmp_path / "params.yaml"
+    params.write_text(f"targets: [{{name: t, path: {tmp_path / 't'}}}]\n{study.name}: {{}}\n")
+    proc = subprocess.run([sys.executable, "-m", "storagebrief.cli", study.command, "--params", str(params),
+                           "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "holds files no" in lines[0] and str(out) in lines[0], proc.stderr
+    assert all(f.read_text() == text for f, text in kept.items())
+    assert not (tmp_path / "t").exists()          # refused before touching the target
