@@ -22,8 +22,9 @@ STUDIES = list(studies.REGISTRY.values())
 
 
 def _git_status() -> str:
-    return subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
-                          capture_output=True, text=True, check=True).stdout
+    # what running a notebook could touch: the notebooks, their params and the pipeline's files
+    return subprocess.run(["git", "status", "--porcelain", "--", "notebooks", "params.yaml", "params",
+                           "dvc.yaml", "dvc.lock"], cwd=REPO, capture_output=True, text=True, check=True).stdout
 
 
 def _targets(tmp: Path) -> list[dict]:

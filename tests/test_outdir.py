@@ -95,3 +95,55 @@ def test_cli_refuses_an_out_folder_holding_user_files_in_every_subfolder(study, 
     assert len(lines) == 1 and "holds files no" in lines[0] and str(out) in lines[0], proc.stderr
     assert all(f.read_text() == text for f, text in kept.items())
     assert not (tmp_path / "t").exists()          # refused before touching the target
+
+
+def test_ctrl_c_of_a_real_rerun_keeps_the_earlier_results_and_marks_the_partial_one(tmp_path):
+    """The CLI (same engine as the notebooks): a complete preprocess study, then a re-run into the same
+    folder stopped by SIGINT after its first row: the first result is untouched, the second is kept
+    beside it, marked incomplete."""
+    import signal
+    import time
+
+    params = tmp_path / "params.yaml"
+    params.write_text(
+        f"targets: [{{name: t, path: {tmp_path / 't'}}}]\nrun: {{trace: false, monitor_interval_s: 0.1}}\n"
+        "preprocess: {image_count: 8, image_counts: [], processes: [1], repeats: 6, image_width: 640,"
+        " image_height: 480, num_classes: 2, resize_width: 32, resize_height: 32}\n")
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "storagebrief.cli", "preprocess", "--params", str(params), "--out", str(out)]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=300)
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        partial = [d for d in tmp_path.iterdir() if d.name.startswith("out.incomplete-")]
+        if partial and (partial[0] / "runs.csv").exists():
+            break
+        time.sleep(0.1)
+    else:
+        proc.kill()
+        pytest.fail("the re-run wrote no row in its own folder")
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    st = _status(partial[0])
+    assert st["complete"] is False and st["stopped_by"] == "interrupted (Ctrl-C)" and st["runs_done"] >= 1
+    assert f"the partial run is in {partial[0]}" in err and f"{out} keeps the earlier results" in err
+
+
+@pytest.mark.parametrize("fresh", [True, False], ids=["new folder", "empty folder"])
+def test_a_run_stopped_before_its_first_row_leaves_nothing(params, tmp_path, fresh):
+    out = tmp_path / "out"
+    if not fresh:
+        out.mkdir()
+        (out / "notebook.ipynb").write_text("{}")       # what papermill writes before the study starts
+
+    def run_one(run, c):
+        raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        sweep.run(_study(run_one=run_one), params, out, **_quiet())
+    left = sorted(str(p.relative_to(tmp_path)) for p in out.rglob("*")) if out.exists() else None
+    assert left == (None if fresh else ["out/notebook.ipynb"])
+    sweep.run(_study(), params, out, **_quiet())          # and the next run is not refused
+    assert _status(out)["complete"] is True

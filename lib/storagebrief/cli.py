@@ -128,16 +128,21 @@ def main(argv: list[str] | None = None) -> int:
     except (config.ParamsError, ValueError, FileNotFoundError, TargetBusy) as exc:   # TraceError is a ValueError
         print(error_line(exc), file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        return _stopped(args, "interrupted (Ctrl-C)", 130)
+    except KeyboardInterrupt as exc:
+        return _stopped(args, "interrupted (Ctrl-C)", 130, exc)
     except SystemExit as exc:   # SIGTERM / SIGHUP, raised by the cgroup signal handlers
         code = exc.code if isinstance(exc.code, int) else 1
         name = signal.Signals(code - 128).name if 128 < code < 160 else f"exit {code}"
-        return _stopped(args, f"stopped by {name}", code)
+        return _stopped(args, f"stopped by {name}", code, exc)
 
 
-def _stopped(args, why: str, code: int) -> int:
+def _stopped(args, why: str, code: int, exc: BaseException | None = None) -> int:
     """One line instead of a traceback: what happened and what was kept."""
+    notes = getattr(exc, "__notes__", None)
+    if notes:      # the engine says where the partial run is
+        print(f"storagebrief: {why}: cgroups and child processes removed, no partial row written; "
+              + "; ".join(notes), file=sys.stderr)
+        return code
     out = getattr(args, "out", None)
     kept = (f"; runs finished so far are in {Path(out) / 'runs.csv'} or its '.incomplete-' sibling (status.json: "
             "complete false)" if out else "; runs finished so far are in reports/runs/ (status.json: complete false)")

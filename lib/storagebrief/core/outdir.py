@@ -95,9 +95,11 @@ class OutputFolder:
         self.final, self.study_name = Path(final), study_name
         self.work = self.final
         self.status: dict = {}
+        self._made = False
+        self._before: set[str] = set()
 
-    def open(self) -> "OutputFolder":
-        """Check ownership and choose the working folder; raises OutDirError before any work."""
+    def check(self) -> "OutputFolder":
+        """Check ownership and choose the working folder, writing nothing; raises OutDirError."""
         final = self.final
         if final.exists() and not final.is_dir():
             raise OutDirError(f"output folder '{final}' is a file, not a directory")
@@ -112,15 +114,41 @@ class OutputFolder:
             if [f for f in files_in(final) if f not in FOREIGN_BUT_EXPECTED]:
                 # earlier results stay untouched until this run completes
                 self.work = final.with_name(f"{final.name}.incomplete-{stamp()}-{os.getpid()}")
+        return self
+
+    def create(self) -> "OutputFolder":
+        """Make the working folder and mark it incomplete (after the targets are locked)."""
+        self._made = not self.work.exists()
+        self._before = set(files_in(self.work)) if not self._made else set()
         try:
             self.work.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise OutDirError(f"cannot create output folder '{self.work}': {exc.strerror}") from None
         self.status = {"schema": SCHEMA, "study": self.study_name, "complete": False,
                        "runs_planned": None, "runs_done": 0, "started_at": results.utc_now(),
-                       "finished_at": None, "stopped_by": None, "final_folder": str(final.resolve())}
+                       "finished_at": None, "stopped_by": None, "final_folder": str(self.final.resolve())}
         self._write()
         return self
+
+    def open(self) -> "OutputFolder":
+        return self.check().create()
+
+    def abandon(self) -> None:
+        """The run failed before its first row: leave nothing it wrote (bad input loses nothing)."""
+        if not self.status:
+            return
+        if self._made:
+            shutil.rmtree(self.work, ignore_errors=True)
+        else:       # in place: only papermill's notebook was here before (check() saw to that)
+            for rel in set(files_in(self.work)) - self._before:
+                (self.work / rel).unlink(missing_ok=True)
+            (self.work / STATUS).unlink(missing_ok=True)
+            for d in sorted((p for p in self.work.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+                try:
+                    d.rmdir()
+                except OSError:
+                    pass
+        self.status = {}
 
     def _write(self) -> None:
         self.status["files"] = files_in(self.work)

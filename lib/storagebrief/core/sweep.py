@@ -322,10 +322,7 @@ def run(study, params, out_dir: str | Path | None, log=print, progress: str = "a
     try:
         bar.message("starting: checking the output folder and targets")
         final = check_out_dir(out_dir if out_dir is not None else _default_out_dir(study, params))
-        folder = outdir.OutputFolder(final, study.name).open()
-        where = f"results go to {final}" + (f" (written in {folder.work} until the study completes)"
-                                             if folder.work != final else "")
-        (bar.note if bar.mode == "bar" else log)(where)
+        folder = outdir.OutputFolder(final, study.name).check()      # writes nothing yet
         hooks = study.room("run")
         cgroups.install_handlers()
         sweep = Sweep(study, params, folder.work, log if bar.mode != "bar" else bar.message)
@@ -335,6 +332,10 @@ def run(study, params, out_dir: str | Path | None, log=print, progress: str = "a
             sweep.note(line)
         close = getattr(hooks, "close", None)
         with TargetLocks(sweep.targets, params.run.on_busy_target, sweep.log) as locks:
+            folder.create()
+            where = f"results go to {final}" + (f" (written in {folder.work} until the study completes)"
+                                                 if folder.work != final else "")
+            (bar.note if bar.mode == "bar" else log)(where)
             try:
                 bar.message("preparing datasets and start-up")
                 hooks.prepare(sweep)                 # raises before any measured work on bad input
@@ -348,8 +349,13 @@ def run(study, params, out_dir: str | Path | None, log=print, progress: str = "a
         (bar.note if bar.mode == "bar" else log)(f"{len(frame)} runs complete: {final}")
         return frame
     except BaseException as exc:
-        if folder is not None:
+        if folder is not None and not folder.status.get("runs_done"):
+            folder.abandon()          # refused or stopped before its first row: nothing left behind
+        elif folder is not None:
             folder.stopped(_why_stopped(exc))
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):   # the one-line messages say where
+                exc.add_note(f"the partial run is in {folder.work} (status.json: complete false)"
+                             + (f"; {folder.final} keeps the earlier results" if folder.work != folder.final else ""))
         raise
     finally:
         bar.close()
