@@ -67,3 +67,32 @@ def test_custom_profile(params_file, tmp_path):
 def test_params_hash_changes_with_values(params_file):
     f = params_file()
     assert config.load(f).source_hash != config.load(f, ["preprocess.repeats=2"]).source_hash
+
+
+def _cli(*args, timeout=30):
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, "-m", "storagebrief.cli", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_yaml_alias_bomb_is_refused_at_once_in_a_file_and_in_s(tmp_path):
+    """9 levels of aliases would expand to 9^9 strings (minutes, gigabytes): refused before expansion."""
+    lines = ['l0: &l0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    lines += [f"l{i}: &l{i} [{','.join([f'*l{i - 1}'] * 9)}]" for i in range(1, 9)]
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("\n".join(lines) + "\n")
+    for args in (["validate", "--params", str(bomb)],
+                 ["validate", "-S", "preprocess.processes=[&a [1,1,1,1,1,1,1,1,1], *a, *a, *a, *a, *a]"]):
+        res = _cli(*args)
+        assert res.returncode == 2 and "alias" in res.stderr and "not allowed" in res.stderr, res.stderr
+        assert len(res.stderr.strip().splitlines()) == 1 and len(res.stderr) < 300
+
+
+def test_duplicate_keys_and_oversized_values_are_refused(tmp_path, params_file):
+    dup = tmp_path / "dup.yaml"
+    dup.write_text(params_file().read_text() + "\nrun: {cold_cache: false}\n")
+    with pytest.raises(ParamsError, match="duplicate key 'run' .*keep one"):
+        config.load(dup)
+    with pytest.raises(ParamsError, match="limited to 65,536 bytes"):
+        config.load(params_file(), ["preprocess.seed=" + "1" * 70000])

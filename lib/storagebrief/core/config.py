@@ -128,6 +128,42 @@ def _study_model(section: str):
     return REGISTRY[section].params_model()
 
 
+MAX_PARAMS_BYTES = 1 << 20        # a params file is a page of knobs, not data
+MAX_OVERRIDE_BYTES = 64 << 10
+
+
+class _ParamsLoader(yaml.SafeLoader):
+    """YAML for params: no aliases (an alias bomb would expand to gigabytes; params have no use for
+    them) and no duplicate keys (YAML keeps the last silently; a user means one of them)."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise ParamsError(f"YAML alias '*{event.anchor}' (line {event.start_mark.line + 1}) is not allowed "
+                              "in params: write the value out")
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise ParamsError(f"duplicate key '{key}' (lines {seen[key]} and {key_node.start_mark.line + 1}): "
+                                  "keep one")
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
+def safe_yaml(text: str, what: str, limit: int = MAX_PARAMS_BYTES):
+    """Parse params YAML bounded in size, without aliases or duplicate keys."""
+    if len(text.encode()) > limit:
+        raise ParamsError(f"{what} is {len(text.encode()):,} bytes; params are limited to {limit:,} bytes")
+    try:
+        return yaml.load(text, Loader=_ParamsLoader)
+    except yaml.YAMLError as exc:
+        raise ParamsError(f"{what} is not valid YAML: {exc}") from None
+
+
 def parse_override(text: str) -> tuple[list[str], Any]:
     """'preprocess.processes=[1,2]' -> (['preprocess', 'processes'], [1, 2])."""
     if "=" not in text:
@@ -136,10 +172,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     keys = [k for k in key.strip().split(".") if k]
     if not keys:
         raise ParamsError(f"override '{text}' has an empty key")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else None
-    except yaml.YAMLError as exc:
-        raise ParamsError(f"override '{text}': value is not valid YAML ({exc})") from exc
+    value = safe_yaml(raw, f"override '{text[:80]}'", MAX_OVERRIDE_BYTES) if raw.strip() else None
     return keys, value
 
 
@@ -227,7 +260,7 @@ def validate(data: dict, root: Path | None = None, changes: dict | None = None) 
         overlay = (root or Path.cwd()) / PAPER_OVERLAY
         if not overlay.exists():
             raise ParamsError(f"scale=paper needs {overlay}; it is missing")
-        data = deep_merge(data, yaml.safe_load(overlay.read_text()) or {})
+        data = deep_merge(data, safe_yaml(overlay.read_text(), str(overlay)) or {})
     if changes:
         data = deep_merge(data, changes)
     known = {"scale", "targets", "profiles", "run", *STUDY_SECTIONS}
@@ -278,9 +311,10 @@ def read_yaml(path: str | Path) -> dict:
     if not path.exists():
         raise ParamsError(f"params file '{path}' does not exist (resolved: {path.resolve()})")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ParamsError(f"{path} is not valid YAML: {exc}") from exc
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ParamsError(f"params file '{path}' cannot be read: {exc}") from None
+    data = safe_yaml(text, str(path)) or {}
     if not isinstance(data, dict):
         raise ParamsError(f"{path} must be a mapping of sections (scale, targets, run, <study>...)")
     return data
