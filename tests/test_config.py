@@ -96,3 +96,18 @@ def test_duplicate_keys_and_oversized_values_are_refused(tmp_path, params_file):
         config.load(dup)
     with pytest.raises(ParamsError, match="limited to 65,536 bytes"):
         config.load(params_file(), ["preprocess.seed=" + "1" * 70000])
+
+
+@pytest.mark.parametrize("override, words", [
+    ("targets.5.name=x", "targets is a list of 2 item(s); give an index 0..1 (e.g. targets.0.name)"),
+    ("targets.name=x", "targets is a list of 2 item(s); give an index 0..1 (e.g. targets.0.name)"),
+    ("scale.x=3", "'scale' is not a section"),
+])
+def test_overrides_into_lists_and_scalars_name_the_key(params_file, override, words):
+    res = _cli("validate", "--params", str(params_file()), "-S", override)
+    assert res.returncode == 2 and words in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+def test_params_that_is_a_directory_is_one_line(tmp_path):
+    res = _cli("validate", "--params", str(tmp_path))
+    assert res.returncode == 2 and "is a directory" in res.stderr and len(res.stderr.strip().splitlines()) == 1

@@ -177,19 +177,30 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 
 
 def apply_override(data: dict, keys: list[str], value: Any) -> None:
-    node = data
-    for k in keys[:-1]:
-        if k.isdigit() and isinstance(node, list):
-            node = node[int(k)]
-            continue
-        node = node.setdefault(k, {})
-        if not isinstance(node, (dict, list)):
-            raise ParamsError(f"override key '{'.'.join(keys)}': '{k}' is not a section")
-    last = keys[-1]
-    if isinstance(node, list) and last.isdigit():
-        node[int(last)] = value
-    else:
-        node[last] = value
+    """Set data[k1][k2]... = value; list items by index (targets.0.path). Errors name the key."""
+    dotted = ".".join(keys)
+    node: Any = data
+    for depth, k in enumerate(keys):
+        last = depth == len(keys) - 1
+        where = ".".join(keys[:depth]) or "params"
+        if isinstance(node, list):
+            if not k.isdigit() or int(k) >= len(node):
+                rest = ".".join(keys[depth + 1:] if k.isdigit() else keys[depth:])
+                raise ParamsError(f"override key '{dotted}': {where} is a list of {len(node)} item(s); "
+                                  f"give an index 0..{len(node) - 1} (e.g. {where}.0{'.' + rest if rest else ''})")
+            if last:
+                node[int(k)] = value
+            else:
+                node = node[int(k)]
+        elif isinstance(node, dict):
+            if last:
+                node[k] = value
+            else:
+                node = node.setdefault(k, {})
+                if not isinstance(node, (dict, list)):
+                    raise ParamsError(f"override key '{dotted}': '{k}' is not a section")
+        else:
+            raise ParamsError(f"override key '{dotted}': '{keys[depth - 1]}' is not a section")
 
 
 def deep_merge(base: dict, extra: dict) -> dict:
