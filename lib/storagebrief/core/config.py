@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from ..studies import REGISTRY
-from .targets import DEVICE_PROFILES, DeviceProfile, check_target_usable
+from .targets import DEVICE_PROFILES, DeviceProfile, check_target_path, check_target_usable
 
 # Study sections come from the registry; a study's params model loads lazily, so its
 # heavy imports (TensorFlow) are paid only by the study that runs.
@@ -51,8 +51,11 @@ class TargetParams(Strict):
 
     @field_validator("path")
     @classmethod
-    def _safe_path(cls, value: str) -> str:
-        check_target_usable(value)   # system trees (also via symlinks), files, read-only, unwritable
+    def _safe_path(cls, value: str, info: ValidationInfo) -> str:
+        if (info.context or {}).get("check_targets", True):
+            check_target_usable(value)   # system trees (also via symlinks), files, read-only, unwritable
+        else:
+            check_target_path(value)     # readers (the brief): no probe file, no folder needs to exist
         return value
 
 
@@ -144,8 +147,11 @@ def _format_error(section: str, exc: ValidationError) -> str:
     return "invalid parameters:\n" + "\n".join(lines)
 
 
-def validate(data: dict, root: Path | None = None) -> Params:
-    """Validate a params mapping (after overrides and overlays)."""
+def validate(data: dict, root: Path | None = None, check_targets: bool = True) -> Params:
+    """Validate a params mapping (after overrides and overlays).
+
+    check_targets=False is for readers of results (the brief): target paths are checked as text only,
+    nothing is written into them and a target folder that no longer exists is fine."""
     if not isinstance(data, dict):
         raise ParamsError("params must be a mapping of sections")
     data = copy.deepcopy(data)
@@ -174,7 +180,8 @@ def validate(data: dict, root: Path | None = None) -> Params:
     base = {k: data[k] for k in ("scale", "targets", "profiles", "run") if k in data}
     digest = hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:12]
     try:
-        params = Params.model_validate({**base, "sections": sections, "source_hash": digest})
+        params = Params.model_validate({**base, "sections": sections, "source_hash": digest},
+                                       context={"check_targets": check_targets})
     except ValidationError as exc:
         raise ParamsError(_format_error("", exc)) from None
     names = [t.name for t in params.targets]
@@ -190,8 +197,8 @@ def validate(data: dict, root: Path | None = None) -> Params:
     return params
 
 
-def load(path: str | Path = "params.yaml", overrides: list[str] | None = None) -> Params:
-    """Load params.yaml, apply `-S key=value` overrides, validate everything."""
+def load(path: str | Path = "params.yaml", overrides: list[str] | None = None, check_targets: bool = True) -> Params:
+    """Load params.yaml, apply `-S key=value` overrides, validate everything (check_targets: see validate)."""
     path = Path(path)
     if not path.exists():
         raise ParamsError(f"params file '{path}' does not exist")
@@ -202,7 +209,18 @@ def load(path: str | Path = "params.yaml", overrides: list[str] | None = None) -
     for text in overrides or []:
         keys, value = parse_override(text)
         apply_override(data, keys, value)
-    return validate(data, root=path.resolve().parent)
+    return validate(data, root=path.resolve().parent, check_targets=check_targets)
+
+
+def project_root(start: str | Path | None = None) -> Path:
+    """The first folder holding both params.yaml and dvc.yaml, from `start` (default: the current
+    directory) upwards, so commands work from any subfolder of the project (e.g. notebooks/)."""
+    here = Path(start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "params.yaml").is_file() and (folder / "dvc.yaml").is_file():
+            return folder
+    raise ParamsError(f"no storagebrief project (a folder with params.yaml and dvc.yaml) at or above {here}; "
+                      "run from inside the project or pass --params")
 
 
 def raw_params(params: Params) -> dict:
