@@ -1,23 +1,40 @@
 """Render the brief: execute notebooks/brief.ipynb, export HTML without code, print it to PDF."""
 from __future__ import annotations
 
+import html
+import re
 from pathlib import Path
 
 from ..core import results
+from . import inputs
 from .brief import all_headlines
 
 CSS = Path(__file__).resolve().parents[1] / "templates" / "brief.css"
+# The notebook beside this code (lib/storagebrief/report -> repository root), for a project folder without one.
+PACKAGE_NOTEBOOK = Path(__file__).resolve().parents[3] / "notebooks" / "brief.ipynb"
+
+
+def brief_notebook(project_dir: str | Path) -> Path:
+    """The project's notebooks/brief.ipynb (what DVC tracks), else the one beside this code."""
+    own = Path(project_dir) / "notebooks" / "brief.ipynb"
+    return own if own.is_file() else PACKAGE_NOTEBOOK
 
 
 def render(reports_dir: str | Path = "reports", params_file: str | Path = "params.yaml",
            notebook: str | Path | None = None, pdf: bool = True, log=print) -> dict:
-    """Execute the brief notebook, export HTML without code, print it to PDF."""
+    """Execute the brief notebook, export HTML without code, print it to PDF.
+
+    Relative paths are the caller's (current directory); the kernel gets absolute ones, so where it
+    starts does not matter. The notebook defaults to the one of the project params_file lies in."""
     import nbformat
     import papermill
     from nbconvert import HTMLExporter
 
-    reports_dir = Path(reports_dir)
-    notebook = Path(notebook or Path("notebooks") / "brief.ipynb")
+    reports_dir = Path(reports_dir).resolve()
+    params_file = Path(params_file).resolve()
+    if not reports_dir.is_dir():
+        raise FileNotFoundError(f"no reports folder at {reports_dir}: run the studies first (dvc repro)")
+    notebook = Path(notebook) if notebook else brief_notebook(params_file.parent)
     executed = reports_dir / "brief.ipynb"
     papermill.execute_notebook(str(notebook), str(executed), progress_bar=False,
                                parameters={"reports_dir": str(reports_dir), "params_file": str(params_file)})
@@ -40,4 +57,10 @@ def render(reports_dir: str | Path = "reports", params_file: str | Path = "param
             out["pdf_error"] = f"{type(exc).__name__}: {exc}"
             log(f"brief.pdf not rendered: {out['pdf_error']}")
     results.write_json(reports_dir / "headlines.json", all_headlines(reports_dir))
+    # Said on the terminal too: a brief with a section that could not be read is still written.
+    out["problems"] = [f"{s.title}: could not be read: {s.problem}" for s in inputs.studies(reports_dir) if not s.ok]
+    out["problems"] += [html.unescape(f"{what} could not be rendered: {why}")
+                        for what, why in re.findall(r"<b>([^<]*) could not be rendered</b>: ([^<]*)", body)]
+    for p in out["problems"]:
+        log(f"brief: {p}")
     return out
