@@ -195,6 +195,10 @@ def read_study(key: str, study_dir: str | Path) -> StudyInput:
         if frame.empty:
             raise Unreadable(f"{RUNS} holds no runs (a header line only)")
         _check_columns(frame, {**COMMON_KINDS, **getattr(study.room("metrics"), "RUNS_COLUMNS", {})})
+        for col in ("run_id", "target", "repeat"):     # every row the engine writes has them
+            blank = frame[col].isna().to_numpy().nonzero()[0]
+            if len(blank):
+                raise Unreadable(f"{RUNS} line {int(blank[0]) + 2} has no {col}")
         s.frame, s.names = frame, target_order(frame, side.get("inventory.json", {}))
     except Unreadable as exc:
         s.problem = str(exc)
