@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import html
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -34,13 +33,12 @@ def _not_rendered(what: str, exc: Exception) -> None:
     show_html(f'<div class="warn unreadable"><b>{html.escape(what)} could not be rendered</b>: '
               f'{html.escape(type(exc).__name__)}: {html.escape(str(exc))}. The inputs passed the brief\'s checks, '
               'so this is an input those checks do not know or a bug: please report it with the study\'s folder.</div>')
-    print(f"brief: {what} could not be rendered: {type(exc).__name__}: {exc}", file=sys.stderr)
 
 
 def _survives(what: str, fn, *args) -> None:
     """Run one part of the brief; in the brief's kernel an error becomes a visible note in its place
-    (its half-made output dropped) so every other part still renders. Elsewhere (tests, scripts) the
-    error propagates, so a bug is not hidden."""
+    (its half-made output dropped) so every other part still renders, and render() repeats it on the
+    terminal. Elsewhere (tests, scripts) the error propagates, so a bug is not hidden."""
     if not _in_kernel():
         fn(*args)
         return
@@ -115,8 +113,10 @@ def _caveats(s: inputs.StudyInput, h: dict) -> list[str]:
     return out
 
 
-def _headlines(reports_dir) -> tuple[list[dict], list[tuple[str, str]]]:
-    """The snapshot's headlines of every readable study, and (study title, why) of those left out."""
+def snapshot_headlines(reports_dir, survive: bool | None = None) -> tuple[list[dict], list[tuple[str, str]]]:
+    """The snapshot's headlines of every readable study, and (study title, why) of those left out.
+    survive: a study whose arithmetic fails is left out, not raised (default: inside the brief's kernel)."""
+    survive = _in_kernel() if survive is None else survive
     out, left_out = [], []
     for s in inputs.studies(reports_dir):
         if not s.ok:
@@ -125,9 +125,8 @@ def _headlines(reports_dir) -> tuple[list[dict], list[tuple[str, str]]]:
         try:
             hs = get_study(s.key).headlines(s.frame, s.names)
         except Exception as exc:   # noqa: BLE001 - one study's arithmetic must not take the others' cards
-            if not _in_kernel():
+            if not survive:
                 raise
-            print(f"brief: headlines of {s.title} could not be computed: {type(exc).__name__}: {exc}", file=sys.stderr)
             left_out.append((s.title, f"headlines could not be computed: {type(exc).__name__}: {exc}"))
             continue
         out += [{**h, "study": s.key, "study_title": s.title, "caveats": _caveats(s, h)} for h in hs]
@@ -135,7 +134,7 @@ def _headlines(reports_dir) -> tuple[list[dict], list[tuple[str, str]]]:
 
 
 def all_headlines(reports_dir: str | Path) -> list[dict]:
-    return _headlines(reports_dir)[0]
+    return snapshot_headlines(reports_dir)[0]
 
 
 def _all_unapplied(reports_dir) -> dict[str, str]:
@@ -184,7 +183,7 @@ def title_block(reports_dir: str | Path, params_file: str | Path) -> None:
 
 @_part("The results snapshot")
 def snapshot(reports_dir: str | Path) -> None:
-    hs, left_out = _headlines(reports_dir)
+    hs, left_out = snapshot_headlines(reports_dir)
     missing = ("<p class=\"left-out\">Not in this snapshot: " + "; ".join(
         f"<b>{html.escape(t)}</b> ({html.escape(why)})" for t, why in left_out) + ".</p>") if left_out else ""
     if not hs:
@@ -222,9 +221,9 @@ def study_section(key: str, study_dir: str | Path) -> None:
     if not s.ok:
         show_html(f'<div class="warn unreadable" data-study="{study.name}"><p>The results in '
                   f'<code>{html.escape(str(s.dir))}</code> could not be read: {html.escape(s.problem)}. This study is '
-                  f'left out of the snapshot and the block-level characterization; rerun it (`storagebrief '
-                  f'{html.escape(study.command)}` or `dvc repro {html.escape(study.name)}`) to replace them.</p></div>')
-        print(f"brief: {study.title}: could not be read: {s.problem}", file=sys.stderr)
+                  f'left out of the snapshot and the block-level characterization; rerun it (<code>storagebrief '
+                  f'{html.escape(study.command)}</code> or <code>dvc repro {html.escape(study.name)}</code>) to replace '
+                  'them.</p></div>')
         return
     _survives(f"The {study.title} section", _study_body, study, s)
 

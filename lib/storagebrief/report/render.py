@@ -6,8 +6,7 @@ import re
 from pathlib import Path
 
 from ..core import results
-from . import inputs
-from .brief import all_headlines
+from .brief import snapshot_headlines
 
 CSS = Path(__file__).resolve().parents[1] / "templates" / "brief.css"
 # The notebook beside this code (lib/storagebrief/report -> repository root), for a project folder without one.
@@ -56,9 +55,10 @@ def render(reports_dir: str | Path = "reports", params_file: str | Path = "param
         except Exception as exc:  # missing system libraries: HTML still stands
             out["pdf_error"] = f"{type(exc).__name__}: {exc}"
             log(f"brief.pdf not rendered: {out['pdf_error']}")
-    results.write_json(reports_dir / "headlines.json", all_headlines(reports_dir))
-    # Said on the terminal too: a brief with a section that could not be read is still written.
-    out["problems"] = [f"{s.title}: could not be read: {s.problem}" for s in inputs.studies(reports_dir) if not s.ok]
+    headlines, left_out = snapshot_headlines(reports_dir, survive=True)
+    results.write_json(reports_dir / "headlines.json", headlines)
+    # Said on the terminal too: a brief with a part that could not be read or rendered is still written.
+    out["problems"] = [f"{title}: {why}" for title, why in left_out]
     out["problems"] += [html.unescape(f"{what} could not be rendered: {why}")
                         for what, why in re.findall(r"<b>([^<]*) could not be rendered</b>: ([^<]*)", body)]
     for p in out["problems"]:
