@@ -301,7 +301,10 @@ def test_headlines_of_an_unapplied_profile_say_so(tmp_path):
     d.mkdir()
     rows = [{"study": "preprocess", "run_id": f"r{i}", "target": t, "profile": prof, "emulated": False,
              "repeat": 1, "started_at": "x", "cache_method": "drop_caches", "sweep": "processes",
-             "processes": 1, "image_count": 4, "input_mb_per_s": mb, "completion_time_s": 10 / mb}
+             "processes": 1, "image_count": 4, "input_mb_per_s": mb, "completion_time_s": 10 / mb,
+             # the rest of the columns the preprocess section needs (the brief's gate checks them)
+             "input_bytes": 10e6, "images_per_s": 0.4 * mb, "images_skipped": 0, "read_share_percent": 40.0,
+             "decode_resize_share_percent": 35.0, "encode_write_share_percent": 25.0}
             for i, (t, prof, mb) in enumerate((("fast", "", 200.0), ("slow", "hdd_7200", 150.0)))]
     pd.DataFrame(rows).to_csv(d / "runs.csv", index=False)
     hs = brief_mod.all_headlines(tmp_path)

@@ -46,8 +46,10 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--progress", choices=MODES, default="auto",
                         help="progress on stderr: a bar on a terminal, one line per run otherwise (auto)")
     bp = sub.add_parser("brief", help="render reports/brief.html and reports/brief.pdf")
-    bp.add_argument("--params", default=None, help=PARAMS_HELP)
-    bp.add_argument("--reports", default="reports")
+    bp.add_argument("--params", default=None,
+                    help="params file (default: params.yaml of the project: the first folder at or above the "
+                         "current one holding params.yaml and dvc.yaml)")
+    bp.add_argument("--reports", default=None, help="results folder (default: reports/ beside the params file)")
     bp.add_argument("--no-pdf", action="store_true")
     cp = sub.add_parser("characterize", help="block-level I/O summary statistics of a trace (tracefs text or raw pages, blkparse text)")
     cp.add_argument("--trace", required=True, help="trace file (plain text or .gz)")
@@ -114,7 +116,12 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "brief":
             from . import report
-            out = report.render(args.reports, args.params or config.default_params_file(), pdf=not args.no_pdf)
+            # Any directory works: defaults come from the project, not from where the command started.
+            params_file = Path(args.params) if args.params else config.project_root() / "params.yaml"
+            config.load(params_file, check_targets=False)   # a wrong params file is an error here, not in the kernel
+            reports = Path(args.reports) if args.reports else params_file.resolve().parent / "reports"
+            out = report.render(reports, params_file, pdf=not args.no_pdf,
+                                log=lambda m: print(m, file=sys.stderr))
             print(f"wrote {out['html']}" + (f" and {out['pdf']}" if out["pdf"] else ""))
             return 0 if (out["pdf"] or args.no_pdf) else 1
         study = studies.get(args.command)

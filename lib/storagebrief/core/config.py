@@ -19,7 +19,7 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from ..studies import REGISTRY
-from .targets import DEVICE_PROFILES, DeviceProfile, check_target_usable
+from .targets import DEVICE_PROFILES, DeviceProfile, check_target_path, check_target_usable
 
 # Study sections come from the registry; a study's params model loads lazily, so its
 # heavy imports (TensorFlow) are paid only by the study that runs.
@@ -85,8 +85,11 @@ class TargetParams(Strict):
 
     @field_validator("path")
     @classmethod
-    def _safe_path(cls, value: str) -> str:
-        check_target_usable(value)   # system trees (also via symlinks), files, read-only, unwritable
+    def _safe_path(cls, value: str, info: ValidationInfo) -> str:
+        if (info.context or {}).get("check_targets", True):
+            check_target_usable(value)   # system trees (also via symlinks), files, read-only, unwritable
+        else:
+            check_target_path(value)     # readers (the brief): no probe file, no folder needs to exist
         return value
 
 
@@ -262,8 +265,12 @@ def _format_error(section: str, exc: ValidationError, model=None) -> str:
     return "invalid parameters:\n" + "\n".join(f"  {line}" for line in lines)
 
 
-def validate(data: dict, root: Path | None = None, changes: dict | None = None) -> Params:
-    """Validate a params mapping (after overrides and overlays; `changes` go over the overlay)."""
+def validate(data: dict, root: Path | None = None, changes: dict | None = None,
+             check_targets: bool = True) -> Params:
+    """Validate a params mapping (after overrides and overlays; `changes` go over the overlay).
+
+    check_targets=False is for readers of results (the brief): target paths are checked as text only,
+    nothing is written into them and a target folder that no longer exists is fine."""
     if not isinstance(data, dict):
         raise ParamsError("params must be a mapping of sections")
     data = copy.deepcopy(data)
@@ -282,7 +289,7 @@ def validate(data: dict, root: Path | None = None, changes: dict | None = None) 
             f"unknown top-level key(s) {unknown}" + (f" (did you mean '{near[0]}'?)" if near else "")
             + f"; allowed: {', '.join(sorted(known))}"
         )
-    context = {"root": Path(root).resolve()} if root is not None else None
+    context = {"root": Path(root).resolve() if root is not None else None, "check_targets": check_targets}
     sections = {}
     for name in STUDY_SECTIONS:
         if name in data and data[name] is not None:
@@ -298,7 +305,8 @@ def validate(data: dict, root: Path | None = None, changes: dict | None = None) 
     digest = hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:12]
     try:
         params = Params.model_validate({**base, "sections": sections, "source_hash": digest,
-                                        "root": str(context["root"]) if context else ""}, context=context)
+                                        "root": str(context["root"]) if context["root"] else ""},
+                                       context=context)
     except ValidationError as exc:
         raise ParamsError(_format_error("", exc, Params)) from None
     names = [t.name for t in params.targets]
@@ -332,7 +340,7 @@ def read_yaml(path: str | Path) -> dict:
 
 
 def load(path: str | Path | None = None, overrides: list[str] | str | None = None,
-         changes: dict | None = None) -> Params:
+         changes: dict | None = None, check_targets: bool = True) -> Params:
     """Load params.yaml, apply `-S key=value` overrides, validate everything.
 
     path None: the project's params.yaml, found by walking up from the current directory.
@@ -347,7 +355,7 @@ def load(path: str | Path | None = None, overrides: list[str] | str | None = Non
             raise ParamsError(f"override {text!r} is not a 'key=value' string")
         keys, value = parse_override(text)
         apply_override(data, keys, value)
-    return validate(data, root=path.resolve().parent, changes=changes)
+    return validate(data, root=path.resolve().parent, changes=changes, check_targets=check_targets)
 
 
 def raw_params(params: Params) -> dict:

@@ -1,42 +1,81 @@
 """The performance brief's sections: cover, snapshot, one section per study, appendices.
 
 The brief is a notebook (notebooks/brief.py, Jupytext) executed by papermill; every cell
-calls into this module, which reads the studies' output directories. Studies come
-from the registry (storagebrief.studies): each contributes its title, headlines()
-and its own section; this module adds what every brief shares.
+calls into this module, which reads the studies' output directories through one gate
+(report/inputs.py): a study whose files cannot be used gets "could not be read: <why>"
+in its section and is left out of the rest. Studies come from the registry
+(storagebrief.studies): each contributes its title, headlines() and its own section;
+this module adds what every brief shares.
 """
 from __future__ import annotations
 
+import functools
 import html
-import json
 from pathlib import Path
 
 import pandas as pd
 
-from ..core import config as config_mod, results
-from ..studies import REGISTRY, get as get_study
+from ..core import config as config_mod
+from ..studies import get as get_study
+from . import inputs
 from .display import limits_box, show_html, show_md, show_table
 
 
+def _in_kernel() -> bool:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    return getattr(get_ipython(), "kernel", None) is not None
+
+
+def _not_rendered(what: str, exc: Exception) -> None:
+    show_html(f'<div class="warn unreadable"><b>{html.escape(what)} could not be rendered</b>: '
+              f'{html.escape(type(exc).__name__)}: {html.escape(str(exc))}. The inputs passed the brief\'s checks, '
+              'so this is an input those checks do not know or a bug: please report it with the study\'s folder.</div>')
+
+
+def _survives(what: str, fn, *args) -> None:
+    """Run one part of the brief; in the brief's kernel an error becomes a visible note in its place
+    (its half-made output dropped) so every other part still renders, and render() repeats it on the
+    terminal. Elsewhere (tests, scripts) the error propagates, so a bug is not hidden."""
+    if not _in_kernel():
+        fn(*args)
+        return
+    import matplotlib.pyplot as plt
+    from IPython.utils.capture import capture_output
+    try:
+        with capture_output() as cap:
+            fn(*args)
+    except Exception as exc:   # noqa: BLE001 - any error of one part; reported, not swallowed
+        plt.close("all")
+        _not_rendered(what, exc)
+        return
+    cap.show()
+
+
+def _part(what: str):
+    def wrap(fn):
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            _survives(what, lambda: fn(*args, **kwargs))
+        return run
+    return wrap
+
+
 def available(reports_dir: str | Path) -> list[tuple[str, str, Path]]:
-    """(study name, title, output directory) of every registered study that has results."""
-    out = []
-    for study in REGISTRY.values():
-        d = Path(reports_dir) / study.name
-        if (d / "runs.csv").exists():
-            out.append((study.name, study.title, d))
-    return out
+    """(study name, title, output directory) of every registered study that left results, readable or
+    not: each gets its section (an unreadable one says why). Other parts use inputs.readable()."""
+    return [(s.key, s.title, s.dir) for s in inputs.studies(reports_dir)]
 
 
 def target_order(study_dir: Path, frame: pd.DataFrame) -> list[str]:
     """Targets in params order (the first is the reference), from the run's inventory."""
-    inv = study_dir / "inventory.json"
-    if inv.exists():
-        names = [t["name"] for t in json.loads(inv.read_text()).get("targets", [])]
-        names = [n for n in names if n in set(frame.target)]
-        if names:
-            return names
-    return list(dict.fromkeys(frame.target))
+    inv = Path(study_dir) / "inventory.json"
+    try:
+        return inputs.target_order(frame, inputs.read_json(inv) if inv.is_file() else {})
+    except inputs.Unreadable:
+        return inputs.target_order(frame, {})
 
 
 def fallback_cache_methods(frame: pd.DataFrame) -> list[str]:
@@ -60,35 +99,57 @@ def unapplied_profiles(frame: pd.DataFrame) -> dict[str, str]:
     return out
 
 
-def _caveats(frame: pd.DataFrame, h: dict) -> list[str]:
-    """What a headline's numbers do not show: an emulated profile or a cold cache that was not applied."""
-    out = [f"{t}: {why}" for t, why in unapplied_profiles(frame).items() if t in (h["ref"], h["other"])]
+def _caveats(s: inputs.StudyInput, h: dict) -> list[str]:
+    """What a headline's numbers do not show: a sweep cut short, an emulated profile or a cold cache that
+    was not applied."""
+    frame = s.frame
+    out = []
+    if s.cut_short():
+        out.append(f"sweep cut short: {s.status['runs_done']} of {s.status['runs_planned']} runs")
+    out += [f"{t}: {why}" for t, why in unapplied_profiles(frame).items() if t in (h["ref"], h["other"])]
     methods = fallback_cache_methods(frame)
     if methods:
         out.append(f"cold cache by {', '.join(methods)}, not drop_caches")
     return out
 
 
+def snapshot_headlines(reports_dir, survive: bool | None = None) -> tuple[list[dict], list[tuple[str, str]]]:
+    """The snapshot's headlines of every readable study, and (study title, why) of those left out.
+    survive: a study whose arithmetic fails is left out, not raised (default: inside the brief's kernel)."""
+    survive = _in_kernel() if survive is None else survive
+    out, left_out = [], []
+    for s in inputs.studies(reports_dir):
+        if not s.ok:
+            left_out.append((s.title, f"could not be read: {s.problem}"))
+            continue
+        try:
+            hs = get_study(s.key).headlines(s.frame, s.names)
+        except Exception as exc:   # noqa: BLE001 - one study's arithmetic must not take the others' cards
+            if not survive:
+                raise
+            left_out.append((s.title, f"headlines could not be computed: {type(exc).__name__}: {exc}"))
+            continue
+        out += [{**h, "study": s.key, "study_title": s.title, "caveats": _caveats(s, h)} for h in hs]
+    return out, left_out
+
+
 def all_headlines(reports_dir: str | Path) -> list[dict]:
-    out = []
-    for key, title, d in available(reports_dir):
-        frame = results.read_runs(d / "runs.csv")
-        for h in get_study(key).headlines(frame, target_order(d, frame)):
-            out.append({**h, "study": key, "study_title": title, "caveats": _caveats(frame, h)})
-    return out
+    return snapshot_headlines(reports_dir)[0]
 
 
 def _all_unapplied(reports_dir) -> dict[str, str]:
     out: dict[str, str] = {}
-    for _, _, d in available(reports_dir):
-        for t, why in unapplied_profiles(results.read_runs(d / "runs.csv")).items():
+    for s in inputs.readable(reports_dir):
+        for t, why in unapplied_profiles(s.frame).items():
             out.setdefault(t, why)
     return out
 
 
+@_part("The cover")
 def title_block(reports_dir: str | Path, params_file: str | Path) -> None:
-    params = config_mod.load(params_file)
-    studies = [t for _, t, _ in available(reports_dir)]
+    params = config_mod.load(params_file, check_targets=False)   # the brief writes nothing into targets
+    studies = [s.title + ("" if s.ok else " (could not be read)") + (" (cut short)" if s.cut_short() else "")
+               for s in inputs.studies(reports_dir)]
     inv = _latest_inventory(reports_dir)
     unapplied = _all_unapplied(reports_dir)
 
@@ -120,10 +181,16 @@ def title_block(reports_dir: str | Path, params_file: str | Path) -> None:
         show_table(pd.DataFrame(rows), "Storage targets compared in this brief (details in Appendix A).")
 
 
+@_part("The results snapshot")
 def snapshot(reports_dir: str | Path) -> None:
-    hs = all_headlines(reports_dir)
+    hs, left_out = snapshot_headlines(reports_dir)
+    missing = ("<p class=\"left-out\">Not in this snapshot: " + "; ".join(
+        f"<b>{html.escape(t)}</b> ({html.escape(why)})" for t, why in left_out) + ".</p>") if left_out else ""
     if not hs:
-        show_md("No study results yet: run `dvc repro` or `storagebrief <study>` first.")
+        if missing:
+            show_html("<h2>Test results snapshot</h2>" + missing)
+        else:
+            show_md("No study results yet: run `dvc repro` or `storagebrief <study>` first.")
         return
     groups: dict[str, list[str]] = {}
     for h in hs:
@@ -140,18 +207,32 @@ def snapshot(reports_dir: str | Path) -> None:
                    for title, cards in groups.items())
     show_html('<h2>Test results snapshot</h2><p>Reference target compared with each other target (for '
               'training, also each memory limit with no limit on the same target); "up to" is the largest '
-              'difference over the configurations both ran (means over repeats).</p>' + body)
+              'difference over the configurations both ran (means over repeats).</p>' + body + missing)
 
 
 def study_section(key: str, study_dir: str | Path) -> None:
-    """A study's brief section from its output directory (also used by its notebook)."""
+    """A study's brief section from its output directory (also used by its notebook): a note first when
+    the sweep was cut short, then the section, or why its results could not be read."""
     study = get_study(key)
-    d = Path(study_dir)
+    s = inputs.read_study(study.name, study_dir)
     show_html(f'<h2 class="section">{html.escape(study.title)}</h2>')
-    frame = results.read_runs(d / "runs.csv")
-    study.brief_section(d, frame, target_order(d, frame))
+    if s.cut_short():
+        show_html(f'<div class="warn cut-short" data-study="{study.name}"><b>{html.escape(s.cut_short())}</b></div>')
+    if not s.ok:
+        show_html(f'<div class="warn unreadable" data-study="{study.name}"><p>The results in '
+                  f'<code>{html.escape(str(s.dir))}</code> could not be read: {html.escape(s.problem)}. This study is '
+                  f'left out of the snapshot and the block-level characterization; rerun it (<code>storagebrief '
+                  f'{html.escape(study.command)}</code> or <code>dvc repro {html.escape(study.name)}</code>) to replace '
+                  'them.</p></div>')
+        return
+    _survives(f"The {study.title} section", _study_body, study, s)
+
+
+def _study_body(study, s: inputs.StudyInput) -> None:
+    d, frame = s.dir, s.frame
+    study.brief_section(d, frame, s.names)
     notes = d / "notes.json"
-    warnings = json.loads(notes.read_text()).get("warnings", []) if notes.exists() else []
+    warnings = list(inputs.read_json(notes).get("warnings", [])) if notes.is_file() else []
     methods = fallback_cache_methods(frame)
     if methods:
         warnings.append(f"cold cache by {', '.join(methods)} instead of drop_caches (needs root): files the "
@@ -159,17 +240,27 @@ def study_section(key: str, study_dir: str | Path) -> None:
     limits_box(warnings)
 
 
+@_part("The block-level I/O characterization")
 def block_characterization(reports_dir: str | Path) -> None:
-    """The block-level I/O characterization of every study (report/characterization.py)."""
+    """The block-level I/O characterization of every readable study (report/characterization.py)."""
     from . import characterization as chz
-    chz.section(reports_dir, available(reports_dir), target_order)
+    chz.section(reports_dir, [(s.key, s.title, s.dir) for s in inputs.readable(reports_dir)], target_order)
 
 
 def _latest_inventory(reports_dir) -> dict:
+    """The newest inventory.json that reads (a study's corrupt one does not take the appendix with it)."""
     found = sorted(Path(reports_dir).glob("*/inventory.json"), key=lambda p: p.stat().st_mtime)
-    return json.loads(found[-1].read_text()) if found else {}
+    for f in reversed(found):
+        try:
+            inv = inputs.read_json(f)
+        except (inputs.Unreadable, OSError):
+            continue
+        if isinstance(inv.get("targets", []), list):
+            return inv
+    return {}
 
 
+@_part("Appendix A")
 def appendix_configuration(reports_dir: str | Path) -> None:
     inv = _latest_inventory(reports_dir)
     if not inv:
@@ -206,9 +297,10 @@ def appendix_configuration(reports_dir: str | Path) -> None:
     show_table(pd.DataFrame(pairs, columns=["Package", "Version", "Package ", "Version "]), "Software versions")
 
 
+@_part("Appendix B")
 def appendix_procedure(reports_dir: str | Path, params_file: str | Path) -> None:
     import yaml
-    params = config_mod.load(params_file)
+    params = config_mod.load(params_file, check_targets=False)
     show_html('<h2 class="appendix">Appendix B — Test procedure and parameters</h2>')
     show_md(
         "Each study ran from `params.yaml` through its DVC stage (papermill executes the numbered "

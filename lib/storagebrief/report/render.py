@@ -1,26 +1,41 @@
 """Render the brief: execute notebooks/brief.py (Jupytext), export HTML without code, print it to PDF."""
 from __future__ import annotations
 
+import html
+import re
 from pathlib import Path
 
 from ..core import results
-from .brief import all_headlines
+from .brief import snapshot_headlines
 
 CSS = Path(__file__).resolve().parents[1] / "templates" / "brief.css"
+# The notebook beside this code (lib/storagebrief/report -> repository root), for a project folder without one.
+PACKAGE_NOTEBOOK = Path(__file__).resolve().parents[3] / "notebooks" / "brief.py"
+
+
+def brief_notebook(project_dir: str | Path) -> Path:
+    """The project's notebooks/brief.py (Jupytext; what DVC tracks), else the one beside this code."""
+    own = Path(project_dir) / "notebooks" / "brief.py"
+    return own if own.is_file() else PACKAGE_NOTEBOOK
 
 
 def render(reports_dir: str | Path = "reports", params_file: str | Path = "params.yaml",
            notebook: str | Path | None = None, pdf: bool = True, log=print) -> dict:
-    """Execute the brief notebook, export HTML without code, print it to PDF."""
+    """Execute the brief notebook, export HTML without code, print it to PDF.
+
+    Relative paths are the caller's (current directory); the kernel gets absolute ones, so where it
+    starts does not matter. The notebook defaults to the one of the project params_file lies in."""
     import nbformat
     import papermill
     from nbconvert import HTMLExporter
 
     import jupytext
 
-    reports_dir = Path(reports_dir)
-    # the brief notebook of the project whose params these are (any working directory)
-    notebook = Path(notebook or Path(params_file).resolve().parent / "notebooks" / "brief.py")
+    reports_dir = Path(reports_dir).resolve()
+    params_file = Path(params_file).resolve()
+    if not reports_dir.is_dir():
+        raise FileNotFoundError(f"no reports folder at {reports_dir}: run the studies first (dvc repro)")
+    notebook = Path(notebook) if notebook else brief_notebook(params_file.parent)
     executed = reports_dir / "brief.ipynb"
     source = jupytext.read(notebook) if notebook.suffix == ".py" else str(notebook)
     papermill.execute_notebook(source, str(executed), progress_bar=False,
@@ -43,5 +58,12 @@ def render(reports_dir: str | Path = "reports", params_file: str | Path = "param
         except Exception as exc:  # missing system libraries: HTML still stands
             out["pdf_error"] = f"{type(exc).__name__}: {exc}"
             log(f"brief.pdf not rendered: {out['pdf_error']}")
-    results.write_json(reports_dir / "headlines.json", all_headlines(reports_dir))
+    headlines, left_out = snapshot_headlines(reports_dir, survive=True)
+    results.write_json(reports_dir / "headlines.json", headlines)
+    # Said on the terminal too: a brief with a part that could not be read or rendered is still written.
+    out["problems"] = [f"{title}: {why}" for title, why in left_out]
+    out["problems"] += [html.unescape(f"{what} could not be rendered: {why}")
+                        for what, why in re.findall(r"<b>([^<]*) could not be rendered</b>: ([^<]*)", body)]
+    for p in out["problems"]:
+        log(f"brief: {p}")
     return out

@@ -23,6 +23,12 @@ from .limits import client_cpu_columns, plain_records, supported
 
 LAT_BINS_PER_DECADE = 20
 LAT_EDGES_US = np.logspace(0, 8, 8 * LAT_BINS_PER_DECADE + 1)   # 1 us .. 100 s
+# The runs.csv columns this study's brief and arithmetic use unconditionally, and what they hold; the
+# brief's gate (report/inputs.py) refuses a runs.csv without them, so the code below may assume them.
+RUNS_COLUMNS = {"workload": "text", **dict.fromkeys(
+    ("accelerators", "steps", "epochs", "num_files", "dataset_bytes", "batch_size", "compute_s", "read_threads",
+     "prefetch", "au_percent", "au_threshold_percent", "samples_per_s", "total_time_s",
+     "demand_mb_per_s_per_accelerator", "loader_read_mb_per_s"), "number")}
 
 
 # --------------------------------------------------------------------------- one run

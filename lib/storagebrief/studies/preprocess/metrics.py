@@ -3,6 +3,12 @@ from __future__ import annotations
 
 from ...report.headlines import versus_reference
 
+# The runs.csv columns this study's brief and arithmetic use unconditionally, and what they hold; the
+# brief's gate (report/inputs.py) refuses a runs.csv without them, so the code below may assume them.
+RUNS_COLUMNS = {"sweep": "text", **dict.fromkeys(
+    ("processes", "image_count", "input_bytes", "input_mb_per_s", "completion_time_s", "images_per_s",
+     "images_skipped", "read_share_percent", "decode_resize_share_percent", "encode_write_share_percent"), "number")}
+
 
 def headlines(frame, target_names: list[str]) -> list[dict]:
     """Reference target (first) vs each other: up-to deltas over matched configurations."""

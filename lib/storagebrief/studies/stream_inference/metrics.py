@@ -4,6 +4,11 @@ from __future__ import annotations
 from ...report.headlines import versus_reference
 
 KEYS = ["streams", "video", "topics", "partitions", "replication_factor"]
+# The runs.csv columns this study's brief and arithmetic use unconditionally, and what they hold; the
+# brief's gate (report/inputs.py) refuses a runs.csv without them, so the code below may assume them.
+RUNS_COLUMNS = {"sweep": "text", "video": "text", **dict.fromkeys(
+    ("streams", "topics", "partitions", "replication_factor", "classified_frames_per_s", "latency_ms_p99",
+     "frames_dropped", "streams_below_fps", "produce_mb_per_s"), "number")}
 
 
 def ok_runs(frame):

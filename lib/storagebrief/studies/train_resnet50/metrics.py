@@ -7,6 +7,13 @@ import numpy as np
 
 from .params import MIB
 
+# The runs.csv columns this study's brief and arithmetic use unconditionally, and what they hold; the
+# brief's gate (report/inputs.py) refuses a runs.csv without them, so the code below may assume them.
+RUNS_COLUMNS = {"sweep": "text", "memory_setting": "text",
+                **dict.fromkeys(("models", "ingest_target_mb_per_s", "checkpoint_every_steps"), "number"),
+                # absent when every run failed (a failed run's row has no measurements)
+                **dict.fromkeys(("training_time_s", "images_per_s", "job_read_bytes"), "number?")}
+
 
 def _ok(frame):
     return frame[frame.status == "ok"] if "status" in frame else frame

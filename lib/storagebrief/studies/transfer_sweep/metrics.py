@@ -20,6 +20,11 @@ from . import fio
 
 POINT_KEYS = ["target", "load", "path", "rw", "block_size_bytes", "queue_depth"]
 MATCH = ["rw", "block_size_bytes", "queue_depth"]
+# The runs.csv columns this study's brief and arithmetic use unconditionally, and what they hold; the
+# brief's gate (report/inputs.py) refuses a runs.csv without them, so the code below may assume them.
+RUNS_COLUMNS = {"load": "text", "path": "text", "rw": "text", **dict.fromkeys(
+    ("block_size_bytes", "queue_depth", "iodepth", "numjobs", "throughput_mb_per_s", "iops", "lat_us_mean",
+     "clat_us_p99"), "number")}
 TARGET_METRICS = [("throughput_mb_per_s", "higher", "Throughput, busy system (MB/s)"),
                   ("lat_us_mean", "lower", "Mean latency, busy system (µs)"),
                   ("clat_us_p99", "lower", "p99 latency, busy system (µs)")]

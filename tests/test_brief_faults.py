@@ -1,0 +1,296 @@
+"""The brief renders whatever it finds (issue 20): a study whose files cannot be used gets "could not be
+read: <why>" in its section and every other part renders; a sweep cut short says so; `storagebrief brief`
+writes nothing into targets and works from any directory.
+
+Each test builds a tiny project by hand (params.yaml, dvc.yaml, reports/ with a good preprocess and a good
+stream_inference study) and renders the real brief through the CLI without the PDF.
+"""
+from __future__ import annotations
+
+import gzip
+import html
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from conftest import base_params
+from storagebrief.studies import REGISTRY
+
+REPO = Path(__file__).resolve().parents[1]
+TARGETS = ("fast", "slow")
+TITLES = {k: REGISTRY[k].title for k in ("preprocess", "stream_inference", "emulate")}
+
+
+def _common(study: str, i: int, target: str, repeat: int) -> dict:
+    return {"study": study, "run_id": f"{study}-{i}", "target": target, "profile": "" if target == "fast" else "hdd_7200",
+            "emulated": target == "slow", "repeat": repeat, "started_at": "2025-01-01T00:00:00+00:00",
+            "cache_method": "drop_caches"}
+
+
+def preprocess_rows() -> list[dict]:
+    rows = []
+    for repeat in (1, 2):
+        for t, speed in zip(TARGETS, (200.0, 120.0)):
+            for sweep, procs, count in (("processes", 1, 6), ("processes", 2, 6), ("image_count", 2, 3)):
+                mb = speed * procs * (1 + 0.01 * repeat)
+                nbytes = count * 1_000_000
+                rows.append({**_common("preprocess", len(rows), t, repeat), "sweep": sweep, "processes": procs,
+                             "image_count": count, "output_mode": "per_process", "images_ok": count,
+                             "images_skipped": 0, "input_bytes": nbytes, "completion_time_s": nbytes / mb / 1e6,
+                             "input_mb_per_s": mb, "images_per_s": count / (nbytes / mb / 1e6),
+                             "read_share_percent": 40.0, "decode_resize_share_percent": 35.0,
+                             "encode_write_share_percent": 25.0})
+    return rows
+
+
+def stream_rows() -> list[dict]:
+    rows = []
+    for t, lat in zip(TARGETS, (80.0, 140.0)):
+        for streams in (1, 2):
+            rows.append({**_common("stream_inference", len(rows), t, 1), "sweep": "streams", "status": "ok",
+                         "streams": streams, "video": "144p@12", "topics": 1, "partitions": 2, "replication_factor": 3,
+                         "brokers": 3, "kafka": "started", "flush_messages": 1, "acks": "all", "jpeg_quality": 90,
+                         "duration_s": 2.0, "consumers": 1, "input_size": 32, "batch_size": 8, "tf_device": "CPU",
+                         "frames_produced": 24 * streams, "frames_classified": 24 * streams, "frames_dropped": 0,
+                         "fps_achieved_min": 12.0, "streams_below_fps": 0, "produce_mb_per_s": 0.5 * streams,
+                         "classified_frames_per_s": 12.0 * streams, "consumer_lag_frames_max": 3,
+                         "latency_ms_p50": lat / 2, "latency_ms_p99": lat * streams, "device_iops_avg": 300.0 / streams,
+                         "device_mib_per_s_avg": 4.0, "device_avg_read_kib": 0.0, "device_avg_write_kib": 16.0,
+                         "device_response_time_us": lat * 10, "device_read_percent": 0.0,
+                         "write_amplification": 1.2, "log_overhead_ratio": 1.1, "cpu_user_percent": 50.0,
+                         "cpu_system_percent": 10.0, "cpu_iowait_percent": 1.0})
+    return rows
+
+
+def inventory(tmp: Path) -> dict:
+    return {"cpu_model": "Test CPU", "cpu_sockets": 1, "cpu_cores_physical": 2, "cpu_threads": 2,
+            "memory_total_bytes": 4 << 30, "os": "Debian", "kernel": "6.1", "python": "3.11",
+            "packages": {"pandas": "3"}, "git_commit": "abc", "params_hash": "123", "privileges": {"root": "yes"},
+            "targets": [{"name": t, "path": str(tmp / "t" / "gone" / t) if t == "fast" else str(tmp / "t" / t),
+                         "device": {"name": "vda", "model": "virtio", "rotational": False},
+                         "profile": None if t == "fast" else {"read_mb_per_s": 150},
+                         "profile_name": None if t == "fast" else "hdd_7200",
+                         "filesystem": "ext4", "mount_options": "rw"} for t in TARGETS]}
+
+
+def write_study(reports: Path, study: str, rows: list[dict], tmp: Path) -> Path:
+    d = reports / study
+    d.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_csv(d / "runs.csv", index=False)
+    (d / "inventory.json").write_text(json.dumps(inventory(tmp)))
+    (d / "notes.json").write_text(json.dumps({"warnings": []}))
+    (d / "metrics.json").write_text(json.dumps({"runs": len(rows)}))
+    return d
+
+
+@pytest.fixture
+def project(tmp_path):
+    """A project folder: params.yaml (target 'fast' under t/gone/, 'slow' under t/), dvc.yaml, the brief
+    notebook, and reports/ with two good studies (preprocess, stream_inference)."""
+    root = tmp_path / "proj"
+    (root / "notebooks").mkdir(parents=True)
+    shutil.copy2(REPO / "notebooks" / "brief.py", root / "notebooks")
+    params = base_params(tmp_path)
+    params["targets"][0]["path"] = str(tmp_path / "t" / "gone" / "fast")
+    params["targets"][1]["path"] = str(tmp_path / "t" / "slow")
+    for t in params["targets"]:
+        Path(t["path"]).mkdir(parents=True)
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    (root / "dvc.yaml").write_text("stages: {}\n")
+    reports = root / "reports"
+    write_study(reports, "preprocess", preprocess_rows(), tmp_path)
+    write_study(reports, "stream_inference", stream_rows(), tmp_path)
+    return root
+
+
+def brief(cwd: Path, *args: str) -> tuple[str, subprocess.CompletedProcess]:
+    """`storagebrief brief --no-pdf` in cwd; returns the HTML it wrote (asserting it did) and the process."""
+    env = {**os.environ, "PYTHONPATH": str(REPO / "lib") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    res = subprocess.run([sys.executable, "-m", "storagebrief.cli", "brief", "--no-pdf", *args], cwd=cwd, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    path = re.search(r"wrote (\S+brief\.html)", res.stdout)
+    assert path, res.stdout + res.stderr
+    html_path = Path(path.group(1))
+    if not html_path.is_absolute():
+        html_path = cwd / html_path
+    return html_path.read_text(), res
+
+
+def sections(page: str) -> dict[str, str]:
+    """Heading text -> the HTML up to the next heading of a section."""
+    parts = re.split(r"<h2[^>]*>", page)
+    out = {}
+    for part in parts[1:]:
+        title = html.unescape(re.sub(r"<[^>]+>", "", part.split("</h2>", 1)[0])).strip().rstrip("¶").strip()
+        out[title] = part
+    return out
+
+
+def assert_brief(page: str, bad: str | None = None, why: str | None = None) -> None:
+    """Every part of the brief is there; the bad study's section says it could not be read and why; the
+    good studies rendered their own content (a table) and have snapshot cards."""
+    s = sections(page)
+    for heading in ("Test results snapshot", "Block-level I/O characterization", "Appendix A — System configuration",
+                    "Appendix B — Test procedure and parameters"):
+        assert heading in s, (heading, list(s))
+    assert "Storage performance brief" in page and "could not be rendered" not in page
+    for study, title in TITLES.items():
+        if study == bad:
+            assert "could not be read" in s[title], s[title][:2000]
+            text = html.unescape(re.sub(r"<[^>]+>", "", s[title]))
+            assert why in text and "brief:" not in text, (why, text[:2000])     # once, no terminal noise
+            assert "<table" not in s[title]
+            assert not [c for c in re.findall(r'<div class="card"[^>]*>', page) if f'data-study="{study}"' in c]
+        elif study in ("preprocess", "stream_inference"):
+            assert "could not be read" not in s[title] and "<table" in s[title], title
+            assert f'data-study="{study}"' in s["Test results snapshot"], study
+
+
+def _bad(project: Path, study: str = "emulate") -> Path:
+    d = project / "reports" / study
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+# --------------------------------------------------------------------------- unreadable runs.csv
+def test_empty_runs_csv(project):
+    (_bad(project) / "runs.csv").write_bytes(b"")
+    page, res = brief(project)
+    assert_brief(page, "emulate", "runs.csv is empty")
+    assert "could not be read: runs.csv is empty" in res.stderr     # said on the terminal too
+
+
+def test_binary_runs_csv(project):
+    (_bad(project) / "runs.csv").write_bytes(gzip.compress(pd.DataFrame(preprocess_rows()).to_csv().encode()))
+    page, _ = brief(project)
+    assert_brief(page, "emulate", "runs.csv is binary, not text")
+
+
+def test_runs_csv_not_utf8(project):
+    d = project / "reports" / "stream_inference"
+    text = (d / "runs.csv").read_text().replace("144p@12", "144p@12 café")
+    (d / "runs.csv").write_bytes(text.encode("latin-1"))
+    page, _ = brief(project)
+    assert_brief(page, "stream_inference", "runs.csv is not UTF-8 text (byte 0xe9")
+
+
+def test_runs_csv_text_where_numbers_belong(project):
+    d = project / "reports" / "stream_inference"
+    rows = stream_rows()
+    rows[1]["latency_ms_p99"] = "fast"
+    pd.DataFrame(rows).to_csv(d / "runs.csv", index=False)
+    page, _ = brief(project)
+    assert_brief(page, "stream_inference", "column latency_ms_p99 holds text where numbers belong (1 value(s), "
+                                           "e.g. 'fast' on line 3)")
+
+
+def test_runs_csv_missing_columns(project):
+    d = project / "reports" / "stream_inference"
+    pd.DataFrame(stream_rows()).drop(columns=["latency_ms_p99", "cache_method"]).to_csv(d / "runs.csv", index=False)
+    page, _ = brief(project)
+    assert_brief(page, "stream_inference", "runs.csv lacks column(s) cache_method, latency_ms_p99")
+
+
+@pytest.mark.parametrize("cut", ["fewer fields", "no newline"])
+def test_runs_csv_cut_mid_row(project, cut):
+    d = project / "reports" / "stream_inference"
+    text = (d / "runs.csv").read_text()
+    last = text.rstrip("\n").rsplit("\n", 1)[1]
+    if cut == "fewer fields":    # the writer died after a few fields of the last row (and a newline)
+        text = text[: len(text) - len(last) - 1] + ",".join(last.split(",")[:5]) + "\n"
+        why = f"runs.csv was cut mid-row: line {text.count(chr(10))} has 5 of {len(last.split(','))} fields"
+    else:                        # cut inside its last value: every field is there, one number is short
+        text = text.rstrip("\n")[:-2]
+        why = "runs.csv was cut mid-row (its last line has no newline)"
+    (d / "runs.csv").write_text(text)
+    page, _ = brief(project)
+    assert_brief(page, "stream_inference", why)
+
+
+# --------------------------------------------------------------------------- side files
+def test_corrupt_metrics_json(project):
+    (project / "reports" / "stream_inference" / "metrics.json").write_text('{"runs": 4, "headl')
+    page, _ = brief(project)
+    assert_brief(page, "stream_inference", "metrics.json is not valid JSON (line 1, column 13: Unterminated string")
+
+
+def test_corrupt_notes_json_and_inventory(project):
+    (project / "reports" / "stream_inference" / "notes.json").write_text('["not", "an object"]')
+    (project / "reports" / "stream_inference" / "inventory.json").write_bytes(b"\x00\x01")
+    page, _ = brief(project)
+    # the first bad file read names the reason; the appendix takes the other study's inventory
+    assert_brief(page, "stream_inference", "inventory.json is binary, not text")
+    assert "Test CPU" in sections(page)["Appendix A — System configuration"]
+
+
+def test_runs_without_a_target(project):
+    d = project / "reports" / "stream_inference"
+    rows = stream_rows()
+    rows[2]["target"] = None
+    pd.DataFrame(rows).to_csv(d / "runs.csv", index=False)
+    page, _ = brief(project)
+    assert_brief(page, "stream_inference", "runs.csv line 4 has no target")
+
+
+def test_an_error_in_one_part_is_a_note_not_a_lost_brief(project):
+    # Inputs the checks pass but a part cannot use: every inventory lacks the machine's description.
+    for d in (project / "reports").iterdir():
+        (d / "inventory.json").write_text(json.dumps({"targets": inventory(project.parent)["targets"]}))
+    page, res = brief(project)
+    s = sections(page)
+    assert "<b>Appendix A could not be rendered</b>: KeyError: 'memory_total_bytes'" in page
+    assert "Appendix A could not be rendered" in res.stderr            # said on the terminal too
+    for title in (TITLES["preprocess"], TITLES["stream_inference"], "Appendix B — Test procedure and parameters"):
+        assert "<table" in s[title] or "<pre" in s[title], title
+
+
+# --------------------------------------------------------------------------- a sweep cut short
+def test_status_incomplete_says_cut_short(project):
+    d = project / "reports" / "preprocess"
+    (d / "status.json").write_text(json.dumps({
+        "complete": False, "runs_planned": 24, "runs_done": 12, "started_at": "2025-01-01T00:00:00+00:00",
+        "finished_at": None, "stopped_by": "SIGTERM"}))
+    (project / "reports" / "stream_inference" / "status.json").write_text(json.dumps({
+        "complete": True, "runs_planned": 4, "runs_done": 4, "started_at": "2025-01-01T00:00:00+00:00",
+        "finished_at": "2025-01-01T00:10:00+00:00", "stopped_by": None}))
+    page, _ = brief(project)
+    assert_brief(page)
+    s = sections(page)
+    note = "This sweep was cut short: 12 of 24 runs (stopped by SIGTERM); figures cover only those runs."
+    body = s[TITLES["preprocess"]]
+    assert note in body and body.index(note) < body.index("<table")     # the section starts with it
+    assert "cut short" not in s[TITLES["stream_inference"]]                  # complete: nothing said
+    assert "sweep cut short: 12 of 24 runs" in s["Test results snapshot"]   # on its cards too
+
+
+# --------------------------------------------------------------------------- targets and directories
+def test_deleted_target_is_not_touched(project, tmp_path):
+    shutil.rmtree(tmp_path / "t" / "gone")           # target 'fast' and its parent are gone
+    slow = tmp_path / "t" / "slow"
+    before = slow.stat().st_mtime_ns
+    page, _ = brief(project)
+    assert_brief(page)
+    assert not (tmp_path / "t" / "gone").exists()    # nothing created where the old target was
+    assert slow.stat().st_mtime_ns == before         # no probe file written into the live one
+    assert str(tmp_path / "t" / "gone" / "fast") in sections(page)["Appendix A — System configuration"]
+
+
+def test_brief_from_a_subdirectory(project):
+    page, res = brief(project / "notebooks")
+    assert_brief(page)
+    assert Path(re.search(r"wrote (\S+)", res.stdout).group(1)) == project / "reports" / "brief.html"
+
+
+def test_brief_from_elsewhere_with_params(project):
+    page, res = brief(Path("/tmp"), "--params", str(project / "params.yaml"))
+    assert_brief(page)
+    assert Path(re.search(r"wrote (\S+)", res.stdout).group(1)) == project / "reports" / "brief.html"
