@@ -16,23 +16,23 @@
 # %% tags=["parameters"]
 # This study's knobs: params.yaml's `preprocess:` section. A value changed here applies to this notebook's
 # runs (merged over params.yaml, validated before any work); change params.yaml for `dvc repro` too.
-preprocess = dict(
-    source_dir=None,  # a folder of your own TIFFs (class subfolders = labels); None = generate
-    image_count=48,  # images in the process sweep (and in the generated dataset)
-    image_counts=[8, 24],  # image-count sweep at each target's best process count
-    processes=[1, 2, 4],
-    image_width=1920,
-    image_height=1080,
-    bit_depth=8,  # 8 or 16 (16-bit is scaled linearly to 8-bit)
-    channels=3,  # 1 (gray) or 3 (RGB)
-    num_classes=4,
-    resize_width=256,
-    resize_height=256,
-    interpolation='area',
-    output_mode='sharded',  # sharded: one TFRecord per process; single: one file, as in the paper
-    repeats=3,
-    seed=0,
-)
+preprocess = {
+    'source_dir': None,  # a folder of your own TIFFs (class subfolders: labels); None: generate
+    'image_count': 48,  # images in the process sweep (and in the generated dataset)
+    'image_counts': [8, 24],  # image-count sweep at each target's best process count
+    'processes': [1, 2, 4],
+    'image_width': 1920,
+    'image_height': 1080,
+    'bit_depth': 8,  # 8 or 16 (16-bit is scaled linearly to 8-bit)
+    'channels': 3,  # 1 (gray) or 3 (RGB)
+    'num_classes': 4,
+    'resize_width': 256,
+    'resize_height': 256,
+    'interpolation': 'area',
+    'output_mode': 'sharded',  # sharded: one TFRecord per process; single: one file, as in the paper
+    'repeats': 3,
+    'seed': 0,
+}
 targets = None     # None: params.yaml's targets; or a list like params.yaml's (name, path, profile)
 out_dir = None     # None: a new reports/runs/<time>/preprocess/ (dvc repro passes reports/preprocess)
 progress = "auto"  # a bar in JupyterLab; "lines": one line per run

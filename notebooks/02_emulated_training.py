@@ -18,28 +18,28 @@
 # %% tags=["parameters"]
 # This study's knobs: params.yaml's `emulate:` section. A value changed here applies to this notebook's
 # runs (merged over params.yaml, validated before any work); change params.yaml for `dvc repro` too.
-emulate = dict(
-    workloads=['unet3d'],  # catalogue: unet3d, resnet50, cosmoflow, retinanet (+ any defined below)
-    accelerator_type='v100',  # key of each workload's compute_s (unet3d: v100 a100 h100 b200; resnet50: v100 a100
-    workload_overrides={'unet3d': {'record_bytes': 500000, 'record_bytes_stdev': 233000, 'compute_s': {'v100': 0.04}}},  # partial specs merged over the reference values, or whole new workloads
-    accelerators=[1, 2, 3, 4],  # sweep per target
-    stop_below_threshold=False,  # True: stop a target's sweep after the first N whose AU < threshold
-    repeats=3,
-    epochs=3,  # DLIO default is 5
-    num_files=336,  # files per workload (None with mlperf sizing: >= 5 x host memory)
-    dataset_sizing='memory_cap',  # memory_cap: run in a cgroup capping page cache (dataset >= 5 x cap);
-    memory_limit_mib=32,  # the cap (memory_cap only)
-    odirect=False,  # True: O_DIRECT reads (page cache bypassed)
-    readahead=None,  # None: off under the memory cap (avoids thrash), kernel default otherwise
-    read_threads=None,  # None: the workload's own (unet3d 4, resnet50 8)
-    prefetch=2,  # ready batches per read thread (PyTorch prefetch_factor)
-    read_block_kib=1024,  # bytes per read call (multiple of 4)
-    checkpoint_every_steps=0,  # 0 = no checkpoints
-    checkpoint_mib=0,
-    seed=0,
-    launcher='fork',  # fork: accelerators forked on this host; mpi: mpirun ranks (README: Many client hosts)
-    mpi={'mpirun': 'mpirun', 'hostfile': None, 'hosts': [], 'oversubscribe': True, 'extra_args': []},  # used by launcher: mpi only
-)
+emulate = {
+    'workloads': ['unet3d'],  # catalogue: unet3d, resnet50, cosmoflow, retinanet (+ any defined below)
+    'accelerator_type': 'v100',  # key of each workload's compute_s (unet3d: v100 a100 h100 b200; resnet50: v100 a100
+    'workload_overrides': {'unet3d': {'record_bytes': 500000, 'record_bytes_stdev': 233000, 'compute_s': {'v100': 0.04}}},  # partial specs merged over the reference values, or whole new workloads
+    'accelerators': [1, 2, 3, 4],  # sweep per target
+    'stop_below_threshold': False,  # True: stop a target's sweep after the first N whose AU < threshold
+    'repeats': 3,
+    'epochs': 3,  # DLIO default is 5
+    'num_files': 336,  # files per workload (None with mlperf sizing: >= 5 x host memory)
+    'dataset_sizing': 'memory_cap',  # memory_cap: run in a cgroup capping page cache (dataset >= 5 x cap);
+    'memory_limit_mib': 32,  # the cap (memory_cap only)
+    'odirect': False,  # True: O_DIRECT reads (page cache bypassed)
+    'readahead': None,  # None: off under the memory cap (avoids thrash), kernel default otherwise
+    'read_threads': None,  # None: the workload's own (unet3d 4, resnet50 8)
+    'prefetch': 2,  # ready batches per read thread (PyTorch prefetch_factor)
+    'read_block_kib': 1024,  # bytes per read call (multiple of 4)
+    'checkpoint_every_steps': 0,  # 0: no checkpoints
+    'checkpoint_mib': 0,
+    'seed': 0,
+    'launcher': 'fork',  # fork: accelerators forked on this host; mpi: mpirun ranks (README: Many client hosts)
+    'mpi': {'mpirun': 'mpirun', 'hostfile': None, 'hosts': [], 'oversubscribe': True, 'extra_args': []},  # used by launcher: mpi only
+}
 targets = None     # None: params.yaml's targets; or a list like params.yaml's (name, path, profile)
 out_dir = None     # None: a new reports/runs/<time>/emulate/ (dvc repro passes reports/emulate)
 progress = "auto"  # a bar in JupyterLab; "lines": one line per run

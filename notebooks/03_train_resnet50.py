@@ -16,34 +16,34 @@
 # %% tags=["parameters"]
 # This study's knobs: params.yaml's `train_resnet50:` section. A value changed here applies to this notebook's
 # runs (merged over params.yaml, validated before any work); change params.yaml for `dvc repro` too.
-train_resnet50 = dict(
-    targets=[],  # subset of target names; [] = every target
-    dataset='auto',  # auto: preprocess TFRecords if they hold >= dataset_images, else generate
-    dataset_images=96,  # records in the generated set (quick: 100 MB, > the 2.5:1 cache share)
-    preprocess_outputs='reports/preprocess/outputs.json',
-    record_kib=1024,  # generated JPEG record size; quick uses 1 MiB so a dataset larger than the
-    shards=4,  # generated TFRecord files
-    num_classes=4,
-    input_size=32,  # ResNet50 input (min 32); paper 224
-    batch_size=32,
-    epochs=2,  # >= 2: epochs after the first show the page-cache effect
-    learning_rate=0.01,  # SGD, momentum 0.9
-    shuffle_buffer=64,  # records
-    read_parallelism=4,  # TFRecord files read at once (interleave)
-    warmup_steps=2,  # traced before the measured phase
-    memory_limits=['none', '2.5:1'],  # none | dataset:memory ratio (caps the page cache) | size (2GiB, whole job)
-    memory_margin_mib=48,  # absolute limits: the suggested minimum is TensorFlow's measured need + this
-    parallel_models=[1, 2],  # K models at once, cores split, one cgroup each
-    parallel_memory='2.5:1',
-    ingest_mb_per_s=20,  # concurrent writer while one model trains; 0 = skip
-    ingest_memory='none',
-    checkpoint_every_steps=4,  # frequent checkpoints; 0 = skip
-    checkpoint_default_interval_s=600,  # tf.estimator's default, used by every other run
-    checkpoint_memory='none',
-    repeats=1,
-    stall_timeout_s=240,  # a job without a step for this long is killed (thrashing)
-    seed=0,
-)
+train_resnet50 = {
+    'targets': [],  # subset of target names; []: every target
+    'dataset': 'auto',  # auto: preprocess TFRecords if they hold >= dataset_images, else generate
+    'dataset_images': 96,  # records in the generated set (quick: 100 MB, > the 2.5:1 cache share)
+    'preprocess_outputs': 'reports/preprocess/outputs.json',
+    'record_kib': 1024,  # generated JPEG record size; quick uses 1 MiB so a dataset larger than the
+    'shards': 4,  # generated TFRecord files
+    'num_classes': 4,
+    'input_size': 32,  # ResNet50 input (min 32); paper 224
+    'batch_size': 32,
+    'epochs': 2,  # >= 2: epochs after the first show the page-cache effect
+    'learning_rate': 0.01,  # SGD, momentum 0.9
+    'shuffle_buffer': 64,  # records
+    'read_parallelism': 4,  # TFRecord files read at once (interleave)
+    'warmup_steps': 2,  # traced before the measured phase
+    'memory_limits': ['none', '2.5:1'],  # none | dataset:memory ratio (caps the page cache) | size (2GiB, whole job)
+    'memory_margin_mib': 48,  # absolute limits: the suggested minimum is TensorFlow's measured need + this
+    'parallel_models': [1, 2],  # K models at once, cores split, one cgroup each
+    'parallel_memory': '2.5:1',
+    'ingest_mb_per_s': 20,  # concurrent writer while one model trains; 0: skip
+    'ingest_memory': 'none',
+    'checkpoint_every_steps': 4,  # frequent checkpoints; 0: skip
+    'checkpoint_default_interval_s': 600,  # tf.estimator's default, used by every other run
+    'checkpoint_memory': 'none',
+    'repeats': 1,
+    'stall_timeout_s': 240,  # a job without a step for this long is killed (thrashing)
+    'seed': 0,
+}
 targets = None     # None: params.yaml's targets; or a list like params.yaml's (name, path, profile)
 out_dir = None     # None: a new reports/runs/<time>/train_resnet50/ (dvc repro passes reports/train_resnet50)
 progress = "auto"  # a bar in JupyterLab; "lines": one line per run

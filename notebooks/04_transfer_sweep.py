@@ -20,21 +20,21 @@
 # %% tags=["parameters"]
 # This study's knobs: params.yaml's `transfer_sweep:` section. A value changed here applies to this notebook's
 # runs (merged over params.yaml, validated before any work); change params.yaml for `dvc repro` too.
-transfer_sweep = dict(
-    engine='io_uring',  # io_uring | libaio | psync (psync: one I/O per job, numjobs = QD)
-    rw=['randread'],  # randread | read | randwrite | write (writes overwrite the study's own file)
-    block_sizes=['4k', '128k', '1m'],  # k = 1024 B; multiples of 512 (direct I/O)
-    queue_depths=[1, 8, 32],  # total QD = iodepth x numjobs
-    numjobs=1,  # fio jobs per point (iodepth = QD / numjobs)
-    ramp_time_s=0.15,  # fio ramp_time (not measured)
-    runtime_s=0.6,  # fio runtime per point, time_based
-    repeats=2,  # outer loop; percentiles of a point come from the repeats' merged bins
-    file_mib=256,  # preconditioned file per target (fully written)
-    loads=['idle', 'busy'],
-    busy={'tool': 'stress-ng', 'cpu_percent': 86, 'memory_bandwidth_percent': 50, 'peak_seconds': 2.0, 'calibrate_seconds': 1.0, 'settle_s': 0.2},
-    gpu='auto',  # auto: kvikio GPU path when a CUDA GPU and storagebrief[gpu] are present
-    forecast={'workloads': ['unet3d'], 'accelerator_type': 'v100', 'workload_overrides': {'unet3d': {'record_bytes': 500000, 'record_bytes_stdev': 233000, 'compute_s': {'v100': 0.04}}}, 'request_kib': 1024, 'emulate_dir': 'reports/emulate'},
-)
+transfer_sweep = {
+    'engine': 'io_uring',  # io_uring | libaio | psync (psync: one I/O per job, numjobs: QD)
+    'rw': ['randread'],  # randread | read | randwrite | write (writes overwrite the study's own file)
+    'block_sizes': ['4k', '128k', '1m'],  # k: 1024 B; multiples of 512 (direct I/O)
+    'queue_depths': [1, 8, 32],  # total QD: iodepth x numjobs
+    'numjobs': 1,  # fio jobs per point (iodepth: QD / numjobs)
+    'ramp_time_s': 0.15,  # fio ramp_time (not measured)
+    'runtime_s': 0.6,  # fio runtime per point, time_based
+    'repeats': 2,  # outer loop; percentiles of a point come from the repeats' merged bins
+    'file_mib': 256,  # preconditioned file per target (fully written)
+    'loads': ['idle', 'busy'],
+    'busy': {'tool': 'stress-ng', 'cpu_percent': 86, 'memory_bandwidth_percent': 50, 'peak_seconds': 2.0, 'calibrate_seconds': 1.0, 'settle_s': 0.2},
+    'gpu': 'auto',  # auto: kvikio GPU path when a CUDA GPU and storagebrief[gpu] are present
+    'forecast': {'workloads': ['unet3d'], 'accelerator_type': 'v100', 'workload_overrides': {'unet3d': {'record_bytes': 500000, 'record_bytes_stdev': 233000, 'compute_s': {'v100': 0.04}}}, 'request_kib': 1024, 'emulate_dir': 'reports/emulate'},
+}
 targets = None     # None: params.yaml's targets; or a list like params.yaml's (name, path, profile)
 out_dir = None     # None: a new reports/runs/<time>/transfer_sweep/ (dvc repro passes reports/transfer_sweep)
 progress = "auto"  # a bar in JupyterLab; "lines": one line per run

@@ -16,32 +16,32 @@
 # %% tags=["parameters"]
 # This study's knobs: params.yaml's `stream_inference:` section. A value changed here applies to this notebook's
 # runs (merged over params.yaml, validated before any work); change params.yaml for `dvc repro` too.
-stream_inference = dict(
-    targets=[],  # subset of target names; [] = every target
-    bootstrap_servers=[],  # host:port of an existing cluster: then no brokers are started
-    kafka_lib=None,  # folder of Kafka jars; None = .kafka/lib (make kafka)
-    brokers=3,  # combined broker+controller nodes per target (log.dirs under the target)
-    broker_heap_mib=320,  # -Xmx of each broker JVM
-    base_port=None,  # None = free loopback ports; N = ports N..N+2*brokers-1 (must be free)
-    startup_timeout_s=120,
-    flush_messages=24,  # Kafka log.flush.interval.messages: brokers fsync a partition every N messages
-    videos=['240p@24'],  # <geometry>@<fps>: 144p 240p 360p 480p 720p 1080p 1440p 2160p
-    video_dir=None,  # a folder of your own videos (stream i plays video i mod n); None = generate
-    duration_s=6,  # seconds of video each stream plays
-    streams=[2, 4],  # concurrent streams (paper 30, 100, 300)
-    topics=[1, 3],  # topics the streams spread over (stream i -> topic i mod T)
-    partitions=[6],
-    replication_factors=[3],
-    jpeg_quality=90,
-    acks='all',
-    consumers=1,  # processes in the consumer group (static partition split)
-    input_size=32,  # ResNet50 input (paper 224)
-    batch_size=16,
-    drain_timeout_s=20,  # after the last frame: time for the consumers to classify what is queued
-    repeats=1,
-    keep_data=False,  # keep the brokers' data under the target after the study
-    seed=0,
-)
+stream_inference = {
+    'targets': [],  # subset of target names; []: every target
+    'bootstrap_servers': [],  # host:port of an existing cluster: then no brokers are started
+    'kafka_lib': None,  # folder of Kafka jars; None: .kafka/lib (make kafka)
+    'brokers': 3,  # combined broker+controller nodes per target (log.dirs under the target)
+    'broker_heap_mib': 320,  # -Xmx of each broker JVM
+    'base_port': None,  # None: free loopback ports; N: ports N..N+2*brokers-1 (must be free)
+    'startup_timeout_s': 120,
+    'flush_messages': 24,  # Kafka log.flush.interval.messages: brokers fsync a partition every N messages
+    'videos': ['240p@24'],  # <geometry>@<fps>: 144p 240p 360p 480p 720p 1080p 1440p 2160p
+    'video_dir': None,  # a folder of your own videos (stream i plays video i mod n); None: generate
+    'duration_s': 6,  # seconds of video each stream plays
+    'streams': [2, 4],  # concurrent streams (paper 30, 100, 300)
+    'topics': [1, 3],  # topics the streams spread over (stream i -> topic i mod T)
+    'partitions': [6],
+    'replication_factors': [3],
+    'jpeg_quality': 90,
+    'acks': 'all',
+    'consumers': 1,  # processes in the consumer group (static partition split)
+    'input_size': 32,  # ResNet50 input (paper 224)
+    'batch_size': 16,
+    'drain_timeout_s': 20,  # after the last frame: time for the consumers to classify what is queued
+    'repeats': 1,
+    'keep_data': False,  # keep the brokers' data under the target after the study
+    'seed': 0,
+}
 targets = None     # None: params.yaml's targets; or a list like params.yaml's (name, path, profile)
 out_dir = None     # None: a new reports/runs/<time>/stream_inference/ (dvc repro passes reports/stream_inference)
 progress = "auto"  # a bar in JupyterLab; "lines": one line per run

@@ -436,7 +436,7 @@ def test_notebook_is_thin_and_parameterised():
     jupytext = pytest.importorskip("jupytext")
     nb = jupytext.read(ROOT / "notebooks" / "02_emulated_training.py")
     tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
-    assert len(tagged) == 1 and "emulate = dict(" in tagged[0].source and "out_dir = None" in tagged[0].source
+    assert len(tagged) == 1 and "emulate = {" in tagged[0].source and "out_dir = None" in tagged[0].source
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
     assert 'notebook.run_study("emulate", emulate' in code
     assert 'report.study_section("emulate", runs.attrs["out_dir"])' in code

@@ -66,7 +66,7 @@ def _changes(name: str, knobs, section: dict) -> dict:
     if not isinstance(knobs, dict):
         raise config.ParamsError(
             f"{name} must be a dict of the {name} section's keys (as in params.yaml), got {type(knobs).__name__} "
-            f"{knobs!r}; e.g. {name} = dict(repeats=1)")
+            f"{knobs!r}; e.g. {name} = {{\"repeats\": 1}}")
     return {k: v for k, v in knobs.items() if k not in section or section[k] != v}
 
 
@@ -181,7 +181,7 @@ def knobs_cell(name: str, params_file: str | Path) -> str:
     """The parameters cell of a study's notebook, written from params.yaml's section with its
     comments (`storagebrief notebooks --write` keeps the notebooks equal to params.yaml)."""
     lines = _section_lines(Path(params_file).read_text(), name)
-    return f"{name} = dict(\n{_to_python(lines)}\n)"
+    return f"{name} = {{\n{_to_python(lines)}\n}}"
 
 
 def _section_lines(text: str, name: str) -> list[str]:
@@ -219,7 +219,7 @@ def _to_python(lines: list[str]) -> str:
             j += 1
         value = yaml.safe_load("\n".join(block))[key]
         literal = _literal(value)
-        out.append(f"    {key}={literal}," + (f"  {_python_words(comment)}" if comment else ""))
+        out.append(f"    {key!r}: {literal}," + (f"  {_python_words(comment)}" if comment else ""))
         i = j
     return "\n".join(out)
 
@@ -246,21 +246,22 @@ def _python_words(comment: str) -> str:
     # the same knobs in Python: YAML's null/true/false read as None/True/False
     for yaml_word, python_word in (("null", "None"), ("true", "True"), ("false", "False")):
         comment = re.sub(rf"\b{yaml_word}\b", python_word, comment)
-    return comment
+    # "x = y" reads "x: y" here: papermill takes a line with a second '=' for a broken assignment
+    return comment.replace(" = ", ": ")
 
 
 def sync_knobs(root: str | Path | None = None, write: bool = False) -> list[str]:
     """Notebooks whose parameters cell differs from params.yaml's section (rewritten when `write`).
 
-    The cell is the `<study> = dict(...)` block of notebooks/NN_<study>.py, made by knobs_cell."""
+    The cell is the `<study> = {...}` block of notebooks/NN_<study>.py, made by knobs_cell."""
     root = Path(root) if root is not None else config.project_root()
     differing = []
     for study in studies.REGISTRY.values():
         path = root / study.notebook
         text = path.read_text()
-        block = re.search(rf"^{study.name} = dict\(\n.*?^\)$", text, flags=re.M | re.S)
+        block = re.search(rf"^{study.name} = (dict\(|\{{)\n.*?^(\)|\}})$", text, flags=re.M | re.S)
         if block is None:
-            raise config.ParamsError(f"{path}: no '{study.name} = dict(' parameters block")
+            raise config.ParamsError(f"{path}: no '{study.name} = {{' parameters block")
         wanted = knobs_cell(study.name, root / "params.yaml")
         if block.group(0) != wanted:
             differing.append(str(path.relative_to(root)))
