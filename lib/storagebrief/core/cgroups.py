@@ -25,6 +25,11 @@ class CgroupUnavailable(RuntimeError):
     """The capability is missing; the message says why (shown in the brief)."""
 
 
+class CgroupLimitError(ValueError):
+    """The kernel stored a different limit from the one written (a value it cannot hold): running
+    on would measure a device other than the profile, so the run stops with the numbers."""
+
+
 @dataclass(frozen=True)
 class IoLimits:
     device: tuple[int, int]
@@ -173,6 +178,9 @@ class Cgroup:
         except OSError as exc:
             self.remove()
             raise CgroupUnavailable(f"cgroup setup failed: {exc}") from None
+        except BaseException:          # CgroupLimitError, a signal: never leave the directory behind
+            self.remove()
+            raise
         return self
 
     def __enter__(self) -> "Cgroup":
@@ -263,11 +271,20 @@ class Cgroup:
                 value = min(filter(None, (value, inherited.get(fname))), default=None)
                 if value:
                     (d / fname).write_text(f"{dev} {int(value)}")
+                    # The kernel takes some values it cannot hold without an error (IOPS are 32-bit:
+                    # 4294967297 is stored as 1): what it stores is what the run gets.
+                    stored = read_v1_limit(d / fname, io.device)
+                    if stored != int(value):
+                        raise CgroupLimitError(_mismatch(fname, dev, int(value), stored))
         else:
-            parts = [f"{k}={int(v)}" for k, v in (("rbps", io.read_bps), ("wbps", io.write_bps),
-                                                  ("riops", io.read_iops), ("wiops", io.write_iops)) if v]
+            parts = [(k, int(v)) for k, v in (("rbps", io.read_bps), ("wbps", io.write_bps),
+                                              ("riops", io.read_iops), ("wiops", io.write_iops)) if v]
             if parts:  # no limits: an accounting-only group (io.stat still counts)
-                (d / "io.max").write_text(f"{dev} {' '.join(parts)}")
+                (d / "io.max").write_text(f"{dev} {' '.join(f'{k}={v}' for k, v in parts)}")
+                stored = read_io_max(d / "io.max", io.device)
+                for k, v in parts:
+                    if stored.get(k) != v:
+                        raise CgroupLimitError(_mismatch(f"io.max {k}", dev, v, stored.get(k)))
 
     inherited_io: dict[str, int] = {}
 
@@ -385,6 +402,33 @@ class Cgroup:
                 elif k == "oom_kill":
                     out["oom_kills"] = int(v)
         return out
+
+
+def read_v1_limit(path: Path, device: tuple[int, int]) -> int | None:
+    """The limit a v1 blkio.throttle.* file holds for the device (None: no line, i.e. no limit)."""
+    key = f"{device[0]}:{device[1]}"
+    for line in path.read_text().splitlines():
+        f = line.split()
+        if len(f) == 2 and f[0] == key:
+            return int(f[1])
+    return None
+
+
+def read_io_max(path: Path, device: tuple[int, int]) -> dict[str, int | None]:
+    """The v2 io.max limits for the device: key -> value, None where 'max' (no limit)."""
+    key = f"{device[0]}:{device[1]}"
+    for line in path.read_text().splitlines():
+        f = line.split()
+        if f and f[0] == key:
+            kv = dict(x.split("=", 1) for x in f[1:] if "=" in x)
+            return {k: (None if v == "max" else int(v)) for k, v in kv.items()}
+    return {}
+
+
+def _mismatch(what: str, dev: str, wanted: int, stored: int | None) -> str:
+    got = "no limit" if stored is None else f"{stored:,}"
+    return (f"cgroup limit {what} on {dev}: wrote {wanted:,} but the kernel stored {got}; the profile's value "
+            "is outside what the kernel can hold (see DeviceProfile: bytes/s 1..2^64-2, IOPS 1..2^32-2)")
 
 
 def live_cgroups() -> list[str]:
