@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .procs import running
+
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PREFIX = "storagebrief-"
 _live: dict[str, "Cgroup"] = {}
@@ -70,6 +72,45 @@ def _v2_controllers(path: Path) -> set[str]:
         return set((path / "cgroup.controllers").read_text().split())
     except OSError:
         return set()
+
+
+def own_dirs() -> list[Path]:
+    """Our own cgroup directory in every hierarchy we can see (v1 per controller, v2 unified)."""
+    own, dirs = _own_paths(), []
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        parts = line.split()
+        if len(parts) < 4 or parts[2] not in ("cgroup", "cgroup2"):
+            continue
+        if parts[2] == "cgroup2":
+            rel = own.get("")
+        else:
+            rel = next((own[c] for c in parts[3].split(",") if c in own), None)
+        if rel is not None and (Path(parts[1]) / rel.lstrip("/")).is_dir():
+            dirs.append(Path(parts[1]) / rel.lstrip("/"))
+    return list(dict.fromkeys(dirs))
+
+
+def tracking_dir() -> tuple[int, Path]:
+    """(version, own cgroup dir) of a hierarchy where a child cgroup can hold processes without limits.
+
+    First that exists: the v1 pids hierarchy (no limit by default), the v2 unified one (membership
+    needs no controller), then a v1 hierarchy that limits nothing unless asked."""
+    own = _own_paths()
+
+    def v1(c: str) -> Path | None:
+        mount = _v1_mount(c)
+        d = mount / own[c].lstrip("/") if mount is not None and c in own else None
+        return d if d is not None and d.is_dir() else None
+
+    if (d := v1("pids")) is not None:
+        return 1, d
+    v2 = _v2_mount()
+    if v2 is not None and "" in own and (v2 / own[""].lstrip("/")).is_dir():
+        return 2, v2 / own[""].lstrip("/")
+    for c in ("cpuacct", "blkio", "memory"):
+        if (d := v1(c)) is not None:
+            return 1, d
+    raise CgroupUnavailable("no cgroup hierarchy to hold a run's processes (neither cgroup v1 nor v2 is mounted)")
 
 
 def controller_dir(controller: str) -> tuple[int, Path]:
@@ -153,13 +194,13 @@ class Cgroup:
 
     # -- lifecycle --------------------------------------------------------
     def create(self) -> "Cgroup":
+        """Create the cgroup in each hierarchy its limits need; with no limits at all, one cgroup in a
+        hierarchy that only holds processes (tracking_dir): a run's processes, found and killed together."""
         wanted = (["memory"] if self.memory_limit_bytes is not None else []) + (["blkio"] if self.io else [])
-        if not wanted:
-            raise CgroupUnavailable("nothing to limit")
         try:
-            for c in wanted:
-                version, parent = controller_dir(c)
-                if version == 2:
+            for c in wanted or ["track"]:
+                version, parent = tracking_dir() if c == "track" else controller_dir(c)
+                if version == 2 and c != "track":
                     self._enable_v2(parent, "io" if c == "blkio" else c)
                 d = parent / self.name
                 if not d.exists():
@@ -189,8 +230,31 @@ class Cgroup:
     def __exit__(self, *exc) -> None:
         self.remove()
 
+    # A run's own cgroup (procs.Scope) kills what is left in it instead of moving it to the parent:
+    # a process still there when the run ends is an orphan, and in the parent nothing would find it.
+    kill_on_remove = False
+
+    def kill(self, timeout_s: float = 10.0) -> int:
+        """SIGKILL every process in the cgroup (never this one) until none runs; returns how many."""
+        killed, deadline = set(), time.monotonic() + timeout_s
+        while True:
+            left = [p for p in self.pids() if p != os.getpid() and running(p)]
+            if not left:
+                return len(killed)
+            for pid in left:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.add(pid)
+                except OSError:
+                    pass
+            if time.monotonic() > deadline:
+                return len(killed)
+            time.sleep(0.02)
+
     def remove(self) -> None:
-        """Move any remaining processes to the parent and delete the cgroup."""
+        """Move any remaining processes to the parent (kill_on_remove: kill them) and delete the cgroup."""
+        if self.kill_on_remove and self.dirs:
+            self.kill()
         for c, (version, d) in list(self.dirs.items()):
             if not d.exists():
                 continue
@@ -443,11 +507,7 @@ def leftover_dirs(owner_pid: int | None = None) -> list[Path]:
     """
     found = []
     pattern = f"{PREFIX}*-{owner_pid}-*" if owner_pid else f"{PREFIX}*"
-    for c in ("memory", "blkio"):
-        try:
-            _, d = controller_dir(c)
-        except CgroupUnavailable:
-            continue
+    for d in own_dirs():       # every hierarchy: run cgroups without limits live in pids or v2
         found += [p for p in d.glob(pattern) if p.is_dir()]
     return found
 
