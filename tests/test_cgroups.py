@@ -4,10 +4,11 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
-from storagebrief.core import cache, cgroups
+from storagebrief.core import cache, cgroups, targets
 from conftest import needs_blkio, needs_memory_cgroup
 
 
@@ -180,3 +181,44 @@ def test_a_child_never_escapes_an_ancestor_throttle(tmp_path):
         out = os.read(r, 200).decode().split()
     assert status == 0 and out[:2] == [f"{dev[0]}:{dev[1]}", "40000000"]
     assert float(out[2]) < 40 * 1.25     # reads at the ancestor's cap, not the disk's speed
+
+
+# --------------------------------------------------------------------------- limits read back
+def _device(path: Path) -> tuple[int, int]:
+    dev = targets.resolve_device(path)
+    if dev.major is None:
+        pytest.skip(f"{path} has no block device: {dev.reason}")
+    return dev.major, dev.minor
+
+
+@needs_blkio()
+@pytest.mark.parametrize("limits, stored", [({"read_iops": 2**32 + 1}, "stored 1"),     # 32-bit: wraps
+                                            ({"write_iops": 2**32}, "stored 0"),
+                                            ({"read_bps": 2**64 - 1}, "stored no limit")])  # 'unlimited'
+def test_a_limit_the_kernel_stores_differently_is_caught_by_reading_it_back(tmp_path, limits, stored):
+    """Past validation (a profile built in code, another kernel): the read-back stops the run."""
+    before = cgroups.leftover_dirs(owner_pid=os.getpid())
+    with pytest.raises(cgroups.CgroupLimitError, match=stored):
+        cgroups.Cgroup("readback", io=cgroups.IoLimits(device=_device(tmp_path), **limits)).create()
+    assert cgroups.leftover_dirs(owner_pid=os.getpid()) == before
+
+
+def test_io_max_read_back_v2(tmp_path, monkeypatch):
+    """cgroup v2 (not on this VM's blkio): io.max is read back too; a kernel that clamps riops to
+    32 bits (as blk-throttle does) is caught. The 'kernel' here is a file that clamps what is written."""
+    real = Path.write_text
+
+    def kernel(self, text, *a, **kw):
+        if self.name == "io.max":
+            dev, *kv = text.split()
+            text = dev + " " + " ".join(f"{k}={min(int(v), 2**32 - 1) if 'iops' in k else v}"
+                                        for k, v in (x.split("=") for x in kv))
+        return real(self, text, *a, **kw)
+    monkeypatch.setattr(Path, "write_text", kernel)
+    g = cgroups.Cgroup("v2")
+    g.dirs["blkio"] = (2, tmp_path)
+    g._set_io(cgroups.IoLimits(device=(8, 0), read_bps=10**6, read_iops=1000))      # held: fine
+    assert cgroups.read_io_max(tmp_path / "io.max", (8, 0)) == {"rbps": 10**6, "riops": 1000}
+    with pytest.raises(cgroups.CgroupLimitError, match=r"io.max riops on 8:0: wrote 4,294,967,297 but the kernel "
+                                                       r"stored 4,294,967,295"):
+        g._set_io(cgroups.IoLimits(device=(8, 0), read_iops=2**32 + 1))

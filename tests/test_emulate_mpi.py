@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -112,3 +113,45 @@ def test_no_rank_outlives_the_study(tmp_path, sig):
         time.sleep(0.2)
     assert _descendants_alive(marker) == []
     assert not (tmp_path / "o" / "runs.csv").exists()
+    if sig == signal.SIGTERM:   # Open MPI's session and shared-memory folders went with the run (kill -9: next test)
+        assert not list(tmp_path.rglob(".storagebrief-tmp-*"))
+        assert not [n for n in os.listdir("/dev/shm") if n.startswith(f".storagebrief-tmp-mpi-{proc.pid}-")]
+
+
+def test_kill_9_of_an_mpi_run_leaves_no_open_mpi_files_after_the_next_run(tmp_path):
+    """kill -9 of the study and of mpirun together (the OOM killer, a process-group kill): Open MPI
+    cannot clean up. Its session directory (default /tmp/ompi.<host>.<uid>/pid.<mpirun>, ~8 MB) and
+    shared-memory segments (default /dev/shm/vader_segment.*) were in the run's own folders, which
+    the next run removes."""
+    systmp = tmp_path / "systmp"                    # the study's system temp folder (TMPDIR), watched alone
+    systmp.mkdir()
+    shm_before = set(os.listdir("/dev/shm"))
+    section = {**THROTTLED, "launcher": "mpi", "accelerators": [2], "epochs": 50, "dataset_sizing": "fixed"}
+    pf = tmp_path / "params.yaml"
+    pf.write_text(yaml.safe_dump(params_dict(tmp_path, section, cold_cache=False)))
+    code = "import sys; from storagebrief.cli import main; sys.exit(main(sys.argv[1:]))"
+    proc = subprocess.Popen([sys.executable, "-c", code, "emulate", "--params", str(pf), "--out", str(tmp_path / "o")],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "TMPDIR": str(systmp)})
+    marker = str(tmp_path / "fast")
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and proc.poll() is None:
+        if len([p for p in _descendants_alive(marker) if p != proc.pid]) >= 3:   # mpirun + 2 ranks
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.stdout.read()
+    time.sleep(1.0)
+    mpirun = [p for p in _descendants_alive(marker) if open(f"/proc/{p}/comm").read().strip() in ("mpirun", "orterun")]
+    assert len(mpirun) == 1
+    os.kill(proc.pid, signal.SIGKILL)
+    os.kill(mpirun[0], signal.SIGKILL)
+    proc.wait(timeout=30)
+    # the next run (same target, a short one) removes what the killed one left
+    again = {**section, "epochs": 1}
+    STUDY.run(config.validate(params_dict(tmp_path, again, cold_cache=False)), tmp_path / "o2", log=lambda *_: None)
+    assert _descendants_alive(marker) == []
+    assert not [p.name for p in systmp.iterdir()], "Open MPI wrote into the system temp folder"
+    assert not list(Path("/tmp").glob(f"ompi.*/pid.{mpirun[0]}")), "Open MPI's session directory is left in /tmp"
+    new_shm = sorted(set(os.listdir("/dev/shm")) - shm_before)
+    assert not [n for n in new_shm if n.startswith(("vader_segment.", "sm_segment.", ".storagebrief-tmp-"))], new_shm
+    assert not list(tmp_path.rglob(".storagebrief-tmp-*")), "a scratch folder outlived the runs"

@@ -1,11 +1,14 @@
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from storagebrief.core import cgroups, config, monitor, targets
-from conftest import needs_blkio, needs_drop_caches
+from conftest import REPO, needs_blkio, needs_drop_caches
 
 
 @pytest.mark.parametrize("path", ["/", "/dev", "/dev/sda1", "/proc/self", "/sys/block", "/etc", "/usr/lib/x"])
@@ -84,3 +87,31 @@ def test_throttled_target_is_really_slower(tmp_path):
     assert slow == pytest.approx(expected, rel=0.3)
     assert summary["device_read_bytes"] > 0  # device-wide counters: others' I/O may add to it
     assert not cgroups.leftover_dirs(os.getpid())
+
+
+# --------------------------------------------------------------------------- profiles the kernel can hold
+@pytest.mark.parametrize("key, value, allowed", [
+    ("read_iops", 4294967297, "1..4294967294 IOPS"),
+    ("write_iops", 0, "1..4294967294 IOPS"),
+    ("read_mb_per_s", 2e13, "1e-06..18446744073709.55 MB/s"),
+    ("write_mb_per_s", 1e-7, "1e-06..18446744073709.55 MB/s"),
+])
+def test_profile_the_kernel_cannot_hold_is_refused_by_validate(tmp_path, key, value, allowed):
+    f = tmp_path / "params.yaml"
+    f.write_text(yaml.safe_dump({"targets": [{"name": "a", "path": str(tmp_path / "a"), "profile": "big"}],
+                                 "profiles": {"big": {key: value}}}))
+    proc = subprocess.run([sys.executable, "-m", "storagebrief.cli", "validate", "--params", str(f)],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO / "lib")})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2, out
+    lines = [ln for ln in out.splitlines() if f"profiles.big.{key}" in ln]
+    assert len(lines) == 1 and allowed in lines[0] and f"= {value}:" in lines[0], out
+
+
+def test_profile_bounds_are_the_kernels():
+    """The largest values the kernel stores unchanged pass; one more is refused."""
+    ok = targets.DeviceProfile(read_iops=2**32 - 2, write_iops=1, read_mb_per_s=1e-6, write_mb_per_s=18446744073709)
+    assert ok.read_iops == 4294967294
+    for bad in ({"read_iops": 2**32 - 1}, {"write_mb_per_s": float("nan")}, {"read_mb_per_s": -5}):
+        with pytest.raises(ValueError, match="outside what the kernel"):
+            targets.DeviceProfile(**bad)

@@ -85,12 +85,12 @@ def _group_alive(pgid: int) -> list[int]:
 
 
 @pytest.mark.skipif(load.tool_binary("stress-ng") is None, reason="stress-ng is not installed")
-def test_busy_load_raises_measured_cpu_and_is_gone_after_stop():
+def test_busy_load_raises_measured_cpu_and_is_gone_after_stop(tmp_path):
     a = load.cpu_times()
     time.sleep(0.8)
     idle = load.busy_percent(a, load.cpu_times())
     settings = {"mem_workers": 1, "rate_mb_per_s_per_worker": 500, "cpu_workers": load.ncpu(), "cpu_load": 90}
-    ld = load.start("stress-ng", settings, 30)
+    ld = load.start("stress-ng", settings, 30, tmp_path)
     try:
         time.sleep(0.3)
         a = load.cpu_times()
@@ -114,10 +114,10 @@ def test_load_dies_with_its_parent(tmp_path, sig):
     script = ("import sys, time\nfrom storagebrief.core import cgroups\nfrom storagebrief.studies.transfer_sweep import load\n"
               "cgroups.install_handlers()\n"
               "ld = load.start('stress-ng', {'mem_workers': 1, 'rate_mb_per_s_per_worker': 200, 'cpu_workers': 1,"
-              " 'cpu_load': 50}, 120)\n"
+              " 'cpu_load': 50}, 120, sys.argv[1])\n"
               "try:\n    time.sleep(0.5); print(ld.pgid, flush=True); time.sleep(120)\nfinally:\n    ld.stop()\n")
     env = {**os.environ, "PYTHONPATH": str(REPO / "lib")}
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], stdout=subprocess.PIPE, text=True, env=env)
     pgid = int(proc.stdout.readline())
     assert _group_alive(pgid)
     os.kill(proc.pid, sig)

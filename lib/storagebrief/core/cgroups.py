@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .procs import running
+
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PREFIX = "storagebrief-"
 _live: dict[str, "Cgroup"] = {}
@@ -23,6 +25,11 @@ _live: dict[str, "Cgroup"] = {}
 
 class CgroupUnavailable(RuntimeError):
     """The capability is missing; the message says why (shown in the brief)."""
+
+
+class CgroupLimitError(ValueError):
+    """The kernel stored a different limit from the one written (a value it cannot hold): running
+    on would measure a device other than the profile, so the run stops with the numbers."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +72,45 @@ def _v2_controllers(path: Path) -> set[str]:
         return set((path / "cgroup.controllers").read_text().split())
     except OSError:
         return set()
+
+
+def own_dirs() -> list[Path]:
+    """Our own cgroup directory in every hierarchy we can see (v1 per controller, v2 unified)."""
+    own, dirs = _own_paths(), []
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        parts = line.split()
+        if len(parts) < 4 or parts[2] not in ("cgroup", "cgroup2"):
+            continue
+        if parts[2] == "cgroup2":
+            rel = own.get("")
+        else:
+            rel = next((own[c] for c in parts[3].split(",") if c in own), None)
+        if rel is not None and (Path(parts[1]) / rel.lstrip("/")).is_dir():
+            dirs.append(Path(parts[1]) / rel.lstrip("/"))
+    return list(dict.fromkeys(dirs))
+
+
+def tracking_dir() -> tuple[int, Path]:
+    """(version, own cgroup dir) of a hierarchy where a child cgroup can hold processes without limits.
+
+    First that exists: the v1 pids hierarchy (no limit by default), the v2 unified one (membership
+    needs no controller), then a v1 hierarchy that limits nothing unless asked."""
+    own = _own_paths()
+
+    def v1(c: str) -> Path | None:
+        mount = _v1_mount(c)
+        d = mount / own[c].lstrip("/") if mount is not None and c in own else None
+        return d if d is not None and d.is_dir() else None
+
+    if (d := v1("pids")) is not None:
+        return 1, d
+    v2 = _v2_mount()
+    if v2 is not None and "" in own and (v2 / own[""].lstrip("/")).is_dir():
+        return 2, v2 / own[""].lstrip("/")
+    for c in ("cpuacct", "blkio", "memory"):
+        if (d := v1(c)) is not None:
+            return 1, d
+    raise CgroupUnavailable("no cgroup hierarchy to hold a run's processes (neither cgroup v1 nor v2 is mounted)")
 
 
 def controller_dir(controller: str) -> tuple[int, Path]:
@@ -148,13 +194,13 @@ class Cgroup:
 
     # -- lifecycle --------------------------------------------------------
     def create(self) -> "Cgroup":
+        """Create the cgroup in each hierarchy its limits need; with no limits at all, one cgroup in a
+        hierarchy that only holds processes (tracking_dir): a run's processes, found and killed together."""
         wanted = (["memory"] if self.memory_limit_bytes is not None else []) + (["blkio"] if self.io else [])
-        if not wanted:
-            raise CgroupUnavailable("nothing to limit")
         try:
-            for c in wanted:
-                version, parent = controller_dir(c)
-                if version == 2:
+            for c in wanted or ["track"]:
+                version, parent = tracking_dir() if c == "track" else controller_dir(c)
+                if version == 2 and c != "track":
                     self._enable_v2(parent, "io" if c == "blkio" else c)
                 d = parent / self.name
                 if not d.exists():
@@ -173,6 +219,9 @@ class Cgroup:
         except OSError as exc:
             self.remove()
             raise CgroupUnavailable(f"cgroup setup failed: {exc}") from None
+        except BaseException:          # CgroupLimitError, a signal: never leave the directory behind
+            self.remove()
+            raise
         return self
 
     def __enter__(self) -> "Cgroup":
@@ -181,8 +230,31 @@ class Cgroup:
     def __exit__(self, *exc) -> None:
         self.remove()
 
+    # A run's own cgroup (procs.Scope) kills what is left in it instead of moving it to the parent:
+    # a process still there when the run ends is an orphan, and in the parent nothing would find it.
+    kill_on_remove = False
+
+    def kill(self, timeout_s: float = 10.0) -> int:
+        """SIGKILL every process in the cgroup (never this one) until none runs; returns how many."""
+        killed, deadline = set(), time.monotonic() + timeout_s
+        while True:
+            left = [p for p in self.pids() if p != os.getpid() and running(p)]
+            if not left:
+                return len(killed)
+            for pid in left:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.add(pid)
+                except OSError:
+                    pass
+            if time.monotonic() > deadline:
+                return len(killed)
+            time.sleep(0.02)
+
     def remove(self) -> None:
-        """Move any remaining processes to the parent and delete the cgroup."""
+        """Move any remaining processes to the parent (kill_on_remove: kill them) and delete the cgroup."""
+        if self.kill_on_remove and self.dirs:
+            self.kill()
         for c, (version, d) in list(self.dirs.items()):
             if not d.exists():
                 continue
@@ -263,11 +335,20 @@ class Cgroup:
                 value = min(filter(None, (value, inherited.get(fname))), default=None)
                 if value:
                     (d / fname).write_text(f"{dev} {int(value)}")
+                    # The kernel takes some values it cannot hold without an error (IOPS are 32-bit:
+                    # 4294967297 is stored as 1): what it stores is what the run gets.
+                    stored = read_v1_limit(d / fname, io.device)
+                    if stored != int(value):
+                        raise CgroupLimitError(_mismatch(fname, dev, int(value), stored))
         else:
-            parts = [f"{k}={int(v)}" for k, v in (("rbps", io.read_bps), ("wbps", io.write_bps),
-                                                  ("riops", io.read_iops), ("wiops", io.write_iops)) if v]
+            parts = [(k, int(v)) for k, v in (("rbps", io.read_bps), ("wbps", io.write_bps),
+                                              ("riops", io.read_iops), ("wiops", io.write_iops)) if v]
             if parts:  # no limits: an accounting-only group (io.stat still counts)
-                (d / "io.max").write_text(f"{dev} {' '.join(parts)}")
+                (d / "io.max").write_text(f"{dev} {' '.join(f'{k}={v}' for k, v in parts)}")
+                stored = read_io_max(d / "io.max", io.device)
+                for k, v in parts:
+                    if stored.get(k) != v:
+                        raise CgroupLimitError(_mismatch(f"io.max {k}", dev, v, stored.get(k)))
 
     inherited_io: dict[str, int] = {}
 
@@ -387,6 +468,33 @@ class Cgroup:
         return out
 
 
+def read_v1_limit(path: Path, device: tuple[int, int]) -> int | None:
+    """The limit a v1 blkio.throttle.* file holds for the device (None: no line, i.e. no limit)."""
+    key = f"{device[0]}:{device[1]}"
+    for line in path.read_text().splitlines():
+        f = line.split()
+        if len(f) == 2 and f[0] == key:
+            return int(f[1])
+    return None
+
+
+def read_io_max(path: Path, device: tuple[int, int]) -> dict[str, int | None]:
+    """The v2 io.max limits for the device: key -> value, None where 'max' (no limit)."""
+    key = f"{device[0]}:{device[1]}"
+    for line in path.read_text().splitlines():
+        f = line.split()
+        if f and f[0] == key:
+            kv = dict(x.split("=", 1) for x in f[1:] if "=" in x)
+            return {k: (None if v == "max" else int(v)) for k, v in kv.items()}
+    return {}
+
+
+def _mismatch(what: str, dev: str, wanted: int, stored: int | None) -> str:
+    got = "no limit" if stored is None else f"{stored:,}"
+    return (f"cgroup limit {what} on {dev}: wrote {wanted:,} but the kernel stored {got}; the profile's value "
+            "is outside what the kernel can hold (see DeviceProfile: bytes/s 1..2^64-2, IOPS 1..2^32-2)")
+
+
 def live_cgroups() -> list[str]:
     return list(_live)
 
@@ -399,11 +507,7 @@ def leftover_dirs(owner_pid: int | None = None) -> list[Path]:
     """
     found = []
     pattern = f"{PREFIX}*-{owner_pid}-*" if owner_pid else f"{PREFIX}*"
-    for c in ("memory", "blkio"):
-        try:
-            _, d = controller_dir(c)
-        except CgroupUnavailable:
-            continue
+    for d in own_dirs():       # every hierarchy: run cgroups without limits live in pids or v2
         found += [p for p in d.glob(pattern) if p.is_dir()]
     return found
 

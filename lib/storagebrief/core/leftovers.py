@@ -1,10 +1,16 @@
 """What killed runs leave behind, found and removed at the start of the next run (and by
 `storagebrief doctor --clean`): storagebrief cgroups and tracefs instances
-(`storagebrief-trace-<pid>-<nonce>`, blocktrace) whose creating process is dead.
+(`storagebrief-trace-<pid>-<nonce>`, blocktrace) whose creating process is dead, processes
+started by a run that is gone, and temporary folders of dead runs.
 
 Cgroup names carry the creator's PID (cgroups.Cgroup), so a live run's cgroups are never
-touched; processes still inside a dead run's cgroup (orphaned workers, training jobs) are
-killed before the cgroup is removed.
+touched; processes still inside a dead run's cgroup (orphaned workers, training jobs, fio's
+job processes) are killed before the cgroup is removed. Processes a run started through
+procs.Scope carry its owner marker in their environment, so they are found after a kill -9 even
+where there is no cgroup (not root) and even when they left the process group (fio's job calls
+setsid). Temporary folders (procs.scratch_dir) are named with their creator's PID: the
+shared-memory ones in /dev/shm here, the ones inside a run's out or target folder by the study
+that uses that folder (remove_leftovers(folders)).
 """
 from __future__ import annotations
 
@@ -13,8 +19,10 @@ import signal
 import time
 from pathlib import Path
 
-from . import blocktrace
-from .cgroups import PREFIX, _own_paths
+from . import blocktrace, procs
+from .cgroups import PREFIX, own_dirs
+
+SHM = Path("/dev/shm")
 
 
 def _owner_pid(name: str) -> int | None:
@@ -35,28 +43,18 @@ def _alive(pid: int) -> bool:
 
 def _all_controller_dirs() -> list[Path]:
     """Our own cgroup directory in every hierarchy we can see (v1 per controller, v2 unified)."""
-    own, dirs = _own_paths(), []
-    for line in Path("/proc/self/mounts").read_text().splitlines():
-        parts = line.split()
-        if len(parts) < 4 or parts[2] not in ("cgroup", "cgroup2"):
-            continue
-        if parts[2] == "cgroup2":
-            rel = own.get("")
-        else:
-            rel = next((own[c] for c in parts[3].split(",") if c in own), None)
-        if rel is not None and (Path(parts[1]) / rel.lstrip("/")).is_dir():
-            dirs.append(Path(parts[1]) / rel.lstrip("/"))
-    return list(dict.fromkeys(dirs))
+    return own_dirs()
 
 
-def remove_leftovers() -> list[str]:
-    """Remove storagebrief cgroups and tracefs instances whose creating process is dead (left by
-    kill -9 or a crash).
+def remove_leftovers(folders=()) -> list[str]:
+    """Remove what runs killed by kill -9 or a crash left behind: storagebrief cgroups and tracefs
+    instances whose creating process is dead, processes whose owner marker names a dead run, and
+    dead runs' temporary folders in /dev/shm and in `folders` (a run's out or target folders).
 
     Processes still inside (orphaned workers, training jobs) are killed first: they belong to
     a run that no longer exists; so is a trace reader still holding a dead run's instance.
     Tracing in a leftover instance is switched off before it is removed. Returns one line per
-    removed cgroup or instance, for notes and doctor."""
+    removed cgroup, instance, process or folder, for notes and doctor."""
     removed = []
     for inst in blocktrace.instances():
         pid = blocktrace.owner_pid(inst.name)
@@ -75,6 +73,10 @@ def remove_leftovers() -> list[str]:
                 continue
             removed.append(f"removed leftover cgroup {d} of dead process {pid}"
                            + (f" (killed {killed} orphaned process(es) in it)" if killed else ""))
+    # Without a cgroup (not root, or a hierarchy we cannot write) the marker is what finds them.
+    removed += procs.kill_orphans()
+    for folder in (SHM, *folders):
+        removed += procs.remove_dead_scratch(Path(folder))
     return removed
 
 
@@ -85,6 +87,7 @@ def _kill_members(d: Path) -> int:
             pids = [int(p) for p in (d / "cgroup.procs").read_text().split()]
         except OSError:
             return killed
+        pids = [p for p in pids if procs.running(p)]   # zombies wait for init; they hold nothing
         if not pids:
             return killed
         for pid in pids:

@@ -14,6 +14,7 @@ writes are throttled only under cgroup v2.
 """
 from __future__ import annotations
 
+import math
 import mmap
 import os
 import time
@@ -21,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, field_validator
 
 # Directories a target may never be, nor lie under (a study writes there).
 FORBIDDEN_TREES = ("/dev", "/proc", "/sys", "/boot", "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib64")
@@ -32,15 +33,47 @@ class TargetError(ValueError):
     pass
 
 
+# What the kernel's throttle files hold, measured on this VM (kernel 6.18, cgroup v1) by writing and
+# reading back blkio.throttle.*_device: bytes/s are u64, and 2^64-1 means "no limit" (nothing is stored);
+# IOPS are stored as a 32-bit unsigned int, 2^32-1 means "no limit", and larger values wrap silently
+# (4294967296 is stored as 0, 4294967297 as 1: a 1-IOPS device). 0 removes a limit. v2 io.max uses the
+# same fields. A profile outside these bounds is refused before any work.
+MAX_BYTES_PER_S = 2**64 - 2
+MAX_IOPS = 2**32 - 2
+MB = 1_000_000
+
+
+def bytes_per_s(mb_per_s: float) -> int:
+    """A profile's MB/s (10^6 bytes) as the integer bytes/s written to the kernel."""
+    return int(round(mb_per_s * MB))
+
+
 class DeviceProfile(BaseModel):
-    """Ceilings of an emulated device; None means not capped."""
+    """Ceilings of an emulated device; None means not capped. Every value must be one the kernel's
+    throttle can hold (cgroups.py also reads each limit back after writing it)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     description: str = ""
-    read_mb_per_s: float | None = Field(None, gt=0)
-    write_mb_per_s: float | None = Field(None, gt=0)
-    read_iops: int | None = Field(None, gt=0)
-    write_iops: int | None = Field(None, gt=0)
+    read_mb_per_s: float | None = None
+    write_mb_per_s: float | None = None
+    read_iops: int | None = None
+    write_iops: int | None = None
+
+    @field_validator("read_mb_per_s", "write_mb_per_s")
+    @classmethod
+    def _bandwidth_fits(cls, v: float | None) -> float | None:
+        if v is not None and not (math.isfinite(v) and 1 <= bytes_per_s(v) <= MAX_BYTES_PER_S):
+            raise ValueError(f"outside what the kernel's blkio/io.max throttle holds: allowed "
+                             f"{1 / MB:g}..{MAX_BYTES_PER_S / MB:.2f} MB/s (1..{MAX_BYTES_PER_S} bytes/s)")
+        return v
+
+    @field_validator("read_iops", "write_iops")
+    @classmethod
+    def _iops_fits(cls, v: int | None) -> int | None:
+        if v is not None and not 1 <= v <= MAX_IOPS:
+            raise ValueError(f"outside what the kernel's blkio/io.max throttle holds: allowed 1..{MAX_IOPS} IOPS "
+                             "(stored as a 32-bit number; larger values wrap around)")
+        return v
 
 
 # Figures are typical datasheet ceilings of each class (MB = 10^6 bytes), documented
@@ -343,8 +376,8 @@ def io_limits(target: Target, accounting: bool = False):
         return cgroups.IoLimits(device=dev) if accounting else None
     p = target.profile
     return cgroups.IoLimits(device=dev,
-                            read_bps=int(p.read_mb_per_s * 1e6) if p.read_mb_per_s else None,
-                            write_bps=int(p.write_mb_per_s * 1e6) if p.write_mb_per_s else None,
+                            read_bps=bytes_per_s(p.read_mb_per_s) if p.read_mb_per_s else None,
+                            write_bps=bytes_per_s(p.write_mb_per_s) if p.write_mb_per_s else None,
                             read_iops=p.read_iops, write_iops=p.write_iops)
 
 

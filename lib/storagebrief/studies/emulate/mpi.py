@@ -12,7 +12,19 @@ writes them for the launcher. The arithmetic after that is the forked mode's (me
 
 A rank that fails aborts the job (MPI_Abort); mpirun exits non-zero and the run fails with the
 ranks' own messages. mpirun dies with the study (SIGTERM on the study's death: Open MPI then
-stops every rank), so kill -9 of the study leaves no rank behind.
+stops every rank), so kill -9 of the study leaves no rank behind; mpirun starts through a
+procs.Scope (a cgroup that holds it and its ranks where the machine allows, the owner marker, its own
+session), which kills whatever is left when the run ends, and after a kill -9 the leftovers sweep.
+
+Open MPI's files stay out of the system folders: its session directory (by default
+/tmp/ompi.<host>.<uid>/pid.<mpirun>, ~8 MB of PMIx segments; a killed mpirun leaves it) goes in a
+scratch folder of the work folder (`orte_tmpdir_base`, Open MPI 4.x, verified with 4.1.4;
+`prte_tmpdir_base` for 5.x; the local/remote variants are refused by 4.1's ranks), and its
+shared-memory segments (vader_segment.*, by default loose in /dev/shm) in a folder of ours in
+/dev/shm (kept in memory: on the target's disk their writeback would add writes to the measured
+device), when every rank is on this host. Both are removed when the run ends, and after a kill -9 by
+the next run (scratch folders named with their owner's PID; leftovers.remove_leftovers sweeps
+/dev/shm).
 """
 from __future__ import annotations
 
@@ -30,6 +42,7 @@ import time
 import traceback
 from pathlib import Path
 
+from ...core import procs
 from ...core.procs import die_with_parent
 
 READY, GO, DONE = "storagebrief-mpi-ready", "go", "storagebrief-mpi-done"
@@ -71,6 +84,25 @@ def mpirun_command(mpirun: str, n: int, mpi, config_file: Path, result_file: Pat
     return cmd + [sys.executable, "-m", "storagebrief.studies.emulate.mpi", str(config_file), str(result_file)]
 
 
+SHM = Path("/dev/shm")
+SHM_PARAMS = ("btl_vader_backing_directory", "btl_sm_backing_directory", "osc_sm_backing_directory",
+              "osc_rdma_backing_directory", "shmem_mmap_backing_file_base_dir")
+
+
+def mpi_env(session_base: Path, shm_dir: Path | None) -> dict[str, str]:
+    """MCA settings (environment) that keep Open MPI's session directory and shared-memory files in
+    folders of the run. Names a version does not know are ignored by it (verified with 4.1.4)."""
+    env = {"OMPI_MCA_orte_tmpdir_base": str(session_base),     # Open MPI 4.x (ORTE)
+           "PRTE_MCA_prte_tmpdir_base": str(session_base)}     # Open MPI 5.x (PRRTE)
+    if shm_dir is not None:
+        env.update({f"OMPI_MCA_{k}": str(shm_dir) for k in SHM_PARAMS})
+    return env
+
+
+def _all_local(mpi) -> bool:
+    return not mpi.hostfile and not mpi.hosts
+
+
 def _lines(stream, q: queue.Queue) -> None:
     for line in stream:
         q.put(line.rstrip("\n"))
@@ -92,15 +124,40 @@ def run_once_mpi(cfg: dict, accelerators: int, procs_files: list[str] | None, mp
     """N accelerators as MPI ranks, once; returns what accelerators.run_once returns (plus each rank's host)."""
     mpirun = check_available(mpi.mpirun)
     work_dir.mkdir(parents=True, exist_ok=True)
+    procs.remove_dead_scratch(work_dir)              # a killed run's session directory
+    scratch = procs.scratch_dir(work_dir, "mpi")
+    # Shared memory only where every rank can reach the folder: a remote host has no such folder,
+    # and there Open MPI's own default (/dev/shm, cleaned by Open MPI when it ends) stays.
+    shm = None
+    if _all_local(mpi):
+        shm = procs.scratch_dir(SHM, "mpi") if SHM.is_dir() and os.access(SHM, os.W_OK) else scratch / "shm"
+        shm.mkdir(exist_ok=True)
+    try:
+        return _run(cfg, accelerators, procs_files, mpi, mpirun, work_dir, scratch, shm, on_start, start_timeout_s)
+    finally:
+        procs.remove_scratch(shm)
+        procs.remove_scratch(scratch)
+
+
+def _run(cfg, accelerators, procs_files, mpi, mpirun, work_dir, scratch, shm, on_start, start_timeout_s) -> dict:
     config_file, result_file, err_file = (work_dir / "mpi-config.json", work_dir / "mpi-result.pickle",
                                           work_dir / "mpi-stderr.txt")
     result_file.unlink(missing_ok=True)
     launch_host = socket.gethostname()
     config_file.write_text(json.dumps({"cfg": cfg, "procs_files": procs_files or [], "launch_host": launch_host}))
     cmd = mpirun_command(mpirun, accelerators, mpi, config_file, result_file)
-    with open(err_file, "w") as err:
-        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
-                                preexec_fn=lambda: die_with_parent(signal.SIGTERM))
+    scope = procs.Scope.tracked("mpi")
+    try:
+        with open(err_file, "w") as err:
+            # SIGTERM on our death: Open MPI then stops every rank itself.
+            proc = scope.popen(cmd, pdeathsig=signal.SIGTERM, env={**os.environ, **mpi_env(scratch / "session", shm)},
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True)
+        return _talk(proc, cmd, result_file, err_file, launch_host, on_start, start_timeout_s)
+    finally:
+        scope.close()                                # no rank, daemon or helper outlives the run
+
+
+def _talk(proc, cmd, result_file: Path, err_file: Path, launch_host: str, on_start, start_timeout_s) -> dict:
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=_lines, args=(proc.stdout, lines), daemon=True).start()
     t_start, ok = None, False

@@ -19,6 +19,8 @@ from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
 
+from ...core.procs import Scope
+
 PERCENTILES = ("50", "90", "99", "99.9", "99.99")
 PERCENTILE_LIST = ":".join(PERCENTILES)
 SYNC_ENGINES = {"psync", "sync", "pvsync", "pvsync2"}
@@ -115,19 +117,30 @@ def job_args(filename: Path, rw: str, bs: int, iodepth: int, numjobs: int, engin
     return args + list(extra)
 
 
-def run_job(args: list[str], timeout_s: float, preexec=None, fio: str | None = None) -> dict:
-    """Run one fio job; returns its parsed JSON (the file named by --output). fio dies with us."""
+def run_job(args: list[str], timeout_s: float, scope: Scope | None = None, fio: str | None = None) -> dict:
+    """Run one fio job; returns its parsed JSON (the file named by --output).
+
+    fio starts through `scope` (its cgroup, owner marker, own session; a scope of its own when None)
+    and nothing of it outlives this call: fio forks one process per job, which PR_SET_PDEATHSIG
+    does not cover and which calls setsid(), so after fio exits or is stopped the scope kills
+    whatever of it is left (a job forked just before fio died would wait on fio's start-up futex
+    forever)."""
     fio = fio or fio_binary()
     if fio is None:
         raise FioError("fio not found on PATH (Debian package 'fio'; `make system-deps` installs it)")
     out = Path(next(a.split("=", 1)[1] for a in args if a.startswith("--output=")))
-    proc = subprocess.Popen([fio, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=preexec)
+    own = scope is None
+    scope = scope or Scope("fio")
     try:
-        stdout, stderr = proc.communicate(timeout=timeout_s)
-    except BaseException:
-        _stop(proc)
-        raise
+        proc = scope.popen([fio, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout_s)
+        except BaseException:
+            _stop(proc)
+            raise
+    finally:
+        if own:
+            scope.close()
     if proc.returncode != 0:
         raise FioError(f"fio exited {proc.returncode}: {(stderr or stdout).strip()[-800:]}")
     try:

@@ -15,10 +15,14 @@ stressapptest: its "Memory Copy" MB/s). During each busy point the load's own re
 its memory MB/s (share = that ÷ peak) and its CPU seconds (stress-ng's usr+sys); the machine's
 CPU % over the point comes from /proc/stat (the engine's monitor, `cpu_busy_percent`).
 
-Safety: the load is its own process group started with die_with_parent (PR_SET_PDEATHSIG), with a
-hard `-t` timeout as a second net; it is stopped (SIGINT, then SIGKILL to the group) and reaped
-after every busy point, on exceptions and on SIGTERM/SIGHUP (the engine turns those into
-exceptions). It is never placed in fio's cgroup: it starts from the study process.
+Safety: the load starts through a procs.Scope of its own: its own session, die_with_parent
+(PR_SET_PDEATHSIG), the owner marker and, where the machine allows, a cgroup that only holds it
+(no limits: it is never placed in fio's throttled cgroup), with a hard `-t` timeout as a last net;
+it is stopped (SIGINT, then SIGKILL to everything in the scope) and reaped after every busy point,
+on exceptions and on SIGTERM/SIGHUP (the engine turns those into exceptions); after a kill -9 the
+next run's leftovers sweep finds it by its cgroup or marker. Its log and stress-ng's YAML report go
+in `tmp_dir`, a scratch folder of the study's out folder that the study removes (never the system
+temp folder, where a killed run would leave them).
 """
 from __future__ import annotations
 
@@ -28,13 +32,12 @@ import re
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
 import yaml
 
-from ...core.procs import die_with_parent
+from ...core import procs
 
 TOOLS = ("stress-ng", "stressapptest")
 SAT_COPY = re.compile(r"Memory Copy:\s*([\d.]+)M at ([\d.]+)MB/s")
@@ -68,38 +71,45 @@ def busy_percent(a: tuple[int, int], b: tuple[int, int]) -> float:
 
 # --------------------------------------------------------------------------- processes
 def _group_members(pgid: int) -> list[int]:
-    out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2:].split()
-        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
-            out.append(int(d.name))
-    return out
+    return procs.group_members(pgid)
+
+
+_names = iter(range(1, 1 << 62))
+
+
+def _tmp_file(tmp_dir: Path, suffix: str) -> Path:
+    """A fresh name in the study's scratch folder (storagebrief-load-<pid>-<n><suffix>)."""
+    return Path(tmp_dir) / f"storagebrief-load-{os.getpid()}-{next(_names)}{suffix}"
 
 
 class Load:
-    """One running load; stop() always leaves no process of its group behind."""
+    """One running load; stop() always leaves no process of it behind."""
 
-    def __init__(self, argv: list[str], tool: str, report: Path | None, started_s: float | None = None):
+    def __init__(self, argv: list[str], tool: str, report: Path | None, tmp_dir: Path):
         self.tool, self.report, self.argv = tool, report, argv
-        self.log = tempfile.NamedTemporaryFile("w+", prefix="storagebrief-load-", suffix=".log", delete=False)
+        self.log_path = _tmp_file(tmp_dir, ".log")
+        self.log = open(self.log_path, "w+")
         self.t0 = time.monotonic()
-        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     start_new_session=True, preexec_fn=die_with_parent)
+        self.scope = procs.Scope.tracked("load")
+        try:
+            self.proc = self.scope.popen(argv, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        except BaseException:
+            self.scope.close()
+            self.log.close()
+            raise
         self.pgid = self.proc.pid
         self.wall_s = 0.0
+        self._stopped = False
 
     @property
     def pids(self) -> list[int]:
-        return _group_members(self.pgid)
+        return self.scope.members()
 
     def stop(self) -> None:
-        """SIGINT (the tools report and exit), SIGKILL to the group after 5 s; reaped; group empty."""
+        """SIGINT (the tools report and exit), SIGKILL to the scope after 5 s; reaped; nothing left.
+        A second call does nothing."""
+        if self._stopped:
+            return
         try:
             if self.proc.poll() is None:
                 try:
@@ -110,33 +120,26 @@ class Load:
                     self.proc.wait(timeout=5)
                 except subprocess.TimeoutExpired:
                     pass
-            deadline = time.monotonic() + 5
-            while True:
-                left = self.pids
-                if not left:
-                    break
-                try:
-                    os.killpg(self.pgid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise LoadError(f"load processes {left} survived SIGKILL")
-                time.sleep(0.02)
+            try:
+                self.scope.close()
+            except RuntimeError as exc:
+                raise LoadError(f"load processes survived SIGKILL: {exc}") from None
         finally:
             if self.proc.poll() is None:
                 self.proc.kill()
             self.proc.wait()
             self.wall_s = time.monotonic() - self.t0
             self.log.close()
+            self._stopped = True
 
     def output(self) -> str:
         try:
-            return Path(self.log.name).read_text(errors="replace")
+            return self.log_path.read_text(errors="replace")
         except OSError:
             return ""
 
     def cleanup_files(self) -> None:
-        for f in (self.log.name, self.report):
+        for f in (self.log_path, self.report):
             if f:
                 try:
                     os.unlink(f)
@@ -189,11 +192,8 @@ def stress_ng_argv(report: Path, duration_s: float, mem_workers: int, rate_mb_pe
     return argv
 
 
-def _report_path() -> Path:
-    fd, name = tempfile.mkstemp(prefix="storagebrief-load-", suffix=".yaml")
-    os.close(fd)
-    os.unlink(name)   # stress-ng writes it
-    return Path(name)
+def _report_path(tmp_dir: Path) -> Path:
+    return _tmp_file(tmp_dir, ".yaml")   # stress-ng writes it
 
 
 # --------------------------------------------------------------------------- stressapptest
@@ -208,29 +208,33 @@ def sat_copy_mb_per_s(text: str) -> float | None:
 
 
 # --------------------------------------------------------------------------- calibration
-def measure_peak(tool: str, seconds: float = 2.0) -> dict:
-    """Peak memory bandwidth of this machine with the load's own tool (unthrottled, a worker per CPU)."""
+def measure_peak(tool: str, seconds: float, tmp_dir: Path) -> dict:
+    """Peak memory bandwidth of this machine with the load's own tool (unthrottled, a worker per CPU).
+    Its files go in tmp_dir and are removed here, also when a signal ends the measurement."""
     n = ncpu()
     if tool == "stress-ng":
-        report = _report_path()
-        load = Load(stress_ng_argv(report, seconds + 5, n, None, 0, None), tool, report)
+        report = _report_path(tmp_dir)
+        load = Load(stress_ng_argv(report, seconds + 5, n, None, 0, None), tool, report, tmp_dir)
         try:
             time.sleep(seconds)
+            load.stop()
+            mb = memrate_mb_per_s(_sn_metrics(report), n)
         finally:
             load.stop()
-        mb = memrate_mb_per_s(_sn_metrics(report), n)
-        load.cleanup_files()
+            load.cleanup_files()
         method = f"stress-ng memrate, {n} unthrottled workers, {seconds:g} s"
     else:
-        load = Load(sat_argv(seconds, n, 0), tool, None)
+        load = Load(sat_argv(seconds, n, 0), tool, None, tmp_dir)
         try:
-            load.proc.wait(timeout=seconds + 30)
-        except subprocess.TimeoutExpired:
-            pass
+            try:
+                load.proc.wait(timeout=seconds + 30)
+            except subprocess.TimeoutExpired:
+                pass
+            load.stop()
+            mb = sat_copy_mb_per_s(load.output())
         finally:
             load.stop()
-        mb = sat_copy_mb_per_s(load.output())
-        load.cleanup_files()
+            load.cleanup_files()
         method = f"stressapptest -m {n} (memory copy), {seconds:g} s"
     if not mb:
         raise LoadError(f"{tool} reported no memory bandwidth while measuring the peak")
@@ -238,7 +242,7 @@ def measure_peak(tool: str, seconds: float = 2.0) -> dict:
 
 
 def calibrate(tool: str, cpu_percent: float, memory_percent: float, peak_mb_per_s: float,
-              seconds: float = 1.0, rounds: int = 3) -> dict:
+              seconds: float, tmp_dir: Path, rounds: int = 3) -> dict:
     """Settings that reach the CPU and memory targets with fio not running (measured, /proc/stat)."""
     n = ncpu()
     rate = memory_percent / 100 * peak_mb_per_s / n
@@ -249,10 +253,10 @@ def calibrate(tool: str, cpu_percent: float, memory_percent: float, peak_mb_per_
         return {**settings, "calibrated_cpu_percent": None, "calibration": "thread counts from the shares"}
     load_setting, best = cpu_percent, None
     for _ in range(rounds):
-        report = _report_path()
+        report = _report_path(tmp_dir)
         a = cpu_times()
         load = Load(stress_ng_argv(report, seconds + 5, n if memory_percent > 0 else 0, rate, n, load_setting),
-                    tool, report)
+                    tool, report, tmp_dir)
         try:
             time.sleep(seconds)
             b = cpu_times()
@@ -271,14 +275,14 @@ def calibrate(tool: str, cpu_percent: float, memory_percent: float, peak_mb_per_
             "calibration": f"stress-ng --cpu-load adjusted against /proc/stat ({rounds} x {seconds:g} s at most)"}
 
 
-def start(tool: str, settings: dict, duration_s: float) -> Load:
-    """Start the calibrated load (returns once its processes exist)."""
+def start(tool: str, settings: dict, duration_s: float, tmp_dir: Path) -> Load:
+    """Start the calibrated load (returns once its processes exist); its files go in tmp_dir."""
     if tool == "stress-ng":
-        report = _report_path()
+        report = _report_path(tmp_dir)
         load = Load(stress_ng_argv(report, duration_s, settings["mem_workers"], settings["rate_mb_per_s_per_worker"],
-                                   settings["cpu_workers"], settings["cpu_load"]), tool, report)
+                                   settings["cpu_workers"], settings["cpu_load"]), tool, report, tmp_dir)
     else:
-        load = Load(sat_argv(duration_s, settings["copy_threads"], settings["cpu_threads"]), tool, None)
+        load = Load(sat_argv(duration_s, settings["copy_threads"], settings["cpu_threads"]), tool, None, tmp_dir)
     return load
 
 

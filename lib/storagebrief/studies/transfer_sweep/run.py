@@ -4,9 +4,12 @@ Reproduces "The Micron 9400 NVMe SSD Performance With NVIDIA Magnum IO GPUDirect
 Platform" (2023): 4 KB / 128 KB / 1024 KB reads at doubling queue depths, every point a
 (throughput, latency) pair; idle vs busy system; two drives on the busy system; GDS vs legacy
 when a GPU is visible. One fio job per point (fio.py) on one preconditioned file per target
-(dataset.py), inside the target's blkio throttle (fio's pid joins the run's cgroup before
-exec); the busy load (load.py) beside it, outside that cgroup, stopped and reaped after every
-busy point. Repeats are the outer loop, so drift spreads over every point instead of biting one.
+(dataset.py), inside the run's cgroup (the target's blkio throttle, or on an unthrottled target
+one that only holds fio) that fio joins before exec, so its forked job processes are inside too
+and the leftovers sweep finds them after a kill -9 (procs.Scope); the busy load (load.py) beside
+it, outside that cgroup, stopped and reaped after every busy point. The load's temporary files
+live in a scratch folder of the out folder, removed by close() (also on SIGTERM / Ctrl-C) or,
+after a kill -9, by the next run. Repeats are the outer loop, so drift spreads over every point instead of biting one.
 finish() merges repeats per point (points.csv, percentiles from merged histogram bins) and
 forecasts accelerators supported per target and workload (forecast.py, forecast.csv).
 """
@@ -16,9 +19,8 @@ import os
 import time
 from pathlib import Path
 
-from ...core import cgroups, results, targets as targets_mod
+from ...core import cgroups, procs, results, targets as targets_mod
 from ...core.config import ParamsError
-from ...core.procs import die_with_parent
 from ...core.sweep import Measurement, Point
 from . import dataset, fio, forecast, gpu, load as load_mod, metrics
 from .params import TransferSweepParams, size_label
@@ -68,9 +70,20 @@ def _check_direct(t, path: Path) -> None:
                                       f"({exc.strerror}); fio runs with direct=1") from None
 
 
+def _remove_dead_leftovers(sweep) -> None:
+    """A killed run's scratch folder (its owner dead) and fio's half-written JSON files (the engine's
+    leftovers sweep has already killed any fio that held them) go before this run writes anything."""
+    for line in procs.remove_dead_scratch(sweep.out_dir):
+        sweep.log(line)
+        sweep.note(line)
+    for stale in (sweep.out_dir / "fio").glob(f".{STUDY}-*.json.tmp"):
+        stale.unlink(missing_ok=True)
+
+
 def prepare(sweep) -> None:
     p: TransferSweepParams = sweep.p
     tools = _check_tools(p)
+    _remove_dead_leftovers(sweep)
     _check_space(p, sweep.targets)
     files = {}
     for t in sweep.targets:
@@ -86,9 +99,11 @@ def prepare(sweep) -> None:
     busy = None
     if "busy" in p.loads:
         sweep.log(f"measuring peak memory bandwidth and calibrating the busy load ({p.busy.tool})")
-        peak = load_mod.measure_peak(p.busy.tool, p.busy.peak_seconds)
+        # the load's log and report: in the out folder, removed by close() (never the system temp folder)
+        scratch = sweep.state["scratch"] = procs.scratch_dir(sweep.out_dir, STUDY)
+        peak = load_mod.measure_peak(p.busy.tool, p.busy.peak_seconds, scratch)
         settings = load_mod.calibrate(p.busy.tool, p.busy.cpu_percent, p.busy.memory_bandwidth_percent,
-                                      peak["peak_memory_mb_per_s"], p.busy.calibrate_seconds)
+                                      peak["peak_memory_mb_per_s"], p.busy.calibrate_seconds, scratch)
         busy = {**peak, "settings": settings, "tool": p.busy.tool, "cpus": load_mod.ncpu()}
         sweep.log(f"peak memory bandwidth {peak['peak_memory_mb_per_s']:,.0f} MB/s; load calibrated to "
                   f"{settings.get('calibrated_cpu_percent') or float('nan'):.0f} % CPU (target {p.busy.cpu_percent:g} %)")
@@ -132,12 +147,18 @@ def run_id(config, target, repeat: int) -> str:
 
 
 # --------------------------------------------------------------------------- one run
-def _preexec(procs_files: list[str] | None):
-    def inside():
-        die_with_parent()
-        if procs_files:
-            cgroups.join(procs_files)
-    return inside
+def _run_scope(run) -> procs.Scope:
+    """Where this run's processes live: the target's throttle cgroup, else a cgroup that only holds
+    them (none without the capability: then the owner marker and fio's session are the nets)."""
+    group = run.throttle()
+    if group is None:
+        try:
+            group = run.cgroup("run")
+        except cgroups.CgroupUnavailable:
+            group = None
+    if group is not None:
+        group.kill_on_remove = True    # whatever is left when the engine removes it is an orphan
+    return procs.Scope(run.run_id, group)
 
 
 def _busy_columns(busy: dict | None, p: TransferSweepParams) -> dict:
@@ -158,8 +179,8 @@ def run_one(run, config) -> Measurement:
     run.cold_cache([f])
     if path == "cpu":
         fio.warm_code(data=f)
-    group = run.throttle()
-    preexec = _preexec(group.procs_files if group else None)
+    scope = _run_scope(run)
+    group = scope.group if scope.group is not None and scope.group.io else None
     iodepth, numjobs = fio.split_queue_depth(qd, p.numjobs, p.engine)
     final = fio.raw_json_dir(sweep.out_dir) / f"{run.run_id}.json"
     tmp = final.with_name(f".{final.name}.tmp")
@@ -170,19 +191,23 @@ def run_one(run, config) -> Measurement:
            "runtime_s": p.runtime_s, "file_bytes": p.file_bytes, "throttled": group is not None,
            **_busy_columns(busy, p)}
     try:
-        return _measure(run, row, config, f, tmp, final, busy, preexec, iodepth, numjobs, timeout)
+        try:
+            return _measure(run, row, config, f, tmp, final, busy, scope, iodepth, numjobs, timeout)
+        finally:
+            scope.close()                # nothing of fio (or the GPU path) outlives its point
     except BaseException:
         tmp.unlink(missing_ok=True)      # an interrupted run leaves no row and no JSON
         raise
 
 
-def _measure(run, row, config, f, tmp, final, busy, preexec, iodepth, numjobs, timeout) -> Measurement:
+def _measure(run, row, config, f, tmp, final, busy, scope, iodepth, numjobs, timeout) -> Measurement:
     ld, path, rw, bs, qd = config
     p = run.p
     running = None
     try:
         if busy is not None:
-            running = load_mod.start(busy["tool"], busy["settings"], p.busy.settle_s + timeout)
+            running = load_mod.start(busy["tool"], busy["settings"], p.busy.settle_s + timeout,
+                                     run.sweep.state["scratch"])
             time.sleep(p.busy.settle_s)
             if running.proc.poll() is not None:
                 raise load_mod.LoadError(f"the busy load exited early: {running.output()[-500:]}")
@@ -190,12 +215,12 @@ def _measure(run, row, config, f, tmp, final, busy, preexec, iodepth, numjobs, t
         if path == "cpu":
             args = fio.job_args(f, rw, bs, iodepth, numjobs, p.engine, p.ramp_time_s, p.runtime_s, p.file_bytes, tmp)
             t0 = time.perf_counter()
-            doc = fio.run_job(args, timeout, preexec)
+            doc = fio.run_job(args, timeout, scope)
             wall = time.perf_counter() - t0
             run.stop_clock()
             row.update(engine=p.engine, fio_wall_s=wall, **fio.parse(doc, rw))
         else:
-            res = gpu.run_point(path, str(f), bs, qd, p.runtime_s, p.ramp_time_s, p.seed, timeout, preexec)
+            res = gpu.run_point(path, str(f), bs, qd, p.runtime_s, p.ramp_time_s, p.seed, timeout, scope.preexec())
             run.stop_clock()
             row.update(engine="kvikio" if path != "host" else "pread+cupy", **res)
     finally:
@@ -209,6 +234,12 @@ def _measure(run, row, config, f, tmp, final, busy, preexec, iodepth, numjobs, t
         row["fio_json"] = f"fio/{final.name}"
     row["status"] = "ok"
     return Measurement(row)
+
+
+# --------------------------------------------------------------------------- close
+def close(sweep) -> None:
+    """Always runs last (also after an exception, SIGTERM or Ctrl-C): the scratch folder goes."""
+    procs.remove_scratch(sweep.state.get("scratch"))
 
 
 # --------------------------------------------------------------------------- finish
