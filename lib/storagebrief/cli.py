@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             from .core.inventory import doctor_lines
             if args.clean:
                 from .core.leftovers import remove_leftovers
-                print("\n".join(remove_leftovers()) or "no leftover storagebrief cgroups or tracefs instances")
+                print("\n".join(remove_leftovers()) or "no leftovers of killed storagebrief runs (cgroups, processes, tracefs instances, temporary folders)")
             print("\n".join(doctor_lines()))
             return 0
         if args.command == "characterize":
