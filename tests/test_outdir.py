@@ -65,15 +65,33 @@ def test_interrupted_rerun_leaves_the_earlier_complete_result_whole(params, tmp_
     assert not [d for d in tmp_path.iterdir() if d.name.startswith(".out.swap")]
 
 
-def test_a_folder_with_a_users_file_is_refused_before_work_and_kept(params, tmp_path):
+def test_a_users_file_in_an_earlier_result_is_never_deleted(params, tmp_path):
+    """A file no run listed (a user's note) keeps the whole earlier folder, beside the new results."""
     out = tmp_path / "out"
     sweep.run(_study(), params, out, **_quiet())
     mine = out / "timeseries" / "my-notes.txt"
     mine.write_text("keep me")
-    calls = []
-    with pytest.raises(outdir.OutDirError, match="my-notes.txt.*move them or choose another"):
-        sweep.run(_study(prepare=lambda sw: calls.append(1)), params, out, **_quiet())
-    assert not calls and mine.read_text() == "keep me"
+    said = []
+    sweep.run(_study(), params, out, log=said.append, progress="off")
+    kept = [d for d in tmp_path.iterdir() if d.name.startswith("out.previous-")]
+    assert len(kept) == 1 and (kept[0] / "timeseries" / "my-notes.txt").read_text() == "keep me"
+    assert _status(out)["complete"] is True and not (out / "timeseries" / "my-notes.txt").exists()
+    assert any("my-notes.txt" in line and str(kept[0]) in line for line in said)
+
+
+def test_a_killed_runs_partial_folder_is_replaced_by_the_next_run(params, tmp_path):
+    """kill -9 leaves files the status list never saw: the next run still runs, deleting none of them."""
+    out = tmp_path / "out"
+    sweep.run(_study(), params, out, **_quiet())
+    st = _status(out)
+    st["complete"] = False
+    (out / "status.json").write_text(json.dumps(st))
+    (out / "fio").mkdir()
+    (out / "fio" / ".run.json.tmp").write_text("{")           # written after the last status update
+    sweep.run(_study(), params, out, **_quiet())
+    assert _status(out)["complete"] is True
+    kept = [d for d in tmp_path.iterdir() if d.name.startswith("out.previous-")]
+    assert len(kept) == 1 and (kept[0] / "fio" / ".run.json.tmp").exists()
 
 
 @pytest.mark.parametrize("study", list(studies.REGISTRY.values()), ids=lambda s: s.name)

@@ -2,9 +2,11 @@
 
 - An interactive run (a notebook, or the CLI without --out) gets a fresh folder,
   reports/runs/<time>/<study>/, so it never touches the pipeline's reports/<study>/.
-- A folder is ours when it is empty or its status.json (written by an earlier run) lists every
-  file in it. Anything else in it (a user's file) makes the run refuse before any work: we never
-  delete what we did not create.
+- A folder is ours when it is empty or marked by an earlier run of the study (its status.json).
+  A folder with files and no such mark is refused before any work. An earlier run's folder is
+  deleted, once replaced, only when it holds nothing but the files its status.json lists; anything
+  else there (a user's note, a killed run's unlisted files) keeps it whole beside the new results as
+  `<name>.previous-<time>/`: we never delete what we did not create.
 - An empty folder is written in place. A folder holding earlier results is left untouched while
   the new run writes a sibling `<name>.incomplete-<time>/`; only when the study completes are the
   two swapped (atomically where the kernel can) and the earlier results removed. An interrupted
@@ -97,23 +99,25 @@ class OutputFolder:
         self.status: dict = {}
         self._made = False
         self._before: set[str] = set()
+        self.kept: Path | None = None          # the earlier folder, kept because it held unlisted files
+        self.kept_because = ""
 
     def check(self) -> "OutputFolder":
         """Check ownership and choose the working folder, writing nothing; raises OutDirError."""
         final = self.final
         if final.exists() and not final.is_dir():
             raise OutDirError(f"output folder '{final}' is a file, not a directory")
-        if final.is_dir():
-            foreign = foreign_files(final, self.study_name)
-            if foreign:
+        if final.is_dir() and [f for f in files_in(final) if f not in FOREIGN_BUT_EXPECTED]:
+            status = read_status(final) or {}
+            if status.get("study") != self.study_name:
+                foreign = foreign_files(final, self.study_name)
                 more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
                 raise OutDirError(
                     f"output folder '{final}' holds files no {self.study_name} run wrote "
                     f"('{foreign[0]}'{more}); storagebrief replaces only its own results: move them "
                     "or choose another output folder")
-            if [f for f in files_in(final) if f not in FOREIGN_BUT_EXPECTED]:
-                # earlier results stay untouched until this run completes
-                self.work = final.with_name(f"{final.name}.incomplete-{stamp()}-{os.getpid()}")
+            # an earlier run's folder: it stays untouched until this run completes
+            self.work = final.with_name(f"{final.name}.incomplete-{stamp()}-{os.getpid()}")
         return self
 
     def create(self) -> "OutputFolder":
@@ -164,17 +168,24 @@ class OutputFolder:
         self._write()
 
     def complete(self) -> Path:
-        """Mark complete and put the results in place of any earlier ones; returns the final folder."""
+        """Mark complete and put the results in place of any earlier ones; returns the final folder.
+        The earlier folder is deleted only when it holds nothing but what its run listed; otherwise
+        (a user's file, a killed run's unlisted files) it is kept beside as `<name>.previous-<time>`."""
         self.status.update(complete=True, finished_at=results.utc_now())
         self._write()
         if self.work == self.final:
             return self.final
-        _exchange(self.final, self.work)          # the earlier results are now at self.work
-        old = self.work
-        if foreign_files(old, self.study_name):   # a user's file arrived during the run: keep it all
-            kept = old.with_name(f"{self.final.name}.previous-{stamp()}")
-            old.rename(kept)
+        if not self.final.exists():          # moved away during the run
+            self.work.rename(self.final)
         else:
-            shutil.rmtree(old, ignore_errors=True)
+            _exchange(self.final, self.work)          # the earlier results are now at self.work
+            old = self.work
+            unlisted = foreign_files(old, self.study_name)
+            if unlisted:
+                self.kept = old.with_name(f"{self.final.name}.previous-{stamp()}")
+                old.rename(self.kept)
+                self.kept_because = unlisted[0]
+            else:
+                shutil.rmtree(old, ignore_errors=True)
         self.work = self.final
         return self.final

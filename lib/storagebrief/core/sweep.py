@@ -346,6 +346,10 @@ def run(study, params, out_dir: str | Path | None, log=print, progress: str = "a
                     close(sweep)
         folder.complete()
         frame.attrs["out_dir"] = str(final)
+        if folder.kept is not None:
+            (bar.note if bar.mode == "bar" else log)(
+                f"the earlier results are kept in {folder.kept}: they held '{folder.kept_because}', which no run "
+                "listed, so storagebrief did not delete them")
         (bar.note if bar.mode == "bar" else log)(f"{len(frame)} runs complete: {final}")
         return frame
     except BaseException as exc:
