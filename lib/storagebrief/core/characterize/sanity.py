@@ -198,17 +198,20 @@ class Screen:
         """Whether no record of the batch is impossible (checked in bulk)."""
         import numpy as np
         n, sector = b.n, b.sector
-        if self.only_device is not None and (b.dev != devices.ids.get(self.only_device, -1)).any():
+        # reductions, not masks: this runs on every batch (a trace is nearly always of one device)
+        lo, hi = int(b.dev.min()), int(b.dev.max())
+        if self.only_device is not None and not lo == hi == devices.ids.get(self.only_device, -1):
             return False
-        if np.asarray(n > MAX_REQUEST_SECTORS, dtype=bool).any():
+        longest = int(n.max())
+        if longest > MAX_REQUEST_SECTORS:
             return False
         # int64 columns end below 2**63 + MAX_REQUEST_SECTORS: only Python integers can pass 2**64
         if (sector.dtype == object or n.dtype == object) and \
                 np.asarray(sector.astype(object) + n.astype(object) > SECTOR_LIMIT, dtype=bool).any():
             return False
-        for d in np.unique(b.dev).tolist():
+        for d in ([lo] if lo == hi else np.unique(b.dev).tolist()):
             cap = self.capacity_of(devices.devs[d])
-            if cap and np.asarray(n[b.dev == d] > cap, dtype=bool).any():
+            if cap and longest > cap and int((n if lo == hi else n[b.dev == d]).max()) > cap:
                 return False
         return True
 
