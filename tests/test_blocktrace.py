@@ -209,6 +209,7 @@ def test_engine_traces_every_measured_run_and_writes_characterization(tmp_path):
     assert list(chz.run_id) == list(frame.run_id) and set(chz.source) == {"tracefs"}
     for _, r in chz.iterrows():
         assert (out / r.trace_file).is_file() and r.lost_events == 0 and r.malformed_lines == 0
+        assert r.capacity_source == "header" and r.requests_beyond_capacity == 0 and pd.isna(r.warning)
     joined = frame.merge(chz, on="run_id")
     # the trace and diskstats saw the same device: read bytes agree (the trace starts a little earlier)
     assert (joined.read_bytes >= joined.device_read_bytes * 0.9).all() and (joined.read_bytes > 0).all()
@@ -223,3 +224,30 @@ def test_engine_without_tracing_falls_back_to_diskstats(tmp_path):
     assert list(chz.run_id) == list(frame.run_id) and set(chz.source) == {"diskstats"}
     assert chz.random_percent.isna().all() and (chz.read_ops > 0).all()
     assert not list((out / "traces").iterdir())
+
+
+@needs_tracefs
+def test_raw_header_records_the_device_its_capacity_and_this_host(tmp_path):
+    dev = _device(tmp_path)
+    trace = blocktrace.BlockTrace((dev.major, dev.minor), tmp_path / "t.tracefs-raw.gz", buffer_kib=256).start()
+    try:
+        subprocess.run(["dd", "if=/dev/zero", f"of={tmp_path / 'f'}", "bs=64k", "count=16", "oflag=direct",
+                        "status=none"], check=True)
+    finally:
+        result = trace.stop()
+    from storagebrief.core.characterize import tracefs_raw
+    info = tracefs_raw.header_info(result.path)
+    assert info["device"] == (dev.major, dev.minor) and info["capacity_sectors"] == dev.size_bytes // 512
+    assert info["host"] == blocktrace.host_identity() and info["same_host"]
+    row, _, _ = ch.characterize(result.path, "tracefs-raw")
+    assert row["capacity_source"] == "header" and row["capacity_sectors"] == dev.size_bytes // 512
+    assert row["requests_beyond_capacity"] == 0 and row["warning"] == "" and row["write_ops"] >= 16
+
+
+def test_host_identity_matches_this_boot_only():
+    here = blocktrace.host_identity()
+    assert here["hostname"] == os.uname().nodename and here["boot_id"]
+    assert blocktrace.same_host(dict(here))
+    for key in ("hostname", "machine_id", "boot_id"):
+        assert not blocktrace.same_host({**here, key: "elsewhere"}), key
+    assert not blocktrace.same_host({}) and not blocktrace.same_host("vm")

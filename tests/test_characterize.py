@@ -118,7 +118,7 @@ def test_tracefs_every_statistic_by_hand(tmp_path):
     _check(row)
     assert row["merges"] == 0 and row["lost_events"] == 3 and row["malformed_lines"] == 1
     assert counts.malformed_examples == ["this line is not an event at all"]
-    assert row["capacity_source"] == "given" and row["device"] == "8:0"
+    assert row["capacity_source"] == "cli" and row["device"] == "8:0"
     assert dists["sizes_kib"]["read_random"] == {"4.0": 2} and dists["sizes_kib"]["read_sequential"] == {"4.0": 1, "16.0": 1}
     assert [i for i, c in enumerate(dists["locality_bins"]["read"]) if c] == [0, 1, 502, 999]
     assert [i for i, c in enumerate(dists["locality_bins"]["write"]) if c] == [25, 500]
@@ -183,7 +183,7 @@ def test_capacity_unknown_uses_highest_sector_and_says_so(tmp_path):
     f = tmp_path / "t.txt"
     f.write_text(_tracefs_text().replace("8,0", "250,77"))   # no such device in sysfs
     row, _, _ = ch.characterize(f, "tracefs")
-    assert row["capacity_source"] == "highest sector in the trace" and row["capacity_sectors"] == 8000
+    assert row["capacity_source"] == "highest_sector" and row["capacity_sectors"] == 8000
 
 
 def test_empty_trace_and_wrong_format_are_clear_errors(tmp_path):
@@ -451,3 +451,304 @@ def test_raw_format_errors_are_clear_and_a_cut_file_keeps_what_it_has(tmp_path):
     out = tmp_path / "o"
     assert main(["characterize", "--trace", str(f), "--format", "tracefs-raw", "--out", str(out)]) == 0
     assert json.loads((out / "characterization.json").read_text())["summary"]["read_ops"] == 10000
+
+
+# --------------------------------------------------------------------------- faults (issue 20): no silent wrong numbers
+from storagebrief.core import blocktrace                                  # noqa: E402
+
+
+def _local_disk() -> tuple[int, int, int]:
+    """(major, minor, sectors) of a block device of this machine: a foreign trace may carry its number."""
+    from pathlib import Path
+    for d in sorted(Path("/sys/dev/block").iterdir()) if Path("/sys/dev/block").is_dir() else []:
+        try:
+            size = int((d / "size").read_text())
+        except (OSError, ValueError):
+            continue
+        if size > 0:
+            ma, mi = d.name.split(":")
+            return int(ma), int(mi), size
+    pytest.skip("no block device in /sys/dev/block to share a number with")
+
+
+def _blkparse_requests(n: int, dev: tuple[int, int], top: int, t0: float = 0.0, seed: int = 1) -> list[str]:
+    """n uniformly random 4 KiB reads (issue + completion) of sectors below top, 1 ms apart."""
+    import random
+    rng = random.Random(seed)
+    lines = []
+    for i in range(n):
+        t, s = t0 + 0.001 * (i + 1), rng.randrange(0, top - 8)
+        lines.append(f"{dev[0]},{dev[1]}    1   {2 * i + 1:>6}     {t:.9f}  4242  D   R {s} + 8 [fio]")
+        lines.append(f"{dev[0]},{dev[1]}    1   {2 * i + 2:>6}     {t + 0.0002:.9f}     0  C   R {s} + 8 [0]")
+    return lines
+
+
+_SUMMARY = ["", "CPU1 (254,0):", " Reads Queued:           4,       28KiB\t Writes Queued:           0,        0KiB",
+            "Total (254,0):", " Reads Completed:        4,       28KiB", "", "Throughput (R/W): 16KiB/s / 0KiB/s",
+            "Events (254,0): 8 entries", "Skips: 0 forward (0 -   0.0%)"]
+FOUR_TIB = 4 * 2**40 // 512
+
+
+def _both(f, fmt, cap=None, **kw):
+    """The fast path's and the reference's results, checked equal; the fast one is returned."""
+    fast = ch.characterize(f, fmt, cap, sample_points=10**6, **kw)
+    ref = ch.characterize(f, fmt, cap, sample_points=10**6, reference=True, **kw)
+    assert {k: (fast[0][k], ref[0][k]) for k in ref[0] if not _same(fast[0][k], ref[0][k])} == {}
+    assert vars(fast[2]) == vars(ref[2])
+    return fast
+
+
+def test_foreign_blkparse_trace_with_a_local_device_number_takes_its_highest_sector_not_sysfs(tmp_path):
+    ma, mi, local = _local_disk()
+    f = tmp_path / "foreign.txt"
+    f.write_text("\n".join(_blkparse_requests(2000, (ma, mi), FOUR_TIB)) + "\n")     # another machine's 4 TiB disk
+    row, _, _ = _both(f, "blkparse")
+    assert row["capacity_source"] == "highest_sector" and row["capacity_sectors"] != local
+    assert FOUR_TIB * 0.99 < row["capacity_sectors"] <= FOUR_TIB and row["requests_beyond_capacity"] == 0
+    assert "capacity unknown (blkparse text carries no device capacity)" in row["warning"]
+    # a uniform spread: the busiest 10 % of the space hold far less than the 99 % sysfs gave
+    assert row["locality_percent"] < 40 and row["read_ops"] == 2000
+
+
+def _raw_trace(path, header: dict, sectors=(0, 800, 4000), dev=(8, 16)):
+    w = raw.RawWriter(path, header=header)
+    for i, s in enumerate(sectors):
+        w.add(10**9 + i * 1000_000, 0, dev[0] << 20 | dev[1], "R", s, 8)
+        w.add(10**9 + i * 1000_000 + 500, 1, dev[0] << 20 | dev[1], "R", s, 8)
+    w.close()
+
+
+def test_raw_trace_capacity_from_its_header_else_sysfs_on_this_host_else_highest_sector(tmp_path):
+    ma, mi, local = _local_disk()
+    here = blocktrace.host_identity()
+    elsewhere = {**here, "boot_id": "another-boot"}
+    cases = [  # header fields -> (capacity_source, capacity)
+        ({"device": [ma, mi], "capacity_sectors": 80_000, "host": elsewhere}, ("header", 80_000)),
+        ({"device": [ma, mi], "host": here}, ("sysfs", local)),
+        ({"device": [ma, mi], "host": elsewhere}, ("highest_sector", 4008)),
+        ({}, ("highest_sector", 4008)),                  # a trace written before these fields: unknown
+    ]
+    for i, (header, (source, cap)) in enumerate(cases):
+        f = tmp_path / f"t{i}.tracefs-raw.gz"
+        _raw_trace(f, header, dev=(ma, mi))
+        row, _, _ = _both(f, "tracefs-raw")
+        assert (row["capacity_source"], row["capacity_sectors"]) == (source, cap), header
+        assert ("capacity unknown" in row["warning"]) == (source == "highest_sector")
+        assert row["read_ops"] == 3
+    assert ch.characterize(f, "tracefs-raw", 123_456)[0]["capacity_source"] == "cli"
+    # an event of another device than the header names is malformed, not counted
+    f = tmp_path / "other.tracefs-raw.gz"
+    _raw_trace(f, {"device": [ma, mi + 1], "capacity_sectors": 80_000}, dev=(ma, mi))
+    w = raw.RawWriter(f, header={"device": [ma, mi], "capacity_sectors": 80_000})
+    w.add(10**9, 0, ma << 20 | mi, "R", 0, 8)
+    w.add(10**9 + 1000, 0, ma << 20 | (mi + 1), "R", 64, 8)
+    w.close()
+    row, _, counts = _both(f, "tracefs-raw")
+    assert row["read_ops"] == 1 and row["malformed_lines"] == 1
+    assert "is not the traced device" in counts.impossible_examples[0]
+
+
+def test_requests_beyond_capacity_are_warned_in_the_cli_line_csv_and_json(tmp_path, capsys):
+    f = tmp_path / "foreign.txt"
+    f.write_text("\n".join(_blkparse_requests(2000, (254, 0), FOUR_TIB)) + "\n")
+    out = tmp_path / "out"
+    assert main(["characterize", "--trace", str(f), "--format", "blkparse", "--capacity-sectors", "536870912",
+                 "--out", str(out)]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("storagebrief: warning: ") and "beyond the capacity" in err[0]
+    frame = pd.read_csv(out / "characterization.csv")
+    beyond = int(frame.requests_beyond_capacity[0])
+    assert 1800 < beyond < 2000 and frame.capacity_source[0] == "cli"
+    assert f"{beyond:,} of 2,000 requests end beyond the capacity (536,870,912 sectors" in frame.warning[0]
+    assert "locality figures are not reliable" in frame.warning[0]
+    js = json.loads((out / "characterization.json").read_text())["summary"]
+    assert js["requests_beyond_capacity"] == beyond and js["warning"] == frame.warning[0]
+    # the same trace with its real capacity: no request beyond, no warning
+    row, _, _ = _both(f, "blkparse", FOUR_TIB)
+    assert row["requests_beyond_capacity"] == 0 and row["warning"] == ""
+
+
+def test_concatenated_blkparse_outputs_count_every_request(tmp_path):
+    f = tmp_path / "two.txt"
+    first, second = _blkparse_requests(49, (254, 0), 10**6), _blkparse_requests(1951, (254, 0), 10**6, seed=2)
+    f.write_text("\n".join(first + _SUMMARY + second + _SUMMARY) + "\n")     # both start their clock at 0
+    row, _, counts = _both(f, "blkparse", 10**6)
+    assert row["read_ops"] == 2000 and row["unmatched_issues"] == 0 and row["malformed_lines"] == 0
+    assert counts.clock_restarts == 1 and "2 blkparse outputs appended" in row["warning"]
+    # the second output's clock continues where the first ended: the two spans add up
+    assert row["trace_length_s"] == pytest.approx((0.0492 - 0.001) + (1.9512 - 0.001), abs=1e-6)
+    assert row["avg_iops"] == pytest.approx(2000 / row["trace_length_s"])
+
+
+@pytest.mark.parametrize("fmt", ["tracefs", "blkparse"])
+def test_out_of_order_first_timestamp_is_malformed_and_the_length_stays_positive(tmp_path, fmt):
+    lines = _blkparse_requests(2000, (254, 0), 10**6)
+    lines[0] = lines[0].replace("0.001000000", "8.001000000")         # the first issue, 8 s late
+    if fmt == "tracefs":
+        lines = [_as_tracefs(x) for x in lines]
+    f = tmp_path / "t.txt"
+    f.write_text("\n".join(lines) + "\n")
+    row, _, counts = _both(f, fmt, 10**6)
+    assert row["malformed_lines"] == 1 and "out of time order" in counts.impossible_examples[0]
+    assert counts.impossible_examples[0].startswith("8.001000 D 254,0 R ")
+    # from the first completion (its issue was dropped) to the last one
+    assert row["trace_length_s"] == pytest.approx(2.0002 - 0.0012, abs=1e-6) and row["trace_length_s"] > 0
+    assert row["avg_iops"] == pytest.approx(1999 / row["trace_length_s"]) and row["read_ops"] == 1999
+    assert row["unmatched_completions"] == 1                              # its completion stays, unmatched
+
+
+def _as_tracefs(blkparse_line: str) -> str:
+    f = blkparse_line.split()
+    dev, t, act, rwbs, sector, n = f[0], f[3], f[5], f[6], f[7], f[9]
+    if act == "D":
+        return f"fio-4242 [001] ..... {t}: block_rq_issue: {dev} {rwbs} {int(n) * 512} () {sector} + {n} be,0,4 [fio]"
+    return f"<idle>-0 [000] ..s1. {t}: block_rq_complete: {dev} {rwbs} () {sector} + {n} be,0,4 [0]"
+
+
+def test_time_order_screen_drops_the_event_at_fault():
+    def kept(times):
+        evs = [ch.Event(t, "D", (8, 0), "R", 8 * i, 8) for i, t in enumerate(times)]
+        return [e.t for e in ch.Screen(ch.ParseCounts(), lambda d: None).events(evs)]
+    assert kept([10, 1, 2, 3]) == [1, 2, 3]                  # a spike at the start
+    assert kept([1, 2, 50, 3, 4]) == [1, 2, 3, 4]            # a spike later
+    assert kept([1, 2, -5, 3]) == [1, 2, 3]                  # a dip
+    assert kept([2, -5, 2.001]) == [2, 2.001]                # the third event decides at the start
+    assert kept([1, 0.995, 2]) == [1, 0.995, 2]              # within the 10 ms tolerance: CPUs interleave
+    assert kept([1, 2, 3, 0.1, 0.2]) == [1, 2, 3]            # time back for good: the rest is malformed
+    assert kept([10, 2]) == [2]
+
+
+def test_impossible_request_sizes_are_malformed(tmp_path):
+    lines = _blkparse_requests(100, (254, 0), 10**6)
+    lines[10] = lines[10].replace("R ", "R 5000 + 100000000000000 [fio]  #", 1).split("  #")[0]   # 10**14 sectors
+    lines[20] = lines[20].split(" R ")[0] + f" R {2**64 - 4} + 8 [fio]"                            # past sector 2**64
+    lines[30] = lines[30].split(" R ")[0] + " R 64 + 2000000 [fio]"                                # > the device
+    f = tmp_path / "t.txt"
+    f.write_text("\n".join(lines) + "\n")
+    row, _, counts = _both(f, "blkparse", 1_000_000)
+    assert row["malformed_lines"] == 3 and row["read_ops"] == 97 and row["read_kib_max"] == 4
+    why = " | ".join(counts.impossible_examples)
+    assert "longer than any block request" in why and "beyond sector 2^64" in why and "longer than the whole device" in why
+    # without a capacity the first pass does not let the impossible ones stretch the address space (the
+    # request longer than this device is possible on another: it ends the highest, at 64 + 2,000,000)
+    assert _both(f, "blkparse")[0]["capacity_sectors"] == 2_000_064
+    g = tmp_path / "t.tracefs-raw.gz"                       # raw: nr_sector is 32 bits, still too long
+    w = raw.RawWriter(g)
+    w.add(10**9, 0, 8 << 20, "R", 0, 8)
+    w.add(10**9 + 1000, 0, 8 << 20, "W", 64, 2**32 - 1)
+    w.close()
+    row, _, _ = _both(g, "tracefs-raw", 10**6)
+    assert row["read_ops"] == 1 and row["write_ops"] == 0 and row["malformed_lines"] == 1
+
+
+def test_disordered_trace_fast_path_equals_the_reference(tmp_path, monkeypatch):
+    """Spikes, dips, impossible sizes and a step back for good, across many small chunks."""
+    import random
+    monkeypatch.setattr(ch.chunks, "CHUNK_BYTES", 1 << 14)
+    tf, _ = _random_trace(5, events=20_000)
+    rng = random.Random(3)
+    lines = tf.splitlines()
+    for i in range(3, len(lines) - 3, 97):
+        if ": block_rq_" not in lines[i]:
+            continue
+        t = lines[i].split(": block_rq_")[0].split()[-1]
+        x = rng.random()
+        new = f"{float(t) + rng.choice([-50, -1, 0.5, 30]):.6f}" if x < 0.8 else t
+        lines[i] = lines[i].replace(f" {t}:", f" {new}:", 1)
+        if x >= 0.8:
+            lines[i] = lines[i].replace(" + ", " + 9999999999", 1)
+    cut = len(lines) * 9 // 10                  # the last tenth steps 1,000 s back
+    for i in range(cut, len(lines)):
+        if ": block_rq_" in lines[i]:
+            t = lines[i].split(": block_rq_")[0].split()[-1]
+            lines[i] = lines[i].replace(f" {t}:", f" {float(t) - 1000:.6f}:", 1)
+    lines[0], lines[3] = lines[3], lines[0]
+    f = tmp_path / "t.txt"
+    f.write_text("\n".join(lines) + "\n")
+    for cap in (None, 3_000_000):
+        row, _, counts = _both(f, "tracefs", cap)
+        assert row["malformed_lines"] > 2000 and row["trace_length_s"] > 0 and counts.impossible_examples
+
+
+def _fails_with_one_line(capsys, trace, fmt, out, *more) -> str:
+    assert main(["characterize", "--trace", str(trace), "--format", fmt, "--out", str(out), *more]) == 2
+    cap = capsys.readouterr()
+    lines = cap.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("storagebrief: error: ") and "Traceback" not in cap.err, cap.err
+    assert not out.exists(), "an output was written"
+    return lines[0]
+
+
+@pytest.mark.parametrize("fmt", ["tracefs", "blkparse"])
+def test_truncated_or_corrupt_gzip_text_trace_exits_2_with_one_line_and_writes_nothing(tmp_path, capsys, fmt):
+    text = _tracefs_text() if fmt == "tracefs" else _blkparse_text()
+    whole = gzip.compress((text * 400).encode())
+    cut = tmp_path / "cut.gz"
+    cut.write_bytes(whole[: len(whole) // 2])
+    crc = tmp_path / "crc.gz"                                 # the data inflates, its checksum does not match
+    crc.write_bytes(whole[:-8] + bytes(b ^ 0xFF for b in whole[-8:-4]) + whole[-4:])
+    inflate = tmp_path / "inflate.gz"                         # the deflate stream itself is broken
+    inflate.write_bytes(whole[:10] + b"\xff" * 16 + whole[26:])
+    for f, what in ((cut, "ends early"), (crc, "is damaged"), (inflate, "is damaged")):
+        for cap in ([], ["--capacity-sectors", "8000"]):       # with and without the first pass
+            line = _fails_with_one_line(capsys, f, fmt, tmp_path / "out", *cap)
+            assert what in line and "gzip -dc" in line
+
+
+def _crafted(path, header: bytes, body: bytes | None = None) -> None:
+    with gzip.open(path, "wb") as g:
+        g.write(blocktrace.RAW_MAGIC + header)
+        if body is not None:
+            g.write(body)
+
+
+def _header(**change) -> bytes:
+    h = {"page_size": 4096, "clock": "local", "kernel": "x", "cpus": [0], "header_page": raw._HEADER_PAGE,
+         "events": {n: raw._format_text(n) for n in raw._SYNTHETIC}}
+    for key, (old, new) in change.items():            # event name or header_page: replace a piece of its text
+        if key == "header_page":
+            h["header_page"] = h["header_page"].replace(old, new)
+        else:
+            h["events"][key] = h["events"][key].replace(old, new)
+    return json.dumps(h).encode() + b"\n"
+
+
+CRAFTED = {   # name: (header line(s), what the error says)
+    "nested": (b"[" * 100_000 + b"]" * 100_000 + b"\n", "not a JSON object"),
+    "endless": (None, "longer than"),        # a header line past raw.MAX_HEADER_BYTES, made in the test
+    "format_not_text": (json.dumps({"page_size": 4096, "header_page": raw._HEADER_PAGE,
+                                    "events": {"block_rq_issue": 7}}).encode() + b"\n", "not text"),
+    "field_3_bytes": (_header(block_rq_issue=("dev;\toffset:8;\tsize:4", "dev;\toffset:8;\tsize:3")), "fields dev"),
+    "field_past_page": (_header(block_rq_issue=("offset:16;", "offset:999999999999999999999;")), "fields sector"),
+    "rwbs_1_byte": (_header(block_rq_issue=("offset:34;\tsize:10", "offset:34;\tsize:1")), "fields rwbs"),
+    "timestamp_past_data": (_header(header_page=("offset:0;", "offset:9000;")), "page layout not understood"),
+    "page_1_tib": (json.dumps({"page_size": 1 << 40, "header_page": raw._HEADER_PAGE}).encode() + b"\n",
+                   "page layout not understood"),
+    "capacity_text": (_header()[:-2] + b', "device": [8, 0], "capacity_sectors": "big"}\n', "capacity_sectors"),
+    "device_huge": (_header()[:-2] + b', "device": [99999999, 0]}\n', "is not [major, minor]"),
+}
+
+
+@pytest.mark.parametrize("name", list(CRAFTED))
+def test_crafted_raw_header_exits_2_with_one_line_and_writes_nothing(tmp_path, capsys, name):
+    header, says = CRAFTED[name]
+    if header is None:
+        header = b'{"x": "' + b"a" * (raw.MAX_HEADER_BYTES + 10)
+    f = tmp_path / "t.tracefs-raw.gz"
+    _crafted(f, header, RECORD.pack(PAGES, 0, 4096) + _page([_record(0, _issue(10))], ts=5_000))   # a page to decode
+    assert says in _fails_with_one_line(capsys, f, "tracefs-raw", tmp_path / "out")
+
+
+def test_a_record_length_of_4_gib_allocates_nothing_and_keeps_what_came_before(tmp_path):
+    f = tmp_path / "t.tracefs-raw.gz"
+    w = raw.RawWriter(f)
+    for i in range(50):
+        w.add(10**9 + i * 1000, 0, 8 << 20, "R", 8 * i, 8)
+    w._flush(10**9 + 10**6)
+    w.fh.write(RECORD.pack(PAGES, 0, 2**32 - 1) + b"\0" * 100)   # a framing that claims 4 GiB
+    w.fh.close()
+    import resource
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    row, _, counts = ch.characterize(f, "tracefs-raw", 10**6)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200 * 1024      # KiB
+    assert row["read_ops"] == 50 and counts.malformed == 1 and "a record of 4,294,967,295 bytes" in counts.malformed_examples[0]

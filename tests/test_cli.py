@@ -1,3 +1,7 @@
+from pathlib import Path
+
+import pytest
+
 from storagebrief.cli import main
 
 
@@ -19,3 +23,54 @@ def test_validate_ok_and_error(params_file, capsys):
 def test_missing_params_file(tmp_path, capsys):
     assert main(["validate", "--params", str(tmp_path / "nope.yaml")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def _trace(tmp_path):
+    f = tmp_path / "t.txt"
+    f.write_text("  8,0    1        1     0.000001000  4242  D   R 0 + 8 [fio]\n"
+                 "  8,0    1        2     0.000101000     0  C   R 0 + 8 [0]\n")
+    return f
+
+
+def test_characterize_out_in_a_system_directory_or_a_file_is_refused_before_reading(tmp_path, capsys):
+    f = _trace(tmp_path)
+    a_file = tmp_path / "a_file"
+    a_file.write_text("keep me")
+    for out, says in ((Path("/sys/kernel/storagebrief-out"), "lies under /sys"),
+                      (Path("/proc/storagebrief-out"), "lies under /proc"),
+                      (a_file, "is a file, not a folder"), (a_file / "sub", "is a file, so no folder")):
+        assert main(["characterize", "--trace", str(f), "--format", "blkparse", "--out", str(out)]) == 2
+        cap = capsys.readouterr()
+        lines = cap.err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("storagebrief: error: --out") and says in lines[0], cap.err
+        assert not out.exists() or out == a_file
+    assert a_file.read_text() == "keep me"
+    # the same check refuses / itself and other system trees (not run through main: the old code wrote there)
+    from storagebrief.core import characterize as ch
+    for out in ("/", "/etc/storagebrief-out", "/dev/storagebrief-out", "/usr"):
+        with pytest.raises(ch.TraceError, match="system directory|lies under"):
+            ch.check_out_dir(out)
+    assert ch.check_out_dir(tmp_path / "new" / "deeper") == tmp_path / "new" / "deeper"
+
+
+def test_characterize_unwritable_out_is_refused_and_a_failed_write_leaves_nothing(tmp_path, capsys, monkeypatch):
+    import os
+    from storagebrief.core import characterize as ch, results
+    f = _trace(tmp_path)
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    monkeypatch.setattr(os, "access", lambda p, mode: str(p) != str(ro))     # as if ro were not ours (root writes anywhere)
+    assert main(["characterize", "--trace", str(f), "--format", "blkparse", "--out", str(ro / "out")]) == 2
+    assert "not writable" in capsys.readouterr().err and not (ro / "out").exists()
+    monkeypatch.undo()
+    real_csv = results.write_csv
+    monkeypatch.setattr(results, "write_csv", lambda *a: (_ for _ in ()).throw(OSError(28, "No space left on device")))
+    out = tmp_path / "x" / "out"
+    assert main(["characterize", "--trace", str(f), "--format", "blkparse", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "No space left on device" in err[0] and "nothing was written" in err[0]
+    assert not (tmp_path / "x").exists()                   # neither the JSON written first nor the folders
+    monkeypatch.setattr(results, "write_csv", real_csv)
+    assert main(["characterize", "--trace", str(f), "--format", "blkparse", "--out", str(out)]) == 0
+    assert {p.name for p in out.iterdir()} == {"characterization.json", "characterization.csv"}
+    assert ch.CSV_COLUMNS.index("warning") == ch.CSV_COLUMNS.index("requests_beyond_capacity") + 1

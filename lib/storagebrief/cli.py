@@ -56,8 +56,9 @@ def _parser() -> argparse.ArgumentParser:
     cp.add_argument("--format", required=True, choices=FORMATS,
                     help="tracefs: block_rq_issue/complete event lines (trace_pipe text); tracefs-raw: the binary ring-buffer pages this package records (traces/*.tracefs-raw.gz); blkparse: its default text output")
     cp.add_argument("--capacity-sectors", type=int, default=None,
-                    help="device capacity in 512-byte sectors for locality (default: sysfs of the traced "
-                         "device, else the highest sector in the trace)")
+                    help="device capacity in 512-byte sectors for locality (default: a raw trace's header; sysfs "
+                         "for a raw trace recorded on this machine in this boot; else the highest sector in the "
+                         "trace, with a warning)")
     cp.add_argument("--out", required=True, help="folder for characterization.json and characterization.csv")
     np_ = sub.add_parser("notebooks", help="check (or --write) that each study notebook's parameters cell "
                                           "shows params.yaml's section")
@@ -92,12 +93,16 @@ def main(argv: list[str] | None = None) -> int:
             row, counts = res["row"], res["counts"]
             print(f"{args.trace}: {row['read_ops'] + row['write_ops']:,} reads/writes, "
                   f"{ch.describe(row)}; {row['flush_ops']:,} flushes, {row['discard_ops']:,} discards; "
-                  f"locality {row['locality_percent']:.1f} % in 10 % of the address space, "
+                  f"locality {row['locality_percent']:.1f} % in 10 % of the address space "
+                  f"({row['capacity_source'].replace('_', ' ')} capacity), "
                   f"{row['locality_bands']} band(s); trace {row['trace_length_s']:.3f} s")
             if counts.malformed or counts.lost_events:
-                print(f"note: {counts.malformed:,} malformed line(s) skipped"
-                      + (f" (e.g. {counts.malformed_examples[0]!r})" if counts.malformed else "")
+                examples = counts.malformed_examples + counts.impossible_examples
+                print(f"note: {counts.malformed:,} malformed line(s) or record(s) skipped"
+                      + (f" (e.g. {examples[0]!r})" if examples else "")
                       + f"; {counts.lost_events:,} lost event(s) reported in the trace")
+            if row["warning"]:
+                print(f"storagebrief: warning: {row['warning']}", file=sys.stderr)
             print(f"wrote {res['paths']['json']} and {res['paths']['csv']}")
             return 0
         if args.command == "notebooks":

@@ -28,6 +28,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import secrets
 import select
 import signal
@@ -310,8 +311,9 @@ def remove_instance(inst: Path) -> str:
 # self-describing, so it can be decoded anywhere (characterize --format tracefs-raw):
 #
 #   gzip of:  RAW_MAGIC line, one JSON line (page size, clock, cpus, the kernel's header_page and
-#             each event's `format` text with its id), then records: RECORD header
-#             (kind, cpu, length) + payload.
+#             each event's `format` text with its id; the traced device [major, minor], its
+#             capacity_sectors and the host that recorded it: files made before these three were
+#             added lack them), then records: RECORD header (kind, cpu, length) + payload.
 #   kind P:   whole ring-buffer pages of one CPU, as read.
 #   kind S:   a sync mark (payload: u64 trace-clock ns) written before each drain; every event
 #             older than it is in the records before the next sync mark, so a decoder can merge
@@ -334,8 +336,43 @@ def _now_ns(instance: Path) -> int | None:
     return None
 
 
+def host_identity() -> dict:
+    """Who records a trace. A device number names a disk only on the machine and in the boot that
+    handed it out, so a decoder may look the number up in sysfs only when all three match."""
+    def first_line(path: str) -> str:
+        try:
+            return Path(path).read_text().strip()[:64]
+        except OSError:
+            return ""
+    return {"hostname": os.uname().nodename, "machine_id": first_line("/etc/machine-id"),
+            "boot_id": first_line("/proc/sys/kernel/random/boot_id")}
+
+
+def same_host(recorded: dict) -> bool:
+    """Whether a trace's recorded host identity is this machine in this boot."""
+    here = host_identity()
+    return bool(here["boot_id"]) and isinstance(recorded, dict) and all(recorded.get(k) == v for k, v in here.items())
+
+
+def traced_device(instance: Path) -> tuple[int, int] | None:
+    """The device an instance's block events are filtered on ('dev == <dev_t>'), if any."""
+    try:
+        m = re.search(r"\bdev == (\d+)", (instance / "events" / "block" / EVENTS[0] / "filter").read_text())
+    except OSError:
+        return None
+    return (int(m.group(1)) >> 20, int(m.group(1)) & ((1 << 20) - 1)) if m else None
+
+
+def device_capacity_sectors(device: tuple[int, int]) -> int | None:
+    try:
+        return int(Path(f"/sys/dev/block/{device[0]}:{device[1]}/size").read_text()) or None
+    except (OSError, ValueError):
+        return None
+
+
 def raw_header(instance: Path) -> dict:
-    """What a decoder needs to read the pages: sizes, clock and the event formats."""
+    """What a decoder needs to read the pages (sizes, clock and the event formats) and to place
+    requests in the device's address space anywhere (device, capacity, host)."""
     root = instance.parent.parent
     sub = instance / "buffer_subbuf_size_kb"        # kernels >= 6.8 may use sub-buffers > 1 page
     try:
@@ -357,9 +394,16 @@ def raw_header(instance: Path) -> dict:
         except OSError:
             continue
     hp = instance / "events" / "header_page"
+    device = traced_device(instance)
+    extra = {"host": host_identity()}
+    if device is not None:
+        extra["device"] = list(device)
+        cap = device_capacity_sectors(device)
+        if cap:
+            extra["capacity_sectors"] = cap
     return {"page_size": page, "clock": clock, "kernel": os.uname().release,
             "header_page": (hp if hp.exists() else root / "events" / "header_page").read_text(),
-            "events": events}
+            "events": events, **extra}
 
 
 # -- the reader child ------------------------------------------------------------------------

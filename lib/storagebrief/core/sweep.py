@@ -244,8 +244,8 @@ def _characterization(sweep: Sweep, run: Run) -> dict | None:
     t = run.target
     keys = {"study": sweep.study.name, "run_id": run.run_id, "target": t.name}
     if run.trace is not None and run.trace.path.exists():
-        cap = t.device.size_bytes // characterize.SECTOR_BYTES if t.device and t.device.size_bytes else None
-        row, _, _ = characterize.characterize(run.trace.path, "tracefs-raw", cap, sample_points=0,
+        # the capacity comes from the trace's own header (capacity_source=header)
+        row, _, _ = characterize.characterize(run.trace.path, "tracefs-raw", sample_points=0,
                                               require_requests=False)
         row["lost_events"] = max(row.get("lost_events", 0), run.trace.lost_events)
         if row["lost_events"]:

@@ -91,6 +91,8 @@ def section(reports_dir: str | Path, available, target_order) -> None:
         lost = s["chz"].get("lost_events", pd.Series(dtype=float)).fillna(0).sum()
         if lost:
             notes.append(f"{s['title']}: {int(lost):,} block events lost in the traces (tracefs buffer too small)")
+        notes += [f"{s['title']}, run {r['run_id']}: {r['warning']}" for r in s["chz"].to_dict("records")
+                  if isinstance(r.get("warning"), str) and r["warning"]]      # e.g. requests beyond the capacity
     frame = pd.DataFrame(rows)
     show_md(f"**What this is.** The block requests every measured run issued to its target's device, recorded "
             "with tracefs and summarized as in the seed's btt analysis; one row per workload (reference target, "

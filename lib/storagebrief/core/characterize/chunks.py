@@ -7,8 +7,8 @@ import re
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from .parse import (COMPLETE, FORMATS, ISSUE, MERGE, OTHER, REQUEUE, Event, ParseCounts, TraceError, _dev,
-                    open_text, parse_blkparse, tracefs_line)
+from .parse import (COMPLETE, FORMATS, GZIP_ERRORS, ISSUE, MERGE, OTHER, REQUEUE, Event, ParseCounts, TraceError,
+                    _dev, damaged, open_text, parse_blkparse, tracefs_line)
 
 # -- the fast path: whole chunks of the file at once, numpy ---------------------------------------
 #
@@ -39,7 +39,10 @@ def _read_chunks(path: str | Path) -> Iterator[bytes]:
     with (gzip.open(path, "rb") if gz else open(path, "rb")) as fh:
         rest = b""
         while True:
-            block = fh.read(CHUNK_BYTES)
+            try:
+                block = fh.read(CHUNK_BYTES)
+            except GZIP_ERRORS as exc:
+                raise damaged(path, exc) from None
             if not block:
                 break
             block = rest + block
@@ -104,6 +107,18 @@ def _concat(a: _Batch, b: _Batch, order) -> _Batch:
         if x.dtype != y.dtype:
             x, y = x.astype(object), y.astype(object)
         cols.append(np.concatenate([x, y])[order])
+    return _Batch(*cols)
+
+
+def _concat_rows(a: _Batch, b: _Batch) -> _Batch:
+    """a's events, then b's."""
+    import numpy as np
+    cols = []
+    for k in _Batch.__slots__:
+        x, y = getattr(a, k), getattr(b, k)
+        if x.dtype != y.dtype:
+            x, y = x.astype(object), y.astype(object)
+        cols.append(np.concatenate([x, y]))
     return _Batch(*cols)
 
 

@@ -11,9 +11,9 @@ class FastCharacterizer(Characterizer):
     """Characterizer.feed() in bulk: the same state, a batch of events at a time."""
 
     def __init__(self, capacity_sectors: int | None = None, sample_points: int = SAMPLE_POINTS,
-                 devices: _Devices | None = None):
+                 devices: _Devices | None = None, capacities: dict[tuple[int, int], int] | None = None):
         import numpy as np
-        super().__init__(capacity_sectors, sample_points)
+        super().__init__(capacity_sectors, sample_points, capacities)
         self.devices = devices or _Devices()
         self._np_bins: dict[int, "np.ndarray"] = {}        # dev id -> 2 x BINS (reads, writes)
         self._last: dict[int, int] = {}                     # dev id -> end sector of its last read/write
@@ -40,9 +40,11 @@ class FastCharacterizer(Characterizer):
         import numpy as np
         if not len(b):
             return
-        if self.first_t is None:
-            self.first_t = float(b.t[0])
-        self.last_t = float(b.t[-1])
+        lo, hi = float(b.t.min()), float(b.t.max())      # the screen lets time step back a little
+        if self.first_t is None or lo < self.first_t:
+            self.first_t = lo
+        if self.last_t is None or hi > self.last_t:
+            self.last_t = hi
         if ((b.act == _A_REQUEUE).any() or b.sector.dtype == object or b.n.dtype == object
                 or int(b.dev.max()) >= _MAX_DEVS or int(b.sector.max()) >= _MAX_SECTOR
                 or int(b.n.max()) >= _MAX_SECTOR):
@@ -89,10 +91,9 @@ class FastCharacterizer(Characterizer):
                 self.per_dev[self.devices.devs[d]] += int(m.sum())
                 cap = self._cap_of(d)
                 if cap:
-                    bi = s[m] * BINS // cap
-                    over = bi >= BINS
-                    self.beyond_capacity += int(over.sum())
-                    bi[over] = BINS - 1
+                    sm = s[m]
+                    self.beyond_capacity += int(((sm + nn[m]) > cap).sum())
+                    bi = np.minimum(sm * BINS // cap, BINS - 1)
                     bins = self._bins_of(d)
                     om = op[m]
                     bins[0] += np.bincount(bi[om == 0], minlength=BINS)
@@ -211,10 +212,9 @@ class FastCharacterizer(Characterizer):
                 cap = self._cap_of(dev)
                 bi = None
                 if cap:
-                    bi = sector * BINS // cap
-                    if bi >= BINS:
+                    if sector + n > cap:
                         self.beyond_capacity += 1
-                        bi = BINS - 1
+                    bi = min(sector * BINS // cap, BINS - 1)
                     self._bins_of(dev)[op, bi] += 1
                 pend.setdefault(key, []).append((t, n, seq, bi, prev_end))
                 smp.append((t, sector, n, op, seq))

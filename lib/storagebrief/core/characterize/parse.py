@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import gzip
 import re
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, NamedTuple
+
+from ..blocktrace import device_capacity_sectors  # noqa: F401  (sysfs: /sys/dev/block/MAJ:MIN/size)
 
 FORMATS = ("tracefs", "tracefs-raw", "blkparse")   # kernel text, our binary pages, blkparse text
 
@@ -57,6 +60,8 @@ class ParseCounts:
     malformed_examples: list[str] = field(default_factory=list)
     lost_events: int = 0
     ignored: int = 0          # valid lines of events we do not use (other actions, headers, summary)
+    impossible_examples: list[str] = field(default_factory=list)   # parsed, but refused (sanity.Screen)
+    clock_restarts: int = 0   # blkparse outputs appended after a summary whose clock started again
 
 
 def open_text(path: str | Path):
@@ -65,11 +70,26 @@ def open_text(path: str | Path):
         raise TraceError(f"trace file '{path}' does not exist")
     if not path.is_file():
         raise TraceError(f"trace '{path}' is not a file")
-    with open(path, "rb") as fh:
-        magic = fh.read(2)
+    try:
+        with open(path, "rb") as fh:
+            magic = fh.read(2)
+    except OSError as exc:
+        raise TraceError(f"cannot read trace '{path}': {exc.strerror}") from None
     if magic == b"\x1f\x8b":
         return gzip.open(path, "rt", errors="replace")
     return open(path, "rt", errors="replace")
+
+
+# what a damaged gzip raises while it is read: cut off (EOFError), bad header or CRC
+# (BadGzipFile, an OSError), bad deflate data (zlib.error)
+GZIP_ERRORS = (EOFError, OSError, zlib.error)
+
+
+def damaged(path, exc: BaseException) -> TraceError:
+    """The one-line error for a trace whose compressed data cannot be read to its end."""
+    what = "ends early (cut off)" if isinstance(exc, EOFError) else f"is damaged ({exc})"
+    return TraceError(f"trace '{path}' {what}: nothing was characterized; copy the file again, or keep "
+                      f"its readable part with `gzip -dc {path} > trace.txt` and characterize that")
 
 
 def _malformed(counts: ParseCounts, line: str) -> None:
@@ -128,13 +148,15 @@ def parse_tracefs(lines: Iterable[str], counts: ParseCounts) -> Iterator[Event]:
 
 
 def parse_blkparse(lines: Iterable[str], counts: ParseCounts) -> Iterator[Event]:
+    """blkparse's events. Its summary (per CPU, total) is skipped up to the next event line: the
+    outputs of two runs may have been appended into one file. blkparse counts time from the start
+    of its own trace, so when an output after a summary starts before the time already reached,
+    its clock is moved on to continue where the one before ended (counted: clock_restarts)."""
     match = _BLKPARSE.match
     summary = False
+    shift, latest = 0.0, None
     for line in lines:
         counts.lines += 1
-        if summary:
-            counts.ignored += 1
-            continue
         m = match(line)
         if m is not None:
             ma, mi, t, action, rwbs, sector, n = m.groups()
@@ -142,11 +164,20 @@ def parse_blkparse(lines: Iterable[str], counts: ParseCounts) -> Iterator[Event]
             if act != OTHER and sector is None and op_of(rwbs) not in ("F", "N"):
                 _malformed(counts, line)      # a data request without its sector range
                 continue
-            yield Event(float(t), act, _dev(ma, mi), _op(rwbs),
-                        int(sector) if sector else 0, int(n) if n else 0)
+            t = float(t)
+            if summary:                       # the first event of an appended output
+                summary = False
+                if latest is not None and t + shift < latest:
+                    shift = latest - t
+                    counts.clock_restarts += 1
+            if shift:
+                t += shift
+            if latest is None or t > latest:
+                latest = t
+            yield Event(t, act, _dev(ma, mi), _op(rwbs), int(sector) if sector else 0, int(n) if n else 0)
             continue
         s = line.strip()
-        if not s:
+        if summary or not s:
             counts.ignored += 1
         elif _BLKPARSE_SUMMARY.match(s):
             summary = True                    # blkparse's per-CPU / total summary follows
@@ -164,13 +195,7 @@ def events(path: str | Path, fmt: str, counts: ParseCounts) -> Iterator[Event]:
         return
     parse = parse_tracefs if fmt == "tracefs" else parse_blkparse
     with open_text(path) as fh:
-        yield from parse(fh, counts)
-
-
-def device_capacity_sectors(dev: tuple[int, int]) -> int | None:
-    """A block device's size in sectors from sysfs (/sys/dev/block/MAJ:MIN/size), if present."""
-    try:
-        n = int(Path(f"/sys/dev/block/{dev[0]}:{dev[1]}/size").read_text())
-    except (OSError, ValueError):
-        return None
-    return n or None
+        try:
+            yield from parse(fh, counts)
+        except GZIP_ERRORS as exc:
+            raise damaged(path, exc) from None

@@ -6,7 +6,7 @@ import math
 import random
 from collections import Counter
 
-from .parse import COMPLETE, ISSUE, MERGE, REQUEUE, Event, ParseCounts, device_capacity_sectors
+from .parse import COMPLETE, ISSUE, MERGE, REQUEUE, Event, ParseCounts
 
 SECTOR_BYTES = 512
 BINS = 1000
@@ -76,8 +76,10 @@ class Characterizer:
     """Consumes events (in trace order) and keeps only bounded state: histograms, per-device
     counters, the requests in flight and a fixed-size sample for plots."""
 
-    def __init__(self, capacity_sectors: int | None = None, sample_points: int = SAMPLE_POINTS):
-        self.capacity_override = capacity_sectors
+    def __init__(self, capacity_sectors: int | None = None, sample_points: int = SAMPLE_POINTS,
+                 capacities: dict[tuple[int, int], int] | None = None):
+        self.capacity_override = capacity_sectors          # every device (--capacity-sectors)
+        self._known = dict(capacities or {})                # per device (header, sysfs, highest sector)
         self.capacities: dict[tuple[int, int], int | None] = {}
         self.sizes = {(op, seq): Counter() for op in "RW" for seq in (False, True)}   # sectors -> n
         self.latency_us = {"R": Counter(), "W": Counter(), "F": Counter(), "D": Counter()}
@@ -96,14 +98,16 @@ class Characterizer:
 
     def capacity(self, dev) -> int | None:
         if dev not in self.capacities:
-            self.capacities[dev] = self.capacity_override or device_capacity_sectors(dev)
+            self.capacities[dev] = self.capacity_override or self._known.get(dev)
         return self.capacities[dev]
 
     def feed(self, ev: Event) -> None:
         t = ev.t
-        if self.first_t is None:
+        # earliest and latest: the screen lets time step back by its small tolerance
+        if self.first_t is None or t < self.first_t:
             self.first_t = t
-        self.last_t = t
+        if self.last_t is None or t > self.last_t:
+            self.last_t = t
         act = ev.action
         if act == ISSUE:
             self._issue(ev)
@@ -165,10 +169,9 @@ class Characterizer:
         cap = self.capacity(dev)
         b = None
         if cap:
-            b = ev.sector * BINS // cap
-            if b >= BINS:
+            if ev.sector + ev.sectors > cap:      # a device has no such sector: the capacity is wrong
                 self.beyond_capacity += 1
-                b = BINS - 1
+            b = min(ev.sector * BINS // cap, BINS - 1)
             bins = self.bins.get(dev)
             if bins is None:
                 bins = self.bins[dev] = {"R": [0] * BINS, "W": [0] * BINS}

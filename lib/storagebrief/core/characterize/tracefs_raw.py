@@ -25,10 +25,11 @@ import gzip
 import json
 import re
 import struct
+import zlib
 from pathlib import Path
 from typing import Iterator
 
-from ..blocktrace import PAGES, RAW_MAGIC, RECORD, SYNC
+from ..blocktrace import PAGES, RAW_MAGIC, RECORD, SYNC, same_host
 from .chunks import _A_COMPLETE, _A_ISSUE, _A_REQUEUE, _ACT_CODE, _OP_CODE, _OP_NAMES, _Batch, _Devices
 from .parse import Event, ParseCounts, TraceError
 
@@ -38,6 +39,16 @@ _MISSED_STORED, _LENGTH_MASK = 1 << 30, (1 << 30) - 1   # bit 31 (events lost): 
 _ACTIONS = {"block_rq_issue": _A_ISSUE, "block_rq_complete": _A_COMPLETE, "block_rq_requeue": _A_REQUEUE}
 _FIELD = re.compile(r"field:([^;]*);\s*offset:(\d+);\s*size:(\d+);\s*signed:(\d+);")
 _ID = re.compile(r"^ID: (\d+)", re.M)
+# Limits a crafted file cannot pass (the reader's own files stay far below them):
+MAX_HEADER_BYTES = 1 << 20      # the header line: the kernel's formats take about 10 KiB
+MAX_PAGE_BYTES = 1 << 20        # a ring-buffer (sub-)page; a decode step costs page/8 numpy steps
+MAX_RECORD_BYTES = (1 << 30) + MAX_PAGE_BYTES   # one CPU's drain: at most run.trace_buffer_kib (1 GiB)
+_READ_PIECE = 16 << 20          # a record is read in pieces: a length field alone allocates nothing
+_GZIP_ERRORS = (OSError, EOFError, zlib.error)
+
+
+class _Unreadable(Exception):
+    """The record framing is lost: what follows cannot be read."""
 
 
 def is_raw(path: str | Path) -> bool:
@@ -48,7 +59,7 @@ def is_raw(path: str | Path) -> bool:
                 return False
         with gzip.open(path, "rb") as fh:
             return fh.read(len(RAW_MAGIC)) == RAW_MAGIC
-    except (OSError, EOFError):
+    except _GZIP_ERRORS:
         return False
 
 
@@ -73,19 +84,38 @@ class _Layout:
             self.data_off = hp["data"][0]
         except (KeyError, TypeError, ValueError) as exc:
             raise TraceError(f"raw trace header lacks the page layout ({exc})") from None
-        if self.data_off % 4 or self.page % 4 or self.page <= self.data_off or self.commit_size not in (4, 8):
+        if (self.data_off % 4 or self.page % 4 or not self.data_off < self.page <= MAX_PAGE_BYTES
+                or self.commit_size not in (4, 8) or self.ts_off + 8 > self.data_off
+                or hp["commit"][0] + self.commit_size > self.data_off):
             raise TraceError(f"raw trace page layout not understood: data at {self.data_off}, "
-                             f"page {self.page} bytes, commit of {self.commit_size} bytes")
+                             f"page {self.page} bytes (at most {MAX_PAGE_BYTES:,}), timestamp at {self.ts_off}, "
+                             f"commit of {self.commit_size} bytes at {self.commit_off}")
         self.events = {}              # event id -> (action code, {field: (offset, size)})
         events = header.get("events")
         for name, text in (events.items() if isinstance(events, dict) else ()):
+            if name not in _ACTIONS:
+                continue
+            if not isinstance(text, str):
+                raise TraceError(f"raw trace header: the format of {name} is not text")
             m = _ID.search(text)
             f = _fields(text)
-            if m and name in _ACTIONS and all(k in f for k in ("dev", "sector", "nr_sector", "rwbs")):
+            if m and all(k in f for k in ("dev", "sector", "nr_sector", "rwbs")):
+                self._check_event(name, int(m.group(1)), f)
                 self.events[int(m.group(1))] = (_ACTIONS[name], f)
         if not self.events:
             raise TraceError("raw trace header describes none of the block events "
                              "(block_rq_issue / block_rq_complete / block_rq_requeue)")
+
+
+    def _check_event(self, name: str, eid: int, f: dict) -> None:
+        """The fields are read as little-endian integers of 1, 2, 4 or 8 bytes inside a page."""
+        bad = [k for k in ("dev", "sector", "nr_sector") if f[k][1] not in (1, 2, 4, 8)]
+        if f["rwbs"][1] < 2:              # its first two characters are read
+            bad.append("rwbs")
+        bad += [k for k in ("dev", "sector", "nr_sector", "rwbs") if sum(f[k]) > self.page and k not in bad]
+        if bad or eid >= 1 << 16:         # common_type is 16 bits
+            raise TraceError(f"raw trace header: the format of {name} is not understood "
+                             f"({'ID ' + str(eid) if eid >= 1 << 16 else 'fields ' + ', '.join(bad)})")
 
 
 def _records(fh) -> Iterator[tuple[bytes, int, bytes]]:
@@ -94,7 +124,16 @@ def _records(fh) -> Iterator[tuple[bytes, int, bytes]]:
         if len(head) < RECORD.size:
             return                       # end (a cut-off record header: the reader was killed)
         kind, cpu, n = RECORD.unpack(head)
-        data = fh.read(n)
+        if n > MAX_RECORD_BYTES:
+            raise _Unreadable(f"a record of {n:,} bytes (at most {MAX_RECORD_BYTES:,})")
+        pieces, left = [], n
+        while left:
+            piece = fh.read(min(left, _READ_PIECE))
+            if not piece:
+                break
+            pieces.append(piece)
+            left -= len(piece)
+        data = b"".join(pieces)
         if len(data) < n:
             data = data[: len(data) // 8 * 8] if kind == PAGES else b""
         yield kind, cpu, data
@@ -242,20 +281,22 @@ def read_header(fh, path) -> dict:
     if magic != RAW_MAGIC:
         raise TraceError(f"'{path}' is not a storagebrief raw trace (no '{RAW_MAGIC.decode().strip()}' line); "
                          "for kernel text use --format tracefs")
-    line = fh.readline()
+    line = fh.readline(MAX_HEADER_BYTES + 1)
+    if not line.endswith(b"\n"):
+        raise TraceError(f"'{path}': the raw trace header is cut off or longer than {MAX_HEADER_BYTES:,} bytes; "
+                         "this is not a trace the block-trace reader wrote")
     try:
         header = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):      # nesting deeper than Python's stack: crafted
         header = None
     if not isinstance(header, dict):
-        raise TraceError(f"'{path}': the raw trace header is not a JSON object")
+        raise TraceError(f"'{path}': the raw trace header is not a JSON object; the file was not written by "
+                         "storagebrief's block-trace reader or was altered since: record the trace again")
     return header
 
 
-def columns(path: str | Path, counts: ParseCounts) -> Iterator[dict]:
-    """Column batches (numpy: t ns, act, dev (kernel dev_t), op, sector, n, cpu) in time order."""
-    import numpy as np
-    path = Path(path)
+def _open_header(path: Path):
+    """(open gzip file positioned after the header, header) of a raw trace; TraceError otherwise."""
     if not path.is_file():
         raise TraceError(f"trace file '{path}' does not exist" if not path.exists() else f"trace '{path}' is not a file")
     if not is_raw(path):
@@ -263,10 +304,53 @@ def columns(path: str | Path, counts: ParseCounts) -> Iterator[dict]:
                          f"'{RAW_MAGIC.decode().strip()}'); for the kernel's text use --format tracefs")
     try:
         fh = gzip.open(path, "rb")
-        header = read_header(fh, path)
-    except (OSError, EOFError) as exc:
+    except OSError as exc:
+        raise TraceError(f"cannot read trace '{path}': {exc}") from None
+    try:
+        return fh, read_header(fh, path)
+    except _GZIP_ERRORS as exc:
+        fh.close()
         raise TraceError(f"'{path}' is not a readable raw trace ({exc})") from None
-    lay = _Layout(header)
+    except BaseException:
+        fh.close()
+        raise
+
+
+def header_info(path: str | Path) -> dict:
+    """What the header says about the traced device: device (major, minor), capacity_sectors,
+    host and same_host (recorded on this machine in this boot). Traces written before these
+    fields existed lack them: None (unknown). A field present with a wrong value is a TraceError."""
+    path = Path(path)
+    fh, header = _open_header(path)
+    fh.close()
+    device, cap, host = header.get("device"), header.get("capacity_sectors"), header.get("host")
+    if device is not None:
+        if not (isinstance(device, list) and len(device) == 2 and all(type(x) is int for x in device)
+                and 0 <= device[0] < 1 << 12 and 0 <= device[1] < 1 << 20):
+            raise TraceError(f"'{path}': the raw trace header's device {str(device)[:40]!r} is not [major, minor]")
+        device = (device[0], device[1])
+    if cap is not None and not (type(cap) is int and 0 < cap < 1 << 64):
+        raise TraceError(f"'{path}': the raw trace header's capacity_sectors {str(cap)[:40]!r} is not a "
+                         "positive 64-bit number")
+    if host is not None and not (isinstance(host, dict) and all(isinstance(v, str) for v in host.values())):
+        raise TraceError(f"'{path}': the raw trace header's host is not a set of names")
+    return {"device": device, "capacity_sectors": cap, "host": host, "same_host": host is not None and same_host(host)}
+
+
+def columns(path: str | Path, counts: ParseCounts) -> Iterator[dict]:
+    """Column batches (numpy: t ns, act, dev (kernel dev_t), op, sector, n, cpu) in time order."""
+    import numpy as np
+    path = Path(path)
+    fh, header = _open_header(path)
+    try:
+        lay = _Layout(header)
+    except TraceError as exc:
+        fh.close()
+        raise TraceError(f"'{path}': {exc}; the file was not written by storagebrief's block-trace reader or "
+                         "was altered since: record the trace again") from None
+    except BaseException:
+        fh.close()
+        raise
     bufs: dict[int, list[bytes]] = {}       # cpu -> page bytes read since the last decode
     pending: list[dict] = []                 # decoded, not yet safe to release (may precede other CPUs')
     last_sync = None
@@ -311,7 +395,7 @@ def columns(path: str | Path, counts: ParseCounts) -> Iterator[dict]:
                     last_sync = struct.unpack("<Q", data)[0]
                 else:
                     counts.malformed += 1
-        except (OSError, EOFError, gzip.BadGzipFile) as exc:   # a cut-off file: keep what was read
+        except (*_GZIP_ERRORS, _Unreadable) as exc:   # a cut-off or damaged file: keep what was read
             counts.malformed += 1
             if len(counts.malformed_examples) < 5:
                 counts.malformed_examples.append(f"raw trace ends early: {exc}")
@@ -381,11 +465,12 @@ class RawWriter:
     """Writes a raw trace of given events (one ring-buffer page stream per CPU), with a sync mark
     every `sync_s` of trace time, as the reader does."""
 
-    def __init__(self, path: str | Path, page_size: int = 4096, sync_s: float = 0.2):
+    def __init__(self, path: str | Path, page_size: int = 4096, sync_s: float = 0.2, header: dict | None = None):
         self.fh = gzip.open(path, "wb", compresslevel=1)
         self.page, self.sync_ns = page_size, int(sync_s * 1e9)
+        # header: more fields, e.g. the device, capacity_sectors and host the real reader records
         header = {"page_size": page_size, "clock": "local", "kernel": "synthetic", "cpus": [],
-                  "header_page": _HEADER_PAGE, "events": {n: _format_text(n) for n in _SYNTHETIC}}
+                  "header_page": _HEADER_PAGE, "events": {n: _format_text(n) for n in _SYNTHETIC}, **(header or {})}
         self.fh.write(RAW_MAGIC + json.dumps(header).encode() + b"\n")
         self.cur: dict[int, list] = {}      # cpu -> [page ts, last ts, bytearray of events]
         self.done: dict[int, list[bytes]] = {}
