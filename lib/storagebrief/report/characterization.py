@@ -25,7 +25,7 @@ DEFINITIONS = (
     "requeues counts once. **Sequential**: its start sector equals the end sector of the previous read or write "
     "of the same device in issue order; otherwise **random** (the first is random). **Sizes** in KiB; means and "
     "standard deviations (population) over requests; medians exact. **Address space**: the device's capacity "
-    "(sysfs) in 1,000 equal bins; **locality** = share of requests in the 100 busiest bins (the hottest 10 % "
+    "(as the raw trace's header recorded it; column capacity_source) in 1,000 equal bins; **locality** = share of requests in the 100 busiest bins (the hottest 10 % "
     "of the address space); a **locality band** = a maximal run of adjacent bins each holding more than 0.1 % of "
     "the requests (more than an even spread would give). Reads and writes are counted separately and together. "
     "Flushes and discards have their own columns and are left out of sizes, read % and IOPS. **Trace length**: "
