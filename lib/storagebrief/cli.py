@@ -6,6 +6,7 @@ characterize (block-trace summary statistics of any tracefs or blkparse text tra
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from .core import config
 from .core.characterize.parse import FORMATS
 from .core.lock import TargetBusy
 from .core.progress import MODES
+from .core.results import os_error_hint
 
 
 PARAMS_HELP = ("params file (default: params.yaml of the project around the current directory; relative paths "
@@ -22,13 +24,25 @@ PARAMS_HELP = ("params file (default: params.yaml of the project around the curr
 
 
 def error_line(exc: BaseException) -> str:
-    """The one line (or short block) a user sees for an expected error, in the CLI and in notebooks."""
+    """The one line (or short block) a user sees for an expected error, in the CLI and in notebooks.
+    An OSError names the file, the cause and what to do (a disk that filled, a read-only mount)."""
+    if isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError) and os_error_hint(exc):
+        where = f" writing {exc.filename}" if exc.filename else ""
+        return f"storagebrief: error: {exc.strerror}{where}; {os_error_hint(exc)}"
     return f"storagebrief: error: {exc}"
+
+
+def expected(exc: BaseException) -> bool:
+    """Failures of input or environment (exit 2, one line), as opposed to bugs (traceback with --debug)."""
+    return isinstance(exc, (config.ParamsError, ValueError, FileNotFoundError, TargetBusy)) or \
+        (isinstance(exc, OSError) and bool(os_error_hint(exc)))
 
 
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="storagebrief", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--debug", action="store_true", default=bool(os.environ.get("STORAGEBRIEF_DEBUG")),
+                    help="show the traceback of an unexpected error (also STORAGEBRIEF_DEBUG=1)")
     sub = ap.add_subparsers(dest="command", required=True)
     dp = sub.add_parser("doctor", help="what this machine allows and what each missing piece disables")
     dp.add_argument("--clean", action="store_true",
@@ -137,15 +151,21 @@ def main(argv: list[str] | None = None) -> int:
         status = frame.attrs.get("out_dir") or args.out
         print(f"wrote {len(frame)} runs to {Path(status) / 'runs.csv'}")
         return 0
-    except (config.ParamsError, ValueError, FileNotFoundError, TargetBusy) as exc:   # TraceError is a ValueError
-        print(error_line(exc), file=sys.stderr)
-        return 2
     except KeyboardInterrupt as exc:
         return _stopped(args, "interrupted (Ctrl-C)", 130, exc)
     except SystemExit as exc:   # SIGTERM / SIGHUP, raised by the cgroup signal handlers
         code = exc.code if isinstance(exc.code, int) else 1
         name = signal.Signals(code - 128).name if 128 < code < 160 else f"exit {code}"
         return _stopped(args, f"stopped by {name}", code, exc)
+    except Exception as exc:
+        if expected(exc):        # bad input or environment: one line (TraceError is a ValueError)
+            print(error_line(exc), file=sys.stderr)
+            return 2
+        if args.debug:
+            raise
+        print(f"storagebrief: internal error: {type(exc).__name__}: {exc} (a bug: run again with --debug for "
+              "the traceback, and report it)", file=sys.stderr)
+        return 1
 
 
 def _stopped(args, why: str, code: int, exc: BaseException | None = None) -> int:

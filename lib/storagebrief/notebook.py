@@ -17,28 +17,26 @@ import pandas as pd
 from . import studies
 from .core import config
 
-# What the notebooks show as one short message instead of a traceback (the CLI's exit-2 set).
-_EXPECTED = (ValueError, FileNotFoundError)
 _PACKAGE_DIR = str(Path(__file__).resolve().parent)
 
 
-def _raised_by_us(tb) -> bool:
-    """True when the innermost frame is storagebrief's own code (a user's cell keeps its traceback)."""
-    last = None
+def _through_us(tb) -> bool:
+    """True when storagebrief's own code is on the traceback (a user's own cell keeps its traceback)."""
     while tb is not None:
-        last, tb = tb, tb.tb_next
-    return last is not None and last.tb_frame.f_code.co_filename.startswith(_PACKAGE_DIR)
+        if tb.tb_frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def _short_error(shell, etype, value, tb, tb_offset=None):
-    from .cli import error_line
-    from .core.lock import TargetBusy
+    from .cli import error_line, expected
 
     if issubclass(etype, KeyboardInterrupt):
         notes = "; ".join(getattr(value, "__notes__", []))
         stb = ["\x1b[0;31mstoragebrief: interrupted (Ctrl-C): cgroups and child processes removed"
                + (f"; {notes}" if notes else "") + "\x1b[0m"]
-    elif issubclass(etype, (*_EXPECTED, TargetBusy)) and _raised_by_us(tb):
+    elif expected(value) and _through_us(tb):
         stb = [f"\x1b[0;31m{line}\x1b[0m" for line in error_line(value).splitlines()]
     else:
         stb = shell.InteractiveTB.structured_traceback(etype, value, tb, tb_offset=tb_offset)
@@ -54,9 +52,8 @@ def install_error_display() -> None:
     except ImportError:
         return
     shell = get_ipython()
-    if shell is not None:
-        from .core.lock import TargetBusy
-        shell.set_custom_exc((*_EXPECTED, TargetBusy, KeyboardInterrupt), _short_error)
+    if shell is not None:       # the handler decides per exception (cli.expected); others keep their traceback
+        shell.set_custom_exc((Exception, KeyboardInterrupt), _short_error)
 
 
 def _changes(name: str, knobs, section: dict) -> dict:

@@ -49,10 +49,14 @@ def _os_release() -> str:
     return platform.platform()
 
 
-def _git(*args: str) -> str:
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+
+
+def _git(*args: str, cwd: Path | str | None = None) -> str:
+    # in the project's checkout (params.yaml's folder) or this package's, never the working directory's
     try:
         return subprocess.run(["git", *args], capture_output=True, text=True, timeout=10,
-                              check=True).stdout.strip()
+                              cwd=cwd or PACKAGE_DIR, check=True).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return ""
 
@@ -61,9 +65,9 @@ def _git(*args: str) -> str:
 RUN_OUTPUTS = ("dvc.lock", "reports/")
 
 
-def changed_files() -> tuple[list[str], list[str]]:
+def changed_files(cwd: Path | str | None = None) -> tuple[list[str], list[str]]:
     """Tracked files that differ from the commit: (code, params, notebooks...) and (run outputs)."""
-    names = _git("diff", "--name-only", "HEAD").splitlines()   # paths from the checkout's top
+    names = _git("diff", "--name-only", "HEAD", cwd=cwd).splitlines()   # paths from the checkout's top
     run = [n for n in names if n == RUN_OUTPUTS[0] or n.startswith(RUN_OUTPUTS[1])]
     return [n for n in names if n not in run], run
 
@@ -81,8 +85,12 @@ def packages() -> dict[str, str]:
 def collect(params=None, targets=None) -> dict:
     """Everything a reader needs to judge where the numbers came from."""
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    commit = _git("rev-parse", "HEAD")
-    code_changed, run_changed = changed_files() if commit else ([], [])
+    # The project (params.yaml's folder: params, notebooks, dvc.lock) names the commit; when the package
+    # that ran comes from another checkout, its commit is recorded beside it.
+    project = getattr(params, "root", "") or None
+    commit = _git("rev-parse", "HEAD", cwd=project)
+    code_changed, run_changed = changed_files(project) if commit else ([], [])
+    package_top, project_top = _git("rev-parse", "--show-toplevel"), _git("rev-parse", "--show-toplevel", cwd=project)
     inv = {
         **_cpuinfo(),
         "memory_total_bytes": mem,
@@ -93,6 +101,8 @@ def collect(params=None, targets=None) -> dict:
         "git_commit": (commit[:12] + ("-dirty" if code_changed else "")) if commit else "not a git checkout",
         "git_changed_files": code_changed,
         "run_updated_files": run_changed,
+        "package_git_commit": (_git("rev-parse", "HEAD")[:12] or "not a git checkout")
+        if package_top != project_top else "same checkout",
         "params_hash": getattr(params, "source_hash", ""),
         "privileges": privileges(),
         "targets": [t.describe() for t in (targets or [])],

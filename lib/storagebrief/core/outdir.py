@@ -127,7 +127,9 @@ class OutputFolder:
         try:
             self.work.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise OutDirError(f"cannot create output folder '{self.work}': {exc.strerror}") from None
+            hint = results.os_error_hint(exc)
+            raise OutDirError(f"cannot create output folder '{self.work}': {exc.strerror}"
+                              + (f"; {hint}" if hint else "")) from None
         self.status = {"schema": SCHEMA, "study": self.study_name, "complete": False,
                        "runs_planned": None, "runs_done": 0, "started_at": results.utc_now(),
                        "finished_at": None, "stopped_by": None, "final_folder": str(self.final.resolve())}
@@ -141,6 +143,13 @@ class OutputFolder:
         """The run failed before its first row: leave nothing it wrote (bad input loses nothing)."""
         if not self.status:
             return
+        try:
+            self._remove_what_we_wrote()
+        except OSError:
+            pass            # a read-only or full filesystem: the original error is what the user needs
+        self.status = {}
+
+    def _remove_what_we_wrote(self) -> None:
         if self._made:
             shutil.rmtree(self.work, ignore_errors=True)
         else:       # in place: only papermill's notebook was here before (check() saw to that)
@@ -152,7 +161,6 @@ class OutputFolder:
                     d.rmdir()
                 except OSError:
                     pass
-        self.status = {}
 
     def _write(self) -> None:
         self.status["files"] = files_in(self.work)
@@ -165,7 +173,10 @@ class OutputFolder:
     def stopped(self, why: str) -> None:
         """The run ended early: the folder stays, marked incomplete, saying why."""
         self.status.update(stopped_by=why, finished_at=results.utc_now())
-        self._write()
+        try:
+            self._write()
+        except OSError:
+            pass            # a full disk stopped the run: its status.json keeps the last count it could
 
     def complete(self) -> Path:
         """Mark complete and put the results in place of any earlier ones; returns the final folder.

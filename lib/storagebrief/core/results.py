@@ -6,6 +6,7 @@ no half-written file. Readers check the schema.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -21,6 +22,18 @@ COMMON_COLUMNS = ("study", "run_id", "target", "repeat", "started_at", "cache_me
 
 class SchemaError(ValueError):
     pass
+
+
+# What to do about the environment's failures (a disk that filled, a read-only mount): one line each.
+OS_ERROR_HINTS = {errno.ENOSPC: "free space there or choose another target / output folder",
+                  errno.EDQUOT: "free space there (disk quota) or choose another target / output folder",
+                  errno.EROFS: "the filesystem is read-only: choose a writable folder",
+                  errno.EACCES: "you may not write there: choose a folder you own",
+                  errno.EPERM: "the operation is not permitted here: choose a folder you own"}
+
+
+def os_error_hint(exc: OSError) -> str:
+    return OS_ERROR_HINTS.get(exc.errno, "")
 
 
 def utc_now() -> str:
@@ -49,6 +62,11 @@ def atomic_write_text(path: Path, text: str) -> None:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        if exc.filename is None:        # write()/fsync() name no file: say which one filled the disk
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

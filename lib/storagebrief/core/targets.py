@@ -277,6 +277,9 @@ def resolve_device(path: Path) -> BlockDevice:
     )
 
 
+MEMORY_FILESYSTEMS = ("tmpfs", "ramfs")
+
+
 def resolve(params_target, catalogue: dict[str, DeviceProfile], create: bool = False) -> Target:
     """Turn a validated TargetParams into a Target with device and mount details.
 
@@ -288,6 +291,10 @@ def resolve(params_target, catalogue: dict[str, DeviceProfile], create: bool = F
     target = Target(name=params_target.name, path=path, profile_name=params_target.profile,
                     profile=profile, device=device, filesystem=fstype, mount_point=mnt,
                     mount_options=opts)
+    if fstype in MEMORY_FILESYSTEMS:
+        target.warnings.append(
+            f"target '{target.name}' is on {fstype}, a filesystem in memory: its reads and writes run at memory "
+            "speed, so its figures describe RAM, not a storage device")
     if profile is not None and device.major is None:
         target.warnings.append(f"target '{target.name}': profile '{params_target.profile}' cannot be "
                                f"emulated: {device.reason}")
@@ -311,6 +318,12 @@ def check_free_space(target: Target, needed_bytes: int, what: str) -> None:
     while not probe.exists():
         probe = probe.parent
     st = os.statvfs(probe)
+    if st.f_blocks == 0:
+        # ramfs (and some virtual filesystems) report no size at all: "0 bytes free" would mislead
+        raise TargetError(
+            f"target '{target.name}' ({target.path}) is on a filesystem that reports no size "
+            f"({target.filesystem}; ramfs does this): its free space cannot be checked and it is memory, "
+            "not storage; choose a folder on a storage device")
     free = st.f_bavail * st.f_frsize
     spare = free_space_reserve(st.f_blocks * st.f_frsize)
     if needed_bytes + spare > free:
