@@ -1,5 +1,6 @@
 """The brief's commit is honest: only code, params or notebooks make it '-dirty'."""
 import subprocess
+import types
 
 from storagebrief.core import inventory
 
@@ -16,13 +17,28 @@ def test_run_outputs_do_not_make_the_commit_dirty(tmp_path, monkeypatch):
     (tmp_path / "reports" / "README.md").write_text("a\n")
     _git(tmp_path, "add", ".")
     _git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
-    monkeypatch.chdir(tmp_path)
-    assert inventory.collect()["git_commit"].count("-dirty") == 0
+    monkeypatch.chdir("/")                      # the working directory does not matter: the project does
+    project = types.SimpleNamespace(root=str(tmp_path), source_hash="")
+    assert inventory.collect(project)["git_commit"].count("-dirty") == 0
     (tmp_path / "dvc.lock").write_text("b\n")
     (tmp_path / "reports" / "README.md").write_text("b\n")
-    inv = inventory.collect()
+    inv = inventory.collect(project)
     assert not inv["git_commit"].endswith("-dirty")
     assert inv["run_updated_files"] == ["dvc.lock", "reports/README.md"] and inv["git_changed_files"] == []
     (tmp_path / "params.yaml").write_text("b\n")
-    inv = inventory.collect()
+    inv = inventory.collect(project)
     assert inv["git_commit"].endswith("-dirty") and inv["git_changed_files"] == ["params.yaml"]
+
+
+def test_commit_is_the_projects_and_the_package_is_named_when_it_comes_from_elsewhere(tmp_path, monkeypatch):
+    _git(tmp_path, "init", "-q")
+    (tmp_path / "params.yaml").write_text("a\n")
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True).stdout
+    monkeypatch.chdir("/")
+    inv = inventory.collect(types.SimpleNamespace(root=str(tmp_path), source_hash=""))
+    assert inv["git_commit"] == head[:12]
+    package_head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=inventory.PACKAGE_DIR, capture_output=True,
+                                  text=True).stdout[:12]
+    assert inv["package_git_commit"] == (package_head or "not a git checkout")
