@@ -126,3 +126,20 @@ def test_a_typo_in_the_knobs_is_one_short_message_naming_the_near_miss(tmp_path)
     shown = [line for line in err.traceback if line.strip()]
     assert len(shown) == 1 and shown[0].count("storagebrief: error: invalid parameter preprocess.proceses") == 1
     assert "Traceback" not in "".join(err.traceback) and not (tmp_path / "fast").exists()
+
+
+def test_error_display_shortens_only_what_storagebrief_raised():
+    """In IPython: our expected errors become the CLI's line; a user's own error keeps its traceback."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    shown = []
+    shell._showtraceback = lambda etype, value, stb: shown.append(stb)
+    notebook.install_error_display()
+    shell.run_cell("from storagebrief.core import config\nconfig.load('/nonexistent/params.yaml')")
+    shell.run_cell("raise ValueError('a user bug')")
+    shell.run_cell("raise KeyboardInterrupt")
+    assert shown[0] == ["\x1b[0;31mstoragebrief: error: params file '/nonexistent/params.yaml' does not exist "
+                        "(resolved: /nonexistent/params.yaml)\x1b[0m"]
+    assert len(shown[1]) > 1 and "a user bug" in "".join(shown[1])            # the full traceback
+    assert not any("storagebrief" in line for line in shown[2])                # not ours: not our message

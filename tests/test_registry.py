@@ -30,8 +30,10 @@ def test_stage_matches_registry(study):
     st = _stages()[study.name]
     assert study.notebook in st["cmd"] and f"-p out_dir {study.reports_dir}" in st["cmd"]
     deps = set(st["deps"])
+    # what the stage runs imports: the study, core, formats, report (headlines -> metrics.json) and the
+    # notebooks' front door; a change to any of them must re-run the stage
     assert {study.notebook, study.source_dir, "lib/storagebrief/core", "lib/storagebrief/formats",
-            *study.upstream} <= deps
+            "lib/storagebrief/report", "lib/storagebrief/notebook.py", *study.upstream} <= deps
     assert study.name in st["params"]
     assert [o for o in st["outs"] if isinstance(o, str)] == [f"{study.reports_dir}/{o}" for o in study.stage_outputs]
     assert [next(iter(m)) for m in st["metrics"]] == [f"{study.reports_dir}/metrics.json"]

@@ -32,7 +32,7 @@ def _through_us(tb) -> bool:
 def _short_error(shell, etype, value, tb, tb_offset=None):
     from .cli import error_line, expected
 
-    if issubclass(etype, KeyboardInterrupt):
+    if issubclass(etype, KeyboardInterrupt) and _through_us(tb):
         notes = "; ".join(getattr(value, "__notes__", []))
         stb = ["\x1b[0;31mstoragebrief: interrupted (Ctrl-C): cgroups and child processes removed"
                + (f"; {notes}" if notes else "") + "\x1b[0m"]
