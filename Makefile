@@ -89,4 +89,5 @@ clean-data:
 	rm -rf data/targets
 
 clean: clean-data
-	rm -rf $(VENV) .kafka reports/*/ reports/brief.* $(NOTEBOOKS)
+	@# the pipeline's outputs only: interactive runs (reports/runs/) and your notebooks' outputs stay
+	rm -rf $(VENV) .kafka reports/brief.* $(filter-out reports/runs/ reports/test-artifacts/,$(wildcard reports/*/))
