@@ -32,6 +32,7 @@ import json
 import os
 import pickle
 import queue
+import re
 import shutil
 import signal
 import socket
@@ -40,9 +41,11 @@ import sys
 import threading
 import time
 import traceback
+from contextlib import contextmanager
 from pathlib import Path
 
 from ...core import procs
+from ...core.causes import SEPARATOR, first_paragraph, known_cause, one_line
 from ...core.procs import die_with_parent
 
 READY, GO, DONE = "storagebrief-mpi-ready", "go", "storagebrief-mpi-done"
@@ -50,6 +53,10 @@ READY, GO, DONE = "storagebrief-mpi-ready", "go", "storagebrief-mpi-done"
 
 class MpiUnavailable(RuntimeError):
     pass
+
+
+class MpiStartupError(ValueError):
+    """mpirun cannot start the ranks with these hosts / arguments (found before any dataset work)."""
 
 
 def check_available(mpirun: str) -> str:
@@ -68,6 +75,12 @@ def check_available(mpirun: str) -> str:
 
 
 def mpirun_command(mpirun: str, n: int, mpi, config_file: Path, result_file: Path) -> list[str]:
+    return launcher_args(mpirun, n, mpi) + [sys.executable, "-m", "storagebrief.studies.emulate.mpi",
+                                            str(config_file), str(result_file)]
+
+
+def launcher_args(mpirun: str, n: int, mpi) -> list[str]:
+    """mpirun and its options for n ranks (the program follows); the preflight uses the same."""
     cmd = [mpirun, "-np", str(n)]
     if os.geteuid() == 0:
         cmd.append("--allow-run-as-root")
@@ -80,8 +93,7 @@ def mpirun_command(mpirun: str, n: int, mpi, config_file: Path, result_file: Pat
     for var in ("PYTHONPATH", "TF_CPP_MIN_LOG_LEVEL"):
         if var in os.environ:
             cmd += ["-x", var]
-    cmd += list(mpi.extra_args)
-    return cmd + [sys.executable, "-m", "storagebrief.studies.emulate.mpi", str(config_file), str(result_file)]
+    return cmd + list(mpi.extra_args)
 
 
 SHM = Path("/dev/shm")
@@ -119,10 +131,9 @@ def _stop(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
-def run_once_mpi(cfg: dict, accelerators: int, procs_files: list[str] | None, mpi, work_dir: Path,
-                 on_start=None, start_timeout_s: float = 180.0) -> dict:
-    """N accelerators as MPI ranks, once; returns what accelerators.run_once returns (plus each rank's host)."""
-    mpirun = check_available(mpi.mpirun)
+@contextmanager
+def open_mpi_folders(work_dir: Path, mpi):
+    """(session folder base, shared-memory folder or None) for one mpirun, removed afterwards."""
     work_dir.mkdir(parents=True, exist_ok=True)
     procs.remove_dead_scratch(work_dir)              # a killed run's session directory
     scratch = procs.scratch_dir(work_dir, "mpi")
@@ -133,10 +144,18 @@ def run_once_mpi(cfg: dict, accelerators: int, procs_files: list[str] | None, mp
         shm = procs.scratch_dir(SHM, "mpi") if SHM.is_dir() and os.access(SHM, os.W_OK) else scratch / "shm"
         shm.mkdir(exist_ok=True)
     try:
-        return _run(cfg, accelerators, procs_files, mpi, mpirun, work_dir, scratch, shm, on_start, start_timeout_s)
+        yield scratch, shm
     finally:
         procs.remove_scratch(shm)
         procs.remove_scratch(scratch)
+
+
+def run_once_mpi(cfg: dict, accelerators: int, procs_files: list[str] | None, mpi, work_dir: Path,
+                 on_start=None, start_timeout_s: float = 180.0) -> dict:
+    """N accelerators as MPI ranks, once; returns what accelerators.run_once returns (plus each rank's host)."""
+    mpirun = check_available(mpi.mpirun)
+    with open_mpi_folders(work_dir, mpi) as (scratch, shm):
+        return _run(cfg, accelerators, procs_files, mpi, mpirun, work_dir, scratch, shm, on_start, start_timeout_s)
 
 
 def _run(cfg, accelerators, procs_files, mpi, mpirun, work_dir, scratch, shm, on_start, start_timeout_s) -> dict:
@@ -171,7 +190,7 @@ def _talk(proc, cmd, result_file: Path, err_file: Path, launch_host: str, on_sta
         _wait_for(lines, proc, DONE, None, err_file, "during the run")
         proc.wait(60)
         if proc.returncode != 0:
-            raise RuntimeError(f"mpirun exited with status {proc.returncode}: {_tail(err_file)}")
+            raise RuntimeError(f"mpirun exited with status {proc.returncode}: {_cause(err_file)}")
         ranks = pickle.loads(result_file.read_bytes())
         ok = True
     finally:
@@ -196,19 +215,142 @@ def _wait_for(lines: queue.Queue, proc, word: str, timeout_s: float | None, err_
         if line is None or (line == "" and proc.poll() is not None):
             proc.wait()
             raise RuntimeError(f"MPI ranks failed {when} (mpirun exited with status {proc.returncode}): "
-                               f"{_tail(err_file)}")
+                               f"{_cause(err_file)}")
         if line == word:
             return
         if deadline and time.monotonic() > deadline:
-            raise RuntimeError(f"MPI ranks not ready after {timeout_s:.0f} s: {_tail(err_file)}")
+            raise RuntimeError(f"MPI ranks not ready after {timeout_s:.0f} s: {_cause(err_file)}")
 
 
-def _tail(err_file: Path, lines: int = 12) -> str:
+def _cause(err_file: Path) -> str:
+    """The cause in the ranks' and Open MPI's output, and where the whole of it is."""
     try:
-        text = err_file.read_text(errors="replace").strip().splitlines()
+        text = err_file.read_text(errors="replace")
     except OSError:
-        return "(no stderr)"
-    return "\n".join(text[-lines:]) or "(no stderr)"
+        return "(no output from mpirun)"
+    return f"{mpi_cause(text) or '(no output from mpirun)'} (all of mpirun's output: {err_file})"
+
+
+# --------------------------------------------------------------------------- why mpirun failed
+RANK_FAILED = re.compile(r"^rank \d+ on \S+ failed")
+# Lines that name a cause, in priority order; Open MPI's help text around them is generic.
+MPI_CAUSES = [re.compile(p) for p in (
+    r"Could not resolve hostname", r"Host key verification failed", r"Permission denied",
+    r"Connection (refused|timed out|closed)", r"No route to host", r"^ssh: ",
+    r"mpirun: Error", r"unknown option", r"exited on signal \d+",
+    r"was unable to find the specified executable",
+)]
+# Open MPI's own bookkeeping, interleaved with the help text: never the cause.
+MPI_NOISE = re.compile(r"ORTE_ERROR_LOG|orte_base_help_aggregate|more process(es)? ha(s|ve) sent help message")
+# Paragraphs that only say that something failed; a later one says what.
+MPI_GENERIC = re.compile(r"^Primary job +terminated normally|^It looks like (MPI_INIT|orte_init|opal_init) failed|^\[[^\]]+\] \*\*\* ")
+OMPI_EXIT = re.compile(r"Process name:\s*\[\[\d+,\d+\],(\d+)\].*?Exit code:\s*(-?\d+)", re.S)
+
+
+def mpi_cause(text: str) -> str | None:
+    """One line saying why mpirun failed: a rank's own exception, else the line naming a known cause
+    (ssh, options, signals), else Open MPI's first paragraph (plus which rank exited, when it says)."""
+    text = "\n".join(ln for ln in text.splitlines() if not MPI_NOISE.search(ln))
+    found = _rank_exception(text.splitlines()) or known_cause(text, MPI_CAUSES)
+    if found:
+        return found
+    head = first_paragraph(text, MPI_GENERIC)
+    m = OMPI_EXIT.search(text)
+    if m:                                            # Open MPI's process name, said as the rank
+        head = re.sub(r" \(Process name:.*\)$", "", head or "a rank failed")
+        head = f"{head} (rank {m.group(1)} exited with code {m.group(2)} without a message)"
+    return head
+
+
+def _rank_exception(lines: list[str]) -> str | None:
+    """'rank 1 on host failed …: ValueError: why' from a rank's traceback (its last unindented line)."""
+    for i, line in enumerate(lines):
+        if not RANK_FAILED.match(line):
+            continue
+        exc = None
+        for nxt in lines[i + 1:]:
+            if SEPARATOR.match(nxt) or RANK_FAILED.match(nxt):
+                break
+            if nxt.strip() and not nxt[0].isspace() and not nxt.startswith(
+                    ("Traceback", "During handling", "The above exception")):
+                exc = nxt
+        return one_line(f"{line.rstrip().rstrip(':')}: {exc}" if exc else line)
+    return None
+
+
+# --------------------------------------------------------------------------- preflight
+PROBE = "from mpi4py import MPI; MPI.COMM_WORLD.Barrier()"   # ranks start, initialise MPI and meet
+HOSTFILE_OPTION = re.compile(r"^[A-Za-z_-]+=\d+$")
+
+
+def check_hostfile(path: str) -> None:
+    """The hostfile exists and every line is 'host [key=N ...]' (Open MPI's syntax), or MpiStartupError."""
+    f = Path(path)
+    if not f.is_file():
+        raise MpiStartupError(f"emulate.mpi.hostfile '{path}' does not exist or is not a file; give an Open MPI "
+                              "hostfile ('node1 slots=8' per line) or emulate.mpi.hosts")
+    hosts = 0
+    for no, raw in enumerate(f.read_text(errors="replace").splitlines(), 1):
+        words = raw.split("#", 1)[0].split()
+        if not words:
+            continue
+        bad = [w for w in words[1:] if not HOSTFILE_OPTION.match(w)]
+        if bad:
+            raise MpiStartupError(f"emulate.mpi.hostfile '{path}' line {no}: '{one_line(bad[0], 60)}' is not "
+                                  "key=number (lines are 'host [slots=N] [max_slots=N]')")
+        hosts += 1
+    if not hosts:
+        raise MpiStartupError(f"emulate.mpi.hostfile '{path}' lists no host")
+
+
+def preflight(mpi, ranks: int, work_dir: Path, timeout_s: float = 60.0) -> None:
+    """mpirun starts `ranks` ranks with the study's hosts, arguments and oversubscription and they meet in
+    a barrier; else MpiStartupError quoting Open MPI's cause and what to do. Without it a wrong host or
+    option shows at the first run, after the datasets were built, as a page of Open MPI's generic help."""
+    mpirun = check_available(mpi.mpirun)
+    if mpi.hostfile:
+        check_hostfile(mpi.hostfile)
+    cmd = launcher_args(mpirun, ranks, mpi)
+    with open_mpi_folders(work_dir, mpi) as (scratch, shm):
+        rc, out = _probe(cmd + [sys.executable, "-c", PROBE], mpi_env(scratch / "session", shm), timeout_s)
+    if rc == 0:
+        return
+    what = f"did not finish within {timeout_s:.0f} s" if rc is None else f"exited with status {rc}"
+    cause = mpi_cause(out) or "(no output)"
+    raise MpiStartupError(f"emulate.launcher = mpi: the start-up check `{' '.join(cmd)} python -c <MPI barrier>` "
+                          f"{what}: {cause}; {_advice(cause, mpi, ranks)}")
+
+
+def _probe(cmd: list[str], env: dict, timeout_s: float) -> tuple[int | None, str]:
+    """(exit status, or None after the timeout; output) of one mpirun; nothing it started outlives it."""
+    scope = procs.Scope.tracked("mpi-preflight")
+    try:
+        # No stdin and a session of its own: ssh cannot stop to ask for a password; it fails instead.
+        proc = scope.popen(cmd, pdeathsig=signal.SIGTERM, env={**os.environ, **env}, stdin=subprocess.DEVNULL,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+        try:
+            out = proc.communicate(timeout=timeout_s)[0] or ""
+            return proc.returncode, out
+        except subprocess.TimeoutExpired:
+            scope.kill()                             # mpirun, its daemons and ranks: then the pipe ends
+            return None, proc.communicate(timeout=10)[0] or ""
+    finally:
+        scope.close()
+
+
+def _advice(cause: str, mpi, ranks: int) -> str:
+    """What to change, by the kind of cause."""
+    if "slots" in cause:
+        return (f"set emulate.mpi.oversubscribe = true, give the hosts more slots, or lower the largest of "
+                f"emulate.accelerators ({ranks})")
+    if "hostfile" in cause:
+        return "check emulate.mpi.hostfile"
+    if re.search(r"unknown option|mpirun: Error|MCA|Component:", cause):
+        return f"check emulate.mpi.extra_args {list(mpi.extra_args)}"
+    if re.search(r"resolve|ssh|Host key|Permission denied|Connection|route|daemons", cause):
+        return ("check emulate.mpi.hosts / hostfile: every host must resolve, accept ssh without a password "
+                f"and have Open MPI and {sys.executable} (with storagebrief and mpi4py) at the same paths")
+    return "check emulate.mpi (hosts, hostfile, extra_args, oversubscribe) or set emulate.launcher = fork"
 
 
 # --------------------------------------------------------------------------- one rank

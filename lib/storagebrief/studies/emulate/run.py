@@ -42,7 +42,7 @@ from .limits import limited_by
 from .loader import steps_per_epoch
 from .metrics import (latency_histogram, mlperf_results, per_host, summarize, throttle_au_bound,
                       throttle_cap_mb_per_s)
-from .mpi import MpiUnavailable, check_available, run_once_mpi
+from .mpi import MpiUnavailable, check_available, preflight, run_once_mpi
 from .params import EmulateParams
 
 STUDY = "emulate"
@@ -96,6 +96,8 @@ def prepare(sweep) -> None:
             check_available(p.mpi.mpirun)
         except MpiUnavailable as exc:
             raise ParamsError(str(exc)) from None
+        sweep.status(f"checking that mpirun starts {max(p.accelerators)} rank(s)")
+        preflight(p.mpi, max(p.accelerators), sweep.out_dir)   # hosts, hostfile, options: before any dataset
     sizes = _dataset_sizes(p)
     _check_free_space(p, sweep.targets, sizes)
     datasets: dict[tuple[str, str], dict] = {}

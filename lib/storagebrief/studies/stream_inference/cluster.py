@@ -6,7 +6,7 @@ child process that dies with the process that started it (PR_SET_PDEATHSIG), may
 cgroup (the target's emulated profile) before exec, writes its log to a file beside runs.csv
 and keeps its `log.dirs` under the target's directory. `stop()` always ends and reaps every
 node and leaves its ports free; a node that dies while the cluster is in use is reported
-with the tail of its log (BrokerDied).
+with the cause found in its log (BrokerDied, log_cause).
 """
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ import time
 import uuid
 from pathlib import Path
 
+from ...core.causes import known_cause, last_meaningful, one_line
 from ...core.procs import die_with_parent
 
 POM = Path(__file__).with_name("kafka-pom.xml")
@@ -42,12 +43,17 @@ logger.state.level = warn
 """
 
 
-class KafkaSetupError(RuntimeError):
-    """Java, the jars or the ports are missing; the message says what to do."""
+class KafkaSetupError(ValueError):
+    """Java, the jars or the ports are missing, found before any work: an expected one-line error
+    (exit 2 in the CLI); the message says what to do."""
+
+
+class KafkaStartFailed(RuntimeError):
+    """The nodes were started but the cluster did not come up; the message names the cause in the log."""
 
 
 class BrokerDied(RuntimeError):
-    """A node of the cluster exited while in use; the message carries its log tail."""
+    """A node of the cluster exited while in use; the message names the cause found in its log."""
 
 
 def kafka_version() -> str:
@@ -73,12 +79,26 @@ def find_java() -> str:
 
 
 def java_major(java: str) -> int:
-    out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60).stderr
+    try:
+        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60).stderr
+    except (OSError, subprocess.TimeoutExpired) as exc:   # not executable, wrong format, hangs
+        raise KafkaSetupError(f"cannot run `{java} -version` ({exc}); Kafka brokers need Java 17+: run "
+                              "`make kafka` or set JAVA_HOME") from None
     m = re.search(r'version "(\d+)(?:\.(\d+))?', out)
     if not m:
-        raise KafkaSetupError(f"cannot read the Java version from `{java} -version`: {out.strip()[:200]}")
+        raise KafkaSetupError(f"cannot read the Java version from `{java} -version`: {one_line(out, 200)}")
     major = int(m.group(1))
     return int(m.group(2)) if major == 1 and m.group(2) else major
+
+
+def check_java() -> tuple[str, int]:
+    """(java, its major version) when it runs and is 17 or newer, else KafkaSetupError."""
+    java = find_java()
+    major = java_major(java)
+    if major < 17:
+        raise KafkaSetupError(f"{java} is Java {major}; Kafka {kafka_version()} brokers need Java 17+ "
+                              "(run `make kafka`, or set JAVA_HOME)")
+    return java, major
 
 
 def check_lib(lib: Path) -> Path:
@@ -147,11 +167,45 @@ def pick_ports(n: int, base: int | None = None) -> list[int]:
     return ports
 
 
-def _tail(path: Path, lines: int = 25) -> str:
+# What kills a broker, in priority order; the line naming it can sit far above the log's last lines
+# (a full disk: the IOException, then the log dir marked offline, then a long shutdown).
+BROKER_CAUSES = [re.compile(p) for p in (
+    r"No space left on device", r"Disk quota exceeded", r"Address already in use", r"OutOfMemoryError",
+    r"Read-only file system", r"Too many open files", r"Permission denied", r"Cannot allocate memory",
+    r"Could not reserve enough space", r"InconsistentClusterIdException", r"no meta\.properties",
+    r"UnsupportedClassVersionError", r"ClassNotFoundException|NoClassDefFoundError",
+)]
+LOG_ERROR = re.compile(r"\b(ERROR|FATAL)\b|Exception|Error:")
+LOG_SCAN_BYTES = 4 << 20     # the end of a long log: where a node's fatal lines are
+
+
+def log_cause(path: Path, known_only: bool = False) -> str | None:
+    """One line from a node's log saying why it stopped: a known cause, else (unless known_only) its
+    last error line, else its last line that is not a stack frame."""
     try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
+        with open(path, "rb") as fh:
+            fh.seek(max(0, fh.seek(0, os.SEEK_END) - LOG_SCAN_BYTES))
+            text = fh.read().decode(errors="replace")
+    except OSError as exc:
+        return f"(its log {path} cannot be read: {exc.strerror})"
+    found = known_cause(text, BROKER_CAUSES)
+    if found or known_only:
+        return found
+    return last_meaningful(text, prefer=LOG_ERROR) or "(its log is empty)"
+
+
+def death(rc: int, log: Path) -> str:
+    """'exited with status 1: java.io.IOException: No space left on device'. A node killed by a signal
+    (kill, the OOM killer) wrote no reason, so its log's last error line would mislead: only a known
+    cause is quoted then."""
+    if rc >= 0:
+        return f"exited with status {rc}: {log_cause(log)}"
+    try:
+        name = signal.Signals(-rc).name
+    except ValueError:
+        name = f"signal {-rc}"
+    cause = log_cause(log, known_only=True)
+    return f"exited with status {rc} (killed by {name}): " + (cause or "its log names no cause")
 
 
 class Cluster:
@@ -269,9 +323,10 @@ class Cluster:
                 p.kill()
                 rc = p.wait()
             if rc != 0:
-                failed.append(f"{log.name} (exit {rc}):\n{_tail(log)}")
+                failed.append(f"{log.name} {death(rc, log)}")
         if failed:
-            raise KafkaSetupError("kafka.tools.StorageTool format failed: " + "\n".join(failed))
+            raise KafkaStartFailed(f"kafka.tools.StorageTool format failed: {'; '.join(failed)} "
+                                   f"(logs in {self.log_dir})")
 
     def _wait_ready(self, deadline: float) -> None:
         """Every node registered as a broker (metadata shows all N) and accepting connections on its
@@ -288,17 +343,17 @@ class Cluster:
             except Exception:   # noqa: BLE001 -- not up yet; the deadline ends the wait
                 pass
             if time.monotonic() > deadline:
-                raise KafkaSetupError(f"the {self.n}-node Kafka cluster did not come up within the startup "
-                                      f"timeout; last log lines of node 0:\n{_tail(self.logs[0])}")
+                raise KafkaStartFailed(f"the {self.n}-node Kafka cluster did not come up within the startup "
+                                       f"timeout (stream_inference.startup_timeout_s); node 0's log says: "
+                                       f"{log_cause(self.logs[0])} ({self.logs[0]})")
             time.sleep(0.5)
 
     def check(self) -> None:
-        """Raise BrokerDied (with the log tail) when any node has exited."""
+        """Raise BrokerDied, naming the cause found in its log, when any node has exited."""
         for i, p in enumerate(self.procs):
             rc = p.poll()
             if rc is not None:
-                raise BrokerDied(f"Kafka node {i} (pid {p.pid}) exited with status {rc}; "
-                                 f"last lines of {self.logs[i]}:\n{_tail(self.logs[i])}")
+                raise BrokerDied(f"Kafka node {i} (pid {p.pid}) {death(rc, self.logs[i])} (its log: {self.logs[i]})")
 
     @property
     def pids(self) -> list[int]:

@@ -7,6 +7,11 @@ nothing; a frame's JPEG size is measured and kept in the manifest (it sizes the 
 from __future__ import annotations
 
 import json
+import os
+import re
+import sys
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -115,19 +120,62 @@ def generate_videos(directory: Path, videos: list[Video], duration_s: float, qua
     return {k: {**i, "path": str(directory / i["file"])} for k, i in info.items()}
 
 
-def list_videos(directory: Path, quality: int) -> list[dict]:
-    """The user's own videos (sorted; stream i plays video i mod n), each probed with OpenCV."""
+def list_videos(directory: Path, quality: int) -> tuple[list[dict], list[tuple[str, str]]]:
+    """The user's own videos (sorted; stream i plays video i mod n), each probed with OpenCV, and the
+    files skipped with the reason: (usable, [(name, why), ...]). One bad file never ends the study."""
+    out, skipped = [], []
+    for f in sorted(p for p in Path(directory).rglob("*") if p.is_file() and p.suffix.lower() in VIDEO_EXTENSIONS):
+        with _ffmpeg_messages() as said:
+            info, why = _probe(f, quality)
+        if info is None:
+            skipped.append((str(f.relative_to(directory)), why + _first_message(said)))
+        else:
+            out.append(info)
+    return out, skipped
+
+
+def _probe(f: Path, quality: int) -> tuple[dict | None, str]:
     import cv2
 
-    out = []
-    for f in sorted(p for p in Path(directory).rglob("*") if p.is_file() and p.suffix.lower() in VIDEO_EXTENSIONS):
-        cap = cv2.VideoCapture(str(f))
-        fps = cap.get(cv2.CAP_PROP_FPS) if cap.isOpened() else 0
-        w, h = int(cap.get(cv2.CAP_PROP_FRAME_WIDTH) or 0), int(cap.get(cv2.CAP_PROP_FRAME_HEIGHT) or 0)
-        cap.release()
-        if not fps or fps <= 0 or not w:
-            continue
+    cap = cv2.VideoCapture(str(f))
+    opened = cap.isOpened()
+    fps = cap.get(cv2.CAP_PROP_FPS) if opened else 0
+    w, h = (int(cap.get(cv2.CAP_PROP_FRAME_WIDTH) or 0), int(cap.get(cv2.CAP_PROP_FRAME_HEIGHT) or 0)) if opened else (0, 0)
+    cap.release()
+    if not opened:
+        return None, "OpenCV cannot open it"
+    if not fps or fps <= 0 or not w:
+        return None, "OpenCV finds no frame rate or frame size in it"
+    try:
         jpeg, count = jpeg_bytes(f, quality)
-        out.append({"file": f.name, "path": str(f), "frames": count, "width": w, "height": h, "fps": float(fps),
-                    "video_bytes": f.stat().st_size, "jpeg_bytes_mean": jpeg})
-    return out
+    except OSError:
+        return None, "it opens but no frame could be decoded"
+    return {"file": f.name, "path": str(f), "frames": count, "width": w, "height": h, "fps": float(fps),
+            "video_bytes": f.stat().st_size, "jpeg_bytes_mean": jpeg}, ""
+
+
+@contextmanager
+def _ffmpeg_messages():
+    """FFmpeg inside OpenCV writes its complaints to file descriptor 2: keep them off the user's
+    terminal (an expected error is one line) and keep them as the reason a file was skipped."""
+    said: list[str] = []
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield said
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            said.append(tmp.read(65536).decode(errors="replace"))
+
+
+def _first_message(said: list[str]) -> str:
+    """' (FFmpeg: moov atom not found)' from '[mov,mp4,... @ 0x55] moov atom not found', or ''."""
+    for line in "".join(said).splitlines():
+        text = re.sub(r"^(\[[^\]]*\]\s*)+", "", line).strip()
+        if text:
+            return f" (FFmpeg: {text[:120]})"
+    return ""

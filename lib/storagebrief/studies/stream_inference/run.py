@@ -1,13 +1,14 @@
 """The streaming-inference sweep on the shared engine (core.sweep).
 
-prepare: Java, jars, ports (or the external cluster) and free space are checked, the videos are
+prepare: the own videos (unusable ones skipped and noted), Java, jars, ports (or the external cluster) and
+free space are checked before any work, the videos are
 generated on every target, and the consumer group's processes load TensorFlow once for the study.
 Runs are grouped by target (not interleaved) so that one Kafka cluster per target serves all of
 that target's runs: starting 3 JVMs costs ~10 s on 2 cores. Each run creates its topics, starts S
 producer processes (ready -> go together, clock started at go), drains the consumers, waits for
 stops the clock and deletes its topics. close() (always, also after an
 exception or a signal) stops the consumers and the cluster and removes the brokers' data unless
-keep_data. A broker that dies during a run fails it with its log tail and writes no row.
+keep_data. A broker that dies during a run fails it naming the cause found in its log and writes no row.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from ...core.config import ParamsError
 from ...core.procs import die_with_parent
 from ...core.sweep import Measurement, Point
 from . import cluster as kafka
-from .dataset import generate_videos, list_videos, sample_jpeg_bytes
+from .dataset import VIDEO_EXTENSIONS, generate_videos, list_videos, sample_jpeg_bytes
 from .params import NAME, Config, StreamParams, configurations
 
 PKG = "storagebrief.studies.stream_inference"
@@ -139,6 +140,7 @@ def prepare(sweep) -> None:
         sweep.targets = [t for t in sweep.targets if t.name in p.targets]
     st = sweep.state
     st.update(cluster=None, cluster_target=None, group=None, consumers=[], videos={}, startups=[])
+    own = _own_videos(sweep) if p.video_dir else None
     if p.bootstrap_servers:
         st["brokers"] = _external(p)
         st["kafka"] = {"mode": "external", "bootstrap": ",".join(p.bootstrap_servers)}
@@ -146,20 +148,12 @@ def prepare(sweep) -> None:
                    "columns are the targets' devices on this host, not the brokers' disks")
     else:
         lib = kafka.check_lib(Path(p.kafka_lib).expanduser() if p.kafka_lib else kafka.default_lib_dir())
-        java = kafka.find_java()
-        major = kafka.java_major(java)
-        if major < 17:
-            raise kafka.KafkaSetupError(f"{java} is Java {major}; Kafka {kafka.kafka_version()} brokers need Java 17+ "
-                                        "(run `make kafka`, or set JAVA_HOME)")
+        java, major = kafka.check_java()
         if p.base_port is not None:
             kafka.pick_ports(2 * p.brokers, p.base_port)       # refuses ports in use, before any work
         st["brokers"] = p.brokers
         st["kafka"] = {"mode": "started", "version": kafka.kafka_version(), "lib": str(lib), "java": java,
                        "java_major": major}
-    own = list_videos(Path(p.video_dir).expanduser(), p.jpeg_quality) if p.video_dir else None
-    if p.video_dir and not own:
-        raise ParamsError(f"stream_inference.video_dir = '{p.video_dir}' holds no video OpenCV can open "
-                          "(.mp4, .avi, .mkv, ...)")
     if own:
         sizes = {"own": max(own, key=lambda v: v["jpeg_bytes_mean"])}
     else:
@@ -184,6 +178,20 @@ def prepare(sweep) -> None:
     st["consumer_startup_s"] = time.monotonic() - t0
     sweep.log(f"consumer group ready: {p.consumers} process(es), ResNet50 {p.input_size}x{p.input_size} on "
               f"{st['tf_device']} ({st['consumer_startup_s']:.1f} s)")
+
+
+def _own_videos(sweep) -> list[dict]:
+    """The usable videos of video_dir; each skipped one is noted with its reason (notes.json, the brief's
+    limits), and a folder with none left is refused naming it."""
+    folder = Path(sweep.p.video_dir).expanduser()
+    usable, skipped = list_videos(folder, sweep.p.jpeg_quality)
+    for name, why in skipped:
+        sweep.note(f"stream_inference.video_dir: skipped {name}: {why}")
+    if not usable:
+        seen = "; ".join(f"{n}: {w}" for n, w in skipped[:3]) + (" ..." if len(skipped) > 3 else "")
+        raise ParamsError(f"stream_inference.video_dir = '{folder}' holds no usable video "
+                          f"({', '.join(sorted(VIDEO_EXTENSIONS))})" + (f": {seen}" if seen else ""))
+    return usable
 
 
 # -- plan ----------------------------------------------------------------------------------------
