@@ -15,6 +15,7 @@ from . import studies
 from .core import config
 from .core.characterize.parse import FORMATS
 from .core.lock import TargetBusy
+from .core.causes import EnvironmentFailure
 from .core.progress import MODES
 from .core.results import os_error_hint
 
@@ -34,7 +35,7 @@ def error_line(exc: BaseException) -> str:
 
 def expected(exc: BaseException) -> bool:
     """Failures of input or environment (exit 2, one line), as opposed to bugs (traceback with --debug)."""
-    return isinstance(exc, (config.ParamsError, ValueError, FileNotFoundError, TargetBusy)) or \
+    return isinstance(exc, (config.ParamsError, ValueError, FileNotFoundError, TargetBusy, EnvironmentFailure)) or \
         (isinstance(exc, OSError) and bool(os_error_hint(exc)))
 
 

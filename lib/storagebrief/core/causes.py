@@ -9,6 +9,12 @@ from __future__ import annotations
 import re
 
 MAX_CHARS = 300
+
+
+class EnvironmentFailure(RuntimeError):
+    """A run stopped by its environment, not by a bug: a broker that died on a full disk, MPI ranks
+    that failed on their host. The CLI and notebooks show it as one line (exit 2), naming the cause."""
+
 SEPARATOR = re.compile(r"^\s*[-=*_]{5,}\s*$")
 STACK_FRAME = re.compile(r"^\s+(at |\.\.\. \d+ more|File \")|^\s*(Caused by|Suppressed): \S+$|^Traceback ")
 

@@ -45,7 +45,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ...core import procs
-from ...core.causes import SEPARATOR, first_paragraph, known_cause, one_line
+from ...core.causes import SEPARATOR, EnvironmentFailure, first_paragraph, known_cause, one_line
 from ...core.procs import die_with_parent
 
 READY, GO, DONE = "storagebrief-mpi-ready", "go", "storagebrief-mpi-done"
@@ -190,7 +190,7 @@ def _talk(proc, cmd, result_file: Path, err_file: Path, launch_host: str, on_sta
         _wait_for(lines, proc, DONE, None, err_file, "during the run")
         proc.wait(60)
         if proc.returncode != 0:
-            raise RuntimeError(f"mpirun exited with status {proc.returncode}: {_cause(err_file)}")
+            raise EnvironmentFailure(f"mpirun exited with status {proc.returncode}: {_cause(err_file)}")
         ranks = pickle.loads(result_file.read_bytes())
         ok = True
     finally:
@@ -214,12 +214,12 @@ def _wait_for(lines: queue.Queue, proc, word: str, timeout_s: float | None, err_
             line = ""
         if line is None or (line == "" and proc.poll() is not None):
             proc.wait()
-            raise RuntimeError(f"MPI ranks failed {when} (mpirun exited with status {proc.returncode}): "
+            raise EnvironmentFailure(f"MPI ranks failed {when} (mpirun exited with status {proc.returncode}): "
                                f"{_cause(err_file)}")
         if line == word:
             return
         if deadline and time.monotonic() > deadline:
-            raise RuntimeError(f"MPI ranks not ready after {timeout_s:.0f} s: {_cause(err_file)}")
+            raise EnvironmentFailure(f"MPI ranks not ready after {timeout_s:.0f} s: {_cause(err_file)}")
 
 
 def _cause(err_file: Path) -> str:

@@ -21,7 +21,7 @@ import time
 import uuid
 from pathlib import Path
 
-from ...core.causes import known_cause, last_meaningful, one_line
+from ...core.causes import EnvironmentFailure, known_cause, last_meaningful, one_line
 from ...core.procs import die_with_parent
 
 POM = Path(__file__).with_name("kafka-pom.xml")
@@ -48,11 +48,11 @@ class KafkaSetupError(ValueError):
     (exit 2 in the CLI); the message says what to do."""
 
 
-class KafkaStartFailed(RuntimeError):
+class KafkaStartFailed(EnvironmentFailure):
     """The nodes were started but the cluster did not come up; the message names the cause in the log."""
 
 
-class BrokerDied(RuntimeError):
+class BrokerDied(EnvironmentFailure):
     """A node of the cluster exited while in use; the message names the cause found in its log."""
 
 
