@@ -22,7 +22,7 @@ KAFKA_LIB := .kafka/lib
 
 NOTEBOOKS := $(patsubst %.py,%.ipynb,$(wildcard notebooks/[0-9]*_*.py notebooks/brief.py))
 
-.PHONY: study test env system-deps kafka doctor brief notebooks clean-data clean
+.PHONY: study test env system-deps kafka doctor brief notebooks lab clean-data clean
 
 study: env kafka
 	@if [ "$(SCALE)" = "paper" ]; then dvc exp run -S scale=paper; else dvc repro; fi
@@ -81,6 +81,10 @@ $(KAFKA_LIB)/.installed: $(KAFKA_POM)
 
 doctor: env
 	storagebrief doctor
+
+# JupyterLab on this project (as root Jupyter wants --allow-root; a user needs nothing extra).
+lab: env
+	jupyter lab $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 brief: env
 	storagebrief brief
