@@ -90,14 +90,18 @@ def test_failed_rank_fails_the_run_and_leaves_nothing(tmp_path, monkeypatch, fau
     assert _descendants_alive(str(tmp_path)) == []
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
-def test_no_rank_outlives_the_study(tmp_path, sig):
-    section = {**THROTTLED, "launcher": "mpi", "accelerators": [2], "epochs": 50, "dataset_sizing": "fixed"}
+
+MPI_RUNNING = {**THROTTLED, "launcher": "mpi", "accelerators": [2], "epochs": 50, "dataset_sizing": "fixed"}
+
+
+def _mpi_study_running(tmp_path, env=None):
+    """An emulate study with 2 MPI ranks on a throttled target, caught running (mpirun + 2 ranks up)."""
+    section = MPI_RUNNING
     pf = tmp_path / "params.yaml"
     pf.write_text(yaml.safe_dump(params_dict(tmp_path, section, cold_cache=False)))
     code = "import sys; from storagebrief.cli import main; sys.exit(main(sys.argv[1:]))"
     proc = subprocess.Popen([sys.executable, "-c", code, "emulate", "--params", str(pf), "--out", str(tmp_path / "o")],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     marker = str(tmp_path / "fast")                                     # the ranks' config file lives there
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline and proc.poll() is None:
@@ -106,6 +110,11 @@ def test_no_rank_outlives_the_study(tmp_path, sig):
         time.sleep(0.2)
     assert proc.poll() is None, proc.stdout.read()
     time.sleep(1.0)
+    return proc, marker
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_no_rank_outlives_the_study(tmp_path, sig):
+    proc, marker = _mpi_study_running(tmp_path)
     proc.send_signal(sig)
     proc.wait(timeout=30)
     deadline = time.monotonic() + 15
@@ -126,28 +135,14 @@ def test_kill_9_of_an_mpi_run_leaves_no_open_mpi_files_after_the_next_run(tmp_pa
     systmp = tmp_path / "systmp"                    # the study's system temp folder (TMPDIR), watched alone
     systmp.mkdir()
     shm_before = set(os.listdir("/dev/shm"))
-    section = {**THROTTLED, "launcher": "mpi", "accelerators": [2], "epochs": 50, "dataset_sizing": "fixed"}
-    pf = tmp_path / "params.yaml"
-    pf.write_text(yaml.safe_dump(params_dict(tmp_path, section, cold_cache=False)))
-    code = "import sys; from storagebrief.cli import main; sys.exit(main(sys.argv[1:]))"
-    proc = subprocess.Popen([sys.executable, "-c", code, "emulate", "--params", str(pf), "--out", str(tmp_path / "o")],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "TMPDIR": str(systmp)})
-    marker = str(tmp_path / "fast")
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and proc.poll() is None:
-        if len([p for p in _descendants_alive(marker) if p != proc.pid]) >= 3:   # mpirun + 2 ranks
-            break
-        time.sleep(0.2)
-    assert proc.poll() is None, proc.stdout.read()
-    time.sleep(1.0)
+    proc, marker = _mpi_study_running(tmp_path, env={**os.environ, "TMPDIR": str(systmp)})
     mpirun = [p for p in _descendants_alive(marker) if open(f"/proc/{p}/comm").read().strip() in ("mpirun", "orterun")]
     assert len(mpirun) == 1
     os.kill(proc.pid, signal.SIGKILL)
     os.kill(mpirun[0], signal.SIGKILL)
     proc.wait(timeout=30)
     # the next run (same target, a short one) removes what the killed one left
-    again = {**section, "epochs": 1}
+    again = {**MPI_RUNNING, "epochs": 1}
     STUDY.run(config.validate(params_dict(tmp_path, again, cold_cache=False)), tmp_path / "o2", log=lambda *_: None)
     assert _descendants_alive(marker) == []
     assert not [p.name for p in systmp.iterdir()], "Open MPI wrote into the system temp folder"

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from storagebrief import studies
-from storagebrief.core import outdir, sweep
+from storagebrief.core import sweep
 from test_sweep import _study, params  # noqa: F401  (the fake study and its params fixture)
 
 

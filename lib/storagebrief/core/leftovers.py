@@ -15,7 +15,6 @@ that uses that folder (remove_leftovers(folders)).
 from __future__ import annotations
 
 import os
-import signal
 import time
 from pathlib import Path
 
@@ -90,11 +89,6 @@ def _kill_members(d: Path) -> int:
         pids = [p for p in pids if procs.running(p)]   # zombies wait for init; they hold nothing
         if not pids:
             return killed
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed += 1
-            except OSError:
-                pass
+        killed += procs.kill_all(pids)
         time.sleep(0.05)
     return killed
