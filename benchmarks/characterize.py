@@ -31,7 +31,7 @@ from pathlib import Path
 import yaml
 
 from storagebrief.core import blocktrace, targets
-from storagebrief.core.characterize.tracefs_raw import RawWriter
+from storagebrief.core.characterize.raw_writer import RawWriter
 
 LIB = Path(__file__).resolve().parents[1] / "lib"
 

@@ -331,6 +331,7 @@ def test_fast_path_equals_the_reference_on_a_random_trace(tmp_path, monkeypatch,
 # --------------------------------------------------------------------------- binary traces (tracefs-raw)
 from storagebrief.core.blocktrace import PAGES, RECORD                  # noqa: E402
 from storagebrief.core.characterize import tracefs_raw as raw            # noqa: E402
+from storagebrief.core.characterize import raw_writer                     # noqa: E402
 
 _ACT = {"D": 0, "C": 1, "R": 2}
 
@@ -341,7 +342,7 @@ def _key(e: ch.Event) -> tuple:
 
 def test_raw_pages_decode_to_the_events_written_in_time_order_across_cpus(tmp_path):
     f = tmp_path / "t.tracefs-raw.gz"
-    w = raw.RawWriter(f, sync_s=0.05)
+    w = raw_writer.RawWriter(f, sync_s=0.05)
     written = [  # t ns, action, rwbs, sector, sectors, cpu
         (1_000_000_000, "D", "R", 0, 8, 1),
         (1_000_000_000, "D", "WS", 64, 8, 0),            # same ns on a lower CPU: comes first
@@ -390,7 +391,7 @@ def _issue(sector: int) -> bytes:
 
 def _raw_file(path, pages: bytes) -> None:
     """A raw trace of hand-made pages of CPU 0 (the writer's header, no events of its own)."""
-    w = raw.RawWriter(path)
+    w = raw_writer.RawWriter(path)
     w.fh.write(RECORD.pack(PAGES, 0, len(pages)) + pages)
     w.fh.close()
 
@@ -414,7 +415,7 @@ def test_raw_trace_gives_the_statistics_of_the_same_events_as_text(tmp_path):
     text.write_text(tf)
     evs = list(ch.events(text, "tracefs", ch.ParseCounts()))
     f = tmp_path / "t.tracefs-raw.gz"
-    w = raw.RawWriter(f)
+    w = raw_writer.RawWriter(f)
     for i, e in enumerate(evs):
         w.add(round(e.t * 1e9), _ACT[e.action], e.dev[0] << 20 | e.dev[1], e.op, e.sector, e.sectors, cpu=0)
     w.close()
@@ -438,7 +439,7 @@ def test_raw_format_errors_are_clear_and_a_cut_file_keeps_what_it_has(tmp_path):
     with pytest.raises(ch.TraceError, match="does not exist"):
         ch.characterize(tmp_path / "nope", "tracefs-raw")
     f = tmp_path / "t.gz"
-    w = raw.RawWriter(f)
+    w = raw_writer.RawWriter(f)
     for i in range(20000):
         w.add(10**9 + i * 100_000, i % 2, (8 << 20), "R", i * 8, 8)
     w.close()
@@ -511,7 +512,7 @@ def test_foreign_blkparse_trace_with_a_local_device_number_takes_its_highest_sec
 
 
 def _raw_trace(path, header: dict, sectors=(0, 800, 4000), dev=(8, 16)):
-    w = raw.RawWriter(path, header=header)
+    w = raw_writer.RawWriter(path, header=header)
     for i, s in enumerate(sectors):
         w.add(10**9 + i * 1000_000, 0, dev[0] << 20 | dev[1], "R", s, 8)
         w.add(10**9 + i * 1000_000 + 500, 1, dev[0] << 20 | dev[1], "R", s, 8)
@@ -539,7 +540,7 @@ def test_raw_trace_capacity_from_its_header_else_sysfs_on_this_host_else_highest
     # an event of another device than the header names is malformed, not counted
     f = tmp_path / "other.tracefs-raw.gz"
     _raw_trace(f, {"device": [ma, mi + 1], "capacity_sectors": 80_000}, dev=(ma, mi))
-    w = raw.RawWriter(f, header={"device": [ma, mi], "capacity_sectors": 80_000})
+    w = raw_writer.RawWriter(f, header={"device": [ma, mi], "capacity_sectors": 80_000})
     w.add(10**9, 0, ma << 20 | mi, "R", 0, 8)
     w.add(10**9 + 1000, 0, ma << 20 | (mi + 1), "R", 64, 8)
     w.close()
@@ -633,7 +634,7 @@ def test_impossible_request_sizes_are_malformed(tmp_path):
     # request longer than this device is possible on another: it ends the highest, at 64 + 2,000,000)
     assert _both(f, "blkparse")[0]["capacity_sectors"] == 2_000_064
     g = tmp_path / "t.tracefs-raw.gz"                       # raw: nr_sector is 32 bits, still too long
-    w = raw.RawWriter(g)
+    w = raw_writer.RawWriter(g)
     w.add(10**9, 0, 8 << 20, "R", 0, 8)
     w.add(10**9 + 1000, 0, 8 << 20, "W", 64, 2**32 - 1)
     w.close()
@@ -703,8 +704,8 @@ def _crafted(path, header: bytes, body: bytes | None = None) -> None:
 
 
 def _header(**change) -> bytes:
-    h = {"page_size": 4096, "clock": "local", "kernel": "x", "cpus": [0], "header_page": raw._HEADER_PAGE,
-         "events": {n: raw._format_text(n) for n in raw._SYNTHETIC}}
+    h = {"page_size": 4096, "clock": "local", "kernel": "x", "cpus": [0], "header_page": raw_writer._HEADER_PAGE,
+         "events": {n: raw_writer._format_text(n) for n in raw_writer._SYNTHETIC}}
     for key, (old, new) in change.items():            # event name or header_page: replace a piece of its text
         if key == "header_page":
             h["header_page"] = h["header_page"].replace(old, new)
@@ -716,13 +717,13 @@ def _header(**change) -> bytes:
 CRAFTED = {   # name: (header line(s), what the error says)
     "nested": (b"[" * 100_000 + b"]" * 100_000 + b"\n", "not a JSON object"),
     "endless": (None, "longer than"),        # a header line past raw.MAX_HEADER_BYTES, made in the test
-    "format_not_text": (json.dumps({"page_size": 4096, "header_page": raw._HEADER_PAGE,
+    "format_not_text": (json.dumps({"page_size": 4096, "header_page": raw_writer._HEADER_PAGE,
                                     "events": {"block_rq_issue": 7}}).encode() + b"\n", "not text"),
     "field_3_bytes": (_header(block_rq_issue=("dev;\toffset:8;\tsize:4", "dev;\toffset:8;\tsize:3")), "fields dev"),
     "field_past_page": (_header(block_rq_issue=("offset:16;", "offset:999999999999999999999;")), "fields sector"),
     "rwbs_1_byte": (_header(block_rq_issue=("offset:34;\tsize:10", "offset:34;\tsize:1")), "fields rwbs"),
     "timestamp_past_data": (_header(header_page=("offset:0;", "offset:9000;")), "page layout not understood"),
-    "page_1_tib": (json.dumps({"page_size": 1 << 40, "header_page": raw._HEADER_PAGE}).encode() + b"\n",
+    "page_1_tib": (json.dumps({"page_size": 1 << 40, "header_page": raw_writer._HEADER_PAGE}).encode() + b"\n",
                    "page layout not understood"),
     "capacity_text": (_header()[:-2] + b', "device": [8, 0], "capacity_sectors": "big"}\n', "capacity_sectors"),
     "device_huge": (_header()[:-2] + b', "device": [99999999, 0]}\n', "is not [major, minor]"),
@@ -741,7 +742,7 @@ def test_crafted_raw_header_exits_2_with_one_line_and_writes_nothing(tmp_path, c
 
 def test_a_record_length_of_4_gib_allocates_nothing_and_keeps_what_came_before(tmp_path):
     f = tmp_path / "t.tracefs-raw.gz"
-    w = raw.RawWriter(f)
+    w = raw_writer.RawWriter(f)
     for i in range(50):
         w.add(10**9 + i * 1000, 0, 8 << 20, "R", 8 * i, 8)
     w._flush(10**9 + 10**6)
