@@ -136,9 +136,6 @@ class OutputFolder:
         self._write()
         return self
 
-    def open(self) -> "OutputFolder":
-        return self.check().create()
-
     def abandon(self) -> None:
         """The run failed before its first row: leave nothing it wrote (bad input loses nothing)."""
         if not self.status:

@@ -318,6 +318,7 @@ def run(study, params, out_dir: str | Path | None, log=print, progress: str = "a
     locked for the whole run (a second run on it waits or refuses: run.on_busy_target). Earlier
     results in out_dir are replaced only when the study completes."""
     bar = Progress(None, study.name, mode=progress)      # from the first second: imports, datasets
+    say = bar.note if bar.mode == "bar" else log        # lines that stay: where the results are
     folder = None
     try:
         bar.message("starting: checking the output folder and targets")
@@ -335,7 +336,7 @@ def run(study, params, out_dir: str | Path | None, log=print, progress: str = "a
             folder.create()
             where = f"results go to {final}" + (f" (written in {folder.work} until the study completes)"
                                                  if folder.work != final else "")
-            (bar.note if bar.mode == "bar" else log)(where)
+            say(where)
             try:
                 bar.message("preparing datasets and start-up")
                 hooks.prepare(sweep)                 # raises before any measured work on bad input
@@ -347,10 +348,10 @@ def run(study, params, out_dir: str | Path | None, log=print, progress: str = "a
         folder.complete()
         frame.attrs["out_dir"] = str(final)
         if folder.kept is not None:
-            (bar.note if bar.mode == "bar" else log)(
+            say(
                 f"the earlier results are kept in {folder.kept}: they held '{folder.kept_because}', which no run "
                 "listed, so storagebrief did not delete them")
-        (bar.note if bar.mode == "bar" else log)(f"{len(frame)} runs complete: {final}")
+        say(f"{len(frame)} runs complete: {final}")
         return frame
     except BaseException as exc:
         if folder is not None and not folder.status.get("runs_done"):
