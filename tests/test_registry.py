@@ -21,6 +21,12 @@ def _stages() -> dict:
     return yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
 
 
+def test_dvc_yaml_is_what_the_registry_implies():
+    """dvc.yaml is generated (storagebrief dvc-stages --write): a new study needs no hand-written stage."""
+    from storagebrief import dvcstages
+    assert (REPO / "dvc.yaml").read_text() == dvcstages.render(), "run: storagebrief dvc-stages --write"
+
+
 def test_dvc_yaml_has_exactly_the_registered_studies_plus_brief():
     assert set(_stages()) == {s.name for s in STUDIES} | {"brief"}
 
@@ -33,7 +39,8 @@ def test_stage_matches_registry(study):
     # what the stage runs imports: the study, core, formats, report (headlines -> metrics.json) and the
     # notebooks' front door; a change to any of them must re-run the stage
     assert {study.notebook, study.source_dir, "lib/storagebrief/core", "lib/storagebrief/formats",
-            "lib/storagebrief/report", "lib/storagebrief/notebook.py", *study.upstream} <= deps
+            "lib/storagebrief/report", "lib/storagebrief/kit", "lib/storagebrief/notebook.py",
+            "lib/storagebrief/studies/__init__.py", *study.upstream} <= deps
     assert study.name in st["params"]
     assert [o for o in st["outs"] if isinstance(o, str)] == [f"{study.reports_dir}/{o}" for o in study.stage_outputs]
     assert [next(iter(m)) for m in st["metrics"]] == [f"{study.reports_dir}/metrics.json"]

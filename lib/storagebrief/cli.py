@@ -1,7 +1,7 @@
 """`storagebrief <study> [-S key=value ...] [--out DIR]`: the same functions the notebooks call.
 
-One subcommand per registered study (storagebrief.studies), plus doctor, validate, brief and
-characterize (block-trace summary statistics of any tracefs or blkparse text trace).
+One subcommand per registered study (storagebrief.studies), plus doctor, validate, brief,
+notebooks, dvc-stages and characterize (block-trace summary statistics of any tracefs or blkparse text trace).
 """
 from __future__ import annotations
 
@@ -78,6 +78,9 @@ def _parser() -> argparse.ArgumentParser:
     np_ = sub.add_parser("notebooks", help="check (or --write) that each study notebook's parameters cell "
                                           "shows params.yaml's section")
     np_.add_argument("--write", action="store_true", help="rewrite the cells from params.yaml")
+    dv = sub.add_parser("dvc-stages", help="check (or --write) that dvc.yaml holds the stages the studies "
+                                           "registry implies")
+    dv.add_argument("--write", action="store_true", help="rewrite dvc.yaml from the registry")
     vp = sub.add_parser("validate", help="check params.yaml (and overrides) without running anything")
     vp.add_argument("--params", default=None, help=PARAMS_HELP)
     vp.add_argument("-S", "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
@@ -128,6 +131,14 @@ def main(argv: list[str] | None = None) -> int:
                 return 0
             verb = "rewrote" if args.write else "differ from params.yaml (storagebrief notebooks --write)"
             print(f"{verb}: {', '.join(differing)}")
+            return 0 if args.write else 1
+        if args.command == "dvc-stages":
+            from .dvcstages import sync
+            if not sync(write=args.write):
+                print("ok: dvc.yaml holds the stages the studies registry implies")
+                return 0
+            print("rewrote dvc.yaml from the registry" if args.write
+                  else "dvc.yaml differs from the studies registry (storagebrief dvc-stages --write)")
             return 0 if args.write else 1
         if args.command == "validate":
             params = config.load(args.params, args.overrides)

@@ -13,17 +13,36 @@ import difflib
 import hashlib
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Callable, Literal
 
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from ..studies import REGISTRY
 from .targets import DEVICE_PROFILES, DeviceProfile, check_target_path, check_target_usable
 
-# Study sections come from the registry; a study's params model loads lazily, so its
-# heavy imports (TensorFlow) are paid only by the study that runs.
-STUDY_SECTIONS: tuple[str, ...] = tuple(REGISTRY)
+# Study sections are registered by the studies registry (storagebrief.studies, imported by the
+# package's __init__), so core never imports a study. A section's model loads lazily: its heavy
+# imports (TensorFlow) are paid only by the study that runs.
+_SECTIONS: dict[str, Callable[[], type]] = {}
+
+
+def register_section(name: str, model: Callable[[], type]) -> None:
+    """A study's params section: `model()` returns its pydantic model (loaded on first use)."""
+    _SECTIONS[name] = model
+
+
+def study_sections() -> tuple[str, ...]:
+    """The registered study sections, in registry (brief) order."""
+    return tuple(_SECTIONS)
+
+
+def __getattr__(name: str):
+    # STUDY_SECTIONS stays readable as a module constant, computed when asked.
+    if name == "STUDY_SECTIONS":
+        return study_sections()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 PAPER_OVERLAY = "params/paper.yaml"
 
 
@@ -128,7 +147,7 @@ class Params(Strict):
 
 
 def _study_model(section: str):
-    return REGISTRY[section].params_model()
+    return _SECTIONS[section]()
 
 
 MAX_PARAMS_BYTES = 1 << 20        # a params file is a page of knobs, not data
@@ -281,7 +300,7 @@ def validate(data: dict, root: Path | None = None, changes: dict | None = None,
         data = deep_merge(data, safe_yaml(overlay.read_text(), str(overlay)) or {})
     if changes:
         data = deep_merge(data, changes)
-    known = {"scale", "targets", "profiles", "run", *STUDY_SECTIONS}
+    known = {"scale", "targets", "profiles", "run", *study_sections()}
     unknown = sorted(set(data) - known)
     if unknown:
         near = difflib.get_close_matches(str(unknown[0]), sorted(known), n=1, cutoff=0.6)
@@ -291,7 +310,7 @@ def validate(data: dict, root: Path | None = None, changes: dict | None = None,
         )
     context = {"root": Path(root).resolve() if root is not None else None, "check_targets": check_targets}
     sections = {}
-    for name in STUDY_SECTIONS:
+    for name in study_sections():
         if name in data and data[name] is not None:
             try:
                 model = _study_model(name)

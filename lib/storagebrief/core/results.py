@@ -102,10 +102,31 @@ class RunTable:
         return pd.DataFrame(self.rows)
 
 
+def check_schema_version(runs_path: Path) -> int:
+    """The run table's schema version from its sidecar (1 when there is none: written before it
+    existed); a table from a newer storagebrief is refused rather than misread."""
+    from .columns import RUNS_SCHEMA_VERSION, SCHEMA_FILE
+
+    sidecar = Path(runs_path).with_name(SCHEMA_FILE)
+    if not sidecar.is_file():
+        return 1
+    try:
+        version = json.loads(sidecar.read_text()).get("schema_version")
+    except (OSError, ValueError, AttributeError) as exc:
+        raise SchemaError(f"{sidecar} cannot be read: {exc}") from None
+    if not isinstance(version, int) or version < 1:
+        raise SchemaError(f"{sidecar}: schema_version {version!r} is not a positive whole number")
+    if version > RUNS_SCHEMA_VERSION:
+        raise SchemaError(f"{runs_path} has run-table schema {version}; this storagebrief reads up to "
+                          f"{RUNS_SCHEMA_VERSION}: update storagebrief to read it")
+    return version
+
+
 def read_runs(path: Path, required: tuple[str, ...] = ()) -> pd.DataFrame:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no results at {path}: run the study first")
+    check_schema_version(path)
     frame = pd.read_csv(path)
     missing = [c for c in (*COMMON_COLUMNS, *required) if c not in frame.columns]
     if missing:

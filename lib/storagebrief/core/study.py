@@ -13,13 +13,13 @@ importing the registry never imports a study's heavy libraries (TensorFlow).
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
 # What the sweep engine writes for every study beside runs.csv (block-level characterization:
 # core.sweep), declared as outs of every stage and read by the brief's characterization section.
-ENGINE_OUTPUTS: tuple[str, ...] = ("characterization.csv", "traces", "status.json")
+ENGINE_OUTPUTS: tuple[str, ...] = ("characterization.csv", "traces", "status.json", "runs.schema.json")
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,9 @@ class Study:
     outputs: tuple[str, ...]        # files/folders under reports/<name>/ the stage declares as outs
     brief_inputs: tuple[str, ...]   # the subset of outputs the brief stage reads
     upstream: tuple[str, ...] = ()  # other stages' outputs this stage reads (e.g. preprocess/outputs.json)
+    # The smallest settings that still run every path of the study (seconds, not minutes): the
+    # tests run every registered study with them (tests/studies/test_every_study.py).
+    tiny: dict = field(default_factory=dict, compare=False, hash=False)
 
     @property
     def stage_outputs(self) -> tuple[str, ...]:

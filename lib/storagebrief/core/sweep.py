@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import blocktrace, cache, cgroups, characterize, inventory, leftovers, monitor, outdir, results, targets as targets_mod
+from . import blocktrace, cache, cgroups, characterize, columns, inventory, leftovers, monitor, outdir, results, targets as targets_mod
 from .lock import TargetLocks
 from .progress import Progress
 
@@ -45,7 +45,8 @@ class Point:
 class Measurement:
     """What run_one returns: the study's columns and anything that goes beside runs.csv."""
     row: dict
-    ok: bool = True                                    # False: a failed run (the row says why)
+    ok: bool = True                                    # False: a failed run
+    failure_reason: str = ""                           # why it failed (the engine writes both columns)
     tables: dict[str, list[dict]] = field(default_factory=dict)   # file name -> rows to append
     series: dict[str, Any] = field(default_factory=dict)          # suffix -> rows of timeseries/<run_id><suffix>.csv
 
@@ -233,6 +234,13 @@ def _common(run: Run) -> dict:
             "cache_method": run.cache_method, "emulated": run.emulated}
 
 
+def _outcome(m: Measurement) -> dict:
+    """status and failure_reason: the engine writes them for every study (columns.ENGINE_COLUMNS)."""
+    if m.ok and m.failure_reason:
+        raise ValueError(f"a run measured ok cannot have a failure_reason ({m.failure_reason!r})")
+    return {"status": "ok" if m.ok else "failed", "failure_reason": m.failure_reason}
+
+
 TRACES = "traces"
 CHARACTERIZATION = "characterization.csv"
 CHARACTERIZATION_KEYS = ("study", "run_id", "target", "source", "trace_file")
@@ -279,7 +287,7 @@ def _record(sweep: Sweep, run: Run, m: Measurement) -> None:
     """Append the run's row (atomically) and write what goes beside it."""
     import pandas as pd
 
-    row = {**_common(run), **m.row}
+    row = {**_common(run), **_outcome(m), **m.row}
     ch = _characterization(sweep, run)
     if ch is not None:
         sweep.tables.setdefault(CHARACTERIZATION, []).append(ch)
@@ -382,6 +390,8 @@ def _sweep(sweep: Sweep, hooks, bar: Progress, folder: outdir.OutputFolder):
     _write_characterization(sweep)           # header only until the first run: the stage's out exists
     results.write_json(sweep.out_dir / "inventory.json", inventory.collect(sweep.params, sweep.targets))
     sweep.table = results.RunTable(sweep.out_dir / "runs.csv")
+    results.write_json(sweep.out_dir / columns.SCHEMA_FILE,
+                       columns.schema(study.name, getattr(study.room("metrics"), "COLUMNS", ())))
     points = list(hooks.plan(sweep))
     by_name = {t.name: t for t in sweep.targets}
     todo = [(pt, by_name[n]) for pt in points for n in (pt.targets or sweep.target_names) if n in by_name]

@@ -56,3 +56,8 @@ def _plain(v):
     if isinstance(v, float) and math.isnan(v):
         return None
     return v.item() if hasattr(v, "item") else v
+
+
+def as_metrics(headlines: list[dict]) -> dict:
+    """The headlines as metrics.json holds them: id -> delta percent (None: no matched runs)."""
+    return {h["id"]: h["delta_percent"] for h in headlines}

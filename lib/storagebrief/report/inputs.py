@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..core import results
 from ..studies import REGISTRY
 
 RUNS = "runs.csv"
@@ -191,6 +192,10 @@ def read_study(key: str, study_dir: str | Path) -> StudyInput:
         side = _check_side_files(study, d)
         if not (d / RUNS).is_file():
             raise Unreadable(f"there is no {RUNS}")
+        try:
+            results.check_schema_version(d / RUNS)
+        except results.SchemaError as exc:
+            raise Unreadable(str(exc)) from None
         frame = read_csv(d / RUNS)
         if frame.empty:
             raise Unreadable(f"{RUNS} holds no runs (a header line only)")

@@ -7,6 +7,7 @@ never each other.
 """
 from __future__ import annotations
 
+from ..core import config
 from ..core.study import Study
 from .emulate import STUDY as _emulate
 from .preprocess import STUDY as _preprocess
@@ -17,6 +18,9 @@ from .transfer_sweep import STUDY as _transfer_sweep
 # Brief order: the order sections appear in the brief.
 REGISTRY: dict[str, Study] = {s.name: s for s in (_preprocess, _emulate, _train_resnet50,
                                                    _transfer_sweep, _stream_inference)}
+
+for _study in REGISTRY.values():
+    config.register_section(_study.name, _study.params_model)
 
 
 def get(name: str) -> Study:

@@ -1,0 +1,8 @@
+"""What studies share, between core (the engine and the hall) and the studies themselves.
+
+Studies import core, formats, report and kit, never each other; kit imports core, formats and
+report, never a study. Each module holds one thing more than one study needs:
+  runs      the ok runs of a run table; the metrics.json skeleton every study extends
+  space     free space on the targets' filesystems, added up over the targets that share one
+  files     optional side files (JSON, CSV) read as "the data or nothing"
+"""
