@@ -30,19 +30,28 @@ def has_memory_cgroup() -> tuple[bool, str]:
     return _controller("memory")
 
 
+def _privileged(ok: bool, why: str):
+    """Marks a test `privileged` (pytest -m "not privileged" leaves it out) and skips it, with the
+    reason, where the capability is missing."""
+    def mark(test):
+        return pytest.mark.privileged(pytest.mark.skipif(not ok, reason=why)(test))
+    return mark
+
+
+def needs_root(why: str = "needs root"):
+    return _privileged(os.geteuid() == 0, why)
+
+
 def needs_blkio():
-    ok, why = has_blkio()
-    return pytest.mark.skipif(not ok, reason=why)
+    return _privileged(*has_blkio())
 
 
 def needs_memory_cgroup():
-    ok, why = has_memory_cgroup()
-    return pytest.mark.skipif(not ok, reason=why)
+    return _privileged(*has_memory_cgroup())
 
 
 def needs_drop_caches():
-    ok, why = cache.drop_caches_possible()
-    return pytest.mark.skipif(not ok, reason=why)
+    return _privileged(*cache.drop_caches_possible())
 
 
 def process_alive(pid: int) -> bool:

@@ -94,75 +94,95 @@ def _quiet_unraisable(unraisable) -> None:
         sys.__unraisablehook__(unraisable)
 
 
+def _doctor(args) -> int:
+    from .core.inventory import doctor_lines
+    if args.clean:
+        from .core.leftovers import remove_leftovers
+        print("\n".join(remove_leftovers()) or "no leftovers of killed storagebrief runs (cgroups, processes, "
+                                                "tracefs instances, temporary folders)")
+    print("\n".join(doctor_lines()))
+    return 0
+
+
+def _characterize(args) -> int:
+    from .core import characterize as ch
+    res = ch.main_characterize(args.trace, args.format, args.capacity_sectors, args.out)
+    row, counts = res["row"], res["counts"]
+    print(f"{args.trace}: {row['read_ops'] + row['write_ops']:,} reads/writes, "
+          f"{ch.describe(row)}; {row['flush_ops']:,} flushes, {row['discard_ops']:,} discards; "
+          f"locality {row['locality_percent']:.1f} % in 10 % of the address space "
+          f"({row['capacity_source'].replace('_', ' ')} capacity), "
+          f"{row['locality_bands']} band(s); trace {row['trace_length_s']:.3f} s")
+    if counts.malformed or counts.lost_events:
+        examples = counts.malformed_examples + counts.impossible_examples
+        print(f"note: {counts.malformed:,} malformed line(s) or record(s) skipped"
+              + (f" (e.g. {examples[0]!r})" if examples else "")
+              + f"; {counts.lost_events:,} lost event(s) reported in the trace")
+    if row["warning"]:
+        print(f"storagebrief: warning: {row['warning']}", file=sys.stderr)
+    print(f"wrote {res['paths']['json']} and {res['paths']['csv']}")
+    return 0
+
+
+def _notebooks(args) -> int:
+    from .notebook import sync_knobs
+    differing = sync_knobs(write=args.write)
+    if not differing:
+        print("ok: every notebook's parameters cell equals params.yaml")
+        return 0
+    verb = "rewrote" if args.write else "differ from params.yaml (storagebrief notebooks --write)"
+    print(f"{verb}: {', '.join(differing)}")
+    return 0 if args.write else 1
+
+
+def _dvc_stages(args) -> int:
+    from .dvcstages import sync
+    if not sync(write=args.write):
+        print("ok: dvc.yaml holds the stages the studies registry implies")
+        return 0
+    print("rewrote dvc.yaml from the registry" if args.write
+          else "dvc.yaml differs from the studies registry (storagebrief dvc-stages --write)")
+    return 0 if args.write else 1
+
+
+def _validate(args) -> int:
+    params = config.load(args.params, args.overrides)
+    shown = args.params or config.default_params_file()
+    print(f"ok: {shown} is valid (sections: {', '.join(params.sections) or 'none'})")
+    return 0
+
+
+def _brief(args) -> int:
+    from . import report
+    # Any directory works: defaults come from the project, not from where the command started.
+    params_file = Path(args.params) if args.params else config.project_root() / "params.yaml"
+    config.load(params_file, check_targets=False)   # a wrong params file is an error here, not in the kernel
+    reports = Path(args.reports) if args.reports else params_file.resolve().parent / "reports"
+    out = report.render(reports, params_file, pdf=not args.no_pdf, log=lambda m: print(m, file=sys.stderr))
+    print(f"wrote {out['html']}" + (f" and {out['pdf']}" if out["pdf"] else ""))
+    return 0 if (out["pdf"] or args.no_pdf) else 1
+
+
+def _study(args) -> int:
+    study = studies.get(args.command)
+    params = config.load(args.params, args.overrides)
+    params.section(study.name)
+    frame = study.run(params, Path(args.out) if args.out else None, progress=args.progress,
+                      log=lambda text: print(text, flush=True))
+    status = frame.attrs.get("out_dir") or args.out
+    print(f"wrote {len(frame)} runs to {Path(status) / 'runs.csv'}")
+    return 0
+
+
+COMMANDS = {"doctor": _doctor, "characterize": _characterize, "notebooks": _notebooks,
+            "dvc-stages": _dvc_stages, "validate": _validate, "brief": _brief}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     sys.unraisablehook = _quiet_unraisable
     try:
-        if args.command == "doctor":
-            from .core.inventory import doctor_lines
-            if args.clean:
-                from .core.leftovers import remove_leftovers
-                print("\n".join(remove_leftovers()) or "no leftovers of killed storagebrief runs (cgroups, processes, tracefs instances, temporary folders)")
-            print("\n".join(doctor_lines()))
-            return 0
-        if args.command == "characterize":
-            from .core import characterize as ch
-            res = ch.main_characterize(args.trace, args.format, args.capacity_sectors, args.out)
-            row, counts = res["row"], res["counts"]
-            print(f"{args.trace}: {row['read_ops'] + row['write_ops']:,} reads/writes, "
-                  f"{ch.describe(row)}; {row['flush_ops']:,} flushes, {row['discard_ops']:,} discards; "
-                  f"locality {row['locality_percent']:.1f} % in 10 % of the address space "
-                  f"({row['capacity_source'].replace('_', ' ')} capacity), "
-                  f"{row['locality_bands']} band(s); trace {row['trace_length_s']:.3f} s")
-            if counts.malformed or counts.lost_events:
-                examples = counts.malformed_examples + counts.impossible_examples
-                print(f"note: {counts.malformed:,} malformed line(s) or record(s) skipped"
-                      + (f" (e.g. {examples[0]!r})" if examples else "")
-                      + f"; {counts.lost_events:,} lost event(s) reported in the trace")
-            if row["warning"]:
-                print(f"storagebrief: warning: {row['warning']}", file=sys.stderr)
-            print(f"wrote {res['paths']['json']} and {res['paths']['csv']}")
-            return 0
-        if args.command == "notebooks":
-            from .notebook import sync_knobs
-            differing = sync_knobs(write=args.write)
-            if not differing:
-                print("ok: every notebook's parameters cell equals params.yaml")
-                return 0
-            verb = "rewrote" if args.write else "differ from params.yaml (storagebrief notebooks --write)"
-            print(f"{verb}: {', '.join(differing)}")
-            return 0 if args.write else 1
-        if args.command == "dvc-stages":
-            from .dvcstages import sync
-            if not sync(write=args.write):
-                print("ok: dvc.yaml holds the stages the studies registry implies")
-                return 0
-            print("rewrote dvc.yaml from the registry" if args.write
-                  else "dvc.yaml differs from the studies registry (storagebrief dvc-stages --write)")
-            return 0 if args.write else 1
-        if args.command == "validate":
-            params = config.load(args.params, args.overrides)
-            shown = args.params or config.default_params_file()
-            print(f"ok: {shown} is valid (sections: {', '.join(params.sections) or 'none'})")
-            return 0
-        if args.command == "brief":
-            from . import report
-            # Any directory works: defaults come from the project, not from where the command started.
-            params_file = Path(args.params) if args.params else config.project_root() / "params.yaml"
-            config.load(params_file, check_targets=False)   # a wrong params file is an error here, not in the kernel
-            reports = Path(args.reports) if args.reports else params_file.resolve().parent / "reports"
-            out = report.render(reports, params_file, pdf=not args.no_pdf,
-                                log=lambda m: print(m, file=sys.stderr))
-            print(f"wrote {out['html']}" + (f" and {out['pdf']}" if out["pdf"] else ""))
-            return 0 if (out["pdf"] or args.no_pdf) else 1
-        study = studies.get(args.command)
-        params = config.load(args.params, args.overrides)
-        params.section(study.name)
-        frame = study.run(params, Path(args.out) if args.out else None, progress=args.progress,
-                          log=lambda text: print(text, flush=True))
-        status = frame.attrs.get("out_dir") or args.out
-        print(f"wrote {len(frame)} runs to {Path(status) / 'runs.csv'}")
-        return 0
+        return COMMANDS.get(args.command, _study)(args)
     except KeyboardInterrupt as exc:
         return _stopped(args, "interrupted (Ctrl-C)", 130, exc)
     except SystemExit as exc:   # SIGTERM / SIGHUP, raised by the cgroup signal handlers

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO  # noqa: E402
 # Tiny values per study section: the chain runs in about a minute or two.
 TINY = {
     "preprocess": {"image_count": 6, "image_counts": [3], "processes": [1, 2], "image_width": 640,

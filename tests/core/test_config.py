@@ -3,10 +3,11 @@ import yaml
 
 from storagebrief.core import config
 from storagebrief.core.config import ParamsError
+from conftest import REPO
 
 
 def test_repo_params_validate():
-    params = config.load(config.Path(__file__).resolve().parents[1] / "params.yaml")
+    params = config.load(REPO / "params.yaml")
     assert params.scale == "quick"
     assert [t.name for t in params.targets][:2] == ["local", "hdd-emulated"]
     assert params.section("preprocess").repeats >= 3

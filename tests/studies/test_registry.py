@@ -12,7 +12,7 @@ from storagebrief.cli import _parser
 from storagebrief.core import config
 from storagebrief.core.study import ENGINE_OUTPUTS
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO  # noqa: E402
 STUDIES = list(studies.REGISTRY.values())
 ROOMS = ("params", "dataset", "run", "metrics", "brief")
 

@@ -1,3 +1,4 @@
+"""core/monitor.py: diskstats/CPU interval arithmetic and a real device's reads."""
 import os
 import time
 
@@ -38,24 +39,3 @@ def test_monitor_sees_real_device_reads(tmp_path):
     assert mon.timeseries() and {"t_s", "read_mb_per_s", "cpu_busy_percent"} <= set(mon.timeseries()[0])
 
 
-def test_fadvise_evicts_without_root(tmp_path):
-    f = tmp_path / "blob"
-    f.write_bytes(os.urandom(8 << 20))
-    os.sync()
-    assert cache.fadvise_dontneed([tmp_path]) == 1
-    assert cache.cold_cache([f], enabled=False).startswith("none")
-
-
-def test_run_table_atomic_and_schema(tmp_path):
-    table = results.RunTable(tmp_path / "runs.csv")
-    row = {"study": "s", "run_id": "r1", "target": "t", "repeat": 1, "started_at": results.utc_now(),
-           "cache_method": "drop_caches", "x_s": 1.5}
-    table.append(row)
-    table.append({**row, "run_id": "r2", "x_s": 2.5})
-    frame = results.read_runs(tmp_path / "runs.csv", required=("x_s",))
-    assert list(frame.run_id) == ["r1", "r2"]
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp files left
-    with pytest.raises(results.SchemaError):
-        table.append({"study": "s"})
-    with pytest.raises(results.SchemaError):
-        results.read_runs(tmp_path / "runs.csv", required=("missing_col",))

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from storagebrief.core import cgroups, config, sweep
+from storagebrief.core import cgroups, columns, config, results, sweep
 from storagebrief.core.progress import Progress
 from storagebrief.core.study import Study
 from conftest import needs_blkio
@@ -19,7 +19,8 @@ from conftest import needs_blkio
 
 @dataclass(frozen=True)
 class FakeStudy(Study):
-    """A study whose rooms are objects made by the test (name borrowed for params validation)."""
+    """A study whose rooms are objects made by the test; its params section is registered by the
+    `params` fixture (core knows no study: the registry registers sections)."""
     hooks: object = None
 
     def room(self, name):
@@ -37,18 +38,24 @@ def _study(**hooks) -> FakeStudy:
         run_one=lambda run, c: sweep.Measurement({"config": c, "value_s": 1.0}),
     )
     defaults.update(hooks)
-    return FakeStudy(name="preprocess", command="fake", title="Fake", notebook="", outputs=(), brief_inputs=(),
+    return FakeStudy(name="fake", command="fake", title="Fake", notebook="", outputs=(), brief_inputs=(),
                      hooks=types.SimpleNamespace(**defaults))
+
+
+class FakeParams(config.Strict):
+    pass
 
 
 @pytest.fixture
 def params(tmp_path):
+    config.register_section("fake", lambda: FakeParams)
     data = {"targets": [{"name": "one", "path": str(tmp_path / "one")},
                         {"name": "two", "path": str(tmp_path / "two"), "profile": "hdd_7200"}],
-            "run": {"cold_cache": False, "monitor_interval_s": 0.05}, "preprocess": {}}
+            "run": {"cold_cache": False, "monitor_interval_s": 0.05}, "fake": {}}
     f = tmp_path / "params.yaml"
     f.write_text(yaml.safe_dump(data))
-    return config.load(f)
+    yield config.load(f)
+    config._SECTIONS.pop("fake", None)
 
 
 def test_targets_interleave_inside_each_point_and_common_columns(params, tmp_path):
@@ -90,6 +97,29 @@ def test_failed_measurement_gets_no_monitor_columns(params, tmp_path):
         return sweep.Measurement({"status": "failed"}, ok=False)
     frame = sweep.run(_study(run_one=run_one), params, tmp_path / "out", log=lambda *_: None, progress="off")
     assert "cpu_busy_percent" not in frame and not list((tmp_path / "out" / "timeseries").glob("*.csv"))
+
+
+def test_the_engine_writes_status_failure_reason_and_the_schema_sidecar(params, tmp_path):
+    def run_one(run, c):
+        if c == "b":
+            return sweep.Measurement({"config": c}, ok=False, failure_reason="out of memory")
+        return sweep.Measurement({"config": c})
+    frame = sweep.run(_study(run_one=run_one), params, tmp_path / "out", log=lambda *_: None, progress="off")
+    rows = pd.read_csv(tmp_path / "out" / "runs.csv", keep_default_na=False)
+    assert list(rows.status) == ["ok"] * 4 + ["failed"] * 4
+    assert list(rows.failure_reason) == [""] * 4 + ["out of memory"] * 4
+    schema = json.loads((tmp_path / "out" / "runs.schema.json").read_text())
+    names = [c["name"] for c in schema["columns"]]
+    assert schema["schema_version"] == columns.RUNS_SCHEMA_VERSION and schema["study"] == "fake"
+    assert {"status", "failure_reason", "run_id", "device_read_bytes"} <= set(names)
+    assert columns.undeclared(frame.columns, columns.ENGINE_COLUMNS, columns.MONITOR_COLUMNS) == ["config"]
+    assert results.check_schema_version(tmp_path / "out" / "runs.csv") == columns.RUNS_SCHEMA_VERSION
+
+
+def test_an_ok_run_with_a_failure_reason_is_a_bug(params, tmp_path):
+    bad = _study(run_one=lambda run, c: sweep.Measurement({"config": c}, failure_reason="?"))
+    with pytest.raises(ValueError, match="failure_reason"):
+        sweep.run(bad, params, tmp_path / "out", log=lambda *_: None, progress="off")
 
 
 def test_an_exception_mid_run_leaves_earlier_rows_only(params, tmp_path):

@@ -24,7 +24,7 @@ import yaml
 from conftest import base_params
 from storagebrief.studies import REGISTRY
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO  # noqa: E402
 TARGETS = ("fast", "slow")
 TITLES = {k: REGISTRY[k].title for k in ("preprocess", "stream_inference", "emulate")}
 

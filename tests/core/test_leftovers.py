@@ -1,0 +1,96 @@
+"""kill -9, SIGHUP and Ctrl-C leave nothing a rerun or `doctor --clean` does not remove.
+
+(Split from tests/test_faults.py, issue 10/20: tests unchanged.)"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import signal
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from storagebrief.cli import main as cli_main
+from storagebrief.core import cgroups, config, leftovers, lock, results, targets
+from storagebrief.report import brief as brief_mod
+from storagebrief.studies.preprocess import STUDY, dataset, pipeline
+from conftest import process_alive, REPO, base_params, needs_blkio
+
+ROOT = os.geteuid() == 0
+TF_NATIVE_LOG = re.compile(r"^(WARNING: All log messages before absl|[IWE]\d{4} )")
+needs_root = pytest.mark.skipif(not ROOT, reason="needs root (mounts, cgroups)")
+
+
+def _write_params(tmp_path: Path, **preprocess) -> Path:
+    f = tmp_path / "params.yaml"
+    f.write_text(yaml.safe_dump(base_params(tmp_path, **preprocess)))
+    return f
+
+
+def _cli(*args, env=None, **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "storagebrief.cli", *args], cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **(env or {})}, **kw)
+
+
+# --------------------------------------------------------------------------- signals and kill -9
+def _storagebrief_cgroups(pid: int) -> list[Path]:
+    return [d for parent in leftovers._all_controller_dirs() for d in parent.glob(f"{cgroups.PREFIX}*-{pid}-*")]
+
+
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+    return [int(p) for p in out]
+
+
+def _slow_preprocess(tmp_path: Path) -> Path:
+    # 1600x1200 TIFFs through the 150 MB/s throttle: long enough to be killed mid-run
+    return _write_params(tmp_path, image_count=16, image_counts=[], processes=[2], repeats=3,
+                         image_width=1600, image_height=1200)
+
+
+@needs_blkio()
+def test_kill_9_leaves_nothing_a_rerun_or_doctor_does_not_remove(tmp_path):
+    f = _slow_preprocess(tmp_path)
+    run = _cli("preprocess", "--params", str(f), "--out", str(tmp_path / "o"), "--progress", "off",
+               "-S", "run.cold_cache=false")
+    assert _wait_for(lambda: _storagebrief_cgroups(run.pid), 300), "the run never created its throttle cgroup"
+    workers = _children(run.pid)
+    os.kill(run.pid, signal.SIGKILL)
+    run.wait()
+    assert _wait_for(lambda: not any(process_alive(w) for w in workers), 20), "workers outlived their parent"
+    assert _storagebrief_cgroups(run.pid)          # kill -9 gives no chance to clean up ...
+    clean = _cli("doctor", "--clean")
+    out, _ = clean.communicate(timeout=60)
+    assert f"dead process {run.pid}" in out       # ... the next run or doctor --clean does
+    assert not _storagebrief_cgroups(run.pid)
+
+
+@needs_blkio()
+@pytest.mark.parametrize("sig, code, words", [(signal.SIGHUP, 129, "stopped by SIGHUP"),
+                                              (signal.SIGINT, 130, "interrupted (Ctrl-C)")])
+def test_hangup_and_ctrl_c_end_with_one_line_and_no_leftovers(tmp_path, sig, code, words):
+    f = _slow_preprocess(tmp_path)
+    run = _cli("preprocess", "--params", str(f), "--out", str(tmp_path / "o"), "--progress", "off",
+               "-S", "run.cold_cache=false")
+    assert _wait_for(lambda: _storagebrief_cgroups(run.pid), 300)
+    workers = _children(run.pid)
+    run.send_signal(sig)
+    _, err = run.communicate(timeout=120)
+    assert run.returncode == code, err
+    ours = [ln for ln in err.strip().splitlines() if not TF_NATIVE_LOG.match(ln)]   # TensorFlow's C++ start-up lines
+    assert words in err and "Traceback" not in err and len(ours) == 1, err
+    assert not _storagebrief_cgroups(run.pid)
+    assert _wait_for(lambda: not any(process_alive(w) for w in workers), 20)
+
+

@@ -1,0 +1,73 @@
+"""The shape issue 21 asked for, kept: modules under 500 lines, functions under 80 unless a comment
+beside the def says why, and layers that import one way."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+LIB = REPO / "lib" / "storagebrief"
+MAX_MODULE_LINES = 500
+MAX_FUNCTION_LINES = 80
+REASON = "# long:"          # on the def line or the line above: why this one stays long
+
+
+def _modules():
+    return sorted(LIB.rglob("*.py"))
+
+
+def _long_functions(path: Path) -> list[str]:
+    lines = path.read_text().splitlines()
+    out = []
+    for node in ast.walk(ast.parse("\n".join(lines))):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            length = node.end_lineno - first + 1
+            said = any(REASON in lines[i - 1] for i in (first - 1, node.lineno) if 0 < i <= len(lines))
+            if length > MAX_FUNCTION_LINES and not said:
+                out.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name} ({length} lines)")
+    return out
+
+
+def test_no_module_over_500_lines():
+    big = [f"{p.relative_to(REPO)} ({n} lines)" for p in _modules()
+           if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES]
+    assert not big, big
+
+
+def test_no_function_over_80_lines_without_a_reason_beside_it():
+    long = [f for p in _modules() for f in _long_functions(p)]
+    assert not long, f"split these, or write '{REASON} <why>' beside the def: {long}"
+
+
+def _imports(path: Path) -> set[str]:
+    """storagebrief modules `path` imports (absolute names), at any depth of the file."""
+    rel = path.relative_to(LIB.parent).with_suffix("")
+    package = list(rel.parts[:-1])          # a module's package; an __init__'s own package
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = package[:len(package) - node.level + 1] if node.level else []
+            mod = ".".join([*base, *(node.module.split(".") if node.module else [])])
+            if mod.startswith("storagebrief"):
+                out.add(mod)
+                out.update(f"{mod}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name.startswith("storagebrief"))
+    return out
+
+
+@pytest.mark.parametrize("layer, never", [
+    ("core", ("storagebrief.studies", "storagebrief.kit", "storagebrief.report", "storagebrief.notebook",
+              "storagebrief.cli")),
+    ("formats", ("storagebrief.studies", "storagebrief.kit", "storagebrief.report")),
+    ("kit", ("storagebrief.studies",)),
+    ("report", ("storagebrief.kit",)),
+])
+def test_layers_import_one_way(layer, never):
+    bad = [f"{p.relative_to(REPO)} imports {m}" for p in sorted((LIB / layer).rglob("*.py"))
+           for m in sorted(_imports(p)) if m.startswith(never)]
+    assert not bad, bad
