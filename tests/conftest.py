@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -61,6 +62,16 @@ def process_alive(pid: int) -> bool:
             return fh.read().split(") ", 1)[1][0] != "Z"
     except OSError:
         return False
+
+
+def wait_for(pred, timeout: float = 60.0) -> bool:
+    """True as soon as pred() is; False after `timeout` seconds of polling."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.1)
+    return False
 
 
 def base_params(tmp: Path, **preprocess) -> dict:

@@ -13,7 +13,6 @@ import yaml
 from storagebrief import notebook, studies
 from storagebrief.core import config
 from conftest import REPO
-from test_every_study import TINY
 
 jupytext = pytest.importorskip("jupytext")
 papermill = pytest.importorskip("papermill")
@@ -107,7 +106,7 @@ def test_notebook_runs_as_opened_from_notebooks_folder(study, tmp_path):
     no error, the runs table and the study's results shown, results in the out folder, complete,
     and no tracked file changed."""
     before = _git_status()
-    nb = _execute(study, tmp_path, TINY[study.name], out_dir=str(tmp_path / "out"))
+    nb = _execute(study, tmp_path, study.tiny, out_dir=str(tmp_path / "out"))
     text = _outputs(nb)
     assert not [o for c in nb["cells"] for o in c.get("outputs", []) if o["output_type"] == "error"]
     assert "Knobs changed here over" in text and "measured runs (runs.csv)" in text
@@ -120,7 +119,7 @@ def test_notebook_runs_as_opened_from_notebooks_folder(study, tmp_path):
 def test_a_typo_in_the_knobs_is_one_short_message_naming_the_near_miss(tmp_path):
     study = studies.get("preprocess")
     with pytest.raises(papermill.PapermillExecutionError) as exc:
-        _execute(study, tmp_path, {**TINY["preprocess"], "proceses": [1, 2]})
+        _execute(study, tmp_path, {**studies.get("preprocess").tiny, "proceses": [1, 2]})
     err = exc.value
     assert "did you mean 'processes'?" in err.evalue
     shown = [line for line in err.traceback if line.strip()]

@@ -24,7 +24,7 @@ from storagebrief.cli import main as cli_main
 from storagebrief.core import cgroups, config, leftovers, lock, results, targets
 from storagebrief.report import brief as brief_mod
 from storagebrief.studies.preprocess import STUDY, dataset, pipeline
-from conftest import process_alive, REPO, base_params, needs_blkio
+from conftest import wait_for as _wait_for, process_alive, REPO, base_params, needs_blkio
 
 ROOT = os.geteuid() == 0
 TF_NATIVE_LOG = re.compile(r"^(WARNING: All log messages before absl|[IWE]\d{4} )")
@@ -51,15 +51,6 @@ def test_second_holder_of_a_target_refuses_naming_the_first(tmp_path):
             lock.TargetLocks([t], "refuse").acquire()
     with lock.TargetLocks([t], "refuse"):   # released on exit
         pass
-
-
-def _wait_for(pred, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def _locked_by(path: Path, pid: int) -> bool:

@@ -26,14 +26,14 @@ def test_a_complete_run_is_marked_and_lists_its_files(params, tmp_path):
     out = tmp_path / "out"
     sweep.run(_study(), params, out, **_quiet())
     st = _status(out)
-    assert st["complete"] is True and st["runs_done"] == st["runs_planned"] == 8 and st["study"] == "preprocess"
+    assert st["complete"] is True and st["runs_done"] == st["runs_planned"] == 8 and st["study"] == "fake"
     assert "runs.csv" in st["files"] and "metrics.json" in st["files"] and st["stopped_by"] is None
 
 
 def test_no_out_dir_means_a_fresh_run_folder_beside_the_params_file(params, tmp_path):
     frame = sweep.run(_study(), params, None, **_quiet())
     final = tmp_path / frame.attrs["out_dir"]
-    assert final.parent.parent == tmp_path / "reports" / "runs" and final.name == "preprocess"
+    assert final.parent.parent == tmp_path / "reports" / "runs" and final.name == "fake"
     assert _status(final)["complete"] is True
     again = sweep.run(_study(), params, None, **_quiet())
     assert again.attrs["out_dir"] != frame.attrs["out_dir"]        # never the same folder twice

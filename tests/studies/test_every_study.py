@@ -1,6 +1,6 @@
 """Guarantees every registered study keeps (issue 10), tested through the CLI on tiny settings:
 kill -9 mid-run leaves nothing a rerun does not remove, and a run without root completes with
-its reasons. New studies get these tests by adding a TINY entry (the registry test demands it)."""
+its reasons. Every registered study gets these tests with the `tiny` settings of its Study record."""
 from __future__ import annotations
 
 import json
@@ -18,45 +18,23 @@ import pytest
 import yaml
 
 from storagebrief import studies
-from storagebrief.core import leftovers
-from conftest import process_alive, REPO
+from storagebrief.core import config, leftovers
+from conftest import REPO, needs_root, process_alive
 
 NOBODY = 65534
-TINY = {
-    # 24 x 6.2 MB: a throttled run lasts about a second, long enough to be caught holding its cgroup
-    "preprocess": {"image_count": 24, "image_counts": [], "processes": [2], "repeats": 3, "image_width": 1920,
-                   "image_height": 1080, "num_classes": 2, "resize_width": 32, "resize_height": 32},
-    "emulate": {"workloads": ["unet3d"], "accelerator_type": "v100", "num_files": 64, "dataset_sizing": "fixed",
-                "epochs": 2, "repeats": 2, "accelerators": [1, 2], "read_threads": 2, "prefetch": 1,
-                "read_block_kib": 64, "memory_limit_mib": 16,
-                "workload_overrides": {"unet3d": {"record_bytes": 262144, "record_bytes_stdev": 0,
-                                                  "batch_size_by_accelerator": {"v100": 2},
-                                                  "compute_s": {"v100": 0.02}}}},
-    "train_resnet50": {"dataset": "generated", "dataset_images": 32, "record_kib": 32, "shards": 2,
-                       "input_size": 32, "batch_size": 8, "epochs": 1, "warmup_steps": 1,
-                       "memory_limits": ["none", "2.5:1"], "parallel_models": [1], "parallel_memory": "none",
-                       "ingest_mb_per_s": 0, "checkpoint_every_steps": 0, "stall_timeout_s": 300,
-                       "preprocess_outputs": "/nonexistent/outputs.json"},
-    # 2 sizes x 2 QDs x idle/busy x 3 repeats, 0.5 s each: the throttled target holds its cgroup long enough
-    "transfer_sweep": {"block_sizes": ["4k", "64k"], "queue_depths": [1, 4], "repeats": 3, "file_mib": 8,
-                       "runtime_s": 0.5, "ramp_time_s": 0.05,
-                       "busy": {"peak_seconds": 0.5, "calibrate_seconds": 0.5, "settle_s": 0.1},
-                       "forecast": {"emulate_dir": "/nonexistent"}},
-    "stream_inference": {"videos": ["144p@12"], "duration_s": 2, "streams": [1], "topics": [1], "partitions": [2],
-                         "replication_factors": [3], "broker_heap_mib": 256, "drain_timeout_s": 10,
-                         "input_size": 32, "batch_size": 8},
-}
 STUDIES = list(studies.REGISTRY.values())
 
 
-def test_every_registered_study_has_tiny_settings_here():
-    assert set(TINY) == set(studies.REGISTRY)
+@pytest.mark.parametrize("study", STUDIES, ids=lambda s: s.name)
+def test_every_registered_study_has_tiny_settings_that_validate(study, tmp_path):
+    assert study.tiny, f"{study.name}: its Study record needs tiny={{...}} settings"
+    config.validate({"targets": [{"name": "t", "path": str(tmp_path / "t")}], study.name: study.tiny}, root=REPO)
 
 
 def _params(base: Path, name: str) -> Path:
     data = {"targets": [{"name": "fast", "path": str(base / "fast")},
                         {"name": "slow", "path": str(base / "slow"), "profile": "hdd_7200"}],
-            "run": {"cold_cache": True, "monitor_interval_s": 0.2}, name: TINY[name]}
+            "run": {"cold_cache": True, "monitor_interval_s": 0.2}, name: studies.get(name).tiny}
     f = base / "params.yaml"
     f.write_text(yaml.safe_dump(data))
     return f
@@ -76,7 +54,9 @@ def _ours(pid: int) -> list[Path]:
     return [d for parent in leftovers._all_controller_dirs() for d in parent.glob(f"storagebrief-*-{pid}-*")]
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="kill -9 leftovers are cgroups, which need root here")
+@pytest.mark.slow
+@pytest.mark.e2e
+@needs_root("kill -9 leftovers are cgroups, which need root here")
 @pytest.mark.parametrize("study", STUDIES, ids=lambda s: s.name)
 def test_kill_9_mid_run_then_rerun_leaves_no_cgroup_and_no_orphan(study, tmp_path):
     f = _params(tmp_path, study.name)
@@ -117,6 +97,8 @@ def _unprivileged_python() -> list[str]:
                 f"({sys.executable} lies in a folder it cannot enter)")
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("study", STUDIES, ids=lambda s: s.name)
 def test_runs_without_root_and_says_what_it_could_not_do(study):
     """As root: the study runs as uid 65534 (nobody); without root: as the user it is."""
