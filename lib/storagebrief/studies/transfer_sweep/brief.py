@@ -3,20 +3,20 @@ labelled with QD), idle vs busy per target, target A vs B on the busy system, a 
 busy load as measured, the GPU path (or why not), and the accelerators forecast beside the emulated answer."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 
+from ...kit.files import read_csv_or_none, read_json_or
 from ...report.display import analysis, show_figure, show_md, show_table, style
 from .params import size_label
 
 
 def section(study_dir: Path, frame, names: list[str]) -> None:
     style()
-    study = _json(study_dir / "study.json")
-    pts = _read(study_dir / "points.csv")
-    if pts.empty:
+    study = read_json_or(study_dir / "study.json", {})
+    pts = read_csv_or_none(study_dir / "points.csv")
+    if pts is None:
         show_md("No points were measured.")
         return
     cpu = pts[pts.path == "cpu"]
@@ -33,20 +33,6 @@ def section(study_dir: Path, frame, names: list[str]) -> None:
     _analysis(frame, cpu, names, loads)
     _gpu(study, pts)
     _forecast(study_dir)
-
-
-def _json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def _read(path: Path) -> pd.DataFrame:
-    try:
-        return pd.read_csv(path)
-    except (OSError, ValueError, pd.errors.EmptyDataError):
-        return pd.DataFrame()
 
 
 def _what_ran(frame, study: dict, cpu) -> None:
@@ -160,8 +146,8 @@ def _gpu(study: dict, pts) -> None:
 
 
 def _forecast(study_dir: Path) -> None:
-    fc = _read(study_dir / "forecast.csv")
-    if fc.empty:
+    fc = read_csv_or_none(study_dir / "forecast.csv")
+    if fc is None:
         return
     first = fc.iloc[0]
     show_md(

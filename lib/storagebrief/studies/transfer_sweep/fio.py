@@ -15,6 +15,7 @@ import os
 import shutil
 import signal
 import subprocess
+from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
@@ -104,17 +105,33 @@ def _escape(path: str) -> str:
     return path.replace("\\", "\\\\").replace(":", "\\:")   # fio splits filename lists on ':'
 
 
-def job_args(filename: Path, rw: str, bs: int, iodepth: int, numjobs: int, engine: str, ramp_s: float,
-             runtime_s: float, size_bytes: int, output: Path, extra: tuple[str, ...] = ()) -> list[str]:
+@dataclass(frozen=True)
+class FioJob:
+    """One point's fio job: the file, the pattern and depth, the timing and where the JSON goes."""
+    filename: Path
+    rw: str
+    bs: int
+    iodepth: int
+    numjobs: int
+    engine: str
+    ramp_s: float
+    runtime_s: float
+    size_bytes: int
+    output: Path
+    extra: tuple[str, ...] = ()
+
+
+def job_args(job: FioJob) -> list[str]:
     """The fio command line of one point (direct I/O, time based, JSON+)."""
-    args = [f"--name=point", f"--filename={_escape(str(filename))}", "--direct=1", f"--ioengine={engine}",
-            f"--rw={rw}", f"--bs={bs}", f"--iodepth={iodepth}", f"--numjobs={numjobs}", "--group_reporting=1",
-            f"--ramp_time={int(round(ramp_s * 1000))}ms", f"--runtime={max(1, int(round(runtime_s * 1000)))}ms",
-            "--time_based=1", f"--size={size_bytes}", "--norandommap=1", "--randrepeat=0",
-            "--output-format=json+", f"--percentile_list={PERCENTILE_LIST}", f"--output={output}"]
-    if rw in ("read", "randread"):
+    args = [f"--name=point", f"--filename={_escape(str(job.filename))}", "--direct=1", f"--ioengine={job.engine}",
+            f"--rw={job.rw}", f"--bs={job.bs}", f"--iodepth={job.iodepth}", f"--numjobs={job.numjobs}",
+            "--group_reporting=1", f"--ramp_time={int(round(job.ramp_s * 1000))}ms",
+            f"--runtime={max(1, int(round(job.runtime_s * 1000)))}ms",
+            "--time_based=1", f"--size={job.size_bytes}", "--norandommap=1", "--randrepeat=0",
+            "--output-format=json+", f"--percentile_list={PERCENTILE_LIST}", f"--output={job.output}"]
+    if job.rw in ("read", "randread"):
         args.append("--readonly")
-    return args + list(extra)
+    return args + list(job.extra)
 
 
 def run_job(args: list[str], timeout_s: float, scope: Scope | None = None, fio: str | None = None) -> dict:

@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import asdict, dataclass
 
 PATHS = ("kvikio", "compat", "host")
 NO_GPU = "no CUDA GPU visible: GPU path not measured"
@@ -49,16 +50,26 @@ def detect() -> dict:
     return {"available": True, "gpus": gpus, "reason": "", **json.loads(res.stdout.strip().splitlines()[-1])}
 
 
-def run_point(path: str, filename: str, bs: int, qd: int, runtime_s: float, ramp_s: float, seed: int,
-              timeout_s: float, preexec=None) -> dict:
+@dataclass(frozen=True)
+class GpuPoint:
+    """One GPU point as the worker process reads it (its JSON argument)."""
+    path: str           # kvikio | compat | host
+    file: str
+    bs: int
+    qd: int
+    runtime_s: float
+    ramp_s: float
+    seed: int
+
+
+def run_point(point: GpuPoint, timeout_s: float, preexec=None) -> dict:
     """One GPU point in a fresh process (joins fio's cgroup the same way through preexec)."""
-    env = {**os.environ, "KVIKIO_COMPAT_MODE": "ON" if path == "compat" else "AUTO"}
-    cfg = {"path": path, "file": filename, "bs": bs, "qd": qd, "runtime_s": runtime_s, "ramp_s": ramp_s,
-           "seed": seed}
-    res = subprocess.run([sys.executable, "-m", __name__, json.dumps(cfg)], capture_output=True, text=True,
-                         env=env, timeout=timeout_s, preexec_fn=preexec)
+    env = {**os.environ, "KVIKIO_COMPAT_MODE": "ON" if point.path == "compat" else "AUTO"}
+    res = subprocess.run([sys.executable, "-m", __name__, json.dumps(asdict(point))], capture_output=True,
+                         text=True, env=env, timeout=timeout_s, preexec_fn=preexec)
     if res.returncode != 0:
-        raise RuntimeError(f"GPU point ({path}, {bs} B, QD {qd}) failed: {res.stderr.strip()[-800:]}")
+        raise RuntimeError(f"GPU point ({point.path}, {point.bs} B, QD {point.qd}) failed: "
+                           f"{res.stderr.strip()[-800:]}")
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 

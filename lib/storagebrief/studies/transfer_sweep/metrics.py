@@ -10,21 +10,93 @@ Each card carries the spread over repeats at the configuration where the delta i
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 
+from ...core.columns import Column
+from ...kit import files as kit_files, runs as kit_runs
 from ...report.headlines import compare
 from . import fio
 
 POINT_KEYS = ["target", "load", "path", "rw", "block_size_bytes", "queue_depth"]
 MATCH = ["rw", "block_size_bytes", "queue_depth"]
+
+
+def _n(name: str, unit: str, meaning: str) -> Column:
+    return Column(name, unit, meaning, "number")
+
+
+def _t(name: str, meaning: str) -> Column:
+    return Column(name, "", meaning, "text")
+
+
+# Every column a run_one row can hold, beyond the engine's and the monitor's (core.columns).
+CONFIG_COLUMNS: tuple[Column, ...] = (
+    _t("load", "idle | busy: the system beside fio"),
+    _t("path", "cpu (fio into host memory) | kvikio | compat | host (the GPU paths)"),
+    _t("engine", "fio's ioengine, or kvikio / pread+cupy on a GPU path"),
+    _t("rw", "fio's rw pattern (randread, read, randwrite, write)"),
+    _n("block_size_bytes", "bytes", "transfer size of one I/O"),
+    _t("block_size_label", "the transfer size as fio writes it (4K, 128K, 1M; K = 1,024 B)"),
+    _n("queue_depth", "", "I/Os in flight = iodepth x numjobs"),
+    _n("iodepth", "", "fio's iodepth per job"),
+    _n("numjobs", "", "fio's job count"),
+    _n("ramp_time_s", "s", "fio's ramp time before measuring"),
+    _n("runtime_s", "s", "fio's measured run time"),
+    _n("file_bytes", "bytes", "size of the preconditioned file fio reads"),
+    Column("throttled", "", "True when fio ran inside the target's throttle cgroup", "bool"),
+    _t("fio_json", "fio's raw JSON+ of the run, relative to the out folder (fio/<run_id>.json)"),
+)
+FIO_COLUMNS: tuple[Column, ...] = (
+    _n("fio_bw_bytes", "B/s", "fio's bw_bytes"),
+    _n("throughput_mb_per_s", "MB/s", "throughput (fio's bw_bytes / 10⁶; GPU path: bytes / elapsed)"),
+    _n("throughput_mib_per_s", "MiB/s", "fio's bw_bytes / 2²⁰"),
+    _n("iops", "IO/s", "I/Os per second"),
+    _n("io_bytes", "bytes", "bytes transferred in the measured time"),
+    _n("total_ios", "", "I/Os completed in the measured time"),
+    _n("fio_runtime_ms", "ms", "fio's own measured run time"),
+    _n("fio_wall_s", "s", "wall time of the fio process"),
+    _n("lat_us_mean", "µs", "mean total latency (submission + completion)"),
+    _n("lat_us_stddev", "µs", "standard deviation of total latency"),
+    _n("lat_us_min", "µs", "smallest total latency"),
+    _n("lat_us_max", "µs", "largest total latency"),
+    _n("clat_us_mean", "µs", "mean completion latency"),
+    _n("clat_us_stddev", "µs", "standard deviation of completion latency"),
+    _n("slat_us_mean", "µs", "mean submission latency"),
+    *(_n(f"clat_us_p{fio.percentile_key(p)}", "µs", f"fio's {p}th percentile of completion latency")
+      for p in fio.PERCENTILES),
+    _n("fio_usr_cpu_percent", "%", "fio's own CPU in user mode"),
+    _n("fio_sys_cpu_percent", "%", "fio's own CPU in the kernel"),
+    *(_n(f"iodepth_level_{'ge64' if b.startswith('>=') else b}_percent", "%",
+         f"share of the run fio had {b} I/Os in flight (iodepth_level)") for b in fio.IODEPTH_BUCKETS),
+    _t("iodepth_reached", "the iodepth_level bucket holding most of the run (the depth actually reached)"),
+)
+LOAD_COLUMNS: tuple[Column, ...] = (
+    _t("load_tool", "the busy load's tool (stress-ng | stressapptest)"),
+    _n("load_cpu_percent_target", "%", "busy.cpu_percent: the CPU share the load was calibrated to"),
+    _n("load_memory_share_percent_target", "%", "busy.memory_bandwidth_percent of the peak"),
+    _n("peak_memory_mb_per_s", "MB/s", "this machine's peak memory bandwidth, measured once per study run"),
+    _n("load_cpu_setting_percent", "%", "stress-ng --cpu-load after calibration"),
+    _n("load_calibrated_cpu_percent", "%", "whole-machine CPU the calibrated load reached without fio"),
+    _n("load_memory_mb_per_s", "MB/s", "memory bandwidth the load moved during the point (its own report)"),
+    _n("load_memory_share_percent", "%", "load_memory_mb_per_s / peak_memory_mb_per_s x 100"),
+    _n("load_cpu_percent", "%", "the load's own usr+sys over all CPUs during the point"),
+    _n("load_wall_s", "s", "wall time the load ran"),
+)
+GPU_COLUMNS: tuple[Column, ...] = (
+    Column("kvikio_compat_mode_preferred", "", "kvikio's report: compat (POSIX) mode preferred", "bool"),
+    Column("kvikio_gds_available", "", "kvikio's report: GDS available in the driver", "bool"),
+    _n("kvikio_gds_threshold_bytes", "bytes", "kvikio's gds_threshold: smaller reads go through POSIX"),
+    _t("gpu_path_ran", "the path that ran, from kvikio's report: gds | kvikio-compat | host-copy"),
+    _n("elapsed_s", "s", "measured time of a GPU point (after the ramp)"),
+)
+COLUMNS: tuple[Column, ...] = CONFIG_COLUMNS + FIO_COLUMNS + LOAD_COLUMNS + GPU_COLUMNS
 # The runs.csv columns this study's brief and arithmetic use unconditionally, and what they hold; the
 # brief's gate (report/inputs.py) refuses a runs.csv without them, so the code below may assume them.
-RUNS_COLUMNS = {"load": "text", "path": "text", "rw": "text", **dict.fromkeys(
-    ("block_size_bytes", "queue_depth", "iodepth", "numjobs", "throughput_mb_per_s", "iops", "lat_us_mean",
-     "clat_us_p99"), "number")}
+REQUIRED = ("load", "path", "rw", "block_size_bytes", "queue_depth", "iodepth", "numjobs", "throughput_mb_per_s",
+            "iops", "lat_us_mean", "clat_us_p99")
+RUNS_COLUMNS = {c.name: c.kind for name in REQUIRED for c in COLUMNS if c.name == name}
 TARGET_METRICS = [("throughput_mb_per_s", "higher", "Throughput, busy system (MB/s)"),
                   ("lat_us_mean", "lower", "Mean latency, busy system (µs)"),
                   ("clat_us_p99", "lower", "p99 latency, busy system (µs)")]
@@ -33,7 +105,7 @@ LOAD_METRICS = [("throughput_mb_per_s", "higher", "Throughput idle vs busy (MB/s
 
 
 def _cpu(frame: pd.DataFrame) -> pd.DataFrame:
-    ok = frame[frame.status == "ok"] if "status" in frame else frame
+    ok = kit_runs.ok_runs(frame)
     return ok[ok.path == "cpu"] if "path" in ok else ok
 
 
@@ -95,22 +167,25 @@ def headlines(frame, target_names: list[str]) -> list[dict]:
     return out
 
 
+def _per_load(g: pd.DataFrame) -> dict:
+    m = g.groupby(MATCH).agg(bw=("throughput_mb_per_s", "mean"), iops=("iops", "mean"))
+    return {"max_throughput_mb_per_s": float(m.bw.max()), "max_iops": float(m.iops.max())}
+
+
 def metrics(frame, target_names: list[str]) -> dict:
-    cpu = _cpu(frame)
-    out: dict = {"runs": int(len(frame))}
-    for (name, load), g in cpu.groupby(["target", "load"]):
-        m = g.groupby(MATCH).agg(bw=("throughput_mb_per_s", "mean"), iops=("iops", "mean"))
-        out.setdefault(name, {})[load] = {"max_throughput_mb_per_s": float(m.bw.max()),
-                                          "max_iops": float(m.iops.max())}
-    out["headlines"] = {h["id"]: h["delta_percent"] for h in headlines(frame, target_names)}
-    return out
+    """{target: {load: maxima over the cpu path's configurations}}: the GPU paths' rows get no load key
+    (`_cpu_load` NaN), and groupby leaves rows with a NaN key out."""
+    if "load" in frame:
+        cpu_load = frame["load"].where(frame["path"] == "cpu") if "path" in frame else frame["load"]
+        frame = frame.assign(_cpu_load=cpu_load)
+    return kit_runs.metrics(frame, target_names, headlines, per_target=_per_load, by=["target", "_cpu_load"])
 
 
 # --------------------------------------------------------------------------- per point
 def points(frame: pd.DataFrame, fio_dir: Path | None) -> pd.DataFrame:
     """One row per point (target, load, path, rw, size, QD): means and sd over repeats, and fio
     latency percentiles recomputed from the repeats' merged histogram bins (fio's rule)."""
-    ok = frame[frame.status == "ok"] if "status" in frame else frame
+    ok = kit_runs.ok_runs(frame)
     rows = []
     for key, g in ok.groupby(POINT_KEYS, sort=False):
         row = dict(zip(POINT_KEYS, key))
@@ -137,8 +212,8 @@ def points(frame: pd.DataFrame, fio_dir: Path | None) -> pd.DataFrame:
 def _merged_bins(g: pd.DataFrame, fio_dir: Path) -> dict[int, int] | None:
     many = []
     for run_id, rw in zip(g.run_id, g.rw):
-        f = Path(fio_dir) / f"{run_id}.json"
-        if not f.exists():
+        doc = kit_files.read_json_or(Path(fio_dir) / f"{run_id}.json")
+        if not doc:
             return None
-        many.append(fio.bins(json.loads(f.read_text()), rw))
+        many.append(fio.bins(doc, rw))
     return fio.merge_bins(many)

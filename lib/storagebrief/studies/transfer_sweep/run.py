@@ -17,15 +17,40 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...core import cgroups, procs, results, targets as targets_mod
 from ...core.config import ParamsError
 from ...core.sweep import Measurement, Point
-from . import dataset, fio, forecast, gpu, load as load_mod, metrics
+from ...kit import space
+from . import STUDY, dataset, fio, forecast, gpu, load as load_mod, metrics
 from .params import TransferSweepParams, size_label
 
-STUDY = "transfer_sweep"
+
+@dataclass(frozen=True)
+class Config:
+    """One point of the sweep: the system's load, the data path, the pattern, transfer size and depth."""
+    load: str                   # idle | busy
+    path: str                   # cpu | kvikio | compat | host
+    rw: str
+    block_size_bytes: int
+    queue_depth: int
+
+    @property
+    def label(self) -> str:
+        return (f"{self.load} {self.rw} {size_label(self.block_size_bytes)} QD {self.queue_depth}"
+                + ("" if self.path == "cpu" else f" GPU {self.path}"))
+
+
+@dataclass
+class TransferState:
+    """sweep.state of this study: what prepare() found and made, read by the runs and close()."""
+    files: dict[str, Path] = field(default_factory=dict)   # target name -> its preconditioned file
+    gpu: dict = field(default_factory=dict)                # gpu.detect(), or why the path is off
+    busy: dict | None = None                               # the peak and the calibrated load; None: no busy load
+    tools: dict = field(default_factory=dict)              # fio binary, version, engines
+    scratch: Path | None = None                            # the load's scratch folder (removed by close())
 
 
 # --------------------------------------------------------------------------- prepare
@@ -49,16 +74,8 @@ def _check_tools(p: TransferSweepParams) -> dict:
 
 def _check_space(p: TransferSweepParams, tlist) -> None:
     """Every target's file fits; targets on one filesystem share its free space."""
-    per_fs: dict[int, int] = {}
-    for t in tlist:
-        need = dataset.needed_bytes(dataset.data_file(t, STUDY), p.file_bytes)
-        probe = t.path
-        while not probe.exists():
-            probe = probe.parent
-        dev = os.stat(probe).st_dev
-        per_fs[dev] = per_fs.get(dev, 0) + need
-        targets_mod.check_free_space(t, per_fs[dev], "the transfer-sweep files of this and earlier targets on "
-                                                     "the same filesystem (transfer_sweep.file_mib)")
+    space.check_space(tlist, lambda t: dataset.needed_bytes(dataset.data_file(t, STUDY.name), p.file_bytes),
+                      "the transfer-sweep file (transfer_sweep.file_mib)")
 
 
 def _check_direct(t, path: Path) -> None:
@@ -76,54 +93,72 @@ def _remove_dead_leftovers(sweep) -> None:
     for line in procs.remove_dead_scratch(sweep.out_dir):
         sweep.log(line)
         sweep.note(line)
-    for stale in (sweep.out_dir / "fio").glob(f".{STUDY}-*.json.tmp"):
+    for stale in (sweep.out_dir / "fio").glob(f".{STUDY.name}-*.json.tmp"):
         stale.unlink(missing_ok=True)
 
 
-def prepare(sweep) -> None:
+def _prepare_files(sweep) -> dict[str, Path]:
+    """The preconditioned file of every target, checked: below the target, O_DIRECT, profile speed."""
     p: TransferSweepParams = sweep.p
-    tools = _check_tools(p)
-    _remove_dead_leftovers(sweep)
-    _check_space(p, sweep.targets)
     files = {}
     for t in sweep.targets:
-        f = dataset.prepare_file(t, STUDY, p.file_bytes, p.seed, sweep.log)
+        f = dataset.prepare_file(t, STUDY.name, p.file_bytes, p.seed, sweep.log)
         if not fio.same_file(f, t.path):
             raise targets_mod.TargetError(f"target '{t.name}': {f} is not a file below {t.path}")
         _check_direct(t, f)
         targets_mod.check_profile_speed(t, [f])
         files[t.name] = f
-    gpu_info = gpu.detect() if p.gpu == "auto" else {"available": False, "reason": "GPU path off (transfer_sweep.gpu)"}
-    if not gpu_info["available"]:
-        sweep.note(gpu_info["reason"])
-    busy = None
-    if "busy" in p.loads:
-        sweep.log(f"measuring peak memory bandwidth and calibrating the busy load ({p.busy.tool})")
-        # the load's log and report: in the out folder, removed by close() (never the system temp folder)
-        scratch = sweep.state["scratch"] = procs.scratch_dir(sweep.out_dir, STUDY)
-        peak = load_mod.measure_peak(p.busy.tool, p.busy.peak_seconds, scratch)
-        settings = load_mod.calibrate(p.busy.tool, p.busy.cpu_percent, p.busy.memory_bandwidth_percent,
-                                      peak["peak_memory_mb_per_s"], p.busy.calibrate_seconds, scratch)
-        busy = {**peak, "settings": settings, "tool": p.busy.tool, "cpus": load_mod.ncpu()}
-        sweep.log(f"peak memory bandwidth {peak['peak_memory_mb_per_s']:,.0f} MB/s; load calibrated to "
-                  f"{settings.get('calibrated_cpu_percent') or float('nan'):.0f} % CPU (target {p.busy.cpu_percent:g} %)")
-    sweep.state.update(files=files, gpu=gpu_info, busy=busy, tools=tools)
-    fio_dir = fio.raw_json_dir(sweep.out_dir)
-    for old in fio_dir.glob(f"{STUDY}-*.json"):
-        old.unlink()
-    results.write_json(sweep.out_dir / "study.json", {
-        "fio_version": tools["fio_version"], "engine": p.engine, "fio_libcufile_listed": tools["fio_libcufile"],
+    return files
+
+
+def _calibrate_busy(sweep, state: TransferState) -> dict:
+    """The machine's peak memory bandwidth and the busy load calibrated against it."""
+    p: TransferSweepParams = sweep.p
+    sweep.log(f"measuring peak memory bandwidth and calibrating the busy load ({p.busy.tool})")
+    # the load's log and report: in the out folder, removed by close() (never the system temp folder)
+    scratch = state.scratch = procs.scratch_dir(sweep.out_dir, STUDY.name)
+    peak = load_mod.measure_peak(p.busy.tool, p.busy.peak_seconds, scratch)
+    settings = load_mod.calibrate(p.busy.tool, p.busy.cpu_percent, p.busy.memory_bandwidth_percent,
+                                  peak["peak_memory_mb_per_s"], p.busy.calibrate_seconds, scratch)
+    sweep.log(f"peak memory bandwidth {peak['peak_memory_mb_per_s']:,.0f} MB/s; load calibrated to "
+              f"{settings.get('calibrated_cpu_percent') or float('nan'):.0f} % CPU (target {p.busy.cpu_percent:g} %)")
+    return {**peak, "settings": settings, "tool": p.busy.tool, "cpus": load_mod.ncpu()}
+
+
+def _study_json(p: TransferSweepParams, state: TransferState) -> dict:
+    return {
+        "fio_version": state.tools["fio_version"], "engine": p.engine,
+        "fio_libcufile_listed": state.tools["fio_libcufile"],
         "queue_depth_split": "queue depth = iodepth x numjobs; " + (
             "psync: iodepth 1, numjobs = queue depth" if p.engine in fio.SYNC_ENGINES else
             f"numjobs = {p.numjobs}, iodepth = queue depth / {p.numjobs}"),
-        "file_bytes": p.file_bytes, "files": {k: str(v) for k, v in files.items()},
-        "gpu": gpu_info, "busy": busy, "percentiles": list(fio.PERCENTILES),
-        "ramp_time_s": p.ramp_time_s, "runtime_s": p.runtime_s, "repeats": p.repeats})
+        "file_bytes": p.file_bytes, "files": {k: str(v) for k, v in state.files.items()},
+        "gpu": state.gpu, "busy": state.busy, "percentiles": list(fio.PERCENTILES),
+        "ramp_time_s": p.ramp_time_s, "runtime_s": p.runtime_s, "repeats": p.repeats}
+
+
+def prepare(sweep) -> None:
+    p: TransferSweepParams = sweep.p
+    state = sweep.state = TransferState()
+    state.tools = _check_tools(p)
+    _remove_dead_leftovers(sweep)
+    _check_space(p, sweep.targets)
+    state.files = _prepare_files(sweep)
+    state.gpu = gpu.detect() if p.gpu == "auto" else {"available": False,
+                                                      "reason": "GPU path off (transfer_sweep.gpu)"}
+    if not state.gpu["available"]:
+        sweep.note(state.gpu["reason"])
+    if "busy" in p.loads:
+        state.busy = _calibrate_busy(sweep, state)
+    fio_dir = fio.raw_json_dir(sweep.out_dir)
+    for old in fio_dir.glob(f"{STUDY.name}-*.json"):
+        old.unlink()
+    results.write_json(sweep.out_dir / "study.json", _study_json(p, state))
 
 
 # --------------------------------------------------------------------------- plan
 def _paths(sweep, rw: str) -> list[str]:
-    info = sweep.state.get("gpu") or {}
+    info = sweep.state.gpu or {}
     return ["cpu"] + (list(gpu.PATHS) if info.get("available") and "read" in rw else [])
 
 
@@ -136,14 +171,15 @@ def plan(sweep) -> list[Point]:
                 for path in _paths(sweep, rw):
                     for bs in p.block_sizes:
                         for qd in p.queue_depths:
-                            label = f"{ld} {rw} {size_label(bs)} QD {qd}" + ("" if path == "cpu" else f" GPU {path}")
-                            out.append(Point((ld, path, rw, bs, qd), r, label))
+                            config = Config(ld, path, rw, bs, qd)
+                            out.append(Point(config, r, config.label))
     return out
 
 
-def run_id(config, target, repeat: int) -> str:
-    ld, path, rw, bs, qd = config
-    return f"{STUDY}-{target.name}-{ld}-{path}-{rw}-{size_label(bs)}-qd{qd}-r{repeat}"
+def run_id(config: Config, target, repeat: int) -> str:
+    c = config
+    return (f"{STUDY.name}-{target.name}-{c.load}-{c.path}-{c.rw}-{size_label(c.block_size_bytes)}"
+            f"-qd{c.queue_depth}-r{repeat}")
 
 
 # --------------------------------------------------------------------------- one run
@@ -171,75 +207,108 @@ def _busy_columns(busy: dict | None, p: TransferSweepParams) -> dict:
             "load_cpu_setting_percent": s.get("cpu_load"), "load_calibrated_cpu_percent": s.get("calibrated_cpu_percent")}
 
 
-def run_one(run, config) -> Measurement:
-    ld, path, rw, bs, qd = config
+@dataclass(frozen=True)
+class Attempt:
+    """One run of one point, as run_one set it up for _measure."""
+    run: object                 # core.sweep.Run
+    config: Config
+    file: Path                  # the target's preconditioned file
+    tmp: Path                   # fio's JSON while it writes
+    final: Path                 # fio's JSON once the run measured (fio/<run_id>.json)
+    busy: dict | None           # the calibrated load on a busy point
+    scope: procs.Scope
+    iodepth: int
+    numjobs: int
+    timeout: float
+
+
+def _config_columns(c: Config, p: TransferSweepParams, a: Attempt, throttled: bool) -> dict:
+    return {"load": c.load, "path": c.path, "rw": c.rw, "block_size_bytes": c.block_size_bytes,
+            "block_size_label": size_label(c.block_size_bytes), "queue_depth": c.queue_depth,
+            "iodepth": a.iodepth, "numjobs": a.numjobs, "ramp_time_s": p.ramp_time_s,
+            "runtime_s": p.runtime_s, "file_bytes": p.file_bytes, "throttled": throttled,
+            **_busy_columns(a.busy, p)}
+
+
+def run_one(run, config: Config) -> Measurement:
     t, p = run.target, run.p
-    sweep = run.sweep
-    f = sweep.state["files"][t.name]
+    state: TransferState = run.sweep.state
+    f = state.files[t.name]
     run.cold_cache([f])
-    if path == "cpu":
+    if config.path == "cpu":
         fio.warm_code(data=f)
     scope = _run_scope(run)
     group = scope.group if scope.group is not None and scope.group.io else None
-    iodepth, numjobs = fio.split_queue_depth(qd, p.numjobs, p.engine)
-    final = fio.raw_json_dir(sweep.out_dir) / f"{run.run_id}.json"
-    tmp = final.with_name(f".{final.name}.tmp")
-    busy = sweep.state["busy"] if ld == "busy" else None
-    timeout = p.ramp_time_s + p.runtime_s + 120
-    row = {"load": ld, "path": path, "rw": rw, "block_size_bytes": bs, "block_size_label": size_label(bs),
-           "queue_depth": qd, "iodepth": iodepth, "numjobs": numjobs, "ramp_time_s": p.ramp_time_s,
-           "runtime_s": p.runtime_s, "file_bytes": p.file_bytes, "throttled": group is not None,
-           **_busy_columns(busy, p)}
+    iodepth, numjobs = fio.split_queue_depth(config.queue_depth, p.numjobs, p.engine)
+    final = fio.raw_json_dir(run.sweep.out_dir) / f"{run.run_id}.json"
+    attempt = Attempt(run, config, f, final.with_name(f".{final.name}.tmp"), final,
+                      state.busy if config.load == "busy" else None, scope, iodepth, numjobs,
+                      p.ramp_time_s + p.runtime_s + 120)
+    row = _config_columns(config, p, attempt, group is not None)
     try:
         try:
-            return _measure(run, row, config, f, tmp, final, busy, scope, iodepth, numjobs, timeout)
+            return _measure(attempt, row)
         finally:
             scope.close()                # nothing of fio (or the GPU path) outlives its point
     except BaseException:
-        tmp.unlink(missing_ok=True)      # an interrupted run leaves no row and no JSON
+        attempt.tmp.unlink(missing_ok=True)      # an interrupted run leaves no row and no JSON
         raise
 
 
-def _measure(run, row, config, f, tmp, final, busy, scope, iodepth, numjobs, timeout) -> Measurement:
-    ld, path, rw, bs, qd = config
-    p = run.p
+def _start_load(a: Attempt) -> load_mod.Load:
+    p = a.run.p
+    running = load_mod.start(a.busy["tool"], a.busy["settings"], p.busy.settle_s + a.timeout,
+                             a.run.sweep.state.scratch)
+    time.sleep(p.busy.settle_s)
+    if running.proc.poll() is not None:
+        raise load_mod.LoadError(f"the busy load exited early: {running.output()[-500:]}")
+    return running
+
+
+def _run_fio(a: Attempt) -> dict:
+    """One fio job on the cpu path: fio's parsed numbers and its wall time."""
+    p, c = a.run.p, a.config
+    args = fio.job_args(fio.FioJob(a.file, c.rw, c.block_size_bytes, a.iodepth, a.numjobs, p.engine,
+                                   p.ramp_time_s, p.runtime_s, p.file_bytes, a.tmp))
+    t0 = time.perf_counter()
+    doc = fio.run_job(args, a.timeout, a.scope)
+    wall = time.perf_counter() - t0
+    a.run.stop_clock()
+    return {"engine": p.engine, "fio_wall_s": wall, **fio.parse(doc, c.rw)}
+
+
+def _run_gpu(a: Attempt) -> dict:
+    """One GPU point (kvikio, compat or host) in a fresh process inside the run's scope."""
+    p, c = a.run.p, a.config
+    point = gpu.GpuPoint(c.path, str(a.file), c.block_size_bytes, c.queue_depth, p.runtime_s, p.ramp_time_s, p.seed)
+    res = gpu.run_point(point, a.timeout, a.scope.preexec())
+    a.run.stop_clock()
+    return {"engine": "kvikio" if c.path != "host" else "pread+cupy", **res}
+
+
+def _measure(a: Attempt, row: dict) -> Measurement:
     running = None
     try:
-        if busy is not None:
-            running = load_mod.start(busy["tool"], busy["settings"], p.busy.settle_s + timeout,
-                                     run.sweep.state["scratch"])
-            time.sleep(p.busy.settle_s)
-            if running.proc.poll() is not None:
-                raise load_mod.LoadError(f"the busy load exited early: {running.output()[-500:]}")
-        run.start_clock()
-        if path == "cpu":
-            args = fio.job_args(f, rw, bs, iodepth, numjobs, p.engine, p.ramp_time_s, p.runtime_s, p.file_bytes, tmp)
-            t0 = time.perf_counter()
-            doc = fio.run_job(args, timeout, scope)
-            wall = time.perf_counter() - t0
-            run.stop_clock()
-            row.update(engine=p.engine, fio_wall_s=wall, **fio.parse(doc, rw))
-        else:
-            res = gpu.run_point(path, str(f), bs, qd, p.runtime_s, p.ramp_time_s, p.seed, timeout, scope.preexec())
-            run.stop_clock()
-            row.update(engine="kvikio" if path != "host" else "pread+cupy", **res)
+        if a.busy is not None:
+            running = _start_load(a)
+        a.run.start_clock()
+        row.update(_run_fio(a) if a.config.path == "cpu" else _run_gpu(a))
     finally:
-        run.stop_clock()
+        a.run.stop_clock()
         if running is not None:
             running.stop()
-            row.update(load_mod.measured(running, busy["peak_memory_mb_per_s"]))
+            row.update(load_mod.measured(running, a.busy["peak_memory_mb_per_s"]))
             running.cleanup_files()
-    if path == "cpu":
-        tmp.rename(final)
-        row["fio_json"] = f"fio/{final.name}"
-    row["status"] = "ok"
+    if a.config.path == "cpu":
+        a.tmp.rename(a.final)
+        row["fio_json"] = f"fio/{a.final.name}"
     return Measurement(row)
 
 
 # --------------------------------------------------------------------------- close
 def close(sweep) -> None:
     """Always runs last (also after an exception, SIGTERM or Ctrl-C): the scratch folder goes."""
-    procs.remove_scratch(sweep.state.get("scratch"))
+    procs.remove_scratch(getattr(sweep.state, "scratch", None))   # a plain {} when prepare() never began
 
 
 # --------------------------------------------------------------------------- finish

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from storagebrief import studies
-from storagebrief.core import config, leftovers
+from storagebrief.core import columns, config, leftovers
 from storagebrief.studies.transfer_sweep import fio, forecast, gpu, load, metrics
 from storagebrief.studies.transfer_sweep import run as ts_run
 from conftest import REPO, process_alive
@@ -32,8 +32,8 @@ def _file(tmp_path: Path, mib: int = 8) -> Path:
 
 
 def _job(f: Path, out: Path, bs: int = 4096, qd: int = 4, runtime: float = 0.3) -> dict:
-    args = fio.job_args(f, "randread", bs, qd, 1, "psync" if qd == 1 else "io_uring", 0.05, runtime,
-                        f.stat().st_size, out)
+    args = fio.job_args(fio.FioJob(f, "randread", bs, qd, 1, "psync" if qd == 1 else "io_uring", 0.05, runtime,
+                                   f.stat().st_size, out))
     return fio.run_job(args, 60)
 
 
@@ -222,6 +222,7 @@ def _cli(tmp_path: Path, *extra, ts: dict | None = None, env=None):
                           text=True, env={**os.environ, "PYTHONPATH": str(REPO / "lib"), **(env or {})}, timeout=300)
 
 
+@pytest.mark.e2e
 def test_missing_tools_and_no_space_are_refused_before_any_work(tmp_path):
     # PATH without fio / stress tools
     empty = tmp_path / "bin"
@@ -258,6 +259,8 @@ def tiny_run(tmp_path_factory):
     return tmp / "out"
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_tiny_run_outputs(tiny_run):
     runs = pd.read_csv(tiny_run / "runs.csv")
     assert len(runs) == 2 * 2 * 2 * 2 and set(runs.load) == {"idle", "busy"}
@@ -279,6 +282,20 @@ def test_tiny_run_outputs(tiny_run):
     assert all(h["spread_percent"] is not None for h in hs)
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_tiny_run_declares_every_column(tiny_run):
+    """Every runs.csv column is declared (engine, monitor or the study's COLUMNS), and the brief's
+    required columns are among the study's."""
+    runs = pd.read_csv(tiny_run / "runs.csv")
+    assert columns.undeclared(runs.columns, columns.ENGINE_COLUMNS, columns.MONITOR_COLUMNS, metrics.COLUMNS) == []
+    assert set(metrics.RUNS_COLUMNS) <= {c.name for c in metrics.COLUMNS}
+    schema = json.loads((tiny_run / columns.SCHEMA_FILE).read_text())
+    assert {c["name"] for c in schema["columns"] if c["source"] == "study"} == {c.name for c in metrics.COLUMNS}
+
+
+@pytest.mark.privileged      # an emulated target: its throttle cgroup
+@pytest.mark.e2e
 @pytest.mark.skipif(load.tool_binary("stress-ng") is None, reason="stress-ng is not installed")
 def test_sigterm_during_a_busy_point_leaves_no_row_stressor_or_cgroup(tmp_path):
     f = tmp_path / "params.yaml"
