@@ -294,3 +294,13 @@ def test_brief_from_elsewhere_with_params(project):
     page, res = brief(Path("/tmp"), "--params", str(project / "params.yaml"))
     assert_brief(page)
     assert Path(re.search(r"wrote (\S+)", res.stdout).group(1)) == project / "reports" / "brief.html"
+
+
+def test_a_run_table_from_a_newer_storagebrief_could_not_be_read(tmp_path):
+    from storagebrief.core import columns
+    from storagebrief.report import inputs
+    d = write_study(tmp_path / "reports", "preprocess", preprocess_rows(), tmp_path)
+    assert inputs.read_study("preprocess", d).ok
+    (d / columns.SCHEMA_FILE).write_text(json.dumps({"schema_version": columns.RUNS_SCHEMA_VERSION + 1}))
+    s = inputs.read_study("preprocess", d)
+    assert not s.ok and "update storagebrief" in s.problem

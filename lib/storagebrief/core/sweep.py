@@ -62,7 +62,7 @@ class Sweep:
         self.study, self.params, self.out_dir, self.log = study, params, Path(out_dir), log
         self.p = params.section(study.name)
         self.targets: list[targets_mod.Target] = targets_mod.resolve_all(params, create=True)
-        self.state: dict[str, Any] = {}
+        self.state: Any = {}            # the study's own state (a dataclass its prepare() sets)
         self.notes: list[str] = []
         self.table: results.RunTable | None = None
         self.tables: dict[str, list[dict]] = {}
