@@ -74,6 +74,21 @@ def wait_for(pred, timeout: float = 60.0) -> bool:
     return False
 
 
+def tracked_copy(dest: Path) -> Path:
+    """The working tree's tracked files (as they are now) in a fresh git repository at `dest`."""
+    import subprocess
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
+    for name in filter(None, files.decode().split("\0")):
+        src = REPO / name
+        if src.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
+    for cmd in (["git", "init", "-q"], ["git", "add", "-A"],
+                ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "copy"]):
+        subprocess.run(cmd, cwd=dest, check=True, capture_output=True)
+    return dest
+
+
 def base_params(tmp: Path, **preprocess) -> dict:
     pp = {"image_count": 6, "image_counts": [3], "processes": [1, 2], "image_width": 320,
           "image_height": 240, "num_classes": 3, "resize_width": 32, "resize_height": 32, "repeats": 1}

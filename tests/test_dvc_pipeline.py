@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import tracked_copy
 
 DVC = [sys.executable, "-m", "dvc"]
 
@@ -19,20 +18,6 @@ def _dvc(repo: Path, *args: str) -> str:
     out = subprocess.run([*DVC, *args], cwd=repo, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr + out.stdout
     return out.stdout
-
-
-def _tracked_copy(dest: Path) -> Path:
-    """The working tree's tracked files (as they are now), in a fresh git repository."""
-    files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
-    for name in filter(None, files.decode().split("\0")):
-        src = REPO / name
-        if src.is_file():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / name)
-    for cmd in (["git", "init", "-q"], ["git", "add", "-A"],
-                ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "copy"]):
-        subprocess.run(cmd, cwd=dest, check=True, capture_output=True)
-    return dest
 
 
 def _placeholder_outs(repo: Path) -> list[str]:
@@ -53,7 +38,7 @@ def _placeholder_outs(repo: Path) -> list[str]:
 
 @pytest.mark.e2e
 def test_a_change_to_report_headlines_reruns_every_study_stage_and_the_brief(tmp_path):
-    repo = _tracked_copy(tmp_path / "repo")
+    repo = tracked_copy(tmp_path / "repo")
     stages = _placeholder_outs(repo)
     _dvc(repo, "commit", "-f", "-q")                       # dvc.lock: every stage as if just run
     assert json.loads(_dvc(repo, "status", "--json") or "{}") == {}, "after commit nothing should be stale"

@@ -9,6 +9,8 @@ run's changes (merged over params.yaml, after the paper overlay, validated befor
 """
 from __future__ import annotations
 
+import importlib
+
 import re
 from pathlib import Path
 
@@ -174,6 +176,64 @@ def show_runs(frame: pd.DataFrame, columns: list[str], caption: str = "") -> Non
     show_table(table, caption=caption or f"{len(frame)} measured runs (runs.csv)")
 
 
+NOTEBOOK_TEMPLATE = """\
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # {number} — {title}
+#
+# {about}
+#
+# The same study runs without Jupyter: `storagebrief {command} --out DIR`.
+#
+# **Run All** runs it with `params.yaml`'s knobs; change any of them in the parameters cell below. Results go to a new folder `reports/runs/<time>/{name}/` (the pipeline's `reports/{name}/` belongs to `dvc repro`).
+
+# %% tags=["parameters"]
+# This study's knobs: params.yaml's `{name}:` section. A value changed here applies to this notebook's
+# runs (merged over params.yaml, validated before any work); change params.yaml for `dvc repro` too.
+{knobs}
+targets = None     # None: params.yaml's targets; or a list like params.yaml's (name, path, profile)
+out_dir = None     # None: a new reports/runs/<time>/{name}/ (dvc repro passes reports/{name})
+progress = "auto"  # a bar in JupyterLab; "lines": one line per run
+
+# %%
+from storagebrief import notebook, report
+
+runs = notebook.run_study("{name}", {name}, targets=targets, out_dir=out_dir, progress=progress)
+
+# %% [markdown]
+# ## Runs
+# One row per measured run (`runs.csv`; every column is described in `runs.schema.json`).
+
+# %%
+notebook.show_runs(runs, {columns!r})
+
+# %% [markdown]
+# ## Results
+# The same tables, figures and analysis that the brief shows.
+
+# %%
+report.study_section("{name}", runs.attrs["out_dir"])
+"""
+
+
+def new_notebook(study, params_file: str | Path) -> str:
+    """A new study's notebook (Jupytext percent), thin: parameters cell, run_study, the runs table
+    (the first columns its metrics room declares), its brief section."""
+    declared = [c.name for c in getattr(study.room("metrics"), "COLUMNS", ()) if "*" not in c.name]
+    about = (importlib.import_module(study.package).__doc__ or study.title).strip().replace("\n", "\n# ")
+    return NOTEBOOK_TEMPLATE.format(number=Path(study.notebook).name[:2], title=study.title, about=about,
+                                    command=study.command, name=study.name,
+                                    knobs=knobs_cell(study.name, params_file),
+                                    columns=["target", "repeat", *declared[:6], "cache_method"])
+
+
 def knobs_cell(name: str, params_file: str | Path) -> str:
     """The parameters cell of a study's notebook, written from params.yaml's section with its
     comments (`storagebrief notebooks --write` keeps the notebooks equal to params.yaml)."""
@@ -255,6 +315,11 @@ def sync_knobs(root: str | Path | None = None, write: bool = False) -> list[str]
     differing = []
     for study in studies.REGISTRY.values():
         path = root / study.notebook
+        if not path.exists():          # a new study: its notebook starts from the template
+            differing.append(str(path.relative_to(root)))
+            if write:
+                path.write_text(new_notebook(study, root / "params.yaml"))
+            continue
         text = path.read_text()
         block = re.search(rf"^{study.name} = (dict\(|\{{)\n.*?^(\)|\}})$", text, flags=re.M | re.S)
         if block is None:

@@ -1,23 +1,35 @@
 """The registry of studies: the CLI, params validation, the brief, DVC and the tests all read it.
 
-Adding a study = a package here (its rooms: params, dataset, run, metrics, brief and its
-workers; see core/study.py) + its entry below + notebooks/NN_<name>.ipynb + its DVC stage
-(tests/test_registry.py fails until dvc.yaml agrees). Studies import core and formats,
-never each other.
+Every package here with a `STUDY` record in its __init__.py is a study; they are found, not
+listed, and ordered by their numbered notebook (notebooks/NN_<name>.py), which is the order of
+the brief's sections. Adding a study: README.md, "Adding a study". Studies import core, formats,
+report and kit, never each other. A study's __init__ imports only core.study, so reading the
+registry never imports TensorFlow (the rooms load on first use).
 """
 from __future__ import annotations
 
+import importlib
+import pkgutil
+
 from ..core import config
 from ..core.study import Study
-from .emulate import STUDY as _emulate
-from .preprocess import STUDY as _preprocess
-from .stream_inference import STUDY as _stream_inference
-from .train_resnet50 import STUDY as _train_resnet50
-from .transfer_sweep import STUDY as _transfer_sweep
 
-# Brief order: the order sections appear in the brief.
-REGISTRY: dict[str, Study] = {s.name: s for s in (_preprocess, _emulate, _train_resnet50,
-                                                   _transfer_sweep, _stream_inference)}
+
+def _discover() -> dict[str, Study]:
+    found = []
+    for info in pkgutil.iter_modules(__path__):
+        if info.ispkg:
+            study = getattr(importlib.import_module(f"{__name__}.{info.name}"), "STUDY", None)
+            if isinstance(study, Study):
+                if study.name != info.name:
+                    raise ImportError(f"study package '{info.name}' declares STUDY.name '{study.name}'; "
+                                      "they must be the same (params section, reports/<name>/, DVC stage)")
+                found.append(study)
+    return {s.name: s for s in sorted(found, key=lambda s: (s.notebook, s.name))}
+
+
+# Brief order: the order sections appear in the brief (= the notebooks' numbers).
+REGISTRY: dict[str, Study] = _discover()
 
 for _study in REGISTRY.values():
     config.register_section(_study.name, _study.params_model)
