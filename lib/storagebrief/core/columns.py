@@ -44,6 +44,16 @@ ENGINE_COLUMNS: tuple[Column, ...] = (
     Column("failure_reason", "", "why a run failed or was not run; empty for ok runs", "text"),
 )
 
+# The engine columns every run table has had since schema 1: what a reader may require of any runs.csv.
+REQUIRED_COLUMNS: tuple[str, ...] = ("study", "run_id", "target", "repeat", "started_at", "cache_method")
+
+
+def kinds(names, declared: tuple[Column, ...] = ENGINE_COLUMNS) -> dict[str, str]:
+    """name -> kind ("text" | "number" | "bool") for `names`, from their declarations."""
+    by_name = {c.name: c.kind for c in declared}
+    return {n: by_name[n] for n in names}
+
+
 MONITOR_COLUMNS: tuple[Column, ...] = (
     Column("monitor_interval_s", "s", "sampling interval of the device/CPU monitor"),
     Column("monitor_samples", "", "monitor intervals in the run"),

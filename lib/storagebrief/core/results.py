@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pandas as pd
 
-COMMON_COLUMNS = ("study", "run_id", "target", "repeat", "started_at", "cache_method")
+from .columns import REQUIRED_COLUMNS as COMMON_COLUMNS  # every runs.csv has them (one list: core.columns)
+from .columns import RUNS_SCHEMA_VERSION, SCHEMA_FILE
 
 
 class SchemaError(ValueError):
@@ -105,8 +106,6 @@ class RunTable:
 def check_schema_version(runs_path: Path) -> int:
     """The run table's schema version from its sidecar (1 when there is none: written before it
     existed); a table from a newer storagebrief is refused rather than misread."""
-    from .columns import RUNS_SCHEMA_VERSION, SCHEMA_FILE
-
     sidecar = Path(runs_path).with_name(SCHEMA_FILE)
     if not sidecar.is_file():
         return 1

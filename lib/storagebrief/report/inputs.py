@@ -22,16 +22,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..core import results
+from ..core import columns, results
 from ..studies import REGISTRY
 
 RUNS = "runs.csv"
 STATUS = "status.json"
 # Read by the brief for every study, beside the study's own brief_inputs.
 ENGINE_FILES = ("inventory.json", "notes.json", "metrics.json", "characterization.csv", STATUS)
-# Kinds of the columns every runs.csv has (results.COMMON_COLUMNS).
-COMMON_KINDS = {"study": "text", "run_id": "text", "target": "text", "repeat": "number", "started_at": "text",
-                "cache_method": "text"}
+# Kinds of the columns every runs.csv has (core.columns: REQUIRED_COLUMNS, declared in ENGINE_COLUMNS).
+COMMON_KINDS = columns.kinds(columns.REQUIRED_COLUMNS)
 
 
 class Unreadable(ValueError):
