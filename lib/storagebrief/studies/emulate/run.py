@@ -49,7 +49,7 @@ from .params import EmulateParams
 
 # Test hook, None in use: keys merged into every run's accelerator config, e.g.
 # {"fail_rank": 1, "fail_at_step": 3} makes accelerator 1 exit at step 3
-# (tests/test_emulate.py sets it with monkeypatch to check failure handling).
+# (tests/studies/emulate/test_emulate.py sets it with monkeypatch to check failure handling).
 FAULT: dict | None = None
 
 
