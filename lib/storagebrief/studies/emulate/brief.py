@@ -2,12 +2,13 @@
 limited each run, latency."""
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import pandas as pd
 
+from ...kit.figures import metric_vs
+from ...kit.files import read_csv_or_none, read_json_or
 from ...report.display import analysis, fmt_s, show_figure, show_md, show_table, style
 from .metrics import LAT_BINS_PER_DECADE, days_saved_table, drive_columns, figures, supported
 
@@ -17,8 +18,7 @@ def section(study_dir: Path, frame, names: list[str]) -> None:
 
     style()
     study_dir = Path(study_dir)
-    desc_path = study_dir / "study.json"
-    desc = json.loads(desc_path.read_text()) if desc_path.exists() else {}
+    desc = read_json_or(study_dir / "study.json")
     _what_ran(frame, desc)
     _hosts(study_dir, frame)
     _workload_table(frame)
@@ -60,10 +60,11 @@ def _what_ran(frame, desc: dict) -> None:
 
 def _hosts(study_dir: Path, frame) -> None:
     """Where the accelerators ran: one row per client host when more than one host took part."""
-    path = study_dir / "hosts.csv"
-    if "hosts" not in frame or int(frame.hosts.max()) <= 1 or not path.exists():
+    if "hosts" not in frame or int(frame.hosts.max()) <= 1:
         return
-    h = pd.read_csv(path)
+    h = read_csv_or_none(study_dir / "hosts.csv")
+    if h is None:
+        return
     tab = h.groupby(["workload", "target", "accelerators", "host"], as_index=False).agg(
         ranks=("accelerators", "size"), mb=("loader_read_mb_per_s", "mean"), cpu=("client_cpu_s_per_gb", "mean"),
         au=("au_own_percent_mean", "mean"))
@@ -108,7 +109,6 @@ def _workload_table(frame) -> None:
 def _six_tests(frame, w: str, g, names: list[str], palette: dict) -> None:
     """The KIOXIA brief's tests 1–6 for one workload, as two rows of three bar charts."""
     import matplotlib.pyplot as plt
-    import seaborn as sns
 
     figs = figures(frame)
     for part, items in ((1, figs[:3]), (2, figs[3:])):
@@ -117,8 +117,7 @@ def _six_tests(frame, w: str, g, names: list[str], palette: dict) -> None:
             if col not in g:
                 ax.set_visible(False)
                 continue
-            sns.barplot(data=g, x="accelerators", y=col, hue="target", hue_order=names, palette=palette,
-                        errorbar="sd", ax=ax)
+            metric_vs(ax, g, "accelerators", col, names, kind="bar", palette=palette)
             ax.set(xlabel="accelerators", ylabel=unit, title=f"{title}\n({hint})")
             ax.title.set_fontsize(9.5)
             if col == "au_percent":
@@ -240,11 +239,8 @@ def _latency_histogram(study_dir: Path, palette: dict) -> None:
     """Per-read latency distribution at the largest accelerator count (latency_histograms.csv)."""
     import matplotlib.pyplot as plt
 
-    hist_path = study_dir / "latency_histograms.csv"
-    if not hist_path.exists():
-        return
-    h = pd.read_csv(hist_path)
-    if h.empty:
+    h = read_csv_or_none(study_dir / "latency_histograms.csv")
+    if h is None:
         return
     nmax = int(h.accelerators.max())
     sub = h[h.accelerators == nmax].groupby(["workload", "target", "bin_lo_us", "bin_hi_us"],

@@ -18,17 +18,89 @@ import math
 import numpy as np
 import pandas as pd
 
+from ...core.columns import Column
+from ...kit import runs
 from ...report.headlines import versus_reference
 from .limits import client_cpu_columns, plain_records, supported
 
 LAT_BINS_PER_DECADE = 20
 LAT_EDGES_US = np.logspace(0, 8, 8 * LAT_BINS_PER_DECADE + 1)   # 1 us .. 100 s
-# The runs.csv columns this study's brief and arithmetic use unconditionally, and what they hold; the
+# Every column this study's rows can hold, beyond the engine's and the monitor's (core.columns).
+COLUMNS: tuple[Column, ...] = (
+    Column("workload", "", "DLIO workload (unet3d, resnet50, cosmoflow, ... or a custom one)", "text"),
+    Column("accelerator_type", "", "emulated accelerator (v100, a100, h100): its compute time per batch", "text"),
+    Column("accelerators", "", "emulated accelerators in the run (N)"),
+    Column("launcher", "", "fork: processes on this host; mpi: MPI ranks on mpirun's hosts", "text"),
+    Column("hosts", "", "client hosts the accelerators ran on"),
+    Column("dataset_sizing", "", "how the page cache was kept out of the measurement", "text"),
+    Column("memory_limit_bytes", "bytes", "the page-cache cap (memory cgroup limit); empty: not capped"),
+    Column("odirect", "", "reads bypassed the page cache (O_DIRECT)", "bool"),
+    Column("num_files", "", "files in the workload's dataset"),
+    Column("dataset_bytes", "bytes", "bytes of the workload's dataset"),
+    Column("sample_bytes_mean", "bytes", "mean bytes of one sample"),
+    Column("batch_size", "", "samples per batch per accelerator"),
+    Column("compute_s", "s", "emulated compute time per batch"),
+    Column("epochs", "", "passes over the dataset"),
+    Column("steps_per_epoch", "", "synchronous steps per epoch"),
+    Column("steps", "", "synchronous steps in the run"),
+    Column("read_threads", "", "loader read threads per accelerator"),
+    Column("prefetch", "", "batches prefetched per read thread"),
+    Column("read_block_bytes", "bytes", "size of one read call"),
+    Column("readahead", "", "kernel readahead left on for the dataset files", "bool"),
+    Column("demand_mb_per_s_per_accelerator", "MB/s", "read rate one accelerator needs to stay busy"),
+    Column("demand_samples_per_s", "samples/s", "samples per second N accelerators consume when never waiting"),
+    Column("cgroup_read_kib_per_request_au_window", "KiB", "mean device request of the run's cgroup in the AU window"),
+    Column("cgroup_read_mb_per_s_au_window", "MB/s", "the run's own device reads in the AU window (cgroup counters)"),
+    Column("throttle_cap_mb_per_s", "MB/s", "read rate the throttle allows at that request size; empty: unthrottled"),
+    Column("throttle_au_bound_percent", "%", "AU the throttle allows: min(100, cap / (N x demand))"),
+    Column("au_threshold_percent", "%", "the workload's AU threshold (MLPerf Storage)"),
+    Column("au_pass", "", "au_percent at or above the threshold", "bool"),
+    Column("au_percent", "%", "accelerator utilization: compute / wall time over the AU window"),
+    Column("au_percent_overhead_removed", "%", "AU with the emulator's own delays removed (not the figure)"),
+    Column("au_window_steps", "", "steps AU covers"),
+    Column("au_warmup_steps", "", "steps left out of AU at the start"),
+    Column("au_drain_steps", "", "steps left out of AU at the end"),
+    Column("au_own_percent_min", "%", "lowest per-accelerator AU from its own data waits"),
+    Column("au_own_percent_mean", "%", "mean per-accelerator AU from its own data waits"),
+    Column("total_time_s", "s", "time from the start to the last step's end"),
+    Column("measured_time_s", "s", "wall time of the AU window"),
+    Column("samples", "", "samples consumed by all accelerators"),
+    Column("samples_per_s", "samples/s", "training sample throughput over the AU window"),
+    Column("compute_overshoot_s_total", "s", "sleep overshoot of the emulated compute, all accelerators"),
+    Column("compute_overshoot_us_mean", "µs", "mean sleep overshoot per step and accelerator"),
+    Column("barrier_release_s_total", "s", "barrier release latency, all steps"),
+    Column("emulator_overhead_s", "s", "the emulator's own delays in the AU window (counted in AU)"),
+    Column("data_wait_s_total", "s", "time the accelerators waited for a batch, summed"),
+    Column("loader_bytes", "bytes", "bytes the loaders read"),
+    Column("loader_read_mb_per_s", "MB/s", "loader read rate (10^6 B) over the run"),
+    Column("loader_read_mib_per_s", "MiB/s", "loader read rate (2^20 B) over the run"),
+    Column("reads", "", "read calls of the loaders"),
+    Column("read_latency_us_*", "µs", "per read call latency as the loaders saw it: _mean, _p50, _p90, _p99, _max"),
+    Column("checkpoints", "", "checkpoints written"),
+    Column("checkpoint_s_total", "s", "time spent writing checkpoints, all accelerators"),
+    Column("client_cpu_s", "s", "user + system CPU seconds of the accelerator processes"),
+    Column("client_cpu_s_per_step", "s", "client CPU seconds per synchronous step"),
+    Column("client_cpu_s_per_gb", "s", "client CPU seconds per 10^9 bytes read"),
+    Column("client_cores", "", "CPUs the accelerators may run on"),
+    Column("client_cpu_percent_of_cores", "%", "client CPU time as a share of those CPUs over the run"),
+    Column("limited_by", "", "what limited the run: storage, client or none (limits.py)", "text"),
+    Column("limited_by_reason", "", "the evidence for limited_by, in words", "text"),
+    Column("cgroup_read_bytes", "bytes", "the run's own device reads (cgroup counters)"),
+    Column("cgroup_read_requests", "", "the run's own device read requests"),
+    Column("cgroup_read_kib_per_request", "KiB", "mean device request of the run's cgroup"),
+    Column("cgroup_read_mb_per_s", "MB/s", "the run's own device read rate over the run"),
+    Column("cgroup_read_mb_per_s_max", "MB/s", "largest sampling interval of that rate"),
+    Column("device_bytes_per_loader_byte", "", "cgroup device bytes per byte the loaders read"),
+    Column("memory_peak_bytes", "bytes", "peak memory of the run's cgroup (page cache included)"),
+    Column("memory_failcnt", "", "times the cgroup hit its memory limit"),
+    Column("oom_kills", "", "processes of the cgroup killed for memory"),
+)
+# The runs.csv columns this study's brief and arithmetic use unconditionally (kind: text / number); the
 # brief's gate (report/inputs.py) refuses a runs.csv without them, so the code below may assume them.
-RUNS_COLUMNS = {"workload": "text", **dict.fromkeys(
-    ("accelerators", "steps", "epochs", "num_files", "dataset_bytes", "batch_size", "compute_s", "read_threads",
-     "prefetch", "au_percent", "au_threshold_percent", "samples_per_s", "total_time_s",
-     "demand_mb_per_s_per_accelerator", "loader_read_mb_per_s"), "number")}
+REQUIRED = ("workload", "accelerators", "steps", "epochs", "num_files", "dataset_bytes", "batch_size", "compute_s",
+            "read_threads", "prefetch", "au_percent", "au_threshold_percent", "samples_per_s", "total_time_s",
+            "demand_mb_per_s_per_accelerator", "loader_read_mb_per_s")
+RUNS_COLUMNS = {n: "text" if c.kind == "text" else "number" for n in REQUIRED for c in COLUMNS if c.name == n}
 
 
 # --------------------------------------------------------------------------- one run
@@ -227,25 +299,25 @@ def headlines(frame, target_names: list[str]) -> list[dict]:
 def metrics(frame, target_names: list[str]) -> dict:
     """metrics.json: per workload and target, accelerators supported (a number the storage earned, or
     "client-limited at N") and what limited it; the headlines."""
-    out: dict = {"runs": int(len(frame))}
-    sup = supported(frame)
-    for (w, t), g in frame.groupby(["workload", "target"]):
+    sup = supported(runs.ok_runs(frame))
+
+    def entry(g) -> dict:
         cols = [c for c in ("au_percent", "samples_per_s", "loader_read_mb_per_s") if c in g]
         means = g.groupby("accelerators")[cols].mean()
-        s = sup[(sup.workload == w) & (sup.target == t)].iloc[0]
+        s = sup[(sup.workload == g.workload.iloc[0]) & (sup.target == g.target.iloc[0])].iloc[0]
         n = s.accelerators_supported
-        entry = {"accelerators_supported": int(n) if not pd.isna(n) else str(s.accelerators_supported_text),
-                 "supported_limited_by": str(s.supported_limited_by),
-                 "au_percent_at_max_accelerators": float(means.au_percent.iloc[-1]),
-                 "max_samples_per_s": float(means.samples_per_s.max()),
-                 "max_loader_read_mb_per_s": float(means.loader_read_mb_per_s.max())}
+        out = {"accelerators_supported": int(n) if not pd.isna(n) else str(s.accelerators_supported_text),
+               "supported_limited_by": str(s.supported_limited_by),
+               "au_percent_at_max_accelerators": float(means.au_percent.iloc[-1]),
+               "max_samples_per_s": float(means.samples_per_s.max()),
+               "max_loader_read_mb_per_s": float(means.loader_read_mb_per_s.max())}
         if "client_cpu_s_per_gb" in g:
-            entry["client_cpu_s_per_gb"] = float(g.client_cpu_s_per_gb.mean())
+            out["client_cpu_s_per_gb"] = float(g.client_cpu_s_per_gb.mean())
         if "limited_by" in g:
-            entry["runs_limited_by_client"] = int((g.limited_by == "client").sum())
-        out.setdefault(w, {})[t] = entry
-    out["headlines"] = {h["id"]: h["delta_percent"] for h in headlines(frame, target_names)}
-    return out
+            out["runs_limited_by_client"] = int((g.limited_by == "client").sum())
+        return out
+
+    return runs.metrics(frame, target_names, headlines, entry, by=["workload", "target"])
 
 
 def mlperf_results(frame) -> dict:

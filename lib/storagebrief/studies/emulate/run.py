@@ -28,16 +28,18 @@ Two ways to keep reads on the device (recorded per run, `dataset_sizing`):
 """
 from __future__ import annotations
 
-import os
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...core import cgroups, results, targets as targets_mod
 from ...core.config import ParamsError
 from ...core.sweep import Measurement, Point
+from ...kit.cgroup_io import CgroupIoSampler, cgroup_read_stats
+from ...kit.space import check_space, existing_bytes
+from . import STUDY
 from .accelerators import rebase_remote, run_once
 from .dataset import generate_dataset, planned_files, study_description
-from .iocounters import CgroupIoSampler, cgroup_read_stats
 from .limits import limited_by
 from .loader import steps_per_epoch
 from .metrics import (latency_histogram, mlperf_results, per_host, summarize, throttle_au_bound,
@@ -45,12 +47,26 @@ from .metrics import (latency_histogram, mlperf_results, per_host, summarize, th
 from .mpi import MpiUnavailable, check_available, preflight, run_once_mpi
 from .params import EmulateParams
 
-STUDY = "emulate"
-
 # Test hook, None in use: keys merged into every run's accelerator config, e.g.
 # {"fail_rank": 1, "fail_at_step": 3} makes accelerator 1 exit at step 3
-# (tests/test_emulate.py sets it with monkeypatch to check failure handling).
+# (tests/studies/emulate/test_emulate.py sets it with monkeypatch to check failure handling).
 FAULT: dict | None = None
+
+
+@dataclass(frozen=True)
+class EmulateConfig:
+    """One point of the sweep: a workload at an accelerator count."""
+    workload: str
+    accelerators: int
+
+
+@dataclass
+class EmulateState:
+    """What prepare() leaves for the runs (sweep.state)."""
+    datasets: dict[tuple[str, str], dict]           # (target, workload) -> generate_dataset's description
+    memory_limit: int | None                        # the page-cache cap (bytes), None: no cap
+    stopped: set[tuple[str, str]] = field(default_factory=set)   # (workload, target) below threshold
+    last_n: dict[str, int] = field(default_factory=dict)         # workload -> the accelerator count last planned
 
 
 # --------------------------------------------------------------------------- prepare
@@ -68,24 +84,14 @@ def _dataset_sizes(p: EmulateParams) -> dict[str, int]:
     return sizes
 
 
-def _check_free_space(p: EmulateParams, tlist, sizes: dict[str, int]) -> None:
-    """Every target's datasets fit; targets on one filesystem share its free space."""
-    per_fs: dict[int, int] = {}
-    for t in tlist:
-        need = 0
-        for name in p.workloads:
-            spec = p.spec(name)
-            d = t.study_dir(STUDY) / name / "data"
-            existing = sum(f.stat().st_size for f in d.rglob("*") if f.is_file()) if d.exists() else 0
-            need += max(0, int(sizes[name] * spec.samples_per_file * (spec.record_bytes + 64)) - existing)
-        need += int(p.checkpoint_mib * 2**20)
-        probe = t.path
-        while not probe.exists():
-            probe = probe.parent
-        dev = os.stat(probe).st_dev
-        per_fs[dev] = per_fs.get(dev, 0) + need
-        targets_mod.check_free_space(t, per_fs[dev], f"the emulate datasets ({', '.join(p.workloads)}) of this "
-                                                     "and earlier targets on the same filesystem")
+def _bytes_needed(p: EmulateParams, sizes: dict[str, int], t) -> int:
+    """New bytes one target needs: every workload's dataset (less what is already there) and a checkpoint."""
+    need = 0
+    for name in p.workloads:
+        spec = p.spec(name)
+        existing = existing_bytes(t.study_dir(STUDY.name) / name / "data")
+        need += max(0, int(sizes[name] * spec.samples_per_file * (spec.record_bytes + 64)) - existing)
+    return need + int(p.checkpoint_mib * 2**20)
 
 
 def prepare(sweep) -> None:
@@ -99,17 +105,17 @@ def prepare(sweep) -> None:
         sweep.status(f"checking that mpirun starts {max(p.accelerators)} rank(s)")
         preflight(p.mpi, max(p.accelerators), sweep.out_dir)   # hosts, hostfile, options: before any dataset
     sizes = _dataset_sizes(p)
-    _check_free_space(p, sweep.targets, sizes)
+    check_space(sweep.targets, lambda t: _bytes_needed(p, sizes, t), f"the emulate datasets ({', '.join(p.workloads)})")
     datasets: dict[tuple[str, str], dict] = {}
     for t in sweep.targets:
         for name in p.workloads:
             sweep.status(f"dataset of {name} on '{t.name}'")
-            datasets[(t.name, name)] = generate_dataset(t.study_dir(STUDY) / name / "data", name, p.spec(name),
+            datasets[(t.name, name)] = generate_dataset(t.study_dir(STUDY.name) / name / "data", name, p.spec(name),
                                                         sizes[name], p.seed, sweep.log)
         sample = [Path(f) for f in datasets[(t.name, p.workloads[0])]["files"][:16]]
         targets_mod.check_profile_speed(t, sample)
     memory_limit = p.memory_limit_mib * 2**20 if p.dataset_sizing == "memory_cap" and not p.odirect else None
-    sweep.state.update(datasets=datasets, memory_limit=memory_limit, stopped=set(), last_n={})
+    sweep.state = EmulateState(datasets=datasets, memory_limit=memory_limit)
     sweep.out_dir.mkdir(parents=True, exist_ok=True)
     results.write_json(sweep.out_dir / "study.json", study_description(p, datasets, sweep.targets))
 
@@ -118,21 +124,20 @@ def prepare(sweep) -> None:
 def plan(sweep) -> list[Point]:
     """(workload, accelerators) x repeats in run order (targets interleave inside each)."""
     p: EmulateParams = sweep.p
-    return [Point((w, n), r, f"{n} accelerator(s)")
+    return [Point(EmulateConfig(w, n), r, f"{n} accelerator(s)")
             for w in p.workloads for n in p.accelerators for r in range(1, p.repeats + 1)]
 
 
-def run_id(config, target, repeat: int) -> str:
-    name, n = config
-    return f"{STUDY}-{name}-{target.name}-n{n}-r{repeat}"
+def run_id(config: EmulateConfig, target, repeat: int) -> str:
+    return f"{STUDY.name}-{config.workload}-{target.name}-n{config.accelerators}-r{repeat}"
 
 
 def skip(sweep, point, target) -> bool:
     """stop_below_threshold: a target whose mean AU at the previous accelerator count fell
     below the workload's threshold runs no larger counts of that workload."""
     p: EmulateParams = sweep.p
-    name, n = point.config
-    stopped, last_n = sweep.state["stopped"], sweep.state["last_n"]
+    name, n = point.config.workload, point.config.accelerators
+    stopped, last_n = sweep.state.stopped, sweep.state.last_n
     if p.stop_below_threshold and point.repeat == 1 and n != last_n.get(name):   # first target of a new N
         frame = sweep.frame()
         if not frame.empty and name in last_n:
@@ -160,11 +165,27 @@ def run_config(p: EmulateParams, name: str, data: dict, accelerators: int, evict
             "checkpoint_bytes": int(p.checkpoint_mib * 2**20), "checkpoint_dir": str(checkpoint_dir)}
 
 
-def _run_cgroup(run, memory_limit: int | None) -> tuple[cgroups.Cgroup | None, bool, bool]:
+@dataclass(frozen=True)
+class RunCgroup:
+    """The run's cgroup (or None) and what it holds: the target's throttle, the page-cache cap."""
+    group: cgroups.Cgroup | None
+    throttled: bool
+    capped: bool
+
+
+@dataclass(frozen=True)
+class CgroupReads:
+    """The run's own device reads (cgroup counters): the whole run (bytes, requests) and the AU window
+    (bytes, requests, seconds); None where they could not be had."""
+    run: tuple[int, int] | None
+    window: tuple[int, int, float] | None
+
+
+def _run_cgroup(run, memory_limit: int | None) -> RunCgroup:
     """A cgroup with the target's throttle and/or the page-cache cap; degrades with a warning.
 
-    Returns (group or None, throttled, capped). When both cannot be had, it keeps what
-    the machine allows: the throttle alone, else the cap alone. The engine removes it.
+    When both cannot be had, it keeps what the machine allows: the throttle alone, else the cap
+    alone. The engine removes it.
     """
     t = run.target
     io = targets_mod.io_limits(t, accounting=True)   # unthrottled: counts the run's own reads
@@ -190,7 +211,7 @@ def _run_cgroup(run, memory_limit: int | None) -> tuple[cgroups.Cgroup | None, b
     if memory_limit is not None and not capped:
         run.sweep.note(f"page cache not capped (memory cgroup unavailable: {last_err}); the loader evicted each "
                        "file after reading it (fadvise DONTNEED) instead")
-    return group, throttled, capped
+    return RunCgroup(group, throttled, capped)
 
 
 def _sizing(p: EmulateParams, capped: bool, memory_limit: int | None) -> str:
@@ -201,13 +222,14 @@ def _sizing(p: EmulateParams, capped: bool, memory_limit: int | None) -> str:
             "fixed (page cache not controlled)" if p.dataset_sizing == "fixed" else "mlperf")
 
 
-def _throttle_columns(run, n: int, demand: float, cg, cgw, throttled: bool) -> dict:
+def _throttle_columns(run, n: int, demand: float, reads: CgroupReads, throttled: bool) -> dict:
     """What the throttle allows: its cap at the request size the run's cgroup saw in the AU window.
 
     The run's first reads after a cold cache include the files' metadata (small
     requests, before the AU window): the request size of the whole run would
     understate what the IOPS cap allows in the window AU measures.
     """
+    cg, cgw = reads.run, reads.window
     req_run = cg[0] / cg[1] if cg and cg[1] else None
     req = cgw[0] / cgw[1] if cgw else req_run
     cap = throttle_cap_mb_per_s(run.target.profile if throttled else None, req)
@@ -217,53 +239,53 @@ def _throttle_columns(run, n: int, demand: float, cg, cgw, throttled: bool) -> d
             "throttle_au_bound_percent": throttle_au_bound(cap, n, demand)}
 
 
-def _row(run, name: str, n: int, data: dict, cfg: dict, summary: dict, cg, cgw, throttled: bool,
-         capped: bool) -> dict:
-    """The run's columns (the engine adds the common and monitor ones)."""
-    p: EmulateParams = run.p
-    spec = p.spec(name)
-    memory_limit = run.sweep.state["memory_limit"]
-    sample_bytes = data["bytes"] / (len(data["files"]) * spec.samples_per_file)
-    demand = cfg["batch"] * sample_bytes / cfg["compute_s"] / 1e6
-    cpu = run.monitor.summary() if run.monitored else {}
-    return {"workload": name, "accelerator_type": p.accelerator_type, "accelerators": n, "launcher": p.launcher,
-            "dataset_sizing": _sizing(p, capped, memory_limit), "memory_limit_bytes": memory_limit if capped else None,
-            "odirect": p.odirect, "num_files": len(data["files"]), "dataset_bytes": int(data["bytes"]),
-            "sample_bytes_mean": sample_bytes,
-            "batch_size": cfg["batch"], "compute_s": cfg["compute_s"], "epochs": p.epochs,
-            "steps_per_epoch": cfg["steps_per_epoch"], "read_threads": cfg["read_threads"],
-            "prefetch": p.prefetch, "read_block_bytes": cfg["block"], "readahead": cfg["readahead"],
-            "demand_mb_per_s_per_accelerator": demand,
-            **_throttle_columns(run, n, demand, cg, cgw, throttled),
-            "au_threshold_percent": spec.au_threshold_percent, **summary,
-            "au_pass": summary["au_percent"] >= spec.au_threshold_percent,
-            **dict(zip(("limited_by", "limited_by_reason"),
-                       limited_by(summary["au_percent"], spec.au_threshold_percent, cpu.get("cpu_busy_percent"),
-                                  summary.get("client_cpu_percent_of_cores"), summary["au_percent_overhead_removed"]))),
-            "cgroup_read_bytes": cg[0] if cg else None,
+def _cgroup_columns(cg: tuple[int, int] | None, summary: dict) -> dict:
+    """The run's own device reads over the whole run (cgroup counters), beside the loaders' reads."""
+    return {"cgroup_read_bytes": cg[0] if cg else None,
             "cgroup_read_requests": cg[1] if cg else None,
             "cgroup_read_kib_per_request": cg[0] / cg[1] / 1024 if cg and cg[1] else None,
             "cgroup_read_mb_per_s": cg[0] / summary["total_time_s"] / 1e6 if cg else None,
             "device_bytes_per_loader_byte": cg[0] / summary["loader_bytes"] if cg and summary["loader_bytes"] else None}
 
 
-def run_one(run, config) -> Measurement:
-    """N emulated accelerators on run.target: cold cache, throttle / page-cache cap, the measured run."""
-    name, n = config
-    t, p = run.target, run.p
-    data = run.sweep.state["datasets"][(t.name, name)]
-    memory_limit = run.sweep.state["memory_limit"]
-    run.cold_cache([Path(data["files"][0]).parent])
-    group, throttled, capped = _run_cgroup(run, memory_limit)
-    evict = memory_limit is not None and not capped
-    cfg = run_config(p, name, data, n, evict, t.study_dir(STUDY) / "checkpoints", capped)
-    if FAULT:
-        cfg.update(FAULT)
-    cgio = CgroupIoSampler(group, t.device, run.params.run.monitor_interval_s)
-    run.add_sampler(cgio)
-    procs = group.procs_files if group else None
+def _limit_columns(run, threshold: float, summary: dict) -> dict:
+    """limited_by / limited_by_reason (limits.py) from the run's AU and the client's CPU."""
+    cpu = run.monitor.summary() if run.monitored else {}
+    return dict(zip(("limited_by", "limited_by_reason"),
+                    limited_by(summary["au_percent"], threshold, cpu.get("cpu_busy_percent"),
+                               summary.get("client_cpu_percent_of_cores"), summary["au_percent_overhead_removed"])))
+
+
+def _row(run, config: EmulateConfig, data: dict, cfg: dict, summary: dict, reads: CgroupReads,
+         cgroup: RunCgroup) -> dict:
+    """The run's columns (the engine adds the common and monitor ones)."""
+    p: EmulateParams = run.p
+    name, n = config.workload, config.accelerators
+    spec = p.spec(name)
+    memory_limit = run.sweep.state.memory_limit
+    sample_bytes = data["bytes"] / (len(data["files"]) * spec.samples_per_file)
+    demand = cfg["batch"] * sample_bytes / cfg["compute_s"] / 1e6
+    return {"workload": name, "accelerator_type": p.accelerator_type, "accelerators": n, "launcher": p.launcher,
+            "dataset_sizing": _sizing(p, cgroup.capped, memory_limit),
+            "memory_limit_bytes": memory_limit if cgroup.capped else None,
+            "odirect": p.odirect, "num_files": len(data["files"]), "dataset_bytes": int(data["bytes"]),
+            "sample_bytes_mean": sample_bytes,
+            "batch_size": cfg["batch"], "compute_s": cfg["compute_s"], "epochs": p.epochs,
+            "steps_per_epoch": cfg["steps_per_epoch"], "read_threads": cfg["read_threads"],
+            "prefetch": p.prefetch, "read_block_bytes": cfg["block"], "readahead": cfg["readahead"],
+            "demand_mb_per_s_per_accelerator": demand,
+            **_throttle_columns(run, n, demand, reads, cgroup.throttled),
+            "au_threshold_percent": spec.au_threshold_percent, **summary,
+            "au_pass": summary["au_percent"] >= spec.au_threshold_percent,
+            **_limit_columns(run, spec.au_threshold_percent, summary),
+            **_cgroup_columns(reads.run, summary)}
+
+
+def _launch(run, cfg: dict, n: int, procs: list[str] | None) -> dict:
+    """The accelerators, forked or as MPI ranks; the clock runs from the first step to the last."""
+    p, t = run.p, run.target
     if p.launcher == "mpi":
-        raw = run_once_mpi(cfg, n, procs, p.mpi, t.study_dir(STUDY) / "mpi", on_start=run.start_clock)
+        raw = run_once_mpi(cfg, n, procs, p.mpi, t.study_dir(STUDY.name) / "mpi", on_start=run.start_clock)
         run.stop_clock()
         raw = rebase_remote(raw, raw["launch_host"])
         outside = sorted({r["host"] for r in raw["ranks"] if procs and not r.get("in_cgroup")})
@@ -271,14 +293,32 @@ def run_one(run, config) -> Measurement:
             run.sweep.note(f"ranks on {', '.join(outside)} ran outside the run's cgroup (a cgroup lives on one "
                            "host): no throttle or page-cache cap there, and their device reads are not in the "
                            "cgroup counters; use real storage targets for multi-host runs")
-    else:
-        raw = run_once(cfg, n, procs, on_start=run.start_clock)
-        run.stop_clock()
-    mem_stats = group.memory_stats() if capped else {}
-    cg = cgroup_read_stats(group, t.device)
+        return raw
+    raw = run_once(cfg, n, procs, on_start=run.start_clock)
+    run.stop_clock()
+    return raw
+
+
+def run_one(run, config: EmulateConfig) -> Measurement:
+    """N emulated accelerators on run.target: cold cache, throttle / page-cache cap, the measured run."""
+    name, n = config.workload, config.accelerators
+    t, p = run.target, run.p
+    data = run.sweep.state.datasets[(t.name, name)]
+    memory_limit = run.sweep.state.memory_limit
+    run.cold_cache([Path(data["files"][0]).parent])
+    cgroup = _run_cgroup(run, memory_limit)
+    group = cgroup.group
+    evict = memory_limit is not None and not cgroup.capped
+    cfg = run_config(p, name, data, n, evict, t.study_dir(STUDY.name) / "checkpoints", cgroup.capped)
+    if FAULT:
+        cfg.update(FAULT)
+    cgio = CgroupIoSampler(group, t.device, run.params.run.monitor_interval_s)
+    run.add_sampler(cgio)
+    raw = _launch(run, cfg, n, group.procs_files if group else None)
+    mem_stats = group.memory_stats() if cgroup.capped else {}
     summary, per, lat = summarize(raw, cfg, n)
-    cgw = cgio.window(*summary.pop("window_t"))
-    row = {**_row(run, name, n, data, cfg, summary, cg, cgw, throttled, capped), **cgio.summary(), **mem_stats}
+    reads = CgroupReads(cgroup_read_stats(group, t.device), cgio.window(*summary.pop("window_t")))
+    row = {**_row(run, config, data, cfg, summary, reads, cgroup), **cgio.summary(), **mem_stats}
     ids = {"run_id": run.run_id, "target": t.name, "workload": name, "accelerators": n, "repeat": run.repeat}
     hosts = per_host(per, summary["total_time_s"])
     return Measurement(row, tables={"accelerators.csv": [{**ids, **r} for r in per],
@@ -291,5 +331,5 @@ def run_one(run, config) -> Measurement:
 def finish(sweep, frame) -> None:
     """Checkpoints removed from every target; the MLPerf-Storage-like summary."""
     for t in sweep.targets:
-        shutil.rmtree(t.study_dir(STUDY) / "checkpoints", ignore_errors=True)
+        shutil.rmtree(t.study_dir(STUDY.name) / "checkpoints", ignore_errors=True)
     results.write_json(sweep.out_dir / "mlperf_results.json", mlperf_results(frame))

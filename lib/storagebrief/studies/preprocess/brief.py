@@ -1,13 +1,14 @@
 """The preprocess section of the brief: paper Tables 2 and 4, their figures, the time split, analysis."""
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from ...kit.figures import metric_vs
+from ...kit.files import read_csv_or_none, read_json_or
 from ...report.display import analysis, fmt_s, show_figure, show_md, show_table, style
 
 
@@ -38,16 +39,13 @@ def _what_ran(frame, ps) -> None:
 def _process_sweep(frame, ps, names: list[str]) -> None:
     """Paper Table 2 and Figure 1."""
     import matplotlib.pyplot as plt
-    import seaborn as sns
 
     show_table(process_table(frame, names), "Bandwidth and completion time by process count (means over repeats; "
                                             "read share = share of per-image time spent reading the file).")
     fig, axes = plt.subplots(1, 2, figsize=(9.5, 3.4))
-    sns.lineplot(data=ps, x="processes", y="input_mb_per_s", hue="target", hue_order=names, marker="o",
-                 errorbar="sd", ax=axes[0])
+    metric_vs(axes[0], ps, "processes", "input_mb_per_s", names)
     axes[0].set(xlabel="processes", ylabel="input MB/s", title="Throughput vs processes")
-    sns.lineplot(data=ps, x="processes", y="completion_time_s", hue="target", hue_order=names, marker="o",
-                 errorbar="sd", ax=axes[1], legend=False)
+    metric_vs(axes[1], ps, "processes", "completion_time_s", names, legend=False)
     axes[1].set(xlabel="processes", ylabel="seconds", title="Completion time vs processes")
     for ax in axes:
         ax.set_xticks(sorted(ps.processes.unique()))
@@ -96,7 +94,6 @@ def _process_analysis(ps, names: list[str]) -> None:
 def _image_count_sweep(frame, names: list[str]) -> None:
     """Paper Table 4 and completion time vs image count."""
     import matplotlib.pyplot as plt
-    import seaborn as sns
 
     ic = frame[frame.sweep == "image_count"]
     if ic.empty:
@@ -107,8 +104,7 @@ def _image_count_sweep(frame, names: list[str]) -> None:
         show_table(t4, "Completion time by image count at each target's best process count; speedup = "
                        f"{names[1]} time ÷ {ref} time.")
     fig, ax = plt.subplots(figsize=(7.2, 3.2))
-    sns.lineplot(data=ic, x="image_count", y="completion_time_s", hue="target", hue_order=names, marker="o",
-                 errorbar="sd", ax=ax)
+    metric_vs(ax, ic, "image_count", "completion_time_s", names)
     ax.set(xlabel="images", ylabel="seconds", title="Completion time vs image count")
     show_figure(fig, "Completion time vs number of images at the best process count per target.")
     if not t4.empty:
@@ -133,20 +129,20 @@ def _device_table(frame, ps) -> None:
 
 
 def _skipped_files(study_dir: Path, frame) -> None:
-    skipped = study_dir / "skipped_files.csv"
-    if not int(frame.images_skipped.sum()) or not skipped.exists():
+    sk = read_csv_or_none(study_dir / "skipped_files.csv") if int(frame.images_skipped.sum()) else None
+    if sk is None:
         return
-    sk = pd.read_csv(skipped).drop_duplicates(["target", "file", "reason"])
+    sk = sk.drop_duplicates(["target", "file", "reason"])
     show_md(f"**Skipped input files.** {len(sk)} distinct files could not be ingested and were skipped "
             "(counted per run in `images_skipped`):")
     show_table(sk[["target", "file", "reason"]].head(30))
 
 
 def _output_check(study_dir: Path) -> None:
-    outputs = study_dir / "outputs.json"
-    if not outputs.exists():
+    outputs = read_json_or(study_dir / "outputs.json")     # {} when absent
+    if not outputs:
         return
-    ver = json.loads(outputs.read_text()).get("verification", {})
+    ver = outputs.get("verification", {})
     ok = ", ".join(f"{n}: {v['records']} records, shapes {v['shapes']}, labels {v['labels']}"
                    for n, v in ver.items())
     show_md(f"**Output check.** The last TFRecord set per target was read back with `tf.data`: {ok}.")

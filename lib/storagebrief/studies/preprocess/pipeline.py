@@ -20,6 +20,7 @@ import queue
 import shutil
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -166,18 +167,30 @@ def fsync_path(path: Path) -> None:
         os.close(fd)
 
 
-def _worker(wid: int, nworkers: int, tasks, out_q, out_dir: str, mode: str, size, interp: str,
-            root: str, procs_files: list[str]) -> None:
+@dataclass(frozen=True)
+class IngestJob:
+    """What every ingest worker of one run is told."""
+    workers: int                     # how many there are (shard names)
+    out_dir: str
+    mode: str                        # sharded | single (params output_mode)
+    size: tuple[int, int]            # resize (width, height)
+    interp: str                      # params interpolation
+    root: str                        # the dataset folder (labels from class subfolders)
+    procs_files: list[str]           # the throttle cgroup's procs files to join; [] none
+
+
+def _worker(wid: int, job: IngestJob, tasks, out_q) -> None:
     """One ingest process: warm up, join the throttle cgroup, then take images until None."""
     die_with_parent()
+    size, interp, root = job.size, job.interp, job.root
     try:
         warm_up(size, interp)
-        if procs_files:
-            cgroups.join(procs_files)
+        if job.procs_files:
+            cgroups.join(job.procs_files)
         writer, shard = None, None
-        if mode == "sharded":
+        if job.mode == "sharded":
             import tensorflow as tf
-            shard = Path(out_dir) / f"part-{wid:05d}-of-{nworkers:05d}.tfrecord"
+            shard = Path(job.out_dir) / f"part-{wid:05d}-of-{job.workers:05d}.tfrecord"
             writer = tf.io.TFRecordWriter(str(shard))
         out_q.put(("ready", wid, None))
         stats = {"read": 0.0, "decode": 0.0, "encode": 0.0, "ok": 0, "bytes": 0, "out": 0, "skipped_bytes": 0}
@@ -246,13 +259,11 @@ def warm_up(size, interp: str) -> None:
             encode_example(rgb, 0, "warm-up")
 
 
-def _start_workers(ctx, workers: list, processes: int, tasks, out_q, out_dir: Path, p: PreprocessParams,
-                   root: Path, procs_files: list[str]) -> None:
+def _start_workers(ctx, workers: list, job: IngestJob, tasks, out_q) -> None:
     """Start the workers (into `workers`, so the caller reaps them even if one fails) and wait until ready."""
-    size = (p.resize_width, p.resize_height)
+    processes = job.workers
     for w in range(processes):
-        proc = ctx.Process(target=_worker, args=(w, processes, tasks, out_q, str(out_dir), p.output_mode,
-                                                 size, p.interpolation, str(root), procs_files), daemon=True)
+        proc = ctx.Process(target=_worker, args=(w, job, tasks, out_q), daemon=True)
         proc.start()
         workers.append(proc)
     ready = 0
@@ -301,7 +312,9 @@ def run_pipeline(files: list[Path], root: Path, out_dir: Path, processes: int, p
     workers: list = []
     single_writer = single_path = None
     try:
-        _start_workers(ctx, workers, processes, tasks, out_q, out_dir, p, root, procs_files or [])
+        job = IngestJob(processes, str(out_dir), p.output_mode, (p.resize_width, p.resize_height), p.interpolation,
+                        str(root), list(procs_files or []))
+        _start_workers(ctx, workers, job, tasks, out_q)
         if p.output_mode == "single":
             import tensorflow as tf
             single_path = out_dir / "data.tfrecord"

@@ -1,4 +1,5 @@
-"""The run's own device reads, from its cgroup's blkio counters (the monitor's counters are device-wide)."""
+"""A run's own device reads, from its cgroup's blkio counters (the monitor's counters are device-wide):
+any study can sample the cgroup its run made (core.sweep.Run.cgroup / throttle)."""
 from __future__ import annotations
 
 import threading
@@ -13,10 +14,11 @@ def cgroup_read_stats(group, device) -> tuple[int, int] | None:
 
 
 class CgroupIoSampler:
-    """Samples the run's own device reads (cgroup blkio counters) at the monitor's interval.
+    """Samples the run's own device reads (cgroup blkio counters) at the monitor's interval (add it
+    with run.add_sampler: it starts and stops with the clock).
 
     The monitor's counters are device-wide, so other work on a shared disk shows up
-    in them; these count only the accelerators' requests (throttled or not).
+    in them; these count only the requests of the cgroup's processes (throttled or not).
     """
 
     def __init__(self, group, device, interval_s: float):

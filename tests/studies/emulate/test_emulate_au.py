@@ -110,6 +110,7 @@ def test_first_step_is_excluded_from_au():
     assert m["total_time_s"] == pytest.approx(5.0 + 0.6)
 
 
+@pytest.mark.e2e
 def test_cpu_starved_client_is_classified_client_and_not_supported(tmp_path):
     """8 accelerators with 1 ms of compute on one core, tiny records in page cache: the client, not the
     storage, is the limit; the run says so and earns the target no "accelerators supported"."""

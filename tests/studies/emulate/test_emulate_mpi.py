@@ -26,7 +26,8 @@ def _mpi_missing() -> str | None:
     return None
 
 
-pytestmark = pytest.mark.skipif(_mpi_missing() is not None, reason=f"MPI unavailable: {_mpi_missing()}")
+pytestmark = [pytest.mark.skipif(_mpi_missing() is not None, reason=f"MPI unavailable: {_mpi_missing()}"),
+              pytest.mark.e2e]
 
 THROTTLED = {**SMALL, "dataset_sizing": "memory_cap", "memory_limit_mib": 16, "num_files": 360,
              "epochs": 2, "accelerators": [2, 4],
@@ -44,6 +45,7 @@ def _params(tmp_path, launcher: str, **extra):
     return config.validate(params_dict(tmp_path, {**section, "dataset_sizing": "fixed"}))
 
 
+@pytest.mark.slow
 def test_mpi_ranks_give_the_forked_figures_on_one_host(tmp_path):
     fork = STUDY.run(_params(tmp_path, "fork"), tmp_path / "fork", log=lambda *_: None)
     ranks = STUDY.run(_params(tmp_path, "mpi"), tmp_path / "mpi", log=lambda *_: None)
@@ -127,6 +129,7 @@ def test_no_rank_outlives_the_study(tmp_path, sig):
         assert not [n for n in os.listdir("/dev/shm") if n.startswith(f".storagebrief-tmp-mpi-{proc.pid}-")]
 
 
+@pytest.mark.slow
 def test_kill_9_of_an_mpi_run_leaves_no_open_mpi_files_after_the_next_run(tmp_path):
     """kill -9 of the study and of mpirun together (the OOM killer, a process-group kill): Open MPI
     cannot clean up. Its session directory (default /tmp/ompi.<host>.<uid>/pid.<mpirun>, ~8 MB) and

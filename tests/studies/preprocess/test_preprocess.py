@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from storagebrief.core import cgroups, config
-from storagebrief.studies.preprocess import STUDY, dataset, params, pipeline
+from storagebrief.core import cgroups, columns, config
+from storagebrief.studies.preprocess import STUDY, dataset, metrics, params, pipeline
 from storagebrief.cli import main as cli_main
 from conftest import needs_blkio
 
@@ -56,6 +56,8 @@ def _source_tree(tmp_path: Path) -> Path:
     return root
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_study_on_user_folder_skips_bad_files_and_round_trips(params_file, tmp_path):
     src = _source_tree(tmp_path)
     p = _params(params_file, f"preprocess.source_dir={src}", "preprocess.image_count=7",
@@ -87,6 +89,7 @@ def test_study_on_user_folder_skips_bad_files_and_round_trips(params_file, tmp_p
     assert set(seen) == {"a.tif", "b.tif", "c.tif", "d.tif"}
 
 
+@pytest.mark.e2e
 def test_generated_dataset_single_file_mode_16bit(params_file, tmp_path):
     p = _params(params_file, "preprocess.bit_depth=16", "preprocess.channels=1", "preprocess.output_mode=single",
                 "preprocess.processes=[2]", "preprocess.image_counts=[]", "targets.1.profile=null")
@@ -115,6 +118,9 @@ def test_generated_content_is_not_trivially_compressible(tmp_path):
     assert len(zlib.compress(raw, 6)) > 0.6 * len(raw)
 
 
+@pytest.mark.privileged
+@pytest.mark.slow
+@pytest.mark.e2e
 @needs_blkio()
 def test_study_on_throttled_target_is_slower(params_file, tmp_path):
     """Full study, generated data: the emulated HDD target reads at its cap and takes longer."""
@@ -142,6 +148,7 @@ def test_bad_input_fails_before_any_work(params_file, tmp_path, capsys):
     assert not (tmp_path / "fast").exists() and not (tmp_path / "o").exists()
 
 
+@pytest.mark.e2e
 def test_cli_runs_study_with_overrides(params_file, tmp_path):
     f = params_file()
     out = tmp_path / "cli"
@@ -150,8 +157,11 @@ def test_cli_runs_study_with_overrides(params_file, tmp_path):
     assert code == 0
     frame = pd.read_csv(out / "runs.csv")
     assert set(frame.processes) == {1} and set(frame.target) == {"fast", "slow"}
+    # every column of the run table is declared (engine, monitor, or the study's metrics.COLUMNS)
+    assert columns.undeclared(frame.columns, columns.ENGINE_COLUMNS, columns.MONITOR_COLUMNS, metrics.COLUMNS) == []
 
 
+@pytest.mark.e2e
 def test_degrades_without_privileges(params_file, tmp_path, monkeypatch):
     """No drop_caches and no cgroups: the study still runs and records why."""
     from storagebrief.core import cache

@@ -18,12 +18,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from storagebrief.core import cgroups, config, results, targets as targets_mod, workloads
+from storagebrief.core import cgroups, columns, config, results, targets as targets_mod, workloads
 from storagebrief.formats import tfrecord
 from storagebrief.studies.emulate import STUDY, dataset, metrics, params as emulate_params, run as emulate_run
 from storagebrief.studies.emulate.loader import Loader, batch_plan, epoch_files, steps_per_epoch
-
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import REPO
 
 
 def _root_blkio_memory() -> str | None:
@@ -266,6 +265,7 @@ def fast_study(tmp_path_factory):
     return p, out, frame
 
 
+@pytest.mark.e2e
 def test_fast_target_au_close_to_100(fast_study):
     _, out, frame = fast_study
     assert len(frame) == 4 and set(frame.accelerators) == {1, 2}
@@ -289,6 +289,7 @@ def test_fast_target_au_close_to_100(fast_study):
     assert (frame.client_cpu_s > 0).all() and frame.client_cpu_s_per_gb.gt(0).all()
 
 
+@pytest.mark.e2e
 def test_outputs_layout(fast_study):
     _, out, frame = fast_study
     acc = pd.read_csv(out / "accelerators.csv")
@@ -311,6 +312,14 @@ def test_outputs_layout(fast_study):
     assert results.read_runs(out / "runs.csv").shape[0] == len(frame)
 
 
+@pytest.mark.e2e
+def test_runs_csv_holds_only_declared_columns(fast_study):
+    _, out, _ = fast_study
+    frame = pd.read_csv(out / "runs.csv")
+    assert columns.undeclared(frame.columns, columns.ENGINE_COLUMNS, columns.MONITOR_COLUMNS, metrics.COLUMNS) == []
+
+
+@pytest.mark.e2e
 def test_headlines_and_brief_section(fast_study):
     pytest.importorskip("IPython")
     pytest.importorskip("seaborn")
@@ -332,6 +341,9 @@ def test_headlines_and_brief_section(fast_study):
     report.study_section("emulate", out)   # renders tables and figures without error
 
 
+@pytest.mark.privileged
+@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.skipif(_root_blkio_memory() is not None, reason=str(_root_blkio_memory()))
 def test_throttled_target_au_follows_demand_over_cap(tmp_path):
     """Each accelerator demands batch x record / compute; AU ~ cap / (N x demand) once that exceeds 100 %."""
@@ -366,6 +378,7 @@ def test_throttled_target_au_follows_demand_over_cap(tmp_path):
     ({"fail_rank": 1, "fail_at_step": 3}, "accelerator 1 died: exited with status 3"),
     ({"fail_rank": 0, "fail_at_step": None}, "injected failure before the first step"),
 ])
+@pytest.mark.e2e
 def test_dead_worker_fails_run_cleans_up_and_leaves_no_row(tmp_path, monkeypatch, fault, message):
     section = {**SMALL, "accelerators": [2]}
     targets = [{"name": "fast", "path": str(tmp_path / "fast")}]
@@ -396,6 +409,7 @@ def _descendants_alive(marker: str) -> list[int]:
     return pids
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_interrupt_cleans_up_processes_and_cgroups(tmp_path, sig):
     section = {**SMALL, "accelerators": [3], "epochs": 50,
@@ -434,7 +448,7 @@ def test_interrupt_cleans_up_processes_and_cgroups(tmp_path, sig):
 
 def test_notebook_is_thin_and_parameterised():
     jupytext = pytest.importorskip("jupytext")
-    nb = jupytext.read(ROOT / "notebooks" / "02_emulated_training.py")
+    nb = jupytext.read(REPO / "notebooks" / "02_emulated_training.py")
     tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
     assert len(tagged) == 1 and "emulate = {" in tagged[0].source and "out_dir = None" in tagged[0].source
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
