@@ -64,6 +64,16 @@ def process_alive(pid: int) -> bool:
         return False
 
 
+def mpi_missing() -> str | None:
+    """Why MPI runs cannot be tested here (no mpirun, ...), or None."""
+    from storagebrief.kit import mpi
+    try:
+        mpi.check_available("mpirun", "emulate")
+    except mpi.MpiUnavailable as exc:
+        return str(exc)
+    return None
+
+
 def wait_for(pred, timeout: float = 60.0) -> bool:
     """True as soon as pred() is; False after `timeout` seconds of polling."""
     deadline = time.monotonic() + timeout

@@ -17,7 +17,7 @@ import yaml
 from conftest import REPO
 from storagebrief.studies.emulate import mpi
 from storagebrief.studies.stream_inference import cluster as kafka
-from test_emulate_mpi import _mpi_missing
+from conftest import mpi_missing
 
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(REPO / "lib")}
 
@@ -43,7 +43,7 @@ def _files_below(path: Path) -> list[str]:
 
 
 # --------------------------------------------------------------------------- emulate, launcher: mpi
-needs_mpi = pytest.mark.skipif(_mpi_missing() is not None, reason=f"MPI unavailable: {_mpi_missing()}")
+needs_mpi = pytest.mark.skipif(mpi_missing() is not None, reason=f"MPI unavailable: {mpi_missing()}")
 EMULATE = {"workloads": ["unet3d"], "accelerator_type": "v100",
            "workload_overrides": {"unet3d": {"record_bytes": 131072, "record_bytes_stdev": 0,
                                              "batch_size_by_accelerator": {"v100": 2}, "compute_s": {"v100": 0.02}}},

@@ -15,18 +15,11 @@ import yaml
 
 from storagebrief.core import cgroups, config
 from storagebrief.studies.emulate import STUDY, mpi, run as emulate_run
+from conftest import mpi_missing
 from test_emulate import SMALL, _descendants_alive, _root_blkio_memory, params_dict
 
 
-def _mpi_missing() -> str | None:
-    try:
-        mpi.check_available("mpirun")
-    except mpi.MpiUnavailable as exc:
-        return str(exc)
-    return None
-
-
-pytestmark = [pytest.mark.skipif(_mpi_missing() is not None, reason=f"MPI unavailable: {_mpi_missing()}"),
+pytestmark = [pytest.mark.skipif(mpi_missing() is not None, reason=f"MPI unavailable: {mpi_missing()}"),
               pytest.mark.e2e]
 
 THROTTLED = {**SMALL, "dataset_sizing": "memory_cap", "memory_limit_mib": 16, "num_files": 360,
