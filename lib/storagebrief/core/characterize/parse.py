@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, NamedTuple
 
-from ..blocktrace import device_capacity_sectors  # noqa: F401  (sysfs: /sys/dev/block/MAJ:MIN/size)
+from ..machine import device_capacity_sectors  # noqa: F401  (sysfs: /sys/dev/block/MAJ:MIN/size)
 
 FORMATS = ("tracefs", "tracefs-raw", "blkparse")   # kernel text, our binary pages, blkparse text
 

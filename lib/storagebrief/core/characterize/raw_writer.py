@@ -8,7 +8,7 @@ import json
 import struct
 from pathlib import Path
 
-from ..blocktrace import PAGES, RAW_MAGIC, RECORD, SYNC
+from ..traceformat import PAGES, RAW_MAGIC, RECORD, SYNC
 from .chunks import _A_COMPLETE, _A_ISSUE, _A_REQUEUE
 
 _HEADER_PAGE = ("\tfield: u64 timestamp;\toffset:0;\tsize:8;\tsigned:0;\n"

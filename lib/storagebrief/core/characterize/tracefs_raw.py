@@ -1,4 +1,4 @@
-"""Decoding the binary traces the block-trace reader writes (format: core/blocktrace.py): the
+"""Decoding the binary traces the block-trace reader writes (format: core/traceformat.py): the
 kernel's ring-buffer pages of each CPU, merged into one time-ordered stream of block events.
 
 A page (its layout comes from the file's copy of events/header_page) is a u64 timestamp, a commit
@@ -29,7 +29,8 @@ import zlib
 from pathlib import Path
 from typing import Iterator
 
-from ..blocktrace import PAGES, RAW_MAGIC, RECORD, SYNC, same_host
+from ..machine import same_host
+from ..traceformat import PAGES, RAW_MAGIC, RECORD, SYNC
 from .chunks import _A_COMPLETE, _A_ISSUE, _A_REQUEUE, _ACT_CODE, _OP_CODE, _OP_NAMES, _Batch, _Devices
 from .parse import Event, ParseCounts, TraceError
 
