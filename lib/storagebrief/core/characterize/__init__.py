@@ -22,6 +22,7 @@ Reads block traces as text, streaming, in bounded memory:
 #   chunks.py       the fast path's text input: byte chunks of the file decoded into column batches
 #   readers.py      one table: each format's event reader and batch reader (events(), batches())
 #   fast.py         FastCharacterizer: the reference's statistics, a batch at a time
+#   diskstats.py    the fallback row without a trace: what the monitor's diskstats give
 #   outputs.py      characterize() (either path), the CSV / JSON outputs, describe(), the CLI command
 #   raw_writer.py   synthetic raw traces (tests, benchmarks)
 #   __main__.py     python -m storagebrief.core.characterize TRACE [FORMAT]
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 from ..machine import device_capacity_sectors
 from .definitions import DEFINITIONS, DEFINITIONS_HEADING
+from .diskstats import from_diskstats
 from .fast import FastCharacterizer
 from .model import COMPLETE, FORMATS, ISSUE, MERGE, OTHER, REQUEUE, Event, ParseCounts, TraceError
 from .outputs import (CAPACITY_SOURCES, CSV_COLUMNS, SEED_COLUMNS, characterize, check_out_dir, describe,
@@ -46,7 +48,7 @@ __doc__ += DEFINITIONS_HEADING + DEFINITIONS
 __all__ = [
     "BINS", "CAPACITY_SOURCES", "CSV_COLUMNS", "MAX_REQUEST_SECTORS", "Screen", "TIME_TOLERANCE_S", "check_out_dir", "COMPLETE", "Characterizer", "Event", "FORMATS", "FastCharacterizer", "HOT_BINS", "ISSUE",
     "LOCALITY_BAND_SHARE", "MERGE", "OTHER", "ParseCounts", "REQUEUE", "SAMPLE_POINTS", "SECTOR_BYTES", "SEED_COLUMNS",
-    "TraceError", "batches", "characterize", "describe", "device_capacity_sectors", "events", "hist_percentile",
+    "TraceError", "batches", "characterize", "describe", "device_capacity_sectors", "events", "from_diskstats", "hist_percentile",
     "hist_stats", "is_raw", "locality", "sniff_format", "main_characterize", "op_of", "open_text", "parse_blkparse", "parse_tracefs",
     "tracefs_line", "write_outputs",
 ]

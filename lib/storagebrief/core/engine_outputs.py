@@ -1,0 +1,10 @@
+"""The names of what the sweep engine (core.sweep) writes for every study beside runs.csv, declared
+once: the engine writes them, the registry (core.study) declares them as outs of every stage, the
+brief reads them. A leaf: imports nothing."""
+from __future__ import annotations
+
+CHARACTERIZATION = "characterization.csv"     # block-level characterization, a row per run
+TRACES = "traces"                             # the runs' raw block traces
+STATUS = "status.json"                        # the sweep's state (core.outdir)
+
+ENGINE_OUTPUTS: tuple[str, ...] = (CHARACTERIZATION, TRACES, STATUS)
