@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from storagebrief import studies
-from storagebrief.core import blocktrace, characterize as ch, config, leftovers, targets
+from storagebrief.core import blocktrace, characterize as ch, config, leftovers, machine, targets
 from conftest import REPO, process_alive
 
 
@@ -238,16 +238,16 @@ def test_raw_header_records_the_device_its_capacity_and_this_host(tmp_path):
     from storagebrief.core.characterize import tracefs_raw
     info = tracefs_raw.header_info(result.path)
     assert info["device"] == (dev.major, dev.minor) and info["capacity_sectors"] == dev.size_bytes // 512
-    assert info["host"] == blocktrace.host_identity() and info["same_host"]
+    assert info["host"] == machine.host_identity() and info["same_host"]
     row, _, _ = ch.characterize(result.path, "tracefs-raw")
     assert row["capacity_source"] == "header" and row["capacity_sectors"] == dev.size_bytes // 512
     assert row["requests_beyond_capacity"] == 0 and row["warning"] == "" and row["write_ops"] >= 16
 
 
 def test_host_identity_matches_this_boot_only():
-    here = blocktrace.host_identity()
+    here = machine.host_identity()
     assert here["hostname"] == os.uname().nodename and here["boot_id"]
-    assert blocktrace.same_host(dict(here))
+    assert machine.same_host(dict(here))
     for key in ("hostname", "machine_id", "boot_id"):
-        assert not blocktrace.same_host({**here, key: "elsewhere"}), key
-    assert not blocktrace.same_host({}) and not blocktrace.same_host("vm")
+        assert not machine.same_host({**here, key: "elsewhere"}), key
+    assert not machine.same_host({}) and not machine.same_host("vm")

@@ -329,7 +329,7 @@ def test_fast_path_equals_the_reference_on_a_random_trace(tmp_path, monkeypatch,
 
 
 # --------------------------------------------------------------------------- binary traces (tracefs-raw)
-from storagebrief.core.blocktrace import PAGES, RECORD                  # noqa: E402
+from storagebrief.core.traceformat import PAGES, RAW_MAGIC, RECORD       # noqa: E402
 from storagebrief.core.characterize import tracefs_raw as raw            # noqa: E402
 from storagebrief.core.characterize import raw_writer                     # noqa: E402
 
@@ -455,7 +455,7 @@ def test_raw_format_errors_are_clear_and_a_cut_file_keeps_what_it_has(tmp_path):
 
 
 # --------------------------------------------------------------------------- faults (issue 20): no silent wrong numbers
-from storagebrief.core import blocktrace                                  # noqa: E402
+from storagebrief.core import machine                                     # noqa: E402
 
 
 def _local_disk() -> tuple[int, int, int]:
@@ -521,7 +521,7 @@ def _raw_trace(path, header: dict, sectors=(0, 800, 4000), dev=(8, 16)):
 
 def test_raw_trace_capacity_from_its_header_else_sysfs_on_this_host_else_highest_sector(tmp_path):
     ma, mi, local = _local_disk()
-    here = blocktrace.host_identity()
+    here = machine.host_identity()
     elsewhere = {**here, "boot_id": "another-boot"}
     cases = [  # header fields -> (capacity_source, capacity)
         ({"device": [ma, mi], "capacity_sectors": 80_000, "host": elsewhere}, ("header", 80_000)),
@@ -698,7 +698,7 @@ def test_truncated_or_corrupt_gzip_text_trace_exits_2_with_one_line_and_writes_n
 
 def _crafted(path, header: bytes, body: bytes | None = None) -> None:
     with gzip.open(path, "wb") as g:
-        g.write(blocktrace.RAW_MAGIC + header)
+        g.write(RAW_MAGIC + header)
         if body is not None:
             g.write(body)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from . import studies
 from .core import config
-from .core.characterize.parse import FORMATS
+from .core.characterize.model import FORMATS
 from .core.lock import TargetBusy
 from .core.causes import EnvironmentFailure
 from .core.progress import MODES

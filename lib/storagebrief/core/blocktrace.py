@@ -26,22 +26,22 @@ starts in ~50 ms and loads nothing heavy).
 from __future__ import annotations
 
 import gzip
-import json
 import os
 import re
 import secrets
 import select
 import signal
-import struct
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .machine import device_capacity_sectors, host_identity
+from .traceformat import EVENTS, dev_t, dev_tuple, file_start, pages_record, sync_record
+
 TRACEFS_DIRS = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
 PREFIX = "storagebrief-trace-"
-EVENTS = ("block_rq_issue", "block_rq_complete", "block_rq_requeue")
 DRAIN_INTERVAL_S = 0.2       # the reader empties the buffer this often (size the buffer for it)
 _live: dict[str, "BlockTrace"] = {}
 
@@ -98,11 +98,6 @@ def availability() -> tuple[bool, str]:
                           "(or: mount -t tracefs nodev /sys/kernel/tracing)")
         return False, str(exc)
     return True, f"yes: {root} (instances, block_rq_issue/complete)"
-
-
-def dev_t(major: int, minor: int) -> int:
-    """The kernel's internal dev_t (MAJOR << 20 | MINOR), as the `dev` field of block events."""
-    return (major << 20) | minor
 
 
 @dataclass
@@ -303,26 +298,7 @@ def remove_instance(inst: Path) -> str:
     return f"removed leftover tracefs instance {inst}" + (f" (killed {killed} reader(s))" if killed else "")
 
 
-# -- the raw trace file ----------------------------------------------------------------------
-#
-# The reader copies the instance's binary ring-buffer pages (per_cpu/cpuN/trace_pipe_raw), not
-# the text of trace_pipe: the kernel formats nothing while the clock runs (with text, fio 4 KiB
-# random O_DIRECT kept 0.79-0.91 of its IOPS; with pages it stays within noise). The file is
-# self-describing, so it can be decoded anywhere (characterize --format tracefs-raw):
-#
-#   gzip of:  RAW_MAGIC line, one JSON line (page size, clock, cpus, the kernel's header_page and
-#             each event's `format` text with its id; the traced device [major, minor], its
-#             capacity_sectors and the host that recorded it: files made before these three were
-#             added lack them), then records: RECORD header (kind, cpu, length) + payload.
-#   kind P:   whole ring-buffer pages of one CPU, as read.
-#   kind S:   a sync mark (payload: u64 trace-clock ns) written before each drain; every event
-#             older than it is in the records before the next sync mark, so a decoder can merge
-#             the CPUs in time order holding only one drain interval of events.
-
-RAW_MAGIC = b"storagebrief tracefs-raw 1\n"
-RECORD = struct.Struct("<cHI")
-PAGES, SYNC = b"P", b"S"
-
+# -- the raw trace file (its format: core/traceformat.py) ---------------------------------------
 
 def _now_ns(instance: Path) -> int | None:
     """The instance's trace clock now (per_cpu/cpu0/stats 'now ts', microseconds)."""
@@ -336,38 +312,13 @@ def _now_ns(instance: Path) -> int | None:
     return None
 
 
-def host_identity() -> dict:
-    """Who records a trace. A device number names a disk only on the machine and in the boot that
-    handed it out, so a decoder may look the number up in sysfs only when all three match."""
-    def first_line(path: str) -> str:
-        try:
-            return Path(path).read_text().strip()[:64]
-        except OSError:
-            return ""
-    return {"hostname": os.uname().nodename, "machine_id": first_line("/etc/machine-id"),
-            "boot_id": first_line("/proc/sys/kernel/random/boot_id")}
-
-
-def same_host(recorded: dict) -> bool:
-    """Whether a trace's recorded host identity is this machine in this boot."""
-    here = host_identity()
-    return bool(here["boot_id"]) and isinstance(recorded, dict) and all(recorded.get(k) == v for k, v in here.items())
-
-
 def traced_device(instance: Path) -> tuple[int, int] | None:
     """The device an instance's block events are filtered on ('dev == <dev_t>'), if any."""
     try:
         m = re.search(r"\bdev == (\d+)", (instance / "events" / "block" / EVENTS[0] / "filter").read_text())
     except OSError:
         return None
-    return (int(m.group(1)) >> 20, int(m.group(1)) & ((1 << 20) - 1)) if m else None
-
-
-def device_capacity_sectors(device: tuple[int, int]) -> int | None:
-    try:
-        return int(Path(f"/sys/dev/block/{device[0]}:{device[1]}/size").read_text()) or None
-    except (OSError, ValueError):
-        return None
+    return dev_tuple(int(m.group(1))) if m else None
 
 
 def raw_header(instance: Path) -> dict:
@@ -421,7 +372,7 @@ def _read_loop(instance: Path, out: Path, parent: int) -> int:
     header["cpus"] = cpus
     orphan = False
     with gzip.open(out, "wb", compresslevel=1) as gz:
-        gz.write(RAW_MAGIC + json.dumps(header).encode() + b"\n")
+        gz.write(file_start(header))
         sys.stderr.write("ready\n")
         sys.stderr.flush()
         stdin_open = True
@@ -442,7 +393,7 @@ def _read_loop(instance: Path, out: Path, parent: int) -> int:
                 orphan = stop["flag"] = True
             now = _now_ns(instance)
             if now is not None:
-                gz.write(RECORD.pack(SYNC, 0, 8) + struct.pack("<Q", now))
+                gz.write(sync_record(now))
             for cpu, fd in fds.items():
                 pages = []
                 while True:
@@ -455,7 +406,7 @@ def _read_loop(instance: Path, out: Path, parent: int) -> int:
                     pages.append(chunk)
                 if pages:
                     data = b"".join(pages)
-                    gz.write(RECORD.pack(PAGES, cpu, len(data)) + data)
+                    gz.write(pages_record(cpu, data))
             if stop["flag"]:
                 break
     for fd in fds.values():

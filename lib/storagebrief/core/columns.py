@@ -15,8 +15,9 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import asdict, dataclass
 
+from .engine_outputs import RUNS_SCHEMA as SCHEMA_FILE
+
 RUNS_SCHEMA_VERSION = 2
-SCHEMA_FILE = "runs.schema.json"
 
 
 @dataclass(frozen=True)

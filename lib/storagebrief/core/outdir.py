@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 
 from . import results
+from .engine_outputs import STATUS
 
-STATUS = "status.json"
 SCHEMA = 1
 # Written beside the study's results by others: papermill's executed notebook (dvc repro).
 FOREIGN_BUT_EXPECTED = ("notebook.ipynb",)

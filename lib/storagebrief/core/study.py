@@ -16,10 +16,9 @@ import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
 # What the sweep engine writes for every study beside runs.csv (block-level characterization:
 # core.sweep), declared as outs of every stage and read by the brief's characterization section.
-ENGINE_OUTPUTS: tuple[str, ...] = ("characterization.csv", "traces", "status.json", "runs.schema.json")
+from .engine_outputs import ENGINE_OUTPUTS
 
 
 @dataclass(frozen=True)

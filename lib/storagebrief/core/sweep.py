@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from . import blocktrace, cache, cgroups, characterize, columns, inventory, leftovers, monitor, outdir, results, targets as targets_mod
+from .engine_outputs import CHARACTERIZATION, TRACES
 from .lock import TargetLocks
 from .progress import Progress
 
@@ -241,8 +242,6 @@ def _outcome(m: Measurement) -> dict:
     return {"status": "ok" if m.ok else "failed", "failure_reason": m.failure_reason}
 
 
-TRACES = "traces"
-CHARACTERIZATION = "characterization.csv"
 CHARACTERIZATION_KEYS = ("study", "run_id", "target", "source", "trace_file")
 
 
@@ -263,15 +262,9 @@ def _characterization(sweep: Sweep, run: Run) -> dict | None:
         return {**keys, "source": "tracefs", "trace_file": str(rel), **row}
     if not run.monitored or not run.monitor.device:
         return None
-    ms = run.monitor.summary()
-    r_iops, w_iops = ms.get("device_read_iops_avg", 0.0), ms.get("device_write_iops_avg", 0.0)
     span = run.monitor.snapshots[-1].t - run.monitor.snapshots[0].t
     return {**keys, "source": "diskstats", "trace_file": "",
-            "read_percent": 100 * r_iops / (r_iops + w_iops) if r_iops + w_iops else float("nan"),
-            "avg_iops": r_iops + w_iops, "read_kib_mean": ms.get("device_avg_read_kib"),
-            "write_kib_mean": ms.get("device_avg_write_kib"), "trace_length_s": span,
-            "read_ops": round(r_iops * span), "write_ops": round(w_iops * span),
-            "read_bytes": ms.get("device_read_bytes"), "write_bytes": ms.get("device_write_bytes")}
+            **characterize.from_diskstats(run.monitor.summary(), span)}
 
 
 def _write_characterization(sweep: Sweep) -> None:

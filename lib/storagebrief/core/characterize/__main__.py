@@ -2,8 +2,8 @@
 import json
 import sys
 
-from .outputs import _jsonable, characterize
+from .outputs import characterize, jsonable
 
 if __name__ == "__main__":   # pragma: no cover - convenience for a quick look
     r, _, _ = characterize(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "tracefs")
-    print(json.dumps(_jsonable(r), indent=2))
+    print(json.dumps(jsonable(r), indent=2))

@@ -1,20 +1,21 @@
 """FastCharacterizer: Characterizer.feed() in bulk, a column batch of events at a time (numpy); the
-same statistics as the reference (see chunks.py for how the batches are read)."""
+same statistics as the reference (see chunks.py and tracefs_raw.py for how the batches are read)."""
 from __future__ import annotations
 
-from .chunks import _A_COMPLETE, _A_ISSUE, _A_MERGE, _A_REQUEUE, _MAX_DEVS, _MAX_SECTOR, _OP_NAMES, _Batch, _Devices
-from .parse import ParseCounts
+from .model import A_COMPLETE, A_ISSUE, A_MERGE, A_REQUEUE, MAX_DEVS, MAX_SECTOR, OP_NAMES, Batch, Devices, ParseCounts
 from .stats import BINS, SAMPLE_POINTS, Characterizer
+
+# numpy is imported inside the functions: importing the package (the CLI's start) stays light
 
 
 class FastCharacterizer(Characterizer):
     """Characterizer.feed() in bulk: the same state, a batch of events at a time."""
 
     def __init__(self, capacity_sectors: int | None = None, sample_points: int = SAMPLE_POINTS,
-                 devices: _Devices | None = None, capacities: dict[tuple[int, int], int] | None = None):
+                 devices: Devices | None = None, capacities: dict[tuple[int, int], int] | None = None):
         import numpy as np
         super().__init__(capacity_sectors, sample_points, capacities)
-        self.devices = devices or _Devices()
+        self.devices = devices or Devices()
         self._np_bins: dict[int, "np.ndarray"] = {}        # dev id -> 2 x BINS (reads, writes)
         self._last: dict[int, int] = {}                     # dev id -> end sector of its last read/write
         self._pend: dict = {}                               # key -> [(t, sectors, seq, bin, prev_end), ...]
@@ -24,7 +25,7 @@ class FastCharacterizer(Characterizer):
     # keys of the in-flight table: (sector, device, op) packed in an integer
     @staticmethod
     def _key(sector: int, dev: int, op: int):
-        return ((sector << 9 | dev) << 3 | op) if dev < _MAX_DEVS else (sector, dev, op)
+        return ((sector << 9 | dev) << 3 | op) if dev < MAX_DEVS else (sector, dev, op)
 
     def _bins_of(self, dev: int):
         import numpy as np
@@ -36,7 +37,7 @@ class FastCharacterizer(Characterizer):
     def _cap_of(self, dev: int) -> int | None:
         return self.capacity(self.devices.devs[dev])
 
-    def feed_batch(self, b: _Batch) -> None:
+    def feed_batch(self, b: Batch) -> None:
         import numpy as np
         if not len(b):
             return
@@ -45,16 +46,16 @@ class FastCharacterizer(Characterizer):
             self.first_t = lo
         if self.last_t is None or hi > self.last_t:
             self.last_t = hi
-        if ((b.act == _A_REQUEUE).any() or b.sector.dtype == object or b.n.dtype == object
-                or int(b.dev.max()) >= _MAX_DEVS or int(b.sector.max()) >= _MAX_SECTOR
-                or int(b.n.max()) >= _MAX_SECTOR):
+        if ((b.act == A_REQUEUE).any() or b.sector.dtype == object or b.n.dtype == object
+                or int(b.dev.max()) >= MAX_DEVS or int(b.sector.max()) >= MAX_SECTOR
+                or int(b.n.max()) >= MAX_SECTOR):
             self._feed_each(b)
             return
-        self.counts["merges"] += int((b.act == _A_MERGE).sum())
-        iss = b.act == _A_ISSUE
+        self.counts["merges"] += int((b.act == A_MERGE).sum())
+        iss = b.act == A_ISSUE
         for code, k in enumerate(np.bincount(b.op[iss], minlength=5).tolist()):
             if k:
-                self.counts[_OP_NAMES[code]] += k
+                self.counts[OP_NAMES[code]] += k
         n_ev = len(b)
         seq_all = np.zeros(n_ev, dtype=np.int8)             # -1 not data, 0 random, 1 sequential
         bin_all = np.full(n_ev, -1, dtype=np.int64)
@@ -83,7 +84,7 @@ class FastCharacterizer(Characterizer):
                     m = (op == o) & (seq == q)
                     if m.any():
                         k, c = np.unique(nn[m], return_counts=True)
-                        h = self.sizes[(_OP_NAMES[o], q)]
+                        h = self.sizes[(OP_NAMES[o], q)]
                         for kk, cc in zip(k.tolist(), c.tolist()):
                             h[kk] += cc
             for d in devs:
@@ -102,10 +103,10 @@ class FastCharacterizer(Characterizer):
             self._sample_add(b.t[data], s, nn, op, seq)
         self._match(b, iss, seq_all, bin_all, prev_all)
 
-    def _match(self, b: _Batch, iss, seq_all, bin_all, prev_all) -> None:
+    def _match(self, b: Batch, iss, seq_all, bin_all, prev_all) -> None:
         """FIFO issue <-> completion per (device, sector, op), the in-flight table carried over."""
         import numpy as np
-        comp = b.act == _A_COMPLETE
+        comp = b.act == A_COMPLETE
         ev = np.flatnonzero(iss | comp)
         if not len(ev):
             return
@@ -157,7 +158,7 @@ class FastCharacterizer(Characterizer):
                 sel = lat[lop == o]
                 if len(sel):
                     k, c = np.unique(sel, return_counts=True)
-                    h = self.latency_us[_OP_NAMES[o]]
+                    h = self.latency_us[OP_NAMES[o]]
                     for kk, cc in zip(k.tolist(), c.tolist()):
                         h[kk] += cc
         left = order[np.flatnonzero(ii & ~took)]
@@ -188,15 +189,15 @@ class FastCharacterizer(Characterizer):
             cols = tuple(c[keep] for c in cols)
         self._sample_cols = cols
 
-    def _feed_each(self, b: _Batch) -> None:
+    def _feed_each(self, b: Batch) -> None:
         """Event by event (a batch with a requeue, huge sectors or many devices)."""
         import numpy as np
         pend, last, devs = self._pend, self._last, self.devices.devs
         smp = []
         for t, act, dev, op, sector, n in zip(b.t.tolist(), b.act.tolist(), b.dev.tolist(), b.op.tolist(),
                                               b.sector.tolist(), b.n.tolist()):
-            opn = _OP_NAMES[op]
-            if act == _A_ISSUE:
+            opn = OP_NAMES[op]
+            if act == A_ISSUE:
                 self.counts[opn] += 1
                 key = self._key(sector, dev, op)
                 if op > 1:
@@ -218,13 +219,13 @@ class FastCharacterizer(Characterizer):
                     self._bins_of(dev)[op, bi] += 1
                 pend.setdefault(key, []).append((t, n, seq, bi, prev_end))
                 smp.append((t, sector, n, op, seq))
-            elif act == _A_COMPLETE or act == _A_REQUEUE:
+            elif act == A_COMPLETE or act == A_REQUEUE:
                 key = self._key(sector, dev, op)
                 q = pend.get(key)
                 issued = q.pop(0) if q else None
                 if q is not None and not q:
                     del pend[key]
-                if act == _A_COMPLETE:
+                if act == A_COMPLETE:
                     if issued is None:
                         self.counts["unmatched_completions"] += 1
                     elif op < 4:
@@ -249,10 +250,10 @@ class FastCharacterizer(Characterizer):
                 self.per_dev[devs[dev]] -= 1
                 if bi is not None:
                     self._bins_of(dev)[op, bi] -= 1
-            elif act == _A_MERGE:
+            elif act == A_MERGE:
                 self.counts["merges"] += 1
         if smp:
-            obj = any(p[1] >= _MAX_SECTOR or p[2] >= _MAX_SECTOR for p in smp)
+            obj = any(p[1] >= MAX_SECTOR or p[2] >= MAX_SECTOR for p in smp)
             dt = object if obj else np.int64
             self._sample_add(np.array([p[0] for p in smp]), np.array([p[1] for p in smp], dtype=dt),
                              np.array([p[2] for p in smp], dtype=dt), np.array([p[3] for p in smp], dtype=np.int8),
@@ -266,8 +267,8 @@ class FastCharacterizer(Characterizer):
                 del h[k]
         c = self._sample_cols
         self.sample = [] if c is None else [
-            (t, s, n, _OP_NAMES[o], q) for t, s, n, o, q in zip(c[1].tolist(), c[2].tolist(), c[3].tolist(),
-                                                                 c[4].tolist(), c[5].tolist())]
+            (t, s, n, OP_NAMES[o], q) for t, s, n, o, q in zip(c[1].tolist(), c[2].tolist(), c[3].tolist(),
+                                                               c[4].tolist(), c[5].tolist())]
 
     def summary(self, parse: ParseCounts | None = None) -> dict:
         self._materialize()

@@ -2,16 +2,20 @@
 the `storagebrief characterize` command."""
 from __future__ import annotations
 
+import gc
 import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .chunks import _A_ISSUE, _Devices, batches
+from ..machine import device_capacity_sectors
+from .definitions import DEFINITIONS
 from .fast import FastCharacterizer
-from .parse import FORMATS, ISSUE, ParseCounts, TraceError, device_capacity_sectors, events
+from .model import A_ISSUE, ISSUE, Devices, ParseCounts, TraceError, check_format
+from .readers import batches, events
 from .sanity import Screen
 from .stats import SAMPLE_POINTS, Characterizer
+from .tracefs_raw import header_info
 
 CAPACITY_SOURCES = {"cli": "given with --capacity-sectors", "header": "from the trace's header",
                     "sysfs": "from this machine's sysfs", "highest_sector": "the highest sector in the trace"}
@@ -45,8 +49,7 @@ def characterize(path: str | Path, fmt: str, capacity_sectors: int | None = None
     the trace, found by a first pass over the file (highest_sector, said in `warning`)."""
     if capacity_sectors is not None and capacity_sectors <= 0:
         raise TraceError(f"--capacity-sectors must be > 0, got {capacity_sectors}")
-    if fmt not in FORMATS:
-        raise TraceError(f"unknown trace format '{fmt}'; allowed: {', '.join(FORMATS)}")
+    check_format(fmt)
     plan = _capacity_plan(path, fmt, capacity_sectors, reference)
     counts = ParseCounts()
     if reference:
@@ -55,7 +58,6 @@ def characterize(path: str | Path, fmt: str, capacity_sectors: int | None = None
         for ev in Screen(counts, ch.capacity, plan.device).events(events(path, fmt, counts)):
             feed(ev)
     else:
-        import gc
         ch = FastCharacterizer(capacity_sectors, sample_points, capacities=plan.capacities)
         screen = Screen(counts, ch.capacity, plan.device)
         was = gc.isenabled()
@@ -82,7 +84,6 @@ def characterize(path: str | Path, fmt: str, capacity_sectors: int | None = None
 def _capacity_plan(path, fmt: str, capacity_sectors: int | None, reference: bool) -> CapacityPlan:
     device, why = None, f"{fmt} text carries no device capacity"
     if fmt == "tracefs-raw":
-        from .tracefs_raw import header_info
         info = header_info(path)
         device = info["device"]
         if capacity_sectors:
@@ -110,10 +111,10 @@ def _highest_sectors(path, fmt: str, device, reference: bool) -> dict:
             if ev.action == ISSUE and ev.sector + ev.sectors > tops.get(ev.dev, 0):
                 tops[ev.dev] = ev.sector + ev.sectors
         return tops
-    import numpy as np
-    devices = _Devices()
+    import numpy as np      # inside: importing the package (the CLI) stays light
+    devices = Devices()
     for b in screen.batches(batches(path, fmt, counts, devices), devices):
-        iss = b.act == _A_ISSUE
+        iss = b.act == A_ISSUE
         if iss.any():
             end, dev = b.sector[iss] + b.n[iss], b.dev[iss]
             for d in np.unique(dev).tolist():
@@ -171,8 +172,7 @@ def write_outputs(row: dict, dists: dict, counts: ParseCounts, out_dir: str | Pa
     both or (an error writing them) neither, and no folder made for them."""
     import pandas as pd
 
-    from .. import results
-    from . import __doc__ as definitions
+    from .. import results      # inside: results imports pandas, heavy for the CLI's start
     out = Path(out_dir)
     row = {"trace_file": str(trace), **row}
     made = [p for p in (out, *out.parents) if not p.exists()]
@@ -181,9 +181,9 @@ def write_outputs(row: dict, dists: dict, counts: ParseCounts, out_dir: str | Pa
     try:
         out.mkdir(parents=True, exist_ok=True)
         results.write_json(paths["json"],
-                           {"summary": _jsonable(row), "malformed_examples": counts.malformed_examples
+                           {"summary": jsonable(row), "malformed_examples": counts.malformed_examples
                             + counts.impossible_examples,
-                            "definitions": definitions.split("Definitions (also in the README and the brief):")[1].strip(),
+                            "definitions": DEFINITIONS.strip(),
                             **{k: v for k, v in dists.items() if k != "sample"}})
         written.append(paths["json"])
         cols = ["trace_file", *CSV_COLUMNS]
@@ -203,7 +203,7 @@ def write_outputs(row: dict, dists: dict, counts: ParseCounts, out_dir: str | Pa
 def check_out_dir(out_dir: str | Path) -> Path:
     """Refuse, before any work, an output folder the studies would refuse (a system directory, also
     through a symlink; a file) and one this user cannot create or write."""
-    from .. import targets
+    from .. import targets      # inside: targets imports pydantic, heavy for the CLI's start
     try:
         path = targets.check_target_path(str(out_dir))
     except ValueError as exc:
@@ -220,7 +220,7 @@ def check_out_dir(out_dir: str | Path) -> Path:
     return path
 
 
-def _jsonable(row: dict) -> dict:
+def jsonable(row: dict) -> dict:
     return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
 
 

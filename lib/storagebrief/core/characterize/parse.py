@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import gzip
 import re
-import zlib
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, NamedTuple
+from typing import Callable, Iterable, Iterator
 
-from ..blocktrace import device_capacity_sectors  # noqa: F401  (sysfs: /sys/dev/block/MAJ:MIN/size)
-
-FORMATS = ("tracefs", "tracefs-raw", "blkparse")   # kernel text, our binary pages, blkparse text
+from .model import COMPLETE, GZIP_ERRORS, ISSUE, MERGE, OTHER, REQUEUE, Event, ParseCounts, TraceError
 
 # tracefs: "<comm>-<pid> [cpu] flags 1234.567890: block_rq_issue: 254,0 WS 65536 () 319433096 + 128 be,0,4 [dd]"
 _TRACEFS = re.compile(
@@ -22,14 +18,8 @@ _LOST = re.compile(r"CPU:\d+ \[LOST (\d+) EVENTS\]")
 _BLKPARSE = re.compile(r"\s*(\d+),(\d+)\s+\d+\s+\d+\s+(\d+\.\d+)\s+\d+\s+([A-Za-z])\s+(\S+)(?:\s+(\d+) \+ (\d+))?")
 _BLKPARSE_SUMMARY = re.compile(r"(CPU\d+|Total) \(")
 
-# normalised actions
-ISSUE, COMPLETE, REQUEUE, MERGE, OTHER = "D", "C", "R", "M", "-"
 _TRACEFS_ACTION = {"issue": ISSUE, "complete": COMPLETE, "requeue": REQUEUE}
 _BLKPARSE_ACTION = {"D": ISSUE, "C": COMPLETE, "R": REQUEUE, "M": MERGE, "F": MERGE}
-
-
-class TraceError(ValueError):
-    """The trace cannot be characterized (missing file, unknown format, no requests)."""
 
 
 def op_of(rwbs: str) -> str:
@@ -42,26 +32,6 @@ def op_of(rwbs: str) -> str:
         s = s[1:]
     c = s[:1]
     return c if c in ("R", "W", "F", "D") else "N"
-
-
-class Event(NamedTuple):
-    t: float          # seconds
-    action: str       # ISSUE / COMPLETE / REQUEUE / MERGE / OTHER
-    dev: tuple[int, int]
-    op: str           # R W F D N
-    sector: int
-    sectors: int
-
-
-@dataclass
-class ParseCounts:
-    lines: int = 0
-    malformed: int = 0
-    malformed_examples: list[str] = field(default_factory=list)
-    lost_events: int = 0
-    ignored: int = 0          # valid lines of events we do not use (other actions, headers, summary)
-    impossible_examples: list[str] = field(default_factory=list)   # parsed, but refused (sanity.Screen)
-    clock_restarts: int = 0   # blkparse outputs appended after a summary whose clock started again
 
 
 def open_text(path: str | Path):
@@ -78,11 +48,6 @@ def open_text(path: str | Path):
     if magic == b"\x1f\x8b":
         return gzip.open(path, "rt", errors="replace")
     return open(path, "rt", errors="replace")
-
-
-# what a damaged gzip raises while it is read: cut off (EOFError), bad header or CRC
-# (BadGzipFile, an OSError), bad deflate data (zlib.error)
-GZIP_ERRORS = (EOFError, OSError, zlib.error)
 
 
 def damaged(path, exc: BaseException) -> TraceError:
@@ -109,7 +74,8 @@ def _op(rwbs: str) -> str:
     return op
 
 
-def _dev(ma: str, mi: str) -> tuple[int, int]:
+def parse_dev(ma: str, mi: str) -> tuple[int, int]:
+    """(major, minor) of their text, each pair made once (events share the tuple)."""
     d = _DEVS.get((ma, mi))
     if d is None:
         d = _DEVS[(ma, mi)] = (int(ma), int(mi))
@@ -124,7 +90,7 @@ def tracefs_line(line: str, counts: ParseCounts) -> Event | None:
     m = _TRACEFS.match(line, line.rfind(" ", 0, i) + 1) if i > 0 else None
     if m is not None:
         t, kind, ma, mi, rwbs, sector, n = m.groups()
-        return Event(float(t), _TRACEFS_ACTION[kind], _dev(ma, mi), _op(rwbs), int(sector), int(n))
+        return Event(float(t), _TRACEFS_ACTION[kind], parse_dev(ma, mi), _op(rwbs), int(sector), int(n))
     s = line.strip()
     if not s or s[0] == "#":
         counts.ignored += 1
@@ -174,7 +140,7 @@ def parse_blkparse(lines: Iterable[str], counts: ParseCounts) -> Iterator[Event]
                 t += shift
             if latest is None or t > latest:
                 latest = t
-            yield Event(t, act, _dev(ma, mi), _op(rwbs), int(sector) if sector else 0, int(n) if n else 0)
+            yield Event(t, act, parse_dev(ma, mi), _op(rwbs), int(sector) if sector else 0, int(n) if n else 0)
             continue
         s = line.strip()
         if summary or not s:
@@ -186,16 +152,20 @@ def parse_blkparse(lines: Iterable[str], counts: ParseCounts) -> Iterator[Event]
             _malformed(counts, line)
 
 
-def events(path: str | Path, fmt: str, counts: ParseCounts) -> Iterator[Event]:
-    if fmt not in FORMATS:
-        raise TraceError(f"unknown trace format '{fmt}'; allowed: {', '.join(FORMATS)}")
-    if fmt == "tracefs-raw":
-        from .tracefs_raw import events as raw_events
-        yield from raw_events(path, counts)
-        return
-    parse = parse_tracefs if fmt == "tracefs" else parse_blkparse
+def _read_text(path: str | Path, parse: Callable[[Iterable[str], ParseCounts], Iterator[Event]],
+               counts: ParseCounts) -> Iterator[Event]:
     with open_text(path) as fh:
         try:
             yield from parse(fh, counts)
         except GZIP_ERRORS as exc:
             raise damaged(path, exc) from None
+
+
+def tracefs_events(path: str | Path, counts: ParseCounts) -> Iterator[Event]:
+    """The events of a tracefs text file, one by one (the reference path)."""
+    return _read_text(path, parse_tracefs, counts)
+
+
+def blkparse_events(path: str | Path, counts: ParseCounts) -> Iterator[Event]:
+    """The events of a blkparse text file, one by one (the reference path)."""
+    return _read_text(path, parse_blkparse, counts)

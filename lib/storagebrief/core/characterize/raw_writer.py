@@ -1,15 +1,14 @@
-"""A writer of synthetic raw traces (the format core.blocktrace records: a JSON header, then ring-buffer
+"""A writer of synthetic raw traces (the format core.blocktrace records, core/traceformat.py: a JSON header, then ring-buffer
 pages per CPU and sync marks), for tests and benchmarks: events in, a file the tracefs-raw decoder reads.
 """
 from __future__ import annotations
 
 import gzip
-import json
 import struct
 from pathlib import Path
 
-from ..blocktrace import PAGES, RAW_MAGIC, RECORD, SYNC
-from .chunks import _A_COMPLETE, _A_ISSUE, _A_REQUEUE
+from ..traceformat import EVENTS, file_start, pages_record, sync_record
+from .model import A_COMPLETE, A_ISSUE, A_REQUEUE
 
 _HEADER_PAGE = ("\tfield: u64 timestamp;\toffset:0;\tsize:8;\tsigned:0;\n"
                 "\tfield: local_t commit;\toffset:8;\tsize:8;\tsigned:1;\n"
@@ -23,7 +22,7 @@ _SYNTHETIC = {   # name: (id, [(field, offset, size)], record bytes before the c
     "block_rq_requeue": (2108, [("dev", 8, 4), ("sector", 16, 8), ("nr_sector", 24, 4), ("ioprio", 28, 2),
                                 ("rwbs[10]", 30, 10), ("cmd", 40, 4)], 44),
 }
-_NAME_OF = {_A_ISSUE: "block_rq_issue", _A_COMPLETE: "block_rq_complete", _A_REQUEUE: "block_rq_requeue"}
+_NAME_OF = dict(zip((A_ISSUE, A_COMPLETE, A_REQUEUE), EVENTS))     # block_rq_issue / _complete / _requeue
 
 
 def _format_text(name: str) -> str:
@@ -45,7 +44,7 @@ class RawWriter:
         # header: more fields, e.g. the device, capacity_sectors and host the real reader records
         header = {"page_size": page_size, "clock": "local", "kernel": "synthetic", "cpus": [],
                   "header_page": _HEADER_PAGE, "events": {n: _format_text(n) for n in _SYNTHETIC}, **(header or {})}
-        self.fh.write(RAW_MAGIC + json.dumps(header).encode() + b"\n")
+        self.fh.write(file_start(header))
         self.cur: dict[int, list] = {}      # cpu -> [page ts, last ts, bytearray of events]
         self.done: dict[int, list[bytes]] = {}
         self.next_sync = None
@@ -60,14 +59,14 @@ class RawWriter:
             self._close_page(cpu)
         for cpu in sorted(self.done):
             data = b"".join(self.done[cpu])
-            self.fh.write(RECORD.pack(PAGES, cpu, len(data)) + data)
+            self.fh.write(pages_record(cpu, data))
         self.done.clear()
-        self.fh.write(RECORD.pack(SYNC, 0, 8) + struct.pack("<Q", now_ns))
+        self.fh.write(sync_record(now_ns))
 
     def add(self, t_ns: int, act: int, dev_t: int, rwbs: str, sector: int, n: int, cpu: int = 0) -> None:
         if self.next_sync is None:
             self.next_sync = t_ns + self.sync_ns
-            self.fh.write(RECORD.pack(SYNC, 0, 8) + struct.pack("<Q", t_ns))
+            self.fh.write(sync_record(t_ns))
         elif t_ns >= self.next_sync:
             self._flush(t_ns)
             self.next_sync = t_ns + self.sync_ns

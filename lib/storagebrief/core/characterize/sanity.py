@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Iterator
 
-from .parse import Event, ParseCounts
+from .model import ACTION_OF, OP_NAMES, Batch, Event, ParseCounts, concat_rows
 
 MAX_REQUEST_SECTORS = ((1 << 32) - 1) >> 9     # 8,388,607 sectors: just under 4 GiB
 SECTOR_LIMIT = 1 << 64
@@ -137,60 +137,56 @@ class Screen:
 
     # -- the fast path ------------------------------------------------------------------------
     def batches(self, batches: Iterable, devices) -> Iterator:
-        """The same decisions on column batches (chunks._Batch); yields batches of accepted events."""
-        import numpy as np
-
-        from .chunks import _OP_NAMES, _Batch, _concat_rows
-        actions = {0: "D", 1: "C", 2: "R", 3: "M", 4: "-"}
-        pending = None                   # a _Batch of the held candidates (self.held indexes into it)
+        """The same decisions on column batches (model.Batch); yields batches of accepted events."""
+        import numpy as np      # inside: importing the package (the CLI) stays light
+        pending = None                   # a Batch of the held candidates (self.held indexes into it)
         for b in batches:
             if not len(b):
                 continue
             k = 0 if pending is None else len(pending)
-            comb = b if pending is None else _concat_rows(pending, b)
+            comb = b if pending is None else concat_rows(pending, b)
             if len(self.held) <= 1 and self._clean(b, devices) and self._in_order(comb.t, k > 0):
                 # every event but the last is confirmed by its successor; the last waits for the next batch
                 if len(comb) > 1:
                     latest = float(comb.t[:-1].max())
                     self.top = latest if self.top is None or latest > self.top else self.top
                 t_last = float(comb.t[-1])
-                pending = _Batch(*(getattr(comb, s)[-1:] for s in _Batch.__slots__))
+                pending = Batch(*(getattr(comb, s)[-1:] for s in Batch.__slots__))
                 self.held = [(t_last, 0)]
                 if len(comb) > 1:
-                    yield _Batch(*(getattr(comb, s)[:-1] for s in _Batch.__slots__))
+                    yield Batch(*(getattr(comb, s)[:-1] for s in Batch.__slots__))
                 continue
             keep = np.zeros(len(comb), dtype=bool)
             out: list = []
-            cols = [getattr(comb, s)[k:].tolist() for s in _Batch.__slots__]
+            cols = [getattr(comb, s)[k:].tolist() for s in Batch.__slots__]
             for i, (t, act, dev, op, sector, n) in enumerate(zip(*cols), start=k):
                 dv = devices.devs[dev]
                 why = self.problem(dv, sector, n)
                 if why is not None:
-                    self._refuse(describe_event(t, actions[act], dv, _OP_NAMES[op], sector, n), why)
+                    self._refuse(describe_event(t, ACTION_OF[act], dv, OP_NAMES[op], sector, n), why)
                     continue
                 self._push(t, i, out)
-                self._mark(out, keep, comb, actions, devices)
+                self._mark(out, keep, comb, devices)
             rows = [i for _, i in self.held]
-            pending = _Batch(*(getattr(comb, s)[rows] for s in _Batch.__slots__)) if rows else None
+            pending = Batch(*(getattr(comb, s)[rows] for s in Batch.__slots__)) if rows else None
             self.held = [(t, j) for j, (t, _) in enumerate(self.held)]
             if keep.any():
-                yield _Batch(*(getattr(comb, s)[keep] for s in _Batch.__slots__))
+                yield Batch(*(getattr(comb, s)[keep] for s in Batch.__slots__))
         out = []
         self._finish(out)
         if pending is not None and out:
             keep = np.zeros(len(pending), dtype=bool)
-            self._mark(out, keep, pending, actions, devices)
+            self._mark(out, keep, pending, devices)
             if keep.any():
-                yield _Batch(*(getattr(pending, s)[keep] for s in _Batch.__slots__))
+                yield Batch(*(getattr(pending, s)[keep] for s in Batch.__slots__))
 
-    def _mark(self, out: list, keep, comb, actions, devices) -> None:
-        from .chunks import _OP_NAMES
+    def _mark(self, out: list, keep, comb, devices) -> None:
         for i, ok in out:
             if ok:
                 keep[i] = True
             else:
-                self._refuse(describe_event(float(comb.t[i]), actions[int(comb.act[i])], devices.devs[int(comb.dev[i])],
-                                            _OP_NAMES[int(comb.op[i])], int(comb.sector[i]), int(comb.n[i])),
+                self._refuse(describe_event(float(comb.t[i]), ACTION_OF[int(comb.act[i])], devices.devs[int(comb.dev[i])],
+                                            OP_NAMES[int(comb.op[i])], int(comb.sector[i]), int(comb.n[i])),
                              self._late_why())
         out.clear()
 

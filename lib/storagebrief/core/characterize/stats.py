@@ -6,7 +6,7 @@ import math
 import random
 from collections import Counter
 
-from .parse import COMPLETE, ISSUE, MERGE, REQUEUE, Event, ParseCounts
+from .model import COMPLETE, ISSUE, MERGE, REQUEUE, Event, ParseCounts
 
 SECTOR_BYTES = 512
 BINS = 1000

@@ -1,4 +1,4 @@
-"""Decoding the binary traces the block-trace reader writes (format: core/blocktrace.py): the
+"""Decoding the binary traces the block-trace reader writes (format: core/traceformat.py): the
 kernel's ring-buffer pages of each CPU, merged into one time-ordered stream of block events.
 
 A page (its layout comes from the file's copy of events/header_page) is a u64 timestamp, a commit
@@ -24,19 +24,20 @@ from __future__ import annotations
 import gzip
 import json
 import re
-import struct
-import zlib
 from pathlib import Path
 from typing import Iterator
 
-from ..blocktrace import PAGES, RAW_MAGIC, RECORD, SYNC, same_host
-from .chunks import _A_COMPLETE, _A_ISSUE, _A_REQUEUE, _ACT_CODE, _OP_CODE, _OP_NAMES, _Batch, _Devices
-from .parse import Event, ParseCounts, TraceError
+from ..machine import same_host
+from ..traceformat import EVENTS, PAGES, RAW_MAGIC, RECORD, SYNC, SYNC_TIME, dev_tuple
+from .model import (A_COMPLETE, A_ISSUE, A_REQUEUE, ACTION_OF, GZIP_ERRORS, OP_CODE, OP_NAMES, Batch, Devices, Event,
+                    ParseCounts, TraceError)
+
+# numpy is imported inside the functions: importing the package (the CLI's start) stays light
 
 DECODE_BYTES = 4 << 20          # pages decoded together (numpy steps cost per call, not per event)
 SYNC_MARGIN_NS = 20_000_000     # clock skew between CPUs and events committed while the mark was taken
 _MISSED_STORED, _LENGTH_MASK = 1 << 30, (1 << 30) - 1   # bit 31 (events lost): the stats count them
-_ACTIONS = {"block_rq_issue": _A_ISSUE, "block_rq_complete": _A_COMPLETE, "block_rq_requeue": _A_REQUEUE}
+_ACTIONS = dict(zip(EVENTS, (A_ISSUE, A_COMPLETE, A_REQUEUE)))     # block_rq_issue / _complete / _requeue
 _FIELD = re.compile(r"field:([^;]*);\s*offset:(\d+);\s*size:(\d+);\s*signed:(\d+);")
 _ID = re.compile(r"^ID: (\d+)", re.M)
 # Limits a crafted file cannot pass (the reader's own files stay far below them):
@@ -44,7 +45,6 @@ MAX_HEADER_BYTES = 1 << 20      # the header line: the kernel's formats take abo
 MAX_PAGE_BYTES = 1 << 20        # a ring-buffer (sub-)page; a decode step costs page/8 numpy steps
 MAX_RECORD_BYTES = (1 << 30) + MAX_PAGE_BYTES   # one CPU's drain: at most run.trace_buffer_kib (1 GiB)
 _READ_PIECE = 16 << 20          # a record is read in pieces: a length field alone allocates nothing
-_GZIP_ERRORS = (OSError, EOFError, zlib.error)
 
 
 class _Unreadable(Exception):
@@ -59,7 +59,7 @@ def is_raw(path: str | Path) -> bool:
                 return False
         with gzip.open(path, "rb") as fh:
             return fh.read(len(RAW_MAGIC)) == RAW_MAGIC
-    except _GZIP_ERRORS:
+    except GZIP_ERRORS:
         return False
 
 
@@ -269,9 +269,9 @@ def _op_codes(c0, c1):
     import numpy as np
     global _OP_TABLE
     if _OP_TABLE is None:
-        _OP_TABLE = np.full(256, _OP_CODE["N"], dtype=np.int8)
+        _OP_TABLE = np.full(256, OP_CODE["N"], dtype=np.int8)
         for ch in "RWFD":
-            _OP_TABLE[ord(ch)] = _OP_CODE[ch]
+            _OP_TABLE[ord(ch)] = OP_CODE[ch]
     pre = (c0 == ord("F")) & np.isin(c1, np.frombuffer(b"RWDNF", np.uint8))
     return _OP_TABLE[np.where(pre, c1, c0)]
 
@@ -308,7 +308,7 @@ def _open_header(path: Path):
         raise TraceError(f"cannot read trace '{path}': {exc}") from None
     try:
         return fh, read_header(fh, path)
-    except _GZIP_ERRORS as exc:
+    except GZIP_ERRORS as exc:
         fh.close()
         raise TraceError(f"'{path}' is not a readable raw trace ({exc})") from None
     except BaseException:
@@ -384,7 +384,7 @@ def columns(path: str | Path, counts: ParseCounts) -> Iterator[dict]:
                 if kind == PAGES:
                     bufs.setdefault(cpu, []).append(data)
                     buffered += len(data)
-                elif kind == SYNC and len(data) == 8:
+                elif kind == SYNC and len(data) == SYNC_TIME.size:
                     # everything older than the previous mark is in: release it, a few MiB at a time
                     if last_sync is not None and buffered >= DECODE_BYTES:
                         decode_all()
@@ -392,10 +392,10 @@ def columns(path: str | Path, counts: ParseCounts) -> Iterator[dict]:
                         out = release(last_sync - SYNC_MARGIN_NS)
                         if out is not None:
                             yield out
-                    last_sync = struct.unpack("<Q", data)[0]
+                    last_sync = SYNC_TIME.unpack(data)[0]
                 else:
                     counts.malformed += 1
-        except (*_GZIP_ERRORS, _Unreadable) as exc:   # a cut-off or damaged file: keep what was read
+        except (*GZIP_ERRORS, _Unreadable) as exc:   # a cut-off or damaged file: keep what was read
             counts.malformed += 1
             if len(counts.malformed_examples) < 5:
                 counts.malformed_examples.append(f"raw trace ends early: {exc}")
@@ -405,16 +405,18 @@ def columns(path: str | Path, counts: ParseCounts) -> Iterator[dict]:
             yield out
 
 
-def dev_tuple(dev_t: int) -> tuple[int, int]:
-    return dev_t >> 20, dev_t & ((1 << 20) - 1)
-
-
-def as_batch(cols: dict, devices: _Devices) -> _Batch:
+def as_batch(cols: dict, devices: Devices) -> Batch:
     """The fast path's batch (seconds, device ids) of decoded columns."""
     import numpy as np
     uniq, inv = np.unique(cols["dev"], return_inverse=True)
     ids = np.array([devices.id(dev_tuple(int(d))) for d in uniq.tolist()], dtype=np.int64)
-    return _Batch(cols["t"] / 1e9, cols["act"], ids[inv], cols["op"], _sectors(cols["sector"]), cols["n"])
+    return Batch(cols["t"] / 1e9, cols["act"], ids[inv], cols["op"], _sectors(cols["sector"]), cols["n"])
+
+
+def batches(path: str | Path, counts: ParseCounts, devices: Devices) -> Iterator[Batch]:
+    """The fast path's batches of a raw trace, in time order."""
+    for cols in columns(path, counts):
+        yield as_batch(cols, devices)
 
 
 def _sectors(sector):
@@ -427,12 +429,7 @@ def _sectors(sector):
 
 def events(path: str | Path, counts: ParseCounts) -> Iterator[Event]:
     """The reference path's events, one by one (the same decoding)."""
-    action = {code: a for a, code in _ACT_CODE.items()}
     for cols in columns(path, counts):
         for t, act, dev, op, sector, n in zip(*(cols[k].tolist() for k in ("t", "act", "dev", "op", "sector", "n"))):
-            yield Event(t / 1e9, action[act], dev_tuple(dev), _OP_NAMES[op], sector + (1 << 64) if sector < 0 else sector, n)
+            yield Event(t / 1e9, ACTION_OF[act], dev_tuple(dev), OP_NAMES[op], sector + (1 << 64) if sector < 0 else sector, n)
 
-
-# -- writing: synthetic traces for tests and benchmarks ----------------------------------------
-# The kernel 6.x layout of the three block events (as this package's format texts say it); the
-# reader never uses these, it copies the running kernel's own formats into each trace.
