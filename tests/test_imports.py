@@ -111,18 +111,8 @@ def test_the_edges_are_read_as_said():
     assert "storagebrief.core.characterize" in g["storagebrief.core.sweep"]   # from . import characterize
 
 
-# Cycles in core that other parts of issue 21 take apart: drop an entry once its cycle is gone
-# (the test says so).
-PENDING_IN_CORE = [["storagebrief.core.cgroups", "storagebrief.core.procs"]]
-
-
-def test_no_import_cycle_in_core():
-    # the whole package is listed (printed) for now; only storagebrief.core must be acyclic yet
-    for comp in cycles(PACKAGE):
-        print("import cycle:", " <-> ".join(comp))
-    found = cycles(f"{PACKAGE}.core")
-    assert [c for c in found if c not in PENDING_IN_CORE] == []
-    assert [c for c in PENDING_IN_CORE if c not in found] == [], "gone: drop it from PENDING_IN_CORE"
+def test_no_import_cycle_anywhere_in_the_package():
+    assert cycles(PACKAGE) == []
 
 
 def test_characterize_and_the_trace_format_run_one_way():

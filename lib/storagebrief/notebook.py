@@ -32,7 +32,7 @@ def _through_us(tb) -> bool:
 
 
 def _short_error(shell, etype, value, tb, tb_offset=None):
-    from .cli import error_line, expected
+    from .errors import error_line, expected
 
     if issubclass(etype, KeyboardInterrupt) and _through_us(tb):
         notes = "; ".join(getattr(value, "__notes__", []))

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .cgroup_readings import CgroupReadings
-from .procs import running
+from .pidstat import running
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PREFIX = "storagebrief-"

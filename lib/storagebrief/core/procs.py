@@ -29,6 +29,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from .pidstat import running, start_ticks, stat_fields  # noqa: F401  (procs.running: the old name stays)
+
 PR_SET_PDEATHSIG = 1
 OWNER_ENV = "STORAGEBRIEF_OWNER"
 SCRATCH_PREFIX = ".storagebrief-tmp-"
@@ -62,28 +64,6 @@ def reap(procs, timeout_s: float) -> None:
 
 
 # --------------------------------------------------------------------------- /proc
-def _stat_fields(pid: int) -> list[str] | None:
-    """Fields of /proc/<pid>/stat after the command name (index 0 = state)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat[stat.rfind(")") + 2:].split()
-
-
-def start_ticks(pid: int) -> int | None:
-    """When the process started (clock ticks since boot): with the PID it names one process,
-    never a later one that reused the number."""
-    f = _stat_fields(pid)
-    return int(f[19]) if f and len(f) > 19 else None
-
-
-def running(pid: int) -> bool:
-    """True while pid exists and is not a zombie."""
-    f = _stat_fields(pid)
-    return bool(f) and f[0] not in ("Z", "X")
-
-
 def owner_token(pid: int | None = None) -> str:
     pid = pid or os.getpid()
     return f"{pid}:{start_ticks(pid)}"
@@ -127,7 +107,7 @@ def group_members(pgid: int) -> list[int]:
     out = []
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
-            f = _stat_fields(int(d.name))
+            f = stat_fields(int(d.name))
             if f and len(f) > 2 and f[0] not in ("Z", "X") and int(f[2]) == pgid:
                 out.append(int(d.name))
     return out

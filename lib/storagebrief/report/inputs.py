@@ -23,10 +23,10 @@ from pathlib import Path
 import pandas as pd
 
 from ..core import columns, results
+from ..core.engine_outputs import STATUS
 from ..studies import REGISTRY
 
 RUNS = "runs.csv"
-from ..core.engine_outputs import STATUS  # noqa: E402
 # Read by the brief for every study, beside the study's own brief_inputs.
 ENGINE_FILES = ("inventory.json", "notes.json", "metrics.json", "characterization.csv", STATUS)
 # Kinds of the columns every runs.csv has (core.columns: REQUIRED_COLUMNS, declared in ENGINE_COLUMNS).

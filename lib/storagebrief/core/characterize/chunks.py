@@ -87,7 +87,7 @@ def _digits(a, start, end, width: int):
 _MARK = b" block_rq_"
 
 
-# One function (118 lines) on purpose: split into helpers it page-faults ~8x more and runs ~5 % slower.
+# long: one function (118 lines) on purpose: split into helpers it page-faults ~8x more and runs ~5 % slower.
 def _tracefs_chunk(chunk: bytes, counts: ParseCounts, devices: Devices) -> Batch | None:
     """A chunk of whole lines -> its events in line order; counts lines, lost, malformed, ..."""
     import numpy as np
