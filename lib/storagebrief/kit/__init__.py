@@ -5,4 +5,7 @@ report, never a study. Each module holds one thing more than one study needs:
   runs      the ok runs of a run table; the metrics.json skeleton every study extends
   space     free space on the targets' filesystems, added up over the targets that share one
   files     optional side files (JSON, CSV) read as "the data or nothing"
+  disk_metrics  the seed's disk table: IOPS, MiB/s, block sizes, response time, read % (monitor columns)
+  latency   latency samples as p50/p95/p99/mean/max columns
+  checkpoint  checkpoints written and fsync'ed (bytes, seconds), one writer for every study
 """
