@@ -138,16 +138,9 @@ def cpu_seconds() -> float:
 
 def write_checkpoint(directory: Path, nbytes: int, chunk: bytes) -> None:
     """Write nbytes (repeating a random chunk) and fsync, as a synchronous checkpoint would."""
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / "checkpoint-rank0.bin"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        left = nbytes
-        while left > 0:
-            left -= os.write(fd, chunk[:min(len(chunk), left)])
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    from ...kit.checkpoint import write_file
+
+    write_file(directory / "checkpoint-rank0.bin", nbytes, chunk)
 
 
 def run_once(cfg: dict, accelerators: int, procs_files: list[str] | None, on_start=None,

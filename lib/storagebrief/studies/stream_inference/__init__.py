@@ -10,4 +10,7 @@ STUDY = Study(
     outputs=("runs.csv", "streams.csv", "timeseries", "logs", "inventory.json", "study.json", "notes.json",
              "notebook.ipynb"),
     brief_inputs=("runs.csv", "streams.csv", "inventory.json", "study.json", "notes.json"),
+    tiny={"videos": ["144p@12"], "duration_s": 2, "streams": [1], "topics": [1], "partitions": [2],
+          "replication_factors": [3], "broker_heap_mib": 256, "drain_timeout_s": 10,
+          "input_size": 32, "batch_size": 8},
 )

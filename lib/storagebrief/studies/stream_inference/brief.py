@@ -3,18 +3,13 @@ per streams x FPS x topics configuration), the streams sweep, the pipeline (fram
 and the generated analysis."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import numpy as np
-
+from ...kit import disk_metrics
+from ...kit.disk_metrics import cell as _g
+from ...kit.files import read_json_or
+from ...kit.runs import ok_runs
 from ...report.display import analysis, show_figure, show_md, show_table, style
-from .metrics import ok_runs
-
-
-def _g(r, k):
-    v = r.get(k, np.nan)
-    return np.nan if v is None else v
 
 
 def disk_table(frame, target: str):
@@ -34,14 +29,12 @@ def disk_table(frame, target: str):
             ("Read % of device bytes", lambda r: _g(r, "device_read_percent")),
             ("Device writes ÷ (bytes produced × RF)", lambda r: f"{_g(r, 'write_amplification'):.2f}"),
             ("Bytes on brokers' disks ÷ (produced × RF)", lambda r: f"{_g(r, 'log_overhead_ratio'):.2f}"),
-            ("CPU user / sys / iowait %", lambda r: f"{_g(r, 'cpu_user_percent'):.0f} / "
-                                                    f"{_g(r, 'cpu_system_percent'):.0f} / "
-                                                    f"{_g(r, 'cpu_iowait_percent'):.1f}")]
-    out = {"Metric / concurrent streams": [n for n, _ in rows]}
-    for key, r in g.iterrows():
+            ("CPU user / sys / iowait %", disk_metrics.cpu_text)]
+
+    def column(key) -> str:
         s, v, t, p, rf = key
-        out[f"{s}, {v} FPS, RF {rf} ({p} partitions), {t} topic{'s' if t > 1 else ''}"] = [f(r) for _, f in rows]
-    return pd.DataFrame(out)
+        return f"{s}, {v} FPS, RF {rf} ({p} partitions), {t} topic{'s' if t > 1 else ''}"
+    return disk_metrics.table(g, rows, "Metric / concurrent streams", column)
 
 
 def pipeline_table(frame):
@@ -59,7 +52,7 @@ def pipeline_table(frame):
 def section(study_dir: Path, frame, names: list[str]) -> None:
     style()
     ok = ok_runs(frame)
-    info = json.loads((study_dir / "study.json").read_text()) if (study_dir / "study.json").exists() else {}
+    info = read_json_or(study_dir / "study.json", {})
     _what_ran(ok, info)
     for n in names:
         t = disk_table(frame, n)

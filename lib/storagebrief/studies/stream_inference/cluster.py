@@ -211,6 +211,7 @@ def death(rc: int, log: Path) -> str:
 class Cluster:
     """N combined broker+controller nodes; use as a context manager or call start()/stop()."""
 
+    # 10 parameters, kept: all but two are keywords with defaults, named at every call (study and tests)
     def __init__(self, data_dir: Path, log_dir: Path, brokers: int = 3, lib: Path | None = None,
                  heap_mib: int = 384, base_port: int | None = None, procs_files: list[str] | None = None,
                  properties: dict | None = None, name: str = "kafka", log_level: str = "INFO"):

@@ -76,10 +76,10 @@ class Classifier:
         self.step(batch).numpy()
 
 
-def serve_run(clf: Classifier, cmd: dict, commands: "queue.Queue[dict]") -> dict:
+def _consumer(cmd: dict):
+    """The run's Kafka consumer, its partitions assigned from the beginning; (consumer, partitions)."""
     import logging
 
-    import numpy as np
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     log = logging.getLogger("storagebrief.kafka.consumer")
@@ -91,34 +91,94 @@ def serve_run(clf: Classifier, cmd: dict, commands: "queue.Queue[dict]") -> dict
     tps = [TopicPartition(t, int(p), OFFSET_BEGINNING) for t, p in cmd["partitions"]]
     consumer.assign(tps)
     consumer.poll(0.1)
-    _say({"event": "assigned", "partitions": len(tps)})
-    latencies: list[float] = []
-    frames = nbytes = batches = 0
-    decode_s = infer_s = 0.0
-    flow = []
-    lag_max = 0
-    pending: list = []
-    drain_deadline = None
-    targets: dict | None = None
-    t0 = time.time()
-    next_sample = t0 + 1.0
+    return consumer, tps
 
-    def lag_now() -> int:
-        if not tps:
+
+class _Served:
+    """One run's consumer and what it counted: frames, bytes, batches, latencies, lag, the flow."""
+
+    def __init__(self, consumer, tps: list):
+        self.consumer, self.tps = consumer, tps
+        self.latencies: list[float] = []
+        self.frames = self.nbytes = self.batches = 0
+        self.decode_s = self.infer_s = 0.0
+        self.flow: list[dict] = []
+        self.lag_max = 0
+        self.targets: dict | None = None           # partition -> end offset to drain to
+        self.t0 = time.time()
+        self.next_sample = self.t0 + 1.0
+
+    def lag_now(self) -> int:
+        if not self.tps:
             return 0
         total = 0
-        for tp in consumer.position(tps):
-            lo, hi = consumer.get_watermark_offsets(tp, cached=True)
+        for tp in self.consumer.position(self.tps):
+            lo, hi = self.consumer.get_watermark_offsets(tp, cached=True)
             if hi is not None and hi >= 0:
                 total += max(0, hi - (tp.offset if tp.offset >= 0 else max(lo, 0)))
         return total
 
-    def done_draining() -> bool:
-        if not tps:
-            return True
-        return all(tp.offset >= targets[(tp.topic, tp.partition)] for tp in consumer.position(tps)
-                   if targets[(tp.topic, tp.partition)] > 0)
+    def drain_to_end(self) -> None:
+        self.targets = {(tp.topic, tp.partition): self.consumer.get_watermark_offsets(tp, timeout=10)[1]
+                        for tp in self.tps}
 
+    def done_draining(self) -> bool:
+        if not self.tps:
+            return True
+        return all(tp.offset >= self.targets[(tp.topic, tp.partition)] for tp in self.consumer.position(self.tps)
+                   if self.targets[(tp.topic, tp.partition)] > 0)
+
+    def classify(self, clf: Classifier, pending: list) -> None:
+        """One batch: decoded, classified, each frame's latency taken when its class is known."""
+        a = time.perf_counter()
+        batch = clf.frames([m.value() for m in pending])
+        b = time.perf_counter()
+        clf.classify(batch)
+        now_ns = time.time_ns()
+        self.infer_s += time.perf_counter() - b
+        self.decode_s += b - a
+        for m in pending:
+            ts = dict(m.headers() or []).get("ts_ns")
+            if ts is not None:
+                self.latencies.append((now_ns - int(ts)) / 1e6)
+            self.nbytes += len(m.value())
+        self.frames += len(pending)
+        self.batches += 1
+
+    def sample(self, now: float) -> None:
+        """Once a second: frames classified so far and the lag (the run's -flow series)."""
+        if now >= self.next_sample:
+            lag = self.lag_now()
+            self.lag_max = max(self.lag_max, lag)
+            self.flow.append({"t_s": round(now - self.t0, 3), "frames_classified": self.frames, "lag_frames": lag})
+            self.next_sample += 1.0
+
+    def finish(self, cmd: dict) -> dict:
+        """Offsets committed, consumer closed, latencies saved; the 'done' message."""
+        import numpy as np
+
+        lag_end = self.lag_now()
+        if self.frames:
+            try:
+                self.consumer.commit(asynchronous=False)
+            except Exception:   # noqa: BLE001 -- offsets are bookkeeping, not a measurement
+                pass
+        self.consumer.close()
+        lat = np.asarray(self.latencies, dtype=np.float64)
+        if cmd.get("latency_file"):
+            np.save(cmd["latency_file"], lat)
+        return {"event": "done", "frames_classified": self.frames, "bytes_consumed": self.nbytes,
+                "batches": self.batches, "decode_s": self.decode_s, "infer_s": self.infer_s,
+                "lag_frames_max": max(self.lag_max, lag_end), "lag_frames_end": lag_end, "drained": lag_end == 0,
+                "flow": self.flow, "first_t": self.t0, "end_t": time.time()}
+
+
+def serve_run(clf: Classifier, cmd: dict, commands: "queue.Queue[dict]") -> dict:
+    consumer, tps = _consumer(cmd)
+    _say({"event": "assigned", "partitions": len(tps)})
+    run = _Served(consumer, tps)
+    pending: list = []
+    drain_deadline = None
     while True:
         try:
             c = commands.get_nowait()
@@ -127,53 +187,20 @@ def serve_run(clf: Classifier, cmd: dict, commands: "queue.Queue[dict]") -> dict
         if c is not None:
             if c["cmd"] == "drain":
                 drain_deadline = time.time() + float(c["deadline_s"])
-                targets = {(tp.topic, tp.partition): consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in tps}
+                run.drain_to_end()
             elif c["cmd"] == "exit":
                 consumer.close()
                 raise SystemExit(0)
         msgs = consumer.consume(num_messages=clf.batch - len(pending), timeout=0.05) if tps else []
-        for m in msgs:
-            if m.error():
-                continue
-            pending.append(m)
+        pending.extend(m for m in msgs if not m.error())
         if pending and (len(pending) >= clf.batch or not msgs):
-            a = time.perf_counter()
-            batch = clf.frames([m.value() for m in pending])
-            b = time.perf_counter()
-            clf.classify(batch)
-            now_ns = time.time_ns()
-            infer_s += time.perf_counter() - b
-            decode_s += b - a
-            for m in pending:
-                ts = dict(m.headers() or []).get("ts_ns")
-                if ts is not None:
-                    latencies.append((now_ns - int(ts)) / 1e6)
-                nbytes += len(m.value())
-            frames += len(pending)
-            batches += 1
+            run.classify(clf, pending)
             pending = []
         now = time.time()
-        if now >= next_sample:
-            lag = lag_now()
-            lag_max = max(lag_max, lag)
-            flow.append({"t_s": round(now - t0, 3), "frames_classified": frames, "lag_frames": lag})
-            next_sample += 1.0
-        if drain_deadline is not None and not pending and (done_draining() or now > drain_deadline):
+        run.sample(now)
+        if drain_deadline is not None and not pending and (run.done_draining() or now > drain_deadline):
             break
-    lag_end = lag_now()
-    if frames:
-        try:
-            consumer.commit(asynchronous=False)
-        except Exception:   # noqa: BLE001 -- offsets are bookkeeping, not a measurement
-            pass
-    consumer.close()
-    lat = np.asarray(latencies, dtype=np.float64)
-    if cmd.get("latency_file"):
-        np.save(cmd["latency_file"], lat)
-    return {"event": "done", "frames_classified": frames, "bytes_consumed": nbytes, "batches": batches,
-            "decode_s": decode_s, "infer_s": infer_s, "lag_frames_max": max(lag_max, lag_end),
-            "lag_frames_end": lag_end, "drained": lag_end == 0, "flow": flow,
-            "first_t": t0, "end_t": time.time()}
+    return run.finish(cmd)
 
 
 def main() -> None:

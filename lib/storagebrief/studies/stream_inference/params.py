@@ -15,7 +15,6 @@ from pydantic import Field, field_validator, model_validator
 
 from ...core.config import ProjectPath, Strict, sorted_counts
 
-NAME = "stream_inference"
 GEOMETRIES = {"144p": (256, 144), "240p": (426, 240), "360p": (640, 360), "480p": (854, 480),
               "720p": (1280, 720), "1080p": (1920, 1080), "1440p": (2560, 1440), "2160p": (3840, 2160)}
 VIDEO_RE = re.compile(r"^\s*([0-9a-zA-Z]+)\s*@\s*([-+0-9.eE]+)\s*$")

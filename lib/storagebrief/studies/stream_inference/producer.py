@@ -31,21 +31,21 @@ def _client(bootstrap: str, acks: str):
                      "linger.ms": 5, "compression.type": "none", "logger": log})
 
 
-def play(job: dict, wait_go=None, emit=print) -> dict:
-    import cv2
-    import numpy as np
+class _Stream:
+    """One stream's video (looped when shorter than the stream) and its delivery counts."""
 
-    stream, fps, frames = int(job["stream"]), float(job["fps"]), int(job["frames"])
-    topic, quality = job["topic"], int(job["jpeg_quality"])
-    bare, paced = job.get("mode") == "bare", bool(job.get("paced", True))
-    cap = cv2.VideoCapture(job["video"])
-    if not cap.isOpened():
-        raise OSError(f"stream {stream}: OpenCV cannot open {job['video']}")
-    producer = _client(job["bootstrap"], job.get("acks", "all"))
-    producer.list_topics(topic, timeout=30)          # connected, metadata known
-    counts = {"delivered": 0, "failed": 0, "delivered_bytes": 0, "errors": []}
+    def __init__(self, job: dict):
+        import cv2
 
-    def on_delivery(err, msg):
+        self.cv2, self.job = cv2, job
+        self.stream, self.quality = int(job["stream"]), int(job["jpeg_quality"])
+        self.cap = cv2.VideoCapture(job["video"])
+        if not self.cap.isOpened():
+            raise OSError(f"stream {self.stream}: OpenCV cannot open {job['video']}")
+        self.counts = {"delivered": 0, "failed": 0, "delivered_bytes": 0, "errors": []}
+
+    def on_delivery(self, err, msg) -> None:
+        counts = self.counts
         if err is None:
             counts["delivered"] += 1
             counts["delivered_bytes"] += len(msg.value())
@@ -54,76 +54,112 @@ def play(job: dict, wait_go=None, emit=print) -> dict:
             if len(counts["errors"]) < 3:
                 counts["errors"].append(str(err))
 
-    def read_frame():
-        ok, frame = cap.read()
+    def read_frame(self):
+        ok, frame = self.cap.read()
         if not ok:                                   # loop a video shorter than the stream
-            cap.set(cv2.CAP_PROP_POS_FRAMES, 0)
-            ok, frame = cap.read()
+            self.cap.set(self.cv2.CAP_PROP_POS_FRAMES, 0)
+            ok, frame = self.cap.read()
             if not ok:
-                raise OSError(f"stream {stream}: cannot decode a frame of {job['video']}")
+                raise OSError(f"stream {self.stream}: cannot decode a frame of {self.job['video']}")
         return frame
 
-    fixed = None
-    if bare:
-        ok, buf = cv2.imencode(".jpg", read_frame(), [cv2.IMWRITE_JPEG_QUALITY, quality])
-        fixed = buf.tobytes()
+    def encode(self, frame) -> bytes:
+        ok, buf = self.cv2.imencode(".jpg", frame, [self.cv2.IMWRITE_JPEG_QUALITY, self.quality])
+        return buf.tobytes()
+
+
+class _Tally:
+    """The producer's clocks and counters over one play."""
+
+    def __init__(self):
+        self.decode = self.encode = self.produce = self.sleep = 0.0
+        self.sent = self.sent_bytes = self.backpressure = self.late = 0
+        self.lateness: list[float] = []
+        self.start = self.end_publish = self.end = 0.0       # wall clock: go, last produce, flushed
+        self.left = 0                                        # messages still queued after the flush
+
+
+def _pace(tally: _Tally, due: float, fps: float) -> None:
+    """Wait for the frame's slot (never run ahead); a frame more than one slot late counts as late."""
+    now = time.time()
+    if now < due:
+        time.sleep(due - now)
+        tally.sleep += time.time() - now
+    elif now - due > 1.0 / fps:
+        tally.late += 1
+    tally.lateness.append(max(0.0, time.time() - due))
+
+
+def _publish(producer, topic: str, data: bytes, key: bytes, i: int, on_delivery, tally: _Tally) -> None:
+    """Produce one frame (waiting while the client's queue is full: never drop)."""
+    c = time.perf_counter()
+    while True:
+        try:
+            producer.produce(topic, data, key=key, on_delivery=on_delivery,
+                             headers={"ts_ns": str(time.time_ns()).encode(), "stream": key,
+                                      "frame": str(i).encode()})
+            break
+        except BufferError:                      # the client's queue is full: wait, never drop
+            tally.backpressure += 1
+            producer.poll(0.05)
+    producer.poll(0)
+    tally.produce += time.perf_counter() - c
+    tally.sent += 1
+    tally.sent_bytes += len(data)
+
+
+def _result(src: _Stream, tally: _Tally, fps: float, frames: int, paced: bool) -> dict:
+    """The stream's 'done' message."""
+    from ...kit.latency import percentile
+
+    counts, left = src.counts, tally.left
+    start, end_publish, end = tally.start, tally.end_publish, tally.end
+    # the stream's last frame occupies its slot until start + frames/fps
+    span = max(end_publish, start + frames / fps if paced else end_publish) - start
+    lateness = tally.lateness if tally.lateness else [0.0]
+    return {"event": "done", "stream": src.stream, "topic": src.job["topic"], "frames_sent": tally.sent,
+            "bytes_sent": tally.sent_bytes,
+            "frames_delivered": counts["delivered"], "bytes_delivered": counts["delivered_bytes"],
+            "frames_failed": counts["failed"] + left, "errors": counts["errors"],
+            "target_fps": fps if paced else None, "achieved_fps": tally.sent / span if span > 0 else 0.0,
+            "late_frames": tally.late, "lateness_ms_p99": percentile(lateness, 99, 1e3),
+            "publish_s": end_publish - start, "flush_s": end - end_publish, "start": start, "end": end,
+            "decode_s": tally.decode, "encode_s": tally.encode, "produce_s": tally.produce,
+            "sleep_s": tally.sleep, "backpressure_waits": tally.backpressure}
+
+
+def play(job: dict, wait_go=None, emit=print) -> dict:
+    stream, fps, frames = int(job["stream"]), float(job["fps"]), int(job["frames"])
+    topic = job["topic"]
+    bare, paced = job.get("mode") == "bare", bool(job.get("paced", True))
+    src = _Stream(job)
+    producer = _client(job["bootstrap"], job.get("acks", "all"))
+    producer.list_topics(topic, timeout=30)          # connected, metadata known
+    fixed = src.encode(src.read_frame()) if bare else None
     emit(json.dumps({"event": "ready", "stream": stream}), flush=True)
     if wait_go is not None:
         wait_go()
-    t_decode = t_encode = t_produce = t_sleep = 0.0
-    sent = sent_bytes = backpressure = late = 0
-    lateness: list[float] = []
+    tally = _Tally()
     key = str(stream).encode()
-    start = time.time()
+    start = tally.start = time.time()
     for i in range(frames):
-        due = start + i / fps
         if paced:
-            now = time.time()
-            if now < due:
-                time.sleep(due - now)
-                t_sleep += time.time() - now
-            elif now - due > 1.0 / fps:
-                late += 1
-            lateness.append(max(0.0, time.time() - due))
+            _pace(tally, start + i / fps, fps)
         if bare:
             data = fixed
         else:
             a = time.perf_counter()
-            frame = read_frame()
+            frame = src.read_frame()
             b = time.perf_counter()
-            ok, buf = cv2.imencode(".jpg", frame, [cv2.IMWRITE_JPEG_QUALITY, quality])
-            data = buf.tobytes()
-            t_decode += b - a
-            t_encode += time.perf_counter() - b
-        c = time.perf_counter()
-        while True:
-            try:
-                producer.produce(topic, data, key=key, on_delivery=on_delivery,
-                                 headers={"ts_ns": str(time.time_ns()).encode(), "stream": key,
-                                          "frame": str(i).encode()})
-                break
-            except BufferError:                      # the client's queue is full: wait, never drop
-                backpressure += 1
-                producer.poll(0.05)
-        producer.poll(0)
-        t_produce += time.perf_counter() - c
-        sent += 1
-        sent_bytes += len(data)
-    end_publish = time.time()
-    left = producer.flush(60)
-    end = time.time()
-    cap.release()
-    # the stream's last frame occupies its slot until start + frames/fps
-    span = max(end_publish, start + frames / fps if paced else end_publish) - start
-    lat = np.asarray(lateness) if lateness else np.zeros(1)
-    return {"event": "done", "stream": stream, "topic": topic, "frames_sent": sent, "bytes_sent": sent_bytes,
-            "frames_delivered": counts["delivered"], "bytes_delivered": counts["delivered_bytes"],
-            "frames_failed": counts["failed"] + left, "errors": counts["errors"],
-            "target_fps": fps if paced else None, "achieved_fps": sent / span if span > 0 else 0.0,
-            "late_frames": late, "lateness_ms_p99": float(np.percentile(lat, 99) * 1e3),
-            "publish_s": end_publish - start, "flush_s": end - end_publish, "start": start, "end": end,
-            "decode_s": t_decode, "encode_s": t_encode, "produce_s": t_produce, "sleep_s": t_sleep,
-            "backpressure_waits": backpressure}
+            data = src.encode(frame)
+            tally.decode += b - a
+            tally.encode += time.perf_counter() - b
+        _publish(producer, topic, data, key, i, src.on_delivery, tally)
+    tally.end_publish = time.time()
+    tally.left = producer.flush(60)
+    tally.end = time.time()
+    src.cap.release()
+    return _result(src, tally, fps, frames, paced)
 
 
 def main() -> None:

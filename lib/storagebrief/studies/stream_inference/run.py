@@ -19,15 +19,19 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ...core import cache, cgroups, results, targets as targets_mod
 from ...core.config import ParamsError
 from ...core.procs import die_with_parent
 from ...core.sweep import Measurement, Point
-from . import cluster as kafka
+from ...kit import disk_metrics, latency
+from ...kit.space import check_space
+from . import STUDY, cluster as kafka
 from .dataset import VIDEO_EXTENSIONS, generate_videos, list_videos, sample_jpeg_bytes
-from .params import NAME, Config, StreamParams, configurations
+from .params import Config, StreamParams, configurations
 
 PKG = "storagebrief.studies.stream_inference"
 MAX_MESSAGE = 33554432
@@ -130,6 +134,76 @@ def _kafka_bytes(p: StreamParams, videos: dict) -> int:
     return int(worst * 1.25) + (64 << 20)
 
 
+@dataclass
+class StreamState:
+    """What prepare sets up for every run (sweep.state) and what the runs add to it."""
+    kafka: dict | None = None               # mode started (version, lib, java) or external (bootstrap)
+    brokers: int | None = None
+    videos: dict = field(default_factory=dict)          # target -> generated videos, or {"own": [...]}
+    consumers: list = field(default_factory=list)       # the consumer group's Workers
+    tf_device: str | None = None
+    consumer_startup_s: float | None = None
+    cluster: Any = None                     # the running kafka.Cluster (one target at a time)
+    cluster_target: str | None = None
+    group: Any = None                       # the brokers' cgroup (an emulated profile), or None
+    startups: list[float] = field(default_factory=list)
+    stops: list[float] = field(default_factory=list)
+
+
+def _state(sweep) -> StreamState | None:
+    """The study's state, None before prepare made it (close after an early refusal)."""
+    return sweep.state if isinstance(sweep.state, StreamState) else None
+
+
+def _kafka_setup(sweep, st: StreamState) -> None:
+    """The external cluster (reachable, big enough) or the jars, Java and ports of the one started here."""
+    p: StreamParams = sweep.p
+    if p.bootstrap_servers:
+        st.brokers = _external(p)
+        st.kafka = {"mode": "external", "bootstrap": ",".join(p.bootstrap_servers)}
+        sweep.note(f"external Kafka cluster {','.join(p.bootstrap_servers)}: no brokers were started; the device "
+                   "columns are the targets' devices on this host, not the brokers' disks")
+        return
+    lib = kafka.check_lib(Path(p.kafka_lib).expanduser() if p.kafka_lib else kafka.default_lib_dir())
+    java, major = kafka.check_java()
+    if p.base_port is not None:
+        kafka.pick_ports(2 * p.brokers, p.base_port)       # refuses ports in use, before any work
+    st.brokers = p.brokers
+    st.kafka = {"mode": "started", "version": kafka.kafka_version(), "lib": str(lib), "java": java,
+                "java_major": major}
+
+
+def _check_space(sweep, own) -> None:
+    """Every target (those on one filesystem added up) has room for the videos and the brokers' logs."""
+    p: StreamParams = sweep.p
+    if own:
+        sizes = {"own": max(own, key=lambda v: v["jpeg_bytes_mean"])}
+    else:
+        sizes = {v.text: {"fps": v.fps, "jpeg_bytes_mean": sample_jpeg_bytes(v, p.jpeg_quality, p.seed)}
+                 for v in p.video_list}
+    videos = 0 if own else sum(v.width * v.height * 3 * int(p.duration_s * v.fps + 1) // 8 for v in p.video_list)
+    logs = 0 if p.bootstrap_servers else _kafka_bytes(p, sizes)
+    what = " and ".join(w for w, n in (("the generated videos", videos),
+                                       ("the Kafka brokers' logs of the largest run", logs)) if n)
+    if what:
+        check_space(sweep.targets, lambda t: videos + logs, what)
+
+
+def _start_consumers(sweep, st: StreamState) -> None:
+    """The consumer group's processes, each with TensorFlow and ResNet50 loaded once for the study."""
+    p: StreamParams = sweep.p
+    logs = sweep.out_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    st.consumers = [Worker("consumer", {"input_size": p.input_size, "batch_size": p.batch_size},
+                           logs / f"consumer-{i}.log") for i in range(p.consumers)]
+    ready = [w.expect("ready", 600, what=f"consumer {i}") for i, w in enumerate(st.consumers)]
+    st.tf_device = ready[0]["tf_device"]
+    st.consumer_startup_s = time.monotonic() - t0
+    sweep.log(f"consumer group ready: {p.consumers} process(es), ResNet50 {p.input_size}x{p.input_size} on "
+              f"{st.tf_device} ({st.consumer_startup_s:.1f} s)")
+
+
 def prepare(sweep) -> None:
     p: StreamParams = sweep.p
     if p.targets:
@@ -138,46 +212,14 @@ def prepare(sweep) -> None:
             raise ParamsError(f"stream_inference.targets = {p.targets}: unknown target(s) {unknown}; "
                               f"defined: {sweep.target_names}")
         sweep.targets = [t for t in sweep.targets if t.name in p.targets]
-    st = sweep.state
-    st.update(cluster=None, cluster_target=None, group=None, consumers=[], videos={}, startups=[])
+    st = sweep.state = StreamState()
     own = _own_videos(sweep) if p.video_dir else None
-    if p.bootstrap_servers:
-        st["brokers"] = _external(p)
-        st["kafka"] = {"mode": "external", "bootstrap": ",".join(p.bootstrap_servers)}
-        sweep.note(f"external Kafka cluster {','.join(p.bootstrap_servers)}: no brokers were started; the device "
-                   "columns are the targets' devices on this host, not the brokers' disks")
-    else:
-        lib = kafka.check_lib(Path(p.kafka_lib).expanduser() if p.kafka_lib else kafka.default_lib_dir())
-        java, major = kafka.check_java()
-        if p.base_port is not None:
-            kafka.pick_ports(2 * p.brokers, p.base_port)       # refuses ports in use, before any work
-        st["brokers"] = p.brokers
-        st["kafka"] = {"mode": "started", "version": kafka.kafka_version(), "lib": str(lib), "java": java,
-                       "java_major": major}
-    if own:
-        sizes = {"own": max(own, key=lambda v: v["jpeg_bytes_mean"])}
-    else:
-        sizes = {v.text: {"fps": v.fps, "jpeg_bytes_mean": sample_jpeg_bytes(v, p.jpeg_quality, p.seed)}
-                 for v in p.video_list}
-    for t in sweep.targets:                    # every space check before any video is written
-        if not own:
-            targets_mod.check_free_space(t, sum(v.width * v.height * 3 * int(p.duration_s * v.fps + 1) // 8
-                                                for v in p.video_list), "the generated videos")
-        if not p.bootstrap_servers:
-            targets_mod.check_free_space(t, _kafka_bytes(p, sizes), "the Kafka brokers' logs of the largest run")
+    _kafka_setup(sweep, st)
+    _check_space(sweep, own)                   # every space check before any video is written
     for t in sweep.targets:
-        st["videos"][t.name] = {"own": own} if own else generate_videos(
-            t.study_dir(NAME) / "videos", p.video_list, p.duration_s, p.jpeg_quality, p.seed, sweep.log)
-    logs = sweep.out_dir / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    t0 = time.monotonic()
-    st["consumers"] = [Worker("consumer", {"input_size": p.input_size, "batch_size": p.batch_size},
-                              logs / f"consumer-{i}.log") for i in range(p.consumers)]
-    ready = [w.expect("ready", 600, what=f"consumer {i}") for i, w in enumerate(st["consumers"])]
-    st["tf_device"] = ready[0]["tf_device"]
-    st["consumer_startup_s"] = time.monotonic() - t0
-    sweep.log(f"consumer group ready: {p.consumers} process(es), ResNet50 {p.input_size}x{p.input_size} on "
-              f"{st['tf_device']} ({st['consumer_startup_s']:.1f} s)")
+        st.videos[t.name] = {"own": own} if own else generate_videos(
+            t.study_dir(STUDY.name) / "videos", p.video_list, p.duration_s, p.jpeg_quality, p.seed, sweep.log)
+    _start_consumers(sweep, st)
 
 
 def _own_videos(sweep) -> list[dict]:
@@ -204,20 +246,22 @@ def plan(sweep) -> list[Point]:
 
 def run_id(config: Config, target, repeat: int) -> str:
     c = config
-    return (f"{NAME}-{target.name}-s{c.streams}-{c.video.replace('@', 'at')}-t{c.topics}-p{c.partitions}"
+    return (f"{STUDY.name}-{target.name}-s{c.streams}-{c.video.replace('@', 'at')}-t{c.topics}-p{c.partitions}"
             f"-rf{c.replication_factor}-r{repeat}")
 
 
 # -- the cluster ---------------------------------------------------------------------------------
 def _stop_cluster(sweep) -> None:
-    st = sweep.state
-    cl, group = st.get("cluster"), st.get("group")
-    st["cluster"] = st["group"] = st["cluster_target"] = None
+    st = _state(sweep)
+    if st is None:
+        return
+    cl, group = st.cluster, st.group
+    st.cluster = st.group = st.cluster_target = None
     try:
         if cl is not None:
             t = time.monotonic()
             cl.stop(grace_s=5)
-            st.setdefault("stops", []).append(time.monotonic() - t)
+            st.stops.append(time.monotonic() - t)
             if not sweep.p.keep_data:
                 cl.remove_data()
     finally:
@@ -225,45 +269,52 @@ def _stop_cluster(sweep) -> None:
             group.remove()
 
 
+def _brokers_cgroup(run):
+    """The brokers' cgroup holding the target's emulated profile, or None (unthrottled, or unavailable)."""
+    io = targets_mod.io_limits(run.target)
+    if io is None:
+        return None
+    try:
+        group = cgroups.Cgroup(f"{STUDY.name}-{run.target.name}-brokers", io=io).create()
+        run.emulated = True
+        return group
+    except cgroups.CgroupUnavailable as exc:
+        run.unthrottled(exc)
+        return None
+
+
 def _cluster(run):
     """The running cluster of run.target (started on its first run); (bootstrap, cluster or None)."""
     sweep, p, st, t = run.sweep, run.p, run.sweep.state, run.target
     if p.bootstrap_servers:
         return ",".join(p.bootstrap_servers), None
-    if st["cluster_target"] == t.name and st["cluster"] is not None:
-        st["cluster"].check()
-        if st["group"] is not None:
+    if st.cluster_target == t.name and st.cluster is not None:
+        st.cluster.check()
+        if st.group is not None:
             run.emulated = True
-        return st["cluster"].bootstrap, st["cluster"]
+        return st.cluster.bootstrap, st.cluster
     _stop_cluster(sweep)
-    group = None
-    io = targets_mod.io_limits(t)
-    if io is not None:
-        try:
-            group = cgroups.Cgroup(f"{NAME}-{t.name}-brokers", io=io).create()
-            run.emulated = True
-        except cgroups.CgroupUnavailable as exc:
-            run.unthrottled(exc)
+    group = _brokers_cgroup(run)
     props = {"message.max.bytes": MAX_MESSAGE, "replica.fetch.max.bytes": MAX_MESSAGE}
     if p.flush_messages is not None:
         props["log.flush.interval.messages"] = p.flush_messages
-    data = t.study_dir(NAME) / "kafka"
+    data = t.study_dir(STUDY.name) / "kafka"
     if data.exists():
         kafka.shutil.rmtree(data, ignore_errors=True)             # a killed run's leftovers
     cl = kafka.Cluster(data, sweep.out_dir / "logs", brokers=p.brokers,
                        lib=Path(p.kafka_lib).expanduser() if p.kafka_lib else None, heap_mib=p.broker_heap_mib,
                        base_port=p.base_port, procs_files=group.procs_files if group else None,
                        properties=props, name=f"{t.name}-kafka")
-    st["group"] = group
+    st.group = group
     try:
         cl.start(p.startup_timeout_s)
     except BaseException:
         if group is not None:
             group.remove()
-        st["group"] = None
+        st.group = None
         raise
-    st.update(cluster=cl, cluster_target=t.name)
-    st["startups"].append(cl.startup_s)
+    st.cluster, st.cluster_target = cl, t.name
+    st.startups.append(cl.startup_s)
     sweep.log(f"Kafka {kafka.kafka_version()} up on target '{t.name}': {p.brokers} nodes at {cl.bootstrap} "
               f"({cl.startup_s:.1f} s)")
     return cl.bootstrap, cl
@@ -271,12 +322,14 @@ def _cluster(run):
 
 def close(sweep) -> None:
     """Always: consumers told to exit (killed if they linger), cluster stopped, its data removed."""
-    st = sweep.state
+    st = _state(sweep)
+    if st is None:
+        return
     try:
-        for w in st.get("consumers", []):
+        for w in st.consumers:
             w.stop()
     finally:
-        st["consumers"] = []
+        st.consumers = []
         _stop_cluster(sweep)
 
 
@@ -307,7 +360,7 @@ def _delete(admin, names: list[str]) -> None:
 
 
 def _stream_jobs(run, c: Config, bootstrap: str, topics: list[str]) -> list[dict]:
-    p, vids = run.p, run.sweep.state["videos"][run.target.name]
+    p, vids = run.p, run.sweep.state.videos[run.target.name]
     jobs = []
     for s in range(c.streams):
         v = vids["own"][s % len(vids["own"])] if "own" in vids else vids[c.video]
@@ -317,48 +370,29 @@ def _stream_jobs(run, c: Config, bootstrap: str, topics: list[str]) -> list[dict
     return jobs
 
 
-def _percentiles(lat) -> dict:
-    import numpy as np
-
-    if not len(lat):
-        return {f"latency_ms_{k}": None for k in ("p50", "p95", "p99", "mean", "max")}
-    return {"latency_ms_p50": float(np.percentile(lat, 50)), "latency_ms_p95": float(np.percentile(lat, 95)),
-            "latency_ms_p99": float(np.percentile(lat, 99)), "latency_ms_mean": float(lat.mean()),
-            "latency_ms_max": float(lat.max())}
-
-
 def disk_profile(s: dict, bytes_produced: int, rf: int) -> dict:
     """The seed's disk table from the monitor's summary, and bytes written per replicated byte."""
-    if "device_write_bytes" not in s:
+    base = disk_metrics.profile(s)
+    if not base:
         return {}
     secs = s.get("monitor_seconds") or 0
-    r_iops, w_iops = s["device_read_iops_avg"], s["device_write_iops_avg"]
-    ops = r_iops + w_iops
-    mib = (s["device_read_mb_per_s_avg"] + s["device_write_mb_per_s_avg"]) * 1e6 / (1 << 20)
-    resp = ((s["device_read_latency_us"] * r_iops + s["device_write_latency_us"] * w_iops) / ops) if ops else 0.0
-    total = s["device_read_bytes"] + s["device_write_bytes"]
     replicated = bytes_produced * rf
-    return {"device_iops_avg": ops, "device_mib_per_s_avg": mib, "device_response_time_us": resp,
-            "device_read_percent": 100.0 * s["device_read_bytes"] / total if total else 0.0,
-            "write_amplification": s["device_write_bytes"] / replicated if replicated else None,
+    return {**base, "write_amplification": s["device_write_bytes"] / replicated if replicated else None,
             **({"monitor_seconds": secs} if secs else {})}
 
 
-def run_one(run, c: Config) -> Measurement:
-    import numpy as np
-    from confluent_kafka.admin import AdminClient
+@dataclass(frozen=True)
+class Played:
+    """What one run's producers and consumers reported (the row builders' input)."""
+    jobs: list[dict]          # the streams' jobs (video, fps, frames, topic)
+    streams: list[dict]       # each producer's 'done' message
+    cons: list[dict]          # each consumer's 'done' message
+    go: float                 # wall clock at go
+    produced_at: float        # wall clock when the last producer was done
+    lat: Any                  # every classified frame's end-to-end latency, ms (numpy array)
 
-    p, st, t = run.p, run.sweep.state, run.target
-    t_run = time.monotonic()
-    bootstrap, cl = _cluster(run)
-    check = cl.check if cl is not None else None
-    admin = AdminClient({"bootstrap.servers": bootstrap, "logger": kafka._quiet_logger()})
-    topics = [f"{run.run_id}-topic{k}"[:240] for k in range(c.topics)]
-    _delete(admin, topics)                                   # a killed earlier run of the same id
-    _topics(admin, topics, c.partitions, c.replication_factor)
-    work = t.study_dir(NAME) / "work"
-    work.mkdir(parents=True, exist_ok=True)
-    jobs = _stream_jobs(run, c, bootstrap, topics)
+
+def _cold_videos(run, jobs: list[dict]) -> None:
     # Only the videos are made cold (fadvise): drop_caches would also evict the running brokers', producers' and
     # TensorFlow's code pages, and their re-reads would be charged to the brokers' disk profile (measured: 100 MB).
     if run.params.run.cold_cache:
@@ -366,15 +400,24 @@ def run_one(run, c: Config) -> Measurement:
         run.cache_method = "fadvise_dontneed (videos)"
     else:
         run.cache_method = "none (run.cold_cache is false)"
+
+
+def _play(run, c: Config, bootstrap: str, topics: list[str], jobs: list[dict], check) -> Played:
+    """Producers ready, consumers assigned, clock started at go; every stream played, every frame drained."""
+    import numpy as np
+
+    p, t = run.p, run.target
+    work = t.study_dir(STUDY.name) / "work"
+    work.mkdir(parents=True, exist_ok=True)
     logs = run.sweep.out_dir / "logs"
     producers: list[Worker] = []
-    consumers: list[Worker] = st["consumers"]
+    consumers: list[Worker] = run.sweep.state.consumers
     parts = [(tp, k) for tp in topics for k in range(c.partitions)]
+    lat_files = [work / f"latency-{i}.npy" for i in range(len(consumers))]
     try:
         producers = [Worker("producer", j, logs / f"{run.run_id}-producers.log") for j in jobs]
         for i, w in enumerate(producers):
             w.expect("ready", 120, check, what=f"producer {i}")
-        lat_files = [work / f"latency-{i}.npy" for i in range(len(consumers))]
         for i, w in enumerate(consumers):
             w.send({"cmd": "run", "bootstrap": bootstrap, "group": run.run_id, "partitions": parts[i::len(consumers)],
                     "latency_file": str(lat_files[i])})
@@ -390,39 +433,54 @@ def run_one(run, c: Config) -> Measurement:
         for w in consumers:
             w.send({"cmd": "drain", "deadline_s": p.drain_timeout_s})
         cons = [w.expect("done", p.drain_timeout_s + 120, check, what=f"consumer {i}") for i, w in enumerate(consumers)]
-        if cl is not None:
-            cl.check()
+        if check is not None:
+            check()
         run.stop_clock()
     finally:
         for w in producers:
             w.stop(2)
-    end = max(x["end_t"] for x in cons)
     lat = np.concatenate([np.load(f) for f in lat_files if f.exists()]) if lat_files else np.zeros(0)
     for f in lat_files:
         f.unlink(missing_ok=True)
-    log_bytes = kafka.partition_bytes(cl.log_dirs(), topics) if cl is not None else None
-    _delete(admin, topics)
-    summary = run.monitor.summary()
-    summary["monitor_seconds"] = run.monitor.snapshots[-1].t - run.monitor.snapshots[0].t
-    frames_target = sum(j["frames"] for j in jobs)
-    sent = sum(x["frames_sent"] for x in streams)
+    return Played(jobs, streams, cons, go, produced_at, lat)
+
+
+def _config_columns(run, c: Config, bootstrap: str, cl, jobs: list[dict]) -> dict:
+    """What ran: the configuration, the cluster, the consumer group."""
+    import numpy as np
+
+    p, st, t = run.p, run.sweep.state, run.target
+    v = st.videos[t.name]
+    own = "own" in v
+    return {
+        "sweep": c.sweep, "streams": c.streams, "video": "own" if own else c.video,
+        "video_width": None if own else v[c.video]["width"], "video_height": None if own else v[c.video]["height"],
+        "fps_target": float(np.mean([j["fps"] for j in jobs])),
+        "topics": c.topics, "partitions": c.partitions, "replication_factor": c.replication_factor,
+        "brokers": st.brokers, "kafka": st.kafka["mode"], "kafka_version": st.kafka.get("version", ""),
+        "broker_disks": (f"target '{t.name}' ({t.device.name if t.device else 'unknown device'})" if cl is not None
+                         else f"external cluster {bootstrap} (device columns: this host's target '{t.name}')"),
+        "flush_messages": p.flush_messages if cl is not None else None, "acks": p.acks,
+        "jpeg_quality": p.jpeg_quality, "duration_s": p.duration_s, "consumers": len(st.consumers),
+        "input_size": p.input_size, "batch_size": p.batch_size, "tf_device": st.tf_device}
+
+
+def _pipeline_columns(pl: Played) -> dict:
+    """Frames and bytes through the pipeline, the streams' pace, the consumers' work and lag."""
+    import numpy as np
+
+    streams, cons = pl.streams, pl.cons
+    frames_target = sum(j["frames"] for j in pl.jobs)
     delivered = sum(x["frames_delivered"] for x in streams)
     bytes_produced = sum(x["bytes_delivered"] for x in streams)
     classified = sum(x["frames_classified"] for x in cons)
     fps = [x["achieved_fps"] for x in streams]
-    target_fps = [j["fps"] for j in jobs]
-    publish_s = max(x["end"] for x in streams) - go
-    row = {
-        "sweep": c.sweep, "status": "ok", "streams": c.streams, "video": c.video if "own" not in
-        st["videos"][t.name] else "own", "video_width": None, "video_height": None, "fps_target": float(np.mean(target_fps)),
-        "topics": c.topics, "partitions": c.partitions, "replication_factor": c.replication_factor,
-        "brokers": st["brokers"], "kafka": st["kafka"]["mode"], "kafka_version": st["kafka"].get("version", ""),
-        "broker_disks": (f"target '{t.name}' ({t.device.name if t.device else 'unknown device'})" if cl is not None
-                         else f"external cluster {bootstrap} (device columns: this host's target '{t.name}')"),
-        "flush_messages": p.flush_messages if cl is not None else None, "acks": p.acks,
-        "jpeg_quality": p.jpeg_quality, "duration_s": p.duration_s, "consumers": len(consumers),
-        "input_size": p.input_size, "batch_size": p.batch_size, "tf_device": st["tf_device"],
-        "frames_target": frames_target, "frames_sent": sent, "frames_produced": delivered,
+    target_fps = [j["fps"] for j in pl.jobs]
+    publish_s = max(x["end"] for x in streams) - pl.go
+    end = max(x["end_t"] for x in cons)
+    return {
+        "frames_target": frames_target, "frames_sent": sum(x["frames_sent"] for x in streams),
+        "frames_produced": delivered,
         "frames_failed": sum(x["frames_failed"] for x in streams), "frames_classified": classified,
         "frames_unconsumed": sum(x["lag_frames_end"] for x in cons),
         "frames_dropped": frames_target - classified,
@@ -434,40 +492,62 @@ def run_one(run, c: Config) -> Measurement:
         "producer_encode_s_total": sum(x["encode_s"] for x in streams),
         "producer_publish_s_total": sum(x["produce_s"] for x in streams),
         "produce_mb_per_s": bytes_produced / publish_s / 1e6 if publish_s > 0 else None,
-        "publish_s": publish_s, "drain_s": end - produced_at,
-        "classified_frames_per_s": classified / (end - go) if end > go else None,
+        "publish_s": publish_s, "drain_s": end - pl.produced_at,
+        "classified_frames_per_s": classified / (end - pl.go) if end > pl.go else None,
         "consumer_infer_s_total": sum(x["infer_s"] for x in cons),
         "consumer_decode_s_total": sum(x["decode_s"] for x in cons),
         "consumer_lag_frames_max": max(x["lag_frames_max"] for x in cons),
         "consumer_lag_frames_end": sum(x["lag_frames_end"] for x in cons),
-        "drained": all(x["drained"] for x in cons),
-        **_percentiles(lat),
+        "drained": all(x["drained"] for x in cons)}
+
+
+def _stream_rows(run, pl: Played) -> list[dict]:
+    """streams.csv: one row per stream of the run."""
+    return [{"run_id": run.run_id, "target": run.target.name, "stream": x["stream"], "topic": x["topic"],
+             "fps_target": j["fps"], "fps_achieved": x["achieved_fps"], "frames_sent": x["frames_sent"],
+             "frames_delivered": x["frames_delivered"], "frames_failed": x["frames_failed"],
+             "late_frames": x["late_frames"], "lateness_ms_p99": x["lateness_ms_p99"],
+             "decode_s": x["decode_s"], "encode_s": x["encode_s"], "produce_s": x["produce_s"],
+             "errors": "; ".join(x["errors"])} for x, j in zip(pl.streams, pl.jobs)]
+
+
+def run_one(run, c: Config) -> Measurement:
+    from confluent_kafka.admin import AdminClient
+
+    t_run = time.monotonic()
+    bootstrap, cl = _cluster(run)
+    admin = AdminClient({"bootstrap.servers": bootstrap, "logger": kafka._quiet_logger()})
+    topics = [f"{run.run_id}-topic{k}"[:240] for k in range(c.topics)]
+    _delete(admin, topics)                                   # a killed earlier run of the same id
+    _topics(admin, topics, c.partitions, c.replication_factor)
+    jobs = _stream_jobs(run, c, bootstrap, topics)
+    _cold_videos(run, jobs)
+    played = _play(run, c, bootstrap, topics, jobs, cl.check if cl is not None else None)
+    log_bytes = kafka.partition_bytes(cl.log_dirs(), topics) if cl is not None else None
+    _delete(admin, topics)
+    summary = run.monitor.summary()
+    summary["monitor_seconds"] = run.monitor.snapshots[-1].t - run.monitor.snapshots[0].t
+    pipeline = _pipeline_columns(played)
+    bytes_produced = pipeline["bytes_produced"]
+    row = {
+        **_config_columns(run, c, bootstrap, cl, jobs), **pipeline,
+        **latency.percentiles(played.lat, "latency", "ms"),
         "broker_log_bytes": log_bytes,
         "log_overhead_ratio": (log_bytes / (bytes_produced * c.replication_factor)
                                if log_bytes is not None and bytes_produced else None),
         "cluster_startup_s": cl.startup_s if cl is not None else None,
-        "consumer_startup_s": st["consumer_startup_s"], "measured_s": summary["monitor_seconds"],
+        "consumer_startup_s": run.sweep.state.consumer_startup_s, "measured_s": summary["monitor_seconds"],
         "run_wall_s": time.monotonic() - t_run,
-    }
-    v = st["videos"][t.name]
-    if "own" not in v:
-        row.update(video_width=v[c.video]["width"], video_height=v[c.video]["height"])
-    row.update(disk_profile(summary, bytes_produced, c.replication_factor))
-    per_stream = [{"run_id": run.run_id, "target": t.name, "stream": x["stream"], "topic": x["topic"],
-                   "fps_target": j["fps"], "fps_achieved": x["achieved_fps"], "frames_sent": x["frames_sent"],
-                   "frames_delivered": x["frames_delivered"], "frames_failed": x["frames_failed"],
-                   "late_frames": x["late_frames"], "lateness_ms_p99": x["lateness_ms_p99"],
-                   "decode_s": x["decode_s"], "encode_s": x["encode_s"], "produce_s": x["produce_s"],
-                   "errors": "; ".join(x["errors"])} for x, j in zip(streams, jobs)]
-    flow = [{"consumer": i, **f} for i, x in enumerate(cons) for f in x["flow"]]
-    return Measurement(row, tables={"streams.csv": per_stream}, series={"-flow": flow})
+        **disk_profile(summary, bytes_produced, c.replication_factor)}
+    flow = [{"consumer": i, **f} for i, x in enumerate(played.cons) for f in x["flow"]]
+    return Measurement(row, tables={"streams.csv": _stream_rows(run, played)}, series={"-flow": flow})
 
 
 def finish(sweep, frame) -> None:
-    st = sweep.state
+    st = _state(sweep) or StreamState()
     _stop_cluster(sweep)
     results.write_json(sweep.out_dir / "study.json", {
-        "kafka": st.get("kafka"), "brokers": st.get("brokers"), "cluster_startup_s": st.get("startups"),
-        "cluster_stop_s": st.get("stops", []), "consumer_startup_s": st.get("consumer_startup_s"),
-        "tf_device": st.get("tf_device"),
-        "videos": {k: v for k, v in st.get("videos", {}).items()}})
+        "kafka": st.kafka, "brokers": st.brokers, "cluster_startup_s": st.startups,
+        "cluster_stop_s": st.stops, "consumer_startup_s": st.consumer_startup_s,
+        "tf_device": st.tf_device,
+        "videos": {k: v for k, v in st.videos.items()}})

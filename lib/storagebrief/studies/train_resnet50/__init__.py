@@ -10,4 +10,9 @@ STUDY = Study(
              "notebook.ipynb"),
     brief_inputs=("runs.csv", "jobs.csv", "epochs.csv", "timeseries", "notes.json", "inventory.json"),
     upstream=("reports/preprocess/outputs.json",),
+    tiny={"dataset": "generated", "dataset_images": 32, "record_kib": 32, "shards": 2,
+          "input_size": 32, "batch_size": 8, "epochs": 1, "warmup_steps": 1,
+          "memory_limits": ["none", "2.5:1"], "parallel_models": [1], "parallel_memory": "none",
+          "ingest_mb_per_s": 0, "checkpoint_every_steps": 0, "stall_timeout_s": 300,
+          "preprocess_outputs": "/nonexistent/outputs.json"},
 )

@@ -6,8 +6,12 @@ from pathlib import Path
 
 import numpy as np
 
+from ...kit import disk_metrics
+from ...kit.disk_metrics import cell
+from ...kit.files import read_csv_or_none
+from ...kit.runs import ok_runs
 from ...report.display import analysis, show_figure, show_md, show_table, style
-from .metrics import _ok, memory_effect
+from .metrics import memory_effect
 from .params import MIB, parse_memory
 
 
@@ -19,7 +23,7 @@ def profile_table(frame, target: str):
     """The seed's 'baseline vs limited memory' disk-profile table for one target."""
     import pandas as pd
 
-    ok = _ok(frame)
+    ok = ok_runs(frame)
     mem = ok[(ok.sweep == "memory") & (ok.target == target)]
     if mem.empty:
         return pd.DataFrame()
@@ -35,34 +39,29 @@ def profile_table(frame, target: str):
 
     rows = [("Memory limit", limit_text),
             ("Page cache held, mean MiB", lambda r: _mib(r.get("page_cache_mean_bytes", np.nan))),
-            ("Avg. IOPS (device, read)", lambda r: r.get("device_read_iops_avg", np.nan)),
-            ("Avg. IOPS, active intervals", lambda r: r.get("device_read_iops_active", np.nan)),
-            ("Avg. throughput MiB/s", lambda r: r.get("device_read_mib_per_s_avg", np.nan)),
-            ("Avg. throughput MiB/s, active", lambda r: r.get("device_read_mib_per_s_active", np.nan)),
-            ("Avg. block size KiB", lambda r: r.get("device_avg_read_kib", np.nan)),
-            ("Avg. response time µs", lambda r: r.get("device_read_latency_us", np.nan)),
-            ("Device utilization %", lambda r: r.get("device_util_percent_avg", np.nan)),
+            ("Avg. IOPS (device, read)", lambda r: cell(r, "device_read_iops_avg")),
+            ("Avg. IOPS, active intervals", lambda r: cell(r, "device_read_iops_active")),
+            ("Avg. throughput MiB/s", lambda r: cell(r, "device_read_mib_per_s_avg")),
+            ("Avg. throughput MiB/s, active", lambda r: cell(r, "device_read_mib_per_s_active")),
+            ("Avg. block size KiB", lambda r: cell(r, "device_avg_read_kib")),
+            ("Avg. response time µs", lambda r: cell(r, "device_read_latency_us")),
+            ("Device utilization %", lambda r: cell(r, "device_util_percent_avg")),
             ("Job reads MiB (all epochs)", lambda r: _mib(r.job_read_bytes)),
             ("Re-read ratio, epochs ≥ 2", lambda r: r.reread_ratio),
             ("Training time s", lambda r: r.training_time_s),
             ("Images/s", lambda r: r.images_per_s),
-            ("CPU user / sys / iowait %", lambda r: f"{r.get('cpu_user_percent', np.nan):.0f} / "
-                                                    f"{r.get('cpu_system_percent', np.nan):.0f} / "
-                                                    f"{r.get('cpu_iowait_percent', np.nan):.1f}"),
+            ("CPU user / sys / iowait %", disk_metrics.cpu_text),
             ("Peak memory MiB", lambda r: _mib(r.memory_peak_bytes)),
             ("Failcnt / OOM kills", lambda r: f"{r.memory_failcnt:.0f} / {r.oom_kills:.0f}")]
-    out = {"Metric": [name for name, _ in rows]}
-    for s in order:
-        r = g.loc[s]
-        out["baseline (none)" if s == "none" else f"limited {s}"] = [f(r) for _, f in rows]
-    return pd.DataFrame(out)
+    return disk_metrics.table(g.loc[order], rows, "Metric",
+                              lambda s: "baseline (none)" if s == "none" else f"limited {s}")
 
 
 def parallel_table(frame, target: str, memory: str):
     """The seed's 'parallel models' table: aggregate profile per K."""
     import pandas as pd
 
-    ok = _ok(frame)
+    ok = ok_runs(frame)
     sel = ok[(ok.target == target) & (ok.memory_setting == memory) & (ok.sweep.isin(["memory", "parallel"]))]
     if sel.models.nunique() < 2:
         return pd.DataFrame()
@@ -82,20 +81,13 @@ def parallel_table(frame, target: str, memory: str):
 
 
 def _series(study_dir: Path, run_id: str):
-    import pandas as pd
-    f = study_dir / "timeseries" / f"{run_id}.csv"
-    if not f.exists() or f.stat().st_size < 5:
-        return None
-    try:
-        return pd.read_csv(f)
-    except (ValueError, pd.errors.EmptyDataError):
-        return None
+    return read_csv_or_none(study_dir / "timeseries" / f"{run_id}.csv")
 
 
 def section(study_dir: Path, frame, names: list[str]) -> None:
     style()
     study_dir = Path(study_dir)
-    ok = _ok(frame)
+    ok = ok_runs(frame)
     _what_ran(ok)
     _profile_tables(frame, names)
     _memory_analysis(frame, names)
@@ -260,7 +252,7 @@ def _training_check(ok) -> None:
 
 
 def _failed_runs(frame) -> None:
-    bad = frame[frame.status != "ok"] if "status" in frame else frame.iloc[0:0]
+    bad = frame.drop(ok_runs(frame).index)
     if not bad.empty:
         show_table(bad[["target", "sweep", "models", "memory_setting", "failure_reason"]],
                    "Failed runs (not included above).")
@@ -270,7 +262,8 @@ def trace_workloads(frame, names: list[str]) -> list[tuple[str, str]]:
     """For the block-level characterization: one run per scenario on the reference target, first
     repeat (label, run_id): baseline, each memory limit, K models in parallel, ingest, checkpoint."""
     out = []
-    ref = frame[(frame.target == names[0]) & (frame.get("status", "ok") == "ok")].sort_values("repeat")
+    ok = ok_runs(frame)
+    ref = ok[ok.target == names[0]].sort_values("repeat")
     for _, r in ref.drop_duplicates("run_id").iterrows():
         mem = str(r.get("memory_setting", "") or "")
         unlimited = mem in ("", "none", "nan")

@@ -9,11 +9,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ...core import results, targets as targets_mod
+from ...core import results
 from ...core.config import Params as AllParams, ParamsError
 from ...formats.images import class_pattern
 from ...formats.tfrecord import image_example, record_lengths
-from .params import NAME, TrainParams
+from ...kit.space import check_space
+from . import STUDY
+from .params import TrainParams
 
 
 @dataclass
@@ -53,18 +55,28 @@ def _jpeg_side(p: TrainParams, rng: np.random.Generator) -> int:
     return int(np.clip(256 * math.sqrt(p.record_kib * 1024 / len(enc)), 64, 4096))
 
 
+def _spec(p: TrainParams) -> dict:
+    """What a generated set is made of (its manifest: a set on the target with the same is reused)."""
+    return {"images": p.dataset_images, "record_kib": p.record_kib, "shards": p.shards,
+            "classes": p.num_classes, "seed": p.seed, "version": 1}
+
+
+def generation_bytes(target, p: TrainParams, name: str = "dataset") -> int:
+    """Bytes generate_dataset will write on the target: none when a matching set is kept there."""
+    if _reuse(target.study_dir(STUDY.name) / name, _spec(p)) is not None:
+        return 0
+    return int(p.dataset_images * p.record_kib * 1024 * 1.1)
+
+
 def generate_dataset(target, p: TrainParams, log=print, name: str = "dataset") -> Dataset:
     """ImageNet-like TFRecords (JPEG, ~record_kib each, class-dependent content) on the target."""
     import cv2
 
-    directory = target.study_dir(NAME) / name
-    spec = {"images": p.dataset_images, "record_kib": p.record_kib, "shards": p.shards,
-            "classes": p.num_classes, "seed": p.seed, "version": 1}
-    kept = _reuse(directory, spec)
+    directory = target.study_dir(STUDY.name) / name
+    kept = _reuse(directory, _spec(p))
     if kept is not None:
         return kept
-    targets_mod.check_free_space(target, int(p.dataset_images * p.record_kib * 1024 * 1.1),
-                                 "the generated TFRecord dataset")
+    spec = _spec(p)
     rng = np.random.default_rng(p.seed)
     side = _jpeg_side(p, rng)
     shards = min(p.shards, p.dataset_images)
@@ -101,6 +113,20 @@ def generate_dataset(target, p: TrainParams, log=print, name: str = "dataset") -
 
 def resolve_dataset(params: AllParams, target, p: TrainParams, log=print) -> Dataset:
     """The preprocessing stage's TFRecords for this target, or a generated ImageNet-like set."""
+    return preprocessed(params, target, p) or generate_dataset(target, p, log)
+
+
+def resolve_datasets(params: AllParams, targets: list, p: TrainParams, log=print) -> dict[str, Dataset]:
+    """Every target's dataset (resolve_dataset); the space for those to generate is checked on every
+    target first (targets on one filesystem added up)."""
+    pre = {t.name: preprocessed(params, t, p) for t in targets}
+    check_space([t for t in targets if pre[t.name] is None], lambda t: generation_bytes(t, p),
+                "the generated TFRecord dataset")
+    return {t.name: pre[t.name] or generate_dataset(t, p, log) for t in targets}
+
+
+def preprocessed(params: AllParams, target, p: TrainParams) -> Dataset | None:
+    """The preprocessing stage's TFRecords for this target, when they are to be used; None: generate."""
     outputs = Path(p.preprocess_outputs)
     pre: list[str] = []
     if outputs.exists():
@@ -124,4 +150,4 @@ def resolve_dataset(params: AllParams, target, p: TrainParams, log=print) -> Dat
                 raise ParamsError(f"the preprocessing output for '{target.name}' holds {records} records, fewer "
                                   f"than train_resnet50.batch_size = {p.batch_size}")
             return Dataset(list(pre), records, sum(os.path.getsize(f) for f in pre), "preprocess")
-    return generate_dataset(target, p, log)
+    return None

@@ -5,18 +5,75 @@ import math
 
 import numpy as np
 
-from .params import MIB
+from ...core.columns import Column
+from ...kit import runs
+from ...kit.disk_metrics import mib_per_s
+from ...kit.runs import ok_runs
 
+_B = "bytes"
+# Every column a run's row holds beyond the engine's and the monitor's (core.columns).
+COLUMNS: tuple[Column, ...] = (
+    Column("sweep", "", "the scenario: memory, parallel, ingest or checkpoint", "text"),
+    Column("models", "", "training jobs run at once (K), each in its own cgroup"),
+    Column("memory_setting", "", "none, a dataset:memory ratio ('2.5:1') or a size ('6GiB')", "text"),
+    Column("dataset_source", "", "preprocess (the preprocess stage's TFRecords) or generated", "text"),
+    Column("dataset_records", "", "TFRecord records in the dataset"),
+    Column("dataset_bytes", _B, "bytes of the dataset's TFRecord files"),
+    Column("input_size", "px", "ResNet50 input size (square)"),
+    Column("batch_size", "", "images per training step"),
+    Column("epochs", "", "epochs each job trains"),
+    Column("num_classes", "", "classes of the model's output"),
+    Column("steps_per_epoch", "", "training steps per epoch (records / batch size)"),
+    Column("cpus_per_job", "", "CPUs each job is pinned to"),
+    Column("ingest_target_mb_per_s", "MB/s", "the ingest writer's set rate; 0: no ingest"),
+    Column("checkpoint_every_steps", "", "checkpoint interval in steps; 0: the long default interval"),
+    Column("checkpoint_interval_s", "s", "the default checkpoint interval in seconds; 0 when every_steps is set"),
+    Column("foreign_cache_drops", "", "page-cache drops by other processes during the run"),
+    Column("tf_device", "", "the device TensorFlow trained on (CPU or GPU)", "text"),
+    Column("memory_limit_bytes", _B, "the job's memory cgroup limit; empty: none"),
+    Column("memory_need_bytes", _B, "the most memory a job held that reclaim could not take"),
+    Column("memory_anon_growth_bytes", _B, "growth of the job's anonymous memory after ready"),
+    Column("page_cache_cap_bytes", _B, "a ratio run's page-cache share per job (dataset x memory/dataset)"),
+    Column("dataset_to_memory_ratio", "", "dataset bytes / page-cache cap"),
+    Column("page_cache_reclaims", "", "times the page-cache cap reclaimed"),
+    Column("page_cache_reclaimed_bytes", _B, "bytes the page-cache cap reclaimed"),
+    Column("page_cache_mean_bytes", _B, "page cache the jobs held on average while training"),
+    Column("memory_peak_bytes", _B, "the jobs' peak cgroup memory"),
+    Column("memory_failcnt", "", "times a job's memory met its cgroup limit"),
+    Column("oom_kills", "", "OOM kills in the jobs' cgroups"),
+    Column("training_time_s", "s", "from go to the last job's end"),
+    Column("training_time_min", "min", "training_time_s in minutes"),
+    Column("images", "", "images trained on, all jobs"),
+    Column("images_per_s", "images/s", "images per second, all jobs"),
+    Column("images_per_s_per_job", "images/s", "images per second of one job, mean over jobs"),
+    Column("startup_s_max", "s", "the slowest job's start-up (TensorFlow, model, warm-up)"),
+    Column("loss_first_epoch", "", "training loss of the first epoch, mean over jobs"),
+    Column("loss_last_epoch", "", "training loss of the last epoch, mean over jobs"),
+    Column("accuracy_last_epoch", "", "training accuracy of the last epoch, mean over jobs"),
+    Column("pipeline_bytes", _B, "record bytes the tf.data pipelines consumed"),
+    Column("job_read_bytes", _B, "bytes the jobs caused to be read from storage (/proc/<pid>/io)"),
+    Column("read_amplification", "", "job_read_bytes / pipeline_bytes"),
+    Column("reread_ratio", "", "epochs >= 2: bytes read from storage / bytes consumed"),
+    Column("checkpoints", "", "checkpoints written, all jobs"),
+    Column("checkpoint_bytes", _B, "bytes of the checkpoints written"),
+    Column("checkpoint_s_total", "s", "seconds spent writing (and fsyncing) checkpoints"),
+    Column("checkpoint_s_mean", "s", "seconds per checkpoint"),
+    Column("checkpoint_mb", "MB", "size of one checkpoint"),
+    Column("ingest_bytes", _B, "bytes the ingest writer wrote during the run"),
+    Column("ingest_mb_per_s", "MB/s", "the ingest writer's achieved rate"),
+    Column("device_read_mib_per_s_avg", "MiB/s", "device read throughput over the run"),
+    Column("device_write_mib_per_s_avg", "MiB/s", "device write throughput over the run"),
+    Column("device_read_mib_per_s_active", "MiB/s", "device read throughput, mean over intervals with reads"),
+    Column("device_read_iops_active", "IO/s", "device reads per second, mean over intervals with reads"),
+    Column("device_read_per_consumed", "", "device read bytes / pipeline_bytes"),
+)
+_KIND = {c.name: c.kind for c in COLUMNS}
 # The runs.csv columns this study's brief and arithmetic use unconditionally, and what they hold; the
 # brief's gate (report/inputs.py) refuses a runs.csv without them, so the code below may assume them.
-RUNS_COLUMNS = {"sweep": "text", "memory_setting": "text",
-                **dict.fromkeys(("models", "ingest_target_mb_per_s", "checkpoint_every_steps"), "number"),
+RUNS_COLUMNS = {**{n: _KIND[n] for n in ("sweep", "memory_setting", "models", "ingest_target_mb_per_s",
+                                         "checkpoint_every_steps")},
                 # absent when every run failed (a failed run's row has no measurements)
-                **dict.fromkeys(("training_time_s", "images_per_s", "job_read_bytes"), "number?")}
-
-
-def _ok(frame):
-    return frame[frame.status == "ok"] if "status" in frame else frame
+                **{n: _KIND[n] + "?" for n in ("training_time_s", "images_per_s", "job_read_bytes")}}
 
 
 # --------------------------------------------------------------------------- one run's rows
@@ -127,9 +184,9 @@ def _rows(base: dict, jobs: list, elapsed: float, summary: dict, series: list[di
     }
     if "device_read_mb_per_s_avg" in summary:
         pipeline = training["pipeline_bytes"]
-        row["device_read_mib_per_s_avg"] = summary["device_read_mb_per_s_avg"] * 1e6 / MIB
-        row["device_write_mib_per_s_avg"] = summary["device_write_mb_per_s_avg"] * 1e6 / MIB
-        row["device_read_mib_per_s_active"] = _active_mean(series, "read_mb_per_s") * 1e6 / MIB
+        row["device_read_mib_per_s_avg"] = mib_per_s(summary["device_read_mb_per_s_avg"])
+        row["device_write_mib_per_s_avg"] = mib_per_s(summary["device_write_mb_per_s_avg"])
+        row["device_read_mib_per_s_active"] = mib_per_s(_active_mean(series, "read_mb_per_s"))
         row["device_read_iops_active"] = _active_mean(series, "read_iops")
         row["device_read_per_consumed"] = summary["device_read_bytes"] / pipeline if pipeline else np.nan
     return row, job_rows, epoch_rows
@@ -142,10 +199,10 @@ def headlines(frame, target_names: list[str]) -> list[dict]:
     from ...report import compare, versus_reference
 
     keys = ["sweep", "models", "memory_setting", "ingest_target_mb_per_s", "checkpoint_every_steps"]
-    out = versus_reference(_ok(frame), target_names, keys,
+    out = versus_reference(ok_runs(frame), target_names, keys,
                            [("training_time_s", "lower", "ResNet50 training time"),
                             ("images_per_s", "higher", "ResNet50 training throughput (images/s)")])
-    ok = _ok(frame)
+    ok = ok_runs(frame)
     mem = ok[ok.sweep == "memory"] if "sweep" in ok else ok.iloc[0:0]
     for name in target_names:
         m = mem[mem.target == name]
@@ -170,7 +227,7 @@ def pd_zero(frame):
 
 def memory_effect(frame, target: str) -> dict | None:
     """Baseline (no limit) vs the most limited ratio run of one model on a target."""
-    ok = _ok(frame)
+    ok = ok_runs(frame)
     mem = ok[(ok.sweep == "memory") & (ok.target == target)]
     base = mem[mem.memory_setting == "none"]
     lim = mem[mem.memory_setting != "none"]
@@ -185,18 +242,18 @@ def memory_effect(frame, target: str) -> dict | None:
             "base_reread": b.reread_ratio, "limited_reread": l.reread_ratio}
 
 
+def _per_target(g) -> dict:
+    """metrics.json for one target's ok runs: throughput, the baseline's time, the memory limit's effect."""
+    baseline = (g.sweep == "memory") & (g.memory_setting == "none")
+    d = {"max_images_per_s": float(g.images_per_s.max()),
+         "baseline_training_time_s": float(g[baseline].training_time_s.mean()) if baseline.any() else None}
+    eff = memory_effect(g, g.target.iloc[0])
+    if eff:
+        ratio = eff["read_ratio"]
+        d["limited_device_read_ratio"] = None if math.isinf(ratio) else round(float(ratio), 2)
+        d["limited_training_time_change_percent"] = round(float(eff["time_change_percent"]), 1)
+    return d
+
+
 def metrics(frame, target_names: list[str]) -> dict:
-    out: dict = {"runs": int(len(frame)), "failed_runs": int((frame.status != "ok").sum()) if len(frame) else 0}
-    ok = _ok(frame)
-    for name, g in ok.groupby("target"):
-        baseline = (g.sweep == "memory") & (g.memory_setting == "none")
-        d = {"max_images_per_s": float(g.images_per_s.max()),
-             "baseline_training_time_s": float(g[baseline].training_time_s.mean()) if baseline.any() else None}
-        eff = memory_effect(frame, name)
-        if eff:
-            ratio = eff["read_ratio"]
-            d["limited_device_read_ratio"] = None if math.isinf(ratio) else round(float(ratio), 2)
-            d["limited_training_time_change_percent"] = round(float(eff["time_change_percent"]), 1)
-        out[name] = d
-    out["headlines"] = {h["id"]: h["delta_percent"] for h in headlines(frame, target_names)}
-    return out
+    return runs.metrics(frame, target_names, headlines, _per_target)

@@ -13,7 +13,7 @@ from pydantic import Field, field_validator, model_validator
 
 from ...core.config import ProjectPath, Strict, sorted_counts
 
-NAME = "train_resnet50"    # params section, reports/<NAME>/, run_id prefix, target.study_dir(NAME)
+
 MIB = 1 << 20
 SIZE_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
               "t": 10**12, "tb": 10**12, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}

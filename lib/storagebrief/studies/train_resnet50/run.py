@@ -23,21 +23,21 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from ...core import cgroups, targets as targets_mod
 from ...core.sweep import Measurement, Point
-from .dataset import Dataset, resolve_dataset
+from . import STUDY
+from .dataset import Dataset, resolve_datasets
 from .ingest import IngestWriter
 from .jobs import Job, JobFailed, _poll
 from .memory import (_memory_capability, anon_bytes, cap_page_cache, cold_dataset, final_stats,
                      foreign_cache_drops, memory_need, reset_peak, safe_stats, total_memory_bytes)
 from .metrics import _rows
-from .params import MIB, NAME, MemorySetting, TrainParams, parse_memory
-
+from .params import MIB, MemorySetting, TrainParams, parse_memory
 
 
 # --------------------------------------------------------------------------- what runs
@@ -66,7 +66,7 @@ def run_id_for(spec: RunSpec, target: str, repeat: int) -> str:
     mem = re.sub(r"[^A-Za-z0-9.]+", "_", spec.memory)
     extra = (f"-ingest{spec.ingest_mb_per_s:g}" if spec.ingest_mb_per_s else "") + \
             (f"-ckpt{spec.checkpoint_every_steps}" if spec.checkpoint_every_steps else "")
-    return f"{NAME}-{spec.sweep}-{target}-k{spec.models}-mem{mem}{extra}-r{repeat}"
+    return f"{STUDY.name}-{spec.sweep}-{target}-k{spec.models}-mem{mem}{extra}-r{repeat}"
 
 
 def cpu_split(models: int, ncpu: int | None = None) -> list[list[int]]:
@@ -92,6 +92,15 @@ def warm_libraries(log=print) -> None:
 
 
 # --------------------------------------------------------------------------- engine hooks
+@dataclass
+class TrainState:
+    """sweep.state: every target's dataset, whether memory cgroups work, and what runs measured."""
+    datasets: dict[str, Dataset]
+    memory_unavailable: str | None          # why memory cgroups are unavailable; None: they work
+    # per target, the most memory a job held that reclaim cannot take (refuses smaller sizes)
+    need: dict[str, int] = field(default_factory=dict)
+
+
 def prepare(sweep) -> None:
     """Targets (train_resnet50.targets), fresh output folders, datasets, warm libraries, capability."""
     p: TrainParams = sweep.p
@@ -102,20 +111,19 @@ def prepare(sweep) -> None:
     for sub in ("timeseries", "logs", "jobs"):     # the engine's working folder is fresh: nothing to clear
         (sweep.out_dir / sub).mkdir(exist_ok=True)
     sweep.status("datasets on every target")
-    datasets = {t.name: resolve_dataset(sweep.params, t, p, sweep.log) for t in sweep.targets}
+    datasets = resolve_datasets(sweep.params, sweep.targets, p, sweep.log)
     sweep.status("loading TensorFlow and ResNet50 once (cached for the jobs)")
     warm_libraries(sweep.log)
     for t in sweep.targets:
         targets_mod.check_profile_speed(t, [Path(f) for f in datasets[t.name].files[:4]])
-    # need: per target, the most memory a job held that reclaim cannot take (refuses smaller sizes)
-    sweep.state.update(datasets=datasets, need={}, memory_unavailable=_memory_capability())
+    sweep.state = TrainState(datasets=datasets, memory_unavailable=_memory_capability())
 
 
 def plan(sweep) -> list[Point]:
     """for repeat: for scenario (targets interleaved by the engine); limited runs need memory cgroups."""
     p: TrainParams = sweep.p
     runs = scenarios(p)
-    reason = sweep.state["memory_unavailable"]
+    reason = sweep.state.memory_unavailable
     if reason:
         skipped = [r for r in runs if parse_memory(r.memory).limited]
         runs = [r for r in runs if not parse_memory(r.memory).limited]
@@ -131,12 +139,12 @@ def run_id(config: RunSpec, target, repeat: int) -> str:
 
 def run_one(run, config: RunSpec) -> Measurement:
     """One scenario on run.target; remembers the job's memory need for later size limits."""
-    state = run.sweep.state
-    m = execute_run(run, config, state["datasets"][run.target.name], need_hint=state["need"].get(run.target.name))
+    state: TrainState = run.sweep.state
+    m = execute_run(run, config, state.datasets[run.target.name], need_hint=state.need.get(run.target.name))
     if m.ok:
         need = m.row["memory_need_bytes"]
         if need == need:   # NaN: nothing measured
-            state["need"][run.target.name] = max(state["need"].get(run.target.name, 0), int(need))
+            state.need[run.target.name] = max(state.need.get(run.target.name, 0), int(need))
         if m.row.get("foreign_cache_drops"):
             run.sweep.note(f"{run.run_id}: another process dropped the page cache {m.row['foreign_cache_drops']} "
                            "time(s) during the run, so its cache hits (re-read ratio) understate caching")
@@ -151,9 +159,9 @@ def finish(sweep, frame) -> None:
 def _base_row(run, spec: RunSpec, ds: Dataset, setting: MemorySetting, steps_per_epoch: int, cpus: int) -> dict:
     p: TrainParams = run.p
     t = run.target
-    return {"study": NAME, "run_id": run.run_id, "sweep": spec.sweep, "target": t.name,
+    return {"run_id": run.run_id, "sweep": spec.sweep, "target": t.name,
             "profile": t.profile_name or "", "repeat": run.repeat, "started_at": run.started_at,
-            "status": "ok", "failure_reason": "", "models": spec.models,
+            "models": spec.models,
             "memory_setting": setting.text, "dataset_source": ds.source, "dataset_records": ds.records,
             "dataset_bytes": ds.bytes, "input_size": p.input_size, "batch_size": p.batch_size,
             "epochs": p.epochs, "num_classes": p.num_classes, "steps_per_epoch": steps_per_epoch,
@@ -184,7 +192,7 @@ def _make_jobs(run, spec: RunSpec, ds: Dataset, setting: MemorySetting, io, spli
     p: TrainParams = run.p
     for i, cpus in enumerate(splits):
         group = _job_cgroup(run, i, setting, io)
-        ckdir = run.target.study_dir(NAME) / "checkpoints" / f"{run.run_id}-j{i}"
+        ckdir = run.target.study_dir(STUDY.name) / "checkpoints" / f"{run.run_id}-j{i}"
         shutil.rmtree(ckdir, ignore_errors=True)
         jobs.append(Job(i, {"job": i, "files": ds.files, "input_size": p.input_size, "batch_size": p.batch_size,
                             "num_classes": p.num_classes, "epochs": p.epochs,
@@ -206,7 +214,7 @@ def _ingest_writer(run, spec: RunSpec, ds: Dataset, io) -> IngestWriter:
             group = run.cgroup("ingest", io=io)
         except cgroups.CgroupUnavailable:
             group = None
-    writer = IngestWriter(run.target.study_dir(NAME) / "ingest" / run.run_id, ds.files, spec.ingest_mb_per_s,
+    writer = IngestWriter(run.target.study_dir(STUDY.name) / "ingest" / run.run_id, ds.files, spec.ingest_mb_per_s,
                           group.procs_files if group else [])
     writer.group = group
     return writer
@@ -241,10 +249,10 @@ def _sum_stats(jobs: list[Job]) -> dict:
 
 def _failed(base: dict, jobs: list[Job], reason: str, emulated: bool) -> Measurement:
     first = next((j for j in jobs if j.limit_bytes), None)
-    return Measurement({**base, "status": "failed", "failure_reason": reason, "emulated": emulated,
+    return Measurement({**base, "emulated": emulated,
                         "memory_limit_bytes": first.limit_bytes if first else np.nan,
                         "memory_need_bytes": max((j.need_bytes or 0 for j in jobs), default=0) or np.nan,
-                        **_sum_stats(jobs)}, ok=False, tables=_no_rows())
+                        **_sum_stats(jobs)}, ok=False, failure_reason=reason, tables=_no_rows())
 
 
 def _clean_up(target, jobs: list[Job], writer: IngestWriter | None) -> None:
@@ -257,18 +265,18 @@ def _clean_up(target, jobs: list[Job], writer: IngestWriter | None) -> None:
         writer.group.remove()
     if writer is not None and writer.proc.is_alive():
         writer.proc.kill()
-    shutil.rmtree(target.study_dir(NAME) / "checkpoints", ignore_errors=True)
-    shutil.rmtree(target.study_dir(NAME) / "ingest", ignore_errors=True)
+    shutil.rmtree(target.study_dir(STUDY.name) / "checkpoints", ignore_errors=True)
+    shutil.rmtree(target.study_dir(STUDY.name) / "ingest", ignore_errors=True)
 
 
 def _refusal(base: dict, setting: MemorySetting, need_hint: int, margin_mib: int, io) -> Measurement:
     """A size limit below the need an earlier run measured: not run, the row says what to use."""
     minimum = need_hint + margin_mib * MIB
-    return Measurement({**base, "status": "failed", "emulated": io is not None,
-                        "failure_reason": f"not run: memory limit {setting.text} ({setting.value / MIB:,.0f} MiB) is "
-                        f"below what TensorFlow needs for this model on this target ({need_hint / MIB:,.0f} MiB "
-                        f"measured in an earlier run); use at least {minimum / MIB:,.0f} MiB"},
-                       ok=False, tables=_no_rows())
+    return Measurement({**base, "emulated": io is not None}, ok=False,
+                       failure_reason=f"not run: memory limit {setting.text} ({setting.value / MIB:,.0f} MiB) is "
+                       f"below what TensorFlow needs for this model on this target ({need_hint / MIB:,.0f} MiB "
+                       f"measured in an earlier run); use at least {minimum / MIB:,.0f} MiB",
+                       tables=_no_rows())
 
 
 def execute_run(run, spec: RunSpec, ds: Dataset, need_hint: int | None = None) -> Measurement:

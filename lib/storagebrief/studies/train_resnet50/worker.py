@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ...kit import checkpoint
+
 
 def _proc_io_read_bytes() -> int:
     """Bytes this process (all threads) caused to be read from storage."""
@@ -102,20 +104,26 @@ class _Checkpointer:
         self.dir = ckpt_dir
         self.manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model, optimizer=opt), str(ckpt_dir),
                                                   max_to_keep=2)
-        self.count, self.bytes, self.seconds = 0, 0, 0.0
+        self.tally = checkpoint.Tally()
+
+    @property
+    def count(self) -> int:
+        return self.tally.count
+
+    @property
+    def bytes(self) -> int:
+        return self.tally.bytes
+
+    @property
+    def seconds(self) -> float:
+        return self.tally.seconds
+
+    def _write(self) -> list[Path]:
+        prefix = self.manager.save()
+        return [f for f in self.dir.glob(Path(prefix).name + "*")] + [self.dir / "checkpoint"]
 
     def save(self) -> None:   # count the write as done only when it is on the device
-        t = time.perf_counter()
-        prefix = self.manager.save()
-        written = [f for f in self.dir.glob(Path(prefix).name + "*")] + [self.dir / "checkpoint"]
-        for f in written:
-            if f.exists():
-                fdesc = os.open(f, os.O_RDONLY)
-                os.fsync(fdesc)
-                os.close(fdesc)
-        self.seconds += time.perf_counter() - t
-        self.count += 1
-        self.bytes += sum(f.stat().st_size for f in written if f.exists())
+        self.tally.add(checkpoint.save(self._write))
 
 
 def _train(spec: dict, tf, it, train_step, checkpointer, fd: int) -> None:

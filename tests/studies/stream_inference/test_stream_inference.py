@@ -17,9 +17,9 @@ import pytest
 import yaml
 
 from conftest import REPO, process_alive
-from storagebrief.core import config
+from storagebrief.core import columns, config
 from storagebrief.core.config import ParamsError
-from storagebrief.studies.stream_inference import cluster as kafka
+from storagebrief.studies.stream_inference import cluster as kafka, metrics as sim
 from storagebrief.studies.stream_inference.dataset import generate_videos
 from storagebrief.studies.stream_inference.params import parse_video
 from storagebrief.studies.stream_inference.run import disk_profile
@@ -73,6 +73,7 @@ def running(tmp_path_factory):
     cl.stop()
 
 
+@pytest.mark.slow
 @needs_kafka
 def test_three_nodes_take_frames_with_rf3_and_return_count_and_bytes(running):
     from confluent_kafka import Consumer, Producer
@@ -101,6 +102,7 @@ def test_three_nodes_take_frames_with_rf3_and_return_count_and_bytes(running):
     assert kafka.partition_bytes(running.log_dirs(), ["frames"]) >= 3 * sum(map(len, payloads))
 
 
+@pytest.mark.slow
 @needs_kafka
 def test_a_producer_keeps_its_frame_rate_on_a_small_stream(running, tmp_path):
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -116,6 +118,7 @@ def test_a_producer_keeps_its_frame_rate_on_a_small_stream(running, tmp_path):
     assert res["bytes_delivered"] > 48 * 1000          # frames are not compressed to nothing
 
 
+@pytest.mark.slow
 @needs_kafka
 def test_stop_reaps_every_node_and_frees_its_ports(tmp_path):
     cl = kafka.Cluster(tmp_path / "d", tmp_path / "l", brokers=3, heap_mib=256).start()
@@ -126,6 +129,7 @@ def test_stop_reaps_every_node_and_frees_its_ports(tmp_path):
     assert all(kafka.port_free(p) for p in ports)
 
 
+@pytest.mark.slow
 @needs_kafka
 def test_kill_9_of_the_parent_takes_the_brokers_with_it(tmp_path):
     script = textwrap.dedent(f"""
@@ -175,6 +179,8 @@ def _cli(tmp_path, *extra, **kw):
                           capture_output=True, text=True, timeout=600, **kw)
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 @needs_kafka
 def test_study_end_to_end_counts_bytes_profile_and_nothing_left(tmp_path):
     res = _cli(tmp_path)
@@ -200,6 +206,8 @@ def test_study_end_to_end_counts_bytes_profile_and_nothing_left(tmp_path):
     assert not _java_using(tmp_path)
     study = json.loads((out / "study.json").read_text())
     assert study["kafka"]["version"] == kafka.kafka_version() and len(study["cluster_startup_s"]) == 1
+    # every runs.csv column is declared (engine, monitor, the study's COLUMNS)
+    assert columns.undeclared(runs.columns, columns.ENGINE_COLUMNS, columns.MONITOR_COLUMNS, sim.COLUMNS) == []
 
 
 def _study_mid_run(tmp_path):
@@ -218,6 +226,8 @@ def _study_mid_run(tmp_path):
     return run, javas, ports
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 @needs_kafka
 def test_sigterm_mid_run_stops_brokers_and_consumers_and_writes_no_row(tmp_path):
     run, javas, ports = _study_mid_run(tmp_path)
@@ -254,6 +264,7 @@ def test_missing_jars_and_java_are_named(tmp_path, monkeypatch):
         kafka.find_java()
 
 
+@pytest.mark.e2e
 def test_ports_in_use_are_refused_before_work(tmp_path):
     import socket
 
@@ -272,6 +283,7 @@ def test_ports_in_use_are_refused_before_work(tmp_path):
         assert not (tmp_path / "out" / "runs.csv").exists()
 
 
+@pytest.mark.e2e
 @needs_kafka
 def test_no_space_for_the_brokers_logs_is_refused_before_work(tmp_path):
     res = _cli(tmp_path, "-S", "stream_inference.streams=[100000]", "-S", "stream_inference.duration_s=3600")
@@ -305,6 +317,8 @@ def test_generated_video_moves_and_does_not_compress_to_nothing(tmp_path):
     assert ok1 and ok2 and a.shape == (240, 426, 3) and abs(a.astype(int) - b.astype(int)).mean() > 2
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 @needs_kafka
 def test_a_broker_dying_mid_run_fails_it_with_the_log_tail_and_leaves_nothing(tmp_path):
     run, javas, ports = _study_mid_run(tmp_path)

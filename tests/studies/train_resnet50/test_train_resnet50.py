@@ -17,12 +17,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from storagebrief.core import cgroups, config, sweep, targets as targets_mod
+from storagebrief.core import cgroups, columns, config, sweep, targets as targets_mod
 from storagebrief.studies.train_resnet50 import STUDY
 from storagebrief.studies.train_resnet50 import brief as trb, dataset as trd, memory as trm
 from storagebrief.studies.train_resnet50 import metrics as trmet, params as trp, run as trr
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _cgroup_reason() -> str | None:
@@ -36,13 +34,15 @@ needs_cgroups = pytest.mark.skipif(CG_REASON is not None, reason=f"memory cgroup
 
 
 def execute(spec, target, ds, params, run_id: str, repeat: int, out: Path, need_hint=None):
-    """One measured run as the engine makes it (a Run, closed after): (row, jobs, epochs, monitor series)."""
+    """One measured run as the engine makes it (a Run, closed after): (row, jobs, epochs, monitor series);
+    the row holds status and failure_reason as the engine writes them (core.sweep._outcome)."""
     run = sweep.Run(sweep.Sweep(STUDY, params, out, log=lambda *a: None), target, repeat, run_id)
     try:
         m = trr.execute_run(run, spec, ds, need_hint=need_hint)
     finally:
         run.close()
-    return m.row, m.tables["jobs.csv"], m.tables["epochs.csv"], run.monitor.timeseries() if m.ok else []
+    return ({**m.row, **sweep._outcome(m)}, m.tables["jobs.csv"], m.tables["epochs.csv"],
+            run.monitor.timeseries() if m.ok else [])
 
 
 def write_params(tmp: Path, **train) -> Path:
@@ -116,6 +116,7 @@ def test_cpu_split_and_plan(tmp_path):
     assert runs[4].ingest_mb_per_s == 5 and runs[5].checkpoint_every_steps == 3
 
 
+@pytest.mark.slow
 def test_generated_dataset_is_imagenet_like(shared):
     _, _, target, ds = shared
     assert ds.source == "generated" and ds.records == 96 and len(ds.files) == 4
@@ -126,6 +127,7 @@ def test_generated_dataset_is_imagenet_like(shared):
 
 
 # --------------------------------------------------------------------------- the kernel enforces limits
+@pytest.mark.privileged
 @needs_cgroups
 def test_memory_limit_is_enforced_by_the_kernel(tmp_path):
     """A process in the cgroup cannot hold more than the limit: page cache is capped, anon is OOM-killed."""
@@ -192,6 +194,8 @@ def test_memory_helpers_tolerate_a_job_without_cgroup(tmp_path, monkeypatch):
     assert not failed.ok and failed.row["oom_kills"] != failed.row["oom_kills"]
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_unlimited_run_completes_without_memory_cgroups(shared, monkeypatch):
     """The first unlimited run used to crash ('NoneType' object has no attribute 'memory_usage')."""
     tmp, params, target, ds = shared
@@ -208,6 +212,9 @@ def test_unlimited_run_completes_without_memory_cgroups(shared, monkeypatch):
     notes = (out / "notes.json").read_text()
     assert "memory-limited runs skipped (1 per target and repeat: 2.5:1)" in notes
     assert (out / "jobs.csv").exists() and not (out / "jobs").exists()
+    # every runs.csv column is declared (engine, monitor, the study's COLUMNS)
+    runs = pd.read_csv(out / "runs.csv")
+    assert columns.undeclared(runs.columns, columns.ENGINE_COLUMNS, columns.MONITOR_COLUMNS, trmet.COLUMNS) == []
 
 
 # --------------------------------------------------------------------------- real training runs
@@ -223,6 +230,8 @@ def memory_runs(shared):
     return base, limited
 
 
+@pytest.mark.privileged
+@pytest.mark.slow
 @needs_cgroups
 def test_second_epoch_reads_rise_only_when_the_dataset_exceeds_the_limit(memory_runs):
     (base, _, base_epochs, _), (lim, _, lim_epochs, _) = memory_runs
@@ -247,6 +256,8 @@ def test_second_epoch_reads_rise_only_when_the_dataset_exceeds_the_limit(memory_
     assert base2["job_read_bytes"] < 0.1 * base2["pipeline_bytes"], "baseline epoch 2 should hit the cache"
 
 
+@pytest.mark.privileged
+@pytest.mark.slow
 @needs_cgroups
 def test_tiny_training_really_trains(memory_runs):
     (base, jobs, epochs, series), _ = memory_runs
@@ -259,6 +270,8 @@ def test_tiny_training_really_trains(memory_runs):
     assert not cgroups.leftover_dirs(owner_pid=os.getpid())
 
 
+@pytest.mark.privileged
+@pytest.mark.slow
 @needs_cgroups
 def test_oom_becomes_a_failed_run_row(shared):
     tmp, params, target, ds = shared
@@ -274,6 +287,9 @@ def test_oom_becomes_a_failed_run_row(shared):
     assert row["status"] == "failed" and "use at least 1,248 MiB" in row["failure_reason"]
 
 
+@pytest.mark.privileged
+@pytest.mark.slow
+@pytest.mark.e2e
 @needs_cgroups
 def test_parallel_jobs_each_get_a_cgroup_and_interrupt_cleans_up(shared, monkeypatch):
     """K=2: two cgroups, each holding its own job; an interrupt kills both, removes both, writes no row."""
@@ -304,6 +320,9 @@ def test_parallel_jobs_each_get_a_cgroup_and_interrupt_cleans_up(shared, monkeyp
     assert not runs.exists() or pd.read_csv(runs).empty
 
 
+@pytest.mark.privileged
+@pytest.mark.slow
+@pytest.mark.e2e
 @needs_cgroups
 def test_sigterm_of_the_study_removes_its_cgroups(shared):
     tmp, params, target, ds = shared
@@ -340,6 +359,8 @@ def test_sigterm_of_the_study_removes_its_cgroups(shared):
 
 
 # --------------------------------------------------------------------------- analysis
+@pytest.mark.privileged
+@pytest.mark.slow
 @needs_cgroups
 def test_tables_and_headlines_from_real_rows(memory_runs):
     (base, *_), (lim, *_) = memory_runs
