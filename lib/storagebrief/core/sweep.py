@@ -235,7 +235,7 @@ def _common(run: Run) -> dict:
             "cache_method": run.cache_method, "emulated": run.emulated}
 
 
-def _outcome(m: Measurement) -> dict:
+def outcome_columns(m: Measurement) -> dict:
     """status and failure_reason: the engine writes them for every study (columns.ENGINE_COLUMNS)."""
     if m.ok and m.failure_reason:
         raise ValueError(f"a run measured ok cannot have a failure_reason ({m.failure_reason!r})")
@@ -280,7 +280,7 @@ def _record(sweep: Sweep, run: Run, m: Measurement) -> None:
     """Append the run's row (atomically) and write what goes beside it."""
     import pandas as pd
 
-    row = {**_common(run), **_outcome(m), **m.row}
+    row = {**_common(run), **outcome_columns(m), **m.row}
     ch = _characterization(sweep, run)
     if ch is not None:
         sweep.tables.setdefault(CHARACTERIZATION, []).append(ch)

@@ -22,7 +22,7 @@ from storagebrief.core.config import ParamsError
 from storagebrief.studies.stream_inference import cluster as kafka, metrics as sim
 from storagebrief.studies.stream_inference.dataset import generate_videos
 from storagebrief.studies.stream_inference.params import parse_video
-from storagebrief.studies.stream_inference.run import disk_profile
+from storagebrief.studies.stream_inference.rows import disk_profile
 
 try:
     kafka.check_lib(kafka.default_lib_dir())

@@ -35,13 +35,13 @@ needs_cgroups = pytest.mark.skipif(CG_REASON is not None, reason=f"memory cgroup
 
 def execute(spec, target, ds, params, run_id: str, repeat: int, out: Path, need_hint=None):
     """One measured run as the engine makes it (a Run, closed after): (row, jobs, epochs, monitor series);
-    the row holds status and failure_reason as the engine writes them (core.sweep._outcome)."""
+    the row holds status and failure_reason as the engine writes them (core.sweep.outcome_columns)."""
     run = sweep.Run(sweep.Sweep(STUDY, params, out, log=lambda *a: None), target, repeat, run_id)
     try:
         m = trr.execute_run(run, spec, ds, need_hint=need_hint)
     finally:
         run.close()
-    return ({**m.row, **sweep._outcome(m)}, m.tables["jobs.csv"], m.tables["epochs.csv"],
+    return ({**m.row, **sweep.outcome_columns(m)}, m.tables["jobs.csv"], m.tables["epochs.csv"],
             run.monitor.timeseries() if m.ok else [])
 
 
