@@ -31,7 +31,7 @@ def has_memory_cgroup() -> tuple[bool, str]:
     return _controller("memory")
 
 
-def _privileged(ok: bool, why: str):
+def privileged_if(ok: bool, why: str):
     """Marks a test `privileged` (pytest -m "not privileged" leaves it out) and skips it, with the
     reason, where the capability is missing."""
     def mark(test):
@@ -40,19 +40,19 @@ def _privileged(ok: bool, why: str):
 
 
 def needs_root(why: str = "needs root"):
-    return _privileged(os.geteuid() == 0, why)
+    return privileged_if(os.geteuid() == 0, why)
 
 
 def needs_blkio():
-    return _privileged(*has_blkio())
+    return privileged_if(*has_blkio())
 
 
 def needs_memory_cgroup():
-    return _privileged(*has_memory_cgroup())
+    return privileged_if(*has_memory_cgroup())
 
 
 def needs_drop_caches():
-    return _privileged(*cache.drop_caches_possible())
+    return privileged_if(*cache.drop_caches_possible())
 
 
 def process_alive(pid: int) -> bool:

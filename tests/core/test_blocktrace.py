@@ -16,7 +16,7 @@ import yaml
 
 from storagebrief import studies
 from storagebrief.core import blocktrace, characterize as ch, config, leftovers, machine, targets
-from conftest import REPO, process_alive
+from conftest import REPO, privileged_if, process_alive
 
 
 def _tracing() -> tuple[bool, str]:
@@ -28,7 +28,7 @@ def _tracing() -> tuple[bool, str]:
 
 
 _OK, _WHY = _tracing()
-needs_tracefs = pytest.mark.skipif(not _OK, reason=f"block tracing unavailable: {_WHY}")
+needs_tracefs = privileged_if(_OK, f"block tracing unavailable: {_WHY}")
 
 
 def _device(path: Path) -> targets.BlockDevice:
