@@ -112,6 +112,23 @@ def base_params(tmp: Path, **preprocess) -> dict:
     }
 
 
+
+def write_params(tmp_path: Path, **preprocess) -> Path:
+    """params.yaml in tmp_path: base_params() with these preprocess knobs."""
+    f = tmp_path / "params.yaml"
+    f.write_text(yaml.safe_dump(base_params(tmp_path, **preprocess)))
+    return f
+
+
+def cli_process(*args, env=None, **kw):
+    """`storagebrief <args>` started in the repository, TensorFlow's native log quiet."""
+    import subprocess
+    import sys
+    return subprocess.Popen([sys.executable, "-m", "storagebrief.cli", *args], cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **(env or {})}, **kw)
+
+
 @pytest.fixture
 def params_file(tmp_path):
     def make(**preprocess) -> Path:

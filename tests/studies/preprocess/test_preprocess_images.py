@@ -5,42 +5,16 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import re
-import signal
 import struct
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import cv2
 import numpy as np
-import pandas as pd
 import pytest
-import yaml
 
-from storagebrief.cli import main as cli_main
-from storagebrief.core import cgroups, config, leftovers, lock, results, targets
-from storagebrief.report import brief as brief_mod
+from storagebrief.core import config
 from storagebrief.studies.preprocess import STUDY, dataset, pipeline
-from conftest import process_alive, REPO, base_params, needs_blkio
-
-ROOT = os.geteuid() == 0
-TF_NATIVE_LOG = re.compile(r"^(WARNING: All log messages before absl|[IWE]\d{4} )")
-needs_root = pytest.mark.skipif(not ROOT, reason="needs root (mounts, cgroups)")
-
-
-def _write_params(tmp_path: Path, **preprocess) -> Path:
-    f = tmp_path / "params.yaml"
-    f.write_text(yaml.safe_dump(base_params(tmp_path, **preprocess)))
-    return f
-
-
-def _cli(*args, env=None, **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "storagebrief.cli", *args], cwd=REPO, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **(env or {})}, **kw)
+from conftest import write_params as _write_params
 
 
 # --------------------------------------------------------------------------- preprocess: real-world images
