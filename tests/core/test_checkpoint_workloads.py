@@ -149,6 +149,11 @@ def test_scaled_layout_keeps_the_files_and_shrinks_the_bytes():
     assert {f.bytes for f in tiny} == {PAGE_BYTES}          # never below one page
 
 
+def test_shares_are_whole_and_sum_to_the_total_before_page_rounding():
+    # 10 bytes over 3 shards: 4, 3, 3 (page rounding would hide a lost remainder)
+    assert [ck._share(10, 3, i) for i in range(3)] == [4, 3, 3]
+
+
 def test_scaled_bytes_rounds_to_pages():
     assert ck.scaled_bytes(10 * PAGE_BYTES, 4) == 2 * PAGE_BYTES        # 2.5 pages -> 2
     assert ck.scaled_bytes(11 * PAGE_BYTES, 4) == 3 * PAGE_BYTES        # 2.75 -> 3
