@@ -1,0 +1,75 @@
+"""The checkpoint folders on a target: <target>/storagebrief/checkpoint/<model>/global_epoch1_step<k>/.
+
+Nothing is generated ahead: the saves are the measured work. A checkpoint is complete only with its
+manifest.json (written atomically after the last rank's fsync, then the folder fsync'ed): restores
+read only complete checkpoints, and a folder without one (a save cut short, kill -9) is removed
+before the next run writes anything."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from ...core import results
+from ...core.checkpoint_workloads import CheckpointFile, checkpoint_folder
+
+MANIFEST = "manifest.json"
+
+
+def model_dir(target, study: str, model: str) -> Path:
+    return target.study_dir(study) / model
+
+
+def folder(root: Path, step: int) -> Path:
+    return root / checkpoint_folder(step)
+
+
+def clear(root: Path) -> None:
+    """Remove earlier runs' checkpoints (complete or not): every run starts from an empty folder."""
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_manifest(where: Path, model: str, step: int, scale: float, files: list[CheckpointFile]) -> dict:
+    """The checkpoint is complete: its files, their bytes and ranks; fsync'ed with the folder."""
+    doc = {"model": model, "step": step, "scale": scale, "bytes": sum(f.bytes for f in files),
+           "files": [{"rank": f.rank, "name": f.name, "bytes": f.bytes} for f in files]}
+    results.write_json(where / MANIFEST, doc)
+    fsync_dir(where)
+    return doc
+
+
+def read_manifest(where: Path) -> dict | None:
+    try:
+        return json.loads((where / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def complete(where: Path) -> bool:
+    """A manifest, and every file it lists present at its size."""
+    doc = read_manifest(where)
+    if doc is None:
+        return False
+    return all((where / f["name"]).is_file() and (where / f["name"]).stat().st_size == f["bytes"]
+               for f in doc["files"])
+
+
+def remove_incomplete(root: Path) -> list[Path]:
+    """Folders under `root` without a manifest (cut short): removed, returned."""
+    gone = []
+    for d in sorted(root.glob("global_epoch*_step*")) if root.exists() else []:
+        if d.is_dir() and read_manifest(d) is None:
+            shutil.rmtree(d, ignore_errors=True)
+            gone.append(d)
+    return gone

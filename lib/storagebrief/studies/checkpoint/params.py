@@ -1,0 +1,75 @@
+"""checkpoint: section of params.yaml (validated before any work); the llama3 shapes, DLIO's size
+formula and the file layout live in core.checkpoint_workloads, whose own refusals run here too."""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from ...core.checkpoint_workloads import (CheckpointWorkloadError, WORKLOADS, layout, layout_bytes, workload,
+                                          writing_ranks)
+from ...core.config import Strict
+
+MIB = 1 << 20
+
+
+class CheckpointParams(Strict):
+    models: list[str] = Field(default_factory=lambda: ["llama3-8b"], min_length=1)
+    scale: float = Field(2048, ge=1, le=1 << 30)         # divides every file (1 = MLPerf's sizes)
+    mode: Literal["default", "subset"] = "default"       # subset: ranks 0..7 of the full layout
+    saves: int = Field(3, ge=1, le=1000)                 # checkpoint writes per run (MLPerf: 10)
+    restores: int = Field(3, ge=0, le=1000)              # checkpoint reads per run (MLPerf: 10)
+    pause_s: float = Field(0.5, ge=0, le=600)            # before every save / restore, off the clock
+    rank_shift: int = Field(0, ge=0, le=1 << 20)         # restore: rank r reads rank (r+shift) mod n's files
+    retain: int = Field(2, ge=1, le=1000)                # complete checkpoints kept; older ones deleted
+    write_block_mib: int = Field(32, ge=1, le=1024)      # one write() (MLPerf v3.0: 32 MiB)
+    read_block_mib: int = Field(128, ge=1, le=1024)      # one read (MLPerf v3.0: 128 MiB)
+    readers_per_rank: int = Field(4, ge=1, le=64)        # reader threads per rank on restore
+    repeats: int = Field(1, ge=1, le=100)
+    ranks: int | None = Field(None, ge=1, le=1 << 16)    # None: the model's own (8 in subset mode)
+    # ---- helper Y's place: the "cost" sweep (what a checkpoint costs training, sync vs async) ----
+    # cost.py defines its model; the lead wires it in here (and run.plan's second sweep).
+    cost: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("models")
+    @classmethod
+    def _models(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if name not in WORKLOADS:
+                raise ValueError(f"models: {name!r} is not allowed: one of {', '.join(WORKLOADS)}")
+        if len(set(v)) != len(v):
+            raise ValueError(f"models: listed twice in {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _check(self):
+        for name in self.models:
+            w = workload(name)
+            try:
+                n = len(writing_ranks(w, self.mode))
+                layout(w, self.scale, self.mode)
+            except CheckpointWorkloadError as exc:
+                raise ValueError(f"{name}: {exc}") from None
+            if self.ranks is not None and self.ranks != n:
+                raise ValueError(f"ranks={self.ranks} is not allowed for {name} in mode={self.mode!r}: it "
+                                 f"writes with {n} ranks (null takes that; fewer ranks only through "
+                                 "mode: subset, which is 8 processes)")
+        return self
+
+    def writers(self, name: str) -> list[int]:
+        return list(writing_ranks(workload(name), self.mode))
+
+    def checkpoint_bytes(self, name: str) -> int:
+        """Bytes of one checkpoint folder at this scale and mode (the files as written)."""
+        return layout_bytes(layout(workload(name), self.scale, self.mode))
+
+    @property
+    def write_block(self) -> int:
+        return self.write_block_mib * MIB
+
+    @property
+    def read_block(self) -> int:
+        return self.read_block_mib * MIB
+
+
+Params = CheckpointParams

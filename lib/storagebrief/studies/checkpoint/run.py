@@ -1,0 +1,179 @@
+"""The checkpoint sweep on the shared engine (core.sweep): per model, MLPerf Storage v3.0's protocol.
+
+One measured run = one model on one target at one repeat: `saves` checkpoint writes, then
+`restores` reads, a pause of `pause_s` before each (off every clock), caches dropped before every
+read. The writing ranks (ranks.py) live for the run inside its cgroup (the target's throttle). Each
+save writes global_epoch1_step<k>/ with every rank's files (core.checkpoint_workloads at `scale`),
+then its manifest; with more than `retain` complete checkpoints the oldest is deleted (timed
+apart, off the save's clock). Restore j reads the j-th retained checkpoint (cycling), rank r
+reading the files rank (r + rank_shift) mod n wrote. run.start_clock()/stop_clock() bracket the
+whole protocol (monitor, block trace); every operation has its own clock from its barrier.
+
+MLPerf's figure (rank 0's own duration, mean of per-checkpoint rates) and the honest one (until
+the last rank's fsync returned, from the barrier) both come from the same operations: metrics.py.
+
+Plan for the lead: helper Y's "cost" sweep (cost.py: what a checkpoint costs training, sync vs
+async) becomes a second kind of Config here (`sweep="cost"`), planned after the protocol runs from
+`checkpoint.cost`; run_one dispatches on Config.sweep. Only the "protocol" sweep exists now.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+
+from ...core import results
+from ...core.checkpoint_workloads import GIB, files_of_rank, size_table, workload
+from ...core.sweep import Measurement, Point
+from ...kit.space import check_space
+from . import STUDY, dataset, metrics
+from .params import CheckpointParams
+from .ranks import RankPool
+
+# Test hook, None in use: {"slow_rank": 1, "delay_s": 0.5} makes rank 1 sleep that long after every
+# barrier (a late rank: tests/studies/checkpoint/test_checkpoint.py sets it with monkeypatch).
+FAULT: dict | None = None
+GENERATOR_PROBE_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class Config:
+    """One point: which sweep ("protocol"; the lead adds "cost") and the model."""
+    sweep: str
+    model: str
+
+
+@dataclass
+class CheckpointState:
+    """What prepare() measured (sweep.state)."""
+    generator_gb_per_s: float = 0.0
+    removed: list[str] = field(default_factory=list)
+
+
+def _generator_gb_per_s() -> float:
+    """os.urandom's own rate on this host (GB/s, 10^9): what filling the write buffers costs."""
+    t = time.perf_counter()
+    n = len(os.urandom(GENERATOR_PROBE_BYTES))
+    return n / (time.perf_counter() - t) / 1e9
+
+
+def prepare(sweep) -> None:
+    """Space for retain + 1 checkpoints of the largest model on every target (the new one is written
+    before the oldest goes); the generator's rate; folders of saves cut short removed."""
+    p: CheckpointParams = sweep.p
+    sweep.state = state = CheckpointState()
+    biggest = max(p.checkpoint_bytes(m) for m in p.models)
+    check_space(sweep.targets, lambda t: (p.retain + 1) * biggest,
+                f"{p.retain + 1} checkpoints (checkpoint.retain + the one being written) of "
+                f"{biggest / GIB:.2f} GiB at checkpoint.scale = {p.scale:g}")
+    for t in sweep.targets:
+        for m in p.models:
+            for gone in dataset.remove_incomplete(dataset.model_dir(t, STUDY.name, m)):
+                state.removed.append(str(gone))
+                sweep.note(f"removed {gone}: a checkpoint without its manifest (a save cut short)")
+    state.generator_gb_per_s = _generator_gb_per_s()
+
+
+def plan(sweep) -> list[Point]:
+    p: CheckpointParams = sweep.p
+    return [Point(Config("protocol", m), r, f"{m}: {p.saves} saves, {p.restores} restores")
+            for r in range(1, p.repeats + 1) for m in p.models]
+
+
+def run_id(config: Config, target, repeat: int) -> str:
+    return f"{STUDY.name}-{config.sweep}-{config.model}-{target.name}-r{repeat}"
+
+
+def _files(p: CheckpointParams, model: str) -> dict[int, list]:
+    w = workload(model)
+    return {r: files_of_rank(w, r, p.scale) for r in p.writers(model)}
+
+
+def _pause(p: CheckpointParams) -> None:
+    time.sleep(p.pause_s)      # MLPerf's pause before every operation: off every clock
+
+
+def _saves(run, pool: RankPool, p: CheckpointParams, model: str, root, files) -> tuple[list, list, list]:
+    """`saves` checkpoints; returns (ops, retained folders, deletion seconds)."""
+    ops, kept, deletes = [], [], []
+    plain = {r: (r, [(f.name, f.bytes) for f in fs]) for r, fs in files.items()}
+    for i in range(p.saves):
+        step = i + 1
+        where = dataset.folder(root, step)
+        where.mkdir()
+        dataset.fsync_dir(root)
+        _pause(p)
+        release, got = pool.operate("save", where, plain, p.write_block)
+        dataset.write_manifest(where, model, step, p.scale, [f for fs in files.values() for f in fs])
+        ops.append(("save", i, step, release, got))
+        kept.append(where)
+        while len(kept) > p.retain:
+            t = time.perf_counter()
+            shutil.rmtree(kept.pop(0))
+            dataset.fsync_dir(root)
+            deletes.append(time.perf_counter() - t)
+    return ops, kept, deletes
+
+
+def _restores(run, pool: RankPool, p: CheckpointParams, kept, files) -> list:
+    ranks = sorted(files)
+    shifted = {r: ranks[(i + p.rank_shift) % len(ranks)] for i, r in enumerate(ranks)}
+    plan_ = {r: (shifted[r], [(f.name, f.bytes) for f in files[shifted[r]]]) for r in ranks}
+    ops = []
+    for j in range(p.restores):
+        where = kept[j % len(kept)]
+        if not dataset.complete(where):
+            raise RuntimeError(f"{where}: not a complete checkpoint (manifest or files missing)")
+        _pause(p)
+        run.cold_cache([where])
+        release, got = pool.operate("load", where, plan_, p.read_block, p.readers_per_rank)
+        ops.append(("load", j, int(where.name.rsplit("step", 1)[1]), release, got))
+    return ops
+
+
+def run_one(run, config: Config) -> Measurement:
+    p: CheckpointParams = run.p
+    model, state = config.model, run.sweep.state
+    files = _files(p, model)
+    root = dataset.model_dir(run.target, STUDY.name, model)
+    dataset.clear(root)
+    group = run.throttle()
+    buf = min(p.write_block, max(f.bytes for fs in files.values() for f in fs))
+    with RankPool(sorted(files), buf, group.procs_files if group else None, FAULT) as pool:
+        run.start_clock()
+        saved, kept, deletes = _saves(run, pool, p, model, root, files)
+        loaded = _restores(run, pool, p, kept, files)
+        run.stop_clock()
+    ops = saved + loaded
+    keys = {"run_id": run.run_id, "target": run.target.name, "model": model, "repeat": run.repeat}
+    row = metrics.run_row(p, model, ops, deletes, state.generator_gb_per_s)
+    return Measurement(row, tables={"checkpoints.csv": [{**keys, **r} for r in metrics.op_rows(ops)],
+                                    "ranks.csv": [{**keys, **r} for r in metrics.rank_rows(ops)]})
+
+
+def finish(sweep, frame) -> None:
+    """mlperf_summary.json per (target, model), study.json, and the generator's note."""
+    import pandas as pd
+
+    p: CheckpointParams = sweep.p
+    state: CheckpointState = sweep.state
+    ckpts = pd.DataFrame(sweep.tables.get("checkpoints.csv", []))
+    results.write_json(sweep.out_dir / "mlperf_summary.json", metrics.mlperf_summary(ckpts))
+    for t in sweep.target_names:
+        rate = metrics.best_write_gb_per_s(ckpts, t)
+        if rate and state.generator_gb_per_s < 3 * rate:
+            sweep.note(f"target '{t}': os.urandom fills buffers at {state.generator_gb_per_s:.2f} GB/s, below 3× "
+                       f"the target's write rate ({rate:.2f} GB/s); the buffers are filled before the clock, "
+                       "but a writer that generated its bytes inline would be held back by the generator")
+    results.write_json(sweep.out_dir / "study.json", {
+        "models": p.models, "scale": p.scale, "mode": p.mode, "saves": p.saves, "restores": p.restores,
+        "pause_s": p.pause_s, "rank_shift": p.rank_shift, "retain": p.retain,
+        "write_block_mib": p.write_block_mib, "read_block_mib": p.read_block_mib,
+        "readers_per_rank": p.readers_per_rank, "repeats": p.repeats,
+        "writers": {m: len(p.writers(m)) for m in p.models},
+        "checkpoint_bytes": {m: p.checkpoint_bytes(m) for m in p.models},
+        "generator_gb_per_s": state.generator_gb_per_s, "removed_incomplete": state.removed,
+        "size_table": [{"model": r.model, "parameters": r.parameters, "model_gib": r.model_gib,
+                        "optimizer_gib": r.optimizer_gib, "computed_gib": r.computed_gib,
+                        "published_gib": r.published_gib} for r in size_table()]})
