@@ -1,0 +1,71 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 06 — Checkpointing: llama3 checkpoints saved and restored
+#
+# **What it reproduces.** MLPerf Storage v3.0's checkpointing benchmark (DLIO): the llama3 models' checkpoints
+# (8b, 70b, 405b, 1t; sizes from DLIO's formula, files laid out per rank as DeepSpeed ZeRO writes them) are
+# written `saves` times, one process per writing rank, each file in 32 MiB writes of incompressible bytes and
+# fsync'ed at close, then read back `restores` times (4 reader threads per rank, 128 MiB reads) after the caches
+# were dropped; a pause before every operation, off the clock. `mlperf_summary.json` carries MLPerf's own
+# `summary.json` keys (its "GB" is GiB).
+#
+# **How it goes past MLPerf.** MLPerf's throughput is all ranks' bytes ÷ *rank 0's own* duration, with no barrier
+# before the clock stops: a rank that finishes later is not waited for. Beside that figure this study reports the
+# honest one — bytes ÷ the time from a barrier at the start until the *last* rank's fsync returned — their ratio
+# (the overstatement), and the skew between ranks, per checkpoint (`checkpoints.csv`) and per rank (`ranks.csv`).
+# Quick settings divide every file by `scale` (2048: ≈ 52 MiB for llama3-8b) so the notebook runs in seconds;
+# `scale: 1` is the paper's size.
+#
+# The same study runs without Jupyter: `storagebrief checkpoint --out DIR`.
+#
+# **Run All** runs it with `params.yaml`'s knobs; change any of them in the parameters cell below. Results go to a new folder `reports/runs/<time>/checkpoint/` (the pipeline's `reports/checkpoint/` belongs to `dvc repro`).
+
+# %% tags=["parameters"]
+# This study's knobs: params.yaml's `checkpoint:` section. A value changed here applies to this notebook's
+# runs (merged over params.yaml, validated before any work); change params.yaml for `dvc repro` too.
+checkpoint = {
+    'models': ['llama3-8b'],  # llama3-8b, llama3-70b, llama3-405b, llama3-1t (core.checkpoint_workloads)
+    'scale': 2048,  # divides every file's size (1: MLPerf's 105 GiB for llama3-8b)
+    'mode': 'default',  # default: every rank; subset: ranks 0..7 of the full layout (not llama3-8b)
+    'saves': 3,  # checkpoint writes per run (MLPerf: 10)
+    'restores': 3,  # checkpoint reads per run, after the writes, caches dropped (MLPerf: 10)
+    'pause_s': 0.5,  # pause before every save / restore, off the clock (MLPerf: 5)
+    'rank_shift': 0,  # restore: rank r reads the files rank (r + shift) mod n wrote
+    'retain': 2,  # complete checkpoints kept; older ones deleted (timed apart)
+    'write_block_mib': 32,  # one write() of incompressible bytes (MLPerf v3.0: 32 MiB)
+    'read_block_mib': 128,  # one read on restore (MLPerf v3.0: 128 MiB)
+    'readers_per_rank': 4,  # reader threads per rank on restore (MLPerf v3.0: 4)
+    'repeats': 1,
+    'ranks': None,  # None: the model's own rank count (8 in subset mode); nothing else is allowed
+    # cost: {}                  # helper Y's subsection (cost.py: what a checkpoint costs training,
+    #                           # sync vs async); the lead wires it in with run.plan's "cost" sweep
+}
+targets = None     # None: params.yaml's targets; or a list like params.yaml's (name, path, profile)
+out_dir = None     # None: a new reports/runs/<time>/checkpoint/ (dvc repro passes reports/checkpoint)
+progress = "auto"  # a bar in JupyterLab; "lines": one line per run
+
+# %%
+from storagebrief import notebook, report
+
+runs = notebook.run_study("checkpoint", checkpoint, targets=targets, out_dir=out_dir, progress=progress)
+
+# %% [markdown]
+# ## Runs
+# One row per measured run (`runs.csv`; every column is described in `runs.schema.json`).
+
+# %%
+notebook.show_runs(runs, ['target', 'repeat', 'sweep', 'model', 'ranks', 'writers', 'zero_stage', 'mode', 'cache_method'])
+
+# %% [markdown]
+# ## Results
+# The same tables, figures and analysis that the brief shows.
+
+# %%
+report.study_section("checkpoint", runs.attrs["out_dir"])
