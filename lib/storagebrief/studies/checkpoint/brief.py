@@ -71,8 +71,8 @@ def _versus(ok, names: list[str]) -> None:
              f"({r['save MLPerf GiB/s']:.3f} vs {r['save honest GiB/s']:.3f} GiB/s), restore ×{r['restore ×']:.2f}; "
              f"ranks finished saves {r['save skew s']:.3f} s apart on average."
              for _, r in t.iterrows()]
-    analysis(lines + ["- Rank 0 is not the last rank: a figure that stops on its clock counts bytes other ranks are "
-                      "still writing. The honest figure waits for every rank's fsync."])
+    analysis(lines + ["- Where rank 0 is not the last rank to finish, a figure that stops on its clock counts bytes "
+                      "other ranks are still writing (× > 1); the honest figure waits for every rank's fsync."])
 
 
 def _per_checkpoint(ckpts, names: list[str]) -> None:
@@ -82,6 +82,8 @@ def _per_checkpoint(ckpts, names: list[str]) -> None:
          .reset_index().rename(columns={"index": "checkpoint", "rank0_s": "rank 0 s", "max_rank_s": "last rank s",
                                         "rank_skew_s": "skew s"}))
     t["op"] = t.op.map({"save": "save", "load": "restore"})
+    t = t.sort_values(["target", "model", "op"], key=lambda c: c.map({"save": 0, "restore": 1}) if c.name == "op" else c,
+                      kind="stable")
     show_table(t, "Per checkpoint (means over repeats): rank 0's own duration, the last rank's end from the "
                   "barrier, and the rank skew (last rank's end − first rank's end).", floatfmt="{:,.3f}")
 
