@@ -22,7 +22,7 @@ file system cannot shrink a checkpoint below a chunk's worth of repetition.
 
 Public names: run_training (one measured run), CostResult and CheckpointRecord (what it returns),
 Cancelled (raised when the caller's cancel event is set), overhead_percent,
-shortest_interval_for_overhead and restore_s (the model), MODES, GIB.
+shortest_interval_for_overhead and restore_s (the model), MODES, STAGINGS, GIB.
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ import shutil
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
@@ -40,6 +40,7 @@ from ..core.checkpoint_workloads import GIB, checkpoint_folder
 from .checkpoint import write_file
 
 MODES = ("none", "sync", "async")
+STAGINGS = ("fresh", "reused")  # where an async snapshot is copied to (run_training)
 CHUNK_BYTES = 32 << 20          # the os.urandom chunk tiled over the state: made once, before the clock
 WRITER_THREAD_NAME = "storagebrief-checkpoint-writer"
 FOLDER_PREFIX = "storagebrief-checkpoint-cost-"
@@ -87,6 +88,7 @@ class CostResult:
     final_wait_s: float               # async: after the last step, until the last checkpoint is durable
     records: tuple[CheckpointRecord, ...]
     folder: Optional[Path] = None     # where the checkpoints were, when kept
+    staging: str = "fresh"            # async: where snapshots were copied to (STAGINGS)
 
 
 def _check(mode: str, steps: int, interval_steps: int, compute_s: float, checkpoint_bytes: int,
@@ -187,13 +189,19 @@ def _sync_checkpoint(folder: Path, state: bytearray, files: int, stop: "_Stop") 
 
 
 def _async_checkpoint(writer: _Writer, folder: Path, state: bytearray, files: int,
-                      pending: list) -> dict:
-    """Wait for the previous writer (its persist time goes to its own record), snapshot, hand off."""
+                      pending: list, staging: Optional[bytearray]) -> dict:
+    """Wait for the previous writer (its persist time goes to its own record), snapshot, hand off.
+    The snapshot goes into `staging` when given (safe: its previous writer has just been joined),
+    else into fresh memory."""
     t0 = t1 = time.perf_counter()
     if pending:
         pending[-1]["persist_s"] = writer.wait()
         t1 = time.perf_counter()
-    snapshot = bytes(state)             # the real copy training waits for
+    if staging is None:
+        snapshot = bytes(state)         # the real copy training waits for, page faults included
+    else:
+        staging[:] = state              # the real copy, into memory already mapped
+        snapshot = staging
     t2 = time.perf_counter()
     writer.start(folder, snapshot, files)
     rec = {"wait_s": t1 - t0, "snapshot_s": t2 - t1, "stall_s": time.perf_counter() - t0,
@@ -203,17 +211,24 @@ def _async_checkpoint(writer: _Writer, folder: Path, state: bytearray, files: in
 
 
 def run_training(target: Path, *, mode: str, steps: int, interval_steps: int, compute_s: float,
-                 checkpoint_bytes: int = 0, files: int = 1, cancel: Optional[threading.Event] = None,
-                 keep: bool = False) -> CostResult:
+                 checkpoint_bytes: int = 0, files: int = 1, staging: str = "fresh",
+                 cancel: Optional[threading.Event] = None, keep: bool = False) -> CostResult:
     """One measured run of `steps` training steps, checkpointing after every `interval_steps`-th
     step (mode sync or async) or never (none). Checkpoints go into a fresh folder under `target`,
     removed at the end unless `keep`; every one is kept until then, so the target needs
-    checkpoints × checkpoint_bytes free (and memory: the state, plus one snapshot in async). Setting `cancel` stops the run with Cancelled (at the next
+    checkpoints × checkpoint_bytes free (and memory: the state, plus one snapshot in async).
+    `staging` (async): "fresh" copies each snapshot into newly allocated memory (PyTorch DCP's
+    default async_save), "reused" into one buffer allocated before the clock (DCP's cached staging
+    or a pinned host buffer kept across saves); the first pays the page faults at every save. Setting `cancel` stops the run with Cancelled (at the next
     step, or between two files of a checkpoint); no writer thread outlives the call, whatever
     happens."""
     _check(mode, steps, interval_steps, compute_s, checkpoint_bytes, files)
+    if staging not in STAGINGS:
+        raise ValueError(f"staging {staging!r}: one of {', '.join(STAGINGS)}")
     checkpointing = mode != "none"
     state = _model_state(checkpoint_bytes) if checkpointing else bytearray()   # before the clock
+    # bytearray(n) zero-fills, so the reused buffer's pages are mapped before the clock too
+    staging_buf = bytearray(checkpoint_bytes) if mode == "async" and staging == "reused" else None
     root = Path(tempfile.mkdtemp(prefix=FOLDER_PREFIX, dir=target)) if checkpointing else None
     failed = threading.Event()          # set when the run fails: a writer still busy stops early
     stop = _Stop(cancel, failed)
@@ -227,7 +242,7 @@ def run_training(target: Path, *, mode: str, steps: int, interval_steps: int, co
             if checkpointing and step % interval_steps == 0:
                 folder = root / checkpoint_folder(step)
                 rec = (_sync_checkpoint(folder, state, files, stop) if mode == "sync"
-                       else _async_checkpoint(writer, folder, state, files, records))
+                       else _async_checkpoint(writer, folder, state, files, records, staging_buf))
                 if mode == "sync":
                     records.append(rec)
                 rec["step"] = step
@@ -243,8 +258,9 @@ def run_training(target: Path, *, mode: str, steps: int, interval_steps: int, co
             writer.thread.join()        # no thread outlives the run
         if root is not None and not keep:
             shutil.rmtree(root, ignore_errors=True)
-    return _result(mode, steps, interval_steps, compute_s, files, checkpoint_bytes, t_end - t_start,
-                   t_end - t_steps, records, root if keep else None)
+    result = _result(mode, steps, interval_steps, compute_s, files, checkpoint_bytes, t_end - t_start,
+                     t_end - t_steps, records, root if keep else None)
+    return replace(result, staging=staging)
 
 
 class _Stop:
