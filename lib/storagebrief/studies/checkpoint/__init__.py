@@ -7,13 +7,16 @@ STUDY = Study(
     command="checkpoint",
     title="Checkpointing: llama3 checkpoints saved and restored",
     notebook="notebooks/06_checkpoint.py",
-    outputs=("runs.csv", "checkpoints.csv", "ranks.csv", "timeseries", "inventory.json", "notes.json",
+    outputs=("runs.csv", "checkpoints.csv", "ranks.csv", "cost_checkpoints.csv", "timeseries", "inventory.json", "notes.json",
              "study.json", "mlperf_summary.json", "notebook.ipynb"),
-    brief_inputs=("runs.csv", "checkpoints.csv", "ranks.csv", "study.json", "mlperf_summary.json",
+    brief_inputs=("runs.csv", "checkpoints.csv", "ranks.csv", "cost_checkpoints.csv", "study.json", "mlperf_summary.json",
                   "notes.json", "inventory.json"),
     # llama3-8b's 8 ranks, each file divided by 65536 (≈ 1.6 MiB a checkpoint): every path (saves,
-    # retain's deletions, cold restores with a rank shift) in a second or two per target
+    # retain's deletions, cold restores with a rank shift) in a second or two per target; the cost
+    # sweep: baseline, sync and async at one interval, 6 steps of 20 ms
     tiny={"models": ["llama3-8b"], "scale": 65536, "saves": 3, "restores": 2, "pause_s": 0.05,
           "retain": 2, "rank_shift": 1, "write_block_mib": 1, "read_block_mib": 1, "readers_per_rank": 2,
-          "repeats": 2},
+          "repeats": 2,
+          "cost": {"modes": ["none", "sync", "async"], "intervals_steps": [2], "steps": 6, "compute_s": 0.02,
+                   "files": 2}},
 )

@@ -8,6 +8,9 @@ rank from the barrier's release:
 MLPerf-style GiB/s = mean over operations of all ranks' bytes / rank0_s (DLIO's, no barrier before
 its clock stops); honest GiB/s = mean over operations of bytes / max_rank_s. sd: numpy's std
 (population), as DLIO's summary uses. GiB = 2^30 bytes, which MLPerf writes "GB".
+
+The cost sweep's rows (sweep = cost) come from cost.py; intervals() turns the protocol's honest rates
+and the cost sweep's snapshot rate into the shortest checkpoint interval per llama3 model at full size.
 """
 from __future__ import annotations
 
@@ -15,22 +18,47 @@ import math
 
 import numpy as np
 
-from ...core.checkpoint_workloads import GIB, workload
+from ...core.checkpoint_workloads import GIB, WORKLOADS, checkpoint_bytes, workload
 from ...core.columns import Column
 from ...kit import runs
+from ...kit.checkpoint_cost import restore_s, shortest_interval_for_overhead
 from ...report.headlines import versus_reference
 
 
 COLUMNS: tuple[Column, ...] = (
-    Column("sweep", "", "which sweep the run belongs to: protocol (MLPerf's saves then restores)", "text"),
-    Column("model", "", "the llama3 checkpoint workload (core.checkpoint_workloads)", "text"),
+    Column("sweep", "", "which sweep the run belongs to: protocol (MLPerf's saves then restores) or cost (what "
+                        "checkpointing costs an emulated training loop)", "text"),
+    Column("model", "", "the llama3 checkpoint workload (core.checkpoint_workloads); cost: whose checkpoint "
+                        "size (at scale) the loop saves", "text"),
     Column("ranks", "", "the model's rank count (tp·pp·dp)"),
     Column("writers", "", "ranks that wrote (and read) on this host: all of them, or 8 in subset mode"),
     Column("zero_stage", "", "ZeRO stage of the layout (3: every rank a share; 1: dp rank 0 writes the model)"),
-    Column("mode", "", "default (every rank) or subset (ranks 0..7 of the full layout)", "text"),
+    Column("mode", "", "protocol: default (every rank) or subset (ranks 0..7 of the full layout); cost: none "
+                       "(the baseline, no checkpoint), sync or async", "text"),
     Column("scale", "", "every file's size divided by this (1 = MLPerf's sizes), rounded to 4 KiB pages"),
     Column("checkpoint_bytes", "bytes", "bytes of one checkpoint as written (at scale)"),
     Column("files", "", "files in one checkpoint folder"),
+    Column("interval_steps", "steps", "cost: a checkpoint after every this many steps (empty for none)"),
+    Column("steps", "steps", "cost: training steps in the run"),
+    Column("compute_s", "s", "cost: emulated accelerator compute per step (the documented sleep)"),
+    Column("checkpoints", "", "cost: checkpoints taken in the run"),
+    Column("training_time_s", "s", "cost: first step to the end of the job (async: until the last checkpoint "
+                                   "is durable)"),
+    Column("baseline_training_time_s", "s", "cost: training_time_s of the same target's mode-none run (same "
+                                            "repeat)"),
+    Column("overhead_percent", "%", "cost: (training_time_s − baseline_training_time_s) ÷ "
+                                    "baseline_training_time_s × 100"),
+    Column("stall_s_total", "s", "cost: training time lost at checkpoint steps (sync: the writes; async: "
+                                 "snapshot and waits for the previous writer)"),
+    Column("stall_s_per_checkpoint", "s", "cost: mean stall per checkpoint"),
+    Column("persist_s_mean", "s", "cost: mean write + fsync time per checkpoint (files, folder, parent)"),
+    Column("write_gib_per_s", "GiB/s", "cost: all checkpoints' bytes ÷ all their write + fsync time"),
+    Column("snapshot_s_mean", "s", "cost, async: mean in-memory copy time per checkpoint"),
+    Column("overlap_wait_s_total", "s", "cost, async: waits for the previous checkpoint's writer at "
+                                        "checkpoint steps"),
+    Column("final_wait_s", "s", "cost, async: after the last step, until the last checkpoint was durable"),
+    Column("staging", "", "cost, async: the snapshot's memory, reused (allocated before the clock) or fresh",
+           "text"),
     Column("saves", "", "checkpoints written in the run"),
     Column("restores", "", "checkpoints read back in the run"),
     *(c for op, word in (("save", "written"), ("load", "read")) for c in (
@@ -157,19 +185,83 @@ def best_write_gb_per_s(ckpts, target: str) -> float:
 
 
 # --------------------------------------------------------------------------- headlines
+def _sweep(frame, name: str):
+    if "sweep" not in frame:
+        return frame if name == "protocol" else frame.iloc[0:0]
+    return frame[frame.sweep == name]
+
+
 def headlines(frame, target_names: list[str]) -> list[dict]:
-    return versus_reference(frame, target_names, ["model", "mode", "scale"],
-                            [("honest_save_gib_per_s", "higher", "Checkpoint save (honest GiB/s)"),
-                             ("honest_load_gib_per_s", "higher", "Checkpoint restore (honest GiB/s)"),
-                             ("save_duration_s_mean", "lower", "Checkpoint save time")])
+    out = versus_reference(_sweep(frame, "protocol"), target_names, ["model", "mode", "scale"],
+                           [("honest_save_gib_per_s", "higher", "Checkpoint save (honest GiB/s)"),
+                            ("honest_load_gib_per_s", "higher", "Checkpoint restore (honest GiB/s)"),
+                            ("save_duration_s_mean", "lower", "Checkpoint save time")])
+    cost = _sweep(frame, "cost")
+    cost = cost[cost["mode"] != "none"] if len(cost) else cost
+    if len(cost):
+        out += versus_reference(cost, target_names, ["mode", "interval_steps"],
+                                [("overhead_percent", "lower", "Training time lost to checkpoints")])
+    return out
 
 
 def _per_target(g) -> dict:
-    return {m: {"mlperf_save_gib_per_s": float(x.mlperf_save_gib_per_s.mean()),
-                "honest_save_gib_per_s": float(x.honest_save_gib_per_s.mean()),
-                "mlperf_load_gib_per_s": float(x.mlperf_load_gib_per_s.mean()),
-                "honest_load_gib_per_s": float(x.honest_load_gib_per_s.mean())}
-            for m, x in g.groupby("model")}
+    out = {m: {"mlperf_save_gib_per_s": float(x.mlperf_save_gib_per_s.mean()),
+               "honest_save_gib_per_s": float(x.honest_save_gib_per_s.mean()),
+               "mlperf_load_gib_per_s": float(x.mlperf_load_gib_per_s.mean()),
+               "honest_load_gib_per_s": float(x.honest_load_gib_per_s.mean())}
+           for m, x in _sweep(g, "protocol").groupby("model")}
+    cost = _sweep(g, "cost")
+    cost = cost[cost["mode"] != "none"] if len(cost) else cost
+    if len(cost):
+        out["cost_overhead_percent"] = {f"{m}-every{int(k)}": float(x.overhead_percent.mean())
+                                        for (m, k), x in cost.groupby(["mode", "interval_steps"])}
+    return out
+
+
+# --------------------------------------------------------------------------- the intervals
+def _positive_mean(values) -> float | None:
+    v = [float(x) for x in values if x == x and x > 0]
+    return sum(v) / len(v) if v else None
+
+
+def target_rates(ok, target: str) -> dict:
+    """The target's measured rates: honest save / restore GiB/s (all ranks' bytes ÷ the last rank's end,
+    mean over protocol runs) and the async snapshot's in-memory copy GiB/s (one process, mean over
+    async cost runs); None where nothing measured it."""
+    t = ok[ok.target == target]
+    prot, cost = _sweep(t, "protocol"), _sweep(t, "cost")
+    snap = cost[(cost["mode"] == "async")] if len(cost) else cost
+    return {"save_gib_per_s": _positive_mean(prot.get("honest_save_gib_per_s", [])),
+            "load_gib_per_s": _positive_mean(prot.get("honest_load_gib_per_s", [])),
+            "snapshot_gib_per_s": _positive_mean((snap.checkpoint_bytes / GIB / snap.snapshot_s_mean).tolist()
+                                                 if len(snap) else [])}
+
+
+def interval_row(target: str, model: str, rates: dict, limit_percent: float) -> dict:
+    """One model at its full size and closed-division rank count on one target's measured rates. The
+    save rate is one host's, extrapolated to the whole job's checkpoint (every rank writing to this one
+    target): the upper bound for a single shared target. The snapshot: every rank copies its own share
+    at once at the measured one-process rate (aggregate = rate × ranks)."""
+    w = workload(model)
+    nbytes = checkpoint_bytes(w)
+    save, load, snap = rates["save_gib_per_s"], rates["load_gib_per_s"], rates["snapshot_gib_per_s"]
+    sync_s = shortest_interval_for_overhead(save, nbytes, 1.0, limit_percent, "sync") if save else None
+    async_s = (shortest_interval_for_overhead(save, nbytes, 1.0, limit_percent, "async",
+                                              snapshot_gib_per_s=snap * w.ranks) if save and snap else None)
+    return {"target": target, "model": model, "ranks": w.ranks, "checkpoint_bytes": nbytes,
+            "checkpoint_gib": nbytes / GIB, **rates, "overhead_limit_percent": limit_percent,
+            "sync_interval_s": sync_s, "async_interval_s": async_s,
+            "restore_s": restore_s(nbytes, load) if load else None}
+
+
+def intervals(frame, target_names: list[str], limit_percent: float) -> list[dict]:
+    """Per target and llama3 model: the shortest checkpoint interval, in seconds of training, keeping the
+    overhead ≤ limit_percent, sync and async (kit.checkpoint_cost.shortest_interval_for_overhead with
+    step_s = 1 s), and the restore time at the honest load rate."""
+    ok = runs.ok_runs(frame) if frame is not None and len(frame) else None
+    if ok is None or ok.empty:
+        return []
+    return [interval_row(t, m, target_rates(ok, t), limit_percent) for t in target_names for m in WORKLOADS]
 
 
 def metrics(frame, target_names: list[str]) -> dict:

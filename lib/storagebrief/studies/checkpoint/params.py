@@ -2,7 +2,7 @@
 formula and the file layout live in core.checkpoint_workloads, whose own refusals run here too."""
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -11,6 +11,50 @@ from ...core.checkpoint_workloads import (CheckpointWorkloadError, WORKLOADS, la
 from ...core.config import Strict
 
 MIB = 1 << 20
+COST_MODES = ("none", "sync", "async")
+
+
+class CostParams(Strict):
+    """checkpoint.cost: what a checkpoint costs training (kit.checkpoint_cost), sync vs async. An empty
+    `modes` or `intervals_steps` turns the cost sweep off; "none" (the baseline) always runs first
+    when sync or async is asked."""
+    modes: list[Literal["none", "sync", "async"]] = Field(default_factory=lambda: list(COST_MODES))
+    intervals_steps: list[int] = Field(default_factory=lambda: [4, 16])   # checkpoint every k steps
+    steps: int = Field(32, ge=1, le=1_000_000)           # training steps per run
+    compute_s: float = Field(0.05, ge=0, le=60)          # emulated accelerator compute per step (a sleep)
+    model: str = "llama3-8b"                             # checkpoint size: this model's at checkpoint.scale
+    files: int = Field(8, ge=1, le=4096)                 # files per checkpoint
+    staging: Literal["reused", "fresh"] = "reused"       # async snapshot memory (kit.checkpoint_cost)
+    overhead_limit_percent: float = Field(5, gt=0, le=100)   # the intervals' overhead limit
+
+    @field_validator("intervals_steps")
+    @classmethod
+    def _intervals(cls, v: list[int]) -> list[int]:
+        if any(k < 1 for k in v) or len(set(v)) != len(v):
+            raise ValueError(f"intervals_steps: {v} must be distinct whole numbers of at least 1")
+        return v
+
+    @field_validator("modes")
+    @classmethod
+    def _modes(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"modes: listed twice in {v}")
+        return v
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, v: str) -> str:
+        if v not in WORKLOADS:
+            raise ValueError(f"model: {v!r} is not allowed: one of {', '.join(WORKLOADS)}")
+        return v
+
+    @property
+    def on(self) -> bool:
+        return bool(self.modes) and bool(self.intervals_steps)
+
+    @property
+    def checkpointing_modes(self) -> list[str]:
+        return [m for m in self.modes if m != "none"]
 
 
 class CheckpointParams(Strict):
@@ -27,9 +71,7 @@ class CheckpointParams(Strict):
     readers_per_rank: int = Field(4, ge=1, le=64)        # reader threads per rank on restore
     repeats: int = Field(1, ge=1, le=100)
     ranks: int | None = Field(None, ge=1, le=1 << 16)    # None: the model's own (8 in subset mode)
-    # ---- helper Y's place: the "cost" sweep (what a checkpoint costs training, sync vs async) ----
-    # cost.py defines its model; the lead wires it in here (and run.plan's second sweep).
-    cost: dict[str, Any] = Field(default_factory=dict)
+    cost: CostParams = Field(default_factory=CostParams)  # the "cost" sweep (sync vs async training)
 
     @field_validator("models")
     @classmethod
@@ -54,7 +96,19 @@ class CheckpointParams(Strict):
                 raise ValueError(f"ranks={self.ranks} is not allowed for {name} in mode={self.mode!r}: it "
                                  f"writes with {n} ranks (null takes that; fewer ranks only through "
                                  "mode: subset, which is 8 processes)")
+        if self.cost.on:
+            try:
+                layout(workload(self.cost.model), self.scale, self.mode)
+            except CheckpointWorkloadError as exc:
+                raise ValueError(f"cost.model {self.cost.model}: {exc}") from None
+            if self.cost.files > self.cost_bytes:
+                raise ValueError(f"cost.files={self.cost.files} is more than the checkpoint's bytes")
         return self
+
+    @property
+    def cost_bytes(self) -> int:
+        """One cost-sweep checkpoint: cost.model's checkpoint at this scale and mode."""
+        return self.checkpoint_bytes(self.cost.model)
 
     def writers(self, name: str) -> list[int]:
         return list(writing_ranks(workload(name), self.mode))

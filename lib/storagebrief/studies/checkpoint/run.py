@@ -12,9 +12,10 @@ whole protocol (monitor, block trace); every operation has its own clock from it
 MLPerf's figure (rank 0's own duration, mean of per-checkpoint rates) and the honest one (until
 the last rank's fsync returned, from the barrier) both come from the same operations: metrics.py.
 
-Plan for the lead: helper Y's "cost" sweep (cost.py: what a checkpoint costs training, sync vs
-async) becomes a second kind of Config here (`sweep="cost"`), planned after the protocol runs from
-`checkpoint.cost`; run_one dispatches on Config.sweep. Only the "protocol" sweep exists now.
+The "cost" sweep (cost.py: what a checkpoint costs training, sync vs async) is a second kind of
+Config (`sweep="cost"`, with `mode` none|sync|async and `interval_steps`), planned after the protocol
+runs from `checkpoint.cost`; run_one dispatches on Config.sweep. finish() turns both into the
+intervals table (metrics.intervals) in study.json.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from ...core import results
 from ...core.checkpoint_workloads import GIB, files_of_rank, size_table, workload
 from ...core.sweep import Measurement, Point
 from ...kit.space import check_space
-from . import STUDY, dataset, metrics
+from . import STUDY, cost, dataset, metrics
 from .params import CheckpointParams
 from .ranks import RankPool
 
@@ -39,9 +40,11 @@ GENERATOR_PROBE_BYTES = 64 << 20
 
 @dataclass(frozen=True)
 class Config:
-    """One point: which sweep ("protocol"; the lead adds "cost") and the model."""
+    """One point: which sweep ("protocol" or "cost"), the model; a cost run's mode and interval."""
     sweep: str
     model: str
+    mode: str = ""               # cost: none | sync | async
+    interval_steps: int = 0      # cost: checkpoint every this many steps (0: none)
 
 
 @dataclass
@@ -49,6 +52,7 @@ class CheckpointState:
     """What prepare() measured (sweep.state)."""
     generator_gb_per_s: float = 0.0
     removed: list[str] = field(default_factory=list)
+    baselines: dict = field(default_factory=dict)   # (target, repeat) -> the cost sweep's mode-none CostResult
 
 
 def _generator_gb_per_s() -> float:
@@ -64,9 +68,12 @@ def prepare(sweep) -> None:
     p: CheckpointParams = sweep.p
     sweep.state = state = CheckpointState()
     biggest = max(p.checkpoint_bytes(m) for m in p.models)
-    check_space(sweep.targets, lambda t: (p.retain + 1) * biggest,
+    c = p.cost
+    cost_need = (c.steps // min(c.intervals_steps)) * p.cost_bytes if c.on and c.checkpointing_modes else 0
+    check_space(sweep.targets, lambda t: (p.retain + 1) * biggest + cost_need,
                 f"{p.retain + 1} checkpoints (checkpoint.retain + the one being written) of "
-                f"{biggest / GIB:.2f} GiB at checkpoint.scale = {p.scale:g}")
+                f"{biggest / GIB:.2f} GiB at checkpoint.scale = {p.scale:g}"
+                + (f", and the cost sweep's {cost_need / GIB:.2f} GiB (checkpoint.cost)" if cost_need else ""))
     for t in sweep.targets:
         for m in p.models:
             for gone in dataset.remove_incomplete(dataset.model_dir(t, STUDY.name, m)):
@@ -77,12 +84,15 @@ def prepare(sweep) -> None:
 
 def plan(sweep) -> list[Point]:
     p: CheckpointParams = sweep.p
-    return [Point(Config("protocol", m), r, f"{m}: {p.saves} saves, {p.restores} restores")
-            for r in range(1, p.repeats + 1) for m in p.models]
+    protocol = [Point(Config("protocol", m), r, f"{m}: {p.saves} saves, {p.restores} restores")
+                for r in range(1, p.repeats + 1) for m in p.models]
+    return protocol + cost.points(p, p.repeats, Config)
 
 
 def run_id(config: Config, target, repeat: int) -> str:
-    return f"{STUDY.name}-{config.sweep}-{config.model}-{target.name}-r{repeat}"
+    what = config.model if config.sweep == "protocol" else \
+        f"{config.mode}" + (f"-every{config.interval_steps}" if config.interval_steps else "")
+    return f"{STUDY.name}-{config.sweep}-{what}-{target.name}-r{repeat}"
 
 
 def _files(p: CheckpointParams, model: str) -> dict[int, list]:
@@ -133,6 +143,14 @@ def _restores(run, pool: RankPool, p: CheckpointParams, kept, files) -> list:
 
 
 def run_one(run, config: Config) -> Measurement:
+    if config.sweep == "cost":
+        row, records = cost.measure(run, run.p, config, run.sweep.state.baselines)
+        keys = {"run_id": run.run_id, "target": run.target.name, "repeat": run.repeat}
+        return Measurement(row, tables={cost.TABLE: [{**keys, **r} for r in records]})
+    return _protocol(run, config)
+
+
+def _protocol(run, config: Config) -> Measurement:
     p: CheckpointParams = run.p
     model, state = config.model, run.sweep.state
     files = _files(p, model)
@@ -159,6 +177,8 @@ def finish(sweep, frame) -> None:
     p: CheckpointParams = sweep.p
     state: CheckpointState = sweep.state
     ckpts = pd.DataFrame(sweep.tables.get("checkpoints.csv", []))
+    if not sweep.tables.get(cost.TABLE):             # the stage's output exists even with the sweep off
+        results.write_csv(sweep.out_dir / cost.TABLE, pd.DataFrame(columns=cost.TABLE_COLUMNS))
     results.write_json(sweep.out_dir / "mlperf_summary.json", metrics.mlperf_summary(ckpts))
     for t in sweep.target_names:
         rate = metrics.best_write_gb_per_s(ckpts, t)
@@ -174,6 +194,8 @@ def finish(sweep, frame) -> None:
         "writers": {m: len(p.writers(m)) for m in p.models},
         "checkpoint_bytes": {m: p.checkpoint_bytes(m) for m in p.models},
         "generator_gb_per_s": state.generator_gb_per_s, "removed_incomplete": state.removed,
+        "cost": p.cost.model_dump(), "cost_checkpoint_bytes": p.cost_bytes if p.cost.on else None,
+        "intervals": metrics.intervals(frame, sweep.target_names, p.cost.overhead_limit_percent),
         "size_table": [{"model": r.model, "parameters": r.parameters, "model_gib": r.model_gib,
                         "optimizer_gib": r.optimizer_gib, "computed_gib": r.computed_gib,
                         "published_gib": r.published_gib} for r in size_table()]})

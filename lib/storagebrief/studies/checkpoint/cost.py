@@ -1,0 +1,128 @@
+"""The "cost" sweep: what a checkpoint costs training, sync vs async (kit.checkpoint_cost).
+
+One measured run = one mode (none | sync | async) at one interval on one target: kit.checkpoint_cost's
+run_training, `cost.steps` steps of `cost.compute_s` emulated compute (the documented sleep), a
+checkpoint of cost.model's size at checkpoint.scale every `interval_steps` steps, written and fsync'ed
+under <target>/storagebrief/checkpoint/cost/. It runs in a forked child that dies with its parent
+(PR_SET_PDEATHSIG) and sits in the run's cgroup (the target's throttle), as the rank pool's ranks do;
+the CostResult comes back through a pipe. The baseline (mode none) runs first on every target, and
+each sync / async row's overhead is against the same target's baseline at the same repeat.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import shutil
+import signal
+import traceback
+from pathlib import Path
+
+from ...core import cgroups
+from ...core.procs import die_with_parent, reap
+from ...core.sweep import Point
+from ...kit.checkpoint_cost import CostResult, overhead_percent, run_training
+
+CHILD_TIMEOUT_S = 3600.0
+TABLE = "cost_checkpoints.csv"      # one row per checkpoint of every cost run
+TABLE_COLUMNS = ("run_id", "target", "repeat", "mode", "interval_steps", "step", "bytes", "stall_s", "persist_s",
+                 "snapshot_s", "wait_s")
+
+
+def points(p, repeats: int, config) -> list[Point]:
+    """After the protocol: per repeat, the baseline, then sync / async × intervals."""
+    c = p.cost
+    if not c.on:
+        return []
+    kinds = [("none", 0)] if ("none" in c.modes or c.checkpointing_modes) else []
+    kinds += [(m, k) for m in c.checkpointing_modes for k in c.intervals_steps]
+    return [Point(config("cost", c.model, m, k), r,
+                  f"cost {m}" + (f" every {k} of {c.steps} steps" if k else f": {c.steps} steps, no checkpoint"))
+            for r in range(1, repeats + 1) for m, k in kinds]
+
+
+def folder(target) -> Path:
+    return target.study_dir("checkpoint") / "cost"
+
+
+def _exit(*_) -> None:
+    raise SystemExit(143)
+
+
+def _child(conn, procs_files: list[str], where: str, kwargs: dict) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)          # the parent handles Ctrl-C and stops us
+    signal.signal(signal.SIGTERM, _exit)                  # run_training's cleanup runs
+    die_with_parent()
+    try:
+        if procs_files:
+            cgroups.join(procs_files)
+        conn.send(("ok", run_training(Path(where), **kwargs)))
+    except BaseException:
+        conn.send(("error", traceback.format_exc()))
+    finally:
+        conn.close()
+
+
+def train(run, where: Path, **kwargs) -> CostResult:
+    """run_training in a forked child inside the run's throttle cgroup; the clock runs around it."""
+    ctx = mp.get_context("fork")
+    group = run.throttle()
+    recv, send = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_child, args=(send, group.procs_files if group else [], str(where), kwargs),
+                        daemon=True, name="checkpoint-cost")
+    run.start_clock()
+    child.start()
+    send.close()
+    try:
+        if not recv.poll(CHILD_TIMEOUT_S):
+            raise RuntimeError(f"checkpoint cost run gave no result in {CHILD_TIMEOUT_S:.0f} s")
+        kind, payload = recv.recv()
+    except EOFError:
+        child.join(5)
+        raise RuntimeError(f"checkpoint cost child died (exit {child.exitcode})") from None
+    finally:
+        run.stop_clock()
+        if child.is_alive() and child.exitcode is None:
+            child.terminate()
+        reap([child], 10)
+        recv.close()
+    if kind != "ok":
+        raise RuntimeError(f"checkpoint cost run failed:\n{payload}")
+    return payload
+
+
+def measure(run, p, config, baselines: dict) -> tuple[dict, list[dict]]:
+    """One cost run: its row and its per-checkpoint records (cost_checkpoints.csv)."""
+    c = p.cost
+    where = folder(run.target)
+    if where.exists():
+        shutil.rmtree(where)                      # what a killed run left
+    where.mkdir(parents=True)
+    res = train(run, where, mode=config.mode, steps=c.steps, interval_steps=config.interval_steps or c.steps,
+                compute_s=c.compute_s, checkpoint_bytes=p.cost_bytes, files=c.files, staging=c.staging)
+    key = (run.target.name, run.repeat)
+    if config.mode == "none":
+        baselines[key] = res
+    base = baselines.get(key)
+    if base is None:
+        raise RuntimeError(f"no baseline (mode none) for target '{run.target.name}' repeat {run.repeat}")
+    return row(p, config, res, base), [record(r, res) for r in res.records]
+
+
+def row(p, config, res: CostResult, base: CostResult) -> dict:
+    on = res.mode != "none"
+    return {"sweep": "cost", "model": config.model, "mode": res.mode, "scale": p.scale,
+            "checkpoint_bytes": p.cost_bytes, "files": p.cost.files,
+            "interval_steps": config.interval_steps if on else None, "steps": res.steps,
+            "compute_s": res.compute_s, "checkpoints": res.checkpoints, "training_time_s": res.training_time_s,
+            "baseline_training_time_s": base.training_time_s, "overhead_percent": overhead_percent(res, base),
+            "stall_s_total": res.stall_s_total,
+            "stall_s_per_checkpoint": res.stall_s_per_checkpoint if on else None,
+            "persist_s_mean": res.persist_s_mean if on else None,
+            "write_gib_per_s": res.write_gib_per_s if on else None,
+            "snapshot_s_mean": res.snapshot_s_mean if res.mode == "async" else None,
+            "overlap_wait_s_total": res.overlap_wait_s_total, "final_wait_s": res.final_wait_s,
+            "staging": res.staging if res.mode == "async" else ""}
+
+
+def record(r, res: CostResult) -> dict:
+    return {"mode": res.mode, "interval_steps": res.interval_steps, "step": r.step, "bytes": r.bytes,
+            "stall_s": r.stall_s, "persist_s": r.persist_s, "snapshot_s": r.snapshot_s, "wait_s": r.wait_s}
