@@ -44,8 +44,7 @@ checkpoint = {
     'readers_per_rank': 4,  # reader threads per rank on restore (MLPerf v3.0: 4)
     'repeats': 1,
     'ranks': None,  # None: the model's own rank count (8 in subset mode); nothing else is allowed
-    # cost: {}                  # helper Y's subsection (cost.py: what a checkpoint costs training,
-    #                           # sync vs async); the lead wires it in with run.plan's "cost" sweep
+    'cost': {'modes': ['none', 'sync', 'async'], 'intervals_steps': [4, 16], 'steps': 32, 'compute_s': 0.05, 'model': 'llama3-8b', 'files': 8, 'staging': 'reused', 'overhead_limit_percent': 5},  # what a checkpoint costs an emulated training loop (after the protocol runs)
 }
 targets = None     # None: params.yaml's targets; or a list like params.yaml's (name, path, profile)
 out_dir = None     # None: a new reports/runs/<time>/checkpoint/ (dvc repro passes reports/checkpoint)

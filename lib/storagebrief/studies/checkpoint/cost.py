@@ -39,6 +39,30 @@ def points(p, repeats: int, config) -> list[Point]:
             for r in range(1, repeats + 1) for m, k in kinds]
 
 
+def _mem_available() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def check_memory(p) -> None:
+    """Refuse before any work when the loop's state (+ the async snapshot) does not fit in memory."""
+    c = p.cost
+    if not (c.on and c.checkpointing_modes):
+        return
+    need = p.cost_bytes * (2 if "async" in c.modes else 1)
+    have = _mem_available()
+    if have is not None and need > 0.8 * have:
+        raise ValueError(f"checkpoint.cost: the training loop holds {need / 2**30:.1f} GiB in memory (the "
+                         f"state{' and the async snapshot' if 'async' in c.modes else ''} of {c.model} at "
+                         f"checkpoint.scale = {p.scale:g}) and this host has {have / 2**30:.1f} GiB available: "
+                         "raise checkpoint.scale or turn the cost sweep off (checkpoint.cost.modes: [])")
+
+
 def folder(target) -> Path:
     return target.study_dir("checkpoint") / "cost"
 

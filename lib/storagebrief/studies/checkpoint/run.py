@@ -67,6 +67,7 @@ def prepare(sweep) -> None:
     before the oldest goes); the generator's rate; folders of saves cut short removed."""
     p: CheckpointParams = sweep.p
     sweep.state = state = CheckpointState()
+    cost.check_memory(p)
     biggest = max(p.checkpoint_bytes(m) for m in p.models)
     c = p.cost
     cost_need = (c.steps // min(c.intervals_steps)) * p.cost_bytes if c.on and c.checkpointing_modes else 0
