@@ -1,11 +1,14 @@
 """The checkpoint section of the brief: MLPerf-style vs honest save / restore GiB/s per target and
-model, per-checkpoint durations with rank skew, the scale and DLIO's size table, limits."""
+model, per-checkpoint durations with rank skew, the scale and DLIO's size table; what a checkpoint
+costs training (overhead vs interval, sync vs async; stall per checkpoint) and the intervals table
+(the shortest interval within the overhead limit per llama3 model, and its restore time); limits."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pandas as pd
 
+from ...kit.figures import metric_vs
 from ...kit.files import read_csv_or_none, read_json_or
 from ...kit.runs import ok_runs
 from ...report.display import analysis, show_figure, show_md, show_table, style
@@ -15,9 +18,13 @@ def section(study_dir: Path, frame, names: list[str]) -> None:
     style()
     study = read_json_or(Path(study_dir) / "study.json")
     ok = ok_runs(frame)
+    cost = ok[ok.sweep == "cost"] if "sweep" in ok else ok.iloc[0:0]
+    ok = ok[ok.sweep != "cost"] if "sweep" in ok else ok
     _what_ran(ok, study)
     _versus(ok, names)
     _per_checkpoint(read_csv_or_none(Path(study_dir) / "checkpoints.csv"), names)
+    _cost(cost, names, study)
+    _intervals(study)
     _sizes(study)
     _limits(study)
 
@@ -86,6 +93,74 @@ def _per_checkpoint(ckpts, names: list[str]) -> None:
                       kind="stable")
     show_table(t, "Per checkpoint (means over repeats): rank 0's own duration, the last rank's end from the "
                   "barrier, and the rank skew (last rank's end − first rank's end).", floatfmt="{:,.3f}")
+
+
+def _cost(cost, names: list[str], study: dict) -> None:
+    import matplotlib.pyplot as plt
+
+    c = study.get("cost") or {}
+    if cost.empty:
+        show_md("**What a checkpoint costs training**: the cost sweep did not run (checkpoint.cost off).")
+        return
+    size = study.get("cost_checkpoint_bytes") or cost.checkpoint_bytes.iloc[0]
+    show_md(
+        f"**What a checkpoint costs training.** An emulated training loop of {c.get('steps', '?')} steps of "
+        f"{c.get('compute_s', '?')} s emulated accelerator compute (a sleep: the only stand-in for work) "
+        f"checkpoints {c.get('model', '?')}'s state at this scale ({size / 2**20:,.1f} MiB in {c.get('files', '?')} "
+        "fsync'ed files) every k steps: *sync* stops training until the files are durable; *async* stops only for "
+        f"an in-memory snapshot ({c.get('staging', '?')} staging) and writes it in a background thread. Overhead = "
+        "(training time − the same target's no-checkpoint baseline) ÷ baseline × 100.")
+    on = cost[cost["mode"] != "none"]
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.2), sharey=True)
+    for ax, mode in zip(axes, ("sync", "async")):
+        metric_vs(ax, on[on["mode"] == mode], "interval_steps", "overhead_percent", names,
+                  legend=mode == "async")
+        ax.set(title=mode, xlabel="checkpoint every k steps", ylabel="training overhead %")
+        ax.axhline(c.get("overhead_limit_percent", 5), color="grey", lw=0.8, ls="--")
+    show_figure(fig, "Training time lost to checkpoints against the interval, per target (mean ± sd over "
+                     "repeats); dashed: the overhead limit.")
+    t = (on.groupby(["target", "mode", "interval_steps"])
+         [["overhead_percent", "stall_s_per_checkpoint", "persist_s_mean", "snapshot_s_mean", "write_gib_per_s"]]
+         .mean().reset_index())
+    t["interval_steps"] = t.interval_steps.astype(int)
+    show_table(t.rename(columns={"interval_steps": "every k steps", "overhead_percent": "overhead %",
+                                 "stall_s_per_checkpoint": "stall s / checkpoint", "persist_s_mean": "write+fsync s",
+                                 "snapshot_s_mean": "snapshot s", "write_gib_per_s": "write GiB/s"}),
+               "Stall per checkpoint (training stopped) beside the write + fsync time it hides or not (means over "
+               "repeats).", floatfmt="{:,.4f}")
+
+
+def _duration(s) -> str:
+    if s is None or s != s:
+        return "—"
+    for unit, n in (("d", 86400), ("h", 3600), ("min", 60)):
+        if s >= n:
+            return f"{s / n:,.1f} {unit}"
+    return f"{s:,.1f} s"
+
+
+def _intervals(study: dict) -> None:
+    rows = study.get("intervals") or []
+    if not rows:
+        return
+    t = pd.DataFrame(rows)
+    limit = t.overhead_limit_percent.iloc[0]
+    show_table(pd.DataFrame({"model": t.model, "ranks": t.ranks, "target": t.target,
+                             "checkpoint GiB": t.checkpoint_gib.round(1),
+                             "sync interval": t.sync_interval_s.map(_duration),
+                             "async interval": t.async_interval_s.map(_duration),
+                             "restore": t.restore_s.map(_duration)}),
+               f"The shortest checkpoint interval, in training time, keeping the overhead ≤ {limit:g} %, and the "
+               "restore time, per llama3 model at full size (kit.checkpoint_cost's model on the measured rates).")
+    analysis([
+        "- **This extrapolates one host's measured rate to the whole job's checkpoint**: every rank of the "
+        "model's closed-division job writing its share to this one target at the honest save rate measured here "
+        "(all ranks' bytes ÷ the time until the last rank's fsync), and restoring at the honest load rate. It is "
+        "the honest upper bound for a single shared target; a storage system serving many clients in parallel "
+        "scales beyond it.",
+        "- Sync: interval = write time ÷ limit. Async: the snapshot (every rank copying its own share at once at "
+        "the one-process copy rate measured in the cost sweep) ÷ limit, and never shorter than the write itself "
+        "(the writer must finish before the next checkpoint)."], title="Reading the intervals")
 
 
 def _sizes(study: dict) -> None:
