@@ -120,6 +120,7 @@ def measure(run, p, config, baselines: dict) -> tuple[dict, list[dict]]:
     if where.exists():
         shutil.rmtree(where)                      # what a killed run left
     where.mkdir(parents=True)
+    run.cold_cache([where])     # os.sync first: earlier runs' dirty pages are not written back during this one
     res = train(run, where, mode=config.mode, steps=c.steps, interval_steps=config.interval_steps or c.steps,
                 compute_s=c.compute_s, checkpoint_bytes=p.cost_bytes, files=c.files, staging=c.staging)
     key = (run.target.name, run.repeat)
