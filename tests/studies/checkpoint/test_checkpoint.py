@@ -166,6 +166,16 @@ def test_retain_keeps_the_last_k_complete_checkpoints(tmp_path):
     ({"readers_per_rank": 0}, "checkpoint.readers_per_rank", "greater than or equal to 1"),
     ({"write_block_mib": 0}, "checkpoint.write_block_mib", "greater than or equal to 1"),
     ({"colour": 1}, "checkpoint.colour", "unknown key"),
+    *(({"cost": c}, f"checkpoint.cost.{k}", w) for c, k, w in (
+        ({"modes": ["sometimes"]}, "modes", "'none', 'sync' or 'async'"),
+        ({"modes": ["sync", "sync"]}, "modes", "listed twice"),
+        ({"intervals_steps": [0]}, "intervals_steps", "at least 1"),
+        ({"steps": 0}, "steps", "greater than or equal to 1"),
+        ({"compute_s": -1}, "compute_s", "greater than or equal to 0"),
+        ({"model": "llama3-9b"}, "model", "llama3-8b, llama3-70b"),
+        ({"staging": "pinned"}, "staging", "'reused' or 'fresh'"),
+        ({"overhead_limit_percent": 0}, "overhead_limit_percent", "greater than 0"),
+        ({"colour": 1}, "colour", "unknown key"))),
 ])
 def test_bad_params_name_the_key(tmp_path, change, key, words):
     with pytest.raises(config.ParamsError) as exc:

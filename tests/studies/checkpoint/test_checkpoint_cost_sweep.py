@@ -129,20 +129,3 @@ def test_the_plan_runs_the_baseline_first_and_an_empty_list_turns_the_sweep_off(
                                                                     ("cost", "async", 3)]
     assert [pt.config.sweep for pt in _plan(tmp_path, modes=[])] == ["protocol"]
     assert [pt.config.sweep for pt in _plan(tmp_path, intervals_steps=[])] == ["protocol"]
-
-
-@pytest.mark.parametrize("change, key, words", [
-    ({"modes": ["sometimes"]}, "checkpoint.cost.modes", "'none', 'sync' or 'async'"),
-    ({"modes": ["sync", "sync"]}, "checkpoint.cost.modes", "listed twice"),
-    ({"intervals_steps": [0]}, "checkpoint.cost.intervals_steps", "at least 1"),
-    ({"steps": 0}, "checkpoint.cost.steps", "greater than or equal to 1"),
-    ({"compute_s": -1}, "checkpoint.cost.compute_s", "greater than or equal to 0"),
-    ({"model": "llama3-9b"}, "checkpoint.cost.model", "llama3-8b, llama3-70b"),
-    ({"staging": "pinned"}, "checkpoint.cost.staging", "'reused' or 'fresh'"),
-    ({"overhead_limit_percent": 0}, "checkpoint.cost.overhead_limit_percent", "greater than 0"),
-    ({"colour": 1}, "checkpoint.cost.colour", "unknown key"),
-])
-def test_bad_cost_params_name_the_key(tmp_path, change, key, words):
-    with pytest.raises(config.ParamsError) as exc:
-        config.validate(_data(tmp_path, **change), root=REPO)
-    assert key in str(exc.value) and words in str(exc.value), str(exc.value)
