@@ -20,7 +20,7 @@ TOY = {
         """Toy study: writes one file per run and times it (the recipe's test)."""
         from ...core.study import Study
 
-        STUDY = Study(name="toy", command="toy", title="Toy: one timed write", notebook="notebooks/06_toy.py",
+        STUDY = Study(name="toy", command="toy", title="Toy: one timed write", notebook="notebooks/07_toy.py",
                       outputs=("runs.csv", "timeseries", "inventory.json", "notes.json", "notebook.ipynb"),
                       brief_inputs=("runs.csv", "inventory.json", "notes.json"),
                       tiny={"size_kib": 64, "repeats": 1})
@@ -128,10 +128,10 @@ def test_a_sixth_study_is_its_package_its_params_section_and_two_generated_files
     changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=repo,
                              capture_output=True, text=True, check=True).stdout.splitlines()
     outside = sorted({line[3:] for line in changed} - {f"lib/storagebrief/studies/toy/{n}" for n in TOY})
-    assert outside == ["dvc.yaml", "notebooks/06_toy.py", "params.yaml"], outside
+    assert outside == ["dvc.yaml", "notebooks/07_toy.py", "params.yaml"], outside
     stage = (repo / "dvc.yaml").read_text()
-    assert "  toy:\n" in stage and "notebooks/06_toy.py" in stage and "reports/toy/runs.schema.json" in stage
-    nb = (repo / "notebooks" / "06_toy.py").read_text()
+    assert "  toy:\n" in stage and "notebooks/07_toy.py" in stage and "reports/toy/runs.schema.json" in stage
+    nb = (repo / "notebooks" / "07_toy.py").read_text()
     assert 'notebook.run_study("toy", toy' in nb and "'size_kib': 256" in nb
 
     run = _sb(repo, "toy", "--out", str(tmp_path / "out"), "--progress", "off", "-S", "run.cold_cache=false")

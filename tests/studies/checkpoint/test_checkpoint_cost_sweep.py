@@ -60,17 +60,17 @@ def test_cost_rows_for_none_sync_async_against_the_same_targets_baseline(swept):
     assert len(prot) == 2 and _empty(prot, COST_ONLY) and _empty(cost, PROTOCOL_ONLY)
     for t in ("fast", "slow"):
         c = cost[cost.target == t]
-        assert c["mode"].tolist() == ["none", "sync", "sync", "async", "async"]      # the baseline first
-        base = c[c["mode"] == "none"].iloc[0]
+        assert c["save_mode"].tolist() == ["none", "sync", "sync", "async", "async"]      # the baseline first
+        base = c[c["save_mode"] == "none"].iloc[0]
         assert base.checkpoints == 0 and base.overhead_percent == 0
         assert (c.baseline_training_time_s == base.training_time_s).all()
-        on = c[c["mode"] != "none"]
+        on = c[c["save_mode"] != "none"]
         assert on.overhead_percent.tolist() == pytest.approx(
             ((on.training_time_s - base.training_time_s) / base.training_time_s * 100).tolist())
         assert (on.checkpoints == COST["steps"] // on.interval_steps).all()
         assert (on.training_time_s >= COST["steps"] * COST["compute_s"]).all()
         for k in COST["intervals_steps"]:
-            at = on[on.interval_steps == k].set_index("mode")
+            at = on[on.interval_steps == k].set_index("save_mode")
             assert at.stall_s_per_checkpoint["async"] < at.stall_s_per_checkpoint["sync"], (t, k)
             assert at.snapshot_s_mean["async"] > 0 and at.write_gib_per_s["sync"] > 0
     assert (cost.checkpoint_bytes == runs[runs.sweep == "protocol"].checkpoint_bytes.iloc[0]).all()
@@ -80,13 +80,13 @@ def test_cost_rows_for_none_sync_async_against_the_same_targets_baseline(swept):
 @pytest.mark.e2e
 def test_cost_checkpoints_csv_matches_the_rows(swept):
     runs = pd.read_csv(swept / "runs.csv")
-    cost = runs[(runs.sweep == "cost") & (runs["mode"] != "none")].set_index("run_id")
+    cost = runs[(runs.sweep == "cost") & (runs["save_mode"] != "none")].set_index("run_id")
     ck = pd.read_csv(swept / "cost_checkpoints.csv")
     assert set(ck.run_id) == set(cost.index)
     for rid, g in ck.groupby("run_id"):
         row = cost.loc[rid]
         assert len(g) == row.checkpoints and (g.bytes == row.checkpoint_bytes).all()
-        assert (g.step % row.interval_steps == 0).all() and (g["mode"] == row["mode"]).all()
+        assert (g.step % row.interval_steps == 0).all() and (g["save_mode"] == row["save_mode"]).all()
         assert g.stall_s.mean() == pytest.approx(row.stall_s_per_checkpoint)
         assert g.stall_s.sum() == pytest.approx(row.stall_s_total)
         assert g.persist_s.mean() == pytest.approx(row.persist_s_mean)
@@ -105,7 +105,7 @@ def test_the_intervals_by_hand_from_the_rows(swept):
     limit = COST["overhead_limit_percent"] / 100
     for t in ("fast", "slow"):
         prot = runs[(runs.sweep == "protocol") & (runs.target == t)]
-        asy = runs[(runs.sweep == "cost") & (runs.target == t) & (runs["mode"] == "async")]
+        asy = runs[(runs.sweep == "cost") & (runs.target == t) & (runs["save_mode"] == "async")]
         save, load = prot.honest_save_gib_per_s.mean(), prot.honest_load_gib_per_s.mean()
         snap = (asy.checkpoint_bytes / GIB / asy.snapshot_s_mean).mean()
         persist_s = nbytes / GIB / save                        # every rank's share to this one target

@@ -110,16 +110,16 @@ def _cost(cost, names: list[str], study: dict) -> None:
         "fsync'ed files) every k steps: *sync* stops training until the files are durable; *async* stops only for "
         f"an in-memory snapshot ({c.get('staging', '?')} staging) and writes it in a background thread. Overhead = "
         "(training time − the same target's no-checkpoint baseline) ÷ baseline × 100.")
-    on = cost[cost["mode"] != "none"]
+    on = cost[cost["save_mode"] != "none"]
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.2), sharey=True)
     for ax, mode in zip(axes, ("sync", "async")):
-        metric_vs(ax, on[on["mode"] == mode], "interval_steps", "overhead_percent", names,
+        metric_vs(ax, on[on["save_mode"] == mode], "interval_steps", "overhead_percent", names,
                   legend=mode == "async")
         ax.set(title=mode, xlabel="checkpoint every k steps", ylabel="training overhead %")
         ax.axhline(c.get("overhead_limit_percent", 5), color="grey", lw=0.8, ls="--")
     show_figure(fig, "Training time lost to checkpoints against the interval, per target (mean ± sd over "
                      "repeats); dashed: the overhead limit.")
-    t = (on.groupby(["target", "mode", "interval_steps"])
+    t = (on.groupby(["target", "save_mode", "interval_steps"])
          [["overhead_percent", "stall_s_per_checkpoint", "persist_s_mean", "snapshot_s_mean", "write_gib_per_s"]]
          .mean().reset_index())
     t["interval_steps"] = t.interval_steps.astype(int)

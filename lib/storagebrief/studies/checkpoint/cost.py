@@ -23,7 +23,7 @@ from ...kit.checkpoint_cost import CostResult, overhead_percent, run_training
 
 CHILD_TIMEOUT_S = 3600.0
 TABLE = "cost_checkpoints.csv"      # one row per checkpoint of every cost run
-TABLE_COLUMNS = ("run_id", "target", "repeat", "mode", "interval_steps", "step", "bytes", "stall_s", "persist_s",
+TABLE_COLUMNS = ("run_id", "target", "repeat", "save_mode", "interval_steps", "step", "bytes", "stall_s", "persist_s",
                  "snapshot_s", "wait_s")
 
 
@@ -134,7 +134,7 @@ def measure(run, p, config, baselines: dict) -> tuple[dict, list[dict]]:
 
 def row(p, config, res: CostResult, base: CostResult) -> dict:
     on = res.mode != "none"
-    return {"sweep": "cost", "model": config.model, "mode": res.mode, "scale": p.scale,
+    return {"sweep": "cost", "model": config.model, "save_mode": res.mode, "scale": p.scale,
             "checkpoint_bytes": p.cost_bytes, "files": p.cost.files,
             "interval_steps": config.interval_steps if on else None, "steps": res.steps,
             "compute_s": res.compute_s, "checkpoints": res.checkpoints, "training_time_s": res.training_time_s,
@@ -149,5 +149,5 @@ def row(p, config, res: CostResult, base: CostResult) -> dict:
 
 
 def record(r, res: CostResult) -> dict:
-    return {"mode": res.mode, "interval_steps": res.interval_steps, "step": r.step, "bytes": r.bytes,
+    return {"save_mode": res.mode, "interval_steps": res.interval_steps, "step": r.step, "bytes": r.bytes,
             "stall_s": r.stall_s, "persist_s": r.persist_s, "snapshot_s": r.snapshot_s, "wait_s": r.wait_s}

@@ -33,8 +33,9 @@ COLUMNS: tuple[Column, ...] = (
     Column("ranks", "", "the model's rank count (tp·pp·dp)"),
     Column("writers", "", "ranks that wrote (and read) on this host: all of them, or 8 in subset mode"),
     Column("zero_stage", "", "ZeRO stage of the layout (3: every rank a share; 1: dp rank 0 writes the model)"),
-    Column("mode", "", "protocol: default (every rank) or subset (ranks 0..7 of the full layout); cost: none "
-                       "(the baseline, no checkpoint), sync or async", "text"),
+    Column("mode", "", "protocol: default (every rank) or subset (ranks 0..7 of the full layout)", "text"),
+    Column("save_mode", "", "cost: none (the baseline, no checkpoint), sync (training waits for the fsync) or "
+                            "async (an in-memory snapshot, persisted in the background)", "text"),
     Column("scale", "", "every file's size divided by this (1 = MLPerf's sizes), rounded to 4 KiB pages"),
     Column("checkpoint_bytes", "bytes", "bytes of one checkpoint as written (at scale)"),
     Column("files", "", "files in one checkpoint folder"),
@@ -197,9 +198,9 @@ def headlines(frame, target_names: list[str]) -> list[dict]:
                             ("honest_load_gib_per_s", "higher", "Checkpoint restore (honest GiB/s)"),
                             ("save_duration_s_mean", "lower", "Checkpoint save time")])
     cost = _sweep(frame, "cost")
-    cost = cost[cost["mode"] != "none"] if len(cost) else cost
+    cost = cost[cost["save_mode"] != "none"] if len(cost) else cost
     if len(cost):
-        out += versus_reference(cost, target_names, ["mode", "interval_steps"],
+        out += versus_reference(cost, target_names, ["save_mode", "interval_steps"],
                                 [("overhead_percent", "lower", "Training time lost to checkpoints")])
     return out
 
@@ -211,10 +212,10 @@ def _per_target(g) -> dict:
                "honest_load_gib_per_s": float(x.honest_load_gib_per_s.mean())}
            for m, x in _sweep(g, "protocol").groupby("model")}
     cost = _sweep(g, "cost")
-    cost = cost[cost["mode"] != "none"] if len(cost) else cost
+    cost = cost[cost["save_mode"] != "none"] if len(cost) else cost
     if len(cost):
         out["cost_overhead_percent"] = {f"{m}-every{int(k)}": float(x.overhead_percent.mean())
-                                        for (m, k), x in cost.groupby(["mode", "interval_steps"])}
+                                        for (m, k), x in cost.groupby(["save_mode", "interval_steps"])}
     return out
 
 
@@ -230,7 +231,7 @@ def target_rates(ok, target: str) -> dict:
     async cost runs); None where nothing measured it."""
     t = ok[ok.target == target]
     prot, cost = _sweep(t, "protocol"), _sweep(t, "cost")
-    snap = cost[(cost["mode"] == "async")] if len(cost) else cost
+    snap = cost[(cost["save_mode"] == "async")] if len(cost) else cost
     return {"save_gib_per_s": _positive_mean(prot.get("honest_save_gib_per_s", [])),
             "load_gib_per_s": _positive_mean(prot.get("honest_load_gib_per_s", [])),
             "snapshot_gib_per_s": _positive_mean((snap.checkpoint_bytes / GIB / snap.snapshot_s_mean).tolist()
