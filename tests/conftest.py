@@ -74,6 +74,17 @@ def mpi_missing() -> str | None:
     return None
 
 
+def descendants(pid: int) -> list[int]:
+    """Every descendant of pid (children, their children: workers, accelerators, ranks, jobs)."""
+    import subprocess
+    out, todo = [], [pid]
+    while todo:
+        kids = subprocess.run(["pgrep", "-P", str(todo.pop())], capture_output=True, text=True).stdout.split()
+        out += [int(k) for k in kids]
+        todo += [int(k) for k in kids]
+    return out
+
+
 def wait_for(pred, timeout: float = 60.0) -> bool:
     """True as soon as pred() is; False after `timeout` seconds of polling."""
     deadline = time.monotonic() + timeout

@@ -19,7 +19,7 @@ import yaml
 
 from storagebrief import studies
 from storagebrief.core import config, leftovers
-from conftest import REPO, needs_root, process_alive
+from conftest import descendants, REPO, needs_root, process_alive
 
 NOBODY = 65534
 STUDIES = list(studies.REGISTRY.values())
@@ -40,14 +40,6 @@ def _params(base: Path, name: str) -> Path:
     return f
 
 
-def _tree(pid: int) -> list[int]:
-    """Every descendant of pid (children, their children: workers, accelerators, training jobs)."""
-    out, todo = [], [pid]
-    while todo:
-        kids = subprocess.run(["pgrep", "-P", str(todo.pop())], capture_output=True, text=True).stdout.split()
-        out += [int(k) for k in kids]
-        todo += [int(k) for k in kids]
-    return out
 
 
 def _ours(pid: int) -> list[Path]:
@@ -68,7 +60,7 @@ def test_kill_9_mid_run_then_rerun_leaves_no_cgroup_and_no_orphan(study, tmp_pat
     while not _ours(run.pid) and time.monotonic() < deadline and run.poll() is None:
         time.sleep(0.05)
     assert _ours(run.pid), "the run never created a cgroup to leave behind"
-    family = _tree(run.pid)
+    family = descendants(run.pid)
     os.kill(run.pid, signal.SIGKILL)
     run.wait()
     deadline = time.monotonic() + 30

@@ -47,6 +47,15 @@ def fsync_files(paths: Iterable[Path]) -> None:
                 os.close(fd)
 
 
+def fsync_dir(path: Path) -> None:
+    """fsync a folder: a new file is durable only when the directory entry that names it is."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def save(write: Callable[[], Iterable[Path]]) -> Written:
     """Run `write` (it returns the files it wrote) and fsync those files, timed from the call to the
     last fsync; the bytes are those of the files that exist."""

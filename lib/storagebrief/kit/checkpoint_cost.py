@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..core.checkpoint_workloads import GIB, checkpoint_folder
-from .checkpoint import write_file
+from .checkpoint import fsync_dir, write_file
 
 MODES = ("none", "sync", "async")
 STAGINGS = ("fresh", "reused")  # where an async snapshot is copied to (run_training)
@@ -122,15 +122,6 @@ def _shares(total: int, parts: int) -> list[int]:
     return [base + (i < extra) for i in range(parts)]
 
 
-def _fsync_dir(path: Path) -> None:
-    # A new file is durable only when its directory entry is: fsync the folder that names it.
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _persist(folder: Path, source: memoryview, files: int, stop: "_Stop") -> float:
     """Write `source` as `files` fsync'ed files in `folder`, fsync the folder and its parent; the
     seconds from the first write to the last fsync. Each file is one slice of the state, written by
@@ -146,8 +137,8 @@ def _persist(folder: Path, source: memoryview, files: int, stop: "_Stop") -> flo
             raise Cancelled("checkpoint write stopped")
         write_file(folder / f"state_{i:04d}.bin", n, source[off:off + n])
         off += n
-    _fsync_dir(folder)
-    _fsync_dir(folder.parent)
+    fsync_dir(folder)
+    fsync_dir(folder.parent)
     return time.perf_counter() - t
 
 

@@ -19,7 +19,7 @@ from storagebrief.core import columns, config
 from storagebrief.core.checkpoint_workloads import GIB, files_of_rank, layout, layout_bytes, workload
 from storagebrief.studies.checkpoint import dataset, metrics
 from storagebrief.studies.checkpoint import run as ck_run
-from conftest import REPO, process_alive
+from conftest import descendants, REPO, process_alive
 
 STUDY = studies.get("checkpoint")
 W = workload("llama3-8b")
@@ -212,13 +212,6 @@ studies.get("checkpoint").run(config.load(sys.argv[1]), sys.argv[2], log=lambda 
 """
 
 
-def _tree(pid: int) -> list[int]:
-    out, todo = [], [pid]
-    while todo:
-        kids = subprocess.run(["pgrep", "-P", str(todo.pop())], capture_output=True, text=True).stdout.split()
-        out += [int(k) for k in kids]
-        todo += [int(k) for k in kids]
-    return out
 
 
 @pytest.mark.slow
@@ -235,7 +228,7 @@ def test_kill_9_mid_checkpoint_leaves_no_incomplete_manifest_and_no_process(tmp_
     while time.monotonic() < deadline and len(list(first.glob("*.pt"))) < 2 * (W.ranks - 1):
         time.sleep(0.05)
     assert len(list(first.glob("*.pt"))) >= 2 * (W.ranks - 1), "the save never started"
-    family = _tree(proc.pid)
+    family = descendants(proc.pid)
     assert len(family) >= W.ranks
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()

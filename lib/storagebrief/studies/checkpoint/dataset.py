@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ...core import results
 from ...core.checkpoint_workloads import CheckpointFile, checkpoint_folder
+from ...kit.checkpoint import fsync_dir  # noqa: F401  (dataset.fsync_dir: the run uses it)
 
 MANIFEST = "manifest.json"
 
@@ -30,14 +31,6 @@ def clear(root: Path) -> None:
     if root.exists():
         shutil.rmtree(root)
     root.mkdir(parents=True)
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def write_manifest(where: Path, model: str, step: int, scale: float, files: list[CheckpointFile]) -> dict:
