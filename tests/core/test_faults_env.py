@@ -54,6 +54,8 @@ def _params(tmp_path: Path, **pp) -> Path:
     return f
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 @needs_root
 def test_output_filesystem_filling_mid_run_is_one_line_naming_the_file(tmp_path, mount):
     out_fs = mount("small", "-t", "tmpfs", "-o", "size=96k", "tmpfs")

@@ -33,6 +33,8 @@ def _slow_preprocess(tmp_path: Path) -> Path:
                          image_width=1600, image_height=1200)
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 @needs_blkio()
 def test_kill_9_leaves_nothing_a_rerun_or_doctor_does_not_remove(tmp_path):
     f = _slow_preprocess(tmp_path)
@@ -53,6 +55,7 @@ def test_kill_9_leaves_nothing_a_rerun_or_doctor_does_not_remove(tmp_path):
 @needs_blkio()
 @pytest.mark.parametrize("sig, code, words", [(signal.SIGHUP, 129, "stopped by SIGHUP"),
                                               (signal.SIGINT, 130, "interrupted (Ctrl-C)")])
+@pytest.mark.e2e
 def test_hangup_and_ctrl_c_end_with_one_line_and_no_leftovers(tmp_path, sig, code, words):
     f = _slow_preprocess(tmp_path)
     run = _cli("preprocess", "--params", str(f), "--out", str(tmp_path / "o"), "--progress", "off",

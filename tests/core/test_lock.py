@@ -31,6 +31,8 @@ def _locked_by(path: Path, pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_concurrent_runs_on_one_target_wait_or_refuse_and_stay_clean(tmp_path):
     f = _write_params(tmp_path, image_count=6, image_counts=[], processes=[1], repeats=2)
     first = _cli("preprocess", "--params", str(f), "--out", str(tmp_path / "a"), "--progress", "off")

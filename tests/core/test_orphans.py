@@ -144,6 +144,7 @@ def _kill_as_fio_forks(f: Path, out: Path) -> int | None:
     return None
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(not FIO, reason="fio is not installed")
 def test_kill_9_as_fio_forks_on_an_unthrottled_target_leaves_no_orphan(tmp_path):
     f, out = _sweep_params(tmp_path), tmp_path / "out"

@@ -115,6 +115,8 @@ def test_cli_refuses_an_out_folder_holding_user_files_in_every_subfolder(study, 
     assert not (tmp_path / "t").exists()          # refused before touching the target
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_ctrl_c_of_a_real_rerun_keeps_the_earlier_results_and_marks_the_partial_one(tmp_path):
     """The CLI (same engine as the notebooks): a complete preprocess study, then a re-run into the same
     folder stopped by SIGINT after its first row: the first result is untouched, the second is kept

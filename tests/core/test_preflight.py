@@ -240,6 +240,7 @@ def _small_tmpfs(path: Path, size: str) -> None:
         pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
 
 
+@pytest.mark.e2e
 @needs_kafka
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a size-limited tmpfs needs root")
 def test_a_broker_dying_on_a_full_disk_names_no_space_left(tmp_path):
@@ -312,6 +313,8 @@ def test_video_that_opens_but_decodes_nothing_and_a_text_file_are_skipped_with_r
     assert "no frame could be decoded" in reasons[f"zeroed{good.suffix}"]
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 @needs_kafka
 def test_a_bad_video_is_skipped_and_noted_and_the_good_one_streams(tmp_path):
     import json

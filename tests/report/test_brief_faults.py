@@ -26,6 +26,9 @@ from storagebrief.studies import REGISTRY
 
 from conftest import REPO  # noqa: E402
 TARGETS = ("fast", "slow")
+# Every test here renders a whole brief (papermill, nbconvert): end to end.
+pytestmark = pytest.mark.e2e
+
 TITLES = {k: REGISTRY[k].title for k in ("preprocess", "stream_inference", "emulate")}
 
 
@@ -295,12 +298,3 @@ def test_brief_from_elsewhere_with_params(project):
     assert_brief(page)
     assert Path(re.search(r"wrote (\S+)", res.stdout).group(1)) == project / "reports" / "brief.html"
 
-
-def test_a_run_table_from_a_newer_storagebrief_could_not_be_read(tmp_path):
-    from storagebrief.core import columns
-    from storagebrief.report import inputs
-    d = write_study(tmp_path / "reports", "preprocess", preprocess_rows(), tmp_path)
-    assert inputs.read_study("preprocess", d).ok
-    (d / columns.SCHEMA_FILE).write_text(json.dumps({"schema_version": columns.RUNS_SCHEMA_VERSION + 1}))
-    s = inputs.read_study("preprocess", d)
-    assert not s.ok and "update storagebrief" in s.problem
