@@ -41,7 +41,7 @@ def part1(directory: Path) -> None:
           f"{'terse IOPS':>11} {'IOPS ratio':>10}")
     for bs, qd in ((4096, 1), (4096, 16), (131072, 8), (1 << 20, 4)):
         out = directory / "bench.out"
-        args = fio.job_args(f, "randread", bs, qd, 1, "io_uring", 0.2, 1.0, f.stat().st_size, out)
+        args = fio.job_args(fio.FioJob(f, "randread", bs, qd, 1, "io_uring", 0.2, 1.0, f.stat().st_size, out))
         args = [a if not a.startswith("--output-format=") else "--output-format=terse,json+" for a in args]
         subprocess.run([fio.fio_binary(), *args], check=True, capture_output=True)
         terse, doc = parse_both(out.read_text())

@@ -1,0 +1,34 @@
+"""The benchmarks keep running as the code moves (they report figures; tests do not time anything)."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+
+BENCHMARKS = sorted((REPO / "benchmarks").glob("*.py"))
+
+
+def _run(*args, timeout=120, cwd=REPO):
+    env = {**os.environ, "PYTHONPATH": str(REPO / "lib"), "TF_CPP_MIN_LOG_LEVEL": "3"}
+    return subprocess.run([sys.executable, *map(str, args)], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.mark.parametrize("bench", BENCHMARKS, ids=lambda p: p.stem)
+def test_every_benchmark_starts(bench):
+    out = _run(bench, "--help")
+    assert out.returncode == 0 and "usage" in out.stdout.lower(), out.stderr[-1500:]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("fio") is None, reason="fio is not installed")
+def test_transfer_sweep_benchmark_parses_what_fio_prints(tmp_path):
+    out = _run(REPO / "benchmarks" / "transfer_sweep.py", "--dir", tmp_path, "--reports", tmp_path / "none")
+    assert out.returncode == 0, out.stderr[-1500:]
+    ratios = [line.split()[4] for line in out.stdout.splitlines() if " QD" in line and "K" in line.split()[0]]
+    assert len(ratios) == 4 and all(0.99 <= float(r) <= 1.01 for r in ratios), out.stdout
