@@ -123,6 +123,8 @@ def _cost(cost, names: list[str], study: dict) -> None:
          [["overhead_percent", "stall_s_per_checkpoint", "persist_s_mean", "snapshot_s_mean", "write_gib_per_s"]]
          .mean().reset_index())
     t["interval_steps"] = t.interval_steps.astype(int)
+    t = t.round({"overhead_percent": 1, "stall_s_per_checkpoint": 4, "persist_s_mean": 4, "snapshot_s_mean": 4,
+                 "write_gib_per_s": 3})
     show_table(t.rename(columns={"interval_steps": "every k steps", "overhead_percent": "overhead %",
                                  "stall_s_per_checkpoint": "stall s / checkpoint", "persist_s_mean": "write+fsync s",
                                  "snapshot_s_mean": "snapshot s", "write_gib_per_s": "write GiB/s"}),
