@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import time
 from pathlib import Path
 
@@ -12,6 +13,12 @@ import yaml
 from storagebrief.core import cache, cgroups
 
 REPO = Path(__file__).resolve().parents[1]
+
+# A test run started in the background by a shell without job control (`make test &`, some CI
+# runners) inherits SIGINT ignored, and so would every child it starts: the Ctrl-C tests would see
+# runs that cannot be interrupted. Restore Python's own handler (exec'd children then get SIGINT's default).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _controller(name: str) -> tuple[bool, str]:
