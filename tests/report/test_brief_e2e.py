@@ -27,13 +27,20 @@ TINY = {
     "stream_inference": {"videos": ["144p@12"], "duration_s": 2, "streams": [1], "topics": [1], "partitions": [2],
                          "replication_factors": [3], "broker_heap_mib": 256, "drain_timeout_s": 15,
                          "input_size": 32, "batch_size": 8},
+    "checkpoint": {"scale": 65536, "saves": 2, "restores": 2, "pause_s": 0.05, "write_block_mib": 1,
+                   "read_block_mib": 1, "readers_per_rank": 2,
+                   "cost": {"modes": ["none", "sync", "async"], "intervals_steps": [2], "steps": 6,
+                            "compute_s": 0.02, "files": 2}},
 }
 # Keys over which each study matches configurations between targets.
 MATCH_KEYS = {"preprocess": ["sweep", "processes", "image_count"], "emulate": ["workload", "accelerators"],
               "train_resnet50": ["sweep", "models", "memory_setting", "ingest_target_mb_per_s",
                                  "checkpoint_every_steps"],
               "transfer_sweep": ["rw", "block_size_bytes", "queue_depth"],
-              "stream_inference": ["streams", "video", "topics", "partitions", "replication_factor"]}
+              "stream_inference": ["streams", "video", "topics", "partitions", "replication_factor"],
+              "checkpoint": ["model", "mode", "scale"]}
+# The checkpoint study's cost sweep (its own rows) matches on the mode of saving and the interval.
+CHECKPOINT_COST_KEYS = ["save_mode", "interval_steps"]
 
 
 def _copy_repo(dst: Path) -> None:
@@ -87,7 +94,8 @@ def test_dvc_chain_renders_brief_with_recomputable_headlines(tmp_path):
         info = subprocess.run(["pdfinfo", str(work / "reports" / "brief.pdf")], capture_output=True, text=True).stdout
         assert int(re.search(r"Pages:\s+(\d+)", info).group(1)) >= 3
     for heading in ("Test results snapshot", "Preprocessing ingest", "Emulated-accelerator training",
-                    "ResNet50 training", "Transfer size", "Streaming inference", "Block-level I/O characterization",
+                    "ResNet50 training", "Transfer size", "Streaming inference", "Checkpointing",
+                    "Block-level I/O characterization",
                     "Appendix A", "Appendix B"):
         assert heading in html, heading
     assert "def " not in html and "import " not in html  # code is hidden
@@ -102,7 +110,7 @@ def test_dvc_chain_renders_brief_with_recomputable_headlines(tmp_path):
         attrs = dict(re.findall(r'(data-[a-z]+)="([^"]*)"', tag))
         cards.append((attrs["data-study"], attrs["data-headline"], attrs["data-value"]))
     assert {s for s, _, _ in cards} == {"preprocess", "emulate", "train_resnet50", "transfer_sweep",
-                                        "stream_inference"}
+                                        "stream_inference", "checkpoint"}
     better_of = {(h["study"], h["id"]): h["better"] for h in headlines}
     for study, hid, value in cards:
         runs = pd.read_csv(work / "reports" / study / "runs.csv")
@@ -113,6 +121,12 @@ def test_dvc_chain_renders_brief_with_recomputable_headlines(tmp_path):
             expected = _recompute(runs, MATCH_KEYS[study], metric, better_of[(study, hid)], "idle", "busy")
         elif study == "transfer_sweep":   # targets compared on the busy system
             expected = _recompute(runs[runs.load == "busy"], MATCH_KEYS[study], metric, better_of[(study, hid)],
+                                  "local", "hdd-emulated")
+        elif study == "checkpoint" and metric == "overhead_percent":   # the cost sweep's rows
+            cost = runs[(runs.sweep == "cost") & (runs.save_mode != "none")]
+            expected = _recompute(cost, CHECKPOINT_COST_KEYS, metric, better_of[(study, hid)], "local", "hdd-emulated")
+        elif study == "checkpoint":   # the save/restore protocol's rows
+            expected = _recompute(runs[runs.sweep == "protocol"], MATCH_KEYS[study], metric, better_of[(study, hid)],
                                   "local", "hdd-emulated")
         elif "|" in pair:   # a memory limit vs none on one target (training)
             target, setting = pair.removesuffix("_vs_none").split("|")
