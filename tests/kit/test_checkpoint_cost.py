@@ -189,13 +189,20 @@ def test_a_failure_in_the_loop_stops_a_busy_writer(tmp_path, monkeypatch):
     assert not list(tmp_path.iterdir())
 
 
-def test_async_writes_a_copy_and_sync_the_live_state(tmp_path, monkeypatch):
+@pytest.fixture
+def persisted(monkeypatch) -> list:
+    """The buffers the writer was handed, one per checkpoint, in order."""
     sources, real = [], cc._persist
 
     def spy(folder, source, files, stop):
         sources.append(source.obj)
         return real(folder, source, files, stop)
     monkeypatch.setattr(cc, "_persist", spy)
+    return sources
+
+
+def test_async_writes_a_copy_and_sync_the_live_state(tmp_path, persisted):
+    sources = persisted
     _run(tmp_path, "async", steps=2, interval_steps=1, compute_s=0.001, checkpoint_bytes=MIB)
     assert [type(o) for o in sources] == [bytes, bytes]          # snapshots, one per checkpoint
     assert sources[0] is not sources[1] and all(len(o) == MIB for o in sources)
@@ -219,13 +226,8 @@ def test_cancel_stops_a_sync_write_between_files(tmp_path, monkeypatch):
     assert not list(tmp_path.iterdir())
 
 
-def test_reused_staging_copies_into_one_buffer_mapped_before_the_clock(tmp_path, monkeypatch):
-    sources, real = [], cc._persist
-
-    def spy(folder, source, files, stop):
-        sources.append(source.obj)
-        return real(folder, source, files, stop)
-    monkeypatch.setattr(cc, "_persist", spy)
+def test_reused_staging_copies_into_one_buffer_mapped_before_the_clock(tmp_path, persisted):
+    sources = persisted
     kw = dict(steps=4, interval_steps=1, compute_s=0.02, checkpoint_bytes=16 * MIB)
     reused = _run(tmp_path, "async", staging="reused", **kw)
     assert all(type(o) is bytearray and o is sources[0] for o in sources) and len(sources) == 4
