@@ -17,7 +17,7 @@ when its bytes and its name are on the device. Modes:
          (counted as stall too): PyTorch DCP's `async_save` and Orbax's async checkpointer.
 
 The state written is the state held: a buffer of `checkpoint_bytes` of incompressible bytes (an
-os.urandom chunk, made before the clock, tiled over it), so compression or deduplication below the
+incompressible chunk (kit.checkpoint), made before the clock, tiled over it), so compression or deduplication below the
 file system cannot shrink a checkpoint below a chunk's worth of repetition.
 
 Public names: run_training (one measured run), CostResult and CheckpointRecord (what it returns),
@@ -27,7 +27,6 @@ shortest_interval_for_overhead and restore_s (the model), MODES, STAGINGS, GIB.
 from __future__ import annotations
 
 import math
-import os
 import shutil
 import tempfile
 import threading
@@ -37,11 +36,11 @@ from pathlib import Path
 from typing import Optional
 
 from ..core.checkpoint_workloads import GIB, checkpoint_folder
-from .checkpoint import fsync_dir, write_file
+from .checkpoint import fsync_dir, incompressible, write_file
 
 MODES = ("none", "sync", "async")
 STAGINGS = ("fresh", "reused")  # where an async snapshot is copied to (run_training)
-CHUNK_BYTES = 32 << 20          # the os.urandom chunk tiled over the state: made once, before the clock
+CHUNK_BYTES = 32 << 20          # the incompressible chunk tiled over the state: made once, before the clock
 WRITER_THREAD_NAME = "storagebrief-checkpoint-writer"
 FOLDER_PREFIX = "storagebrief-checkpoint-cost-"
 
@@ -105,9 +104,9 @@ def _check(mode: str, steps: int, interval_steps: int, compute_s: float, checkpo
 
 
 def _model_state(nbytes: int, chunk_bytes: int = CHUNK_BYTES) -> bytearray:
-    """The state a checkpoint saves: `nbytes` of an os.urandom chunk tiled (urandom of many GiB would
-    take longer than the run; a chunk's worth of random bytes already defeats compression)."""
-    chunk = os.urandom(max(1, min(chunk_bytes, nbytes)))
+    """The state a checkpoint saves: `nbytes` of an incompressible chunk tiled (generating many GiB
+    would take longer than the run; a chunk's worth of random bytes already defeats compression)."""
+    chunk = incompressible(max(1, min(chunk_bytes, nbytes)))
     state = bytearray(nbytes)
     view = memoryview(state)
     for off in range(0, nbytes, len(chunk)):

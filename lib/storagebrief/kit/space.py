@@ -3,7 +3,9 @@ filesystem added up (the default targets are two folders of one disk: each fitti
 enough)."""
 from __future__ import annotations
 
+import errno
 import os
+import re
 from typing import Callable, Iterable
 
 from ..core import targets as targets_mod
@@ -34,3 +36,25 @@ def check_space(targets: Iterable, needed: Callable[[object], int], what: str) -
 def existing_bytes(folder) -> int:
     """Bytes already in a dataset folder (a kept dataset needs no new space)."""
     return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) if folder.exists() else 0
+
+
+NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+def out_of_space(exc: BaseException) -> str | None:
+    """Why a run failed when the cause is a full filesystem or an exhausted quota, else None: an
+    OSError in `exc`'s chain, or the errno a worker's traceback text carries (a rank's error comes
+    back as text)."""
+    seen, e = set(), exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in NO_SPACE_ERRNOS:
+            where = f" writing {e.filename}" if e.filename else ""
+            return f"{os.strerror(e.errno)} (errno {e.errno}){where}"
+        e = e.__cause__ or e.__context__
+    codes = "|".join(str(n) for n in NO_SPACE_ERRNOS)
+    m = re.search(rf"\[Errno ({codes})\] ([^\n]*)", str(exc))
+    if m is None:
+        return None
+    who = str(exc).splitlines()[0].rstrip(":")
+    return f"{m.group(2)} (errno {m.group(1)}), {who}"

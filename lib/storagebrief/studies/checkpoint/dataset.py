@@ -7,7 +7,6 @@ before the next run writes anything."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 

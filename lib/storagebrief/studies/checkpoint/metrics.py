@@ -78,7 +78,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("delete_s_mean", "s", "mean time to delete one checkpoint beyond `retain` (off the save's clock); "
                                  "empty when none was deleted"),
     Column("deletes", "", "checkpoints deleted in the run (retain)"),
-    Column("generator_gb_per_s", "GB/s", "os.urandom's own rate on this host (10^9 B/s), measured once"),
+    Column("generator_gb_per_s", "GB/s", "the byte generator's own rate on this host (10^9 B/s, one core), measured once"),
     Column("fsync_calls", "", "fsync calls the ranks issued in the run (one per file, one per folder per rank)"),
 )
 REQUIRED = ("model", "mode", "scale", "writers", "checkpoint_bytes", "mlperf_save_gib_per_s",

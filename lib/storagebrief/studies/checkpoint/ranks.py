@@ -1,7 +1,7 @@
 """The writing ranks: one forked process each on this host, living for one run (saves then restores).
 
 Each rank, before any clock: dies with its parent (PR_SET_PDEATHSIG), joins the run's cgroup (the
-target's throttle) and fills its write buffer from os.urandom once (incompressible bytes, reused
+target's throttle) and fills its write buffer once (kit.checkpoint.incompressible) (incompressible bytes, reused
 for every write, as DLIO does). Then per operation the parent sends it (op, folder, files) and all
 ranks and the parent meet at a barrier; from its release each rank
 
@@ -28,6 +28,7 @@ from pathlib import Path
 
 from ...core import cgroups
 from ...core.procs import die_with_parent, reap
+from ...kit.checkpoint import incompressible
 
 BARRIER_TIMEOUT_S = 600.0
 
@@ -101,7 +102,7 @@ def _rank(rank: int, buf_bytes: int, procs_files: list[str], fault: dict | None,
     try:
         if procs_files:
             cgroups.join(procs_files)
-        buf = memoryview(os.urandom(buf_bytes))        # incompressible, generated before any clock
+        buf = incompressible(buf_bytes)                # generated before any clock
         out_q.put(("ready", rank, None))
         while (msg := inbox.get()) is not None:
             op, folder, source, files, block, readers = msg

@@ -19,7 +19,6 @@ intervals table (metrics.intervals) in study.json.
 """
 from __future__ import annotations
 
-import os
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -27,7 +26,8 @@ from dataclasses import dataclass, field
 from ...core import results
 from ...core.checkpoint_workloads import GIB, files_of_rank, size_table, workload
 from ...core.sweep import Measurement, Point
-from ...kit.space import check_space
+from ...kit.checkpoint import incompressible
+from ...kit.space import check_space, out_of_space
 from . import STUDY, cost, dataset, metrics
 from .params import CheckpointParams
 from .ranks import RankPool
@@ -56,9 +56,9 @@ class CheckpointState:
 
 
 def _generator_gb_per_s() -> float:
-    """os.urandom's own rate on this host (GB/s, 10^9): what filling the write buffers costs."""
+    """The byte generator's own rate on this host (GB/s, 10^9): what filling a write buffer costs."""
     t = time.perf_counter()
-    n = len(os.urandom(GENERATOR_PROBE_BYTES))
+    n = len(incompressible(GENERATOR_PROBE_BYTES))
     return n / (time.perf_counter() - t) / 1e9
 
 
@@ -144,11 +144,35 @@ def _restores(run, pool: RankPool, p: CheckpointParams, kept, files) -> list:
 
 
 def run_one(run, config: Config) -> Measurement:
+    try:
+        if config.sweep == "cost":
+            row, records = cost.measure(run, run.p, config, run.sweep.state.baselines)
+            keys = {"run_id": run.run_id, "target": run.target.name, "repeat": run.repeat}
+            return Measurement(row, tables={cost.TABLE: [{**keys, **r} for r in records]})
+        return _protocol(run, config)
+    except (OSError, RuntimeError) as exc:
+        full = out_of_space(exc)
+        if full is None:
+            raise
+        return _target_full(run, config, full)
+
+
+def _target_full(run, config: Config, why: str) -> Measurement:
+    """A filesystem that filled up mid-write: a failed row with the reason, and every file this run
+    wrote removed (the next run, and the user, find the target as it was)."""
+    p: CheckpointParams = run.p
+    run.stop_clock()
     if config.sweep == "cost":
-        row, records = cost.measure(run, run.p, config, run.sweep.state.baselines)
-        keys = {"run_id": run.run_id, "target": run.target.name, "repeat": run.repeat}
-        return Measurement(row, tables={cost.TABLE: [{**keys, **r} for r in records]})
-    return _protocol(run, config)
+        shutil.rmtree(cost.folder(run.target), ignore_errors=True)
+        row = {"sweep": "cost", "model": config.model, "save_mode": config.mode, "scale": p.scale,
+               "checkpoint_bytes": p.cost_bytes, "files": p.cost.files,
+               "interval_steps": config.interval_steps or None, "steps": p.cost.steps}
+    else:
+        shutil.rmtree(dataset.model_dir(run.target, STUDY.name, config.model), ignore_errors=True)
+        row = metrics.run_row(p, config.model, [], [], run.sweep.state.generator_gb_per_s)
+    run.sweep.note(f"target '{run.target.name}' filled up during {run.run_id}: {why}")
+    return Measurement(row, ok=False, failure_reason=f"target full mid-write: {why}; this run's checkpoints "
+                                                     "were removed")
 
 
 def _protocol(run, config: Config) -> Measurement:
@@ -184,7 +208,7 @@ def finish(sweep, frame) -> None:
     for t in sweep.target_names:
         rate = metrics.best_write_gb_per_s(ckpts, t)
         if rate and state.generator_gb_per_s < 3 * rate:
-            sweep.note(f"target '{t}': os.urandom fills buffers at {state.generator_gb_per_s:.2f} GB/s, below 3× "
+            sweep.note(f"target '{t}': the generator fills buffers at {state.generator_gb_per_s:.2f} GB/s, below 3× "
                        f"the target's write rate ({rate:.2f} GB/s); the buffers are filled before the clock, "
                        "but a writer that generated its bytes inline would be held back by the generator")
     results.write_json(sweep.out_dir / "study.json", {
