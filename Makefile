@@ -22,16 +22,34 @@ KAFKA_LIB := .kafka/lib
 
 NOTEBOOKS := $(patsubst %.py,%.ipynb,$(wildcard notebooks/[0-9]*_*.py notebooks/brief.py))
 
-.PHONY: study test env system-deps kafka doctor brief notebooks lab clean-data clean
+.PHONY: study test env system-deps kafka doctor brief notebooks lab clean-data clean hosts test-hosts-deps
 
 study: env kafka
 	@if [ "$(SCALE)" = "paper" ]; then dvc exp run -S scale=paper; else dvc repro; fi
 	@ls -l reports/brief.html reports/brief.pdf
 
-test: env kafka
+test: env kafka test-hosts-deps
 	pytest -q -ra tests
 
+# The multi-host tests' client hosts (network namespaces with an sshd each) need the sshd binary from
+# openssh-server. Installed as root for the tests only, with its service kept from starting (a
+# policy-rc.d for the install, removed after): nothing listens on this machine's own addresses.
+test-hosts-deps:
+	@if ! dpkg -s openssh-server >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing openssh-server (its service not started) for the multi-host tests"; \
+	  guard=""; if [ ! -e /usr/sbin/policy-rc.d ]; then printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; \
+	    chmod +x /usr/sbin/policy-rc.d; guard=1; fi; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq openssh-server >/dev/null; \
+	  rc=$$?; [ -n "$$guard" ] && rm -f /usr/sbin/policy-rc.d; exit $$rc; \
+	fi
+
 env: system-deps $(VENV)/.installed notebooks
+
+# Client hosts on this machine for trying the multi-host recipe by hand (root): HOSTS network namespaces,
+# each with its own hostname, address and sshd; prints the hostfile and mpirun environment; Ctrl-C removes them.
+HOSTS ?= 2
+hosts: env test-hosts-deps
+	$(BIN)/python -m storagebrief.core.nethosts up $(HOSTS) data/hosts
 
 # The notebooks are tracked as Jupytext percent scripts; the .ipynb a user opens in JupyterLab is made
 # here once (git ignores it; JupyterLab's jupytext extension keeps the pair in step from then on).

@@ -155,3 +155,21 @@ def params_file(tmp_path):
         shutil.copytree(REPO / "params", tmp_path / "params", dirs_exist_ok=True)
         return f
     return make
+
+
+def hosts_missing() -> str | None:
+    """Why test hosts (core.nethosts: network namespaces with sshd) cannot be made here, or None."""
+    from storagebrief.core import nethosts
+    return nethosts.unavailable()
+
+
+@pytest.fixture
+def two_hosts(tmp_path_factory):
+    """Two client hosts (netns + UTS ns + sshd) for the test, always removed; skipped with the reason
+    where they cannot be made (CI here has root and openssh-server, so it runs)."""
+    from storagebrief.core import nethosts
+    why = nethosts.unavailable()
+    if why:
+        pytest.skip(f"no test hosts: {why}")
+    with nethosts.HostSet.up(2, tmp_path_factory.mktemp("hosts")) as hs:
+        yield hs

@@ -1,7 +1,8 @@
 """What killed runs leave behind, found and removed at the start of the next run (and by
 `storagebrief doctor --clean`): storagebrief cgroups and tracefs instances
 (`storagebrief-trace-<pid>-<nonce>`, blocktrace) whose creating process is dead, processes
-started by a run that is gone, and temporary folders of dead runs.
+started by a run that is gone, temporary folders of dead runs, and test hosts (nethosts: network
+namespaces with their sshd) whose creator is dead.
 
 Cgroup names carry the creator's PID (cgroups.Cgroup), so a live run's cgroups are never
 touched; processes still inside a dead run's cgroup (orphaned workers, training jobs, fio's
@@ -18,7 +19,7 @@ import os
 import time
 from pathlib import Path
 
-from . import blocktrace, procs
+from . import blocktrace, nethosts, procs
 from .cgroups import PREFIX, own_dirs
 
 SHM = Path("/dev/shm")
@@ -76,6 +77,7 @@ def remove_leftovers(folders=()) -> list[str]:
     removed += procs.kill_orphans()
     for folder in (SHM, *folders):
         removed += procs.remove_dead_scratch(Path(folder))
+    removed += nethosts.leftovers(_alive)      # test hosts (network namespaces, sshd) of dead creators
     return removed
 
 
