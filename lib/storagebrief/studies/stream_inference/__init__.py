@@ -7,7 +7,7 @@ STUDY = Study(
     command="stream-inference",
     title="Streaming inference through Kafka",
     notebook="notebooks/05_stream_inference.py",
-    outputs=("runs.csv", "streams.csv", "timeseries", "logs", "inventory.json", "study.json", "notes.json",
+    outputs=("runs.csv", "streams.csv", "consumers.csv", "timeseries", "logs", "inventory.json", "study.json", "notes.json",
              "notebook.ipynb"),
     brief_inputs=("runs.csv", "streams.csv", "inventory.json", "study.json", "notes.json"),
     tiny={"videos": ["144p@12"], "duration_s": 2, "streams": [1], "topics": [1], "partitions": [2],

@@ -214,8 +214,12 @@ class Cluster:
     # 10 parameters, kept: all but two are keywords with defaults, named at every call (study and tests)
     def __init__(self, data_dir: Path, log_dir: Path, brokers: int = 3, lib: Path | None = None,
                  heap_mib: int = 384, base_port: int | None = None, procs_files: list[str] | None = None,
-                 properties: dict | None = None, name: str = "kafka", log_level: str = "INFO"):
+                 properties: dict | None = None, name: str = "kafka", log_level: str = "INFO",
+                 hosts: list[tuple[str, str]] | None = None):
         self.data_dir, self.log_dir = Path(data_dir), Path(log_dir)
+        # node i on hosts[i % len]: (its address, the network namespace it runs in), e.g. the client
+        # hosts of core.nethosts standing in for an external cluster's machines; None: this host, loopback
+        self.hosts = list(hosts or [])
         self.n, self.heap_mib, self.base_port = brokers, heap_mib, base_port
         self.lib = check_lib(lib or default_lib_dir())
         self.java = find_java()
@@ -230,9 +234,15 @@ class Cluster:
         self.cluster_id = cluster_id()
 
     # -- configuration --------------------------------------------------------------------------
+    def address(self, i: int) -> str:
+        return self.hosts[i % len(self.hosts)][0] if self.hosts else "127.0.0.1"
+
+    def _netns_prefix(self, i: int) -> list[str]:
+        return ["ip", "netns", "exec", self.hosts[i % len(self.hosts)][1]] if self.hosts else []
+
     @property
     def bootstrap(self) -> str:
-        return ",".join(f"127.0.0.1:{p}" for p in self.ports)
+        return ",".join(f"{self.address(i)}:{p}" for i, p in enumerate(self.ports))
 
     def node_dir(self, i: int) -> Path:
         return self.data_dir / f"node-{i}"
@@ -241,12 +251,13 @@ class Cluster:
         return [self.node_dir(i) / "data" for i in range(self.n)]
 
     def _properties(self, i: int) -> str:
-        voters = ",".join(f"{j}@127.0.0.1:{p}" for j, p in enumerate(self.cports))
+        voters = ",".join(f"{j}@{self.address(j)}:{p}" for j, p in enumerate(self.cports))
+        a = self.address(i)
         props = {
             "process.roles": "broker,controller", "node.id": i,
             "controller.quorum.voters": voters,
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.ports[i]},CONTROLLER://127.0.0.1:{self.cports[i]}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.ports[i]}",
+            "listeners": f"PLAINTEXT://{a}:{self.ports[i]},CONTROLLER://{a}:{self.cports[i]}",
+            "advertised.listeners": f"PLAINTEXT://{a}:{self.ports[i]}",
             "controller.listener.names": "CONTROLLER", "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
             "log.dirs": self.node_dir(i) / "data",
@@ -293,7 +304,7 @@ class Cluster:
                 self.logs.append(log)
                 with open(log, "ab") as fh:
                     self.procs.append(subprocess.Popen(
-                        self._java(BROKER_CLASS, str(self.node_dir(i) / "server.properties"), heap_mib=self.heap_mib),
+                        self._netns_prefix(i) + self._java(BROKER_CLASS, str(self.node_dir(i) / "server.properties"), heap_mib=self.heap_mib),
                         stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                         preexec_fn=self._preexec(), cwd=self.node_dir(i)))
             self._wait_ready(t0 + timeout_s)
@@ -339,7 +350,7 @@ class Cluster:
             self.check()
             try:
                 md = admin.list_topics(timeout=2)
-                if len(md.brokers) == self.n and not any(port_free(p) for p in self.ports):
+                if len(md.brokers) == self.n and all(self._listening(i) for i in range(self.n)):
                     return
             except Exception:   # noqa: BLE001 -- not up yet; the deadline ends the wait
                 pass
@@ -348,6 +359,13 @@ class Cluster:
                                        f"timeout (stream_inference.startup_timeout_s); node 0's log says: "
                                        f"{log_cause(self.logs[0])} ({self.logs[0]})")
             time.sleep(0.5)
+
+    def _listening(self, i: int) -> bool:
+        if not self.hosts:
+            return not port_free(self.ports[i])
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as c:    # another namespace: connect only
+            c.settimeout(1.0)
+            return c.connect_ex((self.address(i), self.ports[i])) == 0
 
     def check(self) -> None:
         """Raise BrokerDied, naming the cause found in its log, when any node has exited."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...kit import disk_metrics
+from ...kit import disk_metrics, latency
 from .params import Config
 
 
@@ -18,6 +18,8 @@ class Played:
     go: float                 # wall clock at go
     produced_at: float        # wall clock when the last producer was done
     lat: Any                  # every classified frame's end-to-end latency, ms (numpy array)
+    consumer_lat: tuple = ()  # the same per consumer (lat is their concatenation: merged, not averaged)
+    partitions: tuple = ()    # per consumer, the (topic, partition)s it was assigned
 
 
 def disk_profile(s: dict, bytes_produced: int, rf: int) -> dict:
@@ -95,3 +97,13 @@ def stream_rows(run, pl: Played) -> list[dict]:
              "late_frames": x["late_frames"], "lateness_ms_p99": x["lateness_ms_p99"],
              "decode_s": x["decode_s"], "encode_s": x["encode_s"], "produce_s": x["produce_s"],
              "errors": "; ".join(x["errors"])} for x, j in zip(pl.streams, pl.jobs)]
+
+
+def consumer_rows(run, pl: Played) -> list[dict]:
+    """consumers.csv: one row per consumer of the group in the run: its partitions, its frames and
+    its own latency percentiles (the run's come from every consumer's latencies merged)."""
+    return [{"run_id": run.run_id, "target": run.target.name, "consumer": i, "partitions": len(parts),
+             "assigned": " ".join(f"{t.rsplit('-', 1)[-1]}:{k}" for t, k in parts),
+             "frames_classified": x["frames_classified"], "drained": x["drained"],
+             **latency.percentiles(lat, "latency", "ms")}
+            for i, (x, parts, lat) in enumerate(zip(pl.cons, pl.partitions, pl.consumer_lat))]

@@ -32,7 +32,7 @@ from ...kit.space import check_space
 from . import STUDY, cluster as kafka
 from .dataset import VIDEO_EXTENSIONS, generate_videos, list_videos, sample_jpeg_bytes
 from .params import Config, StreamParams, configurations
-from .rows import Played, config_columns, disk_profile, pipeline_columns, stream_rows
+from .rows import Played, config_columns, consumer_rows, disk_profile, pipeline_columns, stream_rows
 
 PKG = "storagebrief.studies.stream_inference"
 MAX_MESSAGE = 33554432
@@ -418,10 +418,12 @@ def _play(run, c: Config, bootstrap: str, topics: list[str], jobs: list[dict], c
     finally:
         for w in producers:
             w.stop(2)
-    lat = np.concatenate([np.load(f) for f in lat_files if f.exists()]) if lat_files else np.zeros(0)
+    per_consumer = tuple(np.load(f) if f.exists() else np.zeros(0) for f in lat_files)
+    lat = np.concatenate(per_consumer) if per_consumer else np.zeros(0)
     for f in lat_files:
         f.unlink(missing_ok=True)
-    return Played(jobs, streams, cons, go, produced_at, lat)
+    assigned = tuple(parts[i::len(consumers)] for i in range(len(consumers)))
+    return Played(jobs, streams, cons, go, produced_at, lat, per_consumer, assigned)
 
 
 def run_one(run, c: Config) -> Measurement:
@@ -453,7 +455,8 @@ def run_one(run, c: Config) -> Measurement:
         "run_wall_s": time.monotonic() - t_run,
         **disk_profile(summary, bytes_produced, c.replication_factor)}
     flow = [{"consumer": i, **f} for i, x in enumerate(played.cons) for f in x["flow"]]
-    return Measurement(row, tables={"streams.csv": stream_rows(run, played)}, series={"-flow": flow})
+    return Measurement(row, tables={"streams.csv": stream_rows(run, played),
+                                    "consumers.csv": consumer_rows(run, played)}, series={"-flow": flow})
 
 
 def finish(sweep, frame) -> None:
