@@ -82,9 +82,16 @@ def packages() -> dict[str, str]:
     return out
 
 
+def host_facts() -> dict:
+    """This host's hardware and system: what every client host of a multi-host run reports (each
+    rank host gathers its own over MPI; the launching host's are in collect())."""
+    return {"hostname": platform.node(), **_cpuinfo(),
+            "memory_total_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
+            "os": _os_release(), "kernel": platform.release(), "python": platform.python_version()}
+
+
 def collect(params=None, targets=None) -> dict:
     """Everything a reader needs to judge where the numbers came from."""
-    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     # The project (params.yaml's folder: params, notebooks, dvc.lock) names the commit; when the package
     # that ran comes from another checkout, its commit is recorded beside it.
     project = getattr(params, "root", "") or None
@@ -92,11 +99,7 @@ def collect(params=None, targets=None) -> dict:
     code_changed, run_changed = changed_files(project) if commit else ([], [])
     package_top, project_top = _git("rev-parse", "--show-toplevel"), _git("rev-parse", "--show-toplevel", cwd=project)
     inv = {
-        **_cpuinfo(),
-        "memory_total_bytes": mem,
-        "os": _os_release(),
-        "kernel": platform.release(),
-        "python": platform.python_version(),
+        **host_facts(),
         "packages": packages(),
         "git_commit": (commit[:12] + ("-dirty" if code_changed else "")) if commit else "not a git checkout",
         "git_changed_files": code_changed,

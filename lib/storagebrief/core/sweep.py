@@ -23,6 +23,7 @@ created through the Run, progress, notes.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,16 @@ class Sweep:
         self.tables: dict[str, list[dict]] = {}
         self.trace_off: str | None = None     # why block tracing is unavailable, once known
         self.progress: Progress | None = None
+        self.hosts: dict[str, dict] = {}      # client hosts of multi-host runs: name -> role, facts
+
+    def add_host(self, name: str, role: str, facts: dict | None = None) -> None:
+        """A host that took part (e.g. MPI ranks on another client): inventory.json lists it with its
+        role(s) and its own facts (inventory.host_facts, gathered there)."""
+        h = self.hosts.setdefault(name, {"name": name, "roles": []})
+        if role not in h["roles"]:
+            h["roles"].append(role)
+        if facts:
+            h.update({k: v for k, v in facts.items() if k not in ("name", "roles")})
 
     def status(self, text: str) -> None:
         """What the study is doing now (dataset generation, start-up): shown on the progress bar,
@@ -422,4 +433,18 @@ def _sweep(sweep: Sweep, hooks, bar: Progress, folder: outdir.OutputFolder):
     finally:
         results.write_json(sweep.out_dir / "notes.json", {"warnings": sweep.all_notes()})
         results.write_json(sweep.out_dir / "metrics.json", study.metrics(frame, sweep.target_names))
+        if sweep.hosts:
+            _add_hosts_to_inventory(sweep)
     return frame
+
+
+def _add_hosts_to_inventory(sweep: Sweep) -> None:
+    """inventory.json gains `hosts`: this (launching) host and every client host that took part."""
+    path = sweep.out_dir / "inventory.json"
+    inv = json.loads(path.read_text()) if path.exists() else {}
+    here = inventory.host_facts()
+    launcher = {"name": here["hostname"], "roles": ["launcher"], **here}
+    hosts = {launcher["name"]: launcher}
+    for name, h in sweep.hosts.items():
+        hosts[name] = {**h, "roles": sorted(set(h["roles"]) | set(hosts.get(name, {}).get("roles", [])))}
+    results.write_json(path, {**inv, "hosts": list(hosts.values())})

@@ -380,7 +380,14 @@ def start_line(comm, barrier) -> None:
 
 
 def finish_line(comm, result, result_file: str) -> None:
-    """The ranks' results gathered to rank 0, which writes them for the launcher and says `done`."""
+    """The ranks' results gathered to rank 0, which writes them for the launcher and says `done`.
+    The first rank on each host adds that host's facts (`host_facts`: the brief's inventory of every
+    client host), when its result is a dict."""
+    from ..core.inventory import host_facts
+
+    names = comm.allgather(socket.gethostname())
+    if isinstance(result, dict) and names.index(names[comm.Get_rank()]) == comm.Get_rank():
+        result = {**result, "host_facts": host_facts()}
     gathered = comm.gather(result, root=0)
     if comm.Get_rank() == 0:
         tmp = Path(result_file + ".tmp")

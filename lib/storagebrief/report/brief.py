@@ -290,11 +290,34 @@ def appendix_configuration(reports_dir: str | Path) -> None:
                       "Filesystem": t["filesystem"], "Mount options": t["mount_options"],
                       "Emulated profile": (t.get("profile_name") or "–") + (f": {caps}" if prof else "")})
     show_table(pd.DataFrame(trows), "Storage targets. Emulated profiles cap the device with cgroup blkio throttling.")
+    _client_hosts(reports_dir)
     pk = inv.get("packages", {})
     items = sorted(pk.items())
     half = (len(items) + 1) // 2     # two column pairs: half the height, no page of its own
     pairs = [(*items[i], *(items[i + half] if i + half < len(items) else ("", ""))) for i in range(half)]
     show_table(pd.DataFrame(pairs, columns=["Package", "Version", "Package ", "Version "]), "Software versions")
+
+
+def _client_hosts(reports_dir) -> None:
+    """Every host of the studies' multi-host runs (inventory.json `hosts`), each with its roles."""
+    hosts: dict[str, dict] = {}
+    for f in sorted(Path(reports_dir).glob("*/inventory.json")):
+        try:
+            inv = inputs.read_json(f)
+        except (inputs.Unreadable, OSError):
+            continue
+        for h in inv.get("hosts") or []:
+            if isinstance(h, dict) and h.get("name"):
+                seen = hosts.setdefault(h["name"], {**h, "roles": []})
+                seen["roles"] = sorted(set(seen["roles"]) | set(h.get("roles") or []))
+    if len(hosts) < 2:
+        return
+    rows = [{"Host": h["name"], "Roles": ", ".join(h["roles"]), "CPU": h.get("cpu_model", "?"),
+             "Threads": h.get("cpu_threads"), "Memory": f'{h["memory_total_bytes"] / 2**30:.1f} GiB'
+             if h.get("memory_total_bytes") else "?", "OS / kernel": f'{h.get("os", "?")} / {h.get("kernel", "?")}'}
+            for h in hosts.values()]
+    show_table(pd.DataFrame(rows), "Client hosts of multi-host runs: each host's own facts, reported by its first "
+                                   "rank (the launcher's from this inventory).")
 
 
 @_part("Appendix B")

@@ -3,8 +3,11 @@ filesystem: core.nethosts), as the README's multi-host recipe runs them (issue 2
 rows, the single-host figures, a remote rank's failure and a kill -9 leaving no rank on any host."""
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -14,6 +17,7 @@ import pytest
 import yaml
 
 from storagebrief.core import config
+from storagebrief.report import brief as report_brief
 from storagebrief.studies.emulate import STUDY, run as emulate_run
 from conftest import hosts_missing, mpi_missing, wait_for
 from test_emulate import SMALL, _descendants_alive, params_dict
@@ -61,6 +65,27 @@ def test_ranks_on_two_hosts_give_the_one_host_figures(tmp_path, two_hosts, monke
     assert two.samples_per_s.mean() == pytest.approx(one.samples_per_s.mean(), rel=0.15)
     assert (two.loader_bytes.values == one.loader_bytes.values).all()     # the same batches were read
     assert _in_hosts(two_hosts) == []
+    _hosts_are_in_the_rows_inventory_and_appendix(tmp_path / "two", two, two_hosts, monkeypatch)
+
+
+def _hosts_are_in_the_rows_inventory_and_appendix(out, frame, hs, monkeypatch):
+    names = [h.name for h in hs.hosts]
+    here = socket.gethostname()
+    assert set(frame.host_roles) == {f"launcher {here}; ranks {names[0]} ×2, {names[1]} ×2"}
+    inv = json.loads((out / "inventory.json").read_text())
+    roles = {h["name"]: h["roles"] for h in inv["hosts"]}
+    assert roles == {here: ["launcher"], names[0]: ["emulate: MPI ranks"], names[1]: ["emulate: MPI ranks"]}
+    assert all(h["cpu_threads"] and h["memory_total_bytes"] and h["kernel"] for h in inv["hosts"])
+    assert {h["hostname"] for h in inv["hosts"]} == {here, *names}          # each reported by that host
+    tables = []
+    monkeypatch.setattr(report_brief, "show_table", lambda df, *a, **k: tables.append(df))
+    monkeypatch.setattr(report_brief, "show_html", lambda *a, **k: None)
+    reports = out.parent / "reports"
+    (reports / "emulate").mkdir(parents=True)
+    shutil.copy(out / "inventory.json", reports / "emulate" / "inventory.json")
+    report_brief.appendix_configuration(reports)
+    hosts_table = [t for t in tables if "Host" in t.columns]
+    assert len(hosts_table) == 1 and sorted(hosts_table[0].Host) == sorted([here, *names])
 
 
 def test_a_rank_failing_on_the_remote_host_fails_the_run_and_leaves_no_rank(tmp_path, two_hosts, monkeypatch):

@@ -32,6 +32,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("accelerators", "", "emulated accelerators in the run (N)"),
     Column("launcher", "", "fork: processes on this host; mpi: MPI ranks on mpirun's hosts", "text"),
     Column("hosts", "", "client hosts the accelerators ran on"),
+    Column("host_roles", "", "every host of the run and its role: 'launcher <host>; ranks <host> ×N, …'", "text"),
     Column("dataset_sizing", "", "how the page cache was kept out of the measurement", "text"),
     Column("memory_limit_bytes", "bytes", "the page-cache cap (memory cgroup limit); empty: not capped"),
     Column("odirect", "", "reads bypassed the page cache (O_DIRECT)", "bool"),
@@ -247,6 +248,14 @@ def summarize(raw: dict, cfg: dict, accelerators: int) -> tuple[dict, list[dict]
                     "reads": int(rk["latencies"].size), **latency_stats(rk["latencies"])})
     row["hosts"] = len({p["host"] for p in per})
     return row, per, lat
+
+
+def host_roles(per: list[dict], launch_host: str) -> str:
+    """'launcher h0; ranks h0 ×2, h1 ×2': where the run was started and where its accelerators ran."""
+    counts: dict[str, int] = {}
+    for p in per:
+        counts[p["host"] or launch_host] = counts.get(p["host"] or launch_host, 0) + 1
+    return f"launcher {launch_host}; ranks " + ", ".join(f"{h} ×{n}" for h, n in counts.items())
 
 
 def per_host(per: list[dict], total_time_s: float) -> list[dict]:

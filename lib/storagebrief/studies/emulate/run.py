@@ -29,6 +29,7 @@ Two ways to keep reads on the device (recorded per run, `dataset_sizing`):
 from __future__ import annotations
 
 import shutil
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,7 +43,7 @@ from .accelerators import rebase_remote, run_once
 from .dataset import generate_dataset, planned_files, study_description
 from .limits import limited_by
 from .loader import steps_per_epoch
-from .metrics import (latency_histogram, mlperf_results, per_host, summarize, throttle_au_bound,
+from .metrics import (host_roles, latency_histogram, mlperf_results, per_host, summarize, throttle_au_bound,
                       throttle_cap_mb_per_s)
 from .mpi import MpiUnavailable, check_available, preflight, run_once_mpi
 from .params import EmulateParams
@@ -288,6 +289,8 @@ def _launch(run, cfg: dict, n: int, procs: list[str] | None) -> dict:
         raw = run_once_mpi(cfg, n, procs, p.mpi, t.study_dir(STUDY.name) / "mpi", on_start=run.start_clock)
         run.stop_clock()
         raw = rebase_remote(raw, raw["launch_host"])
+        for r in raw["ranks"]:
+            run.sweep.add_host(r.get("host", ""), "emulate: MPI ranks", r.get("host_facts"))
         outside = sorted({r["host"] for r in raw["ranks"] if procs and not r.get("in_cgroup")})
         if outside:
             run.sweep.note(f"ranks on {', '.join(outside)} ran outside the run's cgroup (a cgroup lives on one "
@@ -318,7 +321,8 @@ def run_one(run, config: EmulateConfig) -> Measurement:
     mem_stats = group.memory_stats() if cgroup.capped else {}
     summary, per, lat = summarize(raw, cfg, n)
     reads = CgroupReads(cgroup_read_stats(group, t.device), cgio.window(*summary.pop("window_t")))
-    row = {**_row(run, config, data, cfg, summary, reads, cgroup), **cgio.summary(), **mem_stats}
+    row = {**_row(run, config, data, cfg, summary, reads, cgroup), **cgio.summary(), **mem_stats,
+           "host_roles": host_roles(per, raw.get("launch_host") or socket.gethostname())}
     ids = {"run_id": run.run_id, "target": t.name, "workload": name, "accelerators": n, "repeat": run.repeat}
     hosts = per_host(per, summary["total_time_s"])
     return Measurement(row, tables={"accelerators.csv": [{**ids, **r} for r in per],
