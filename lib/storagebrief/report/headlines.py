@@ -9,6 +9,8 @@ import math
 
 import pandas as pd
 
+from . import formatting
+
 
 def compare(frame: pd.DataFrame, metric: str, better: str, keys: list[str], ref: str, other: str,
             label: str) -> dict:
@@ -35,7 +37,7 @@ def compare(frame: pd.DataFrame, metric: str, better: str, keys: list[str], ref:
     at_dict = dict(zip(keys, at if isinstance(at, tuple) else (at,)))
     word = "higher" if better == "higher" else "lower"
     if value > 0:
-        text = f"up to {value:.1f}% {word}"
+        text = f"up to {formatting.difference(value, better)}"
     else:
         text = f"never {word} (best case {value:+.1f}%)"
     return {**base, "delta_percent": round(value, 1), "at": {k: _plain(v) for k, v in at_dict.items()},

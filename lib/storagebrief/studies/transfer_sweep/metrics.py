@@ -16,6 +16,7 @@ import pandas as pd
 
 from ...core.columns import Column
 from ...kit import files as kit_files, runs as kit_runs
+from ...report import formatting
 from ...report.headlines import compare
 from . import fio
 
@@ -126,7 +127,7 @@ def _spread(frame: pd.DataFrame, h: dict, keys: list[str], side: str = "target")
     d = (r - 1) * 100 if h["better"] == "higher" else (1 - r) * 100
     lo, hi = float(d.min()), float(d.max())
     return {**h, "spread_percent": [round(lo, 1), round(hi, 1)],
-            "text": f"{h['text']} (repeats {lo:+.0f} … {hi:+.0f}%)"}
+            "text": h["text"] + formatting.spread(lo, hi, h["better"])}
 
 
 def _where(h: dict) -> str:
