@@ -25,17 +25,40 @@ def show_table(frame: pd.DataFrame, caption: str = "", floatfmt: str = "{:,.1f}"
     show_html(f'<div class="table-wrap">{body}{cap}</div>')
 
 
-def show_figure(fig, caption: str = "") -> None:
+VECTOR_MAX_POINTS = 20_000   # a figure drawing more marks than this stays raster (an SVG of it is slow and huge)
+
+
+def _marks(fig) -> int:
+    """Points and vertices the figure draws (scatter offsets, line vertices, image pixels count as many)."""
+    n = 0
+    for ax in fig.axes:
+        n += sum(len(c.get_offsets()) for c in ax.collections if hasattr(c, "get_offsets"))
+        n += sum(len(line.get_xdata()) for line in ax.lines)
+        n += sum(VECTOR_MAX_POINTS for _ in ax.images)
+    return n
+
+
+def figure_html(fig, caption: str = "") -> str:
+    """The figure as an inline image: SVG (vector: sharp when zoomed, in the HTML and the PDF; text as
+    paths, so no font is needed), or PNG at 150 dpi when it draws more than VECTOR_MAX_POINTS marks."""
     import base64
     import io
     import matplotlib.pyplot as plt
 
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    vector = _marks(fig) <= VECTOR_MAX_POINTS
+    with plt.rc_context({"svg.fonttype": "path", "svg.hashsalt": "storagebrief"}):   # reproducible ids
+        fig.savefig(buf, format="svg" if vector else "png", dpi=150, bbox_inches="tight",
+                    metadata={"Date": None} if vector else None)
     plt.close(fig)
     data = base64.b64encode(buf.getvalue()).decode()
+    mime = "image/svg+xml" if vector else "image/png"
     cap = f'<p class="caption">{html.escape(caption)}</p>' if caption else ""
-    show_html(f'<figure><img src="data:image/png;base64,{data}" alt="{html.escape(caption)}"/>{cap}</figure>')
+    return f'<figure><img src="data:{mime};base64,{data}" alt="{html.escape(caption)}"/>{cap}</figure>'
+
+
+def show_figure(fig, caption: str = "") -> None:
+    show_html(figure_html(fig, caption))
 
 
 def style() -> None:
