@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import math
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import pandas as pd
 import pytest
+import yaml
 
 from storagebrief.core import cgroups, columns, config
 from storagebrief.kit.latency import LOG2_BINS, bin_edges_us, histogram_percentile_us, log2_bin, new_histogram
-from storagebrief.studies.checkpoint import metrics
+from storagebrief.studies.checkpoint import dataset, metrics
 from storagebrief.studies.checkpoint import run as ck_run
-from conftest import REPO, descendants, mpi_missing
-from test_checkpoint import STUDY, _data
+from conftest import REPO, descendants, mpi_missing, process_alive
+from test_checkpoint import KILL_SCRIPT, STUDY, _data   # KILL_SCRIPT: rank 2 sleeps 30 s after every barrier
 
 NEEDS_MPI = pytest.mark.skipif(mpi_missing() is not None, reason=f"MPI unavailable: {mpi_missing()}")
 BASE = {"layers": 4, "hidden": 512, "ffn": 1024, "heads": 8, "kv_heads": 2, "vocab": 32000}
@@ -148,3 +153,48 @@ def test_mpirun_that_cannot_start_the_ranks_is_refused_before_any_checkpoint(tmp
         STUDY.run(p, tmp_path / "out", log=lambda *_: None, progress="off")
     assert not (tmp_path / "fast" / "storagebrief" / "checkpoint" / "two").exists()
     assert descendants(os.getpid()) == []
+
+
+@NEEDS_MPI
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_kill_9_of_the_study_mid_checkpoint_leaves_no_mpi_rank_and_no_manifest(tmp_path):
+    data = _data(tmp_path, **{**RUN, "models": ["four"]}, launcher="mpi")
+    f = tmp_path / "params.yaml"
+    f.write_text(yaml.safe_dump(data))
+    others = [x.name for r, fs in ck_run._files(_validate(tmp_path, **data["checkpoint"]).section("checkpoint"),
+                                                "four").items() if r != 2 for x in fs]
+    proc = subprocess.Popen([sys.executable, "-c", KILL_SCRIPT, str(f), str(tmp_path / "out")], cwd=REPO,
+                            env={**os.environ, "PYTHONPATH": str(REPO / "lib")})
+    first = tmp_path / "fast" / "storagebrief" / "checkpoint" / "four" / "global_epoch1_step1"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not all((first / n).exists() for n in others):
+        time.sleep(0.05)
+    assert all((first / n).exists() for n in others), "the save never started"
+    time.sleep(0.5)                                     # the other ranks' fsyncs returned; rank 2 still sleeps
+    family = descendants(proc.pid)
+    assert len(family) >= 5                              # mpirun and its 4 ranks
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 30
+    while any(process_alive(p) for p in family) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in family if process_alive(p)], "MPI ranks outlived a kill -9 of their run"
+    assert dataset.read_manifest(first) is None         # cut short: not a complete checkpoint
+
+
+def test_ranks_on_another_host_are_put_on_the_barriers_release_with_their_own_durations():
+    from types import SimpleNamespace
+
+    from storagebrief.studies.checkpoint.mpi import ONE_CLOCK, PER_RANK_CLOCK, MpiRankPool
+    from storagebrief.studies.checkpoint.rank_io import RankResult
+
+    pool = MpiRankPool([0, 1, 2], 4096, None, None, None, None)
+    pool.session = SimpleNamespace(launch_host="a")
+    here = [RankResult(0, 0, 100.0, 101.0, 8, 1, 2, "a"), RankResult(1, 1, 100.2, 100.7, 8, 1, 2, "a")]
+    release, got = pool._one_clock(here)
+    assert release == 100.0 and got == here and pool.clock == ONE_CLOCK
+    far = RankResult(2, 2, 5000.0, 5002.5, 8, 1, 2, "b")         # another host's CLOCK_MONOTONIC
+    release, got = pool._one_clock([*here, far])
+    assert release == 100.0 and pool.clock == PER_RANK_CLOCK
+    assert (got[2].start, got[2].end) == (100.0, 102.5) and got[:2] == here
