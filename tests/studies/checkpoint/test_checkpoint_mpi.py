@@ -17,7 +17,7 @@ from storagebrief.core import cgroups, columns, config
 from storagebrief.kit.latency import LOG2_BINS, bin_edges_us, histogram_percentile_us, log2_bin, new_histogram
 from storagebrief.studies.checkpoint import dataset, metrics
 from storagebrief.studies.checkpoint import run as ck_run
-from conftest import REPO, descendants, mpi_missing, process_alive
+from conftest import REPO, descendants, mpi_missing, process_alive, wait_for
 from test_checkpoint import KILL_SCRIPT, STUDY, _data   # KILL_SCRIPT: rank 2 sleeps 30 s after every barrier
 
 NEEDS_MPI = pytest.mark.skipif(mpi_missing() is not None, reason=f"MPI unavailable: {mpi_missing()}")
@@ -176,10 +176,7 @@ def test_kill_9_of_the_study_mid_checkpoint_leaves_no_mpi_rank_and_no_manifest(t
     assert len(family) >= 5                              # mpirun and its 4 ranks
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    deadline = time.monotonic() + 30
-    while any(process_alive(p) for p in family) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not [p for p in family if process_alive(p)], "MPI ranks outlived a kill -9 of their run"
+    assert wait_for(lambda: not any(process_alive(p) for p in family), 30), "MPI ranks outlived a kill -9 of their run"
     assert dataset.read_manifest(first) is None         # cut short: not a complete checkpoint
 
 
