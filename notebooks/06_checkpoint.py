@@ -44,6 +44,9 @@ checkpoint = {
     'readers_per_rank': 4,  # reader threads per rank on restore (MLPerf v3.0: 4)
     'repeats': 1,
     'ranks': None,  # None: the model's own rank count (8 in subset mode); nothing else is allowed
+    'shapes': {},  # user-defined transformers by name, usable in models and cost.model
+    'launcher': 'fork',  # fork: one process per rank on this host; mpi: mpirun ranks (README: Study 6)
+    'mpi': {'mpirun': 'mpirun', 'hostfile': None, 'hosts': [], 'oversubscribe': True, 'extra_args': []},  # used by launcher: mpi only (the emulate study's mpi section, same keys)
     'cost': {'modes': ['none', 'sync', 'async'], 'intervals_steps': [4, 16], 'steps': 32, 'compute_s': 0.05, 'model': 'llama3-8b', 'files': 8, 'staging': 'reused', 'overhead_limit_percent': 5},  # what a checkpoint costs an emulated training loop (after the protocol runs)
 }
 targets = None     # None: params.yaml's targets; or a list like params.yaml's (name, path, profile)

@@ -43,10 +43,30 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from pydantic import Field, model_validator
+
 from ..core import procs
 from ..core.causes import SEPARATOR, EnvironmentFailure, first_paragraph, known_cause, one_line
+from ..core.config import ProjectPath, Strict
 
 READY, GO, DONE = "storagebrief-mpi-ready", "go", "storagebrief-mpi-done"
+REQUEST, REPLY = "storagebrief-mpi-request", "storagebrief-mpi-reply"
+
+
+class MpiParams(Strict):
+    """A study's `mpi:` params section (`launcher: mpi`): how mpirun (Open MPI) is called."""
+
+    mpirun: str = "mpirun"
+    hostfile: ProjectPath | None = None          # Open MPI hostfile ("node1 slots=8" per line)
+    hosts: list[str] = Field(default_factory=list)   # or --host entries, e.g. ["node1:8", "node2:8"]
+    oversubscribe: bool = True           # more ranks than cores on a host (needed on small clients)
+    extra_args: list[str] = Field(default_factory=list)   # e.g. ["--mca", "btl_tcp_if_include", "eth0"]
+
+    @model_validator(mode="after")
+    def _one_host_list(self):
+        if self.hostfile and self.hosts:
+            raise ValueError("give mpi.hostfile or mpi.hosts, not both")
+        return self
 
 
 class MpiUnavailable(RuntimeError):
@@ -154,19 +174,25 @@ def run_ranks(module: str, config: dict, ranks: int, mpi, work_dir: Path, sectio
         return _run(cmd, config, work_dir, mpi_env(folders[0] / "session", folders[1]), on_start, start_timeout_s)
 
 
-def _run(cmd: list[str], config: dict, work_dir: Path, env: dict, on_start, start_timeout_s: float) -> dict:
+def _start(scope, cmd: list[str], config: dict, work_dir: Path, env: dict) -> tuple:
+    """mpirun started in `scope` with the config file; (proc, cmd, result file, stderr file, launch host)."""
     config_file, result_file, err_file = (work_dir / "mpi-config.json", work_dir / "mpi-result.pickle",
                                           work_dir / "mpi-stderr.txt")
     result_file.unlink(missing_ok=True)
     launch_host = socket.gethostname()
     config_file.write_text(json.dumps({**config, "launch_host": launch_host}))
     cmd = cmd + [str(config_file), str(result_file)]
+    with open(err_file, "w") as err:
+        # SIGTERM on our death: Open MPI then stops every rank itself.
+        proc = scope.popen(cmd, pdeathsig=signal.SIGTERM, env={**os.environ, **env},
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True)
+    return proc, cmd, result_file, err_file, launch_host
+
+
+def _run(cmd: list[str], config: dict, work_dir: Path, env: dict, on_start, start_timeout_s: float) -> dict:
     scope = procs.Scope.tracked("mpi")
     try:
-        with open(err_file, "w") as err:
-            # SIGTERM on our death: Open MPI then stops every rank itself.
-            proc = scope.popen(cmd, pdeathsig=signal.SIGTERM, env={**os.environ, **env},
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True)
+        proc, cmd, result_file, err_file, launch_host = _start(scope, cmd, config, work_dir, env)
         return _talk(proc, cmd, result_file, err_file, launch_host, on_start, start_timeout_s)
     finally:
         scope.close()                                # no rank, daemon or helper outlives the run
@@ -201,7 +227,9 @@ def _talk(proc, cmd, result_file: Path, err_file: Path, launch_host: str, on_sta
     return {"t_start": t_start, "ranks": ranks, "launch_host": launch_host, "command": cmd}
 
 
-def _wait_for(lines: queue.Queue, proc, word: str, timeout_s: float | None, err_file: Path, when: str) -> None:
+def _wait_for(lines: queue.Queue, proc, word: str, timeout_s: float | None, err_file: Path, when: str) -> str:
+    """The next line that is `word` or starts with `word` and a space; EnvironmentFailure with the ranks'
+    cause when mpirun ends first (or the timeout passes)."""
     deadline = time.monotonic() + timeout_s if timeout_s else None
     while True:
         try:
@@ -212,8 +240,8 @@ def _wait_for(lines: queue.Queue, proc, word: str, timeout_s: float | None, err_
             proc.wait()
             raise EnvironmentFailure(f"MPI ranks failed {when} (mpirun exited with status {proc.returncode}): "
                                f"{_cause(err_file)}")
-        if line == word:
-            return
+        if line == word or line.startswith(word + " "):
+            return line
         if deadline and time.monotonic() > deadline:
             raise EnvironmentFailure(f"MPI ranks not ready after {timeout_s:.0f} s: {_cause(err_file)}")
 
@@ -299,7 +327,7 @@ def check_hostfile(path: str, section: str) -> None:
         raise MpiStartupError(f"{section}.mpi.hostfile '{path}' lists no host")
 
 
-def preflight(mpi, ranks: int, work_dir: Path, section: str, timeout_s: float = 60.0) -> None:
+def preflight(mpi, ranks: int, work_dir: Path, section: str, timeout_s: float = 60.0, ranks_knob: str = "") -> None:
     """mpirun starts `ranks` ranks with the study's hosts, arguments and oversubscription and they meet in
     a barrier; else MpiStartupError quoting Open MPI's cause and what to do. Without it a wrong host or
     option shows at the first run, after the datasets were built, as a page of Open MPI's generic help."""
@@ -314,7 +342,7 @@ def preflight(mpi, ranks: int, work_dir: Path, section: str, timeout_s: float = 
     what = f"did not finish within {timeout_s:.0f} s" if rc is None else f"exited with status {rc}"
     cause = mpi_cause(out) or "(no output)"
     raise MpiStartupError(f"{section}.launcher = mpi: the start-up check `{' '.join(cmd)} python -c <MPI barrier>` "
-                          f"{what}: {cause}; {_advice(cause, mpi, ranks, section)}")
+                          f"{what}: {cause}; {_advice(cause, mpi, ranks, section, ranks_knob)}")
 
 
 def _probe(cmd: list[str], env: dict, timeout_s: float) -> tuple[int | None, str]:
@@ -334,11 +362,11 @@ def _probe(cmd: list[str], env: dict, timeout_s: float) -> tuple[int | None, str
         scope.close()
 
 
-def _advice(cause: str, mpi, ranks: int, section: str) -> str:
+def _advice(cause: str, mpi, ranks: int, section: str, ranks_knob: str) -> str:
     """What to change, by the kind of cause."""
     if "slots" in cause:
-        return (f"set {section}.mpi.oversubscribe = true, give the hosts more slots, or lower the largest of "
-                f"{section}.accelerators ({ranks})")
+        return (f"set {section}.mpi.oversubscribe = true, give the hosts more slots, or ask for fewer than "
+                f"{ranks} ranks ({ranks_knob or section})")
     if "hostfile" in cause:
         return f"check {section}.mpi.hostfile"
     if re.search(r"unknown option|mpirun: Error|MCA|Component:", cause):

@@ -67,7 +67,7 @@ def test_missing_mpirun_is_a_clear_error_before_any_work(tmp_path):
     with pytest.raises(config.ParamsError, match="emulate.mpi.mpirun = 'no-such-mpirun' is not on PATH"):
         STUDY.run(p, tmp_path / "out", log=lambda *_: None)
     assert not list((tmp_path).rglob("*.npz"))                         # no dataset was written
-    with pytest.raises(config.ParamsError, match="hostfile or emulate.mpi.hosts, not both"):
+    with pytest.raises(config.ParamsError, match=r"emulate.mpi = .*give mpi.hostfile or mpi.hosts, not both"):
         _params(tmp_path, "mpi", mpi={"hostfile": "h", "hosts": ["a:2"]})
 
 

@@ -7,9 +7,9 @@ STUDY = Study(
     command="checkpoint",
     title="Checkpointing: llama3 checkpoints saved and restored",
     notebook="notebooks/06_checkpoint.py",
-    outputs=("runs.csv", "checkpoints.csv", "ranks.csv", "cost_checkpoints.csv", "timeseries", "inventory.json", "notes.json",
+    outputs=("runs.csv", "checkpoints.csv", "ranks.csv", "cost_checkpoints.csv", "latency.csv", "timeseries", "inventory.json", "notes.json",
              "study.json", "mlperf_summary.json", "notebook.ipynb"),
-    brief_inputs=("runs.csv", "checkpoints.csv", "ranks.csv", "cost_checkpoints.csv", "study.json", "mlperf_summary.json",
+    brief_inputs=("runs.csv", "checkpoints.csv", "ranks.csv", "cost_checkpoints.csv", "latency.csv", "study.json", "mlperf_summary.json",
                   "notes.json", "inventory.json"),
     # llama3-8b's 8 ranks, each file divided by 65536 (≈ 1.6 MiB a checkpoint): every path (saves,
     # retain's deletions, cold restores with a rank shift) in a second or two per target; the cost

@@ -23,6 +23,7 @@ def section(study_dir: Path, frame, names: list[str]) -> None:
     _what_ran(ok, study)
     _versus(ok, names)
     _per_checkpoint(read_csv_or_none(Path(study_dir) / "checkpoints.csv"), names)
+    _latency(ok, read_csv_or_none(Path(study_dir) / "latency.csv"))
     _cost(cost, names, study)
     _intervals(study)
     _sizes(study)
@@ -36,7 +37,9 @@ def _what_ran(ok, study: dict) -> None:
     show_md(
         f"**What ran.** MLPerf Storage v3.0's checkpointing protocol (DLIO): {study.get('saves', '?')} checkpoint "
         f"writes, then {study.get('restores', '?')} restores, a pause of {study.get('pause_s', '?')} s before each "
-        "(off the clock), caches dropped before every restore. One process per writing rank on this host writes "
+        "(off the clock), caches dropped before every restore. One "
+        + ("MPI rank (mpirun)" if study.get("launcher") == "mpi" else "process on this host")
+        + " per writing rank writes "
         f"its files of `global_epoch1_step<k>/` in {study.get('write_block_mib', '?')} MiB writes of incompressible "
         f"bytes and fsyncs each; restores read in {study.get('read_block_mib', '?')} MiB reads with "
         f"{study.get('readers_per_rank', '?')} threads per rank. **Scale: every file ÷ {scale:g}** "
@@ -93,6 +96,41 @@ def _per_checkpoint(ckpts, names: list[str]) -> None:
                       kind="stable")
     show_table(t, "Per checkpoint (means over repeats): rank 0's own duration, the last rank's end from the "
                   "barrier, and the rank skew (last rank's end − first rank's end).", floatfmt="{:,.3f}")
+
+
+LATENCY_CALLS = (("write", "write()"), ("fsync", "fsync"), ("read", "read"))
+
+
+def latency_table(ok) -> pd.DataFrame:
+    cols = [f"{c}_latency_us_{k}" for c, _ in LATENCY_CALLS for k in ("p50", "p99")]
+    if ok.empty or not set(cols) <= set(ok.columns):
+        return pd.DataFrame()
+    t = ok.groupby(["target", "model"])[cols].mean().reset_index()
+    return t.rename(columns={f"{c}_latency_us_{k}": f"{word} {k} µs" for c, word in LATENCY_CALLS
+                             for k in ("p50", "p99")})
+
+
+def _latency(ok, hist) -> None:
+    import matplotlib.pyplot as plt
+
+    t = latency_table(ok)
+    if t.empty:
+        return
+    show_table(t, "Per-call latency of the ranks' write() calls and fsyncs (saves) and reads (restores): p50 and p99 "
+                  "of every call of the run, from per-rank log2 histograms (latency.csv; interpolated inside a ×2 "
+                  "bin), means over repeats.", floatfmt="{:,.0f}")
+    if hist is None or hist.empty:
+        return
+    fig, axes = plt.subplots(1, len(LATENCY_CALLS), figsize=(10, 3), sharey=True)
+    for ax, (call, word) in zip(axes, LATENCY_CALLS):
+        for (target, model), g in hist[hist.call == call].groupby(["target", "model"]):
+            per_bin = g.groupby("bin_low_us")["count"].sum()
+            ax.step([max(0.5, x) for x in per_bin.index], per_bin / per_bin.sum() * 100, where="post",
+                    label=f"{target}, {model}")
+        ax.set(xscale="log", title=word, xlabel="latency µs (bin's low edge)")
+    axes[0].set_ylabel("% of calls")
+    axes[-1].legend(loc="upper left", bbox_to_anchor=(1, 1), fontsize=8)
+    show_figure(fig, "Where the calls' latencies fall (share of each call kind per log2 bin, all repeats).")
 
 
 def _cost(cost, names: list[str], study: dict) -> None:

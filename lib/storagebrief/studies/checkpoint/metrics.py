@@ -21,6 +21,7 @@ import numpy as np
 from ...core.checkpoint_workloads import GIB, WORKLOADS, checkpoint_bytes, workload
 from ...core.columns import Column
 from ...kit import runs
+from ...kit.latency import add_histograms, bin_edges_us, histogram_percentile_us, new_histogram
 from ...kit.checkpoint_cost import restore_s, shortest_interval_for_overhead
 from ...report.headlines import versus_reference
 
@@ -80,7 +81,15 @@ COLUMNS: tuple[Column, ...] = (
     Column("deletes", "", "checkpoints deleted in the run (retain)"),
     Column("generator_gb_per_s", "GB/s", "the byte generator's own rate on this host (10^9 B/s, one core), measured once"),
     Column("fsync_calls", "", "fsync calls the ranks issued in the run (one per file, one per folder per rank)"),
+    Column("launcher", "", "protocol: how the ranks ran: fork (processes on this host) or mpi (mpirun ranks)", "text"),
+    Column("hosts", "", "protocol: hosts the ranks ran on"),
+    Column("rank_clock", "", "protocol: the clock the ranks' start and end are on (one host's CLOCK_MONOTONIC, "
+                             "or per rank from the MPI barrier's release when ranks ran on other hosts)", "text"),
+    *(Column(f"{call}_latency_us_{k}", "µs", f"protocol: {k} of every {what} call's latency over the run, from "
+                                            "the ranks' log2 histograms (latency.csv), interpolated in its bin")
+      for call, what in (("write", "write()"), ("fsync", "fsync()"), ("read", "pread")) for k in ("p50", "p99")),
 )
+LATENCY_OPS = {"write": "save", "fsync": "save", "read": "load"}   # call -> the operation that makes it
 REQUIRED = ("model", "mode", "scale", "writers", "checkpoint_bytes", "mlperf_save_gib_per_s",
             "honest_save_gib_per_s", "save_overstatement_ratio", "save_duration_s_mean", "save_rank_skew_s_mean",
             "mlperf_load_gib_per_s", "honest_load_gib_per_s", "load_overstatement_ratio")
@@ -120,8 +129,31 @@ def _mean(values) -> float:
     return float(np.mean(values)) if len(values) else math.nan
 
 
-def run_row(p, model: str, ops, deletes: list[float], generator_gb_per_s: float) -> dict:
-    w = workload(model)
+def latency_histograms(ops) -> dict[str, list[int]]:
+    """Every rank's per-call histograms of the run, added up per call (write, fsync, read)."""
+    out = {call: new_histogram() for call in LATENCY_OPS}
+    for *_, got in ops:
+        for r in got:
+            for call, counts in r.latency.items():
+                add_histograms(out[call], counts)
+    return out
+
+
+def latency_columns(hists: dict[str, list[int]]) -> dict:
+    return {f"{call}_latency_us_{k}": histogram_percentile_us(counts, q)
+            for call, counts in hists.items() for k, q in (("p50", 50), ("p99", 99))}
+
+
+def latency_rows(hists: dict[str, list[int]]) -> list[dict]:
+    """latency.csv: one row per call and non-empty bin [bin_low_us, bin_high_us)."""
+    return [{"op": LATENCY_OPS[call], "call": call, "bin_low_us": bin_edges_us(i)[0],
+             "bin_high_us": bin_edges_us(i)[1], "count": n}
+            for call, counts in hists.items() for i, n in enumerate(counts) if n]
+
+
+def run_row(p, model: str, ops, deletes: list[float], generator_gb_per_s: float, pool=None) -> dict:
+    """The protocol run's row; `pool` (ranks.RankPool or mpi.MpiRankPool) says the launcher and clock."""
+    w = p.workload(model)
     rows = op_rows(ops)
     saves = [r for r in rows if r["op"] == "save"]
     row = {"sweep": "protocol", "model": model, "ranks": w.ranks, "writers": len(p.writers(model)),
@@ -138,8 +170,10 @@ def run_row(p, model: str, ops, deletes: list[float], generator_gb_per_s: float)
                     f"{op}_rank0_s_mean": _mean([r["rank0_s"] for r in these]),
                     f"{op}_rank_skew_s_mean": _mean([r["rank_skew_s"] for r in these])})
     row.update({"delete_s_mean": _mean(deletes), "deletes": len(deletes), "generator_gb_per_s": generator_gb_per_s,
-                "fsync_calls": sum(r["fsync_calls"] for r in rows)})
-    return row
+                "fsync_calls": sum(r["fsync_calls"] for r in rows),
+                "launcher": getattr(pool, "launcher", "fork"), "rank_clock": getattr(pool, "clock", ""),
+                "hosts": len({r.host for *_, got in ops for r in got})})
+    return {**row, **latency_columns(latency_histograms(ops))}
 
 
 # --------------------------------------------------------------------------- MLPerf's summary.json

@@ -2,16 +2,40 @@
 formula and the file layout live in core.checkpoint_workloads, whose own refusals run here too."""
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ...core.checkpoint_workloads import (CheckpointWorkloadError, WORKLOADS, layout, layout_bytes, workload,
-                                          writing_ranks)
+from ...core.checkpoint_workloads import (CheckpointWorkload, CheckpointWorkloadError, WORKLOADS, layout,
+                                          layout_bytes, workload, workload_from_dict, writing_ranks)
 from ...core.config import Strict
+from ...kit.mpi import MpiParams
 
 MIB = 1 << 20
 COST_MODES = ("none", "sync", "async")
+
+
+def shape_workload(name: str, raw: dict) -> CheckpointWorkload:
+    """checkpoint.shapes.<name> as a workload, with the catalogue's refusals (tp·pp·dp ≠ ranks, ZeRO-3 with
+    pp > 1, ...); `ranks` may be left out (then tp·pp·dp). A llama3 name is refused: it would hide the model."""
+    if name in WORKLOADS:
+        raise ValueError(f"shapes: {name!r} is not allowed: it is a llama3 model of the catalogue; "
+                         "give the shape another name")
+    if not isinstance(raw, dict):
+        raise ValueError(f"shapes.{name} = {raw!r} is not allowed: a mapping of layers, hidden, ffn, heads, "
+                         "kv_heads, vocab, tp, pp, dp, zero_stage")
+    full = {"ranks": _product(raw, ("tp", "pp", "dp")), **raw, "name": name}
+    try:
+        return workload_from_dict(full)
+    except (CheckpointWorkloadError, TypeError) as exc:
+        raise ValueError(f"shapes.{name}: {exc}") from None
+
+
+def _product(raw: dict, keys) -> Any:
+    values = [raw.get(k) for k in keys]
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return values[0] * values[1] * values[2]
+    return None                                  # the missing / bad key is refused by name
 
 
 class CostParams(Strict):
@@ -41,13 +65,6 @@ class CostParams(Strict):
             raise ValueError(f"modes: listed twice in {v}")
         return v
 
-    @field_validator("model")
-    @classmethod
-    def _model(cls, v: str) -> str:
-        if v not in WORKLOADS:
-            raise ValueError(f"model: {v!r} is not allowed: one of {', '.join(WORKLOADS)}")
-        return v
-
     @property
     def on(self) -> bool:
         return bool(self.modes) and bool(self.intervals_steps)
@@ -72,21 +89,36 @@ class CheckpointParams(Strict):
     repeats: int = Field(1, ge=1, le=100)
     ranks: int | None = Field(None, ge=1, le=1 << 16)    # None: the model's own (8 in subset mode)
     cost: CostParams = Field(default_factory=CostParams)  # the "cost" sweep (sync vs async training)
+    # user-defined transformer shapes, usable in `models` and `cost.model` beside the llama3 catalogue:
+    # name -> {layers, hidden, ffn, heads, kv_heads, vocab, tp, pp, dp, zero_stage[, ranks]}
+    shapes: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    launcher: Literal["fork", "mpi"] = "fork"            # fork: processes on this host; mpi: mpirun ranks
+    mpi: MpiParams = Field(default_factory=MpiParams)    # used by launcher: mpi only (emulate's shape)
+
+    @field_validator("shapes")
+    @classmethod
+    def _shapes(cls, v: dict) -> dict:
+        for name, raw in v.items():
+            shape_workload(name, raw)
+        return v
 
     @field_validator("models")
     @classmethod
     def _models(cls, v: list[str]) -> list[str]:
-        for name in v:
-            if name not in WORKLOADS:
-                raise ValueError(f"models: {name!r} is not allowed: one of {', '.join(WORKLOADS)}")
         if len(set(v)) != len(v):
             raise ValueError(f"models: listed twice in {v}")
         return v
 
     @model_validator(mode="after")
     def _check(self):
+        known = [*WORKLOADS, *self.shapes]
+        for key, names in (("models", self.models), ("cost.model", [self.cost.model])):
+            for name in names:
+                if name not in known:
+                    raise ValueError(f"checkpoint.{key}: {name!r} is not allowed: one of {', '.join(known)} "
+                                     "(llama3 models, or a name of checkpoint.shapes)")
         for name in self.models:
-            w = workload(name)
+            w = self.workload(name)
             try:
                 n = len(writing_ranks(w, self.mode))
                 layout(w, self.scale, self.mode)
@@ -98,7 +130,7 @@ class CheckpointParams(Strict):
                                  "mode: subset, which is 8 processes)")
         if self.cost.on:
             try:
-                layout(workload(self.cost.model), self.scale, self.mode)
+                layout(self.workload(self.cost.model), self.scale, self.mode)
             except CheckpointWorkloadError as exc:
                 raise ValueError(f"cost.model {self.cost.model}: {exc}") from None
             if self.cost.files > self.cost_bytes:
@@ -110,12 +142,16 @@ class CheckpointParams(Strict):
         """One cost-sweep checkpoint: cost.model's checkpoint at this scale and mode."""
         return self.checkpoint_bytes(self.cost.model)
 
+    def workload(self, name: str) -> CheckpointWorkload:
+        """A llama3 model of the catalogue or a shape of checkpoint.shapes."""
+        return shape_workload(name, self.shapes[name]) if name in self.shapes else workload(name)
+
     def writers(self, name: str) -> list[int]:
-        return list(writing_ranks(workload(name), self.mode))
+        return list(writing_ranks(self.workload(name), self.mode))
 
     def checkpoint_bytes(self, name: str) -> int:
         """Bytes of one checkpoint folder at this scale and mode (the files as written)."""
-        return layout_bytes(layout(workload(name), self.scale, self.mode))
+        return layout_bytes(layout(self.workload(name), self.scale, self.mode))
 
     @property
     def write_block(self) -> int:

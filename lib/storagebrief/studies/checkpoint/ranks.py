@@ -1,16 +1,13 @@
 """The writing ranks: one forked process each on this host, living for one run (saves then restores).
 
 Each rank, before any clock: dies with its parent (PR_SET_PDEATHSIG), joins the run's cgroup (the
-target's throttle) and fills its write buffer once (kit.checkpoint.incompressible) (incompressible bytes, reused
+target's throttle) and fills its write buffer once with incompressible bytes (kit.checkpoint), reused
 for every write, as DLIO does). Then per operation the parent sends it (op, folder, files) and all
-ranks and the parent meet at a barrier; from its release each rank
-
-  save  writes each of its files in `write_block` os.write()s, fsyncs and closes it, then fsyncs
-        the checkpoint folder (directory fd) so its entries are durable;
-  load  reads each file in `read_block` preads with `readers` threads;
-
-and reports its start and end (CLOCK_MONOTONIC, system-wide on Linux, so the parent puts every
-rank on one clock from the earliest release), its bytes, files and fsync calls. A failed or killed
+ranks and the parent meet at a barrier; from its release each rank saves or loads (rank_io.py, the
+primitives the MPI launcher's ranks run too: writes, fsync of every file and the folder, preads by
+reader threads, per-call latency histograms) and reports its start and end (CLOCK_MONOTONIC,
+system-wide on Linux, so the parent puts every rank on one clock from the earliest release), its bytes,
+files and fsync calls. A failed or killed
 rank stops the run: the barrier is broken, the others are terminated, RuntimeError says who.
 """
 from __future__ import annotations
@@ -22,77 +19,14 @@ import signal
 import threading
 import time
 import traceback
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 from ...core import cgroups
 from ...core.procs import die_with_parent, reap
 from ...kit.checkpoint import incompressible
+from .rank_io import ONE_CLOCK, RankResult, operate
 
 BARRIER_TIMEOUT_S = 600.0
-
-
-@dataclass(frozen=True)
-class RankResult:
-    rank: int
-    source_rank: int        # whose files it wrote (itself) or read (rank + shift)
-    start: float            # CLOCK_MONOTONIC at its barrier release
-    end: float              # CLOCK_MONOTONIC after its last fsync (save) or read (load)
-    bytes: int
-    files: int
-    fsyncs: int
-
-
-def _save(folder: Path, files: list[tuple[str, int]], buf: memoryview, block: int) -> tuple[int, int]:
-    """Write and fsync every file, then the folder; returns (bytes, fsync calls)."""
-    total = calls = 0
-    for name, nbytes in files:
-        fd = os.open(folder / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            left = nbytes
-            while left > 0:
-                n = os.write(fd, buf[:min(block, left, len(buf))])
-                left -= n
-                total += n
-            os.fsync(fd)
-            calls += 1
-        finally:
-            os.close(fd)
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-        calls += 1
-    finally:
-        os.close(fd)
-    return total, calls
-
-
-def _load(folder: Path, files: list[tuple[str, int]], block: int, readers: int) -> int:
-    """Read every file whole in `block` preads, `readers` threads at once; returns the bytes read."""
-    chunks = [(name, off, min(block, size - off)) for name, size in files for off in range(0, size, block)]
-    local = threading.local()
-    fds = {name: os.open(folder / name, os.O_RDONLY) for name, _ in files}
-
-    def one(chunk) -> int:
-        name, off, n = chunk
-        buf = getattr(local, "buf", None)
-        if buf is None:
-            buf = local.buf = bytearray(min(block, max(size for _, size in files)))
-        got, view = 0, memoryview(buf)
-        while got < n:
-            r = os.preadv(fds[name], [view[got:n]], off + got)
-            if r == 0:
-                raise OSError(f"{folder / name}: short file at {off + got} (expected {n} more bytes)")
-            got += r
-        return got
-
-    try:
-        with ThreadPoolExecutor(max_workers=readers) as pool:
-            return sum(pool.map(one, chunks))
-    finally:
-        for fd in fds.values():
-            os.close(fd)
 
 
 def _rank(rank: int, buf_bytes: int, procs_files: list[str], fault: dict | None, barrier, inbox, out_q) -> None:
@@ -105,16 +39,8 @@ def _rank(rank: int, buf_bytes: int, procs_files: list[str], fault: dict | None,
         buf = incompressible(buf_bytes)                # generated before any clock
         out_q.put(("ready", rank, None))
         while (msg := inbox.get()) is not None:
-            op, folder, source, files, block, readers = msg
             barrier.wait(BARRIER_TIMEOUT_S)
-            start = time.monotonic()
-            if fault and fault.get("slow_rank") == rank:
-                time.sleep(fault.get("delay_s", 0.5))    # test hook only (FAULT in run.py): a late rank
-            if op == "save":
-                nbytes, fsyncs = _save(Path(folder), files, buf, block)
-            else:
-                nbytes, fsyncs = _load(Path(folder), files, block, readers), 0
-            out_q.put(("done", rank, RankResult(rank, source, start, time.monotonic(), nbytes, len(files), fsyncs)))
+            out_q.put(("done", rank, operate(rank, msg, buf, fault)))
     except threading.BrokenBarrierError:
         out_q.put(("aborted", rank, "barrier broken (another rank failed)"))
     except BaseException:
@@ -123,6 +49,8 @@ def _rank(rank: int, buf_bytes: int, procs_files: list[str], fault: dict | None,
 
 class RankPool:
     """The run's rank processes; use as a context manager (they are always reaped)."""
+
+    launcher, clock = "fork", ONE_CLOCK
 
     def __init__(self, ranks: list[int], buf_bytes: int, procs_files: list[str] | None = None,
                  fault: dict | None = None, start_timeout_s: float = 120.0):

@@ -22,13 +22,17 @@ from __future__ import annotations
 import shutil
 import time
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 from ...core import results
-from ...core.checkpoint_workloads import GIB, files_of_rank, size_table, workload
+from ...core.checkpoint_workloads import GIB, files_of_rank, size_table
+from ...core.config import ParamsError
 from ...core.sweep import Measurement, Point
+from ...kit import mpi as kit_mpi
 from ...kit.checkpoint import incompressible
 from ...kit.space import check_space, out_of_space
 from . import STUDY, cost, dataset, metrics
+from .mpi import MpiRankPool
 from .params import CheckpointParams
 from .ranks import RankPool
 
@@ -36,6 +40,8 @@ from .ranks import RankPool
 # barrier (a late rank: tests/studies/checkpoint/test_checkpoint.py sets it with monkeypatch).
 FAULT: dict | None = None
 GENERATOR_PROBE_BYTES = 64 << 20
+LATENCY_TABLE = "latency.csv"
+LATENCY_TABLE_COLUMNS = ["run_id", "target", "model", "repeat", "op", "call", "bin_low_us", "bin_high_us", "count"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,8 @@ def prepare(sweep) -> None:
     p: CheckpointParams = sweep.p
     sweep.state = state = CheckpointState()
     cost.check_memory(p)
+    if p.launcher == "mpi":
+        _check_mpi(sweep, p)
     biggest = max(p.checkpoint_bytes(m) for m in p.models)
     c = p.cost
     cost_need = (c.steps // min(c.intervals_steps)) * p.cost_bytes if c.on and c.checkpointing_modes else 0
@@ -81,6 +89,17 @@ def prepare(sweep) -> None:
                 state.removed.append(str(gone))
                 sweep.note(f"removed {gone}: a checkpoint without its manifest (a save cut short)")
     state.generator_gb_per_s = _generator_gb_per_s()
+
+
+def _check_mpi(sweep, p: CheckpointParams) -> None:
+    """mpirun and mpi4py there, and mpirun starts the most ranks a model needs: before any checkpoint."""
+    try:
+        kit_mpi.check_available(p.mpi.mpirun, STUDY.name)
+    except kit_mpi.MpiUnavailable as exc:
+        raise ParamsError(str(exc)) from None
+    most = max(len(p.writers(m)) for m in p.models)
+    sweep.status(f"checking that mpirun starts {most} rank(s)")
+    kit_mpi.preflight(p.mpi, most, sweep.out_dir, STUDY.name, ranks_knob="the models' rank counts")
 
 
 def plan(sweep) -> list[Point]:
@@ -97,7 +116,7 @@ def run_id(config: Config, target, repeat: int) -> str:
 
 
 def _files(p: CheckpointParams, model: str) -> dict[int, list]:
-    w = workload(model)
+    w = p.workload(model)
     return {r: files_of_rank(w, r, p.scale) for r in p.writers(model)}
 
 
@@ -105,7 +124,7 @@ def _pause(p: CheckpointParams) -> None:
     time.sleep(p.pause_s)      # MLPerf's pause before every operation: off every clock
 
 
-def _saves(run, pool: RankPool, p: CheckpointParams, model: str, root, files) -> tuple[list, list, list]:
+def _saves(run, pool, p: CheckpointParams, model: str, root, files) -> tuple[list, list, list]:
     """`saves` checkpoints; returns (ops, retained folders, deletion seconds)."""
     ops, kept, deletes = [], [], []
     plain = {r: (r, [(f.name, f.bytes) for f in fs]) for r, fs in files.items()}
@@ -127,7 +146,7 @@ def _saves(run, pool: RankPool, p: CheckpointParams, model: str, root, files) ->
     return ops, kept, deletes
 
 
-def _restores(run, pool: RankPool, p: CheckpointParams, kept, files) -> list:
+def _restores(run, pool, p: CheckpointParams, kept, files) -> list:
     ranks = sorted(files)
     shifted = {r: ranks[(i + p.rank_shift) % len(ranks)] for i, r in enumerate(ranks)}
     plan_ = {r: (shifted[r], [(f.name, f.bytes) for f in files[shifted[r]]]) for r in ranks}
@@ -169,7 +188,8 @@ def _target_full(run, config: Config, why: str) -> Measurement:
                "interval_steps": config.interval_steps or None, "steps": p.cost.steps}
     else:
         shutil.rmtree(dataset.model_dir(run.target, STUDY.name, config.model), ignore_errors=True)
-        row = metrics.run_row(p, config.model, [], [], run.sweep.state.generator_gb_per_s)
+        row = metrics.run_row(p, config.model, [], [], run.sweep.state.generator_gb_per_s,
+                              SimpleNamespace(launcher=p.launcher, clock=""))
     run.sweep.note(f"target '{run.target.name}' filled up during {run.run_id}: {why}")
     return Measurement(row, ok=False, failure_reason=f"target full mid-write: {why}; this run's checkpoints "
                                                      "were removed")
@@ -183,16 +203,30 @@ def _protocol(run, config: Config) -> Measurement:
     dataset.clear(root)
     group = run.throttle()
     buf = min(p.write_block, max(f.bytes for fs in files.values() for f in fs))
-    with RankPool(sorted(files), buf, group.procs_files if group else None, FAULT) as pool:
+    procs_files = group.procs_files if group else None
+    pool = (MpiRankPool(sorted(files), buf, procs_files, FAULT, p.mpi, run.target.study_dir(STUDY.name) / "mpi")
+            if p.launcher == "mpi" else RankPool(sorted(files), buf, procs_files, FAULT))
+    with pool:
         run.start_clock()
         saved, kept, deletes = _saves(run, pool, p, model, root, files)
         loaded = _restores(run, pool, p, kept, files)
         run.stop_clock()
     ops = saved + loaded
+    _note_outside_cgroup(run, pool, procs_files)
     keys = {"run_id": run.run_id, "target": run.target.name, "model": model, "repeat": run.repeat}
-    row = metrics.run_row(p, model, ops, deletes, state.generator_gb_per_s)
+    row = metrics.run_row(p, model, ops, deletes, state.generator_gb_per_s, pool)
+    hists = metrics.latency_histograms(ops)
     return Measurement(row, tables={"checkpoints.csv": [{**keys, **r} for r in metrics.op_rows(ops)],
-                                    "ranks.csv": [{**keys, **r} for r in metrics.rank_rows(ops)]})
+                                    "ranks.csv": [{**keys, **r} for r in metrics.rank_rows(ops)],
+                                    LATENCY_TABLE: [{**keys, **r} for r in metrics.latency_rows(hists)]})
+
+
+def _note_outside_cgroup(run, pool, procs_files) -> None:
+    here = getattr(getattr(pool, "session", None), "launch_host", None)
+    outside = sorted(h for h in getattr(pool, "hosts", ()) if here and h != here)
+    if outside and procs_files:
+        run.sweep.note(f"checkpoint ranks on {', '.join(outside)} ran outside the run's cgroup (a cgroup lives "
+                       "on one host): no throttle there; their times are per rank from the MPI barrier")
 
 
 def finish(sweep, frame) -> None:
@@ -202,8 +236,9 @@ def finish(sweep, frame) -> None:
     p: CheckpointParams = sweep.p
     state: CheckpointState = sweep.state
     ckpts = pd.DataFrame(sweep.tables.get("checkpoints.csv", []))
-    if not sweep.tables.get(cost.TABLE):             # the stage's output exists even with the sweep off
-        results.write_csv(sweep.out_dir / cost.TABLE, pd.DataFrame(columns=cost.TABLE_COLUMNS))
+    for name, cols in ((cost.TABLE, cost.TABLE_COLUMNS), (LATENCY_TABLE, LATENCY_TABLE_COLUMNS)):
+        if not sweep.tables.get(name):              # the stage's outputs exist even with a sweep off
+            results.write_csv(sweep.out_dir / name, pd.DataFrame(columns=cols))
     results.write_json(sweep.out_dir / "mlperf_summary.json", metrics.mlperf_summary(ckpts))
     for t in sweep.target_names:
         rate = metrics.best_write_gb_per_s(ckpts, t)
@@ -215,7 +250,8 @@ def finish(sweep, frame) -> None:
         "models": p.models, "scale": p.scale, "mode": p.mode, "saves": p.saves, "restores": p.restores,
         "pause_s": p.pause_s, "rank_shift": p.rank_shift, "retain": p.retain,
         "write_block_mib": p.write_block_mib, "read_block_mib": p.read_block_mib,
-        "readers_per_rank": p.readers_per_rank, "repeats": p.repeats,
+        "readers_per_rank": p.readers_per_rank, "repeats": p.repeats, "launcher": p.launcher,
+        "shapes": p.shapes,
         "writers": {m: len(p.writers(m)) for m in p.models},
         "checkpoint_bytes": {m: p.checkpoint_bytes(m) for m in p.models},
         "generator_gb_per_s": state.generator_gb_per_s, "removed_incomplete": state.removed,

@@ -6,26 +6,11 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ...core.config import ProjectPath, Strict, sorted_counts
+from ...core.config import Strict, sorted_counts
 from ...core.workloads import MLPERF_DATASET_FACTOR, WORKLOADS, WorkloadSpec, merged_spec
+from ...kit.mpi import MpiParams  # the shared `mpi:` section (checkpoint has one too)
 
 __all__ = ["MLPERF_DATASET_FACTOR", "WORKLOADS", "WorkloadSpec", "merged_spec", "EmulateParams", "Params"]
-
-
-class MpiParams(Strict):
-    """How `launcher: mpi` calls mpirun (Open MPI): one rank per accelerator."""
-
-    mpirun: str = "mpirun"
-    hostfile: ProjectPath | None = None          # Open MPI hostfile ("node1 slots=8" per line)
-    hosts: list[str] = Field(default_factory=list)   # or --host entries, e.g. ["node1:8", "node2:8"]
-    oversubscribe: bool = True           # more ranks than cores on a host (needed on small clients)
-    extra_args: list[str] = Field(default_factory=list)   # e.g. ["--mca", "btl_tcp_if_include", "eth0"]
-
-    @model_validator(mode="after")
-    def _one_host_list(self):
-        if self.hostfile and self.hosts:
-            raise ValueError("give emulate.mpi.hostfile or emulate.mpi.hosts, not both")
-        return self
 
 
 class EmulateParams(Strict):

@@ -1,0 +1,113 @@
+"""What one checkpoint rank does, whichever launcher started it (ranks.py: forked; mpi.py: MPI ranks):
+save its files (write, fsync each, then the folder) or load them (preads by reader threads), timing
+every write, fsync and read call into log2 histograms (kit.latency: a count per bin, not a list)."""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ...kit.latency import add_histograms, log2_bin, new_histogram
+
+CALLS = ("write", "fsync", "read")     # the calls whose latencies are counted
+ONE_CLOCK = "CLOCK_MONOTONIC of the launching host"   # every rank on the launching host: one clock
+
+
+@dataclass(frozen=True)
+class RankResult:
+    rank: int
+    source_rank: int        # whose files it wrote (itself) or read (rank + shift)
+    start: float            # CLOCK_MONOTONIC at its barrier release
+    end: float              # CLOCK_MONOTONIC after its last fsync (save) or read (load)
+    bytes: int
+    files: int
+    fsyncs: int
+    host: str = ""
+    latency: dict = field(default_factory=dict)   # call -> log2 histogram of its latencies (kit.latency)
+
+
+def _timed(hist: list[int], call, *args):
+    t = time.perf_counter_ns()
+    out = call(*args)
+    hist[log2_bin(time.perf_counter_ns() - t)] += 1
+    return out
+
+
+def save(folder: Path, files: list[tuple[str, int]], buf: memoryview, block: int) -> tuple[int, int, dict]:
+    """Write and fsync every file, then the folder; returns (bytes, fsync calls, latency histograms)."""
+    writes, fsyncs = new_histogram(), new_histogram()
+    total = calls = 0
+    for name, nbytes in files:
+        fd = os.open(folder / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            left = nbytes
+            while left > 0:
+                n = _timed(writes, os.write, fd, buf[:min(block, left, len(buf))])
+                left -= n
+                total += n
+            _timed(fsyncs, os.fsync, fd)
+            calls += 1
+        finally:
+            os.close(fd)
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        _timed(fsyncs, os.fsync, fd)
+        calls += 1
+    finally:
+        os.close(fd)
+    return total, calls, {"write": writes, "fsync": fsyncs}
+
+
+def load(folder: Path, files: list[tuple[str, int]], block: int, readers: int) -> tuple[int, dict]:
+    """Read every file whole in `block` preads, `readers` threads at once; returns (bytes, histograms).
+    Each thread counts into its own histogram (no lock on the hot path); they are added at the end."""
+    chunks = [(name, off, min(block, size - off)) for name, size in files for off in range(0, size, block)]
+    local = threading.local()
+    hists: list[list[int]] = []
+    fds = {name: os.open(folder / name, os.O_RDONLY) for name, _ in files}
+
+    def one(chunk) -> int:
+        name, off, n = chunk
+        buf = getattr(local, "buf", None)
+        if buf is None:
+            buf = local.buf = bytearray(min(block, max(size for _, size in files)))
+            local.hist = new_histogram()
+            hists.append(local.hist)             # list.append is atomic under the GIL
+        got, view = 0, memoryview(buf)
+        while got < n:
+            r = _timed(local.hist, os.preadv, fds[name], [view[got:n]], off + got)
+            if r == 0:
+                raise OSError(f"{folder / name}: short file at {off + got} (expected {n} more bytes)")
+            got += r
+        return got
+
+    try:
+        with ThreadPoolExecutor(max_workers=readers) as pool:
+            total = sum(pool.map(one, chunks))
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+    reads = new_histogram()
+    for h in hists:
+        add_histograms(reads, h)
+    return total, {"read": reads}
+
+
+def operate(rank: int, msg: tuple, buf: memoryview, fault: dict | None, host: str = "") -> RankResult:
+    """One save or load by this rank, timed from now (its barrier's release). msg = (op, folder, source
+    rank, [(file, bytes)], block, readers). `fault` is the run's test hook (run.FAULT): a late rank
+    (slow_rank, delay_s) or a failing one (fail_rank)."""
+    op, folder, source, files, block, readers = msg
+    start = time.monotonic()
+    if fault and fault.get("fail_rank") == rank:
+        raise RuntimeError(f"injected failure of rank {rank} (test hook checkpoint run.FAULT)")
+    if fault and fault.get("slow_rank") == rank:
+        time.sleep(fault.get("delay_s", 0.5))    # test hook only: a late rank
+    if op == "save":
+        nbytes, fsyncs, latency = save(Path(folder), files, buf, block)
+    else:
+        (nbytes, latency), fsyncs = load(Path(folder), files, block, readers), 0
+    return RankResult(rank, source, start, time.monotonic(), nbytes, len(files), fsyncs, host, latency)
