@@ -18,7 +18,6 @@ and its end as that plus its own duration; `clock` says which applied.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import sys
 import traceback

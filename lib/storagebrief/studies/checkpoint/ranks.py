@@ -13,7 +13,6 @@ rank stops the run: the barrier is broken, the others are terminated, RuntimeErr
 from __future__ import annotations
 
 import multiprocessing as mp
-import os
 import queue
 import signal
 import threading
