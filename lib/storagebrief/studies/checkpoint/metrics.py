@@ -15,6 +15,7 @@ and the cost sweep's snapshot rate into the shortest checkpoint interval per lla
 from __future__ import annotations
 
 import math
+import socket
 
 import numpy as np
 
@@ -83,6 +84,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("fsync_calls", "", "fsync calls the ranks issued in the run (one per file, one per folder per rank)"),
     Column("launcher", "", "protocol: how the ranks ran: fork (processes on this host) or mpi (mpirun ranks)", "text"),
     Column("hosts", "", "protocol: hosts the ranks ran on"),
+    Column("host_roles", "", "protocol: every host and its role: 'launcher <host>; ranks <host> ×N, …'", "text"),
     Column("rank_clock", "", "protocol: the clock the ranks' start and end are on (one host's CLOCK_MONOTONIC, "
                              "or per rank from the MPI barrier's release when ranks ran on other hosts)", "text"),
     *(Column(f"{call}_latency_us_{k}", "µs", f"protocol: {k} of every {what} call's latency over the run, from "
@@ -117,7 +119,7 @@ def rank_rows(ops) -> list[dict]:
     return [{"op": op, "index": index, "step": step, "rank": r.rank, "source_rank": r.source_rank,
              "bytes": r.bytes, "files": r.files, "start_s": r.start - release, "end_s": r.end - release,
              "seconds": r.end - r.start, "fsync_calls": r.fsyncs, "start_monotonic": r.start,
-             "end_monotonic": r.end}
+             "end_monotonic": r.end, "host": r.host or socket.gethostname()}
             for op, index, step, release, got in ops for r in got]
 
 
@@ -151,6 +153,17 @@ def latency_rows(hists: dict[str, list[int]]) -> list[dict]:
             for call, counts in hists.items() for i, n in enumerate(counts) if n]
 
 
+def host_roles(ops, pool) -> str:
+    """'launcher h0; ranks h0 ×4, h1 ×4' (MPI) or 'ranks <this host> ×N' (forked)."""
+    counts: dict[str, int] = {}
+    for r in (ops[0][-1] if ops else []):
+        host = r.host or socket.gethostname()          # forked ranks: this host
+        counts[host] = counts.get(host, 0) + 1
+    ranks = "ranks " + ", ".join(f"{h} ×{n}" for h, n in counts.items())
+    launch = getattr(getattr(pool, "session", None), "launch_host", None)
+    return f"launcher {launch}; {ranks}" if launch else ranks
+
+
 def run_row(p, model: str, ops, deletes: list[float], generator_gb_per_s: float, pool=None) -> dict:
     """The protocol run's row; `pool` (ranks.RankPool or mpi.MpiRankPool) says the launcher and clock."""
     w = p.workload(model)
@@ -172,7 +185,7 @@ def run_row(p, model: str, ops, deletes: list[float], generator_gb_per_s: float,
     row.update({"delete_s_mean": _mean(deletes), "deletes": len(deletes), "generator_gb_per_s": generator_gb_per_s,
                 "fsync_calls": sum(r["fsync_calls"] for r in rows),
                 "launcher": getattr(pool, "launcher", "fork"), "rank_clock": getattr(pool, "clock", ""),
-                "hosts": len({r.host for *_, got in ops for r in got})})
+                "hosts": len({r.host for *_, got in ops for r in got}), "host_roles": host_roles(ops, pool)})
     return {**row, **latency_columns(latency_histograms(ops))}
 
 

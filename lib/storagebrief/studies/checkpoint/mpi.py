@@ -32,6 +32,7 @@ from .rank_io import ONE_CLOCK, RankResult
 SECTION = "checkpoint"
 RANK_MODULE = "storagebrief.studies.checkpoint.mpi"
 PER_RANK_CLOCK = "per rank: CLOCK_MONOTONIC from the MPI barrier's release (ranks on other hosts)"
+FACTS = "host-facts"      # the request every rank answers with its host's name and facts (no barrier)
 
 
 class MpiRankPool:
@@ -52,6 +53,13 @@ class MpiRankPool:
         self._cm = open_session(RANK_MODULE, self.config, len(self.ranks), self.mpi, self.work_dir, SECTION,
                                 self.start_timeout_s)
         self.session = self._cm.__enter__()
+        try:
+            answers = self.session.request(FACTS)
+        except BaseException:
+            self._cm.__exit__(*sys.exc_info())
+            raise
+        self.rank_hosts = {a["rank"]: a["host"] for a in answers}
+        self.host_facts = {a["host"]: a["facts"] for a in answers}
         return self
 
     def __exit__(self, *exc) -> None:
@@ -80,6 +88,7 @@ def _rank_main(config_file: str) -> None:
     from mpi4py import MPI   # only ranks import MPI: the study process never initialises it
 
     from ...core import cgroups
+    from ...core.inventory import host_facts
     from .rank_io import operate
 
     comm = MPI.COMM_WORLD
@@ -100,7 +109,9 @@ def _rank_main(config_file: str) -> None:
         fail(" before the first operation", 2)
     barrier = kit_mpi.polite_barrier(comm)
 
-    def handle(msgs: dict):
+    def handle(msgs):
+        if msgs == FACTS:
+            return {"rank": rank, "host": host, "facts": host_facts()}
         barrier()                                         # the start line: released together
         try:
             return operate(rank, msgs[rank], buf, spec["fault"], host)

@@ -213,6 +213,8 @@ def _protocol(run, config: Config) -> Measurement:
         run.stop_clock()
     ops = saved + loaded
     _note_outside_cgroup(run, pool, procs_files)
+    for rank, host in getattr(pool, "rank_hosts", {}).items():
+        run.sweep.add_host(host, "checkpoint: MPI ranks", pool.host_facts.get(host))
     keys = {"run_id": run.run_id, "target": run.target.name, "model": model, "repeat": run.repeat}
     row = metrics.run_row(p, model, ops, deletes, state.generator_gb_per_s, pool)
     hists = metrics.latency_histograms(ops)
