@@ -151,6 +151,12 @@ def doctor_lines() -> list[str]:
                        ("mpirun", "emulate.launcher = mpi is refused (forked accelerators still run)")):
         path = shutil.which(tool)
         lines.append(f"{tool + ' ':.<23} {path or 'missing'}" + ("" if path else f"  -> {what}"))
+    from . import nethosts
+    why = nethosts.unavailable()
+    held = sorted(nethosts.owners()) if why is None else []
+    lines.append(f"{'test hosts (netns) ':.<23} " + (f"unavailable: {why}  -> the multi-host tests are skipped" if why
+                 else "yes" + (f"; existing now, made by PID {', '.join(map(str, held))} (doctor --clean removes "
+                               "those of dead PIDs)" if held else "")))
     try:
         import weasyprint  # noqa: F401
         lines.append(f"{'weasyprint (PDF) ':.<23} yes")
