@@ -10,7 +10,8 @@ import pandas as pd
 from ...kit.figures import metric_vs
 from ...kit.files import read_csv_or_none, read_json_or
 from ...report.display import analysis, fmt_s, show_figure, show_md, show_table, style
-from .metrics import LAT_BINS_PER_DECADE, days_saved_table, drive_columns, figures, supported
+from .metrics import (LAT_BINS_PER_DECADE, days_saved_table, drive_columns, extrapolation_refused, figures,
+                      supported)
 
 
 def section(study_dir: Path, frame, names: list[str]) -> None:
@@ -140,23 +141,30 @@ def _six_tests(frame, w: str, g, names: list[str], palette: dict) -> None:
 def _days_saved(frame, w: str, g, names: list[str], desc: dict) -> None:
     ref = names[0]
     epochs = int(g.epochs.iloc[0])
+    refused = extrapolation_refused(frame, w)
     for other in names[1:]:
         ds = days_saved_table(frame, ref, other, w)
         if ds.empty:
             continue
-        show_table(ds, f"{w}: training days saved per year by {ref} over {other}, extrapolated as in the KIOXIA "
-                       f"brief (365 days × the share of time saved; 100-epoch time = 100 ÷ {epochs} × "
-                       f"the {epochs}-epoch time; models/year = 8,760 h ÷ 100-epoch hours).",
-                   floatfmt="{:,.2f}")
-        best = ds.loc[ds["Days saved / year"].idxmax()]
-        show_md(f"**Analysis ({w}).** With {int(best.Accelerators)} accelerators {ref} finished "
-                f"{abs(best[f'{ref} faster %']):.1f} % {'faster' if best[f'{ref} faster %'] >= 0 else 'slower'} than "
-                f"{other} ({fmt_s(best[f'{ref}: s'])} vs {fmt_s(best[f'{other}: s'])}), which over a year of "
-                f"continuous training is ~{abs(best['Days saved / year']):.0f} days "
-                f"{'saved' if best['Days saved / year'] >= 0 else 'lost'}."
-                + (" The share of time saved carries over to full-size runs only as far as the scaled-down "
-                   "workload keeps the same demand-to-bandwidth ratio; the hours and models per year are those "
-                   "of the scaled-down run." if desc.get("scale_note") else ""))
+        show_table(ds, f"{w}: time to train, {ref} vs {other}" + (
+            f"; {refused}." if refused else
+            f", and training days saved per year, extrapolated as in the KIOXIA brief (365 days × the share of "
+            f"time saved; 100-epoch time = 100 ÷ {epochs} × the {epochs}-epoch time; models/year = 8,760 h ÷ "
+            "100-epoch hours)."), floatfmt="{:,.2f}")
+        best = ds.loc[ds[f"{ref} faster %"].idxmax()]
+        faster = best[f"{ref} faster %"]
+        text = (f"**Analysis ({w}).** With {int(best.Accelerators)} accelerators {ref} finished "
+                f"{abs(faster):.1f} % {'faster' if faster >= 0 else 'slower'} than "
+                f"{other} ({fmt_s(best[f'{ref}: s'])} vs {fmt_s(best[f'{other}: s'])})")
+        if refused:
+            text += "; the runs are too short to say what that is over a year (see the table's caption)."
+        else:
+            text += (f", which over a year of continuous training is ~{abs(best['Days saved / year']):.0f} days "
+                     f"{'saved' if best['Days saved / year'] >= 0 else 'lost'}."
+                     + (" The share of time saved carries over to full-size runs only as far as the scaled-down "
+                        "workload keeps the same demand-to-bandwidth ratio; the hours and models per year are "
+                        "those of the scaled-down run." if desc.get("scale_note") else ""))
+        show_md(text)
 
 
 def _supported_table(sup) -> None:

@@ -366,6 +366,22 @@ def mlperf_results(frame) -> dict:
     return out
 
 
+# Per-year figures are extrapolated only from runs in steady state: at least this long and at least two
+# epochs each (the first epoch's start-up and cache warm-up, the last step's drain, are then a small part).
+STEADY_MIN_S = 60.0
+PER_YEAR = ("Days saved / year", "models / year")
+
+
+def extrapolation_refused(frame, workload: str) -> str | None:
+    """Why this workload's runs are too short to extrapolate to a year, or None when they hold."""
+    g = frame[frame.workload == workload]
+    shortest, epochs = float(g.total_time_s.min()), int(g.epochs.min())
+    if shortest < STEADY_MIN_S or epochs < 2:
+        return (f"not extrapolated to a year: the shortest run took {shortest:.1f} s over {epochs} epoch(s); "
+                f"per-year figures need runs of at least {STEADY_MIN_S:.0f} s and 2 epochs (steady state)")
+    return None
+
+
 def days_saved_table(frame, ref: str, other: str, workload: str):
     """KIOXIA-style extrapolation: % faster, days saved per year, 100-epoch hours, models per year."""
     g = frame[frame.workload == workload].groupby(["accelerators", "target"]).total_time_s.mean().unstack("target")
@@ -381,7 +397,10 @@ def days_saved_table(frame, ref: str, other: str, workload: str):
                      f"{ref}: 100-epoch h": h_ref, f"{other}: 100-epoch h": h_other,
                      f"{ref}: models / year": 8760 / h_ref if h_ref else float("nan"),
                      f"{other}: models / year": 8760 / h_other if h_other else float("nan")})
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    if extrapolation_refused(frame, workload) and not table.empty:
+        table = table[[c for c in table.columns if not c.endswith(PER_YEAR) and "100-epoch" not in c]]
+    return table
 
 
 def figures(frame) -> list[tuple[str, str, str, str]]:
