@@ -53,3 +53,31 @@ def test_an_svg_figure_is_vector_in_the_pdf(tmp_path):
     images = subprocess.run(["pdfimages", "-list", str(pdf)], capture_output=True, text=True).stdout
     assert len(images.strip().splitlines()) == 2, images    # the header lines only: no raster image
     assert pdf.stat().st_size > 1000
+
+
+def test_a_target_keeps_its_colour_in_every_figure_also_where_a_study_ran_fewer_targets():
+    display.set_target_order(["local", "hdd-emulated", "nvme"])
+    try:
+        all_three = display.target_colors(["local", "hdd-emulated", "nvme"])
+        assert display.target_colors(["hdd-emulated"])["hdd-emulated"] == all_three["hdd-emulated"]
+        assert display.target_colors(["nvme", "local"]) == {"nvme": all_three["nvme"], "local": all_three["local"]}
+        assert len(set(all_three.values())) == 3
+        assert display.target_colors(["elsewhere"])["elsewhere"] not in all_three.values()
+    finally:
+        display.set_target_order([])
+
+
+def test_log_axes_label_only_major_ticks_as_plain_numbers():
+    f, ax = plt.subplots()
+    ax.plot([610, 630, 650], [0.61, 0.62, 0.63])       # less than a decade: matplotlib would label minors
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    display.log_axis_ticks(ax)
+    f.canvas.draw()
+    minor = [t.get_text() for t in ax.yaxis.get_minorticklabels() + ax.xaxis.get_minorticklabels()]
+    assert not any(minor), minor
+    for axis in (ax.xaxis, ax.yaxis):                   # a short axis still gets a few plain labels
+        lo, hi = sorted(ax.get_xlim() if axis is ax.xaxis else ax.get_ylim())
+        major = [t.get_text() for t in axis.get_majorticklabels() if t.get_text() and lo <= t.get_position()[axis is ax.yaxis] <= hi]
+        assert len(major) >= 2 and all("10^" not in m and "×" not in m and "$" not in m for m in major), major
+    plt.close(f)

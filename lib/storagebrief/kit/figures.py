@@ -7,9 +7,10 @@ def metric_vs(ax, data, x: str, y: str, names: list[str], kind: str = "line", pa
     ±1 sd over repeats as error bars: `kind` "line" (markers at each value) or "bar"."""
     import seaborn as sns
 
-    common = dict(data=data, x=x, y=y, hue="target", hue_order=names, errorbar="sd", ax=ax)
-    if palette is not None:
-        common["palette"] = palette
+    from ..report.display import target_colors
+
+    common = dict(data=data, x=x, y=y, hue="target", hue_order=names, errorbar="sd", ax=ax,
+                  palette=palette if palette is not None else target_colors(names))
     if kind == "bar":
         return sns.barplot(**common)
     if kind == "line":

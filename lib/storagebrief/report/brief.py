@@ -18,7 +18,7 @@ import pandas as pd
 from ..core import config as config_mod
 from ..studies import get as get_study
 from . import inputs
-from .display import limits_box, show_html, show_md, show_table
+from .display import limits_box, set_target_order, show_html, show_md, show_table
 
 
 def _in_kernel() -> bool:
@@ -148,6 +148,7 @@ def _all_unapplied(reports_dir) -> dict[str, str]:
 @_part("The cover")
 def title_block(reports_dir: str | Path, params_file: str | Path) -> None:
     params = config_mod.load(params_file, check_targets=False)   # the brief writes nothing into targets
+    set_target_order([t.name for t in params.targets])             # one colour per target in every figure
     studies = [s.title + ("" if s.ok else " (could not be read)") + (" (cut short)" if s.cut_short() else "")
                for s in inputs.studies(reports_dir)]
     inv = _latest_inventory(reports_dir)

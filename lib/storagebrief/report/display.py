@@ -61,10 +61,57 @@ def show_figure(fig, caption: str = "") -> None:
     show_html(figure_html(fig, caption))
 
 
+_TARGET_ORDER: list[str] = []      # every target of the brief, in params order (set by the cover)
+
+
+def set_target_order(names: list[str]) -> None:
+    """The brief's targets in params order: each keeps its colour in every study's figures, also where a
+    study ran only some of them."""
+    _TARGET_ORDER[:] = list(dict.fromkeys(names))
+
+
+def target_colors(names: list[str]) -> dict:
+    """One colour per target (seaborn's colour-blind-safe palette), the same in every figure of the
+    brief: by position in the brief's target order, then in `names`."""
+    import seaborn as sns
+    order = _TARGET_ORDER + [n for n in names if n not in _TARGET_ORDER]
+    palette = sns.color_palette("colorblind", max(len(order), 3))
+    return {n: palette[order.index(n) % len(palette)] for n in names}
+
+
+def _decade_ticks_in(lo: float, hi: float) -> int:
+    """How many of 1, 2, 5 × 10^k fall in [lo, hi]."""
+    import math
+    if lo <= 0 or hi <= lo:
+        return 0
+    return sum(1 for k in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+               for m in (1, 2, 5) if lo <= m * 10 ** k <= hi)
+
+
+def log_axis_ticks(ax, which: str = "both") -> None:
+    """Log axes with a few labelled ticks as plain numbers (1, 2, 5 × 10^k; on an axis spanning less than
+    that, evenly spaced values), minor ticks unlabelled: matplotlib labels minors on a short log axis,
+    and they print on top of each other ("6.1 × 10⁻¹6.2 × 10⁻¹…")."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
+
+    from .formatting import significant
+    plain = FuncFormatter(lambda v, _: significant(v))
+    for name in ("x", "y") if which == "both" else (which,):
+        axis = ax.xaxis if name == "x" else ax.yaxis
+        lo, hi = sorted(ax.get_xlim() if name == "x" else ax.get_ylim())
+        if _decade_ticks_in(lo, hi) < 2:
+            axis.set_major_locator(MaxNLocator(nbins=4))
+        else:      # 1, 2, 5 per decade over two decades or less; beyond, the decades alone
+            wide = lo > 0 and hi / lo > 100
+            axis.set_major_locator(LogLocator(base=10, subs=(1.0,) if wide else (1.0, 2.0, 5.0), numticks=10))
+        axis.set_major_formatter(plain)
+        axis.set_minor_formatter(NullFormatter())
+
+
 def style() -> None:
     import matplotlib
     import seaborn as sns
-    sns.set_theme(style="whitegrid", context="notebook", palette="deep")
+    sns.set_theme(style="whitegrid", context="notebook", palette="colorblind")
     matplotlib.rcParams.update({"figure.figsize": (7.2, 3.4), "axes.titlesize": 11})
 
 

@@ -9,13 +9,12 @@ import pandas as pd
 
 from ...kit.figures import metric_vs
 from ...kit.files import read_csv_or_none, read_json_or
-from ...report.display import analysis, fmt_s, show_figure, show_md, show_table, style
+from ...report.display import analysis, fmt_s, show_figure, show_md, show_table, style, target_colors
 from .metrics import (LAT_BINS_PER_DECADE, days_saved_table, drive_columns, extrapolation_refused, figures,
                       supported)
 
 
 def section(study_dir: Path, frame, names: list[str]) -> None:
-    import seaborn as sns
 
     style()
     study_dir = Path(study_dir)
@@ -23,7 +22,7 @@ def section(study_dir: Path, frame, names: list[str]) -> None:
     _what_ran(frame, desc)
     _hosts(study_dir, frame)
     _workload_table(frame)
-    palette = dict(zip(names, sns.color_palette("deep", len(names))))
+    palette = target_colors(names)
     for w, g in frame.groupby("workload", sort=False):
         _six_tests(frame, w, g, names, palette)
         _days_saved(frame, w, g, names, desc)

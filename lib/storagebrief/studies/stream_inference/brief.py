@@ -9,7 +9,7 @@ from ...kit import disk_metrics
 from ...kit.disk_metrics import cell as _g
 from ...kit.files import read_json_or
 from ...kit.runs import ok_runs
-from ...report.display import analysis, show_figure, show_md, show_table, style
+from ...report.display import analysis, show_figure, show_md, show_table, style, target_colors
 
 
 def disk_table(frame, target: str):
@@ -105,7 +105,7 @@ def _figure(ok, names: list[str]) -> None:
                                         ("latency_ms_p99", "frame latency p99 (ms)")]):
         if col in sweep:
             sns.lineplot(sweep, x="streams", y=col, hue="target", hue_order=names, marker="o", ax=ax,
-                         errorbar=None, legend=ax is axes[0])
+                         errorbar=None, legend=ax is axes[0], palette=target_colors(names))
         ax.set(xlabel="concurrent streams", ylabel="", title=label)
     show_figure(fig, "Streams sweep (first video, first topic count): the brokers' disk load and the "
                      "end-to-end latency as streams are added.")

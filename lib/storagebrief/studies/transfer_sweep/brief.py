@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from ...kit.files import read_csv_or_none, read_json_or
-from ...report.display import analysis, show_figure, show_md, show_table, style
+from ...report.display import analysis, log_axis_ticks, show_figure, show_md, show_table, style, target_colors
 from .params import size_label
 
 
@@ -81,6 +81,7 @@ def _curves(g: pd.DataFrame, hue: str, order: list[str], title: str) -> None:
     p99 = "clat_us_p99_merged" if "clat_us_p99_merged" in g else "clat_us_p99_mean"
     fig, axes = plt.subplots(len(sizes), 2, figsize=(9.5, 2.5 * len(sizes)), squeeze=False)
     styles = ["-", "--", ":", "-."]
+    colors = target_colors(order) if hue == "target" else {}
     for i, bs in enumerate(sizes):
         for j, (col, ylabel) in enumerate((("lat_us_mean_mean", "mean latency µs"), (p99, "p99 latency µs"))):
             ax = axes[i][j]
@@ -88,11 +89,15 @@ def _curves(g: pd.DataFrame, hue: str, order: list[str], title: str) -> None:
                 c = g[(g.block_size_bytes == bs) & (g[hue] == h)].sort_values("queue_depth")
                 if c.empty:
                     continue
-                ax.plot(c.throughput_mb_per_s_mean, c[col], styles[k % 4], marker="o", label=str(h))
-                for x, y, q in zip(c.throughput_mb_per_s_mean, c[col], c.queue_depth):
-                    ax.annotate(f"QD{int(q)}", (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+                ax.plot(c.throughput_mb_per_s_mean, c[col], styles[k % 4], marker="o", label=str(h),
+                        color=colors.get(h))
+                for n, (x, y, q) in enumerate(zip(c.throughput_mb_per_s_mean, c[col], c.queue_depth)):
+                    # labels alternate above and below their dot: neighbouring QDs do not print on each other
+                    ax.annotate(f"QD{int(q)}", (x, y), fontsize=7, xytext=(3, 4 if n % 2 == 0 else -10),
+                                textcoords="offset points")
             ax.set_xscale("log")
             ax.set_yscale("log")
+            log_axis_ticks(ax)
             ax.set(xlabel="throughput MB/s", ylabel=ylabel, title=f"{size_label(int(bs))} transfers")
             if i == 0 and j == 0:
                 ax.legend(fontsize=8)
