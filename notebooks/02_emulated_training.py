@@ -24,7 +24,7 @@ emulate = {
     'workload_overrides': {'unet3d': {'record_bytes': 500000, 'record_bytes_stdev': 233000, 'compute_s': {'v100': 0.04}}},  # partial specs merged over the reference values, or whole new workloads
     'accelerators': [1, 2, 3, 4],  # sweep per target
     'stop_below_threshold': False,  # True: stop a target's sweep after the first N whose AU < threshold
-    'repeats': 3,
+    'repeats': 2,
     'epochs': 3,  # DLIO default is 5
     'num_files': 336,  # files per workload (None with mlperf sizing: >= 5 x host memory)
     'dataset_sizing': 'memory_cap',  # memory_cap: run in a cgroup capping page cache (dataset >= 5 x cap);

@@ -222,3 +222,17 @@ def test_io_max_read_back_v2(tmp_path, monkeypatch):
     with pytest.raises(cgroups.CgroupLimitError, match=r"io.max riops on 8:0: wrote 4,294,967,297 but the kernel "
                                                        r"stored 4,294,967,295"):
         g._set_io(cgroups.IoLimits(device=(8, 0), read_iops=2**32 + 1))
+
+
+def test_set_io_throttles_a_counting_group_from_then_on(tmp_path):
+    """A group made with IoLimits(device) alone counts without a limit; set_io throttles it later
+    (train_resnet50: a job's start-up unthrottled, its measured phase at the emulated profile)."""
+    g = cgroups.Cgroup("later")
+    with pytest.raises(cgroups.CgroupUnavailable, match="no io controller"):
+        g.set_io(cgroups.IoLimits(device=(8, 0), read_iops=150))
+    g.dirs["blkio"] = (2, tmp_path)
+    g._set_io(cgroups.IoLimits(device=(8, 0)))          # what create() writes for a counting group: nothing
+    assert not (tmp_path / "io.max").exists()
+    g.set_io(cgroups.IoLimits(device=(8, 0), read_bps=150 * 10**6, read_iops=150))
+    assert cgroups.read_io_max(tmp_path / "io.max", (8, 0)) == {"rbps": 150 * 10**6, "riops": 150}
+    assert g.io.read_iops == 150

@@ -310,6 +310,17 @@ class Cgroup(CgroupReadings):
                 f"cgroup v2: cannot enable '{controller}' for children of {parent} ({exc.strerror}); "
                 "a v2 cgroup holding processes cannot delegate controllers") from None
 
+    def set_io(self, io: IoLimits) -> None:
+        """Throttle a group made with IoLimits(device) alone (accounting, no limit) from now on: a
+        training job's start-up reads its libraries unthrottled, its measured phase meets the profile."""
+        if "blkio" not in self.dirs:
+            raise CgroupUnavailable(f"cgroup {self.name} has no io controller to throttle")
+        try:
+            self._set_io(io)
+        except OSError as exc:
+            raise CgroupUnavailable(f"cannot throttle cgroup {self.name}: {exc}") from None
+        self.io = io
+
     def _set_memory(self, limit: int) -> None:
         version, d = self.dirs["memory"]
         if version == 1:

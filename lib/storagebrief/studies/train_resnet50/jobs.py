@@ -94,6 +94,7 @@ class Job:
     def go(self) -> None:
         self.proc.stdin.write(b"go\n")
         self.proc.stdin.flush()
+        self.last_progress = time.monotonic()   # a job started early waited idle since ready
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -194,3 +194,9 @@ def worker_main(spec_path: str) -> None:
     if sys.stdin.readline().strip() != "go":
         return
     _train(spec, tf, it, train_step, checkpointer, fd)
+    # Done: checkpoints are on the device, events and logs unbuffered. The interpreter's teardown with
+    # TensorFlow loaded (its thread pools, the endless tf.data iterator still prefetching) took 6.3 s
+    # here vs 0.14 s for _exit (measured), while the parent waits for the job to end.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
