@@ -11,6 +11,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from storagebrief.report import formatting
+
 from conftest import REPO  # noqa: E402
 # Tiny values per study section: the chain runs in about a minute or two.
 TINY = {
@@ -135,7 +137,8 @@ def test_dvc_chain_renders_brief_with_recomputable_headlines(tmp_path):
         else:
             expected = _recompute(runs, MATCH_KEYS[study], metric, better_of[(study, hid)], "local", "hdd-emulated")
         assert float(value) == expected, (study, hid)
-        assert f"{abs(float(value)):.1f}%" in html
+        v, better = float(value), better_of[(study, hid)]    # as the card writes it (report/formatting.py)
+        assert (formatting.difference(v, better) if v > 0 else f"{v:+.1f}%") in html, (study, hid, v)
     assert {hid for s, hid, _ in cards if s == "train_resnet50" and "|" in hid} == {
         f"{m}:{t}|2.5:1_vs_none" for m in ("job_read_bytes", "training_time_s") for t in ("local", "hdd-emulated")}
     for study in ("input_mb_per_s", "completion_time_s"):
