@@ -14,6 +14,7 @@ params_file = "params.yaml"
 from storagebrief import report
 
 report.title_block(reports_dir, params_file)
+report.answers(reports_dir)
 
 # %%
 report.snapshot(reports_dir)
@@ -30,3 +31,6 @@ report.appendix_configuration(reports_dir)
 
 # %%
 report.appendix_procedure(reports_dir, params_file)
+
+# %%
+report.appendix_comparisons(reports_dir)

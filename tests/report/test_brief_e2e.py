@@ -139,10 +139,17 @@ def test_dvc_chain_renders_brief_with_recomputable_headlines(tmp_path):
         assert float(value) == expected, (study, hid)
         v, better = float(value), better_of[(study, hid)]    # as the card writes it (report/formatting.py)
         assert (formatting.difference(v, better) if v > 0 else f"{v:+.1f}%") in html, (study, hid, v)
-    assert {hid for s, hid, _ in cards if s == "train_resnet50" and "|" in hid} == {
+    # the snapshot shows the largest effects, at least one per study; headlines.json and Appendix C all of them
+    assert len(cards) == min(8, len([h for h in headlines if h["delta_percent"] is not None]))
+    assert {h["id"] for h in headlines if h["study"] == "train_resnet50" and "|" in h["id"]} == {
         f"{m}:{t}|2.5:1_vs_none" for m in ("job_read_bytes", "training_time_s") for t in ("local", "hdd-emulated")}
-    for study in ("input_mb_per_s", "completion_time_s"):
-        assert any(hid.startswith(study) for s, hid, _ in cards if s == "preprocess")
+    for metric in ("input_mb_per_s", "completion_time_s"):
+        assert any(h["id"].startswith(metric) for h in headlines if h["study"] == "preprocess")
+    assert "Appendix C" in html
+    for h in headlines:                                  # pandas escapes &, < and > in table cells
+        assert h["label"].replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;") in html, h["label"]
+    # page 1's answers: accelerators supported for every target (emulated, and fio's forecast beside)
+    assert "The answers" in html and html.count("Accelerators supported, emulated") >= 2
     # every configuration x target x repeat ran and wrote its row
     assert len(pd.read_csv(work / "reports" / "preprocess" / "runs.csv")) == (2 + 1) * 2 * 2
     assert len(pd.read_csv(work / "reports" / "emulate" / "runs.csv")) == 2 * 2

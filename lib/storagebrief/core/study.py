@@ -74,3 +74,9 @@ class Study:
 
     def brief_section(self, study_dir, frame, target_names: list[str]) -> None:
         return self.room("brief").section(Path(study_dir), frame, target_names)
+
+    def answers(self, study_dir, frame, target_names: list[str]) -> list[dict]:
+        """The questions this study answers on the brief's first page: rows of {question, target,
+        answer, basis} from its own outputs (a study without `answers` in its brief room has none)."""
+        fn = getattr(self.room("brief"), "answers", None)
+        return fn(Path(study_dir), frame, target_names) if fn is not None else []

@@ -17,7 +17,7 @@ import pandas as pd
 
 from ..core import config as config_mod
 from ..studies import get as get_study
-from . import inputs
+from . import formatting, inputs
 from .display import limits_box, set_target_order, show_html, show_md, show_table
 
 
@@ -182,9 +182,56 @@ def title_block(reports_dir: str | Path, params_file: str | Path) -> None:
         show_table(pd.DataFrame(rows), "Storage targets compared in this brief (details in Appendix A).")
 
 
+@_part("The answers")
+def answers(reports_dir: str | Path) -> None:
+    """Page 1's answers, one row per question and target, from every readable study that has some."""
+    rows = []
+    for s in inputs.readable(reports_dir):
+        for a in get_study(s.key).answers(s.dir, s.frame, s.names):
+            rows.append({"Question": a["question"], "Target": a["target"], "Answer": a["answer"],
+                         "Basis (what limited it, how measured)": a.get("basis", "")})
+    if rows:
+        show_html('<h2 class="answers">The answers</h2>')
+        show_table(pd.DataFrame(rows), "Each answer is computed from the runs the study wrote (its section and "
+                                       "CSV files give the detail); quick-profile runs are short and scaled down.")
+
+
+SNAPSHOT_CARDS = 8
+
+
+def effect_size(h: dict) -> float:
+    """How large a headline's difference is, either way: |log| of its better-direction factor."""
+    import math
+    d = h.get("delta_percent")
+    if d is None:
+        return -1.0
+    f = formatting.factor(d, h["better"])
+    return math.inf if f == math.inf else abs(math.log(f)) if f > 0 else math.inf
+
+
+def pick_cards(hs: list[dict], n: int = SNAPSHOT_CARDS) -> list[dict]:
+    """The snapshot's cards: each study's largest effect first, then the largest of the rest, n in all,
+    in the studies' order; every other comparison is in Appendix C."""
+    ranked = sorted((h for h in hs if h.get("delta_percent") is not None), key=effect_size, reverse=True)
+    chosen, studies = [], []
+    for h in ranked:
+        if h["study"] not in studies and len(chosen) < n:
+            chosen.append(h)
+            studies.append(h["study"])
+    for h in ranked:
+        if len(chosen) >= n:
+            break
+        if h not in chosen:
+            chosen.append(h)
+    order = {s: i for i, s in enumerate(dict.fromkeys(h["study"] for h in hs))}
+    return sorted(chosen, key=lambda h: (order[h["study"]], -effect_size(h)))
+
+
 @_part("The results snapshot")
 def snapshot(reports_dir: str | Path) -> None:
     hs, left_out = snapshot_headlines(reports_dir)
+    total = len(hs)
+    hs = pick_cards(hs)
     missing = ("<p class=\"left-out\">Not in this snapshot: " + "; ".join(
         f"<b>{html.escape(t)}</b> ({html.escape(why)})" for t, why in left_out) + ".</p>") if left_out else ""
     if not hs:
@@ -208,7 +255,22 @@ def snapshot(reports_dir: str | Path) -> None:
                    for title, cards in groups.items())
     show_html('<h2>Test results snapshot</h2><p>Reference target compared with each other target (for '
               'training, also each memory limit with no limit on the same target); "up to" is the largest '
-              'difference over the configurations both ran (means over repeats).</p>' + body + missing)
+              f'difference over the configurations both ran (means over repeats). The {len(hs)} largest effects '
+              f'of {total} comparisons, at least one per study; all of them are in Appendix C.</p>' + body + missing)
+
+
+@_part("Appendix C")
+def appendix_comparisons(reports_dir: str | Path) -> None:
+    """Every headline comparison (the snapshot shows the largest): study, what, pair, result, where."""
+    hs, _ = snapshot_headlines(reports_dir)
+    if not hs:
+        return
+    rows = [{"Study": h["study_title"], "Comparison": h["label"], "Pair": f'{h["ref"]} vs {h["other"]}',
+             "Result": h["text"], "Where": ", ".join(f"{k} {v}" for k, v in (h.get("at") or {}).items()),
+             "Caveats": "; ".join(h.get("caveats", []))} for h in hs]
+    show_html('<h2 class="appendix">Appendix C — Every comparison</h2>')
+    show_table(pd.DataFrame(rows), "Every headline the studies computed (reports/headlines.json), largest effects "
+                                   "on the snapshot; each is recomputable from its study's runs.csv.")
 
 
 def study_section(key: str, study_dir: str | Path) -> None:

@@ -283,3 +283,19 @@ def trace_workloads(frame, names: list[str]) -> list[tuple[str, str]]:
         top = g[g.accelerators == g.accelerators.max()].sort_values("repeat").iloc[0]
         out.append((f"Emulated {w}, {int(top.accelerators)} accelerators", top.run_id))
     return out
+
+
+def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
+    """Page 1: accelerators supported per workload and target, with what limited it. An answer equal to
+    the largest count tested with every count passing is a floor: written "≥ N"."""
+    sup = supported(frame)
+    out = []
+    for _, r in sup.iterrows():
+        n = 0 if pd.isna(r.accelerators_supported) else int(r.accelerators_supported)
+        floor = n >= int(r.max_accelerators_tested) and str(r.supported_limited_by) in ("none", "", "nan")
+        answer = f"≥ {int(r.max_accelerators_tested)}" if floor else str(r.accelerators_supported_text)
+        basis = ("every count tested kept AU ≥ threshold: the largest tested is a floor" if floor
+                 else f"limited by {r.supported_limited_by}")
+        out.append({"question": f"Accelerators supported, emulated ({r.workload}, AU ≥ {r.au_threshold_percent:g} %)",
+                    "target": r.target, "answer": answer, "basis": f"{basis}; emulate study"})
+    return out

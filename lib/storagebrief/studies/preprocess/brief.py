@@ -194,3 +194,16 @@ def trace_workloads(frame, names: list[str]) -> list[tuple[str, str]]:
         return []
     top = ps[ps.processes == ps.processes.max()].sort_values("repeat").iloc[0]
     return [(f"Preprocess, {int(top.processes)} processes", top.run_id)]
+
+
+def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
+    """Page 1: the best ingest bandwidth per target and the process count that gave it."""
+    ok = frame[(frame.status == "ok") & (frame.sweep == "processes")] if "sweep" in frame else frame
+    out = []
+    for t in names:
+        g = ok[ok.target == t].groupby("processes").input_mb_per_s.mean()
+        if len(g):
+            out.append({"question": "Ingest bandwidth (TIFF → OpenCV → TFRecord), best process count",
+                        "target": t, "answer": f"{g.max():,.1f} MB/s at P = {int(g.idxmax())}",
+                        "basis": f"mean over repeats, P in {', '.join(str(int(x)) for x in g.index)}; preprocessing study"})
+    return out

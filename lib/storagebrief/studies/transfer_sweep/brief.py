@@ -183,3 +183,16 @@ def _forecast(study_dir: Path) -> None:
         diffs = ", ".join(f"{r.target}: {int(r.accelerators_forecast)} vs {r.emulated_supported_text}"
                           for r in idle.itertuples())
         show_md(f"**Forecast vs emulation (idle system, as the emulate study ran).** {diffs}.")
+
+
+def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
+    """Page 1: the fio forecast of accelerators supported, idle system, per target and workload."""
+    fc = read_csv_or_none(study_dir / "forecast.csv")
+    if fc is None:
+        return []
+    idle = fc[fc.load == "idle"] if (fc.load == "idle").any() else fc
+    return [{"question": f"Accelerators supported, fio forecast ({r.workload}, AU ≥ {r.au_threshold_percent:g} %)",
+             "target": r.target, "answer": f"{int(r.accelerators_forecast)}",
+             "basis": f"{r.throughput_used_mb_per_s:,.0f} MB/s at QD {int(r.queue_depth_used)} ÷ "
+                      f"{r.demand_mb_per_s_per_accelerator:,.1f} MB/s per accelerator; transfer-size study"}
+            for _, r in idle.iterrows()]
