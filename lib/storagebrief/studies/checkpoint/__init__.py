@@ -8,7 +8,7 @@ STUDY = Study(
     title="Checkpointing: llama3 checkpoints saved and restored",
     notebook="notebooks/06_checkpoint.py",
     outputs=("runs.csv", "checkpoints.csv", "ranks.csv", "cost_checkpoints.csv", "timeseries", "inventory.json", "notes.json",
-             "study.json", "mlperf_summary.json", "notebook.ipynb"),
+             "study.json", "mlperf_summary.json", "logs", "notebook.ipynb"),
     brief_inputs=("runs.csv", "checkpoints.csv", "ranks.csv", "cost_checkpoints.csv", "study.json", "mlperf_summary.json",
                   "notes.json", "inventory.json"),
     # llama3-8b's 8 ranks, each file divided by 65536 (≈ 1.6 MiB a checkpoint): every path (saves,

@@ -23,13 +23,15 @@ from ...core.columns import Column
 from ...kit import runs
 from ...kit.checkpoint_cost import restore_s, shortest_interval_for_overhead
 from ...report.headlines import versus_reference
+from .framework import COLUMNS as FRAMEWORK_COLUMNS
 
 
 COLUMNS: tuple[Column, ...] = (
-    Column("sweep", "", "which sweep the run belongs to: protocol (MLPerf's saves then restores) or cost (what "
-                        "checkpointing costs an emulated training loop)", "text"),
+    Column("sweep", "", "which sweep the run belongs to: protocol (MLPerf's saves then restores), cost (what "
+                        "checkpointing costs an emulated training loop) or framework (TensorFlow's own "
+                        "checkpoints of a BERT-shaped model)", "text"),
     Column("model", "", "the llama3 checkpoint workload (core.checkpoint_workloads); cost: whose checkpoint "
-                        "size (at scale) the loop saves", "text"),
+                        "size (at scale) the loop saves; framework: bert", "text"),
     Column("ranks", "", "the model's rank count (tp·pp·dp)"),
     Column("writers", "", "ranks that wrote (and read) on this host: all of them, or 8 in subset mode"),
     Column("zero_stage", "", "ZeRO stage of the layout (3: every rank a share; 1: dp rank 0 writes the model)"),
@@ -80,6 +82,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("deletes", "", "checkpoints deleted in the run (retain)"),
     Column("generator_gb_per_s", "GB/s", "os.urandom's own rate on this host (10^9 B/s), measured once"),
     Column("fsync_calls", "", "fsync calls the ranks issued in the run (one per file, one per folder per rank)"),
+    *FRAMEWORK_COLUMNS,
 )
 REQUIRED = ("model", "mode", "scale", "writers", "checkpoint_bytes", "mlperf_save_gib_per_s",
             "honest_save_gib_per_s", "save_overstatement_ratio", "save_duration_s_mean", "save_rank_skew_s_mean",

@@ -15,7 +15,9 @@ the last rank's fsync returned, from the barrier) both come from the same operat
 The "cost" sweep (cost.py: what a checkpoint costs training, sync vs async) is a second kind of
 Config (`sweep="cost"`, with `mode` none|sync|async and `interval_steps`), planned after the protocol
 runs from `checkpoint.cost`; run_one dispatches on Config.sweep. finish() turns both into the
-intervals table (metrics.intervals) in study.json.
+intervals table (metrics.intervals) in study.json. The "framework" sweep (framework.py: TensorFlow's
+own CheckpointManager on a BERT-shaped model, `mode` = its scenario) comes last, from
+`checkpoint.framework`; its TensorFlow jobs (one per target) are stopped by close().
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ from ...core import results
 from ...core.checkpoint_workloads import GIB, files_of_rank, size_table, workload
 from ...core.sweep import Measurement, Point
 from ...kit.space import check_space
-from . import STUDY, cost, dataset, metrics
+from . import STUDY, cost, dataset, framework, metrics
 from .params import CheckpointParams
 from .ranks import RankPool
 
@@ -43,7 +45,7 @@ class Config:
     """One point: which sweep ("protocol" or "cost"), the model; a cost run's mode and interval."""
     sweep: str
     model: str
-    mode: str = ""               # cost: none | sync | async
+    mode: str = ""               # cost: none | sync | async; framework: its scenario
     interval_steps: int = 0      # cost: checkpoint every this many steps (0: none)
 
 
@@ -53,6 +55,7 @@ class CheckpointState:
     generator_gb_per_s: float = 0.0
     removed: list[str] = field(default_factory=list)
     baselines: dict = field(default_factory=dict)   # (target, repeat) -> the cost sweep's mode-none CostResult
+    framework: dict = field(default_factory=dict)   # target name -> its framework.TfJob
 
 
 def _generator_gb_per_s() -> float:
@@ -87,7 +90,7 @@ def plan(sweep) -> list[Point]:
     p: CheckpointParams = sweep.p
     protocol = [Point(Config("protocol", m), r, f"{m}: {p.saves} saves, {p.restores} restores")
                 for r in range(1, p.repeats + 1) for m in p.models]
-    return protocol + cost.points(p, p.repeats, Config)
+    return protocol + cost.points(p, p.repeats, Config) + framework.points(p, p.repeats, Config, sweep.note)
 
 
 def run_id(config: Config, target, repeat: int) -> str:
@@ -144,6 +147,8 @@ def _restores(run, pool: RankPool, p: CheckpointParams, kept, files) -> list:
 
 
 def run_one(run, config: Config) -> Measurement:
+    if config.sweep == "framework":
+        return framework.measure(run, config)
     if config.sweep == "cost":
         row, records = cost.measure(run, run.p, config, run.sweep.state.baselines)
         keys = {"run_id": run.run_id, "target": run.target.name, "repeat": run.repeat}
@@ -171,6 +176,12 @@ def _protocol(run, config: Config) -> Measurement:
                                     "ranks.csv": [{**keys, **r} for r in metrics.rank_rows(ops)]})
 
 
+def close(sweep) -> None:
+    """Always last: the framework sweep's TensorFlow jobs stopped, their cgroups removed."""
+    if isinstance(sweep.state, CheckpointState):
+        framework.close(sweep.state)
+
+
 def finish(sweep, frame) -> None:
     """mlperf_summary.json per (target, model), study.json, and the generator's note."""
     import pandas as pd
@@ -180,6 +191,7 @@ def finish(sweep, frame) -> None:
     ckpts = pd.DataFrame(sweep.tables.get("checkpoints.csv", []))
     if not sweep.tables.get(cost.TABLE):             # the stage's output exists even with the sweep off
         results.write_csv(sweep.out_dir / cost.TABLE, pd.DataFrame(columns=cost.TABLE_COLUMNS))
+    (sweep.out_dir / "logs").mkdir(exist_ok=True)    # the framework sweep's TensorFlow log (a stage output)
     results.write_json(sweep.out_dir / "mlperf_summary.json", metrics.mlperf_summary(ckpts))
     for t in sweep.target_names:
         rate = metrics.best_write_gb_per_s(ckpts, t)
@@ -195,6 +207,7 @@ def finish(sweep, frame) -> None:
         "writers": {m: len(p.writers(m)) for m in p.models},
         "checkpoint_bytes": {m: p.checkpoint_bytes(m) for m in p.models},
         "generator_gb_per_s": state.generator_gb_per_s, "removed_incomplete": state.removed,
+        "framework": p.framework.model_dump(),
         "cost": p.cost.model_dump(), "cost_checkpoint_bytes": p.cost_bytes if p.cost.on else None,
         "intervals": metrics.intervals(frame, sweep.target_names, p.cost.overhead_limit_percent),
         "size_table": [{"model": r.model, "parameters": r.parameters, "model_gib": r.model_gib,
