@@ -178,3 +178,20 @@ def test_killing_the_tensorflow_job_is_a_failed_row_and_leaves_nothing(tmp_path)
     assert not process_alive(killed[0]) and not _tf_jobs()
     assert not cgroups.leftover_dirs(os.getpid())
     assert not (tmp_path / "fast" / "storagebrief" / "checkpoint" / "framework").exists()
+
+
+def test_the_plan_puts_the_framework_last_and_skips_limited_without_memory_cgroups(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+    from storagebrief.studies.checkpoint import run as ck_run
+
+    notes: list = []
+    p = config.validate(_data(tmp_path), root=REPO).section("checkpoint")
+    cfgs = [pt.config for pt in ck_run.plan(SimpleNamespace(p=p, note=notes.append))]
+    assert [c.sweep for c in cfgs] == ["protocol"] + ["framework"] * (4 - bool(framework.memory_unavailable()))
+    assert [(c.mode, c.interval_steps) for c in cfgs[1:3]] == [("default", 4), ("every", 2)]
+    monkeypatch.setattr(framework, "memory_unavailable", lambda: "unavailable: not root")
+    cfgs = [pt.config for pt in ck_run.plan(SimpleNamespace(p=p, note=notes.append))]
+    assert [c.mode for c in cfgs if c.sweep == "framework"] == ["default", "every", "ingest"]
+    assert any("limited-memory scenario skipped" in n and "not root" in n for n in notes)
+    off = config.validate(_data(tmp_path, scenarios=[]), root=REPO).section("checkpoint")
+    assert [pt.config.sweep for pt in ck_run.plan(SimpleNamespace(p=off))] == ["protocol"]

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...core import cgroups, targets as targets_mod
+from ...core import cache, cgroups, targets as targets_mod
 from ...core.columns import Column
 from ...core.procs import die_with_parent, group_members, kill_all
 from ...core.sweep import Measurement, Point
@@ -308,11 +308,13 @@ def _memory_stats(job: TfJob) -> dict:
     return job.group.memory_stats() if job.group is not None else {}
 
 
-def _settle() -> str:
-    """Before the clock: earlier runs' dirty pages written back, so none is written in this run. Not
-    drop_caches: it would evict TensorFlow's own code pages, whose re-reads would then be this run's I/O."""
+def _settle(where: Path) -> str:
+    """Before the clock: earlier runs' dirty pages written back (none is written in this run), the run's own
+    folder evicted. Not drop_caches: it would evict TensorFlow's own code pages, whose re-reads would then be
+    this run's I/O (a write workload has nothing else to make cold)."""
     os.sync()
-    return "none (a write workload: os.sync before the clock)"
+    cache.fadvise_dontneed([where])
+    return "fadvise_dontneed (the run's checkpoint folder, after os.sync; not drop_caches: TensorFlow's code stays cached)"
 
 
 def _throttle(run, job: TfJob):
@@ -351,7 +353,7 @@ def measure(run, config) -> Measurement:
     try:
         job = _job(run, f)
         base["bert_parameters"] = job.ready.get("parameters")
-        run.cache_method = _settle()
+        run.cache_method = _settle(where)
         io = _throttle(run, job)
         need, limit = _limit(job, f, config.mode)
         base.update(memory_need_bytes=need, memory_limit_bytes=limit)
@@ -399,4 +401,5 @@ def row(done: dict, saves: list, stats: dict, ingest: dict) -> dict:
             if done.get("job_write_ops") else None,
             "checkpoint_time_percent": 100 * total_s / done["seconds"] if done["seconds"] > 0 else None,
             "tf_files_left": done["files_left"], "memory_peak_bytes": stats.get("memory_peak_bytes"),
-            "memory_failcnt": stats.get("memory_failcnt") if stats else None, **ingest}
+            "memory_failcnt": stats.get("memory_failcnt") if stats else None,
+            "ingest_bytes": ingest.get("ingest_bytes"), "ingest_mb_per_s": ingest.get("ingest_mb_per_s")}

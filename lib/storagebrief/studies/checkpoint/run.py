@@ -90,7 +90,8 @@ def plan(sweep) -> list[Point]:
     p: CheckpointParams = sweep.p
     protocol = [Point(Config("protocol", m), r, f"{m}: {p.saves} saves, {p.restores} restores")
                 for r in range(1, p.repeats + 1) for m in p.models]
-    return protocol + cost.points(p, p.repeats, Config) + framework.points(p, p.repeats, Config, sweep.note)
+    frameworks = framework.points(p, p.repeats, Config, sweep.note) if p.framework.on else []
+    return protocol + cost.points(p, p.repeats, Config) + frameworks
 
 
 def run_id(config: Config, target, repeat: int) -> str:
