@@ -120,6 +120,28 @@ def test_block_characterization_of_every_framework_run(swept):
         assert r.job_write_bytes >= 0.9 * r.tf_checkpoint_bytes_total and r.job_write_kib_mean > 0, r.run_id
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_the_brief_table_in_the_seeds_shape_comes_from_the_rows(swept):
+    from storagebrief.core.characterize import SEED_COLUMNS
+    from storagebrief.studies.checkpoint import framework_brief
+
+    _, out, _ = swept
+    runs = pd.read_csv(out / "runs.csv")
+    chz = pd.read_csv(out / "characterization.csv")
+    t = framework_brief.seed_table(framework_brief._runs(runs), chz, ["fast", "slow"])
+    fw = runs[(runs.sweep == "framework") & (runs.status == "ok")]
+    assert list(t.columns) == ["Workload Description", *[name for name, _ in SEED_COLUMNS]] and len(t) == len(fw)
+    assert t["Workload Description"].iloc[0] == "BERT 8-Step Default Checkpoint Interval (4 steps) (fast)"
+    assert t["Workload Description"].iloc[2] == "BERT 8-Step With 2-Step Checkpoint Interval (fast)"
+    every = fw[(fw.framework_scenario == "every") & (fw.target == "fast")].run_id
+    mine = chz[chz.run_id.isin(every)]
+    assert t.iloc[2]["Average IOPS"] == pytest.approx(mine.avg_iops.mean())
+    assert t.iloc[2]["Maximum Write Request (KiB)"] == pytest.approx(mine.write_kib_max.mean(), nan_ok=True)
+    tf = framework_brief.tf_table(framework_brief._runs(runs), ["fast", "slow"])
+    assert list(tf.saves) == [2, 2, 4, 4] + [2] * (len(tf) - 4)
+
+
 @pytest.mark.parametrize("change, key, words", [
     ({"every_steps": 9}, "every_steps", "at most steps=8"),
     ({"default_every_steps": 0}, "default_every_steps", "greater than or equal to 1"),

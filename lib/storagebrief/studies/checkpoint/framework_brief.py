@@ -57,6 +57,7 @@ def tf_table(fw: pd.DataFrame, names: list[str]) -> pd.DataFrame:
         "job's write requests": g.job_write_ops.mean(), "job's mean write KiB": g.job_write_kib_mean.mean(),
         "limit MiB": g.memory_limit_bytes.mean() / 2**20, "peak MiB": g.memory_peak_bytes.mean() / 2**20,
         "failcnt": g.memory_failcnt.mean(), "ingest MB/s": g.ingest_mb_per_s.mean()}).reset_index()
+    t[["every k", "saves"]] = t[["every k", "saves"]].round().astype("Int64")
     t["_o"] = t.framework_scenario.map({s: i for i, s in enumerate(ORDER)})
     t["_t"] = t.target.map(lambda x: names.index(x) if x in names else len(names))
     return t.sort_values(["_o", "_t"]).drop(columns=["_o", "_t"]).rename(columns={"framework_scenario": "scenario"})

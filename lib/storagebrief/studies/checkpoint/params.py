@@ -78,7 +78,7 @@ class FrameworkParams(Strict):
     batch_size: int = Field(8, ge=1, le=4096)
     learning_rate: float = Field(1e-4, gt=0, le=1)       # AdamW, weight decay 0.01
     threads: int | None = Field(None, ge=1, le=1024)     # TensorFlow's threads; None: every core
-    memory_headroom_mib: int = Field(64, ge=0, le=1 << 20)   # limited: the job's need + this
+    memory_headroom_mib: int = Field(48, ge=0, le=1 << 20)   # limited: the job's need + this
     ingest_mb_per_s: float = Field(20, gt=0, le=100_000)     # ingest: the writer's rate
     timeout_s: float = Field(1800, gt=0, le=7 * 86400)   # start-up, and each scenario, at most this long
 
