@@ -32,7 +32,12 @@ TINY = {
     "checkpoint": {"scale": 65536, "saves": 2, "restores": 2, "pause_s": 0.05, "write_block_mib": 1,
                    "read_block_mib": 1, "readers_per_rank": 2,
                    "cost": {"modes": ["none", "sync", "async"], "intervals_steps": [2], "steps": 6,
-                            "compute_s": 0.02, "files": 2}},
+                            "compute_s": 0.02, "files": 2},
+                   # the framework sweep: every scenario once, one TensorFlow job, a tiny BERT
+                   "framework": {"scenarios": ["default", "every", "limited", "ingest"], "steps": 4,
+                                 "every_steps": 1, "default_every_steps": 2, "layers": 1, "hidden": 32, "heads": 2,
+                                 "ffn": 64, "seq_len": 16, "vocab": 512, "predictions": 4, "batch_size": 2,
+                                 "memory_headroom_mib": 96, "ingest_mb_per_s": 5}},
 }
 # Keys over which each study matches configurations between targets.
 MATCH_KEYS = {"preprocess": ["sweep", "processes", "image_count"], "emulate": ["workload", "accelerators"],

@@ -16,6 +16,11 @@ class CgroupReadings:
         v1 blkio.throttle.io_service_bytes/io_serviced, v2 io.stat. Unlike the
         device-wide counters this excludes every other process on the disk.
         """
+        return self.io_stats(device, "Read")
+
+    def io_stats(self, device: tuple[int, int], op: str) -> tuple[int, int] | None:
+        """(bytes, requests) of `op` ("Read" or "Write") this group's processes issued to the device (writes:
+        those submitted in their own context, e.g. by fsync; the kernel's flusher threads count elsewhere)."""
         if "blkio" not in self.dirs:
             return None
         version, d = self.dirs["blkio"]
@@ -24,17 +29,18 @@ class CgroupReadings:
         def v1(fname: str) -> int:
             for line in (d / fname).read_text().splitlines():
                 f = line.split()
-                if len(f) == 3 and f[0] == key and f[1] == "Read":
+                if len(f) == 3 and f[0] == key and f[1] == op:
                     return int(f[2])
             return 0
         try:
             if version == 1:
                 return v1("blkio.throttle.io_service_bytes"), v1("blkio.throttle.io_serviced")
+            letter = "r" if op == "Read" else "w"
             for line in (d / "io.stat").read_text().splitlines():
                 f = line.split()
                 if f and f[0] == key:
                     kv = dict(x.split("=", 1) for x in f[1:])
-                    return int(kv.get("rbytes", 0)), int(kv.get("rios", 0))
+                    return int(kv.get(f"{letter}bytes", 0)), int(kv.get(f"{letter}ios", 0))
             return 0, 0
         except OSError:
             return None

@@ -320,6 +320,28 @@ class Cgroup(CgroupReadings):
         except OSError as exc:
             raise CgroupUnavailable(f"cannot throttle cgroup {self.name}: {exc}") from None
         self.io = io
+    def set_memory_limit(self, limit: int) -> None:
+        """Change a live cgroup's memory limit (lower than its usage: the kernel reclaims to fit, or OSError)."""
+        if "memory" in self.dirs:
+            self._set_memory(limit)
+
+    def set_io_limits(self, io: IoLimits) -> None:
+        """Throttle a live cgroup's device I/O (a long-lived job throttled only while a run measures it)."""
+        if "blkio" in self.dirs:
+            self._set_io(io)
+
+    def clear_io_limits(self, io: IoLimits) -> None:
+        """Undo set_io_limits: the device unthrottled again (v1: an ancestor's limit copied stays)."""
+        if "blkio" not in self.dirs:
+            return
+        version, d = self.dirs["blkio"]
+        dev = f"{io.device[0]}:{io.device[1]}"
+        if version == 2:
+            (d / "io.max").write_text(f"{dev} rbps=max wbps=max riops=max wiops=max")
+            return
+        inherited = inherited_v1_limits(d.parent, io.device)
+        for fname in V1_THROTTLE_FILES:
+            (d / fname).write_text(f"{dev} {int(inherited.get(fname) or 0)}")
 
     def _set_memory(self, limit: int) -> None:
         version, d = self.dirs["memory"]

@@ -11,4 +11,6 @@ report, never a study. Each module holds one thing more than one study needs:
   disk_metrics  the seed's disk table: IOPS, MiB/s, block sizes, response time, read % (monitor columns)
   latency       latency samples as p50/p95/p99/mean/max columns
   checkpoint    checkpoints written and fsync'ed (bytes, seconds), one writer for every study
+  ingest        an ingest writer beside a training job (TFRecord frames at a set rate, fsync'ed)
+  events        a child's JSON-line events on a pipe, drained into a queue
 """

@@ -1,7 +1,8 @@
 """The checkpoint section of the brief: MLPerf-style vs honest save / restore GiB/s per target and
 model, per-checkpoint durations with rank skew, the scale and DLIO's size table; what a checkpoint
 costs training (overhead vs interval, sync vs async; stall per checkpoint) and the intervals table
-(the shortest interval within the overhead limit per llama3 model, and its restore time); limits."""
+(the shortest interval within the overhead limit per llama3 model, and its restore time); TensorFlow's
+own checkpoints in the seed's BERT rows (framework_brief); limits."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,6 +13,7 @@ from ...kit.figures import metric_vs
 from ...kit.files import read_csv_or_none, read_json_or
 from ...kit.runs import ok_runs
 from ...report.display import analysis, show_figure, show_md, show_table, style
+from . import framework_brief
 
 
 def section(study_dir: Path, frame, names: list[str]) -> None:
@@ -19,13 +21,14 @@ def section(study_dir: Path, frame, names: list[str]) -> None:
     study = read_json_or(Path(study_dir) / "study.json")
     ok = ok_runs(frame)
     cost = ok[ok.sweep == "cost"] if "sweep" in ok else ok.iloc[0:0]
-    ok = ok[ok.sweep != "cost"] if "sweep" in ok else ok
+    ok = ok[~ok.sweep.isin(["cost", "framework"])] if "sweep" in ok else ok
     _what_ran(ok, study)
     _versus(ok, names)
     _per_checkpoint(read_csv_or_none(Path(study_dir) / "checkpoints.csv"), names)
     _latency(ok, read_csv_or_none(Path(study_dir) / "latency.csv"))
     _cost(cost, names, study)
     _intervals(study)
+    framework_brief.section(study_dir, frame, names, study)
     _sizes(study)
     _limits(study)
 
@@ -224,3 +227,17 @@ def _limits(study: dict) -> None:
         "the writes themselves are page-cache speed until write-back throttles them.",
         "- Restores read the checkpoints just written (cycling over the retained ones), each after caches "
         "were dropped."], title="Limits")
+
+
+def trace_workloads(frame, names: list[str]) -> list[tuple[str, str]]:
+    """For the block-level characterization: on the reference target, first repeat, the first protocol run
+    and every framework scenario (the seed's BERT rows)."""
+    ok = ok_runs(frame)
+    if "sweep" not in ok:
+        return []
+    ref = ok[ok.target == names[0]].sort_values("repeat") if names else ok.iloc[0:0]
+    out = [(f"Checkpoint protocol {r.model}", r.run_id) for _, r in ref[ref.sweep == "protocol"].head(1).iterrows()]
+    for _, r in ref[ref.sweep == "framework"].drop_duplicates("framework_scenario").iterrows():
+        out.append((framework_brief.description(r.framework_scenario, int(r.train_steps),
+                                                int(r.checkpoint_every_steps)), r.run_id))
+    return out

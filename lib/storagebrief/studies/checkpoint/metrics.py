@@ -25,13 +25,15 @@ from ...kit import runs
 from ...kit.latency import add_histograms, bin_edges_us, histogram_percentile_us, new_histogram
 from ...kit.checkpoint_cost import restore_s, shortest_interval_for_overhead
 from ...report.headlines import versus_reference
+from .framework import COLUMNS as FRAMEWORK_COLUMNS
 
 
 COLUMNS: tuple[Column, ...] = (
-    Column("sweep", "", "which sweep the run belongs to: protocol (MLPerf's saves then restores) or cost (what "
-                        "checkpointing costs an emulated training loop)", "text"),
+    Column("sweep", "", "which sweep the run belongs to: protocol (MLPerf's saves then restores), cost (what "
+                        "checkpointing costs an emulated training loop) or framework (TensorFlow's own "
+                        "checkpoints of a BERT-shaped model)", "text"),
     Column("model", "", "the llama3 checkpoint workload (core.checkpoint_workloads); cost: whose checkpoint "
-                        "size (at scale) the loop saves", "text"),
+                        "size (at scale) the loop saves; framework: bert", "text"),
     Column("ranks", "", "the model's rank count (tp·pp·dp)"),
     Column("writers", "", "ranks that wrote (and read) on this host: all of them, or 8 in subset mode"),
     Column("zero_stage", "", "ZeRO stage of the layout (3: every rank a share; 1: dp rank 0 writes the model)"),
@@ -90,6 +92,7 @@ COLUMNS: tuple[Column, ...] = (
     *(Column(f"{call}_latency_us_{k}", "µs", f"protocol: {k} of every {what} call's latency over the run, from "
                                             "the ranks' log2 histograms (latency.csv), interpolated in its bin")
       for call, what in (("write", "write()"), ("fsync", "fsync()"), ("read", "pread")) for k in ("p50", "p99")),
+    *FRAMEWORK_COLUMNS,
 )
 LATENCY_OPS = {"write": "save", "fsync": "save", "read": "load"}   # call -> the operation that makes it
 REQUIRED = ("model", "mode", "scale", "writers", "checkpoint_bytes", "mlperf_save_gib_per_s",

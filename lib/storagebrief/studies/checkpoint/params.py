@@ -74,6 +74,68 @@ class CostParams(Strict):
         return [m for m in self.modes if m != "none"]
 
 
+class FrameworkParams(Strict):
+    """checkpoint.framework: a Keras transformer of BERT's shape trained with tf.train.CheckpointManager
+    (framework.py). Scenarios: default (a save every `default_every_steps`), every (every `every_steps`),
+    limited (default interval under a memory limit), ingest (default interval, an ingest writer alongside).
+    An empty `scenarios` turns the sweep off; off unless params.yaml lists them (it lists all four), so a
+    checkpoint section written without `framework` (tests, other profiles) starts no TensorFlow."""
+    scenarios: list[Literal["default", "every", "limited", "ingest"]] = Field(default_factory=list)
+    steps: int = Field(24, ge=1, le=10_000_000)          # training steps per scenario (paper: 2000)
+    every_steps: int = Field(3, ge=1, le=10_000_000)     # the frequent interval (paper: 250)
+    default_every_steps: int = Field(12, ge=1, le=10_000_000)   # BERT run_pretraining's default (paper: 1000)
+    max_to_keep: int = Field(5, ge=1, le=1000)           # CheckpointManager's (Estimator's default: 5)
+    layers: int = Field(2, ge=1, le=128)                 # BERT-base: 12
+    hidden: int = Field(128, ge=8, le=16384)             # BERT-base: 768
+    heads: int = Field(2, ge=1, le=256)                  # BERT-base: 12
+    ffn: int = Field(512, ge=8, le=65536)                # BERT-base: 3072
+    seq_len: int = Field(64, ge=2, le=8192)              # BERT-base pre-training: 128
+    vocab: int = Field(8192, ge=16, le=1_000_000)        # BERT's WordPiece: 30522
+    predictions: int = Field(10, ge=1, le=8192)          # masked positions per sequence (BERT: 20)
+    batch_size: int = Field(8, ge=1, le=4096)
+    learning_rate: float = Field(1e-4, gt=0, le=1)       # AdamW, weight decay 0.01
+    threads: int | None = Field(None, ge=1, le=1024)     # TensorFlow's threads; None: every core
+    memory_headroom_mib: int = Field(48, ge=0, le=1 << 20)   # limited: the job's need + this
+    ingest_mb_per_s: float = Field(20, gt=0, le=100_000)     # ingest: the writer's rate
+    timeout_s: float = Field(1800, gt=0, le=7 * 86400)   # start-up, and each scenario, at most this long
+
+    @field_validator("scenarios")
+    @classmethod
+    def _scenarios(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"scenarios: listed twice in {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _shape(self):
+        if self.hidden % self.heads:
+            raise ValueError(f"hidden={self.hidden} is not allowed with heads={self.heads}: hidden must be a "
+                             "multiple of heads")
+        if self.predictions > self.seq_len:
+            raise ValueError(f"predictions={self.predictions} is not allowed: at most seq_len={self.seq_len}")
+        for key in ("every_steps", "default_every_steps"):
+            if getattr(self, key) > self.steps:
+                raise ValueError(f"{key}={getattr(self, key)} is not allowed: at most steps={self.steps} (no "
+                                 "checkpoint would be saved)")
+        return self
+
+    @property
+    def on(self) -> bool:
+        return bool(self.scenarios)
+
+    @property
+    def parameters(self) -> int:
+        """Trainable parameters of the model framework_worker builds (checked against TensorFlow's count)."""
+        h, f, v, s = self.hidden, self.ffn, self.vocab, self.seq_len
+        embeddings = (v + s + 2) * h + 2 * h
+        block = 4 * (h * h + h) + 2 * h + (h * f + f) + (f * h + h) + 2 * h     # attention, norms, FFN
+        heads = (h * h + h) + 2 * h + v + (h * h + h) + (2 * h + 2)
+        return embeddings + self.layers * block + heads
+
+    def interval(self, scenario: str) -> int:
+        return self.every_steps if scenario == "every" else self.default_every_steps
+
+
 class CheckpointParams(Strict):
     models: list[str] = Field(default_factory=lambda: ["llama3-8b"], min_length=1)
     scale: float = Field(2048, ge=1, le=1 << 30)         # divides every file (1 = MLPerf's sizes)
@@ -101,6 +163,7 @@ class CheckpointParams(Strict):
         for name, raw in v.items():
             shape_workload(name, raw)
         return v
+    framework: FrameworkParams = Field(default_factory=FrameworkParams)  # the "framework" sweep (BERT, TF)
 
     @field_validator("models")
     @classmethod

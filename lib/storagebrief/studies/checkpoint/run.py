@@ -15,7 +15,9 @@ the last rank's fsync returned, from the barrier) both come from the same operat
 The "cost" sweep (cost.py: what a checkpoint costs training, sync vs async) is a second kind of
 Config (`sweep="cost"`, with `mode` none|sync|async and `interval_steps`), planned after the protocol
 runs from `checkpoint.cost`; run_one dispatches on Config.sweep. finish() turns both into the
-intervals table (metrics.intervals) in study.json.
+intervals table (metrics.intervals) in study.json. The "framework" sweep (framework.py: TensorFlow's
+own CheckpointManager on a BERT-shaped model, `mode` = its scenario) comes last, from
+`checkpoint.framework`; its TensorFlow jobs (one per target) are stopped by close().
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ from ...core.sweep import Measurement, Point
 from ...kit import mpi as kit_mpi
 from ...kit.checkpoint import incompressible
 from ...kit.space import check_space, out_of_space
-from . import STUDY, cost, dataset, metrics
+from . import STUDY, cost, dataset, framework, metrics
 from .mpi import MpiRankPool
 from .params import CheckpointParams
 from .ranks import RankPool
@@ -49,7 +51,7 @@ class Config:
     """One point: which sweep ("protocol" or "cost"), the model; a cost run's mode and interval."""
     sweep: str
     model: str
-    mode: str = ""               # cost: none | sync | async
+    mode: str = ""               # cost: none | sync | async; framework: its scenario
     interval_steps: int = 0      # cost: checkpoint every this many steps (0: none)
 
 
@@ -59,6 +61,7 @@ class CheckpointState:
     generator_gb_per_s: float = 0.0
     removed: list[str] = field(default_factory=list)
     baselines: dict = field(default_factory=dict)   # (target, repeat) -> the cost sweep's mode-none CostResult
+    framework: dict = field(default_factory=dict)   # target name -> its framework.TfJob
 
 
 def _generator_gb_per_s() -> float:
@@ -106,7 +109,8 @@ def plan(sweep) -> list[Point]:
     p: CheckpointParams = sweep.p
     protocol = [Point(Config("protocol", m), r, f"{m}: {p.saves} saves, {p.restores} restores")
                 for r in range(1, p.repeats + 1) for m in p.models]
-    return protocol + cost.points(p, p.repeats, Config)
+    frameworks = framework.points(p, p.repeats, Config, sweep.note) if p.framework.on else []
+    return protocol + cost.points(p, p.repeats, Config) + frameworks
 
 
 def run_id(config: Config, target, repeat: int) -> str:
@@ -163,6 +167,8 @@ def _restores(run, pool, p: CheckpointParams, kept, files) -> list:
 
 
 def run_one(run, config: Config) -> Measurement:
+    if config.sweep == "framework":
+        return framework.measure(run, config)
     try:
         if config.sweep == "cost":
             row, records = cost.measure(run, run.p, config, run.sweep.state.baselines)
@@ -231,6 +237,12 @@ def _note_outside_cgroup(run, pool, procs_files) -> None:
                        "on one host): no throttle there; their times are per rank from the MPI barrier")
 
 
+def close(sweep) -> None:
+    """Always last: the framework sweep's TensorFlow jobs stopped, their cgroups removed."""
+    if isinstance(sweep.state, CheckpointState):
+        framework.close(sweep.state)
+
+
 def finish(sweep, frame) -> None:
     """mlperf_summary.json per (target, model), study.json, and the generator's note."""
     import pandas as pd
@@ -241,6 +253,7 @@ def finish(sweep, frame) -> None:
     for name, cols in ((cost.TABLE, cost.TABLE_COLUMNS), (LATENCY_TABLE, LATENCY_TABLE_COLUMNS)):
         if not sweep.tables.get(name):              # the stage's outputs exist even with a sweep off
             results.write_csv(sweep.out_dir / name, pd.DataFrame(columns=cols))
+    (sweep.out_dir / "logs").mkdir(exist_ok=True)    # the framework sweep's TensorFlow log (a stage output)
     results.write_json(sweep.out_dir / "mlperf_summary.json", metrics.mlperf_summary(ckpts))
     for t in sweep.target_names:
         rate = metrics.best_write_gb_per_s(ckpts, t)
@@ -257,6 +270,7 @@ def finish(sweep, frame) -> None:
         "writers": {m: len(p.writers(m)) for m in p.models},
         "checkpoint_bytes": {m: p.checkpoint_bytes(m) for m in p.models},
         "generator_gb_per_s": state.generator_gb_per_s, "removed_incomplete": state.removed,
+        "framework": p.framework.model_dump(),
         "cost": p.cost.model_dump(), "cost_checkpoint_bytes": p.cost_bytes if p.cost.on else None,
         "intervals": metrics.intervals(frame, sweep.target_names, p.cost.overhead_limit_percent),
         "size_table": [{"model": r.model, "parameters": r.parameters, "model_gib": r.model_gib,

@@ -32,7 +32,7 @@ from ...core import cgroups, targets as targets_mod
 from ...core.sweep import Measurement, Point
 from . import STUDY, prestart
 from .dataset import Dataset, resolve_datasets
-from .ingest import IngestWriter
+from ...kit.ingest import IngestWriter
 from .jobs import Job, JobFailed, _poll
 from .memory import (_memory_capability, anon_bytes, cap_page_cache, cold_dataset, final_stats,
                      foreign_cache_drops, memory_need, reset_peak, safe_stats, total_memory_bytes)

@@ -1,4 +1,7 @@
-"""The ingest scenario's writer: appends real TFRecord frames at a set rate while a model trains."""
+"""An ingest job beside a training job: appends real TFRecord frames at a set rate, fsync'ed twice a
+second, rolling to a new shard every 256 MiB, in a forked child inside the run's (throttled) cgroup
+that dies with its parent. Used by train_resnet50 (frames of its dataset) and checkpoint's framework
+sweep (BERT-shaped frames)."""
 from __future__ import annotations
 
 import multiprocessing as mp
@@ -7,8 +10,8 @@ import shutil
 import time
 from pathlib import Path
 
-from ...core import cgroups
-from ...core.procs import die_with_parent
+from ..core import cgroups
+from ..core.procs import die_with_parent
 
 
 def _ingest_loop(path: str, payload: bytes, rate: float, stop, counter, procs_files: list[str]) -> None:
@@ -47,12 +50,15 @@ def _ingest_loop(path: str, payload: bytes, rate: float, stop, counter, procs_fi
 class IngestWriter:
     group = None    # the writer's throttled cgroup, if the target has an emulated profile
 
-    def __init__(self, directory: Path, source_files: list[str], mb_per_s: float, procs_files: list[str]):
+    def __init__(self, directory: Path, source_files: list[str], mb_per_s: float, procs_files: list[str],
+                 payload: bytes | None = None):
         directory.mkdir(parents=True, exist_ok=True)
         self.directory = directory
-        # Real records: the first frames of the dataset, read before the measured phase.
-        with open(source_files[0], "rb") as fh:
-            self.payload = fh.read(4 << 20)
+        if payload is None:
+            # Real records: the first frames of the dataset, read before the measured phase.
+            with open(source_files[0], "rb") as fh:
+                payload = fh.read(4 << 20)
+        self.payload = payload
         self.rate = mb_per_s * 1e6
         ctx = mp.get_context("fork")
         self.stop_event = ctx.Event()
