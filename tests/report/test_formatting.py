@@ -33,3 +33,9 @@ def test_a_spread_is_shown_only_when_it_differs_from_the_value():
     assert fmt.spread(36506, 37885, "higher") == " (repeats 366× … 380× as high)"
     assert fmt.spread(10, 15, "higher") == " (repeats 10.0% … 15.0% higher)"
     assert fmt.spread(90, 150, "higher") == " (repeats 90.0% higher … 2.5× as high)"
+
+
+@pytest.mark.parametrize("delta, text", [(65.7, "+65.7%"), (-15.5, "-15.5%"), (62630.5, "627× as much"),
+                                         (-68.7, "3.19× less"), (100.0, "2× as much"), (-50.0, "2× less")])
+def test_a_signed_change_reads_as_percent_near_1x_and_as_a_factor_beyond_2x(delta, text):
+    assert fmt.change(delta) == text

@@ -45,3 +45,14 @@ def spread(lo_percent: float, hi_percent: float, better: str) -> str:
     if unit(a) == unit(b):
         a = a.split(" ", 1)[0]
     return f" (repeats {a} … {b})"
+
+
+def change(delta_percent: float) -> str:
+    """A signed effect (a limit's effect on one target): '+65.7%', '-15.5%', from 2× on '627× as much' or
+    '3.2× less'."""
+    f = 1 + delta_percent / 100
+    if f >= RATIO_FROM:
+        return f"{significant(f)}× as much"
+    if 0 < f <= 1 / RATIO_FROM:
+        return f"{significant(1 / f)}× less"
+    return f"{delta_percent:+.1f}%"

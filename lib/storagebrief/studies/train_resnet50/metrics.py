@@ -196,7 +196,7 @@ def _rows(base: dict, jobs: list, elapsed: float, summary: dict, series: list[di
 def headlines(frame, target_names: list[str]) -> list[dict]:
     """Reference target (first) vs each other on matched scenarios, then the seed's finding per
     target: a memory limit vs none (the job's device reads and its training time)."""
-    from ...report import compare, versus_reference
+    from ...report import compare, formatting, versus_reference
 
     keys = ["sweep", "models", "memory_setting", "ingest_target_mb_per_s", "checkpoint_every_steps"]
     out = versus_reference(ok_runs(frame), target_names, keys,
@@ -214,7 +214,7 @@ def headlines(frame, target_names: list[str]) -> list[dict]:
                 h = compare(pair, metric, "higher", ["models"], setting, "none", f"{label}, {name}")
                 d = h["delta_percent"]
                 if d is not None:   # a signed change reads better than "never higher" for an effect
-                    h["text"] = f"{d:+.1f}%" + (f" (×{1 + d / 100:.1f})" if metric == "job_read_bytes" else "")
+                    h["text"] = formatting.change(d)
                 out.append({**h, "id": f"{metric}:{name}|{setting}_vs_none", "hint": "the limit's effect",
                             "ref": f"memory {setting}", "other": "no limit"})
     return out
