@@ -241,3 +241,25 @@ def trace_workloads(frame, names: list[str]) -> list[tuple[str, str]]:
         out.append((framework_brief.description(r.framework_scenario, int(r.train_steps),
                                                 int(r.checkpoint_every_steps)), r.run_id))
     return out
+
+
+def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
+    """Page 1: for the largest llama3 model, the shortest checkpoint interval keeping training's overhead
+    within the limit on each target (sync and async), and the restore time after a failure."""
+    rows = (read_json_or(Path(study_dir) / "study.json") or {}).get("intervals") or []
+    if not rows:
+        return []
+    t = pd.DataFrame(rows)
+    big = t.loc[t.checkpoint_bytes.idxmax(), "model"]
+    out = []
+    for _, r in t[t.model == big].iterrows():
+        if pd.isna(r.sync_interval_s):
+            continue
+        out.append({"question": f"Checkpoint interval for ≤ {r.overhead_limit_percent:g} % overhead, {big} "
+                                f"({int(r.ranks)} ranks, {r.checkpoint_gib:,.0f} GiB)",
+                    "target": r.target,
+                    "answer": f"sync every {_duration(r.sync_interval_s)}"
+                              + (f", async every {_duration(r.async_interval_s)}" if not pd.isna(r.async_interval_s) else ""),
+                    "basis": f"restore {_duration(r.restore_s)}; one host's honest save rate extrapolated to the "
+                             "whole job on this one target; checkpoint study"})
+    return out
