@@ -311,8 +311,9 @@ class Cgroup(CgroupReadings):
                 "a v2 cgroup holding processes cannot delegate controllers") from None
 
     def set_io(self, io: IoLimits) -> None:
-        """Throttle a group made with IoLimits(device) alone (accounting, no limit) from now on: a
-        training job's start-up reads its libraries unthrottled, its measured phase meets the profile."""
+        """Throttle a live group from now on (one made with IoLimits(device) alone, or unthrottled by
+        clear_io_limits): a training job's start-up reads its libraries unthrottled, its measured phase
+        meets the profile; a long-lived job is throttled only while a run measures it."""
         if "blkio" not in self.dirs:
             raise CgroupUnavailable(f"cgroup {self.name} has no io controller to throttle")
         try:
@@ -320,18 +321,14 @@ class Cgroup(CgroupReadings):
         except OSError as exc:
             raise CgroupUnavailable(f"cannot throttle cgroup {self.name}: {exc}") from None
         self.io = io
+
     def set_memory_limit(self, limit: int) -> None:
         """Change a live cgroup's memory limit (lower than its usage: the kernel reclaims to fit, or OSError)."""
         if "memory" in self.dirs:
             self._set_memory(limit)
 
-    def set_io_limits(self, io: IoLimits) -> None:
-        """Throttle a live cgroup's device I/O (a long-lived job throttled only while a run measures it)."""
-        if "blkio" in self.dirs:
-            self._set_io(io)
-
     def clear_io_limits(self, io: IoLimits) -> None:
-        """Undo set_io_limits: the device unthrottled again (v1: an ancestor's limit copied stays)."""
+        """Undo set_io: the device unthrottled again (v1: an ancestor's limit copied stays)."""
         if "blkio" not in self.dirs:
             return
         version, d = self.dirs["blkio"]

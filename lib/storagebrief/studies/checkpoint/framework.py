@@ -326,8 +326,8 @@ def _throttle(run, job: TfJob):
         run.unthrottled("the TensorFlow job has no blkio cgroup")
         return None
     try:
-        job.group.set_io_limits(io)
-    except (OSError, cgroups.CgroupLimitError) as exc:
+        job.group.set_io(io)
+    except (cgroups.CgroupUnavailable, cgroups.CgroupLimitError) as exc:
         raise JobDied(f"the target's emulated profile not applied to the TensorFlow job: {exc}") from None
     run.emulated = True
     return io
