@@ -145,8 +145,10 @@ def test_dvc_chain_renders_brief_with_recomputable_headlines(tmp_path):
         text = {(h["study"], h["id"]): h["text"] for h in headlines}[(study, hid)]
         assert text.replace("&", "&amp;") in html, (study, hid, text)      # the card shows headlines.json's text
         v, better = float(value), better_of[(study, hid)]
-        if v > 0 and "|" not in hid:                           # written as report/formatting.py writes it
-            assert formatting.difference(v, better) in text, (study, hid, v, text)
+        f = formatting.factor(v, better) if v > 0 else 0
+        if v > 0 and "|" not in hid and abs(f - formatting.RATIO_FROM) > 0.01:   # not at the rounding edge
+            big = f >= formatting.RATIO_FROM              # as report/formatting.py writes it: ×N from 2× on, else %
+            assert ("×" in text) if big else (f"{v:.1f}%" in text), (study, hid, v, text)
     # the snapshot shows the largest effects, at least one per study; headlines.json and Appendix C all of them
     assert len(cards) == min(8, len([h for h in headlines if h["delta_percent"] is not None]))
     assert {h["id"] for h in headlines if h["study"] == "train_resnet50" and "|" in h["id"]} == {
