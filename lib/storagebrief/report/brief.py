@@ -187,7 +187,14 @@ def answers(reports_dir: str | Path) -> None:
     """Page 1's answers, one row per question and target, from every readable study that has some."""
     rows = []
     for s in inputs.readable(reports_dir):
-        for a in get_study(s.key).answers(s.dir, s.frame, s.names):
+        try:
+            found = get_study(s.key).answers(s.dir, s.frame, s.names)
+        except Exception as exc:   # noqa: BLE001 - one study's arithmetic must not take the others' answers
+            if not _in_kernel():
+                raise
+            found = [{"question": s.title, "target": "–", "answer": "could not be computed",
+                      "basis": f"{type(exc).__name__}: {exc}"}]
+        for a in found:
             rows.append({"Question": a["question"], "Target": a["target"], "Answer": a["answer"],
                          "Basis (what limited it, how measured)": a.get("basis", "")})
     if rows:

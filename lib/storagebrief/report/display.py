@@ -16,13 +16,18 @@ def show_md(text: str) -> None:
     display(Markdown(text))
 
 
+LONG_TABLE_ROWS = 25
+
+
 def show_table(frame: pd.DataFrame, caption: str = "", floatfmt: str = "{:,.1f}") -> None:
     # numbers in the columns after the first: keep each on one line (long text elsewhere may wrap anywhere)
     numeric = len(frame.columns) > 1 and all(pd.api.types.is_numeric_dtype(frame[c]) for c in frame.columns[1:])
     body = frame.to_html(index=False, classes="brief-table numeric" if numeric else "brief-table", border=0,
                          na_rep="–", float_format=lambda v: floatfmt.format(v))
     cap = f'<p class="caption">{html.escape(caption)}</p>' if caption else ""
-    show_html(f'<div class="table-wrap">{body}{cap}</div>')
+    # a table longer than a page may break across pages (else it leaves its heading alone on a page)
+    wrap = "table-wrap long" if len(frame) > LONG_TABLE_ROWS else "table-wrap"
+    show_html(f'<div class="{wrap}">{body}{cap}</div>')
 
 
 VECTOR_MAX_POINTS = 20_000   # a figure drawing more marks than this stays raster (an SVG of it is slow and huge)

@@ -57,7 +57,8 @@ def tf_table(fw: pd.DataFrame, names: list[str]) -> pd.DataFrame:
         "job's write requests": g.job_write_ops.mean(), "job's mean write KiB": g.job_write_kib_mean.mean(),
         "limit MiB": g.memory_limit_bytes.mean() / 2**20, "peak MiB": g.memory_peak_bytes.mean() / 2**20,
         "failcnt": g.memory_failcnt.mean(), "ingest MB/s": g.ingest_mb_per_s.mean()}).reset_index()
-    t[["every k", "saves"]] = t[["every k", "saves"]].round().astype("Int64")
+    counts = ["every k", "saves", "job's write requests", "failcnt"]      # whole numbers: no ".0" to wrap
+    t[counts] = t[counts].round().astype("Int64")
     t["_o"] = t.framework_scenario.map({s: i for i, s in enumerate(ORDER)})
     t["_t"] = t.target.map(lambda x: names.index(x) if x in names else len(names))
     return t.sort_values(["_o", "_t"]).drop(columns=["_o", "_t"]).rename(columns={"framework_scenario": "scenario"})
@@ -112,11 +113,15 @@ def section(study_dir: Path, frame, names: list[str], study: dict) -> None:
         show_table(seed, "The seed's \"Summary statistics\" columns for each run's block trace (the whole device, "
                          "while the clock ran: TensorFlow's saves, and the ingest writer's appends where it ran); "
                          "means over repeats.", floatfmt="{:,.2f}")
-    show_table(tf_table(fw, names), "What TensorFlow's writer did per run (means over repeats): saves, size, save "
-                                    "time until fsync'ed, its share of training time; the job's own writes to the "
-                                    "device (its cgroup's counters, unlike the trace: no one else's); memory limit, the job's "
-                                    "peak (page cache included) and how often the limit forced reclaim.",
-               floatfmt="{:,.2f}")
+    t = tf_table(fw, names)
+    keys = ["scenario", "target"]
+    saves = ["every k", "saves", "MB per save", "save s", "longest save s", "save MB/s", "% of training"]
+    show_table(t[keys + saves], "What TensorFlow's writer did per run (means over repeats): saves, size, save time "
+                                "until fsync'ed, its share of training time.", floatfmt="{:,.2f}")
+    show_table(t[keys + [c for c in t.columns if c not in keys + saves]],
+               "The same runs on the device and in memory: the job's own writes (its cgroup's counters, unlike the "
+               "trace: no one else's); memory limit, the job's peak (page cache included), how often the limit "
+               "forced reclaim (failcnt); the ingest writer's rate where it ran.", floatfmt="{:,.1f}")
     analysis(_words(fw, chz, names) + [
         "- Limits: quick scale is a small BERT (a few MB per save, seconds of training) on CPU; the trace is of the "
         "whole device, so anything else using the disk during a run is in its row (the seed traced a dedicated "

@@ -9,6 +9,7 @@ import pandas as pd
 
 from ...kit.figures import metric_vs
 from ...kit.files import read_csv_or_none, read_json_or
+from ...kit.runs import ok_runs
 from ...report.display import analysis, fmt_s, show_figure, show_md, show_table, style
 
 
@@ -198,7 +199,8 @@ def trace_workloads(frame, names: list[str]) -> list[tuple[str, str]]:
 
 def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
     """Page 1: the best ingest bandwidth per target and the process count that gave it."""
-    ok = frame[(frame.status == "ok") & (frame.sweep == "processes")] if "sweep" in frame else frame
+    ok = ok_runs(frame)
+    ok = ok[ok.sweep == "processes"] if "sweep" in ok else ok
     out = []
     for t in names:
         g = ok[ok.target == t].groupby("processes").input_mb_per_s.mean()
