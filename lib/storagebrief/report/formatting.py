@@ -1,7 +1,7 @@
 """How the brief writes a difference, once for every study: a percent below 2×, a ratio (×N) from
-2× on ("up to 37195.1% higher" reads as "372× as high"), 3 significant digits with thousands
-separators, and a spread over repeats only when it says something the value does not (a spread that
-rounds to the value is noise on a card)."""
+2× on (a difference of several hundred times reads as a factor, not as a five-digit percent), 3
+significant digits with thousands separators, and a spread over repeats only when it says something
+the value does not (a spread that rounds to the value is noise on a card)."""
 from __future__ import annotations
 
 import math
