@@ -14,12 +14,12 @@ import queue
 import signal
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...core.procs import die_with_parent
+from ...kit.events import drain_events
 from .memory import breakdown, cap_page_cache
 from .params import MIB
 
@@ -79,17 +79,8 @@ class Job:
         finally:
             os.close(wfd)
             log.close()
-        threading.Thread(target=self._read, args=(rfd,), daemon=True).start()
+        drain_events(rfd, self.events)          # kit.events: JSON lines, then {"event": "eof"}
         self.last_progress = time.monotonic()
-
-    def _read(self, fd: int) -> None:
-        with os.fdopen(fd, "rb") as fh:
-            for line in fh:
-                try:
-                    self.events.put(json.loads(line))
-                except ValueError:
-                    pass
-        self.events.put({"event": "eof"})
 
     def go(self) -> None:
         self.proc.stdin.write(b"go\n")
