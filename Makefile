@@ -58,8 +58,9 @@ notebooks: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[mpi]'
+# uv (from PyPI) installs the same requirements as pip, in about 20 s instead of about 2 minutes here
+	$(BIN)/python -m pip install -q uv
+	$(BIN)/python -m uv pip install -q --python $(BIN)/python -e '.[mpi]'
 	$(BIN)/python -m ipykernel install --prefix $(CURDIR)/$(VENV) --name python3 >/dev/null
 	@touch $@
 
