@@ -144,6 +144,12 @@ class Run:
                             "capped by it")
         return group
 
+    def release(self, group: cgroups.Cgroup) -> None:
+        """Hand a cgroup to the study, which removes it later (a job kept for a later run); a group this
+        run does not own (made by a stand-in run) is the study's already."""
+        if group in self._groups:
+            self._groups.remove(group)
+
     def throttle(self, suffix: str = "") -> cgroups.Cgroup | None:
         """A cgroup holding the target's emulated profile, or None (unthrottled target, or the
         capability is missing: the reason goes to the target's warnings)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 import yaml
 
 from storagebrief.core import config, sweep, targets as targets_mod
-from storagebrief.studies.train_resnet50 import STUDY, prestart, run as trr
+from storagebrief.studies.train_resnet50 import STUDY, prestart, reuse, run as trr
 
 
 class StandIn:
@@ -80,3 +80,47 @@ def test_no_early_start_for_a_size_limit_and_an_interrupt_kills_early_jobs(tmp_p
     prestart.drop(sw.state)
     assert all(j.killed for j in early) and sw.state.early is None
     prestart.drop({})                                                  # a bare sweep (tests): nothing to do
+
+
+class Group:
+    removed = False
+
+    def remove(self) -> None:
+        self.removed = True
+
+
+class Reusable(StandIn):
+    """A one-model job that can be re-armed (reuse.py) and has a cgroup to hand over."""
+    def __init__(self, index: int, run_id: str):
+        super().__init__(index)
+        self.group, self.run_id, self.armed = Group(), run_id, []
+
+    def again(self, changes, run_id) -> None:
+        self.armed.append((run_id, changes))
+        self.run_id = run_id
+
+
+def test_a_one_model_job_is_kept_for_the_next_compatible_run_on_its_target(tmp_path):
+    sw, _ = _sweep(tmp_path, memory_limits=["none", "2.5:1", "2GiB"], parallel_models=[1, 2])
+    order = sw.state.order
+    assert [(s.sweep, s.memory, t.name) for s, t, _ in order][:6] == [
+        ("memory", "none", "a"), ("memory", "none", "b"), ("memory", "2.5:1", "a"), ("memory", "2.5:1", "b"),
+        ("memory", "2GiB", "a"), ("memory", "2GiB", "b")]
+    first = _run(sw, 0)
+    job = Reusable(0, first.run_id)
+    first._groups.append(job.group)
+    assert reuse.keep(sw.state, first, order[0][0], [job], trr.run_id_for)
+    assert job.group not in first._groups            # the run's close() no longer removes it
+    made = []
+    prestart.start_next(_run(sw, 1), _make(made), trr.run_id_for, trr.cpu_split)
+    assert made == []                                # the next run on 'a' takes the kept job: none started
+    assert reuse.take(sw.state, _run(sw, 1), order[1][0], {}) is None   # target 'b' has none kept
+    third = _run(sw, 2)
+    assert reuse.take(sw.state, third, order[2][0], {"seed": 7}) is job and job.armed == [(third.run_id, {"seed": 7})]
+    assert sw.state.kept == {}
+    # a size limit (made with the cgroup) and K = 2 never take a kept job; the last run keeps none
+    assert not reuse.compatible(order[4][0]) and not reuse.compatible(order[-1][0])
+    assert not reuse.keep(sw.state, _run(sw, len(order) - 2), order[-2][0], [Reusable(0, "x")], trr.run_id_for)
+    sw.state.kept["a"] = job
+    reuse.drop(sw.state)
+    assert job.killed and job.group.removed and sw.state.kept == {}

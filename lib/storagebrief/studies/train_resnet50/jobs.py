@@ -32,7 +32,7 @@ class JobFailed(RuntimeError):
     pass
 
 
-@dataclass
+@dataclass(eq=False)   # jobs are compared by identity (run.py: which are kept)
 class Job:
     index: int
     spec: dict
@@ -55,6 +55,8 @@ class Job:
     cache_sum: int = 0              # unmapped page cache in the group, summed over polls
     cache_samples: int = 0
     stats: dict = field(default_factory=dict)
+    run_id: str = ""                # the run it is measured in now
+    reused_from: str = ""           # the run whose job this was ("" = started for this run)
 
     def start(self, spec_path: Path) -> None:
         rfd, wfd = os.pipe()
@@ -80,6 +82,23 @@ class Job:
             os.close(wfd)
             log.close()
         drain_events(rfd, self.events)          # kit.events: JSON lines, then {"event": "eof"}
+        self.last_progress = time.monotonic()
+
+    def again(self, changes: dict, run_id: str) -> None:
+        """Re-arm a job that finished a run for a later run on the same target (worker: "again").
+
+        Its TensorFlow start-up (20-30 s, most of a quick run) is not paid again; what the new run
+        measures is counted from here (events, memory samples, stats), and its rows name the run
+        whose job it was (job_reused_from)."""
+        self.spec.update(changes)
+        self.reused_from, self.run_id = self.run_id, run_id
+        self.ready = self.done = None
+        self.epochs, self.memory_trace, self.stats = [], [], {}
+        self.need_bytes = None
+        self.anon_ready = self.anon_max = self.cache_share_bytes = 0
+        self.reclaims = self.reclaimed_bytes = self.cache_sum = self.cache_samples = 0
+        self.proc.stdin.write(b"again " + json.dumps(changes).encode() + b"\n")
+        self.proc.stdin.flush()
         self.last_progress = time.monotonic()
 
     def go(self) -> None:

@@ -46,7 +46,10 @@ COLUMNS: tuple[Column, ...] = (
     Column("images", "", "images trained on, all jobs"),
     Column("images_per_s", "images/s", "images per second, all jobs"),
     Column("images_per_s_per_job", "images/s", "images per second of one job, mean over jobs"),
-    Column("startup_s_max", "s", "the slowest job's start-up (TensorFlow, model, warm-up)"),
+    Column("startup_s_max", "s", "the slowest job's start-up (TensorFlow, model, warm-up); a job taken over from "
+           "an earlier run on the target: its re-arming only"),
+    Column("job_reused_from", "", "the earlier run whose (one) job this run took over, already started; "
+           "empty: its jobs were started for it"),
     Column("loss_first_epoch", "", "training loss of the first epoch, mean over jobs"),
     Column("loss_last_epoch", "", "training loss of the last epoch, mean over jobs"),
     Column("accuracy_last_epoch", "", "training accuracy of the last epoch, mean over jobs"),
@@ -89,7 +92,7 @@ def _job_row(base: dict, j) -> dict:
     later = j.epochs[1:]
     return {
         "run_id": base["run_id"], "target": base["target"], "job": j.index, "cpus": len(j.spec["cpus"]),
-        "tf_device": j.ready["device"], "startup_s": j.ready["startup_s"],
+        "tf_device": j.ready["device"], "startup_s": j.ready["startup_s"], "reused_from": j.reused_from,
         "training_time_s": j.done["seconds"], "images": images, "images_per_s": images / j.done["seconds"],
         "memory_limit_bytes": j.limit_bytes, "page_cache_cap_bytes": j.cache_share_bytes or None,
         "page_cache_reclaims": j.reclaims, "page_cache_reclaimed_bytes": j.reclaimed_bytes,
@@ -153,6 +156,7 @@ def _training_columns(jr: list[dict], epoch_rows: list[dict], elapsed: float) ->
         "training_time_s": elapsed, "training_time_min": elapsed / 60, "images": images,
         "images_per_s": images / elapsed, "images_per_s_per_job": float(np.mean([r["images_per_s"] for r in jr])),
         "startup_s_max": max(r["startup_s"] for r in jr),
+        "job_reused_from": ";".join(sorted({r["reused_from"] for r in jr if r["reused_from"]})),
         "loss_first_epoch": float(np.mean([r["loss_first_epoch"] for r in jr])),
         "loss_last_epoch": float(np.mean([r["loss_last_epoch"] for r in jr])),
         "accuracy_last_epoch": float(np.mean([r["accuracy_last_epoch"] for r in jr])),

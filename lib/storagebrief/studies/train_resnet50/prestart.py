@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from ...core import targets as targets_mod
 from ...core.sweep import Run
+from . import reuse
 from .jobs import Job, JobFailed, _poll
 from .params import parse_memory
 
@@ -51,7 +52,8 @@ def take(state, run_id: str) -> list[Job] | None:
 
 
 def start_next(run, make_jobs, run_id_for, cpu_split) -> None:
-    """Start the jobs of the run after `run` (unless it limits memory by size: it may be refused)."""
+    """Start the jobs of the run after `run` (unless it limits memory by size: it may be refused; or it
+    takes a job kept from an earlier run: reuse.py)."""
     state = run.sweep.state
     ids = [run_id_for(spec, t.name, rep) for spec, t, rep in state.order]
     if run.run_id not in ids or ids.index(run.run_id) + 1 >= len(ids):
@@ -59,7 +61,7 @@ def start_next(run, make_jobs, run_id_for, cpu_split) -> None:
     i = ids.index(run.run_id) + 1
     spec, target, repeat = state.order[i]
     setting = parse_memory(spec.memory)
-    if setting.kind == "bytes":
+    if setting.kind == "bytes" or reuse.available(state, target.name, spec):
         return
     owner = Run(run.sweep, target, repeat, ids[i])
     early = Early(ids[i], owner, [])

@@ -30,7 +30,7 @@ import numpy as np
 
 from ...core import cgroups, targets as targets_mod
 from ...core.sweep import Measurement, Point
-from . import STUDY, prestart
+from . import STUDY, prestart, reuse
 from .dataset import Dataset, resolve_datasets
 from ...kit.ingest import IngestWriter
 from .jobs import Job, JobFailed, _poll
@@ -101,6 +101,7 @@ class TrainState:
     need: dict[str, int] = field(default_factory=dict)
     order: list = field(default_factory=list)   # (config, target, repeat) as the engine runs them
     early: prestart.Early | None = None         # the next run's jobs, started with this run's
+    kept: dict = field(default_factory=dict)    # target -> a one-model job kept for a later run (reuse.py)
 
 
 def prepare(sweep) -> None:
@@ -157,6 +158,7 @@ def run_one(run, config: RunSpec) -> Measurement:
 
 def finish(sweep, frame) -> None:
     prestart.drop(sweep.state)
+    reuse.drop(sweep.state)
     shutil.rmtree(sweep.out_dir / "jobs", ignore_errors=True)
 
 
@@ -196,29 +198,39 @@ def _job_cgroup(run, index: int, setting: MemorySetting, io):
         return None
 
 
+def _per_run(run, spec: RunSpec, index: int) -> dict:
+    """What a job's spec takes from its run (all a kept job changes when a later run re-arms it)."""
+    p: TrainParams = run.p
+    ckdir = run.target.study_dir(STUDY.name) / "checkpoints" / f"{run.run_id}-j{index}"
+    shutil.rmtree(ckdir, ignore_errors=True)
+    return {"seed": p.seed + 1000 * run.repeat, "checkpoint_dir": str(ckdir),
+            "checkpoint_every_steps": spec.checkpoint_every_steps,
+            "checkpoint_interval_s": p.checkpoint_default_interval_s}
+
+
 def _make_jobs(run, spec: RunSpec, ds: Dataset, setting: MemorySetting, io, splits, jobs: list[Job]) -> None:
     """One Job per model (appended to `jobs` as made, so a failure half-way still cleans up)."""
     p: TrainParams = run.p
     for i, cpus in enumerate(splits):
         group = _job_cgroup(run, i, setting, io)
-        ckdir = run.target.study_dir(STUDY.name) / "checkpoints" / f"{run.run_id}-j{i}"
-        shutil.rmtree(ckdir, ignore_errors=True)
         jobs.append(Job(i, {"job": i, "files": ds.files, "input_size": p.input_size, "batch_size": p.batch_size,
                             "num_classes": p.num_classes, "epochs": p.epochs,
                             "steps_per_epoch": ds.records // p.batch_size,
                             "learning_rate": p.learning_rate, "shuffle_buffer": p.shuffle_buffer,
                             "read_parallelism": p.read_parallelism, "warmup_steps": p.warmup_steps,
-                            "seed": p.seed + 1000 * run.repeat, "threads": len(cpus), "cpus": cpus,
-                            "checkpoint_dir": str(ckdir), "checkpoint_every_steps": spec.checkpoint_every_steps,
-                            "checkpoint_interval_s": p.checkpoint_default_interval_s},
+                            "threads": len(cpus), "cpus": cpus, **_per_run(run, spec, i)},
                         group, run.sweep.out_dir / "logs" / f"{run.run_id}-j{i}.log",
-                        limit_bytes=int(setting.value) if setting.kind == "bytes" else None))
+                        limit_bytes=int(setting.value) if setting.kind == "bytes" else None, run_id=run.run_id))
 
 
 def _start_jobs(run, spec: RunSpec, ds: Dataset, setting: MemorySetting, io, jobs: list[Job]) -> None:
     """This run's jobs: started early by the run before (prestart.py), or now, with the next run's."""
     state = run.sweep.state
     paired = isinstance(state, TrainState)
+    kept = reuse.take(state, run, spec, _per_run(run, spec, 0)) if paired else None
+    if kept is not None:
+        jobs.append(kept)
+        return
     early = prestart.take(state, run.run_id) if paired else None
     if early is not None:
         jobs.extend(early)
@@ -338,6 +350,7 @@ def execute_run(run, spec: RunSpec, ds: Dataset, need_hint: int | None = None) -
     (out_dir / "jobs").mkdir(parents=True, exist_ok=True)
     (out_dir / "logs").mkdir(exist_ok=True)
     jobs: list[Job] = []
+    kept: list[Job] = []
     writer: IngestWriter | None = None
     try:
         _start_jobs(run, spec, ds, setting, io, jobs)
@@ -362,7 +375,12 @@ def execute_run(run, spec: RunSpec, ds: Dataset, need_hint: int | None = None) -
         ingest = writer.stop() if writer else {}
         for j in jobs:
             j.stats = final_stats(j.group)
-            j.proc.wait(timeout=60)
+        if reuse.keep(run.sweep.state, run, spec, jobs, run_id_for):
+            kept = list(jobs)               # not cleaned up with this run: a later run takes it
+        else:
+            for j in jobs:
+                j.proc.stdin.close()        # no "again": the job ends
+                j.proc.wait(timeout=60)
     except JobFailed as exc:
         run.stop_clock()
         if writer:
@@ -371,11 +389,12 @@ def execute_run(run, spec: RunSpec, ds: Dataset, need_hint: int | None = None) -
             j.kill()
         run.log(f"[{run.run_id}] failed: {exc}")
         return _failed(base, jobs, str(exc), emulated)
-    except BaseException:     # an interrupt: the next run's early jobs end with this run's
+    except BaseException:     # an interrupt: the next run's early jobs and kept jobs end with this run's
         prestart.drop(run.sweep.state)
+        reuse.drop(run.sweep.state)
         raise
     finally:
-        _clean_up(run.target, jobs, writer)
+        _clean_up(run.target, [j for j in jobs if j not in kept], writer)
     # The job's own memory vs its page cache over time (the brief's memory figure).
     trace = [{"t_s": round(m["t"] - t_go, 3), **{k: v for k, v in m.items() if k != "t"}}
              for j in jobs for m in j.memory_trace]
