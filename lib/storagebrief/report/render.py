@@ -46,6 +46,21 @@ def with_contents(body: str) -> str:
     return f'<nav class="toc" id="contents"><p class="toc-title">Contents</p><ol>{items}</ol></nav>{body}'
 
 
+def check_layout(pdf_path: Path, html_path: Path, params_file: Path, log=print) -> dict:
+    """The PDF's layout checks (report/layout.py), said on the terminal: a problem is a warning here,
+    a failure in tests/report/test_brief_layout.py."""
+    from ..core import config as config_mod
+    from . import layout
+    targets = [t.name for t in config_mod.load(params_file, check_targets=False).targets]
+    has_answer = "Accelerators supported" in html_path.read_text()     # only when the emulate study ran
+    found = layout.check(pdf_path, html_path, targets if has_answer else [])
+    if "pages" in found:
+        log(f"brief.pdf: {found['pages']} pages, body {found['body_pages']} (before the first appendix)")
+    for problem in layout.problems(found) + ([found["skipped"]] if "skipped" in found else []):
+        log(f"brief layout: {problem}")
+    return found
+
+
 def render(reports_dir: str | Path = "reports", params_file: str | Path = "params.yaml",
            notebook: str | Path | None = None, pdf: bool = True, log=print) -> dict:
     """Execute the brief notebook, export HTML without code, print it to PDF.
@@ -86,6 +101,8 @@ def render(reports_dir: str | Path = "reports", params_file: str | Path = "param
         except Exception as exc:  # missing system libraries: HTML still stands
             out["pdf_error"] = f"{type(exc).__name__}: {exc}"
             log(f"brief.pdf not rendered: {out['pdf_error']}")
+        if out["pdf"]:
+            out["layout"] = check_layout(pdf_path, html_path, params_file, log)
     headlines, left_out = snapshot_headlines(reports_dir, survive=True)
     results.write_json(reports_dir / "headlines.json", headlines)
     # Said on the terminal too: a brief with a part that could not be read or rendered is still written.
