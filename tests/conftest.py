@@ -4,8 +4,11 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -173,3 +176,66 @@ def two_hosts(tmp_path_factory):
         pytest.skip(f"no test hosts: {why}")
     with nethosts.HostSet.up(2, tmp_path_factory.mktemp("hosts")) as hs:
         yield hs
+
+
+# The report tests' shared inputs: one tiny `dvc repro` of every study in a copy of the repository
+# (session-wide: the end-to-end test and the layout test read the same brief).
+# Tiny values per study section: the chain runs in about a minute or two.
+TINY = {
+    "preprocess": {"image_count": 6, "image_counts": [3], "processes": [1, 2], "image_width": 640,
+                   "image_height": 480, "repeats": 2, "resize_width": 64, "resize_height": 64},
+    "emulate": {"accelerators": [1, 2], "repeats": 1, "epochs": 1, "num_files": 200, "memory_limit_mib": 16},
+    "train_resnet50": {"dataset": "generated", "dataset_images": 48, "record_kib": 64, "batch_size": 8,
+                       "memory_limits": ["none", "2.5:1"], "parallel_models": [1], "parallel_memory": "none",
+                       "ingest_mb_per_s": 0,
+                       "checkpoint_every_steps": 0},
+    "transfer_sweep": {"block_sizes": ["4k", "1m"], "queue_depths": [1, 4], "repeats": 2, "file_mib": 16,
+                       "runtime_s": 0.3, "ramp_time_s": 0.05,
+                       "busy": {"peak_seconds": 0.5, "calibrate_seconds": 0.5, "settle_s": 0.1}},
+    "stream_inference": {"videos": ["144p@12"], "duration_s": 2, "streams": [1], "topics": [1], "partitions": [2],
+                         "replication_factors": [3], "broker_heap_mib": 256, "drain_timeout_s": 15,
+                         "input_size": 32, "batch_size": 8},
+    "checkpoint": {"scale": 65536, "saves": 2, "restores": 2, "pause_s": 0.05, "write_block_mib": 1,
+                   "read_block_mib": 1, "readers_per_rank": 2,
+                   "cost": {"modes": ["none", "sync", "async"], "intervals_steps": [2], "steps": 6,
+                            "compute_s": 0.02, "files": 2},
+                   # the framework sweep: every scenario once, one TensorFlow job, a tiny BERT
+                   "framework": {"scenarios": ["default", "every", "limited", "ingest"], "steps": 4,
+                                 "every_steps": 1, "default_every_steps": 2, "layers": 1, "hidden": 32, "heads": 2,
+                                 "ffn": 64, "seq_len": 16, "vocab": 512, "predictions": 4, "batch_size": 2,
+                                 "memory_headroom_mib": 96, "ingest_mb_per_s": 5}},
+}
+def _copy_repo(dst: Path) -> None:
+    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                           capture_output=True, text=True, check=True).stdout.split()
+    for f in files:
+        if (REPO / f).is_file():
+            (dst / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / f, dst / f)
+
+
+
+@pytest.fixture(scope="session")
+def tiny_chain(tmp_path_factory):
+    """`dvc repro` of the tiny profile in a copy of the repository: work (its folder), res (the run's
+    CompletedProcess) and run(*cmd) (a command in that folder)."""
+    tmp_path = tmp_path_factory.mktemp("chain")
+    work = tmp_path / "repo"
+    _copy_repo(work)
+    params = yaml.safe_load((work / "params.yaml").read_text())
+    (tmp_path / "t").mkdir()   # storagebrief creates only the last component of a target path
+    params["targets"][0]["path"] = str(tmp_path / "t" / "local")
+    params["targets"][1]["path"] = str(tmp_path / "t" / "hdd")
+    params["run"]["monitor_interval_s"] = 0.1
+    for section, values in TINY.items():
+        params[section].update(values)
+    (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+           "TF_CPP_MIN_LOG_LEVEL": "2"}
+    run = lambda *cmd: subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=1500)
+    for cmd in (["git", "init", "-q"], ["git", "add", "-A"],
+                ["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "x"]):
+        assert run(*cmd).returncode == 0
+    res = run("dvc", "repro")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    return SimpleNamespace(work=work, res=res, run=run)

@@ -140,7 +140,8 @@ def sections(page: str) -> dict[str, str]:
 
 def assert_brief(page: str, bad: str | None = None, why: str | None = None) -> None:
     """Every part of the brief is there; the bad study's section says it could not be read and why; the
-    good studies rendered their own content (a table) and have snapshot cards."""
+    good studies rendered their own content (a figure in the section, its tables in the section's
+    appendix, linked from it) and have snapshot cards."""
     s = sections(page)
     for heading in ("Test results snapshot", "Block-level I/O characterization", "Appendix A — System configuration",
                     "Appendix B — Test procedure and parameters"):
@@ -151,10 +152,12 @@ def assert_brief(page: str, bad: str | None = None, why: str | None = None) -> N
             assert "could not be read" in s[title], s[title][:2000]
             text = html.unescape(re.sub(r"<[^>]+>", "", s[title]))
             assert why in text and "brief:" not in text, (why, text[:2000])     # once, no terminal noise
-            assert "<table" not in s[title]
+            assert "<table" not in s[title] and f'href="#appendix-{study}"' not in s[title]
             assert not [c for c in re.findall(r'<div class="card"[^>]*>', page) if f'data-study="{study}"' in c]
         elif study in ("preprocess", "stream_inference"):
-            assert "could not be read" not in s[title] and "<table" in s[title], title
+            assert "could not be read" not in s[title] and "<img" in s[title], title
+            details = [t for t in s if t.startswith("Appendix ") and t.endswith(f"{title.split(':')[0]}: details")]
+            assert details and "<table" in s[details[0]] and f'href="#appendix-{study}"' in s[title], (title, list(s))
             assert f'data-study="{study}"' in s["Test results snapshot"], study
 
 
@@ -253,7 +256,8 @@ def test_an_error_in_one_part_is_a_note_not_a_lost_brief(project):
     assert "<b>Appendix A could not be rendered</b>: KeyError: 'memory_total_bytes'" in page
     assert "Appendix A could not be rendered" in res.stderr            # said on the terminal too
     for title in (TITLES["preprocess"], TITLES["stream_inference"], "Appendix B — Test procedure and parameters"):
-        assert "<table" in s[title] or "<pre" in s[title], title
+        assert "<img" in s[title] or "<pre" in s[title], title           # a section's tables are in its appendix
+    assert "<table" in s["Appendix D — Preprocessing ingest: details"]
 
 
 # --------------------------------------------------------------------------- a sweep cut short
@@ -270,7 +274,7 @@ def test_status_incomplete_says_cut_short(project):
     s = sections(page)
     note = "This sweep was cut short: 12 of 24 runs (stopped by SIGTERM); figures cover only those runs."
     body = s[TITLES["preprocess"]]
-    assert note in body and body.index(note) < body.index("<table")     # the section starts with it
+    assert note in body and body.index(note) < body.index("<img")       # the section starts with it
     assert "cut short" not in s[TITLES["stream_inference"]]                  # complete: nothing said
     assert "sweep cut short: 12 of 24 runs" in s["Test results snapshot"]   # on its cards too
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import html
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -18,7 +19,7 @@ import pandas as pd
 from ..core import config as config_mod
 from ..studies import get as get_study
 from . import formatting, inputs
-from .display import limits_box, set_target_order, show_html, show_md, show_table
+from .display import Appendix, details_to, limits_box, set_target_order, show_html, show_md, show_table
 
 
 def _in_kernel() -> bool:
@@ -148,6 +149,7 @@ def _all_unapplied(reports_dir) -> dict[str, str]:
 @_part("The cover")
 def title_block(reports_dir: str | Path, params_file: str | Path) -> None:
     params = config_mod.load(params_file, check_targets=False)   # the brief writes nothing into targets
+    _DETAIL_APPENDICES.clear()                                     # a new brief: its own appendices D, E, …
     set_target_order([t.name for t in params.targets])             # one colour per target in every figure
     studies = [s.title + ("" if s.ok else " (could not be read)") + (" (cut short)" if s.cut_short() else "")
                for s in inputs.studies(reports_dir)]
@@ -280,12 +282,32 @@ def appendix_comparisons(reports_dir: str | Path) -> None:
                                    "on the snapshot; each is recomputable from its study's runs.csv.")
 
 
-def study_section(key: str, study_dir: str | Path) -> None:
+FIRST_DETAIL_LETTER = "D"      # A, B and C are the system, the procedure and every comparison
+_DETAIL_APPENDICES: list[Appendix] = []   # this brief's per-section detail appendices, in order
+
+
+def detail_appendix(title: str, anchor: str) -> Appendix:
+    """A new detail appendix (D, E, …) for one body section of this brief; shown by appendix_details()."""
+    a = Appendix(chr(ord(FIRST_DETAIL_LETTER) + len(_DETAIL_APPENDICES)), title, anchor)
+    _DETAIL_APPENDICES.append(a)
+    return a
+
+
+def detail_link(appendix: Appendix | None, what: str = "Detail tables") -> None:
+    """The body's pointer to its appendix: a link in the HTML, "see Appendix D" in the PDF."""
+    if appendix is not None and appendix.items:
+        show_html(f'<p class="details-link">{html.escape(what)} of this section: see <a href="#{appendix.anchor}">'
+                  f'{html.escape(appendix.heading())}</a>.</p>')
+
+
+def study_section(key: str, study_dir: str | Path, details: bool = False) -> None:
     """A study's brief section from its output directory (also used by its notebook): a note first when
-    the sweep was cut short, then the section, or why its results could not be read."""
+    the sweep was cut short, then the section, or why its results could not be read.
+    details=True (the brief): its detail tables go to an appendix of their own, linked from the section;
+    False (the study's notebook): everything inline."""
     study = get_study(key)
     s = inputs.read_study(study.name, study_dir)
-    show_html(f'<h2 class="section">{html.escape(study.title)}</h2>')
+    show_html(f'<h2 class="section" id="section-{study.name}">{html.escape(study.title)}</h2>')
     if s.cut_short():
         show_html(f'<div class="warn cut-short" data-study="{study.name}"><b>{html.escape(s.cut_short())}</b></div>')
     if not s.ok:
@@ -295,12 +317,16 @@ def study_section(key: str, study_dir: str | Path) -> None:
                   f'{html.escape(study.command)}</code> or <code>dvc repro {html.escape(study.name)}</code>) to replace '
                   'them.</p></div>')
         return
-    _survives(f"The {study.title} section", _study_body, study, s)
+    short = re.split(r":| \(", study.title)[0]         # "Emulated-accelerator training", "Checkpointing"
+    appendix = detail_appendix(f"{short}: details", f"appendix-{study.name}") if details else None
+    _survives(f"The {study.title} section", _study_body, study, s, appendix)
 
 
-def _study_body(study, s: inputs.StudyInput) -> None:
+def _study_body(study, s: inputs.StudyInput, appendix: Appendix | None = None) -> None:
     d, frame = s.dir, s.frame
-    study.brief_section(d, frame, s.names)
+    with details_to(appendix):
+        study.brief_section(d, frame, s.names)
+    detail_link(appendix)
     notes = d / "notes.json"
     warnings = list(inputs.read_json(notes).get("warnings", [])) if notes.is_file() else []
     methods = fallback_cache_methods(frame)
@@ -310,11 +336,25 @@ def _study_body(study, s: inputs.StudyInput) -> None:
     limits_box(warnings)
 
 
+@_part("The detail appendices")
+def appendix_details(reports_dir: str | Path | None = None) -> None:
+    """Appendix D onwards: each body section's detail tables and figures, in the sections' order."""
+    for a in _DETAIL_APPENDICES:
+        if a.items:
+            a.show()
+    _DETAIL_APPENDICES.clear()
+
+
 @_part("The block-level I/O characterization")
-def block_characterization(reports_dir: str | Path) -> None:
-    """The block-level I/O characterization of every readable study (report/characterization.py)."""
+def block_characterization(reports_dir: str | Path, details: bool = False) -> None:
+    """The block-level I/O characterization of every readable study (report/characterization.py);
+    details=True: its tables and plots in an appendix of their own."""
     from . import characterization as chz
-    chz.section(reports_dir, [(s.key, s.title, s.dir) for s in inputs.readable(reports_dir)], target_order)
+    appendix = detail_appendix("Block-level I/O characterization: details", "appendix-characterization") \
+        if details else None
+    chz.section(reports_dir, [(s.key, s.title, s.dir) for s in inputs.readable(reports_dir)], target_order,
+                appendix)
+    detail_link(appendix, "Tables and plots")
 
 
 def _latest_inventory(reports_dir) -> dict:

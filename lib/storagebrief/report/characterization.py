@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..core import characterize as ch, results
-from .display import analysis, show_figure, show_html, show_md, show_table, style
+from .display import analysis, details_to, show_figure, show_html, show_md, show_table, style
 
 DEFINITIONS = (
     "An **I/O** is one block request as issued to the device (tracefs `block:block_rq_issue`), matched to its "
@@ -65,7 +65,7 @@ def workloads(study, runs: pd.DataFrame, chz: pd.DataFrame, names: list[str]) ->
     return [(study.title.split(":")[0], busiest.run_id)]
 
 
-def section(reports_dir: str | Path, available, target_order) -> None:
+def section(reports_dir: str | Path, available, target_order, appendix=None) -> None:
     from ..studies import get as get_study
 
     reports_dir = Path(reports_dir)
@@ -94,9 +94,16 @@ def section(reports_dir: str | Path, available, target_order) -> None:
         notes += [f"{s['title']}, run {r['run_id']}: {r['warning']}" for r in s["chz"].to_dict("records")
                   if isinstance(r.get("warning"), str) and r["warning"]]      # e.g. requests beyond the capacity
     frame = pd.DataFrame(rows)
+    with details_to(appendix):
+        _shown(frame, picks, notes)
+
+
+def _shown(frame: pd.DataFrame, picks, notes: list[str]) -> None:
+    """What this is, the summary table, the analysis, the plots, the locality table, the limits."""
     show_md(f"**What this is.** The block requests every measured run issued to its target's device, recorded "
             "with tracefs and summarized as in the seed's btt analysis; one row per workload (reference target, "
-            "first repeat; every run's row is in each study's `characterization.csv`). " + DEFINITIONS)
+            "first repeat; every run's row is in each study's `characterization.csv`).")
+    show_md("**Definitions.** " + DEFINITIONS, detail=True)
     _summary_table(frame)
     _analysis(picks)
     traced = [(lab, r, d) for lab, r, d in picks if r.get("source") == "tracefs" and isinstance(r.get("trace_file"), str)]
@@ -213,7 +220,7 @@ def _lba_plots(dists) -> None:
     axes[0].legend(loc="upper right", fontsize=7, markerscale=4)
     fig.tight_layout()
     show_figure(fig, "LBA vs time per workload: each dot is a request (start sector as % of the device's "
-                     "capacity; a sample of at most 3,000 per run).")
+                     "capacity; a sample of at most 3,000 per run).", detail=True)
 
 
 def _size_plots(dists) -> None:
@@ -240,7 +247,7 @@ def _size_plots(dists) -> None:
         axes[0].legend(fontsize=7)
         fig.tight_layout()
         show_figure(fig, f"{op.capitalize()} request-size distribution per workload (one bar per size that occurred, "
-                         "random and sequential stacked).")
+                         "random and sequential stacked).", detail=True)
 
 
 def _locality_plots(dists) -> None:
@@ -263,7 +270,7 @@ def _locality_plots(dists) -> None:
         ax.set(title=_short(label), xlabel="address-space bin (0.1 % of device)", ylabel="% of requests")
     axes[0].legend(fontsize=7)
     fig.tight_layout()
-    show_figure(fig, "Locality histogram: share of each run's requests per 1/1,000 of the device's address space.")
+    show_figure(fig, "Locality histogram: share of each run's requests per 1/1,000 of the device's address space.", detail=True)
 
 
 def _short(label: str, n: int = 38) -> str:

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import html
+import re
+from contextlib import contextmanager
 
 import pandas as pd
 
@@ -11,7 +13,12 @@ def show_html(text: str) -> None:
     display(HTML(text))
 
 
-def show_md(text: str) -> None:
+def show_md(text: str, detail: bool = False) -> None:
+    """Markdown on the page; detail=True: to the study's appendix inside details_to() (text that
+    explains a detail table)."""
+    if detail and _DETAILS:
+        _DETAILS[-1].items.append(("md", text))
+        return
     from IPython.display import Markdown, display
     display(Markdown(text))
 
@@ -19,15 +26,72 @@ def show_md(text: str) -> None:
 LONG_TABLE_ROWS = 25
 
 
-def show_table(frame: pd.DataFrame, caption: str = "", floatfmt: str = "{:,.1f}") -> None:
-    # numbers in the columns after the first: keep each on one line (long text elsewhere may wrap anywhere)
+class Appendix:
+    """Where a study's detail tables go in the brief: its own appendix section (letter, title, anchor),
+    filled while the study's body section renders and shown after the shared appendices."""
+
+    def __init__(self, letter: str, title: str, anchor: str):
+        self.letter, self.title, self.anchor = letter, title, anchor
+        self.items: list[tuple[str, str]] = []      # ("html" | "md", text), in order
+
+    def show(self) -> None:
+        show_html(f'<h2 class="appendix" id="{self.anchor}">{html.escape(self.heading())}</h2>')
+        for kind, text in self.items:
+            (show_md if kind == "md" else show_html)(text)
+
+    def heading(self) -> str:
+        return f"Appendix {self.letter} — {self.title}"
+
+
+_DETAILS: list[Appendix] = []       # the open appendix (at most one) while a body section renders
+
+
+@contextmanager
+def details_to(appendix: Appendix | None):
+    """While open, show_table (and show_figure(..., detail=True)) add to `appendix` instead of the page:
+    the brief's body keeps text, key figures and analysis; None (a study's own notebook) shows all inline."""
+    if appendix is None:
+        yield None
+        return
+    _DETAILS.append(appendix)
+    try:
+        yield appendix
+    finally:
+        _DETAILS.remove(appendix)
+
+
+def _place(text: str, body: bool) -> None:
+    if _DETAILS and not body:
+        _DETAILS[-1].items.append(("html", text))
+    else:
+        show_html(text)
+
+
+_BREAKS_INSIDE = re.compile(r"[^\s<>]*[^\s<>][-/‐–][^\s<>]+")   # hdd-emulated, MB/s, llama3-8b
+
+
+def _wrap_at_spaces_only(table: str) -> str:
+    """A cell's lines break at spaces only: a word a browser would break after its hyphen or slash
+    ("hdd-" / "emulated", "MB/" / "s") is kept whole (span.nw: white-space: nowrap). Text is unchanged."""
+    return re.sub(r">([^<]+)<", lambda m: ">" + _BREAKS_INSIDE.sub(lambda w: f'<span class="nw">{w.group(0)}</span>',
+                                                                  m.group(1)) + "<", table)
+
+
+def table_html(frame: pd.DataFrame, caption: str = "", floatfmt: str = "{:,.1f}") -> str:
+    # numbers in the columns after the first: keep each on one line (long text elsewhere may wrap at spaces)
     numeric = len(frame.columns) > 1 and all(pd.api.types.is_numeric_dtype(frame[c]) for c in frame.columns[1:])
     body = frame.to_html(index=False, classes="brief-table numeric" if numeric else "brief-table", border=0,
                          na_rep="–", float_format=lambda v: floatfmt.format(v))
+    body = _wrap_at_spaces_only(body)
     cap = f'<p class="caption">{html.escape(caption)}</p>' if caption else ""
     # a table longer than a page may break across pages (else it leaves its heading alone on a page)
     wrap = "table-wrap long" if len(frame) > LONG_TABLE_ROWS else "table-wrap"
-    show_html(f'<div class="{wrap}">{body}{cap}</div>')
+    return f'<div class="{wrap}">{body}{cap}</div>'
+
+
+def show_table(frame: pd.DataFrame, caption: str = "", floatfmt: str = "{:,.1f}", body: bool = False) -> None:
+    """A table; inside details_to() it goes to the study's appendix unless body=True (a key table)."""
+    _place(table_html(frame, caption, floatfmt), body)
 
 
 VECTOR_MAX_POINTS = 20_000   # a figure drawing more marks than this stays raster (an SVG of it is slow and huge)
@@ -62,8 +126,9 @@ def figure_html(fig, caption: str = "") -> str:
     return f'<figure><img src="data:{mime};base64,{data}" alt="{html.escape(caption)}"/>{cap}</figure>'
 
 
-def show_figure(fig, caption: str = "") -> None:
-    show_html(figure_html(fig, caption))
+def show_figure(fig, caption: str = "", detail: bool = False) -> None:
+    """A figure on the page; detail=True: to the study's appendix inside details_to() (not a key figure)."""
+    _place(figure_html(fig, caption), not detail)
 
 
 _TARGET_ORDER: list[str] = []      # every target of the brief, in params order (set by the cover)

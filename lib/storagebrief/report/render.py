@@ -19,6 +19,48 @@ def brief_notebook(project_dir: str | Path) -> Path:
     return own if own.is_file() else PACKAGE_NOTEBOOK
 
 
+def _slug(text: str, seen: set[str]) -> str:
+    base = re.sub(r"[^a-z0-9]+", "-", html.unescape(text).lower()).strip("-")[:60] or "section"
+    slug, i = base, 2
+    while slug in seen:
+        slug, i = f"{base}-{i}", i + 1
+    seen.add(slug)
+    return slug
+
+
+def with_contents(body: str) -> str:
+    """The body with an id on every top-level heading (h2) and a table of contents linking them first
+    (in the HTML; the PDF has its bookmarks instead, so print hides it)."""
+    seen = set(re.findall(r'<h2[^>]*\bid="([^"]+)"', body))
+    entries = []
+
+    def anchor(m: re.Match) -> str:
+        attrs, text = m.group(1), m.group(2)
+        found = re.search(r'\bid="([^"]+)"', attrs)
+        ident = found.group(1) if found else _slug(re.sub(r"<[^>]+>", "", text), seen)
+        entries.append((ident, re.sub(r"<[^>]+>", "", text).strip(), "appendix" in attrs))
+        return m.group(0) if found else f'<h2{attrs} id="{ident}">{text}</h2>'
+    body = re.sub(r"<h2([^>]*)>(.*?)</h2>", anchor, body, flags=re.S)
+    items = "".join(f'<li class="{"toc-appendix" if app else "toc-section"}"><a href="#{i}">{t}</a></li>'
+                    for i, t, app in entries)
+    return f'<nav class="toc" id="contents"><p class="toc-title">Contents</p><ol>{items}</ol></nav>{body}'
+
+
+def check_layout(pdf_path: Path, html_path: Path, params_file: Path, log=print) -> dict:
+    """The PDF's layout checks (report/layout.py), said on the terminal: a problem is a warning here,
+    a failure in tests/report/test_brief_layout.py."""
+    from ..core import config as config_mod
+    from . import layout
+    targets = [t.name for t in config_mod.load(params_file, check_targets=False).targets]
+    has_answer = "Accelerators supported" in html_path.read_text()     # only when the emulate study ran
+    found = layout.check(pdf_path, html_path, targets if has_answer else [])
+    if "pages" in found:
+        log(f"brief.pdf: {found['pages']} pages, body {found['body_pages']} (before the first appendix)")
+    for problem in layout.problems(found) + ([found["skipped"]] if "skipped" in found else []):
+        log(f"brief layout: {problem}")
+    return found
+
+
 def render(reports_dir: str | Path = "reports", params_file: str | Path = "params.yaml",
            notebook: str | Path | None = None, pdf: bool = True, log=print) -> dict:
     """Execute the brief notebook, export HTML without code, print it to PDF.
@@ -44,6 +86,7 @@ def render(reports_dir: str | Path = "reports", params_file: str | Path = "param
     exporter = HTMLExporter(template_name="basic", exclude_input=True, exclude_input_prompt=True,
                             exclude_output_prompt=True)
     body, _ = exporter.from_notebook_node(nb)
+    body = with_contents(body)
     page = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>Storage performance brief</title>"
             f"<style>{CSS.read_text()}</style></head><body><main>{body}</main></body></html>")
     html_path = reports_dir / "brief.html"
@@ -58,6 +101,8 @@ def render(reports_dir: str | Path = "reports", params_file: str | Path = "param
         except Exception as exc:  # missing system libraries: HTML still stands
             out["pdf_error"] = f"{type(exc).__name__}: {exc}"
             log(f"brief.pdf not rendered: {out['pdf_error']}")
+        if out["pdf"]:
+            out["layout"] = check_layout(pdf_path, html_path, params_file, log)
     headlines, left_out = snapshot_headlines(reports_dir, survive=True)
     results.write_json(reports_dir / "headlines.json", headlines)
     # Said on the terminal too: a brief with a part that could not be read or rendered is still written.

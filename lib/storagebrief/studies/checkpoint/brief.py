@@ -133,7 +133,8 @@ def _latency(ok, hist) -> None:
         ax.set(xscale="log", title=word, xlabel="latency µs (bin's low edge)")
     axes[0].set_ylabel("% of calls")
     axes[-1].legend(loc="upper left", bbox_to_anchor=(1, 1), fontsize=8)
-    show_figure(fig, "Where the calls' latencies fall (share of each call kind per log2 bin, all repeats).")
+    show_figure(fig, "Where the calls' latencies fall (share of each call kind per log2 bin, all repeats).",
+                detail=True)
 
 
 def _cost(cost, names: list[str], study: dict) -> None:

@@ -175,7 +175,8 @@ def _supported_table(sup) -> None:
     show_table(tab, "Accelerators supported (MLPerf Storage rule): the largest accelerator count whose mean AU "
                     "stays at or above the threshold. 'Limited by' is what stopped it at the first failing count: "
                     "storage, or the client ('client-limited at N': this machine could not drive N accelerators, so the "
-                    "storage earned no number there); 'none': every count tried passed, so the target may support more.")
+                    "storage earned no number there); 'none': every count tried passed, so the target may support more.",
+               body=True)     # the study's answer: a key table
 
 
 def _limits_table(frame) -> None:
@@ -260,7 +261,7 @@ def _latency_histogram(study_dir: Path, palette: dict) -> None:
            title=f"Read latency distribution at {nmax} accelerators")
     ax.legend(fontsize=8)
     show_figure(fig, f"Histogram of per-read latencies over all repeats at {nmax} accelerators "
-                     f"({LAT_BINS_PER_DECADE} log bins per decade).")
+                     f"({LAT_BINS_PER_DECADE} log bins per decade).", detail=True)
 
 
 def _latency_table(frame) -> None:

@@ -26,7 +26,8 @@ def section(study_dir: Path, frame, names: list[str]) -> None:
     for name in names:
         g = cpu[cpu.target == name]
         if not g.empty:
-            _curves(g, "load", loads, f"{name}: idle vs busy" if len(loads) > 1 else name)
+            # each target idle vs busy: detail (the appendix); the targets compared is the key figure
+            _curves(g, "load", loads, f"{name}: idle vs busy" if len(loads) > 1 else name, detail=len(names) > 1)
     if len(names) > 1:
         sys_load = "busy" if "busy" in loads else loads[0]
         _curves(cpu[cpu.load == sys_load], "target", names, f"{' vs '.join(names)} on the {sys_load} system")
@@ -73,7 +74,7 @@ def _busy_load(frame, study: dict) -> None:
         "fio about a seventh of the machine: that is the point of the test.")
 
 
-def _curves(g: pd.DataFrame, hue: str, order: list[str], title: str) -> None:
+def _curves(g: pd.DataFrame, hue: str, order: list[str], title: str, detail: bool = False) -> None:
     """Throughput (x) vs mean and p99 latency (y), a line per transfer size and hue, QD labels; a table."""
     import matplotlib.pyplot as plt
 
@@ -103,7 +104,8 @@ def _curves(g: pd.DataFrame, hue: str, order: list[str], title: str) -> None:
                 ax.legend(fontsize=8)
     fig.tight_layout()
     show_figure(fig, f"{title}: throughput (x, MB/s) vs latency (y, µs), one line per {hue}, dots labelled with "
-                     "queue depth (log axes; lower right is better). Means over repeats; p99 from merged bins.")
+                     "queue depth (log axes; lower right is better). Means over repeats; p99 from merged bins.",
+                detail=detail)
     t = g.sort_values(["block_size_bytes", hue, "queue_depth"])
     table = pd.DataFrame({"Size": t.block_size_bytes.map(lambda b: size_label(int(b))), hue.title(): t[hue],
                           "QD": t.queue_depth, "MB/s": t.throughput_mb_per_s_mean, "± sd": t.throughput_mb_per_s_sd,

@@ -1,0 +1,213 @@
+"""Checks of the rendered brief's layout, on the PDF itself (poppler's pdftotext and pdftoppm).
+
+- split cells: no word or number of a table cell broken across lines ("92,477." above "8",
+  "hdd-emulat" above "ed"). The HTML says what every cell holds; `pdftotext -layout` keeps each
+  cell's lines in its column. A fragment F that ends its cell on one line, with a fragment G starting
+  in the same column on the next line, is a split when F + G (or F + "-" + G) is a word of some cell
+  while F or G alone is none, or when that word is found whole fewer times in the PDF than the cells
+  hold it. Two whole values in consecutive rows ("12" above "8" where "128" is a cell too) are not.
+- sparse pages: no page less than a quarter filled unless the next page starts a top-level section,
+  or it is the last page.
+- page 1 holds the answers' "Accelerators supported" line of every target.
+- the body (every page before the first appendix) has at most BODY_PAGES pages.
+- the HTML opens offline: no http(s) reference to fonts, style sheets, scripts or images.
+
+`storagebrief brief` prints what these find (render.py); tests/report/test_brief_layout.py asserts none.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import unicodedata
+from html.parser import HTMLParser
+from pathlib import Path
+
+BODY_PAGES = 15
+MIN_FILL = 0.25
+COLUMN_SLACK = 2           # pdftotext -layout places a cell's lines within a character or two
+CELL_GAP = re.compile(r"\S+(?: \S+)*")   # a run of text with single spaces: one cell's line on a layout row
+
+
+def _norm(text: str) -> str:
+    return unicodedata.normalize("NFKC", text).replace("\u2011", "-").replace("\u00ad", "")
+
+
+class _Html(HTMLParser):
+    """Table cells' words, top-level headings (h2: text, class) and visible text of the brief's HTML."""
+
+    def __init__(self):
+        super().__init__()
+        self.cells: list[str] = []
+        self.headings: list[tuple[str, str]] = []
+        self._cell: list[str] | None = None
+        self._h2: list[str] | None = None
+        self._h2_class = ""
+
+    def handle_starttag(self, tag, attrs):
+        if tag in ("td", "th"):
+            self._cell = []
+        elif tag == "h2":
+            self._h2, self._h2_class = [], dict(attrs).get("class") or ""
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._cell is not None:
+            self.cells.append(_norm(" ".join(self._cell)))
+            self._cell = None
+        elif tag == "h2" and self._h2 is not None:
+            self.headings.append((" ".join(" ".join(self._h2).split()), self._h2_class))
+            self._h2 = None
+
+    def handle_data(self, data):
+        for part in (self._cell, self._h2):
+            if part is not None:
+                part.append(data)
+
+
+def parse_html(text: str) -> _Html:
+    p = _Html()
+    p.feed(text)
+    return p
+
+
+def pdf_pages(pdf: str | Path) -> list[str]:
+    """Each page's text as `pdftotext -layout` lays it out."""
+    out = subprocess.run(["pdftotext", "-layout", str(pdf), "-"], capture_output=True, text=True, check=True).stdout
+    pages = _norm(out).split("\f")
+    return pages[:-1] if pages and not pages[-1].strip() else pages
+
+
+def _runs(line: str) -> list[tuple[int, str]]:
+    """(column, text) of each cell-like run on a layout line (runs are separated by two spaces or more)."""
+    return [(m.start(), m.group(0)) for m in CELL_GAP.finditer(line)]
+
+
+def _below(lines: list[str], i: int, col: int, end: int) -> tuple[int, str] | None:
+    """The run that continues a cell whose line i holds text from `col` (its last word from `end`): the
+    first run below starting in that column, looking past lines where the column is empty (pdftotext
+    centres a one-line cell beside a taller one, so the continuation can be two lines down)."""
+    for k in range(i + 1, min(i + 4, len(lines))):
+        for col2, run in _runs(lines[k]):
+            if abs(col2 - col) <= COLUMN_SLACK or abs(col2 - end) <= COLUMN_SLACK:
+                return k, run
+            if col2 < col <= col2 + len(run):
+                return None                    # other text fills the column: the cell ended
+    return None
+
+
+def split_cells(pages: list[str], cells: list[str]) -> list[str]:
+    """Words of table cells broken across lines: 'page N: "F" + "G" (of "FG")'. Only lines of tables
+    (two runs or more on the line or the one below): prose may break a word at its hyphen."""
+    words: dict[str, int] = {}
+    for c in cells:
+        for w in c.split():
+            words[w] = words.get(w, 0) + 1
+    whole: dict[str, int] = {}
+    for page in pages:
+        for w in page.split():
+            whole[w] = whole.get(w, 0) + 1
+    found = []
+    for n, page in enumerate(pages, 1):
+        lines = page.splitlines()
+        for i in range(len(lines) - 1):
+            runs = _runs(lines[i])
+            for col, run in runs:
+                f = run.split()[-1]
+                hit = _below(lines, i, col, col + len(run) - len(f))
+                if hit is None or (len(runs) < 2 and len(_runs(lines[hit[0]])) < 2):
+                    continue
+                g = hit[1].split()[0]
+                for joined in ({f + g} if f.endswith("-") else {f + g, f + "-" + g}):
+                    if len(joined) < 3 or joined not in words:
+                        continue
+                    if f not in words or g not in words or whole.get(joined, 0) < words[joined]:
+                        found.append(f'page {n}: "{f}" + "{g}" (of "{joined}")')
+    return list(dict.fromkeys(found))
+
+
+def _gray_rows(pdf: str | Path, page: int, dpi: int = 20) -> list[float]:
+    """Per pixel row of one page: the share of non-white pixels (pdftoppm, binary PGM)."""
+    raw = subprocess.run(["pdftoppm", "-gray", "-r", str(dpi), "-f", str(page), "-l", str(page), str(pdf)],
+                         capture_output=True, check=True).stdout
+    head = re.match(rb"P5\s+(\d+)\s+(\d+)\s+(\d+)\s", raw)
+    w, h = int(head.group(1)), int(head.group(2))
+    data = raw[head.end():]
+    return [sum(1 for v in data[r * w:(r + 1) * w] if v < 200) / w for r in range(h)]
+
+
+def fill(pdf: str | Path, page: int, top_mm: float = 16, bottom_mm: float = 18, height_mm: float = 297) -> float:
+    """How far down the page's content reaches, as a share of the text area (A4, the brief's margins;
+    the footer below the bottom margin does not count)."""
+    rows = _gray_rows(pdf, page)
+    top, bottom = int(len(rows) * top_mm / height_mm), int(len(rows) * (1 - bottom_mm / height_mm))
+    inked = [r for r in range(top, bottom) if rows[r] > 0]
+    return 0.0 if not inked else (inked[-1] - top + 1) / (bottom - top)
+
+
+def _starts(page: str, heading: str) -> bool:
+    lines = [" ".join(x.split()) for x in page.splitlines() if x.strip()]
+    first = " ".join(lines[:3])                 # a long heading wraps over two or three lines
+    return bool(lines) and first.startswith(" ".join(heading.split())[:40])
+
+
+def sparse_pages(pdf: str | Path, pages: list[str], headings: list[str]) -> list[str]:
+    out = []
+    for n in range(1, len(pages)):                # the last page may be short
+        nxt = pages[n]
+        if any(_starts(nxt, h) for h in headings):
+            continue
+        share = fill(pdf, n)
+        if share < MIN_FILL:
+            out.append(f"page {n}: {share:.0%} filled and page {n + 1} starts no section")
+    return out
+
+
+def body_pages(pages: list[str], appendix_headings: list[str]) -> int:
+    """Pages before the first appendix (all pages when there is none)."""
+    for n, page in enumerate(pages):
+        if appendix_headings and _starts(page, appendix_headings[0]):
+            return n
+    return len(pages)
+
+
+def missing_answers(page1: str, targets: list[str], question: str = "Accelerators supported") -> list[str]:
+    """Targets without a `question` row on page 1. pdftotext centres a one-line cell (the target) beside
+    the wrapped question, so the target is looked for on the question's first line or the two below."""
+    first = question.split(",")[0]
+    lines = [f" {' '.join(x.split())} " for x in page1.splitlines()]
+    near = [" ".join(lines[i:i + 3]) for i, x in enumerate(lines) if first in x]
+    return [t for t in targets if not any(f" {t} " in r for r in near)]
+
+
+EXTERNAL = re.compile(r"""(?:src|href|xlink:href)\s*=\s*["']?\s*(?:https?:)?//|url\(\s*["']?\s*(?:https?:)?//|"""
+                      r"""@import\s+["']?(?:url\()?\s*["']?(?:https?:)?//""", re.I)
+
+
+def external_references(html_text: str) -> list[str]:
+    """Resources the HTML would fetch from the network (fonts, style sheets, scripts, images)."""
+    return [html_text[max(0, m.start() - 20):m.end() + 60].replace("\n", " ") for m in EXTERNAL.finditer(html_text)]
+
+
+def check(pdf: str | Path, html_path: str | Path, targets: list[str] | None = None,
+          max_body_pages: int = BODY_PAGES) -> dict:
+    """Every layout problem of a rendered brief, by kind; 'body_pages' and 'pages' counted."""
+    html_text = Path(html_path).read_text()
+    parsed = parse_html(html_text)
+    out = {"offline": external_references(html_text)}
+    if not shutil.which("pdftotext") or not shutil.which("pdftoppm"):
+        out["skipped"] = "poppler-utils (pdftotext, pdftoppm) not installed: PDF layout not checked"
+        return out
+    pages = pdf_pages(pdf)
+    tops = [h for h, cls in parsed.headings]
+    appendices = [h for h, cls in parsed.headings if "appendix" in cls.split()]
+    body = body_pages(pages, appendices)
+    out.update(pages=len(pages), body_pages=body, split_cells=split_cells(pages, parsed.cells),
+               sparse_pages=sparse_pages(pdf, pages, tops),
+               page1_answers=[f"page 1 has no 'Accelerators supported' answer for {t}"
+                              for t in missing_answers(pages[0] if pages else "", targets or [])],
+               body=[f"the body has {body} pages, more than {max_body_pages}"] if body > max_body_pages else [])
+    return out
+
+
+def problems(result: dict) -> list[str]:
+    return [p for k in ("split_cells", "sparse_pages", "page1_answers", "body", "offline") for p in result.get(k, [])]

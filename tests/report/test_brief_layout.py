@@ -1,0 +1,113 @@
+"""The brief's layout, checked on the PDF itself (report/layout.py, issue 24): no word or number of a
+table cell split across lines, no near-empty page that does not end a section, page 1 answering how
+many accelerators every target supports, a body of at most 15 pages, and an HTML brief with a table of
+contents that opens without the network.
+
+The brief comes from real study outputs: the tiny `dvc repro` the end-to-end test runs (tiny_chain,
+shared), or, with STORAGEBRIEF_BRIEF_REPORTS=<a reports folder> (e.g. a full `make study`'s reports/),
+a copy of that folder rendered here with this checkout's params.yaml.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from storagebrief.core import config
+from storagebrief.report import layout
+
+POPPLER = shutil.which("pdftotext") and shutil.which("pdftoppm")
+
+
+def test_split_detector_finds_broken_cells_and_spares_whole_ones():
+    cells = ["Target", "MB/s", "hdd-emulated", "92,477.8", "local", "12", "8", "128", "every repeat"]
+    page = ("Target         MB/s       Note\n"
+            "hdd-           92,477.    every\n"
+            "emulated       8          repeat\n"
+            "local          12\n"
+            "local          8\n"
+            "local          128\n"
+            "In prose a name may break at its hyphen: hdd-\n"
+            "emulated ran slower.\n")
+    found = layout.split_cells([page], cells)
+    assert any('"hdd-" + "emulated"' in f for f in found) and any('"92,477." + "8"' in f for f in found)
+    assert not any('"12"' in f or "every" in f or "prose" in f for f in found), found
+    assert len(found) == 2, found
+
+
+def test_external_references_are_found():
+    assert layout.external_references('<link href="https://fonts.example/x.css">')
+    assert layout.external_references("<style>@import url(//cdn.example/a.css)</style>")
+    assert layout.external_references('<img src="http://x/y.png">')
+    assert not layout.external_references('<a href="#appendix-emulate">D</a> see https://example.org in text')
+
+
+@pytest.fixture(scope="module")
+def brief(request, tmp_path_factory):
+    """(brief.pdf, brief.html, params file) rendered from real study outputs."""
+    given = os.environ.get("STORAGEBRIEF_BRIEF_REPORTS")
+    if given:
+        from storagebrief.report import render
+        reports = tmp_path_factory.mktemp("brief") / "reports"
+        shutil.copytree(given, reports, ignore=shutil.ignore_patterns("brief.*", "headlines.json"))
+        out = render(reports, REPO / "params.yaml", log=lambda _: None)
+        assert out["pdf"], out["pdf_error"]
+        return reports / "brief.pdf", reports / "brief.html", REPO / "params.yaml"
+    chain = request.getfixturevalue("tiny_chain")
+    return chain.work / "reports" / "brief.pdf", chain.work / "reports" / "brief.html", chain.work / "params.yaml"
+
+
+@pytest.fixture(scope="module")
+def found(brief):
+    if not POPPLER:
+        pytest.skip("poppler-utils (pdftotext, pdftoppm) not installed: the PDF's layout cannot be read")
+    pdf, html, params = brief
+    targets = [t.name for t in config.load(params, check_targets=False).targets]
+    return layout.check(pdf, html, targets)
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_no_word_or_number_split_inside_a_table_cell(found):
+    assert not found["split_cells"], found["split_cells"]
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_no_page_under_a_quarter_filled_unless_a_section_starts_next(found):
+    assert not found["sparse_pages"], found["sparse_pages"]
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_page_one_answers_accelerators_supported_for_every_target(found):
+    assert not found["page1_answers"], found["page1_answers"]
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_body_at_most_15_pages_and_appendices_follow(found):
+    assert found["body_pages"] <= layout.BODY_PAGES, found["body"]
+    assert found["pages"] > found["body_pages"]          # the detail tables are in the appendices
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_html_has_contents_linking_every_section_and_opens_offline(brief):
+    html = Path(brief[1]).read_text()
+    assert not layout.external_references(html), layout.external_references(html)
+    nav = re.search(r'<nav class="toc".*?</nav>', html, re.S)
+    assert nav, "no table of contents"
+    linked = set(re.findall(r'href="#([^"]+)"', nav.group(0)))
+    ids = re.findall(r'<h2[^>]*\bid="([^"]+)"', html)
+    assert ids and set(ids) <= linked, set(ids) - linked
+    headings = [h for h, cls in layout.parse_html(html).headings]
+    for needed in ("The answers", "Appendix A", "Appendix B", "Appendix C", "Appendix D"):
+        assert any(h.startswith(needed) for h in headings), needed
+    # every study's body section links to its own appendix
+    for study in re.findall(r'<h2 class="section" id="section-([a-z_0-9]+)"', html):
+        assert f'href="#appendix-{study}"' in html, study
