@@ -10,7 +10,9 @@ It stops early when
              client-limited, a tie counts as client): "client-limited at N", as with a fixed list;
   budget     the next probe would not finish within `search_budget_s` (the seconds this search's
              own runs took, counted from the rows' `search_elapsed_s`; a new probe starts only when
-             the time so far plus `repeats` x its longest run so far fits): "≥ lo";
+             the time so far plus `repeats` x the longest run of the largest count probed below it
+             fits — a run's time falls with N while compute-bound, as the dataset is split among
+             more accelerators, and stays about data ÷ bandwidth once storage-bound): "≥ lo";
   cap        N = search_max passed: "≥ search_max".
 Repeats: every probed N runs `repeats` times (targets interleaved run by run) and is judged on
 the mean AU of its repeats, the rule a fixed list's "accelerators supported" uses (limits.judge),
@@ -78,7 +80,7 @@ class Search:
     lo: int = 0                          # largest passing N
     hi: int | None = None                # smallest failing N (storage)
     elapsed_s: float = 0.0
-    longest_s: float = 0.0
+    run_s: dict[int, float] = field(default_factory=dict)      # N -> its longest run (seconds)
     stop: str | None = None
     client_at: int | None = None
     probes: list[int] = field(default_factory=list)
@@ -115,7 +117,7 @@ class Search:
             raise RuntimeError(f"search: recorded {probe}, expected {self._pending}")
         self._pending = None
         self.elapsed_s += seconds
-        self.longest_s = max(self.longest_s, seconds)
+        self.run_s[probe.n] = max(self.run_s.get(probe.n, 0.0), seconds)
         self._results.append((au_percent, limited_by))
         if len(self._results) == self.repeats:
             self._judge()
@@ -145,11 +147,17 @@ class Search:
             return
         else:
             nxt, phase = (self.lo + self.hi) // 2, BISECT
-        if self.elapsed_s + self.repeats * self.longest_s > self.budget_s:
+        if self.elapsed_s + self.repeats * self.expected_run_s(nxt) > self.budget_s:
             self.stop = "budget"
             return
         self.probes.append(nxt)
         self._phase = phase
+
+    def expected_run_s(self, n: int) -> float:
+        """A run at N is expected to take as long as the longest run of the largest count probed below N
+        (the longest run of all when none is below)."""
+        below = [k for k in self.run_s if k < n]
+        return self.run_s[max(below)] if below else max(self.run_s.values(), default=0.0)
 
     def outcome(self) -> Outcome:
         if not self.done:
@@ -169,7 +177,8 @@ class Search:
         else:
             probes = max(0, math.ceil(math.log2(self.hi - self.lo)) - 1)
         by_search = now + probes * self.repeats
-        if self.longest_s <= 0:
+        shortest = min(self.run_s.values(), default=0.0)
+        if shortest <= 0:
             return by_search
-        by_budget = now + max(0, int((self.budget_s - self.elapsed_s) // self.longest_s))
+        by_budget = now + max(0, int((self.budget_s - self.elapsed_s) // shortest))
         return min(by_search, by_budget)
