@@ -230,7 +230,8 @@ def test_real_search_on_a_fast_target_stops_at_its_cap(tmp_path):
     assert (m["accelerators_supported"], m["supported_limited_by"]) == (2, "cap")
     assert m["accelerators_supported_text"] == "≥ 2 (search cap: emulate.search_max)"
     assert m["search_probes"] == "1,2" and m["search_elapsed_s"] == pytest.approx(frame.search_elapsed_s.max())
-    assert json.loads((out / "notes.json").read_text())["warnings"] == []   # the live search agreed with the rows
+    notes = json.loads((out / "notes.json").read_text())["warnings"]
+    assert not [n for n in notes if n.startswith("search of ")], notes    # the live search agreed with the rows
     assert brief.answers(out, frame, ["fast"])[0]["answer"] == "≥ 2 (search cap: emulate.search_max)"
 
 
@@ -271,4 +272,5 @@ def test_real_search_bisects_to_the_throttled_targets_boundary(tmp_path):
     assert m["search_probes"] == "1,2,4,3"
     ml = json.loads((out / "mlperf_results.json").read_text())["accelerators_supported"][0]
     assert ml["supported_limited_by"] == "storage" and ml["search_probes"] == "1,2,4,3"
-    assert json.loads((out / "notes.json").read_text())["warnings"] == []   # the live search agreed with the rows
+    notes = json.loads((out / "notes.json").read_text())["warnings"]
+    assert not [n for n in notes if n.startswith("search of ")], notes    # the live search agreed with the rows
