@@ -274,3 +274,38 @@ def test_real_search_bisects_to_the_throttled_targets_boundary(tmp_path):
     assert ml["supported_limited_by"] == "storage" and ml["search_probes"] == "1,2,4,3"
     notes = json.loads((out / "notes.json").read_text())["warnings"]
     assert not [n for n in notes if n.startswith("search of ")], notes    # the live search agreed with the rows
+
+
+def test_finish_notes_a_search_whose_rows_give_another_answer(tmp_path):
+    """finish() compares the live search's outcome with the answer runs.csv's rows give; a row edited after
+    the fact (here: N = 2's AU) makes them differ, and the run says so."""
+    from types import SimpleNamespace
+
+    from storagebrief.studies.emulate import run as emulate_run
+
+    p = config.validate(params_dict(tmp_path, {**SMALL, "accelerators": "auto", "search_max": 8, "repeats": 1}))
+    sp = emulate_plan.SearchPlan(p.section("emulate"), ["t"])
+    rows = []
+    while (item := sp.next()) is not None:
+        pt, t = item
+        au, by = fake_au(2)(pt.config.accelerators)
+        row = {"au_percent": au, "limited_by": by, "search_elapsed_s": pt.config.search_elapsed_before_s + 1.0}
+        sp.done(pt, t, row)
+        rows.append({"workload": "unet3d", "target": t, "accelerators": pt.config.accelerators, "repeat": 1,
+                     "au_threshold_percent": 90.0, "search_step": pt.config.search_step,
+                     "search_phase": pt.config.search_phase, "search_budget_s": 60.0, "search_max": 8, **row})
+    frame = pd.DataFrame(rows)
+    for col, v in {"accelerator_type": "v100", "launcher": "fork", "hosts": 1, "samples_per_s": 1.0,
+                   "demand_samples_per_s": 1.0, "loader_read_mib_per_s": 1.0, "loader_read_mb_per_s": 1.0,
+                   "client_cpu_s_per_gb": 1.0, "num_files": 48, "sample_bytes_mean": 1.0, "batch_size": 2,
+                   "compute_s": 0.02, "epochs": 2, "dataset_sizing": "fixed", "steps": 10, "au_warmup_steps": 1,
+                   "au_drain_steps": 1}.items():
+        frame[col] = v
+    notes: list[str] = []
+    sweep = SimpleNamespace(targets=[], out_dir=tmp_path, state=SimpleNamespace(search=sp), note=notes.append)
+    emulate_run.finish(sweep, frame)
+    assert notes == [] and sp.outcomes()[("unet3d", "t")].text == "2 (storage-limited)"
+    frame.loc[frame.accelerators == 2, "au_percent"] = 60.0           # rows that no longer say what the search saw
+    emulate_run.finish(sweep, frame)
+    assert notes == ["search of unet3d on 't' ended at 2 (storage-limited), but its rows give 1 (storage-limited): "
+                     "the rows' answer is reported"]
