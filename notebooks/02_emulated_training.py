@@ -11,9 +11,9 @@
 #
 # Reproduces *Accelerating Machine Learning Performance / Decreasing Training Times with KIOXIA CM7 Series SSDs* (2024), which ran the DLIO benchmark's unet3d workload with 8 to 18 emulated V100 accelerators, and applies MLPerf Storage's rule: a storage target *supports* the largest number of accelerators whose accelerator utilization (AU) stays at or above 90 % (70 % for cosmoflow).
 #
-# Each emulated accelerator is a process with its own loader (read threads, prefetch) that reads the real bytes of a shuffled share of the dataset from the target, then sleeps for the accelerator's compute time per batch; the accelerators meet at a barrier every step, like an all-reduce. The sweep adds accelerators until the target can no longer keep them busy.
+# Each emulated accelerator is a process with its own loader (read threads, prefetch) that reads the real bytes of a shuffled share of the dataset from the target, then sleeps for the accelerator's compute time per batch; the accelerators meet at a barrier every step, like an all-reduce. The sweep adds accelerators until the target can no longer keep them busy: by default it searches (1, 2, 4, 8, … then bisection, within a time budget; `accelerators: auto`), or it runs a fixed list of counts.
 #
-# **Run All** runs it with `params.yaml`'s knobs (the quick profile is scaled down and says so below); change any of them in the parameters cell below. Results go to a new folder `reports/runs/<time>/emulate/` (the pipeline's `reports/emulate/` belongs to `dvc repro`). The same study runs without Jupyter: `storagebrief emulate -S emulate.accelerators=[1,2] --out DIR`.
+# **Run All** runs it with `params.yaml`'s knobs (the quick profile is scaled down and says so below); change any of them in the parameters cell below. Results go to a new folder `reports/runs/<time>/emulate/` (the pipeline's `reports/emulate/` belongs to `dvc repro`). The same study runs without Jupyter: `storagebrief emulate --out DIR` (or `-S emulate.accelerators=[1,2]` for a fixed list).
 
 # %% tags=["parameters"]
 # This study's knobs: params.yaml's `emulate:` section. A value changed here applies to this notebook's
@@ -22,8 +22,10 @@ emulate = {
     'workloads': ['unet3d'],  # catalogue: unet3d, resnet50, cosmoflow, retinanet (+ any defined below)
     'accelerator_type': 'v100',  # key of each workload's compute_s (unet3d: v100 a100 h100 b200; resnet50: v100 a100
     'workload_overrides': {'unet3d': {'record_bytes': 500000, 'record_bytes_stdev': 233000, 'compute_s': {'v100': 0.04}}},  # partial specs merged over the reference values, or whole new workloads
-    'accelerators': [1, 2, 3, 4],  # sweep per target
-    'stop_below_threshold': False,  # True: stop a target's sweep after the first N whose AU < threshold
+    'accelerators': 'auto',  # auto: search the largest N per workload and target (1, 2, 4, ... until AU < threshold
+    'search_budget_s': 60,  # auto: seconds of runs per workload and target; stopped there, the answer is ">= N"
+    'search_max': 64,  # auto: the largest N probed (passing it, the answer is ">= N")
+    'stop_below_threshold': False,  # a list: stop a target's sweep after the first N whose AU < threshold
     'repeats': 2,
     'epochs': 3,  # DLIO default is 5
     'num_files': 336,  # files per workload (None with mlperf sizing: >= 5 x host memory)
@@ -54,7 +56,8 @@ runs = notebook.run_study("emulate", emulate, targets=targets, out_dir=out_dir, 
 # One row per measured run (`runs.csv`); units are in the column headers (MB = 10⁶ bytes, MiB = 2²⁰ bytes). Per-accelerator rows are in `accelerators.csv`, per-read latency histograms in `latency_histograms.csv`, an MLPerf-Storage-like summary in `mlperf_results.json`.
 
 # %%
-notebook.show_runs(runs, ["target", "workload", "accelerators", "repeat", "total_time_s", "au_percent",
+notebook.show_runs(runs, ["target", "workload", "accelerators", "search_step", "search_phase", "repeat", "total_time_s",
+                       "au_percent", "limited_by",
                        "samples_per_s", "loader_read_mb_per_s", "device_read_mb_per_s_avg",
                        "device_read_mb_per_s_max", "read_latency_us_mean", "read_latency_us_p99",
                        "throttle_au_bound_percent", "dataset_sizing", "cache_method"])

@@ -163,3 +163,44 @@ def test_progress_lines_show_run_of_total_target_and_eta():
     assert lines[2].startswith("[fake] 3/3 runs in")
     with pytest.raises(ValueError, match="progress mode"):
         Progress(1, "x", mode="fancy")
+
+
+class _CountingPlan:
+    """An adaptive plan (core/plans.py): per target, configs 1, 2, 3, ... until a row's value passes 2."""
+    kind = "search"
+
+    def __init__(self, names):
+        self.next_c, self.stopped, self.seen = {n: 1 for n in names}, set(), []
+
+    def next(self):
+        for name, c in self.next_c.items():
+            if name not in self.stopped and c <= 10:
+                return sweep.Point(c, 1, f"config {c}", targets=(name,)), name
+        return None
+
+    def done(self, point, target, row):
+        self.seen.append((target, row["config"], row["status"]))
+        self.next_c[target] += 1
+        if row["value"] > 2:
+            self.stopped.add(target)
+
+    def runs_left(self):
+        return sum(10 - c + 1 for n, c in self.next_c.items() if n not in self.stopped)
+
+
+def test_an_adaptive_plan_gets_each_recorded_row_and_decides_the_next_run(params, tmp_path):
+    plans = []
+
+    def plan(sw):
+        plans.append(_CountingPlan(sw.target_names))
+        return plans[0]
+
+    skipped = []
+    study = _study(plan=plan, run_one=lambda run, c: sweep.Measurement({"config": c, "value": c}),
+                   skip=lambda sw, pt, t: skipped.append(pt) or True)      # asked for fixed plans only
+    frame = sweep.run(study, params, tmp_path / "out", log=lambda *_: None, progress="off")
+    assert list(zip(frame.target, frame.config)) == [("one", 1), ("one", 2), ("one", 3), ("two", 1), ("two", 2),
+                                                     ("two", 3)]
+    assert plans[0].seen == [(t, c, "ok") for t, c in zip(frame.target, frame.config)] and skipped == []
+    status = json.loads((tmp_path / "out" / "status.json").read_text())
+    assert status["runs_done"] == 6 and status["runs_planned"] == 6     # done + what the plan said was left

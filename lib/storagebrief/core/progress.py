@@ -43,6 +43,7 @@ class Progress:
         self._timed_s = 0.0
         self._begun = 0.0
         self.bar = None
+        self.kind = "plan"
         if mode == "auto":
             mode = "bar" if getattr(self.stream, "isatty", lambda: False)() or _in_jupyter() else "lines"
         self.mode = mode
@@ -64,11 +65,14 @@ class Progress:
         except ImportError:
             return None
 
-    def start(self, total: int) -> None:
-        """The plan is known: count runs from here (time so far stays in `elapsed`)."""
-        self.total, self.done = total, 0
+    def start(self, total: int, kind: str = "plan") -> None:
+        """The plan is known: count runs from here (time so far stays in `elapsed`). kind "search": the
+        total is an upper bound that shrinks as results come in (core/plans.py), and the line says so."""
+        self.total, self.done, self.kind = total, 0, kind
         if self.bar is not None:
             self.bar.reset(total=total)
+            if kind != "plan":
+                self.bar.set_description(f"{self.title} ({kind})")
             self.bar.set_postfix_str("", refresh=True)
 
     def message(self, text: str) -> None:
@@ -98,14 +102,23 @@ class Progress:
             self.bar.set_postfix_str(what, refresh=True)
         elif self.mode == "lines":
             eta = self.eta_s()
-            print(f"[{self.title}] run {self.done + 1}/{self.total} {what} "
+            search = self.kind != "plan"
+            print(f"[{self.title}] {self.kind + ' ' if search else ''}run {self.done + 1}/"
+                  f"{'at most ' if search else ''}{self.total} {what} "
                   f"(elapsed {_clock(time.perf_counter() - self.t0)}, "
-                  f"ETA {_clock(eta) if eta is not None else '?'})", file=self.stream, flush=True)
+                  f"ETA {'at most ' if search and eta is not None else ''}{_clock(eta) if eta is not None else '?'})",
+                  file=self.stream, flush=True)
 
-    def end(self, status: str = "ok") -> None:
+    def end(self, status: str = "ok", runs_left: int | None = None) -> None:
+        """A run finished; runs_left (adaptive plans) re-sets the total to the runs done + those left."""
         self._timed += 1
         self._timed_s += time.perf_counter() - self._begun
         self._advance()
+        if runs_left is not None and self.total != self.done + runs_left:
+            self.total = self.done + runs_left
+            if self.bar is not None:
+                self.bar.total = self.total
+                self.bar.refresh()
 
     def skip(self) -> None:
         self._advance()

@@ -8,12 +8,13 @@
 A study's `run` room supplies the hooks (module-level functions):
   prepare(sweep)            datasets and prechecks, before any measured work; may narrow
                             sweep.targets and keep anything it needs in sweep.state
-  plan(sweep) -> [Point]    configurations and repeats in run order
+  plan(sweep) -> [Point]    configurations and repeats in run order, or an adaptive plan whose next
+                            run depends on earlier rows (core/plans.py: e.g. emulate's search)
   run_id(config, target, repeat) -> str
   configure(sweep, config, target) -> config   optional: settle a configuration that depends on
                             earlier runs (e.g. "the best process count") just before it runs
   run_one(run, config) -> Measurement      measure one configuration on run.target
-  skip(sweep, point, target) -> bool       optional: leave a run out (e.g. below threshold)
+  skip(sweep, point, target) -> bool       optional: leave a run of a fixed plan out (e.g. below threshold)
   finish(sweep, frame)      optional: study-wide outputs after the last run
   close(sweep)              optional: always runs last, also after an exception or a signal: stop
                             what prepare or run_one left running for later runs (servers, clusters)
@@ -28,7 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import blocktrace, cache, cgroups, characterize, columns, inventory, leftovers, monitor, outdir, results, targets as targets_mod
+from . import (blocktrace, cache, cgroups, characterize, columns, inventory, leftovers, monitor, outdir, plans, results,
+               targets as targets_mod)
 from .engine_outputs import CHARACTERIZATION, TRACES
 from .lock import TargetLocks
 from .progress import Progress
@@ -293,8 +295,8 @@ def _write_characterization(sweep: Sweep) -> None:
                       pd.DataFrame([{k: r.get(k) for k in cols} for r in rows], columns=cols))
 
 
-def _record(sweep: Sweep, run: Run, m: Measurement) -> None:
-    """Append the run's row (atomically) and write what goes beside it."""
+def _record(sweep: Sweep, run: Run, m: Measurement) -> dict:
+    """Append the run's row (atomically) and write what goes beside it; returns the row."""
     import pandas as pd
 
     row = {**_common(run), **outcome_columns(m), **m.row}
@@ -312,6 +314,7 @@ def _record(sweep: Sweep, run: Run, m: Measurement) -> None:
     for name, rows in m.tables.items():
         sweep.tables.setdefault(name, []).extend(rows)
         results.write_csv(sweep.out_dir / name, pd.DataFrame(sweep.tables[name]))
+    return row
 
 
 def check_out_dir(out_dir: str | Path) -> Path:
@@ -402,15 +405,15 @@ def _sweep(sweep: Sweep, hooks, bar: Progress, folder: outdir.OutputFolder):
     sweep.table = results.RunTable(sweep.out_dir / "runs.csv")
     results.write_json(sweep.out_dir / columns.SCHEMA_FILE,
                        columns.schema(study.name, getattr(study.room("metrics"), "COLUMNS", ())))
-    points = list(hooks.plan(sweep))
+    plan = plans.as_plan(hooks.plan(sweep), sweep.target_names)
     by_name = {t.name: t for t in sweep.targets}
-    todo = [(pt, by_name[n]) for pt in points for n in (pt.targets or sweep.target_names) if n in by_name]
-    bar.start(len(todo))
-    folder.progress(0, len(todo))
+    bar.start(plan.runs_left(), plan.kind)
+    folder.progress(0, plan.runs_left())
     skip = getattr(hooks, "skip", None)
     configure = getattr(hooks, "configure", None)
-    for pt, target in todo:
-        if skip is not None and skip(sweep, pt, target):
+    while (item := plan.next()) is not None:
+        pt, target = item[0], by_name[item[1]]
+        if skip is not None and plan.kind == "plan" and skip(sweep, pt, target):
             bar.skip()
             continue
         cfg = configure(sweep, pt.config, target) if configure is not None else pt.config
@@ -428,9 +431,9 @@ def _sweep(sweep: Sweep, hooks, bar: Progress, folder: outdir.OutputFolder):
         finally:
             one.close()
         cgroups.raise_pending_signal()
-        _record(sweep, one, m)
-        bar.end("ok" if m.ok else "failed")
-        folder.progress(len(sweep.table.rows), len(todo))
+        plan.done(pt, target.name, _record(sweep, one, m))
+        bar.end("ok" if m.ok else "failed", runs_left=plan.runs_left())
+        folder.progress(len(sweep.table.rows), bar.total)   # a search's total: done + at most what is left
     frame = sweep.frame()
     finish = getattr(hooks, "finish", None)
     try:

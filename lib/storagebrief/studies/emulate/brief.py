@@ -10,6 +10,7 @@ import pandas as pd
 from ...kit.figures import metric_vs
 from ...kit.files import read_csv_or_none, read_json_or
 from ...report.display import analysis, fmt_s, show_figure, show_md, show_table, style, target_colors
+from .limits import judge
 from .metrics import (LAT_BINS_PER_DECADE, days_saved_table, drive_columns, extrapolation_refused, figures,
                       supported)
 
@@ -28,6 +29,7 @@ def section(study_dir: Path, frame, names: list[str]) -> None:
         _days_saved(frame, w, g, names, desc)
     sup = supported(frame)
     _supported_table(sup)
+    _search_table(frame)
     _limits_table(frame)
     _analysis(frame, sup)
     _latency_histogram(study_dir, palette)
@@ -51,11 +53,53 @@ def _what_ran(frame, desc: dict) -> None:
         "late, for whatever reason, lowers AU. Page cache kept out of the measurement by: "
         f"**{sizing}**. MB = 10⁶ bytes, MiB = 2²⁰ bytes.")
     _au_window(frame)
+    _search_what_ran(frame)
     if desc.get("scale_note"):
         show_md(f"**Scaled down.** This run's workload differs from the DLIO / MLPerf Storage reference values: "
                 f"{desc['scale_note']}. The quick profile shrinks files and compute time so the sweep finishes in "
                 "minutes on a small machine while each accelerator still demands a fixed bandwidth; absolute times "
                 "are not comparable with published results, the shape of the curves is.")
+
+
+def _searched(frame) -> bool:
+    return "search_step" in frame and bool(frame.search_step.notna().any())
+
+
+def _search_what_ran(frame) -> None:
+    """accelerators: auto: how the accelerator counts were chosen."""
+    if not _searched(frame):
+        return
+    show_md(f"**Accelerator counts searched** (`emulate.accelerators: auto`), per workload and target: N = 1, 2, "
+            "4, 8, … while the mean AU of a count's repeats stays at or above the threshold, then bisection between "
+            "the largest passing and the first failing count until they are neighbours (the answer, storage-limited). "
+            "A failing count the client limited ends the search (client-limited at N). The search also stops at its "
+            f"time budget ({frame.search_budget_s.max():.0f} s of its own runs per workload and target; a new count "
+            "starts only when its repeats are expected to fit) or at N = "
+            f"{int(frame.search_max.max())} (`emulate.search_max`): the answer is then a floor, \"≥ N\". Each count "
+            f"probed runs {int(frame.repeat.max())} repeat(s) and is judged on their mean AU, as a fixed list is, so "
+            "one run's spread near the threshold does not steer the search; every probe is a row of runs.csv "
+            "(`search_step`, `search_phase`, `search_elapsed_s`).")
+
+
+def _search_table(frame) -> None:
+    """Every probe of every search, in order: N, mean AU and its range over repeats, verdict, time used."""
+    if not _searched(frame):
+        return
+    rows = []
+    for (w, t), g in frame[frame.search_step.notna()].groupby(["workload", "target"], sort=False):
+        thr = float(g.au_threshold_percent.iloc[0])
+        for step, x in g.groupby("search_step"):
+            by = x.limited_by if "limited_by" in x else ["storage"] * len(x)
+            verdict = judge(x.au_percent, by, thr)
+            rows.append({"Workload": w, "Target": t, "Step": int(step), "Phase": str(x.search_phase.iloc[0]),
+                         "N": int(x.accelerators.iloc[0]), "Runs": len(x), "AU % (mean)": x.au_percent.mean(),
+                         "AU % (min–max)": f"{x.au_percent.min():.1f}–{x.au_percent.max():.1f}",
+                         "Verdict": "pass" if verdict == "pass" else f"fail ({verdict})",
+                         "Search s so far": x.search_elapsed_s.max()})
+    show_table(pd.DataFrame(rows), "The search's probes in the order they ran (targets took turns run by run). "
+                                   "Verdict: pass = mean AU at or above the threshold; fail (storage | client) = what "
+                                   "limited its runs. 'Search s so far' is the budget's clock after the probe.",
+               floatfmt="{:,.3g}")
 
 
 def _hosts(study_dir: Path, frame) -> None:
@@ -167,15 +211,21 @@ def _days_saved(frame, w: str, g, names: list[str], desc: dict) -> None:
 
 
 def _supported_table(sup) -> None:
-    tab = sup[["workload", "target", "au_threshold_percent", "accelerators_supported_text", "supported_limited_by",
-               "au_percent_at_supported", "max_accelerators_tested"]].rename(columns={
-        "workload": "Workload", "target": "Target", "au_threshold_percent": "AU threshold %",
+    cols = ["workload", "target", "au_threshold_percent", "accelerators_supported_text", "supported_limited_by",
+            "au_percent_at_supported", "max_accelerators_tested"]
+    searched = "searched" in sup and bool(sup.searched.any())
+    tab = sup[cols + (["search_probes"] if searched else [])].rename(columns={
+        "search_probes": "N probed (in order)", "workload": "Workload", "target": "Target", "au_threshold_percent": "AU threshold %",
         "accelerators_supported_text": "Accelerators supported", "supported_limited_by": "Limited by",
         "au_percent_at_supported": "AU % at the largest passing N", "max_accelerators_tested": "Largest N tested"})
     show_table(tab, "Accelerators supported (MLPerf Storage rule): the largest accelerator count whose mean AU "
                     "stays at or above the threshold. 'Limited by' is what stopped it at the first failing count: "
                     "storage, or the client ('client-limited at N': this machine could not drive N accelerators, so the "
-                    "storage earned no number there); 'none': every count tried passed, so the target may support more.",
+                    "storage earned no number there); 'none': every count tried passed, so the target may support more."
+               + (" A search (accelerators: auto) says why it stopped: storage (the boundary found: N passes, N + 1 "
+                  "fails), client, budget ('≥ N (search budget reached after T s)': time ran out before the boundary "
+                  "was found, so N is a floor) or cap ('≥ N': the search's largest count, emulate.search_max, passed)."
+                  if searched else ""),
                body=True)     # the study's answer: a key table
 
 
@@ -228,8 +278,11 @@ def _analysis(frame, sup) -> None:
         s = sup[(sup.workload == w) & (sup.target == t)].iloc[0]
         text = (f"- **{t}** ({w}): AU {m.au.iloc[0]:.1f} % at {int(m.index[0])} accelerator(s) and {m.au.iloc[-1]:.1f} % at "
                 f"{nmax}; loaders read {m.loader.iloc[-1]:.0f} MB/s at {nmax} against a demand of {nmax} × {d:.0f} = "
-                f"{nmax * d:.0f} MB/s; supports {s.accelerators_supported_text} accelerator(s) at ≥ "
-                f"{s.au_threshold_percent:.0f} % AU (limited by: {s.supported_limited_by})")
+                f"{nmax * d:.0f} MB/s; " + (
+                    f"accelerators supported at ≥ {s.au_threshold_percent:.0f} % AU, searched: "
+                    f"{s.accelerators_supported_text} (N probed: {s.search_probes})" if s.get("searched", False) else
+                    f"supports {s.accelerators_supported_text} accelerator(s) at ≥ "
+                    f"{s.au_threshold_percent:.0f} % AU (limited by: {s.supported_limited_by})"))
         if not math.isnan(m.bound.iloc[-1]):
             text += (f". The throttle allows at most {m.bound.iloc[-1]:.0f} % AU at {nmax} (min(bandwidth cap, "
                      f"IOPS cap × the run's request size in the AU window) ÷ demand); measured {m.au.iloc[-1]:.0f} %")
@@ -292,11 +345,16 @@ def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
     sup = supported(frame)
     out = []
     for _, r in sup.iterrows():
+        question = f"Accelerators supported, emulated ({r.workload}, AU ≥ {r.au_threshold_percent:g} %)"
+        if r.get("searched", False):      # the search's own answer: "N (storage-limited)", "≥ N (…)", client-limited
+            out.append({"question": question, "target": r.target, "answer": str(r.accelerators_supported_text),
+                        "basis": f"search of N (probed {r.search_probes}), limited by {r.supported_limited_by}; "
+                                 "emulate study"})
+            continue
         n = 0 if pd.isna(r.accelerators_supported) else int(r.accelerators_supported)
         floor = n >= int(r.max_accelerators_tested) and str(r.supported_limited_by) in ("none", "", "nan")
         answer = f"≥ {int(r.max_accelerators_tested)}" if floor else str(r.accelerators_supported_text)
         basis = ("every count tested kept AU ≥ threshold: the largest tested is a floor" if floor
                  else f"limited by {r.supported_limited_by}")
-        out.append({"question": f"Accelerators supported, emulated ({r.workload}, AU ≥ {r.au_threshold_percent:g} %)",
-                    "target": r.target, "answer": answer, "basis": f"{basis}; emulate study"})
+        out.append({"question": question, "target": r.target, "answer": answer, "basis": f"{basis}; emulate study"})
     return out

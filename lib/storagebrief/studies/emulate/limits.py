@@ -68,43 +68,80 @@ def limited_by(au_percent: float, threshold_percent: float, cpu_busy_percent: fl
     return "storage", "accelerators waited for data"
 
 
-def _verdict(runs) -> str:
-    """What limited the runs at one accelerator count: the majority; a tie counts as client."""
-    client = int((runs.limited_by == "client").sum()) if "limited_by" in runs else 0
-    return "client" if client and 2 * client >= len(runs) else "storage"
+def judge(au_percents, limited_bys, threshold_percent: float) -> str:
+    """One accelerator count's verdict over its repeats: `pass` when the mean AU >= the threshold,
+    else what limited its runs: `client` when at least half of them were client-limited, else `storage`."""
+    aus, bys = list(au_percents), [str(x) for x in limited_bys]
+    if sum(aus) / len(aus) >= threshold_percent:
+        return "pass"
+    client = sum(1 for x in bys if x == "client")
+    return "client" if client and 2 * client >= len(bys) else "storage"
+
+
+def _verdicts(g, thr: float) -> dict[int, str]:
+    by = g.limited_by if "limited_by" in g else pd.Series("storage", index=g.index)
+    return {int(n): judge(x.au_percent, by[x.index], thr) for n, x in g.groupby("accelerators")}
+
+
+def _fixed_list(verdicts: dict[int, str]) -> tuple[str, int | None, int, str]:
+    """A fixed list: the largest passing N below the first client-limited failing N."""
+    fails = [n for n in sorted(verdicts) if verdicts[n] != "pass"]
+    client_fail = next((n for n in fails if verdicts[n] == "client"), None)
+    ok = [n for n in verdicts if verdicts[n] == "pass" and (client_fail is None or n < client_fail)]
+    best = max(ok, default=0)
+    if not fails:
+        return "none", best, best, f"{best}"
+    if verdicts[fails[0]] == "client":
+        return "client", None, best, f"client-limited at {fails[0]}"
+    return "storage", best, best, f"{best}"
+
+
+def _searched(g, verdicts: dict[int, str]) -> tuple[str, int | None, int, str]:
+    """emulate.accelerators: auto (search.py), from its rows alone: what stopped the search and its answer."""
+    from .search import outcome_text
+
+    fails = [n for n in sorted(verdicts) if verdicts[n] != "pass"]
+    best = max((n for n in verdicts if verdicts[n] == "pass" and (not fails or n < fails[0])), default=0)
+    elapsed = float(g.search_elapsed_s.max())
+    if fails and verdicts[fails[0]] == "client":
+        limit, n = "client", None
+    elif fails:
+        limit, n = ("storage" if fails[0] - best <= 1 else "budget"), best
+    else:
+        limit, n = ("cap" if best >= int(g.search_max.max()) else "budget"), best
+    return limit, n, best, outcome_text(n, limit, fails[0] if fails else None, elapsed)
 
 
 def supported(frame) -> pd.DataFrame:
     """Accelerators supported per workload and target (MLPerf Storage rule, with what limited it).
 
-    Largest N whose mean AU >= threshold, below the first client-limited failing N.
-    When the first failing N was client-limited, the storage earned no number:
-    `accelerators_supported` is empty and the text says `client-limited at N`
-    (`accelerators_supported_at_least` = the largest passing N below it).
+    Every accelerator count is judged on its repeats (judge: mean AU vs threshold, then what limited
+    the failing runs). A fixed list: the largest passing N below the first client-limited failing N;
+    when the first failing N was client-limited, the storage earned no number: `accelerators_supported`
+    is empty and the text says `client-limited at N` (`accelerators_supported_at_least` = the largest
+    passing N below it). A search (rows with `search_step`): what stopped it — storage (the boundary
+    found), client, budget or cap (the answer is then a floor, "≥ N").
     """
     rows = []
     for (w, t), g in frame.groupby(["workload", "target"], sort=False):
         thr = float(g.au_threshold_percent.iloc[0])
         au = g.groupby("accelerators").au_percent.mean()
-        fails = [int(n) for n in au.index if au[n] < thr]
-        by = {n: _verdict(g[g.accelerators == n]) for n in fails}
-        client_fail = next((n for n in fails if by[n] == "client"), None)
-        below = au[au.index < client_fail] if client_fail is not None else au
-        ok = below[below >= thr]
-        best = int(ok.index.max()) if not ok.empty else 0
-        if not fails:
-            limit, n, text = "none", best, f"{best}"
-        elif by[fails[0]] == "client":
-            limit, n, text = "client", None, f"client-limited at {fails[0]}"
-        else:
-            limit, n, text = "storage", best, f"{best}"
+        verdicts = _verdicts(g, thr)
+        search = "search_step" in g and bool(g.search_step.notna().any())
+        limit, n, best, text = _searched(g, verdicts) if search else _fixed_list(verdicts)
+        fails = [k for k in sorted(verdicts) if verdicts[k] != "pass"]
         rows.append({"workload": w, "target": t, "au_threshold_percent": thr,
                      "accelerators_supported": n, "accelerators_supported_text": text,
                      "supported_limited_by": limit, "accelerators_supported_at_least": best,
                      "first_failing_accelerators": fails[0] if fails else None,
                      "au_percent_at_supported": float(au[best]) if best else float("nan"),
                      "max_accelerators_tested": int(au.index.max()),
-                     "limited_by_sweep": bool(best == int(au.index.max()) and limit != "client")})
+                     "limited_by_sweep": bool(best == int(au.index.max()) and limit != "client"),
+                     "searched": search,
+                     "search_elapsed_s": float(g.search_elapsed_s.max()) if search else float("nan"),
+                     "search_budget_s": float(g.search_budget_s.max()) if search else float("nan"),
+                     "search_probes": (",".join(str(int(k)) for k in g.sort_values("search_step")
+                                                .accelerators.drop_duplicates()) if search else "")})
     out = pd.DataFrame(rows)
     if not out.empty:
         out["accelerators_supported"] = out.accelerators_supported.astype("Int64")

@@ -30,6 +30,11 @@ COLUMNS: tuple[Column, ...] = (
     Column("workload", "", "DLIO workload (unet3d, resnet50, cosmoflow, ... or a custom one)", "text"),
     Column("accelerator_type", "", "emulated accelerator (v100, a100, h100): its compute time per batch", "text"),
     Column("accelerators", "", "emulated accelerators in the run (N)"),
+    Column("search_step", "", "accelerators: auto: the search's probe this run belongs to (1-based); empty: a fixed list"),
+    Column("search_phase", "", "accelerators: auto: doubling (1, 2, 4, ...) or bisect (between pass and fail)", "text"),
+    Column("search_elapsed_s", "s", "accelerators: auto: seconds of this search's runs so far, this one included"),
+    Column("search_budget_s", "s", "accelerators: auto: the search's time budget (emulate.search_budget_s)"),
+    Column("search_max", "", "accelerators: auto: the largest N the search probes (emulate.search_max)"),
     Column("launcher", "", "fork: processes on this host; mpi: MPI ranks on mpirun's hosts", "text"),
     Column("hosts", "", "client hosts the accelerators ran on"),
     Column("host_roles", "", "every host of the run and its role: 'launcher <host>; ranks <host> ×N, …'", "text"),
@@ -306,8 +311,9 @@ def headlines(frame, target_names: list[str]) -> list[dict]:
 
 
 def metrics(frame, target_names: list[str]) -> dict:
-    """metrics.json: per workload and target, accelerators supported (a number the storage earned, or
-    "client-limited at N") and what limited it; the headlines."""
+    """metrics.json: per workload and target, accelerators supported (a number the storage earned — a floor
+    when a search stopped at its budget or cap —, or "client-limited at N"), what limited it (storage |
+    client | none, or for a search storage | client | budget | cap) and its text; the headlines."""
     sup = supported(runs.ok_runs(frame))
 
     def entry(g) -> dict:
@@ -320,6 +326,10 @@ def metrics(frame, target_names: list[str]) -> dict:
                "au_percent_at_max_accelerators": float(means.au_percent.iloc[-1]),
                "max_samples_per_s": float(means.samples_per_s.max()),
                "max_loader_read_mb_per_s": float(means.loader_read_mb_per_s.max())}
+        if s.searched:      # accelerators: auto: what stopped the search (storage | client | budget | cap)
+            out.update({"accelerators_supported_text": str(s.accelerators_supported_text),
+                        "search_probes": str(s.search_probes), "search_elapsed_s": float(s.search_elapsed_s),
+                        "search_budget_s": float(s.search_budget_s)})
         if "client_cpu_s_per_gb" in g:
             out["client_cpu_s_per_gb"] = float(g.client_cpu_s_per_gb.mean())
         if "limited_by" in g:

@@ -30,7 +30,7 @@ RANK_MODULE = "storagebrief.studies.emulate.mpi"
 
 check_available = functools.partial(kit_mpi.check_available, section=SECTION)
 check_hostfile = functools.partial(kit_mpi.check_hostfile, section=SECTION)
-preflight = functools.partial(kit_mpi.preflight, section=SECTION, ranks_knob="the largest of emulate.accelerators")
+preflight = functools.partial(kit_mpi.preflight, section=SECTION, ranks_knob="the largest of emulate.accelerators (emulate.search_max with auto)")
 
 
 def run_once_mpi(cfg: dict, accelerators: int, procs_files: list[str] | None, mpi, work_dir: Path,

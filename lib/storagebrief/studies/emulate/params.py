@@ -17,8 +17,10 @@ class EmulateParams(Strict):
     workloads: list[str] = Field(default_factory=lambda: ["unet3d"], min_length=1)
     accelerator_type: str = "v100"                  # key of each workload's compute_s
     workload_overrides: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    accelerators: list[int] = Field(default_factory=lambda: [1, 2, 3, 4], min_length=1)
-    stop_below_threshold: bool = False              # stop a target's sweep once AU < threshold
+    accelerators: Literal["auto"] | list[int] = "auto"   # auto: search N (search.py); a list: sweep these
+    search_budget_s: float = Field(60.0, gt=0, le=7 * 86400)   # auto: seconds of runs per workload and target
+    search_max: int = Field(64, ge=1, le=1024)      # auto: the largest N the search probes
+    stop_below_threshold: bool = False              # a list: stop a target's sweep once AU < threshold
     repeats: int = Field(3, ge=1, le=100)
     epochs: int = Field(3, ge=1, le=10_000)
     num_files: int | None = Field(336, ge=1, le=100_000_000)
@@ -35,10 +37,25 @@ class EmulateParams(Strict):
     launcher: Literal["fork", "mpi"] = "fork"       # fork: processes on this host; mpi: mpirun ranks
     mpi: MpiParams = Field(default_factory=MpiParams)
 
-    @field_validator("accelerators")
+    @field_validator("accelerators", mode="before")
     @classmethod
-    def _accelerators(cls, v: list[int]) -> list[int]:
+    def _accelerators(cls, v):
+        if isinstance(v, str) and v == "auto":
+            return v
+        if not isinstance(v, list) or not v:
+            raise ValueError("must be auto (search the largest N: emulate.search_budget_s, emulate.search_max) "
+                             "or a non-empty list of accelerator counts, e.g. [1, 2, 4]")
         return sorted_counts(v, "accelerator counts", 1, 1024)
+
+    @property
+    def search(self) -> bool:
+        """accelerators: auto: search N per workload and target (search.py) instead of a fixed list."""
+        return self.accelerators == "auto"
+
+    @property
+    def max_accelerators(self) -> int:
+        """The largest N a run may have: search_max under auto, else the list's largest."""
+        return self.search_max if self.search else max(self.accelerators)
 
     @field_validator("read_block_kib")
     @classmethod
@@ -64,14 +81,15 @@ class EmulateParams(Strict):
                 raise ValueError(f"workload '{name}' has no compute time for accelerator_type "
                                  f"'{self.accelerator_type}'; it has {sorted(spec.compute_s)}")
             if self.num_files is not None:
-                per_acc = self.num_files // max(self.accelerators) * spec.samples_per_file
+                per_acc = self.num_files // self.max_accelerators * spec.samples_per_file
                 batch = spec.batch_for(self.accelerator_type)
                 if per_acc < batch:
                     raise ValueError(
                         f"workload '{name}': num_files = {self.num_files} gives each of "
-                        f"{max(self.accelerators)} accelerators {per_acc} samples per epoch, fewer "
+                        f"{self.max_accelerators} accelerators {per_acc} samples per epoch, fewer "
                         f"than one batch of {batch}; raise num_files to at least "
-                        f"{math.ceil(batch / spec.samples_per_file) * max(self.accelerators)}")
+                        f"{math.ceil(batch / spec.samples_per_file) * self.max_accelerators}"
+                        + (" or lower emulate.search_max (the largest N the search probes)" if self.search else ""))
         if self.dataset_sizing in ("memory_cap", "fixed") and self.num_files is None:
             raise ValueError(f"dataset_sizing = {self.dataset_sizing} needs num_files (only mlperf "
                              "derives the file count from the host's memory)")

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import shutil
 import socket
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,18 +48,12 @@ from .metrics import (host_roles, latency_histogram, mlperf_results, per_host, s
                       throttle_cap_mb_per_s)
 from .mpi import MpiUnavailable, check_available, preflight, run_once_mpi
 from .params import EmulateParams
+from .plan import EmulateConfig, SearchPlan, fixed_plan
 
 # Test hook, None in use: keys merged into every run's accelerator config, e.g.
 # {"fail_rank": 1, "fail_at_step": 3} makes accelerator 1 exit at step 3
 # (tests/studies/emulate/test_emulate.py sets it with monkeypatch to check failure handling).
 FAULT: dict | None = None
-
-
-@dataclass(frozen=True)
-class EmulateConfig:
-    """One point of the sweep: a workload at an accelerator count."""
-    workload: str
-    accelerators: int
 
 
 @dataclass
@@ -67,6 +62,7 @@ class EmulateState:
     datasets: dict[tuple[str, str], dict]           # (target, workload) -> generate_dataset's description
     memory_limit: int | None                        # the page-cache cap (bytes), None: no cap
     stopped: set[tuple[str, str]] = field(default_factory=set)   # (workload, target) below threshold
+    search: SearchPlan | None = None                              # accelerators: auto
     last_n: dict[str, int] = field(default_factory=dict)         # workload -> the accelerator count last planned
 
 
@@ -77,10 +73,10 @@ def _dataset_sizes(p: EmulateParams) -> dict[str, int]:
     for name in p.workloads:
         spec = p.spec(name)
         files = planned_files(p, spec)
-        steps = steps_per_epoch(files, spec.samples_per_file, max(p.accelerators), spec.batch_for(p.accelerator_type))
+        steps = steps_per_epoch(files, spec.samples_per_file, p.max_accelerators, spec.batch_for(p.accelerator_type))
         if steps < 1:
             raise ParamsError(f"emulate: workload '{name}' with {files} files has no full step for "
-                              f"{max(p.accelerators)} accelerators")
+                              f"{p.max_accelerators} accelerators")
         sizes[name] = files
     return sizes
 
@@ -103,8 +99,8 @@ def prepare(sweep) -> None:
             check_available(p.mpi.mpirun)
         except MpiUnavailable as exc:
             raise ParamsError(str(exc)) from None
-        sweep.status(f"checking that mpirun starts {max(p.accelerators)} rank(s)")
-        preflight(p.mpi, max(p.accelerators), sweep.out_dir)   # hosts, hostfile, options: before any dataset
+        sweep.status(f"checking that mpirun starts {p.max_accelerators} rank(s)")
+        preflight(p.mpi, p.max_accelerators, sweep.out_dir)   # hosts, hostfile, options: before any dataset
     sizes = _dataset_sizes(p)
     check_space(sweep.targets, lambda t: _bytes_needed(p, sizes, t), f"the emulate datasets ({', '.join(p.workloads)})")
     datasets: dict[tuple[str, str], dict] = {}
@@ -122,11 +118,14 @@ def prepare(sweep) -> None:
 
 
 # --------------------------------------------------------------------------- plan
-def plan(sweep) -> list[Point]:
-    """(workload, accelerators) x repeats in run order (targets interleave inside each)."""
+def plan(sweep) -> list[Point] | SearchPlan:
+    """A fixed list: (workload, accelerators) x repeats in run order (targets interleave inside each).
+    accelerators: auto: a search per workload and target (plan.py, search.py), kept in sweep.state."""
     p: EmulateParams = sweep.p
-    return [Point(EmulateConfig(w, n), r, f"{n} accelerator(s)")
-            for w in p.workloads for n in p.accelerators for r in range(1, p.repeats + 1)]
+    if p.search:
+        sweep.state.search = SearchPlan(p, sweep.target_names)
+        return sweep.state.search
+    return fixed_plan(p)
 
 
 def run_id(config: EmulateConfig, target, repeat: int) -> str:
@@ -137,6 +136,8 @@ def skip(sweep, point, target) -> bool:
     """stop_below_threshold: a target whose mean AU at the previous accelerator count fell
     below the workload's threshold runs no larger counts of that workload."""
     p: EmulateParams = sweep.p
+    if p.search:                 # a search stops by itself (search.py); the engine asks fixed plans only
+        return False
     name, n = point.config.workload, point.config.accelerators
     stopped, last_n = sweep.state.stopped, sweep.state.last_n
     if p.stop_below_threshold and point.repeat == 1 and n != last_n.get(name):   # first target of a new N
@@ -302,8 +303,19 @@ def _launch(run, cfg: dict, n: int, procs: list[str] | None) -> dict:
     return raw
 
 
+def _search_columns(p: EmulateParams, config: EmulateConfig, seconds: float) -> dict:
+    """A search's probe (accelerators: auto): which step, and the search's own seconds so far (its budget's
+    clock, this run included); nothing for a fixed list."""
+    if config.search_step is None:
+        return {}
+    return {"search_step": config.search_step, "search_phase": config.search_phase,
+            "search_elapsed_s": config.search_elapsed_before_s + seconds,
+            "search_budget_s": p.search_budget_s, "search_max": p.search_max}
+
+
 def run_one(run, config: EmulateConfig) -> Measurement:
     """N emulated accelerators on run.target: cold cache, throttle / page-cache cap, the measured run."""
+    began = time.perf_counter()
     name, n = config.workload, config.accelerators
     t, p = run.target, run.p
     data = run.sweep.state.datasets[(t.name, name)]
@@ -323,6 +335,7 @@ def run_one(run, config: EmulateConfig) -> Measurement:
     reads = CgroupReads(cgroup_read_stats(group, t.device), cgio.window(*summary.pop("window_t")))
     row = {**_row(run, config, data, cfg, summary, reads, cgroup), **cgio.summary(), **mem_stats,
            "host_roles": host_roles(per, raw.get("launch_host") or socket.gethostname())}
+    row.update(_search_columns(p, config, time.perf_counter() - began))
     ids = {"run_id": run.run_id, "target": t.name, "workload": name, "accelerators": n, "repeat": run.repeat}
     hosts = per_host(per, summary["total_time_s"])
     return Measurement(row, tables={"accelerators.csv": [{**ids, **r} for r in per],
@@ -336,4 +349,12 @@ def finish(sweep, frame) -> None:
     """Checkpoints removed from every target; the MLPerf-Storage-like summary."""
     for t in sweep.targets:
         shutil.rmtree(t.study_dir(STUDY.name) / "checkpoints", ignore_errors=True)
-    results.write_json(sweep.out_dir / "mlperf_results.json", mlperf_results(frame))
+    ml = mlperf_results(frame)
+    results.write_json(sweep.out_dir / "mlperf_results.json", ml)
+    if sweep.state.search is not None:         # the answer from the rows must be the one the search reached
+        rows = {(r["workload"], r["target"]): r for r in ml["accelerators_supported"]}
+        for (w, t), out in sweep.state.search.outcomes().items():
+            got = rows.get((w, t), {})
+            if (got.get("accelerators_supported"), got.get("supported_limited_by")) != (out.answer, out.limited_by):
+                sweep.note(f"search of {w} on '{t}' ended at {out.text}, but its rows give "
+                           f"{got.get('accelerators_supported_text')}: the rows' answer is reported")

@@ -1,0 +1,45 @@
+"""What the sweep engine runs next: a plan known up front, or one that depends on earlier results.
+
+A study's `plan(sweep)` hook returns either
+  a list of Points   configurations x repeats in run order; the engine runs each on every target
+                     (or its `targets`), targets interleaved inside each point (FixedPlan below); or
+  an adaptive plan   an object with this interface (e.g. the emulate study's search for the largest
+                     accelerator count, studies/emulate/plan.py):
+                       kind: str                      shown in the progress line ("search")
+                       next() -> (Point, target name) | None   the next run; None: finished
+                       done(point, target name, row)  the row the engine recorded for that run
+                       runs_left() -> int             at most this many runs remain (progress, ETA)
+Either way every run is a normal run of the engine (cold cache, cgroups, monitor, one row). The study's
+`skip` hook is asked for fixed plans only: an adaptive plan leaves out what it does not want by itself.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+
+class FixedPlan:
+    """Points known up front, each on its targets (all by default), in order."""
+    kind = "plan"
+
+    def __init__(self, points, target_names: list[str]):
+        self.todo = [(pt, n) for pt in points for n in (pt.targets or target_names) if n in target_names]
+        self.i = 0
+
+    def next(self):
+        if self.i >= len(self.todo):
+            return None
+        self.i += 1
+        return self.todo[self.i - 1]
+
+    def done(self, point, target: str, row: dict) -> None:
+        """Nothing to learn: the plan does not change."""
+
+    def runs_left(self) -> int:
+        return len(self.todo) - self.i
+
+
+def as_plan(planned: Any, target_names: list[str]):
+    """The plan hook's answer as an object the engine walks: adaptive plans as they are, lists wrapped."""
+    if hasattr(planned, "next") and hasattr(planned, "done"):
+        return planned
+    return FixedPlan(list(planned), target_names)
