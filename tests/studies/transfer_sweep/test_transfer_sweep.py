@@ -193,6 +193,12 @@ def test_forecast_uses_the_emulate_spec_and_puts_its_answer_beside(tmp_path):
     # 45 MB/s per accelerator at AU 90 %: N=1 QD<=4 -> 120; N=2 QD<=8 -> 200 (>= 90); N=4 -> 180 ok; N=5 225 > 200
     assert row.accelerators_forecast == 4 and row.emulated_accelerators_supported == 3
     assert row.forecast_minus_emulated == 1
+    # a floor ("≥ 3": the search's budget ran out) is shown, never subtracted from
+    (tmp_path / "mlperf_results.json").write_text(json.dumps({"accelerators_supported": [
+        {"workload": "unet3d", "target": "a", "accelerators_supported": 3, "supported_limited_by": "budget",
+         "accelerators_supported_text": "≥ 3 (search budget reached after 60 s)", "max_accelerators_tested": 4}]}))
+    row = forecast.forecast(pts, fp, forecast.emulate_context(tmp_path)).iloc[0]
+    assert row.emulated_supported_text.startswith("≥ 3") and pd.isna(row.forecast_minus_emulated)
 
 
 # --------------------------------------------------------------------------- bad input

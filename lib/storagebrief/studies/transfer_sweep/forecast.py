@@ -109,6 +109,9 @@ def forecast(points: pd.DataFrame, fp, emulate: dict | None = None) -> pd.DataFr
             res = accelerators_supported(curve, demand, spec.au_threshold_percent, threads)
             emu = emulate.get("supported", {}).get((name, target)) if from_emulate else None
             emu_n = emu.get("accelerators_supported") if emu else None
+            # a floor ("≥ N": every count passed, or the search ran out of budget or hit its cap) is no answer
+            # to subtract from; the text column still shows it
+            floor = emu is not None and emu.get("supported_limited_by") in ("none", "budget", "cap")
             rows.append({
                 "target": target, "load": load, "workload": name, "accelerator_type": acc,
                 "workload_spec_source": "emulate study.json" if from_emulate else "params (core.workloads)",
@@ -120,5 +123,6 @@ def forecast(points: pd.DataFrame, fp, emulate: dict | None = None) -> pd.DataFr
                 "emulated_accelerators_supported": emu_n,
                 "emulated_supported_text": emu.get("accelerators_supported_text") if emu else None,
                 "emulated_max_accelerators_tested": emu.get("max_accelerators_tested") if emu else None,
-                "forecast_minus_emulated": (res["accelerators_forecast"] - emu_n) if emu_n is not None else None})
+                "forecast_minus_emulated": (res["accelerators_forecast"] - emu_n)
+                if emu_n is not None and not floor else None})
     return pd.DataFrame(rows)
