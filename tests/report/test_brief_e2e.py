@@ -107,7 +107,7 @@ def test_dvc_chain_renders_brief_with_recomputable_headlines(tiny_chain):
         assert h["label"].replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;") in text, h["label"]
     # page 1's answers: accelerators supported for every target (emulated, and fio's forecast beside)
     assert "The answers" in html and html.count("Accelerators supported, emulated") >= 2
-    assert html.count("Checkpoint interval for ≤ 5 % overhead, llama3-") >= 2
+    assert text.count("Checkpoint interval for ≤ 5 % overhead, llama3-") >= 2
     # every configuration x target x repeat ran and wrote its row
     assert len(pd.read_csv(work / "reports" / "preprocess" / "runs.csv")) == (2 + 1) * 2 * 2
     assert len(pd.read_csv(work / "reports" / "emulate" / "runs.csv")) == 2 * 2
@@ -115,6 +115,9 @@ def test_dvc_chain_renders_brief_with_recomputable_headlines(tiny_chain):
     assert len(train) == 4 and (train.status == "ok").all()  # K=1 reuses the memory runs
     capped = train[train.memory_setting == "2.5:1"]
     assert (capped.page_cache_cap_bytes == (capped.dataset_bytes * 0.4).astype(int)).all()
+    # the ratio runs took over the job the unlimited run on their target ended with (reuse.py)
+    unlimited = train[train.memory_setting == "none"].set_index("target").run_id
+    assert (capped.job_reused_from == capped.target.map(unlimited)).all() and (capped.startup_s_max < 5).all()
     assert (work / "reports" / "train_resnet50" / "timeseries" / f"{capped.run_id.iloc[0]}-memory.csv").exists()
     stream = pd.read_csv(work / "reports" / "stream_inference" / "runs.csv")
     assert len(stream) == 2 and (stream.status == "ok").all() and (stream.frames_dropped == 0).all()

@@ -23,7 +23,8 @@ def show_md(text: str, detail: bool = False) -> None:
     display(Markdown(text))
 
 
-LONG_TABLE_ROWS = 25
+LONG_TABLE_ROWS = 6    # more rows may break across pages (rows stay whole, the header repeats): a tall table
+                      # pushed whole to the next page left the page before it mostly empty (layout test)
 
 
 class Appendix:
