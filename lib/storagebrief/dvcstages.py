@@ -37,7 +37,7 @@ def study_command(study) -> str:
     d = study.reports_dir
     return (f"mkdir -p {d} &&\n"
             f"jupytext --quiet --to ipynb --output - {study.notebook} |\n"
-            f"papermill --no-progress-bar --stderr-file /dev/stderr - {d}/notebook.ipynb\n"
+            f"papermill --no-progress-bar --stderr-file - - {d}/notebook.ipynb\n"
             f"-p {study.name} None -p out_dir {d} -p progress lines")
 
 
