@@ -23,7 +23,7 @@
 transfer_sweep = {
     'engine': 'io_uring',  # io_uring | libaio | psync (psync: one I/O per job, numjobs: QD)
     'rw': ['randread'],  # randread | read | randwrite | write (writes overwrite the study's own file)
-    'block_sizes': ['4k', '128k', '1m'],  # k: 1024 B; multiples of 512 (direct I/O)
+    'block_sizes': ['4k', '1m'],  # k: 1024 B; multiples of 512 (direct I/O); quick: the two ends (paper adds 128k)
     'queue_depths': [1, 8, 32],  # total QD: iodepth x numjobs
     'numjobs': 1,  # fio jobs per point (iodepth: QD / numjobs)
     'ramp_time_s': 0.15,  # fio ramp_time (not measured)

@@ -27,7 +27,7 @@ stream_inference = {
     'flush_messages': 24,  # Kafka log.flush.interval.messages: brokers fsync a partition every N messages
     'videos': ['240p@24'],  # <geometry>@<fps>: 144p 240p 360p 480p 720p 1080p 1440p 2160p
     'video_dir': None,  # a folder of your own videos (stream i plays video i mod n); None: generate
-    'duration_s': 6,  # seconds of video each stream plays
+    'duration_s': 4,  # seconds of video each stream plays (paper: 300)
     'streams': [2, 4],  # concurrent streams (paper 30, 100, 300)
     'topics': [1, 3],  # topics the streams spread over (stream i -> topic i mod T)
     'partitions': [6],
