@@ -63,10 +63,6 @@ def start_next(run, make_jobs, run_id_for, cpu_split) -> None:
     setting = parse_memory(spec.memory)
     if setting.kind == "bytes" or reuse.available(state, target.name, spec):
         return
-    if run_spec_models(state, run.run_id, run_id_for) + spec.models > len(cpu_split(1)[0]):
-        # more start-ups than cores at once take longer than two rounds: K = 2 on 2 cores, four start-ups
-        # side by side took 95-118 s to be ready, two took 25-40 s (measured)
-        return
     owner = Run(run.sweep, target, repeat, ids[i])
     early = Early(ids[i], owner, [])
     state.early = early
@@ -78,14 +74,6 @@ def start_next(run, make_jobs, run_id_for, cpu_split) -> None:
     except Exception as exc:    # the next run starts its own jobs and meets the same error there
         run.log(f"[{run.run_id}] next run's jobs not started early: {exc}")
         drop(state)
-
-
-def run_spec_models(state, run_id: str, run_id_for) -> int:
-    """Models of the run `run_id` (1 when it is not in the plan)."""
-    for spec, t, rep in state.order:
-        if run_id_for(spec, t.name, rep) == run_id:
-            return spec.models
-    return 1
 
 
 def wait_ready(run, stall_s: float) -> None:
