@@ -249,19 +249,18 @@ def snapshot(reports_dir: str | Path) -> None:
         else:
             show_md("No study results yet: run `dvc repro` or `storagebrief <study>` first.")
         return
-    groups: dict[str, list[str]] = {}
+    cards = []      # one grid, three to a row (the KIOXIA brief's snapshot page), each card naming its study
     for h in hs:
         word = h.get("hint") or ("higher is better" if h["better"] == "higher" else "lower is better")
-        groups.setdefault(h["study_title"], []).append(
+        cards.append(
             f'<div class="card" data-study="{h["study"]}" data-headline="{html.escape(h["id"])}" '
-            f'data-value="{h["delta_percent"]}">'
+            f'data-value="{h["delta_percent"]}"><div class="card-study">{html.escape(h["study_title"])}</div>'
             f'<div class="card-label">{html.escape(h["label"])}<br/><span class="hint">({word})</span></div>'
             f'<div class="card-value">{html.escape(h["text"])}</div>'
             f'<div class="card-pair">{html.escape(h["ref"])} vs {html.escape(h["other"])}</div>'
             + "".join(f'<div class="card-caveat">⚠ {html.escape(c)}</div>' for c in h.get("caveats", []))
             + '</div>')
-    body = "".join(f'<h3 class="snap-study">{html.escape(title)}</h3><div class="cards">{"".join(cards)}</div>'
-                   for title, cards in groups.items())
+    body = '<div class="cards">' + "".join(cards) + "</div>"
     show_html('<h2>Test results snapshot</h2><p>Reference target compared with each other target (for '
               'training, also each memory limit with no limit on the same target); "up to" is the largest '
               f'difference over the configurations both ran (means over repeats). The {len(hs)} largest effects '
@@ -294,8 +293,9 @@ def detail_appendix(title: str, anchor: str) -> Appendix:
 
 
 def detail_link(appendix: Appendix | None, what: str = "Detail tables") -> None:
-    """The body's pointer to its appendix: a link in the HTML, "see Appendix D" in the PDF."""
-    if appendix is not None and appendix.items:
+    """The body's pointer to its appendix (a link in the HTML, "see Appendix D" in the PDF), under the
+    section's heading: at its end it was a line of its own on an otherwise empty page (seen)."""
+    if appendix is not None:
         show_html(f'<p class="details-link">{html.escape(what)} of this section: see <a href="#{appendix.anchor}">'
                   f'{html.escape(appendix.heading())}</a>.</p>')
 
@@ -319,6 +319,7 @@ def study_section(key: str, study_dir: str | Path, details: bool = False) -> Non
         return
     short = re.split(r":| \(", study.title)[0]         # "Emulated-accelerator training", "Checkpointing"
     appendix = detail_appendix(f"{short}: details", f"appendix-{study.name}") if details else None
+    detail_link(appendix)
     _survives(f"The {study.title} section", _study_body, study, s, appendix)
 
 
@@ -326,7 +327,6 @@ def _study_body(study, s: inputs.StudyInput, appendix: Appendix | None = None) -
     d, frame = s.dir, s.frame
     with details_to(appendix):
         study.brief_section(d, frame, s.names)
-    detail_link(appendix)
     notes = d / "notes.json"
     warnings = list(inputs.read_json(notes).get("warnings", [])) if notes.is_file() else []
     methods = fallback_cache_methods(frame)
@@ -339,9 +339,10 @@ def _study_body(study, s: inputs.StudyInput, appendix: Appendix | None = None) -
 @_part("The detail appendices")
 def appendix_details(reports_dir: str | Path | None = None) -> None:
     """Appendix D onwards: each body section's detail tables and figures, in the sections' order."""
-    for a in _DETAIL_APPENDICES:
-        if a.items:
-            a.show()
+    for a in _DETAIL_APPENDICES:      # every one: its section links it before knowing what it will hold
+        a.show()
+        if not a.items:
+            show_md("Nothing beyond what the section shows for this run.")
     _DETAIL_APPENDICES.clear()
 
 
@@ -354,7 +355,7 @@ def block_characterization(reports_dir: str | Path, details: bool = False) -> No
         if details else None
     chz.section(reports_dir, [(s.key, s.title, s.dir) for s in inputs.readable(reports_dir)], target_order,
                 appendix)
-    detail_link(appendix, "Tables and plots")
+    detail_link(appendix, "Tables and plots")     # after its heading, which chz.section shows
 
 
 def _latest_inventory(reports_dir) -> dict:

@@ -189,9 +189,35 @@ def _analysis(picks) -> None:
                          if v is not None and not math.isnan(v))
         lines.append(f"- **{label}** ({r['target']}): {text}{' (' + meds + ')' if meds else ''}{extra}; "
                      f"{r.get('avg_iops', float('nan')):,.0f} IOPS over {r.get('trace_length_s', float('nan')):.1f} s.")
-    analysis(lines, tail="Random and sequential follow the seed's rule (a request is sequential when it starts "
-                         "where the previous one of the device ended), so several readers interleaving on one "
-                         "device read 'randomly' even when each reads its files front to back.")
+    tail = ("Random and sequential follow the seed's rule (a request is sequential when it starts where the previous "
+            "one of the device ended), so several readers interleaving on one device read 'randomly' even when each "
+            "reads its files front to back.")
+    show_md(_summary(picks) + " " + tail)
+    show_md("**Analysis, per workload.**\n\n" + "\n".join(lines), detail=True)    # one bullet each: the appendix
+
+
+def _summary(picks) -> str:
+    """The body's analysis in two sentences: how many workloads read more than wrote, the most random and the
+    most sequential one (every workload's bullet is in the appendix)."""
+    traced = [(lab, r) for lab, r, _ in picks if r.get("source") == "tracefs"
+              and (r.get("read_ops", 0) + r.get("write_ops", 0)) and _num(r.get("random_percent")) is not None]
+    if not traced:
+        return "**Analysis.** No workload's block trace held a request."
+    reads = sum(1 for _, r in traced if (_num(r.get("read_percent")) or 0) > 50)
+    hi = max(traced, key=lambda x: x[1]["random_percent"])
+    lo = min(traced, key=lambda x: x[1]["random_percent"])
+    return (f"**Analysis.** Of {len(traced)} traced workloads, {reads} mostly read and {len(traced) - reads} mostly "
+            f"wrote. The most random is {hi[0]} ({hi[1]['target']}, {hi[1]['random_percent']:.0f} % random), the most "
+            f"sequential {lo[0]} ({lo[1]['target']}, {lo[1]['random_percent']:.0f} % random); each workload's sizes, "
+            "locality and IOPS are in the appendix.")
+
+
+def _num(v):
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(f) else f
 
 
 def _grid(n: int, width: float = 9.5, per_row: int = 3, height: float = 2.3):
