@@ -98,7 +98,6 @@ def _fixed_list(verdicts: dict[int, str]) -> tuple[str, int | None, int, str]:
 
 def _searched(g, verdicts: dict[int, str]) -> tuple[str, int | None, int, str]:
     """emulate.accelerators: auto (search.py), from its rows alone: what stopped the search and its answer."""
-    from .search import outcome_text
 
     fails = [n for n in sorted(verdicts) if verdicts[n] != "pass"]
     best = max((n for n in verdicts if verdicts[n] == "pass" and (not fails or n < fails[0])), default=0)
@@ -156,3 +155,15 @@ def plain_records(sup: pd.DataFrame) -> list[dict]:
         out.append({k: (None if v is pd.NA or (isinstance(v, float) and math.isnan(v))
                         else v.item() if hasattr(v, "item") else v) for k, v in rec.items()})
     return out
+
+
+def outcome_text(answer: int | None, limited_by: str, first_fail: int | None, elapsed_s: float) -> str:
+    """'3 (storage-limited)', 'client-limited at 8', '≥ 4 (search budget reached after 52 s)', '≥ 64 (search cap)'."""
+    if limited_by == "client":
+        return f"client-limited at {first_fail}"
+    if limited_by == "storage":
+        return f"{answer} (storage-limited)"
+    if limited_by == "cap":
+        return f"≥ {answer} (search cap: emulate.search_max)"
+    fails = f"; fails at {first_fail}" if first_fail is not None else ""
+    return f"≥ {answer} (search budget reached after {elapsed_s:.0f} s{fails})"

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .limits import judge
+from .limits import judge, outcome_text
 
 DOUBLING, BISECT = "doubling", "bisect"
 STOPS = ("storage", "client", "budget", "cap")     # why a search ends (its `limited_by`)
@@ -56,18 +56,6 @@ class Outcome:
     @property
     def text(self) -> str:
         return outcome_text(self.answer, self.limited_by, self.first_fail, self.elapsed_s)
-
-
-def outcome_text(answer: int | None, limited_by: str, first_fail: int | None, elapsed_s: float) -> str:
-    """'3 (storage-limited)', 'client-limited at 8', '≥ 4 (search budget reached after 52 s)', '≥ 64 (search cap)'."""
-    if limited_by == "client":
-        return f"client-limited at {first_fail}"
-    if limited_by == "storage":
-        return f"{answer} (storage-limited)"
-    if limited_by == "cap":
-        return f"≥ {answer} (search cap: emulate.search_max)"
-    fails = f"; fails at {first_fail}" if first_fail is not None else ""
-    return f"≥ {answer} (search budget reached after {elapsed_s:.0f} s{fails})"
 
 
 @dataclass
