@@ -97,7 +97,7 @@ class Reusable(StandIn):
 
     def again(self, changes, run_id) -> None:
         self.armed.append((run_id, changes))
-        self.run_id = run_id
+        self.reused_from, self.run_id = self.run_id, run_id
 
 
 def test_a_one_model_job_is_kept_for_the_next_compatible_run_on_its_target(tmp_path):
@@ -124,3 +124,18 @@ def test_a_one_model_job_is_kept_for_the_next_compatible_run_on_its_target(tmp_p
     sw.state.kept["a"] = job
     reuse.drop(sw.state)
     assert job.killed and job.group.removed and sw.state.kept == {}
+
+
+def test_a_kept_job_that_does_not_re_arm_is_killed_and_the_run_starts_its_own(tmp_path):
+    sw, _ = _sweep(tmp_path, memory_limits=["none", "2.5:1"], parallel_models=[1])
+    order = sw.state.order
+    job = Reusable(0, _run(sw, 0).run_id)
+    assert reuse.keep(sw.state, _run(sw, 0), order[0][0], [job], trr.run_id_for)
+
+    def stalls(jobs, until, stall_s, timeout_s):
+        raise RuntimeError("job 0 made no progress")
+
+    third = _run(sw, 2)
+    assert reuse.take(sw.state, third, order[2][0], {}, poll=stalls) is None
+    assert job.killed and job.group.removed and sw.state.kept == {}
+    assert any(n.startswith(f"{third.run_id}: the job kept from") for n in sw.notes)

@@ -42,12 +42,29 @@ def available(state, target: str, spec) -> bool:
     return compatible(spec) and target in getattr(state, "kept", {})
 
 
-def take(state, run, spec, changes: dict):
-    """The kept job of this run's target, re-armed for it, or None."""
+REARM_TIMEOUT_S = 60.0
+
+
+def take(state, run, spec, changes: dict, poll=None):
+    """The kept job of this run's target, re-armed for it and ready, or None.
+
+    A kept job that is not ready again within REARM_TIMEOUT_S (seen once: the throttled target's job
+    under the dvc chain's notebook kernel, not reproduced from the CLI) is killed with its cgroup and
+    the run starts its own job; a note says so."""
     if not available(state, run.target.name, spec):
         return None
     job = state.kept.pop(run.target.name)
     job.again(changes, run.run_id)
+    if poll is not None:
+        try:
+            poll([job], "ready", REARM_TIMEOUT_S, REARM_TIMEOUT_S)
+        except Exception as exc:      # jobs.JobFailed: stalled or ended
+            job.kill()
+            if job.group is not None:
+                job.group.remove()
+            run.sweep.note(f"{run.run_id}: the job kept from {job.reused_from} did not re-arm ({exc}); "
+                           "the run started its own")
+            return None
     return job
 
 
