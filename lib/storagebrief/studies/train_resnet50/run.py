@@ -235,7 +235,8 @@ def _start_jobs(run, spec: RunSpec, ds: Dataset, setting: MemorySetting, io, job
     """This run's jobs: started early by the run before (prestart.py), or now, with the next run's."""
     state = run.sweep.state
     paired = isinstance(state, TrainState)
-    kept = reuse.take(state, run, spec, _per_run(run, spec, 0), poll=_poll) if paired else None
+    kept = reuse.take(state, run, spec, _per_run(run, spec, 0), poll=_poll) \
+        if paired and reuse.available(state, run.target.name, spec) else None
     if kept is not None:
         jobs.append(kept)
         return
