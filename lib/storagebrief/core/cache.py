@@ -6,8 +6,12 @@ which evicts their clean pages without privileges.
 """
 from __future__ import annotations
 
+import ctypes
+import mmap
 import os
 from pathlib import Path
+
+import numpy as np
 
 DROP_CACHES = Path("/proc/sys/vm/drop_caches")
 
@@ -37,6 +41,44 @@ def fadvise_dontneed(paths) -> int:
         finally:
             os.close(fd)
     return count
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+def resident_pages(path) -> np.ndarray:
+    """Which pages of a file are in the page cache now (mincore; reads nothing, needs no privilege)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        if size == 0:
+            return np.zeros(0, dtype=bool)
+        addr = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if addr in (None, _MAP_FAILED):
+            raise OSError(ctypes.get_errno(), f"mmap {path}")
+        try:
+            vec = np.zeros((size + mmap.PAGESIZE - 1) // mmap.PAGESIZE, dtype=np.uint8)
+            if _libc.mincore(addr, size, vec.ctypes.data) != 0:
+                raise OSError(ctypes.get_errno(), f"mincore {path}")
+        finally:
+            _libc.munmap(addr, size)
+    finally:
+        os.close(fd)
+    return (vec & 1).astype(bool)
+
+
+def evict_head(path, length: int) -> None:
+    """Evict a file's clean cached pages in [0, length) (0: the whole file)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, length, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
 
 
 def drop_caches_possible() -> tuple[bool, str]:

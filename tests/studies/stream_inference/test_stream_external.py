@@ -67,10 +67,13 @@ def test_the_study_runs_on_an_external_cluster_with_a_consumer_group(tmp_path, e
     # (a stream's frames go to the partition its key hashes to: a consumer may get none)
     busy = cons[cons.frames_classified > 0]
     assert len(busy) >= 2, cons[["assigned", "frames_classified"]]
-    # the run's percentiles are of every frame's latency (merged), so they lie within the consumers' own
-    for q in ("p50", "p99", "max"):
+    # the run's percentiles are of every frame's latency (merged), so they lie within the consumers' own,
+    # up to interpolation between neighbouring frames (linear percentiles of a merged set may pass the
+    # largest consumer's by a hair: 513.7397 vs 513.7380 ms seen in CI); the max is exact
+    for q, slack in (("p50", 0.01), ("p99", 0.01), ("max", 0.0)):
         col = f"latency_ms_{q}"
-        assert busy[col].min() - 1e-9 <= r[col] <= busy[col].max() + 1e-9, (q, r[col], busy[col].tolist())
+        lo, hi = busy[col].min() * (1 - slack), busy[col].max() * (1 + slack)
+        assert lo - 1e-9 <= r[col] <= hi + 1e-9, (q, r[col], busy[col].tolist())
     assert r.latency_ms_max == pytest.approx(cons.latency_ms_max.max())
     # its topics are gone from the cluster it does not own
     from confluent_kafka.admin import AdminClient

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import yaml
 
-from storagebrief.core import config, sweep, targets as targets_mod
+from storagebrief.core import cgroups, config, sweep, targets as targets_mod
 from storagebrief.studies.train_resnet50 import STUDY, prestart, reuse, run as trr
 
 
@@ -47,27 +47,26 @@ def _run(sw, k: int) -> sweep.Run:
     return sweep.Run(sw, target, repeat, trr.run_id_for(spec, target.name, repeat))
 
 
-def test_a_cold_run_starts_the_next_runs_jobs_and_that_run_starts_none(tmp_path):
-    sw, points = _sweep(tmp_path, memory_limits=["none", "2.5:1"], parallel_models=[1, 2])
+def test_a_cold_run_starts_the_next_runs_jobs_when_it_cannot_pass_on_its_own(tmp_path):
+    sw, points = _sweep(tmp_path, memory_limits=["2GiB"], parallel_models=[2])
     order = sw.state.order
-    assert [(s.sweep, t.name) for s, t, _ in order] == [("memory", "a"), ("memory", "b"), ("memory", "a"),
-                                                          ("memory", "b"), ("parallel", "a"), ("parallel", "b")]
+    assert [(s.sweep, s.models, t.name) for s, t, _ in order] == [
+        ("memory", 1, "a"), ("memory", 1, "b"), ("parallel", 2, "a"), ("parallel", 2, "b")]
     made = []
-    first, second = _run(sw, 0), _run(sw, 1)
-    assert prestart.take(sw.state, first.run_id) is None
-    prestart.start_next(first, _make(made), trr.run_id_for, trr.cpu_split)
-    assert made == [(second.run_id, 1)] and all(j.started for j in sw.state.early.jobs)
-    assert prestart.take(sw.state, _run(sw, 2).run_id) is None      # not that run's jobs: kept
-    jobs = prestart.take(sw.state, second.run_id)
-    assert len(jobs) == 1 and sw.state.early is None
-    assert prestart.take(sw.state, second.run_id) is None              # taken once
-    prestart.start_next(_run(sw, 4), _make(made), trr.run_id_for, trr.cpu_split)
-    assert made[-1] == (_run(sw, 5).run_id, 2)                         # K = 2: both jobs early
-    prestart.drop(sw.state)
-    assert sw.state.early is None
-    made.clear()
-    prestart.start_next(_run(sw, 5), _make(made), trr.run_id_for, trr.cpu_split)   # the last run
-    assert made == [] and sw.state.early is None
+    prestart.start_next(_run(sw, 0), _make(made), trr.run_id_for, trr.cpu_split)
+    assert made == [] and sw.state.early is None        # the next run limits by size: it may be refused
+    assert prestart.take(sw.state, _run(sw, 1).run_id) is None
+    prestart.start_next(_run(sw, 1), _make(made), trr.run_id_for, trr.cpu_split)
+    third = _run(sw, 2)
+    assert made == [(third.run_id, 2)] and all(j.started for j in sw.state.early.jobs)   # K = 2: both early
+    assert prestart.take(sw.state, _run(sw, 3).run_id) is None      # not that run's jobs: kept
+    jobs = prestart.take(sw.state, third.run_id)
+    assert len(jobs) == 2 and sw.state.early is None
+    assert prestart.take(sw.state, third.run_id) is None              # taken once
+    # the K = 2 run on 'a' leaves its jobs to the one on 'b' (reuse.py): nothing starts early
+    prestart.start_next(third, _make(made), trr.run_id_for, trr.cpu_split)
+    prestart.start_next(_run(sw, 3), _make(made), trr.run_id_for, trr.cpu_split)   # the last run
+    assert made == [(third.run_id, 2)] and sw.state.early is None
 
 
 def test_no_early_start_for_a_size_limit_and_an_interrupt_kills_early_jobs(tmp_path):
@@ -76,6 +75,8 @@ def test_no_early_start_for_a_size_limit_and_an_interrupt_kills_early_jobs(tmp_p
     prestart.start_next(_run(sw, 1), _make(made), trr.run_id_for, trr.cpu_split)   # next: 2GiB on 'a'
     assert made == [] and sw.state.early is None                       # it may be refused: not started
     prestart.start_next(_run(sw, 0), _make(made), trr.run_id_for, trr.cpu_split)
+    assert made == [] and sw.state.early is None                       # run 0 passes its job on instead
+    prestart.start_next(_run(sw, 3), _make(made), trr.run_id_for, trr.cpu_split)   # 2GiB 'b' -> 2.5:1 'a'
     early = sw.state.early.jobs
     prestart.drop(sw.state)
     assert all(j.killed for j in early) and sw.state.early is None
@@ -84,6 +85,11 @@ def test_no_early_start_for_a_size_limit_and_an_interrupt_kills_early_jobs(tmp_p
 
 class Group:
     removed = False
+    dirs: dict = {}
+    io = None
+
+    def clear_io_limits(self, io) -> None:
+        self.cleared = io
 
     def remove(self) -> None:
         self.removed = True
@@ -100,28 +106,36 @@ class Reusable(StandIn):
         self.reused_from, self.run_id = self.run_id, run_id
 
 
-def test_a_one_model_job_is_kept_for_the_next_compatible_run_on_its_target(tmp_path):
+def test_jobs_are_kept_for_the_next_run_with_as_many_models_on_any_target(tmp_path):
     sw, _ = _sweep(tmp_path, memory_limits=["none", "2.5:1", "2GiB"], parallel_models=[1, 2])
     order = sw.state.order
-    assert [(s.sweep, s.memory, t.name) for s, t, _ in order][:6] == [
-        ("memory", "none", "a"), ("memory", "none", "b"), ("memory", "2.5:1", "a"), ("memory", "2.5:1", "b"),
-        ("memory", "2GiB", "a"), ("memory", "2GiB", "b")]
+    assert [(s.sweep, s.memory, s.models, t.name) for s, t, _ in order] == [
+        ("memory", "none", 1, "a"), ("memory", "none", 1, "b"), ("memory", "2.5:1", 1, "a"),
+        ("memory", "2.5:1", 1, "b"), ("memory", "2GiB", 1, "a"), ("memory", "2GiB", 1, "b"),
+        ("parallel", "2.5:1", 2, "a"), ("parallel", "2.5:1", 2, "b")]
     first = _run(sw, 0)
     job = Reusable(0, first.run_id)
     first._groups.append(job.group)
     assert reuse.keep(sw.state, first, order[0][0], [job], trr.run_id_for)
     assert job.group not in first._groups            # the run's close() no longer removes it
     made = []
-    prestart.start_next(_run(sw, 1), _make(made), trr.run_id_for, trr.cpu_split)
-    assert made == []                                # the next run on 'a' takes the kept job: none started
-    assert reuse.take(sw.state, _run(sw, 1), order[1][0], {}) is None   # target 'b' has none kept
-    third = _run(sw, 2)
-    assert reuse.take(sw.state, third, order[2][0], {"seed": 7}) is job and job.armed == [(third.run_id, {"seed": 7})]
-    assert sw.state.kept == {}
-    # a size limit (made with the cgroup) and K = 2 never take a kept job; the last run keeps none
-    assert not reuse.compatible(order[4][0]) and not reuse.compatible(order[-1][0])
-    assert not reuse.keep(sw.state, _run(sw, len(order) - 2), order[-2][0], [Reusable(0, "x")], trr.run_id_for)
-    sw.state.kept["a"] = job
+    prestart.start_next(first, _make(made), trr.run_id_for, trr.cpu_split)
+    assert made == []                                # the next run (on 'b') takes the kept job: none started
+    second = _run(sw, 1)
+    job.group.io = cgroups.IoLimits(device=(8, 0), read_iops=150)   # as the last run's profile left it
+    assert reuse.take(sw.state, second, order[1][0], [{"seed": 7}]) == [job]
+    assert job.armed == [(second.run_id, {"seed": 7})] and sw.state.kept == {}
+    assert job.group.cleared.read_iops == 150 and job.group.io == cgroups.IoLimits(device=(8, 0))   # lifted
+    # a size limit (made with the cgroup) never takes kept jobs; K = 2 takes K = 2 jobs; the last run keeps none
+    assert not reuse.compatible(order[4][0]) and reuse.compatible(order[-1][0])
+    assert not reuse.keep(sw.state, _run(sw, 7), order[7][0], [Reusable(0, "x"), Reusable(1, "x")], trr.run_id_for)
+    pair = [Reusable(0, _run(sw, 6).run_id), Reusable(1, _run(sw, 6).run_id)]
+    assert reuse.keep(sw.state, _run(sw, 6), order[6][0], pair, trr.run_id_for)
+    assert not reuse.available(sw.state, order[2][0], None)          # K = 1 finds no K = 2 jobs
+    assert not reuse.available(sw.state, order[7][0], object())      # a throttled target needs their io group
+    assert reuse.take(sw.state, _run(sw, 7), order[7][0], [{"seed": 1}, {"seed": 2}]) == pair
+    assert [p.armed[0][1] for p in pair] == [{"seed": 1}, {"seed": 2}]
+    sw.state.kept[1] = [job]
     reuse.drop(sw.state)
     assert job.killed and job.group.removed and sw.state.kept == {}
 
@@ -136,6 +150,6 @@ def test_a_kept_job_that_does_not_re_arm_is_killed_and_the_run_starts_its_own(tm
         raise RuntimeError("job 0 made no progress")
 
     third = _run(sw, 2)
-    assert reuse.take(sw.state, third, order[2][0], {}, poll=stalls) is None
+    assert reuse.take(sw.state, third, order[2][0], [{}], poll=stalls) is None
     assert job.killed and job.group.removed and sw.state.kept == {}
-    assert any(n.startswith(f"{third.run_id}: the job kept from") for n in sw.notes)
+    assert any(n.startswith(f"{third.run_id}: the jobs kept from") for n in sw.notes)

@@ -38,7 +38,7 @@ def profile_table(frame, target: str):
         return f"{_mib(r.memory_limit_bytes):,.0f} MiB (whole job)"
 
     rows = [("Memory limit", limit_text),
-            ("Page cache held, mean MiB", lambda r: _mib(r.get("page_cache_mean_bytes", np.nan))),
+            ("Dataset in page cache, mean MiB", lambda r: _mib(r.get("page_cache_mean_bytes", np.nan))),
             ("Avg. IOPS (device, read)", lambda r: cell(r, "device_read_iops_avg")),
             ("Avg. IOPS, active intervals", lambda r: cell(r, "device_read_iops_active")),
             ("Avg. throughput MiB/s", lambda r: cell(r, "device_read_mib_per_s_avg")),
@@ -109,8 +109,8 @@ def _what_ran(ok) -> None:
         f"{int(r0.input_size)}×{int(r0.input_size)} input, batch {int(r0.batch_size)}, {int(r0.epochs)} epochs "
         f"on {r0.tf_device}, through a `tf.data` pipeline (parallel interleaved reads, parse, decode, random "
         "crop + flip, batch, prefetch, AUTOTUNE). Every job ran in its own memory cgroup. A dataset:memory "
-        "ratio caps the page cache the job may hold at dataset × memory/dataset: every 50 ms the cgroup's "
-        "memory controller reclaims whatever exceeds it, least recently used first. TensorFlow's own memory "
+        "ratio caps the dataset's page cache at dataset × memory/dataset: every 50 ms the dataset pages "
+        "over it are evicted, least recently read first. TensorFlow's own memory "
         "(1–2 GB here) is not capped, since a bare 2.5:1 of a small dataset would be far below it. An absolute size "
         "limits the whole job, as `docker run -m` does. The cache was made cold "
         "before every measured phase; device counters were sampled during training. Disk figures are device-"
@@ -124,7 +124,7 @@ def _profile_tables(frame, names: list[str]) -> None:
             continue
         show_table(t, f"{n}: disk profile of one model, baseline vs limited memory (means over repeats; "
                       "'active' averages discard intervals without reads, as the seed's tables do; a ratio run's "
-                      "failcnt counts charges that met the limit while the page-cache cap reclaimed).")
+                      "failcnt counts charges that met the job's memory limit).")
 
 
 def _memory_analysis(frame, names: list[str]) -> None:
@@ -151,7 +151,7 @@ def _memory_analysis(frame, names: list[str]) -> None:
 
 
 def _memory_figure(study_dir: Path, ok) -> None:
-    """Time series of the memory sweep: device reads and the page cache the job held."""
+    """Time series of the memory sweep: device reads and the dataset's bytes in the page cache."""
     import matplotlib.pyplot as plt
 
     mem = ok[ok.sweep == "memory"]
@@ -170,10 +170,10 @@ def _memory_figure(study_dir: Path, ok) -> None:
             axes[2].plot(m.t_s, m.page_cache_bytes / MIB, label=label)
     axes[0].set(xlabel="seconds", ylabel="read MiB/s", title="Device read throughput")
     axes[1].set(xlabel="seconds", ylabel="read IOPS", title="Device read IOPS")
-    axes[2].set(xlabel="seconds", ylabel="MiB", title="Page cache held by the job")
+    axes[2].set(xlabel="seconds", ylabel="MiB", title="Dataset in the page cache")
     axes[0].legend(fontsize=7)
-    show_figure(fig, "One model training (first repeat): device reads and the unmapped page cache charged to "
-                     "the job's cgroup. Reads after the first epoch are page-cache misses; the re-read "
+    show_figure(fig, "One model training (first repeat): device reads and the dataset's bytes in the page "
+                     "cache (mincore, every 0.25 s). Reads after the first epoch are page-cache misses; the re-read "
                      "ratios are in the table above.")
 
 

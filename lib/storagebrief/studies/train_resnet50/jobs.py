@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ...core.procs import die_with_parent
 from ...kit.events import drain_events
-from .memory import breakdown, cap_page_cache
+from .memory import breakdown
 from .params import MIB
 
 BOOT = ("import sys, os, json; a = json.loads(sys.argv[1]); "
@@ -50,8 +50,7 @@ class Job:
     anon_max: int = 0
     memory_trace: list = field(default_factory=list)   # polled every 0.25 s while training
     cache_share_bytes: int = 0      # a ratio limit's page-cache share (0: not a ratio run)
-    reclaims: int = 0               # ratio runs: page-cache reclaims and the bytes asked for
-    reclaimed_bytes: int = 0
+    cache_cap: object | None = None  # the run's cachecap.DatasetCacheCap (shared by its jobs; caps ratio runs)
     cache_sum: int = 0              # unmapped page cache in the group, summed over polls
     cache_samples: int = 0
     stats: dict = field(default_factory=dict)
@@ -85,7 +84,7 @@ class Job:
         self.last_progress = time.monotonic()
 
     def again(self, changes: dict, run_id: str) -> None:
-        """Re-arm a job that finished a run for a later run on the same target (worker: "again").
+        """Re-arm a job that finished a run for a later run (any target; reuse.py) (worker: "again").
 
         Its TensorFlow start-up (20-30 s, most of a quick run) is not paid again; what the new run
         measures is counted from here (events, memory samples, stats), and its rows name the run
@@ -96,7 +95,7 @@ class Job:
         self.epochs, self.memory_trace, self.stats = [], [], {}
         self.need_bytes = None
         self.anon_ready = self.anon_max = self.cache_share_bytes = 0
-        self.reclaims = self.reclaimed_bytes = self.cache_sum = self.cache_samples = 0
+        self.cache_cap, self.cache_sum, self.cache_samples = None, 0, 0
         self.proc.stdin.write(b"again " + json.dumps(changes).encode() + b"\n")
         self.proc.stdin.flush()
         self.last_progress = time.monotonic()
@@ -124,15 +123,17 @@ class Job:
 
 
 def _sample_memory(j: Job) -> None:
-    """One 0.25 s sample of a training job's cgroup (v1 has no anon peak counter)."""
+    """One 0.25 s sample of a training job's cgroup (v1 has no anon peak counter) and of the dataset's
+    cached bytes (its cachecap, which needs no cgroup)."""
+    cached = j.cache_cap.cached_bytes() if j.cache_cap is not None and j.done is None else None
+    if cached is not None:
+        j.cache_sum += cached
+        j.cache_samples += 1
     b = breakdown(j.group)
     if b is None:
         return
     j.anon_max = max(j.anon_max, b.get("anon_bytes", 0))
-    if j.done is None:
-        cached = max(0, b.get("cache_bytes", 0) - b.get("mapped_file_bytes", 0))
-        j.cache_sum += cached
-        j.cache_samples += 1
+    if cached is not None:
         j.memory_trace.append({"t": time.monotonic(), "job": j.index, "epoch": len(j.epochs) + 1,
                                "anon_bytes": b.get("anon_bytes", 0), "page_cache_bytes": cached,
                                "mapped_file_bytes": b.get("mapped_file_bytes", 0)})
@@ -168,15 +169,14 @@ def _drain(j: Job, until: str) -> None:
 def _poll(jobs: list[Job], until: str, stall_s: float, timeout_s: float) -> None:
     """Drain events until every job reached `until` ('ready' or 'done'); raise JobFailed otherwise.
 
-    While training, caps ratio jobs' page cache every 50 ms and samples each job's memory every 0.25 s.
+    While training, reads the dataset's cached pages (and holds a ratio run's at its cap) every 50 ms and samples each job's
+    memory every 0.25 s.
     """
     deadline = time.monotonic() + timeout_s
     next_sample = 0.0
     while True:
         if until == "done":
-            for j in jobs:
-                if j.group is not None and j.cache_share_bytes and j.done is None:
-                    cap_page_cache(j)
+            _cap_caches(jobs)
         if until == "done" and time.monotonic() >= next_sample:
             next_sample = time.monotonic() + 0.25
             for j in jobs:
@@ -196,6 +196,15 @@ def _poll(jobs: list[Job], until: str, stall_s: float, timeout_s: float) -> None
         if now > deadline:
             raise JobFailed(f"jobs did not reach '{until}' within {timeout_s:.0f} s; killed")
         time.sleep(0.05)
+
+
+def _cap_caches(jobs: list[Job]) -> None:
+    """One poll of each page-cache cap among these jobs, over its jobs still training."""
+    caps = {id(j.cache_cap): j.cache_cap for j in jobs if j.cache_cap is not None}
+    for cap in caps.values():
+        pids = [j.proc.pid for j in jobs if j.cache_cap is cap and j.done is None and j.proc is not None]
+        if pids:
+            cap.poll(pids)
 
 
 def _exit_reason(j: Job) -> str:

@@ -1,11 +1,12 @@
 """Memory of a training job: the ratio's page-cache cap, the job's need, cold dataset, capability.
 
-Memory limit from a ratio (documented choice): the ratio caps the page cache the job may
-hold at dataset_bytes x (memory / dataset); every 50 ms the job's cgroup reclaims whatever
-unmapped page cache exceeds that (least recently used first; Cgroup.reclaim). A pure 2.5:1
-ratio of a 100 MB dataset would be 40 MB, far below TensorFlow's own ~1.5 GB, and
-TensorFlow's own memory swings by 200+ MB while it trains, so capping the whole job cannot
-hold the cache at the ratio (see cap_page_cache). An absolute size limits the whole job
+Memory limit from a ratio (documented choice): the ratio caps the dataset's page cache at
+dataset_bytes x (memory / dataset) (cachecap.py). A pure 2.5:1 ratio of a 100 MB dataset would
+be 40 MB, far below TensorFlow's own ~1.5 GB, and TensorFlow's own memory swings by 200+ MB
+while it trains (as tf.data fills and frees buffers, measured), so a fixed limit on the whole
+job hands whatever the job does not use at the moment to the page cache (a 96 MB dataset stayed
+83 % cached under a fixed 2.5:1 limit), and a limit that follows the job's need lets a buffer
+spike fail a read with ENOMEM (measured). An absolute size limits the whole job
 from its start, as `docker run -m` would; exceeding it is an OOM kill and a failed row.
 
 A job without a cgroup (no root, no memory controller: only unlimited runs then) has no
@@ -18,32 +19,6 @@ from pathlib import Path
 
 from ...core import cache, cgroups
 from .params import MIB
-
-
-def cap_page_cache(j) -> None:
-    """Hold a ratio job's unmapped page cache at its share (dataset x memory/dataset).
-
-    Called every poll (50 ms): whatever exceeds the share is reclaimed by the group's own memory
-    controller, least recently used first, as a machine whose memory were that small would evict
-    it. The job's own memory (anonymous, mapped code, kernel) is not what the ratio caps: it swings
-    by 200+ MB within and between epochs as tf.data fills and frees buffers (measured), so a fixed
-    limit hands whatever the job does not use at the moment to the page cache (a 96 MB dataset
-    stayed 83 % cached under a fixed 2.5:1 limit), and a limit that follows the job's need lets a
-    buffer spike fail a read with ENOMEM (measured).
-    """
-    b = breakdown(j.group)
-    if b is None:
-        return
-    cached = max(0, b.get("cache_bytes", 0) - b.get("mapped_file_bytes", 0))
-    excess = cached - j.cache_share_bytes
-    if excess < MIB:
-        return
-    try:
-        j.group.reclaim(excess)
-    except OSError:   # the kernel could not reclaim that much right now: try again next poll
-        return
-    j.reclaims += 1
-    j.reclaimed_bytes += excess
 
 
 def memory_need(group) -> int | None:

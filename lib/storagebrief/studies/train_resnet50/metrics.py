@@ -33,11 +33,11 @@ COLUMNS: tuple[Column, ...] = (
     Column("memory_limit_bytes", _B, "the job's memory cgroup limit; empty: none"),
     Column("memory_need_bytes", _B, "the most memory a job held that reclaim could not take"),
     Column("memory_anon_growth_bytes", _B, "growth of the job's anonymous memory after ready"),
-    Column("page_cache_cap_bytes", _B, "a ratio run's page-cache share per job (dataset x memory/dataset)"),
+    Column("page_cache_cap_bytes", _B, "a ratio run's page-cache share per job (dataset x memory/dataset); the run's jobs share jobs x this"),
     Column("dataset_to_memory_ratio", "", "dataset bytes / page-cache cap"),
-    Column("page_cache_reclaims", "", "times the page-cache cap reclaimed"),
-    Column("page_cache_reclaimed_bytes", _B, "bytes the page-cache cap reclaimed"),
-    Column("page_cache_mean_bytes", _B, "page cache the jobs held on average while training"),
+    Column("page_cache_reclaims", "", "polls at which the page-cache cap evicted dataset pages"),
+    Column("page_cache_reclaimed_bytes", _B, "dataset bytes the page-cache cap evicted"),
+    Column("page_cache_mean_bytes", _B, "the dataset's bytes in the page cache, mean while training (mincore)"),
     Column("memory_peak_bytes", _B, "the jobs' peak cgroup memory"),
     Column("memory_failcnt", "", "times a job's memory met its cgroup limit"),
     Column("oom_kills", "", "OOM kills in the jobs' cgroups"),
@@ -95,7 +95,6 @@ def _job_row(base: dict, j) -> dict:
         "tf_device": j.ready["device"], "startup_s": j.ready["startup_s"], "reused_from": j.reused_from,
         "training_time_s": j.done["seconds"], "images": images, "images_per_s": images / j.done["seconds"],
         "memory_limit_bytes": j.limit_bytes, "page_cache_cap_bytes": j.cache_share_bytes or None,
-        "page_cache_reclaims": j.reclaims, "page_cache_reclaimed_bytes": j.reclaimed_bytes,
         "page_cache_mean_bytes": j.cache_sum / j.cache_samples if j.cache_samples else None,
         "memory_need_bytes": j.need_bytes,
         "memory_anon_ready_bytes": j.anon_ready or None,
@@ -119,7 +118,7 @@ def _epoch_rows(base: dict, j) -> list[dict]:
             for e in j.epochs]
 
 
-def _memory_columns(jr: list[dict], ds_bytes: int, cgroup: bool) -> dict:
+def _memory_columns(jr: list[dict], ds_bytes: int, cgroup: bool, cap) -> dict:
     """Memory columns of a run; without any job cgroup (no memory controller) the counters are NaN."""
     limit = jr[0]["memory_limit_bytes"]
     out = {
@@ -127,12 +126,12 @@ def _memory_columns(jr: list[dict], ds_bytes: int, cgroup: bool) -> dict:
         "memory_need_bytes": max(r["memory_need_bytes"] or 0 for r in jr),
         "memory_anon_growth_bytes": max((r["memory_anon_growth_bytes"] or 0) for r in jr),
         # Ratio runs: the page cache each job may hold (dataset x memory/dataset), what it held on
-        # average while training, and how often the cap had to reclaim.
+        # average while training, and how often the cap evicted dataset pages (cachecap.py).
         "page_cache_cap_bytes": jr[0]["page_cache_cap_bytes"] or np.nan,
         "dataset_to_memory_ratio": ds_bytes / jr[0]["page_cache_cap_bytes"] if jr[0]["page_cache_cap_bytes"]
         else np.nan,
-        "page_cache_reclaims": sum(r["page_cache_reclaims"] for r in jr),
-        "page_cache_reclaimed_bytes": sum(r["page_cache_reclaimed_bytes"] for r in jr),
+        "page_cache_reclaims": cap.evictions if cap is not None else 0,
+        "page_cache_reclaimed_bytes": cap.evicted_bytes if cap is not None else 0,
         "page_cache_mean_bytes": float(np.mean([r["page_cache_mean_bytes"] for r in jr]))
         if all(r["page_cache_mean_bytes"] is not None for r in jr) else np.nan,
         "memory_peak_bytes": max((r["memory_peak_bytes"] or 0) for r in jr) or np.nan,
@@ -177,7 +176,7 @@ def _rows(base: dict, jobs: list, elapsed: float, summary: dict, series: list[di
     epoch_rows = [e for j in jobs for e in _epoch_rows(base, j)]
     jr = job_rows
     training = _training_columns(jr, epoch_rows, elapsed)
-    memory = _memory_columns(jr, ds.bytes, any(j.group is not None for j in jobs))
+    memory = _memory_columns(jr, ds.bytes, any(j.group is not None for j in jobs), jobs[0].cache_cap)
     row = {
         **base, "emulated": emulated, "tf_device": jr[0]["tf_device"],
         **memory,

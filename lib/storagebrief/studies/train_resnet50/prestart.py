@@ -2,8 +2,8 @@
 
 A job's start-up (TensorFlow import, ResNet50 build, tracing the train step, warm-up) is
 20-30 s of mostly one-core work; two of them side by side on two cores take about as long as
-one. So a run that starts its own jobs also starts the jobs of the run after it, waits until
-both sets are ready, and only then makes its cache cold and says go: the early jobs sit idle
+one. So a run that starts its own jobs, and cannot leave them to the run after it (reuse.py:
+a size limit, another model count), also starts that run's jobs, waits until both sets are ready, and only then makes its cache cold and says go: the early jobs sit idle
 (blocked on stdin, no record read, nothing computed) while this run is measured. The next run
 finds its jobs ready and starts none early, so no start-up ever overlaps a measured phase.
 
@@ -53,7 +53,7 @@ def take(state, run_id: str) -> list[Job] | None:
 
 def start_next(run, make_jobs, run_id_for, cpu_split) -> None:
     """Start the jobs of the run after `run` (unless it limits memory by size: it may be refused; or it
-    takes a job kept from an earlier run: reuse.py)."""
+    takes jobs kept from an earlier run or from this one: reuse.py)."""
     state = run.sweep.state
     ids = [run_id_for(spec, t.name, rep) for spec, t, rep in state.order]
     if run.run_id not in ids or ids.index(run.run_id) + 1 >= len(ids):
@@ -61,13 +61,15 @@ def start_next(run, make_jobs, run_id_for, cpu_split) -> None:
     i = ids.index(run.run_id) + 1
     spec, target, repeat = state.order[i]
     setting = parse_memory(spec.memory)
-    if setting.kind == "bytes" or reuse.available(state, target.name, spec):
+    io = targets_mod.io_limits(target)
+    if (setting.kind == "bytes" or reuse.available(state, spec, io)
+            or reuse.passes_on(state, state.order[i - 1][0], spec, run.run_id, run_id_for)):
         return
     owner = Run(run.sweep, target, repeat, ids[i])
     early = Early(ids[i], owner, [])
     state.early = early
     try:
-        make_jobs(owner, spec, state.datasets[target.name], setting, targets_mod.io_limits(target),
+        make_jobs(owner, spec, state.datasets[target.name], setting, io,
                   cpu_split(spec.models), early.jobs)
         for j in early.jobs:
             j.start(run.sweep.out_dir / "jobs" / f"{early.run_id}-j{j.index}.json")

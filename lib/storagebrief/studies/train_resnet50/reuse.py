@@ -1,14 +1,16 @@
-"""One-model jobs carried from run to run on a target: TensorFlow starts once, not once per scenario.
+"""Jobs carried from run to run: TensorFlow starts once per model count, not once per run.
 
-A job's start-up (import, ResNet50, tracing the train step: 20-30 s on 2 cores) was most of a
-quick run's time, and four of the five scenarios train one model on all cores with nothing in
-its cgroup but a page-cache share (memory none, a ratio, ingest, checkpoint). So a job that ends
-such a run stays (idle, blocked on stdin, its cgroup kept) when a later run on the same target
-can take it: that run re-arms it (new checkpoint folder and interval, fresh tf.data iterator,
-its memory counters reset) instead of starting one. Before each run the cache is made cold as
-always, so what is measured is the same; the row names the run the job came from
-(job_reused_from) and start-up is only the re-arming. Runs with a size limit (set when the
-cgroup is made) or with K > 1 models start their own jobs.
+A job's start-up (import, ResNet50, tracing the train step: 20-30 s on 2 cores, 4 at once
+95-118 s) was most of a quick run's time, and every scenario but a size limit trains with
+nothing in its cgroup but a page-cache share (memory none, a ratio, parallel, ingest,
+checkpoint). So the jobs that end such a run stay (idle, blocked on stdin, their cgroups kept)
+when a later run with as many models can take them, on any target: that run re-arms them (its
+dataset's files, a new checkpoint folder and interval, a fresh tf.data iterator, memory counters
+reset) instead of starting new ones. A job's cgroup counts io on every target from its start, so
+it can be throttled wherever it goes; an emulated profile is applied at go and lifted when
+the job is taken again. Before each run the cache is made cold as always, so what is measured
+is the same; the row names the run the jobs came from (job_reused_from) and start-up is only the
+re-arming. Size limits (set when the cgroup is made) start their own jobs.
 """
 from __future__ import annotations
 
@@ -16,63 +18,82 @@ from .params import parse_memory
 
 
 def compatible(spec) -> bool:
-    return spec.models == 1 and parse_memory(spec.memory).kind != "bytes"
+    return parse_memory(spec.memory).kind != "bytes"
 
 
-def later_wants(state, run_id: str, target: str, run_id_for) -> bool:
-    """Whether a run after `run_id` on `target` could take a one-model job."""
+def later_wants(state, run_id: str, models: int, run_id_for) -> bool:
+    """Whether a run after `run_id` could take `models` jobs."""
     order = getattr(state, "order", None) or []   # a run outside a study (tests): no later run
     ids = [run_id_for(spec, t.name, rep) for spec, t, rep in order]
     if run_id not in ids:
         return False
-    return any(t.name == target and compatible(spec) for spec, t, _ in order[ids.index(run_id) + 1:])
+    return any(compatible(spec) and spec.models == models for spec, _, _ in order[ids.index(run_id) + 1:])
+
+
+def passes_on(state, spec, next_spec, run_id: str, run_id_for) -> bool:
+    """Whether the run `run_id` (with `spec`) will leave its jobs to a run like `next_spec` (prestart.py)."""
+    return (compatible(spec) and compatible(next_spec) and spec.models == next_spec.models
+            and later_wants(state, run_id, spec.models, run_id_for))
 
 
 def keep(state, run, spec, jobs, run_id_for) -> bool:
-    """After a successful run: keep its job for a later run on the target (True), or let it end."""
-    if not (compatible(spec) and len(jobs) == 1 and jobs[0].group is not None
-            and later_wants(state, run.run_id, run.target.name, run_id_for)):
+    """After a successful run: keep its jobs for a later run (True), or let them end."""
+    if not (compatible(spec) and jobs and all(j.group is not None for j in jobs)
+            and spec.models not in getattr(state, "kept", {})
+            and later_wants(state, run.run_id, len(jobs), run_id_for)):
         return False
-    run.release(jobs[0].group)      # the cgroup now lives with the job, not with this run
-    state.kept[run.target.name] = jobs[0]
+    for j in jobs:
+        run.release(j.group)      # the cgroup now lives with the job, not with this run
+    state.kept[len(jobs)] = list(jobs)
     return True
 
 
-def available(state, target: str, spec) -> bool:
-    return compatible(spec) and target in getattr(state, "kept", {})
+def available(state, spec, io) -> bool:
+    """Kept jobs for this run: as many models, and an io group wherever the target throttles."""
+    jobs = getattr(state, "kept", {}).get(spec.models) if compatible(spec) else None
+    return bool(jobs) and (io is None or all("blkio" in j.group.dirs for j in jobs))
 
 
 REARM_TIMEOUT_S = 60.0
 
 
-def take(state, run, spec, changes: dict, poll=None):
-    """The kept job of this run's target, re-armed for it and ready, or None.
+def take(state, run, spec, changes: list[dict], poll=None):
+    """The kept jobs for this run, unthrottled, re-armed for it (changes[i] to job i) and ready, or None.
 
-    A kept job that is not ready again within REARM_TIMEOUT_S (seen once: the throttled target's job
-    under the dvc chain's notebook kernel, not reproduced from the CLI) is killed with its cgroup and
-    the run starts its own job; a note says so."""
-    if not available(state, run.target.name, spec):
+    Jobs not ready again within REARM_TIMEOUT_S are killed with their cgroups and the run starts its
+    own; a note says so. (Seen before cachecap.py: a ratio cap that made the cgroup reclaim also
+    evicted TensorFlow's code pages, and the re-faults stalled a throttled job.)"""
+    if not available(state, spec, None):
         return None
-    job = state.kept.pop(run.target.name)
-    job.again(changes, run.run_id)
+    jobs = state.kept.pop(spec.models)
+    for j in jobs:
+        limits = getattr(j.group, "io", None)
+        if limits is not None and any(v is not None for v in (limits.read_bps, limits.write_bps,
+                                                              limits.read_iops, limits.write_iops)):
+            j.group.clear_io_limits(limits)    # the last run's profile; this run's is applied at go
+            j.group.io = type(limits)(device=limits.device)
+        j.again(changes[j.index], run.run_id)
     if poll is not None:
         try:
-            poll([job], "ready", REARM_TIMEOUT_S, REARM_TIMEOUT_S)
+            poll(jobs, "ready", REARM_TIMEOUT_S, REARM_TIMEOUT_S)
         except Exception as exc:      # jobs.JobFailed: stalled or ended
-            job.kill()
-            if job.group is not None:
-                job.group.remove()
-            run.sweep.note(f"{run.run_id}: the job kept from {job.reused_from} did not re-arm ({exc}); "
+            _end(jobs)
+            run.sweep.note(f"{run.run_id}: the jobs kept from {jobs[0].reused_from} did not re-arm ({exc}); "
                            "the run started its own")
             return None
-    return job
+    return jobs
+
+
+def _end(jobs) -> None:
+    for j in jobs:
+        j.kill()
+        if j.group is not None:
+            j.group.remove()
 
 
 def drop(state) -> None:
     """End every kept job and remove its cgroup (study end, interrupt)."""
-    for job in list(getattr(state, "kept", {}).values()):
-        job.kill()
-        if job.group is not None:
-            job.group.remove()
+    for jobs in list(getattr(state, "kept", {}).values()):
+        _end(jobs)
     if hasattr(state, "kept"):
         state.kept.clear()

@@ -34,8 +34,9 @@ from ...core.sweep import Measurement, Point
 from . import STUDY, prestart, reuse
 from .dataset import Dataset, resolve_datasets
 from ...kit.ingest import IngestWriter
+from .cachecap import DatasetCacheCap
 from .jobs import Job, JobFailed, _poll
-from .memory import (_memory_capability, anon_bytes, cap_page_cache, cold_dataset, final_stats,
+from .memory import (_memory_capability, anon_bytes, cold_dataset, final_stats,
                      foreign_cache_drops, memory_need, reset_peak, safe_stats, total_memory_bytes)
 from .metrics import _rows
 from .params import MIB, MemorySetting, TrainParams, parse_memory
@@ -102,7 +103,7 @@ class TrainState:
     need: dict[str, int] = field(default_factory=dict)
     order: list = field(default_factory=list)   # (config, target, repeat) as the engine runs them
     early: prestart.Early | None = None         # the next run's jobs, started with this run's
-    kept: dict = field(default_factory=dict)    # target -> a one-model job kept for a later run (reuse.py)
+    kept: dict = field(default_factory=dict)    # models -> jobs kept for a later run (reuse.py)
 
 
 def prepare(sweep) -> None:
@@ -195,23 +196,29 @@ def _job_cgroup(run, index: int, setting: MemorySetting, io):
     device's speed (measured: 85-91 s start-up on hdd-emulated vs 26-30 s on local).
     """
     initial = int(setting.value) if setting.kind == "bytes" else total_memory_bytes()
-    try:
-        return run.cgroup(f"j{index}", memory_limit_bytes=initial,
-                          io=cgroups.IoLimits(io.device) if io is not None else None)
-    except cgroups.CgroupUnavailable as exc:
-        if setting.limited:
-            raise
-        if io is not None:
-            run.unthrottled(exc)
-        return None
+    # An unthrottled target's job counts io too where it can, so a later run may throttle it (reuse.py).
+    counting = io or targets_mod.io_limits(run.target, accounting=True)
+    tries = [counting, None] if io is None and counting is not None else [io]
+    for k, limits in enumerate(tries):
+        try:
+            return run.cgroup(f"j{index}", memory_limit_bytes=initial,
+                              io=cgroups.IoLimits(limits.device) if limits is not None else None)
+        except cgroups.CgroupUnavailable as exc:
+            if k + 1 < len(tries):
+                continue
+            if setting.limited:
+                raise
+            if io is not None:
+                run.unthrottled(exc)
+            return None
 
 
-def _per_run(run, spec: RunSpec, index: int) -> dict:
-    """What a job's spec takes from its run (all a kept job changes when a later run re-arms it)."""
+def _per_run(run, spec: RunSpec, index: int, ds: Dataset) -> dict:
+    """What a job's spec takes from its run (all kept jobs change when a later run re-arms them)."""
     p: TrainParams = run.p
     ckdir = run.target.study_dir(STUDY.name) / "checkpoints" / f"{run.run_id}-j{index}"
     shutil.rmtree(ckdir, ignore_errors=True)
-    return {"seed": p.seed + 1000 * run.repeat, "checkpoint_dir": str(ckdir),
+    return {"files": ds.files, "seed": p.seed + 1000 * run.repeat, "checkpoint_dir": str(ckdir),
             "checkpoint_every_steps": spec.checkpoint_every_steps,
             "checkpoint_interval_s": p.checkpoint_default_interval_s}
 
@@ -221,12 +228,12 @@ def _make_jobs(run, spec: RunSpec, ds: Dataset, setting: MemorySetting, io, spli
     p: TrainParams = run.p
     for i, cpus in enumerate(splits):
         group = _job_cgroup(run, i, setting, io)
-        jobs.append(Job(i, {"job": i, "files": ds.files, "input_size": p.input_size, "batch_size": p.batch_size,
+        jobs.append(Job(i, {"job": i, "input_size": p.input_size, "batch_size": p.batch_size,
                             "num_classes": p.num_classes, "epochs": p.epochs,
                             "steps_per_epoch": ds.records // p.batch_size,
                             "learning_rate": p.learning_rate, "shuffle_buffer": p.shuffle_buffer,
                             "read_parallelism": p.read_parallelism, "warmup_steps": p.warmup_steps,
-                            "threads": len(cpus), "cpus": cpus, **_per_run(run, spec, i)},
+                            "threads": len(cpus), "cpus": cpus, **_per_run(run, spec, i, ds)},
                         group, run.sweep.out_dir / "logs" / f"{run.run_id}-j{i}.log",
                         limit_bytes=int(setting.value) if setting.kind == "bytes" else None, run_id=run.run_id))
 
@@ -235,10 +242,10 @@ def _start_jobs(run, spec: RunSpec, ds: Dataset, setting: MemorySetting, io, job
     """This run's jobs: started early by the run before (prestart.py), or now, with the next run's."""
     state = run.sweep.state
     paired = isinstance(state, TrainState)
-    kept = reuse.take(state, run, spec, _per_run(run, spec, 0), poll=_poll) \
-        if paired and reuse.available(state, run.target.name, spec) else None
+    kept = reuse.take(state, run, spec, [_per_run(run, spec, i, ds) for i in range(spec.models)], poll=_poll) \
+        if paired and reuse.available(state, spec, io) else None
     if kept is not None:
-        jobs.append(kept)
+        jobs.extend(kept)
         return
     early = prestart.take(state, run.run_id) if paired else None
     if early is not None:
@@ -267,15 +274,17 @@ def _ingest_writer(run, spec: RunSpec, ds: Dataset, io) -> IngestWriter:
 
 def _arm(jobs: list[Job], setting: MemorySetting, ds: Dataset) -> None:
     """Just before go: each job's need, its anon baseline, a ratio's page-cache share, a fresh peak."""
+    share = max(1, int(ds.bytes * setting.value)) if setting.kind == "ratio" else 0
+    # From go on, the cap reads the dataset's cached pages (page_cache_mean_bytes) and, in a ratio run,
+    # holds them at the jobs' shares (one page cache).
+    cap = DatasetCacheCap(ds.files, share * len(jobs) if share else None, ds.bytes)
     for j in jobs:
         j.need_bytes = memory_need(j.group) or j.ready.get("rss_peak_bytes")
         if j.group is not None:
             j.anon_ready = j.anon_max = anon_bytes(j.group)
-        if setting.kind == "ratio" and j.group is not None:
-            # From go on, cap_page_cache holds the job's page cache at this share.
-            j.cache_share_bytes = max(1, int(ds.bytes * setting.value))
-            cap_page_cache(j)
+        j.cache_share_bytes, j.cache_cap = share, cap
         reset_peak(j.group)
+    cap.poll([j.proc.pid for j in jobs if j.proc is not None])
 
 
 def _throttle(run, jobs: list[Job], io) -> bool:

@@ -3,7 +3,7 @@
 The job joins its cgroup before anything else (BOOT), imports TensorFlow, builds
 `tf.keras.applications.ResNet50(weights=None)`, warms up on one cached record (traces the
 train step), reports ready and waits for "go" on stdin; after a measured phase, "again <json>"
-re-arms it for a later run on the same target (new settings, fresh iterator). The measured phase is the real
+re-arms it for a later run (its files and settings, a fresh iterator). The measured phase is the real
 tf.data pipeline (parallel interleaved reads, parse, decode, random crop + flip, batch,
 prefetch, AUTOTUNE) feeding a real train step. Events go to the parent as JSON lines on
 an inherited pipe. Kept light on imports: it runs in every job process.
