@@ -48,6 +48,7 @@ _libc.mmap.restype = ctypes.c_void_p
 _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
 _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 _libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+_libc.syscall.restype = ctypes.c_long
 _MAP_FAILED = ctypes.c_void_p(-1).value
 
 
@@ -70,6 +71,36 @@ def resident_pages(path) -> np.ndarray:
     finally:
         os.close(fd)
     return (vec & 1).astype(bool)
+
+
+class _Range(ctypes.Structure):
+    _fields_ = [("off", ctypes.c_uint64), ("len", ctypes.c_uint64)]
+
+
+class _Stat(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint64) for n in ("nr_cache", "nr_dirty", "nr_writeback", "nr_evicted",
+                                                "nr_recently_evicted")]
+
+
+# cachestat(2), Linux >= 6.5: one syscall per file instead of mmap + mincore + munmap (1.4 ms for four
+# 17 MB files here vs 0.1 ms); its number is the generic table's on both architectures we know.
+_CACHESTAT_NR = {"x86_64": 451, "aarch64": 451}.get(os.uname().machine)
+_cachestat_works = _CACHESTAT_NR is not None
+
+
+def cached_pages(path) -> int:
+    """How many pages of a file are in the page cache now (cachestat where the kernel has it, else mincore)."""
+    global _cachestat_works
+    if _cachestat_works:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            rng, st = _Range(0, 0), _Stat()
+            if _libc.syscall(_CACHESTAT_NR, fd, ctypes.byref(rng), ctypes.byref(st), 0) == 0:
+                return int(st.nr_cache)
+        finally:
+            os.close(fd)
+        _cachestat_works = False          # ENOSYS (older kernel): mincore from now on
+    return int(resident_pages(path).sum())
 
 
 def evict_head(path, length: int) -> None:

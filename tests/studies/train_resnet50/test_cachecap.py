@@ -77,3 +77,11 @@ def test_nothing_but_dataset_files_is_evicted(tmp_path):
         _read(f)
     DatasetCacheCap(files, 0, 4 * MIB).poll([])
     assert sum(_cached(f) for f in files) == 0 and _cached(str(other)) == 2 * MIB
+
+
+def test_cached_pages_by_cachestat_and_by_mincore_agree(tmp_path, monkeypatch):
+    (f,) = _files(tmp_path, 1, 4 * MIB)
+    _read(f, 3 * MIB)
+    by_syscall = cache.cached_pages(f)
+    monkeypatch.setattr(cache, "_cachestat_works", False)       # a kernel before 6.5
+    assert cache.cached_pages(f) == by_syscall == int(cache.resident_pages(f).sum()) >= 3 * MIB // mmap.PAGESIZE

@@ -100,6 +100,7 @@ class Reusable(StandIn):
     def __init__(self, index: int, run_id: str):
         super().__init__(index)
         self.group, self.run_id, self.armed = Group(), run_id, []
+        self.need_bytes = 1 << 30
 
     def again(self, changes, run_id) -> None:
         self.armed.append((run_id, changes))
@@ -138,6 +139,24 @@ def test_jobs_are_kept_for_the_next_run_with_as_many_models_on_any_target(tmp_pa
     sw.state.kept[1] = [job]
     reuse.drop(sw.state)
     assert job.killed and job.group.removed and sw.state.kept == {}
+
+
+def test_jobs_wait_idle_across_other_runs_only_while_they_need_little_memory(tmp_path):
+    sw, _ = _sweep(tmp_path, memory_limits=["none", "2.5:1"], parallel_models=[1, 2], ingest_mb_per_s=20)
+    order = sw.state.order
+    assert [(s.sweep, s.models) for s, _, _ in order][3:7] == [("memory", 1), ("parallel", 2), ("parallel", 2),
+                                                               ("ingest", 1)]
+    ram = trr.total_memory_bytes()
+    big = Reusable(0, _run(sw, 0).run_id)
+    big.need_bytes = ram // 4
+    assert reuse.keep(sw.state, _run(sw, 0), order[0][0], [big], trr.run_id_for)   # the next run takes it
+    sw.state.kept.clear()
+    # after run 3 the K = 1 job would sit idle through both K = 2 runs: only if it needs <= RAM / 8
+    assert not reuse.keep(sw.state, _run(sw, 3), order[3][0], [big], trr.run_id_for)
+    small = Reusable(0, _run(sw, 3).run_id)
+    small.need_bytes = ram // 16
+    assert reuse.keep(sw.state, _run(sw, 3), order[3][0], [small], trr.run_id_for)
+    assert reuse.available(sw.state, order[6][0], None) and not reuse.available(sw.state, order[4][0], None)
 
 
 def test_a_kept_job_that_does_not_re_arm_is_killed_and_the_run_starts_its_own(tmp_path):

@@ -1,9 +1,9 @@
 """A ratio run's page-cache cap: the dataset's cached pages held at its share, oldest read first out.
 
 A machine whose memory were dataset x memory/dataset would keep only that much of the dataset
-cached and evict the least recently read pages. Every poll (50 ms while the run trains) this
-reads which dataset pages are cached (mincore) and, over the cap, evicts the oldest-read ones
-(fadvise DONTNEED): files the jobs closed longest ago first, each from its start (TFRecords are
+cached and evict the least recently read pages. Every poll (50 ms while a ratio run trains; a run
+without a ratio is only counted, at its 0.25 s memory samples) this counts the dataset's cached
+pages (cachestat, else mincore) and, over the cap, evicts the oldest-read ones (fadvise DONTNEED): files the jobs closed longest ago first, each from its start (TFRecords are
 read front to back), then the already-read part of files still open. Only dataset pages are
 evicted. The first design made the job's memory cgroup reclaim its excess page cache; the kernel
 then also evicted TensorFlow's own code pages charged to that group, the job re-faulted them
@@ -22,17 +22,17 @@ import numpy as np
 from ...core import cache
 from .params import MIB
 
-FULL_SCAN_BYTES = 1 << 30     # datasets up to this size are scanned whole every poll
+FULL_SCAN_BYTES = 4 << 30     # datasets up to this size are counted whole every poll
 FULL_SCAN_EVERY_S = 2.0       # larger ones: open files every poll, all files this often
 
 
 class DatasetCacheCap:
     def __init__(self, files: list[str], cap_bytes: int | None, dataset_bytes: int):
-        """cap_bytes None: only read what is cached (a run without a ratio)."""
+        """cap_bytes None: only count what is cached (a run without a ratio)."""
         self.files = [os.path.realpath(f) for f in files]
         self.known = set(self.files)
         self.cap_bytes = cap_bytes
-        self.pages = {f: np.zeros(0, dtype=bool) for f in self.files}
+        self.pages = dict.fromkeys(self.files, 0)          # cached pages per file, as last counted
         self.last_read = dict.fromkeys(self.files, 0.0)
         self.open_before: dict[str, int] = {}
         self.full_every = 0.0 if dataset_bytes <= FULL_SCAN_BYTES else FULL_SCAN_EVERY_S
@@ -43,9 +43,10 @@ class DatasetCacheCap:
         self.slack = max(mmap.PAGESIZE, min(MIB, (cap_bytes or 0) // 8))
 
     def cached_bytes(self) -> int:
-        return int(sum(int(v.sum()) for v in self.pages.values())) * mmap.PAGESIZE
+        return sum(self.pages.values()) * mmap.PAGESIZE
 
     def poll(self, pids: list[int]) -> None:
+        """Count the dataset's cached pages (cachestat: ~25 us a file) and evict what is over the cap."""
         now = time.monotonic()
         open_now = self._open_files(pids)
         if now >= self.next_full:
@@ -55,12 +56,12 @@ class DatasetCacheCap:
             scan = set(open_now) | set(self.open_before)
         for f in scan:
             try:
-                v = cache.resident_pages(f)
+                n = cache.cached_pages(f)
             except OSError:
                 continue
-            if f in open_now or v.sum() > self.pages[f].sum():
+            if f in open_now or n > self.pages[f]:
                 self.last_read[f] = now
-            self.pages[f] = v
+            self.pages[f] = n
         self.open_before = open_now
         if self.cap_bytes is None:
             return
@@ -70,7 +71,7 @@ class DatasetCacheCap:
 
     def _evict(self, excess: int, open_now: dict[str, int]) -> None:
         """Evict `excess` bytes of dataset pages, least recently read first."""
-        closed = sorted((f for f in self.files if f not in open_now and self.pages[f].any()),
+        closed = sorted((f for f in self.files if f not in open_now and self.pages[f]),
                         key=self.last_read.__getitem__)
         still_open = sorted(open_now, key=self.last_read.__getitem__)
         want = -(-excess // mmap.PAGESIZE)
@@ -78,7 +79,10 @@ class DatasetCacheCap:
         for f in closed + still_open:
             if freed >= want:
                 break
-            v = self.pages[f]
+            try:
+                v = cache.resident_pages(f)     # which pages (mincore), only for a file being evicted
+            except OSError:
+                continue
             # an open file: only what its reader has passed (pages ahead of it are its readahead)
             limit = open_now[f] // mmap.PAGESIZE if f in open_now else len(v)
             cached = np.flatnonzero(v[:limit])
@@ -90,7 +94,7 @@ class DatasetCacheCap:
                 cache.evict_head(f, end * mmap.PAGESIZE if end < len(v) else 0)
             except OSError:
                 continue
-            v[:end] = False
+            self.pages[f] = max(0, int(v.sum()) - take)
             freed += take
         if freed:
             self.evictions += 1

@@ -124,8 +124,12 @@ class Job:
 
 def _sample_memory(j: Job) -> None:
     """One 0.25 s sample of a training job's cgroup (v1 has no anon peak counter) and of the dataset's
-    cached bytes (its cachecap, which needs no cgroup)."""
-    cached = j.cache_cap.cached_bytes() if j.cache_cap is not None and j.done is None else None
+    cached bytes (its cachecap, which needs no cgroup; counted here where no ratio polls it every 50 ms)."""
+    cached = None
+    if j.cache_cap is not None and j.done is None:
+        if not j.cache_cap.cap_bytes and j.index == 0:
+            j.cache_cap.poll([j.proc.pid] if j.proc is not None else [])
+        cached = j.cache_cap.cached_bytes()
     if cached is not None:
         j.cache_sum += cached
         j.cache_samples += 1
@@ -200,7 +204,7 @@ def _poll(jobs: list[Job], until: str, stall_s: float, timeout_s: float) -> None
 
 def _cap_caches(jobs: list[Job]) -> None:
     """One poll of each page-cache cap among these jobs, over its jobs still training."""
-    caps = {id(j.cache_cap): j.cache_cap for j in jobs if j.cache_cap is not None}
+    caps = {id(j.cache_cap): j.cache_cap for j in jobs if j.cache_cap is not None and j.cache_cap.cap_bytes}
     for cap in caps.values():
         pids = [j.proc.pid for j in jobs if j.cache_cap is cap and j.done is None and j.proc is not None]
         if pids:

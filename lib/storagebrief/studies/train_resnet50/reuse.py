@@ -10,24 +10,38 @@ reset) instead of starting new ones. A job's cgroup counts io on every target fr
 it can be throttled wherever it goes; an emulated profile is applied at go and lifted when
 the job is taken again. Before each run the cache is made cold as always, so what is measured
 is the same; the row names the run the jobs came from (job_reused_from) and start-up is only the
-re-arming. Size limits (set when the cgroup is made) start their own jobs.
+re-arming. Size limits (set when the cgroup is made) start their own jobs. Jobs kept idle across
+runs of another model count hold memory those runs do not have, so they are kept only while they
+need at most 1/IDLE_MEMORY_SHARE of RAM (quick: ~1 GB of 24; paper-scale jobs end and start again).
 """
 from __future__ import annotations
 
+from .memory import total_memory_bytes
 from .params import parse_memory
+
+IDLE_MEMORY_SHARE = 8
 
 
 def compatible(spec) -> bool:
     return parse_memory(spec.memory).kind != "bytes"
 
 
+def _after(state, run_id: str, run_id_for) -> list:
+    """The specs of the runs after `run_id` in the study's order ([] outside a study: tests)."""
+    order = getattr(state, "order", None) or []
+    ids = [run_id_for(spec, t.name, rep) for spec, t, rep in order]
+    return [spec for spec, _, _ in order[ids.index(run_id) + 1:]] if run_id in ids else []
+
+
 def later_wants(state, run_id: str, models: int, run_id_for) -> bool:
     """Whether a run after `run_id` could take `models` jobs."""
-    order = getattr(state, "order", None) or []   # a run outside a study (tests): no later run
-    ids = [run_id_for(spec, t.name, rep) for spec, t, rep in order]
-    if run_id not in ids:
-        return False
-    return any(compatible(spec) and spec.models == models for spec, _, _ in order[ids.index(run_id) + 1:])
+    return any(compatible(spec) and spec.models == models for spec in _after(state, run_id, run_id_for))
+
+
+def next_wants(state, run_id: str, models: int, run_id_for) -> bool:
+    """Whether the very next run could take `models` jobs (none would wait idle across other runs)."""
+    after = _after(state, run_id, run_id_for)
+    return bool(after) and compatible(after[0]) and after[0].models == models
 
 
 def passes_on(state, spec, next_spec, run_id: str, run_id_for) -> bool:
@@ -41,6 +55,9 @@ def keep(state, run, spec, jobs, run_id_for) -> bool:
     if not (compatible(spec) and jobs and all(j.group is not None for j in jobs)
             and spec.models not in getattr(state, "kept", {})
             and later_wants(state, run.run_id, len(jobs), run_id_for)):
+        return False
+    idle = sum(j.need_bytes or 0 for j in jobs)
+    if not next_wants(state, run.run_id, len(jobs), run_id_for) and idle * IDLE_MEMORY_SHARE > total_memory_bytes():
         return False
     for j in jobs:
         run.release(j.group)      # the cgroup now lives with the job, not with this run
