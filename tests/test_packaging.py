@@ -15,7 +15,7 @@ def test_environment_yml_matches_pyproject():
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     # environment.yml carries what `make env` installs: the dependencies and the mpi extra
     deps = {_name(d) for d in project["dependencies"] + project["optional-dependencies"]["mpi"]}
-    assert re.search(r"pip install -q (--python \S+ )?-e '\.\[mpi\]'", (REPO / "Makefile").read_text())
+    assert re.search(r"pip install -q (--compile-bytecode )?(--python \S+ )?-e '\.\[mpi\]'", (REPO / "Makefile").read_text())
     env = yaml.safe_load((REPO / "environment.yml").read_text())
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
     env_deps = {_name(d) for d in pip if not d.startswith("-e")}
