@@ -35,6 +35,15 @@ def test_a_line_figure_is_svg_and_the_same_bytes_twice():
     assert one == two                                   # no date or random ids: a rerun diffs clean
 
 
+def test_a_dense_scatter_is_one_image_inside_a_vector_figure():
+    f, ax = plt.subplots()
+    ax.scatter(np.arange(5000), np.sin(np.arange(5000)), s=1)
+    ax.set_title("LBA vs time")
+    mime, body = _data(display.figure_html(f))
+    assert mime == "image/svg+xml" and body.count(b"<image") == 1     # the dots: one embedded raster
+    assert b"<path" in body and len(body) < 200_000                    # axes and text: still vector paths
+
+
 def test_a_figure_with_many_marks_stays_raster():
     f, ax = plt.subplots()
     ax.scatter(np.arange(display.VECTOR_MAX_POINTS + 1), np.zeros(display.VECTOR_MAX_POINTS + 1), s=1)

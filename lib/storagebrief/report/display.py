@@ -96,6 +96,21 @@ def show_table(frame: pd.DataFrame, caption: str = "", floatfmt: str = "{:,.1f}"
 
 
 VECTOR_MAX_POINTS = 20_000   # a figure drawing more marks than this stays raster (an SVG of it is slow and huge)
+# In a vector figure, a scatter of more dots than this (or an axes of more bars) is drawn as one embedded
+# image at the figure's dpi while axes, ticks and text stay vector: the LBA-vs-time grid was a 1.4 MB SVG
+# and most of the 60 s the PDF took to render (weasyprint draws every dot).
+DENSE_MARKS = 500
+DENSE_PATCHES = 100
+
+
+def _rasterize_dense(fig) -> None:
+    for ax in fig.axes:
+        for c in ax.collections:
+            if hasattr(c, "get_offsets") and len(c.get_offsets()) > DENSE_MARKS:
+                c.set_rasterized(True)
+        if len(ax.patches) > DENSE_PATCHES:
+            for patch in ax.patches:
+                patch.set_rasterized(True)
 
 
 def _marks(fig) -> int:
@@ -110,13 +125,16 @@ def _marks(fig) -> int:
 
 def figure_html(fig, caption: str = "") -> str:
     """The figure as an inline image: SVG (vector: sharp when zoomed, in the HTML and the PDF; text as
-    paths, so no font is needed), or PNG at 150 dpi when it draws more than VECTOR_MAX_POINTS marks."""
+    paths, so no font is needed; dense scatters and bar sets embedded as one image), or PNG at 150 dpi when
+    it draws more than VECTOR_MAX_POINTS marks."""
     import base64
     import io
     import matplotlib.pyplot as plt
 
     buf = io.BytesIO()
     vector = _marks(fig) <= VECTOR_MAX_POINTS
+    if vector:
+        _rasterize_dense(fig)
     with plt.rc_context({"svg.fonttype": "path", "svg.hashsalt": "storagebrief"}):   # reproducible ids
         fig.savefig(buf, format="svg" if vector else "png", dpi=150, bbox_inches="tight",
                     metadata={"Date": None} if vector else None)
