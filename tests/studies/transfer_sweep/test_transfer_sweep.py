@@ -336,3 +336,20 @@ def test_sigterm_during_a_busy_point_leaves_no_row_stressor_or_cgroup(tmp_path):
     # that rename and the engine's row can leave one JSON without a row)
     assert done <= jsons and len(jsons - done) <= 1
     assert not list((out_dir / "fio").glob(".*tmp"))
+
+
+def test_the_peak_window_doubles_when_stress_ng_finished_no_loop_yet(tmp_path, monkeypatch):
+    """memrate reports nothing for a window shorter than its first loop (CI at 0.5 s on a slow machine)."""
+    windows = []
+
+    def peak(seconds, n, tool, tmp_dir):
+        windows.append(seconds)
+        return 1234.0 if len(windows) == 3 else None
+
+    monkeypatch.setattr(load, "_stress_ng_peak", peak)
+    got = load.measure_peak("stress-ng", 0.5, tmp_path)
+    assert windows == [0.5, 1.0, 2.0] and got["peak_memory_mb_per_s"] == 1234.0
+    assert got["peak_method"].endswith(", 2 s")
+    monkeypatch.setattr(load, "_stress_ng_peak", lambda *a: None)
+    with pytest.raises(load.LoadError, match="no memory bandwidth"):
+        load.measure_peak("stress-ng", 0.5, tmp_path)

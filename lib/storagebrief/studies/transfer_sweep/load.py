@@ -208,21 +208,31 @@ def sat_copy_mb_per_s(text: str) -> float | None:
 
 
 # --------------------------------------------------------------------------- calibration
+def _stress_ng_peak(seconds: float, n: int, tool: str, tmp_dir: Path) -> float | None:
+    report = _report_path(tmp_dir)
+    load = Load(stress_ng_argv(report, seconds + 5, n, None, 0, None), tool, report, tmp_dir)
+    try:
+        time.sleep(seconds)
+        load.stop()
+        return memrate_mb_per_s(_sn_metrics(report), n)
+    finally:
+        load.stop()
+        load.cleanup_files()
+
+
 def measure_peak(tool: str, seconds: float, tmp_dir: Path) -> dict:
     """Peak memory bandwidth of this machine with the load's own tool (unthrottled, a worker per CPU).
     Its files go in tmp_dir and are removed here, also when a signal ends the measurement."""
     n = ncpu()
     if tool == "stress-ng":
-        report = _report_path(tmp_dir)
-        load = Load(stress_ng_argv(report, seconds + 5, n, None, 0, None), tool, report, tmp_dir)
-        try:
-            time.sleep(seconds)
-            load.stop()
-            mb = memrate_mb_per_s(_sn_metrics(report), n)
-        finally:
-            load.stop()
-            load.cleanup_files()
-        method = f"stress-ng memrate, {n} unthrottled workers, {seconds:g} s"
+        # memrate reports a rate only for loops it finished over its buffer: a short window on a busy or
+        # slow machine can end before the first (seen in CI at 0.5 s), so the window doubles, up to 3 times.
+        mb, tried = None, seconds
+        for tried in (seconds, seconds * 2, seconds * 4):
+            mb = _stress_ng_peak(tried, n, tool, tmp_dir)
+            if mb:
+                break
+        method = f"stress-ng memrate, {n} unthrottled workers, {tried:g} s"
     else:
         load = Load(sat_argv(seconds, n, 0), tool, None, tmp_dir)
         try:
