@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -161,6 +162,22 @@ def _train(spec: dict, tf, it, train_step, checkpointer, fd: int) -> None:
           checkpoint_s=ck.seconds if ck else 0.0, rss_peak_bytes=_rss_peak_bytes())
 
 
+ITERATOR_FREE_S = 0.5
+
+
+def _end_iterator(last: list) -> None:
+    """Drop the last run's tf.data iterator (the only reference, in `last`) without waiting out
+    tf.data's autotune thread.
+
+    Its pipeline and buffers go first (TensorFlow's root iterator destroys its input before joining
+    the autotune thread): the job's RSS fell by 14 MiB within 0.1 s and not at all after. The join then
+    waits out that thread's timed sleep, 7-9 s of a kept job's re-arm measured here at no CPU. A
+    background thread drops the reference and waits it out; os._exit ends it with the job."""
+    ender = threading.Thread(target=last.clear, name="end-iterator", daemon=True)
+    ender.start()
+    ender.join(timeout=ITERATOR_FREE_S)
+
+
 def worker_main(spec_path: str) -> None:
     """Entry point of a training job (already in its cgroup): warm up, wait for go, train."""
     spec = json.loads(Path(spec_path).read_text())
@@ -200,7 +217,9 @@ def worker_main(spec_path: str) -> None:
         line = sys.stdin.readline()
         if not line.startswith("again "):
             break
+        last = [it]
         del it, checkpointer
+        _end_iterator(last)
         spec.update(json.loads(line[len("again "):]))
         t0 = time.perf_counter()
     # Done: checkpoints are on the device, events and logs unbuffered. The interpreter's teardown with
