@@ -172,3 +172,23 @@ def test_a_kept_job_that_does_not_re_arm_is_killed_and_the_run_starts_its_own(tm
     assert reuse.take(sw.state, third, order[2][0], [{}], poll=stalls) is None
     assert job.killed and job.group.removed and sw.state.kept == {}
     assert any(n.startswith(f"{third.run_id}: the jobs kept from") for n in sw.notes)
+
+
+def test_the_study_close_ends_kept_and_early_jobs_even_after_an_error_between_runs(tmp_path):
+    """close() runs whatever ended the sweep (finish() only after the last run): nothing is left."""
+    sw, _ = _sweep(tmp_path, memory_limits=["2GiB"], parallel_models=[2])
+    job = Reusable(0, _run(sw, 0).run_id)
+    sw.state.kept[1] = [job]                         # kept by a run, waiting for a later one
+    started = []
+
+    def make_jobs(owner, spec, ds, setting, io, splits, jobs):
+        jobs.extend(StandIn(i) for i in range(len(splits)))
+        started.extend(jobs)
+    prestart.start_next(_run(sw, 1), make_jobs, trr.run_id_for, trr.cpu_split)   # the K = 2 run's, early
+    assert len(started) == 2 and all(j.started for j in started)
+    trr.close(sw)
+    assert job.killed and job.group.removed and sw.state.kept == {}
+    assert all(j.killed for j in started) and sw.state.early is None
+    trr.close(sw)                     # twice: nothing left to end
+    sw.state = None
+    trr.close(sw)                     # prepare failed before any state

@@ -166,9 +166,16 @@ def run_one(run, config: RunSpec) -> Measurement:
 
 
 def finish(sweep, frame) -> None:
-    prestart.drop(sweep.state)
-    reuse.drop(sweep.state)
     shutil.rmtree(sweep.out_dir / "jobs", ignore_errors=True)
+
+
+def close(sweep) -> None:
+    """Always, also after an error between runs or a signal: the early and the kept jobs end and their
+    cgroups go (in a notebook kernel nothing else would end them; a leftover cgroup was seen here)."""
+    state = getattr(sweep, "state", None)
+    if state is not None:
+        prestart.drop(state)
+        reuse.drop(state)
 
 
 # --------------------------------------------------------------------------- one measured run
