@@ -90,4 +90,3 @@ def test_cached_pages_by_cachestat_and_by_mincore_agree(tmp_path, monkeypatch):
     by_syscall = cache.cached_pages(f)
     monkeypatch.setattr(cache, "_cachestat_works", False)       # a kernel before 6.5
     assert cache.cached_pages(f) == by_syscall == int(cache.resident_pages(f).sum()) == 3 * MIB // mmap.PAGESIZE
-
