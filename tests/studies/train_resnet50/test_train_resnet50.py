@@ -382,3 +382,15 @@ def test_tables_and_headlines_from_real_rows(memory_runs):
     assert reads["delta_percent"] > 50 and reads["ref"] == "memory 4:1" and reads["other"] == "no limit"
     m = trmet.metrics(frame, ["local", "other"])
     assert m["runs"] == 4 and "local" in m
+
+
+def test_training_check_says_how_many_runs_fell(monkeypatch):
+    """The brief states the loss's direction as measured, never 'fell' for a run whose loss rose."""
+    said = []
+    monkeypatch.setattr(trb, "show_md", said.append)
+    frame = pd.DataFrame({"loss_first_epoch": [2.0, 1.0], "loss_last_epoch": [1.0, 1.5],
+                          "accuracy_last_epoch": [0.5, 0.4], "num_classes": [4, 4],
+                          "job_reused_from": [None, "run-a"]})
+    trb._training_check(frame)
+    assert "fell from the first to the last epoch in 1 of 2 runs" in said[0]
+    assert "1 of them trained a model carried on from an earlier run" in said[0]

@@ -243,12 +243,17 @@ def _ingest_and_checkpoint(ok, names: list[str]) -> None:
 
 
 def _training_check(ok) -> None:
-    """Training really happened: the loss fell."""
+    """Did training happen: how many runs' loss fell, said as measured (a short run may not fall)."""
     if ok.empty:
         return
-    show_md(f"**Training check.** Mean loss fell from {ok.loss_first_epoch.mean():.3f} (first epoch) to "
-            f"{ok.loss_last_epoch.mean():.3f} (last epoch); last-epoch accuracy {ok.accuracy_last_epoch.mean():.2f} "
-            f"on {ok.iloc[0].get('num_classes', 'the')} classes of class-dependent synthetic images.")
+    fell = int((ok.loss_last_epoch < ok.loss_first_epoch).sum())
+    carried = int(ok["job_reused_from"].fillna("").astype(str).ne("").sum()) if "job_reused_from" in ok else 0
+    note = (f" {carried} of them trained a model carried on from an earlier run (its jobs were kept), so their "
+            "first epoch does not start from initialised weights." if carried else "")
+    show_md(f"**Training check.** The loss fell from the first to the last epoch in {fell} of {len(ok)} runs; "
+            f"mean {ok.loss_first_epoch.mean():.3f} (first epoch) and {ok.loss_last_epoch.mean():.3f} (last "
+            f"epoch), last-epoch accuracy {ok.accuracy_last_epoch.mean():.2f} on "
+            f"{ok.iloc[0].get('num_classes', 'the')} classes of class-dependent synthetic images.{note}")
 
 
 def _failed_runs(frame) -> None:

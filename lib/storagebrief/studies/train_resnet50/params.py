@@ -68,7 +68,7 @@ class TrainParams(Strict):
     input_size: int = Field(32, ge=RESNET50_MIN_INPUT, le=1024)
     batch_size: int = Field(32, ge=1, le=65_536)
     epochs: int = Field(2, ge=1, le=10_000)
-    learning_rate: float = Field(0.01, gt=0, le=10)
+    learning_rate: float = Field(0.001, gt=0, le=10)
     shuffle_buffer: int = Field(64, ge=1, le=1_000_000)
     read_parallelism: int = Field(4, ge=1, le=1024)     # TFRecord files read at once (interleave)
     warmup_steps: int = Field(2, ge=1, le=100)

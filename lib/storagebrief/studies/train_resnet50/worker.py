@@ -199,10 +199,14 @@ def worker_main(spec_path: str) -> None:
     model, opt, train_step = _model(spec, tf)
     # Warm-up: traces the step, allocates model + optimizer state and runs the input pipeline
     # on one cached record, so the memory measured at "ready" is the job's steady need.
+    # At learning rate 0 the step runs whole but leaves weights and momentum as initialised: warm-up
+    # steps on one record pushed the fresh model to that record's class (epoch-1 loss 19-22 here).
     warm = iter(build_dataset(spec["files"], spec, tf, warmup=True))
+    opt.learning_rate.assign(0.0)
     for _ in range(spec["warmup_steps"]):
         xb, yb, _ = next(warm)
         train_step(xb, tf.math.floormod(yb, spec["num_classes"]))
+    opt.learning_rate.assign(spec["learning_rate"])
     del warm
     while True:
         ckpt_dir = Path(spec["checkpoint_dir"]) if spec.get("checkpoint_dir") else None
