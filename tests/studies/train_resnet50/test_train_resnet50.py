@@ -392,5 +392,6 @@ def test_training_check_says_how_many_runs_fell(monkeypatch):
                           "accuracy_last_epoch": [0.5, 0.4], "num_classes": [4, 4],
                           "job_reused_from": [None, "run-a"]})
     trb._training_check(frame)
-    assert "fell from the first to the last epoch in 1 of 2 runs" in said[0]
-    assert "1 of them trained a model carried on from an earlier run" in said[0]
+    assert "The loss fell from the first to the last epoch in 1 of 1 runs that started a fresh model" in said[0]
+    assert "in 0 of 1 that carried on a model from an earlier run" in said[0]
+    assert "accuracy 0.45 mean (chance 0.25)" in said[0]
