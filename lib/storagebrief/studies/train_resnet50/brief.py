@@ -244,21 +244,17 @@ def _ingest_and_checkpoint(ok, names: list[str]) -> None:
 
 def _training_check(ok) -> None:
     """Did training happen: in how many runs the loss fell, as measured (a few steps may not lower it)."""
-    import pandas as pd
     if ok.empty:
         return
     fell = ok.loss_last_epoch < ok.loss_first_epoch
-    carried = (ok["job_reused_from"].fillna("").astype(str).ne("") if "job_reused_from" in ok
-               else pd.Series(False, index=ok.index))
+    carried = ok.job_reused_from.fillna("").astype(str).ne("")
     parts = [f"The loss fell from the first to the last epoch in {int(fell[~carried].sum())} of "
              f"{int((~carried).sum())} runs that started a fresh model"]
     if carried.any():
         parts.append(f"in {int(fell[carried].sum())} of {int(carried.sum())} that carried on a model from an "
                      "earlier run (kept jobs: they start near convergence, where a few steps move it either way)")
-    classes = ok.iloc[0].get("num_classes")
-    chance = f" (chance {1 / classes:.2f})" if classes == classes and classes else ""
     show_md(f"**Training check.** {'; '.join(parts)}. Last-epoch accuracy {ok.accuracy_last_epoch.mean():.2f} "
-            f"mean{chance} on class-dependent synthetic images.")
+            f"mean (chance {1 / ok.num_classes.iloc[0]:.2f}) on class-dependent synthetic images.")
 
 
 def _failed_runs(frame) -> None:
