@@ -162,9 +162,40 @@ def test_supported_rule_with_what_limited_it():
     assert sup.accelerators_supported_at_least == 1 and not sup.limited_by_sweep
     sup = metrics.supported(frame([(1, 99, "none"), (2, 98, "none")])).iloc[0]
     assert (sup.accelerators_supported, sup.supported_limited_by, bool(sup.limited_by_sweep)) == (2, "none", True)
-    assert limits.limited_by(95, 90, 99.0, 99.0)[0] == "none"
-    assert limits.limited_by(50, 90, 95.0, 40.0)[0] == "client"      # machine busy
-    assert limits.limited_by(50, 90, 55.0, 97.0)[0] == "client"      # the accelerators used all their cores
-    assert limits.limited_by(67, 90, 25.0, 37.0, 98.8)[0] == "client"   # late by themselves (scheduling)
-    assert limits.limited_by(50, 90, 20.0, 10.0, 51.0) == ("storage", "accelerators waited for data")
-    assert limits.limited_by(50, 90, None, float("nan"))[0] == "storage"
+
+
+def _row(au, bound=float("nan"), **kw):
+    """A run's evidence: 10 s measured, no emulator delay, nothing busy unless given."""
+    return {"au_percent": au, "throttle_au_bound_percent": bound, "measured_time_s": 10.0, "emulator_overhead_s": 0.0,
+            "cpu_busy_percent": 20.0, "client_cpu_percent_of_cores": 10.0, "device_util_percent_avg": 10.0, **kw}
+
+
+def test_what_limited_a_run_is_never_none_below_its_bound():
+    """none only within 3 points of the bound; below it a cause from the evidence, or 'unexplained'."""
+    by = limits.limited_by
+    assert by(_row(98.0))[0] == "none"
+    assert by(_row(94.0, cpu_busy_percent=99.0))[0] == "client"            # passes the 90 % rule, still lost 6 points
+    assert by(_row(94.0))[0] == "unexplained"                             # no evidence either way: said so
+    assert by(_row(50, cpu_busy_percent=95.0))[0] == "client"             # machine busy
+    assert by(_row(50, cpu_busy_percent_max_core=99.0))[0] == "client"    # one core saturated
+    assert by(_row(50, client_cpu_percent_of_cores=97.0))[0] == "client"  # the accelerators used all their cores
+    assert by(_row(67, au_percent_overhead_removed=98.8))[0] == "client"  # late by themselves (scheduling)
+    assert by(_row(67, emulator_overhead_s=2.0))[0] == "client"           # 2 of 3.3 s lost were its own delays
+    assert by(_row(50, device_util_percent_avg=99.0))[0] == "storage"     # device busy
+    slow = by(_row(50, device_read_latency_us=9000.0, device_read_latency_us_idle=1000.0))
+    assert slow[0] == "storage" and "9.0 × the idle device" in slow[1]
+    assert by(_row(50, cgroup_read_mb_per_s_au_window=95.0, throttle_cap_mb_per_s=100.0))[0] == "storage"
+    assert by(_row(58.0, bound=60.0)) == ("storage", "AU 58.0 % at the throttle's bound of 60.0 % (the target's profile)")
+    assert by(_row(40.0, bound=60.0))[0] == "unexplained"                 # far below the throttle's bound
+    # both sides busy: the side that explains more of the lost time wins, and the reason names both
+    both = by(_row(50, device_util_percent_avg=99.0, cpu_busy_percent=95.0, emulator_overhead_s=1.0))
+    assert both[0] == "storage" and "device 99 % utilised" in both[1] and "machine CPU busy 95 %" in both[1]
+    both = by(_row(50, device_util_percent_avg=99.0, cpu_busy_percent=95.0, emulator_overhead_s=4.0))
+    assert both[0] == "client"
+    assert by({"au_percent": 50.0})[0] == "unexplained"                  # nothing recorded
+
+
+def test_two_probes_with_two_causes_are_uncertain():
+    assert limits.point_cause(["client", "client"]) == "client"
+    assert limits.point_cause(["storage", "client"]) in ("uncertain (storage × 1, client × 1)",
+                                                         "uncertain (client × 1, storage × 1)")

@@ -218,13 +218,16 @@ def test_real_search_on_a_fast_target_stops_at_its_cap(tmp_path):
     section = {**SMALL, "accelerators": "auto", "search_max": 2, "repeats": 2}
     p = config.validate(params_dict(tmp_path, section, cold_cache=False))
     out = tmp_path / "out"
-    frame = STUDY.run(p, out, log=lambda *_: None, progress="off")
+    full = STUDY.run(p, out, log=lambda *_: None, progress="off")
+    frame = emulate_plan.measured(full)
     rows = frame.sort_values(["search_step", "repeat"])
     assert list(zip(rows.accelerators, rows.search_step, rows.repeat)) == [(1, 1, 1), (1, 1, 2), (2, 2, 1), (2, 2, 2)]
+    check = emulate_plan.checks(full)      # the answer's point (N = 2) re-run on half the CPUs, after the search
+    assert list(check.accelerators) == [2] and check.search_step.isna().all() and (check.cpus_confined >= 1).all()
     assert set(rows.search_phase) == {"doubling"} and rows.search_elapsed_s.is_monotonic_increasing
     assert (rows.search_budget_s == 60.0).all() and (rows.search_max == 2).all()
     assert frame.au_percent.min() >= 90, frame[["accelerators", "au_percent"]]
-    on_disk = pd.read_csv(out / "runs.csv")
+    on_disk = emulate_plan.measured(pd.read_csv(out / "runs.csv"))
     assert on_disk.search_step.tolist() == frame.search_step.tolist()
     m = json.loads((out / "metrics.json").read_text())["unet3d"]["fast"]
     assert (m["accelerators_supported"], m["supported_limited_by"]) == (2, "cap")

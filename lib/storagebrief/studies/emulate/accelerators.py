@@ -36,6 +36,7 @@ import numpy as np
 
 from ...core import cgroups
 from ...core.procs import die_with_parent, reap
+from ...kit.client_check import apply_affinity
 from .loader import ALIGN, Loader, batch_plan
 
 BARRIER_TIMEOUT_S = 600.0
@@ -120,6 +121,7 @@ def _accelerator(rank: int, n: int, cfg: dict, procs_files: list[str], barrier, 
         batches, loader = setup_rank(cfg, rank, n)
         if procs_files:
             cgroups.join(procs_files)
+        apply_affinity(cfg.get("cpu_affinity") or [])   # client check without a cgroup: pinned instead
         out_q.put(("ready", rank, None))
         start.wait()
         result = train(cfg, rank, loader, len(batches), lambda: barrier.wait(BARRIER_TIMEOUT_S))

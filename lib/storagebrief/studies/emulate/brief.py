@@ -10,7 +10,9 @@ import pandas as pd
 from ...kit.figures import metric_vs
 from ...kit.files import read_csv_or_none, read_json_or
 from ...report.display import analysis, fmt_s, show_figure, show_md, show_table, style, target_colors
-from .limits import judge
+from .check import answer_note, client_checks
+from .limits import MARGIN_POINTS, judge, point_cause
+from .plan import measured
 from .metrics import (LAT_BINS_PER_DECADE, days_saved_table, drive_columns, extrapolation_refused, figures,
                       supported)
 
@@ -19,6 +21,8 @@ def section(study_dir: Path, frame, names: list[str]) -> None:
 
     style()
     study_dir = Path(study_dir)
+    checked = client_checks(frame)
+    frame = measured(frame)
     desc = read_json_or(study_dir / "study.json")
     _what_ran(frame, desc)
     _hosts(study_dir, frame)
@@ -31,6 +35,7 @@ def section(study_dir: Path, frame, names: list[str]) -> None:
     _supported_table(sup)
     _search_table(frame)
     _limits_table(frame)
+    _client_check(checked)
     _analysis(frame, sup)
     _latency_histogram(study_dir, palette)
     _latency_table(frame)
@@ -240,14 +245,23 @@ def _limits_table(frame) -> None:
     cols = {k: v for k, v in cols.items() if k in frame}
     g = frame.groupby(["workload", "target", "accelerators"], sort=False)
     tab = g[list(cols)].mean().rename(columns=cols)
-    tab["Limited by"] = g.limited_by.agg(lambda x: ", ".join(f"{k} × {v}" for k, v in x.value_counts().items()))
+    tab["Limited by"] = g.limited_by.agg(point_cause)
     show_table(tab.reset_index().rename(columns={"workload": "Workload", "target": "Target", "accelerators": "N"}),
-               "What limited each run (means over repeats; 'Limited by' counts the repeats). storage: AU below the "
-               "threshold while the client had CPU to spare; client: AU below it and the client had no CPU headroom "
-               "(machine ≥ 90 % busy or the accelerators using ≥ 90 % of their cores) or its accelerators were late "
-               "by themselves (AU would pass with their sleep overshoot and barrier release removed); none: AU at or "
-               "above the threshold. Client CPU = user + system seconds of the accelerator processes and their loader "
-               "threads; GB = 10⁹ bytes read by the loaders.", floatfmt="{:,.3g}")
+               f"What limited each run (means over repeats). A run's bound is 100 % AU, or on a throttled target the "
+               f"throttle's bound. none: AU within {MARGIN_POINTS:g} points of 100 %. Further below its bound a run "
+               "always names a cause from what it recorded: client (machine ≥ 90 % busy, a core ≥ 95 %, the "
+               "accelerators using ≥ 90 % of their CPUs, or the emulator's own delays — sleep overshoot, barrier "
+               "release — most of the AU lost), storage (device ≥ 80 % utilised, its read latency ≥ 3 × the idle "
+               "device's, reading at ≥ 90 % of the throttle's cap, or AU at a throttle bound below 100 %), both: the "
+               "side that explains more of the lost time; unexplained: neither shows load. When a point's repeats "
+               "name different causes the cell says 'uncertain' and counts them. Client CPU = user + system seconds "
+               "of the accelerator processes and their loader threads; GB = 10⁹ bytes read by the loaders. Each "
+               "run's evidence in words is runs.csv's limited_by_reason.", floatfmt="{:,.3g}")
+    causes = tab["Limited by"]
+    uncertain = [f"{w} on {t} at N = {n}" for (w, t, n), c in causes.items() if c.startswith("uncertain")]
+    if uncertain:
+        show_md(f"**Cause uncertain** at {', '.join(uncertain)}: its repeats recorded different evidence (the table "
+                "counts them); read those points as limited by either.")
     client = frame[frame.limited_by == "client"]
     if len(client):
         ns = ", ".join(str(n) for n in sorted(client.accelerators.unique()))
@@ -259,7 +273,19 @@ def _limits_table(frame) -> None:
     else:
         show_md(f"**No run was limited by the client**: its accelerators used at most "
                 f"{frame.client_cpu_percent_of_cores.max():.0f} % of their CPUs and the machine was at most "
-                f"{frame.cpu_busy_percent.max():.0f} % busy; every AU below the threshold is the storage's.")
+                f"{frame.cpu_busy_percent.max():.0f} % busy.")
+
+
+def _client_check(checked: list[dict]) -> None:
+    """The client-sensitivity check: the answer's point re-run with the emulator on half its CPUs."""
+    if not checked:
+        return
+    lines = [f"- {c['text']} ({c['repeats']} run(s) on all CPUs, {c['confined_runs']} confined by "
+             f"{c['confinement']})" for c in checked]
+    show_md("**Client check** (what MLPerf Storage lacks): the point each answer rests on, re-run with the emulator "
+            "held to half its CPUs. A point whose AU or samples/s moves by more than the spread (max − min) of its "
+            "own repeats is client-bound: its figure measures this machine's CPU as much as the storage.\n"
+            + "\n".join(lines))
 
 
 def _analysis(frame, sup) -> None:
@@ -332,6 +358,7 @@ def trace_workloads(frame, names: list[str]) -> list[tuple[str, str]]:
     """For the block-level characterization: each workload at its most accelerators on the reference
     target, first repeat (label, run_id)."""
     out = []
+    frame = measured(frame)
     ref = frame[frame.target == names[0]]
     for w, g in ref.groupby("workload", sort=False):
         top = g[g.accelerators == g.accelerators.max()].sort_values("repeat").iloc[0]
@@ -342,19 +369,22 @@ def trace_workloads(frame, names: list[str]) -> list[tuple[str, str]]:
 def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
     """Page 1: accelerators supported per workload and target, with what limited it. An answer equal to
     the largest count tested with every count passing is a floor: written "≥ N"."""
+    full, frame = frame, measured(frame)
     sup = supported(frame)
     out = []
     for _, r in sup.iterrows():
+        note = answer_note(full, r.workload, r.target)
+        note = f"; {note}" if note else ""
         question = f"Accelerators supported, emulated ({r.workload}, AU ≥ {r.au_threshold_percent:g} %)"
         if r.get("searched", False):      # the search's own answer: "N (storage-limited)", "≥ N (…)", client-limited
             out.append({"question": question, "target": r.target, "answer": str(r.accelerators_supported_text),
-                        "basis": f"search of N (probed {r.search_probes}), limited by {r.supported_limited_by}; "
-                                 "emulate study"})
+                        "basis": f"search of N (probed {r.search_probes}), limited by {r.supported_limited_by}"
+                                 f"{note}; emulate study"})
             continue
         n = 0 if pd.isna(r.accelerators_supported) else int(r.accelerators_supported)
         floor = n >= int(r.max_accelerators_tested) and str(r.supported_limited_by) in ("none", "", "nan")
         answer = f"≥ {int(r.max_accelerators_tested)}" if floor else str(r.accelerators_supported_text)
         basis = ("every count tested kept AU ≥ threshold: the largest tested is a floor" if floor
                  else f"limited by {r.supported_limited_by}")
-        out.append({"question": question, "target": r.target, "answer": answer, "basis": f"{basis}; emulate study"})
+        out.append({"question": question, "target": r.target, "answer": answer, "basis": f"{basis}{note}; emulate study"})
     return out

@@ -4,21 +4,27 @@ The client is the machine that runs the emulated accelerators. Its own CPU is
 measured: every accelerator process reports its user + system CPU seconds over the
 run (resource.getrusage(RUSAGE_SELF): the process and all its loader threads) and
 the CPUs it may run on (sched_getaffinity). The machine's CPU use over the run comes
-from the monitor (`cpu_busy_percent`, all CPUs, everything running on them).
+from the monitor (`cpu_busy_percent`, all CPUs) and per core (`cpu_busy_percent_max_core`).
+The storage's side: the device's utilisation (`device_util_percent_avg`), its mean
+read latency against the idle device's (`device_read_latency_us_idle`, measured before
+the sweep), and on a throttled target the run's own read rate against the throttle's cap.
 
-Rule (`limited_by`, the evidence in the row's columns and in words in `limited_by_reason`):
-  none     au_percent >= the workload's AU threshold;
-  client   AU below it, and the client was the reason: it had no CPU headroom
-           (the machine busy >= CPU_SATURATED_PERCENT of the time, `cpu_busy_percent`,
-           or the accelerators' own CPU time >= CPU_SATURATED_PERCENT of the CPUs they
-           may run on, `client_cpu_percent_of_cores`), or its accelerators were late
-           by themselves: with their own measured delays removed (sleep overshoot of
-           the accelerator that closed each step, barrier release) AU would have met
-           the threshold (`au_percent_overhead_removed`). Late wake-ups and slow
-           barriers are CPU scheduling on the client, never storage; they show up
-           even when the average CPU is not saturated (many processes on few cores
-           queue for a CPU at every step);
-  storage  AU below the threshold otherwise: the accelerators waited for data.
+Rule (`limited_by`, the evidence in words in `limited_by_reason`). A run's bound is the AU
+nothing but the storage profile allows: 100 %, or on a throttled target the throttle's
+bound (`throttle_au_bound_percent`).
+  none       AU within MARGIN_POINTS of its bound of 100 %: nothing took a measurable share;
+  storage    AU within MARGIN_POINTS of a throttle bound below 100 %: the target's profile;
+AU further below its bound always carries a cause from the evidence, never "none":
+  client     the client had no CPU headroom (the machine >= CPU_SATURATED_PERCENT busy, a core
+             >= CORE_SATURATED_PERCENT, or the accelerators using >= CPU_SATURATED_PERCENT of
+             their CPUs), or the accelerators' own measured delays (sleep overshoot, barrier
+             release: CPU scheduling, never storage) are most of the AU lost;
+  storage    the device was busy (>= DEVICE_BUSY_PERCENT utilised, or its read latency
+             >= LATENCY_LOADED_RATIO x the idle device's) or the run read at >= 90 % of the
+             throttle's cap;
+  when both sides show evidence, the side that explains more of the lost time wins
+             (delays = client, data waits = storage) and the reason names both;
+  unexplained  the accelerators waited for data while neither the device nor the CPU shows load.
 A client-limited run says nothing about the storage: "accelerators supported"
 reports `client-limited at N` when the first failing accelerator count was
 client-limited, instead of a number the storage did not earn.
@@ -30,6 +36,11 @@ import math
 import pandas as pd
 
 CPU_SATURATED_PERCENT = 90.0    # busier than this = no CPU headroom
+CORE_SATURATED_PERCENT = 95.0   # one core this busy queues whatever runs on it
+MARGIN_POINTS = 3.0             # AU this close to its bound lost nothing measurable
+DEVICE_BUSY_PERCENT = 80.0      # device utilisation (diskstats io_ticks) this high = storage busy
+LATENCY_LOADED_RATIO = 3.0      # device read latency this many times the idle device's = queueing
+THROTTLE_FULL_SHARE = 0.9       # reading at 90 % of the throttle's cap = the throttle binds
 
 
 def client_cpu_columns(ranks: list[dict], total_time_s: float, steps: int, loader_bytes: int) -> dict:
@@ -49,23 +60,68 @@ def client_cpu_columns(ranks: list[dict], total_time_s: float, steps: int, loade
             "client_cpu_percent_of_cores": 100.0 * total / (total_time_s * n_cores) if total_time_s > 0 else float("nan")}
 
 
-def limited_by(au_percent: float, threshold_percent: float, cpu_busy_percent: float | None,
-               client_cpu_percent_of_cores: float | None,
-               au_percent_overhead_removed: float | None = None) -> tuple[str, str]:
-    """(storage | client | none, the evidence in words) for one run (the rule in the module docstring)."""
-    def known(x):
-        return x is not None and not (isinstance(x, float) and math.isnan(x))
+def _known(x) -> bool:
+    return x is not None and not (isinstance(x, float) and math.isnan(x))
 
-    if au_percent >= threshold_percent:
-        return "none", f"AU {au_percent:.1f} % >= {threshold_percent:.0f} %"
-    if known(cpu_busy_percent) and cpu_busy_percent >= CPU_SATURATED_PERCENT:
-        return "client", f"machine CPU busy {cpu_busy_percent:.0f} % of the run"
-    if known(client_cpu_percent_of_cores) and client_cpu_percent_of_cores >= CPU_SATURATED_PERCENT:
-        return "client", f"accelerators used {client_cpu_percent_of_cores:.0f} % of their CPUs"
-    if known(au_percent_overhead_removed) and au_percent_overhead_removed >= threshold_percent:
-        return "client", (f"accelerators late (sleep overshoot, barrier): AU {au_percent_overhead_removed:.1f} % "
-                          "without their own delays")
-    return "storage", "accelerators waited for data"
+
+def _evidence(r: dict, bound: float) -> tuple[list[str], list[str], float]:
+    """(client evidence, storage evidence, share of the lost time that was the emulator's own delay)."""
+    g = r.get
+    client, storage = [], []
+    if _known(g("cpu_busy_percent")) and g("cpu_busy_percent") >= CPU_SATURATED_PERCENT:
+        client.append(f"machine CPU busy {g('cpu_busy_percent'):.0f} % of the run")
+    if _known(g("cpu_busy_percent_max_core")) and g("cpu_busy_percent_max_core") >= CORE_SATURATED_PERCENT:
+        client.append(f"busiest core {g('cpu_busy_percent_max_core'):.0f} % busy")
+    if _known(g("client_cpu_percent_of_cores")) and g("client_cpu_percent_of_cores") >= CPU_SATURATED_PERCENT:
+        client.append(f"accelerators used {g('client_cpu_percent_of_cores'):.0f} % of their CPUs")
+    au, measured = float(g("au_percent")), g("measured_time_s")
+    lost = measured * (1 - au / 100) if _known(measured) else float("nan")
+    delay_share = (min(1.0, g("emulator_overhead_s") / lost)
+                   if _known(lost) and lost > 0 and _known(g("emulator_overhead_s")) else 0.0)
+    removed = g("au_percent_overhead_removed")
+    if _known(removed) and removed >= bound - MARGIN_POINTS:
+        client.append(f"accelerators late by themselves (sleep overshoot, barrier): AU {removed:.1f} % "
+                      "without their own delays")
+    if _known(g("device_util_percent_avg")) and g("device_util_percent_avg") >= DEVICE_BUSY_PERCENT:
+        storage.append(f"device {g('device_util_percent_avg'):.0f} % utilised")
+    lat, idle = g("device_read_latency_us"), g("device_read_latency_us_idle")
+    if _known(lat) and _known(idle) and idle > 0 and lat >= LATENCY_LOADED_RATIO * idle:
+        storage.append(f"device read latency {lat:,.0f} µs = {lat / idle:.1f} × the idle device's {idle:,.0f} µs")
+    rate, cap = g("cgroup_read_mb_per_s_au_window"), g("throttle_cap_mb_per_s")
+    if _known(rate) and _known(cap) and cap > 0 and rate >= THROTTLE_FULL_SHARE * cap:
+        storage.append(f"read {rate:.0f} MB/s of the throttle's {cap:.0f} MB/s")
+    return client, storage, delay_share
+
+
+def limited_by(row: dict) -> tuple[str, str]:
+    """(none | storage | client | unexplained, the evidence in words) for one run's row (module docstring)."""
+    au = float(row["au_percent"])
+    tb = row.get("throttle_au_bound_percent")
+    bound = float(tb) if _known(tb) else 100.0
+    if au >= bound - MARGIN_POINTS:
+        if bound < 100.0 - MARGIN_POINTS:
+            return "storage", f"AU {au:.1f} % at the throttle's bound of {bound:.1f} % (the target's profile)"
+        return "none", f"AU {au:.1f} % within {MARGIN_POINTS:g} points of its bound of {bound:.0f} %"
+    client, storage, delay = _evidence(row, bound)
+    lost = f"{bound - au:.1f} points below its bound of {bound:.0f} %; {100 * delay:.0f} % of the lost time the emulator's own delays"
+    if client and (not storage or delay >= 0.5):
+        return "client", "; ".join(client + storage) + f" ({lost})"
+    if storage:
+        return "storage", "; ".join(storage + client) + f" ({lost})"
+    if delay >= 0.5:
+        return "client", f"accelerators late by themselves, no CPU saturated ({lost})"
+    util = row.get("device_util_percent_avg")
+    return "unexplained", (f"accelerators waited for data while the device was "
+                           f"{f'{util:.0f} %' if _known(util) else 'not measured as'} busy and no CPU was saturated "
+                           f"({lost})")
+
+
+def point_cause(limited_bys) -> str:
+    """One point's cause over its repeats: the cause they agree on, else 'uncertain (client × 1, storage × 1)'."""
+    counts = pd.Series([str(x) for x in limited_bys]).value_counts()
+    if len(counts) == 1:
+        return str(counts.index[0])
+    return "uncertain (" + ", ".join(f"{k} × {v}" for k, v in counts.items()) + ")"
 
 
 def judge(au_percents, limited_bys, threshold_percent: float) -> str:

@@ -21,7 +21,9 @@ import pandas as pd
 from ...core.columns import Column
 from ...kit import runs
 from ...report.headlines import versus_reference
+from .check import client_checks
 from .limits import client_cpu_columns, plain_records, supported
+from .plan import measured
 
 LAT_BINS_PER_DECADE = 20
 LAT_EDGES_US = np.logspace(0, 8, 8 * LAT_BINS_PER_DECADE + 1)   # 1 us .. 100 s
@@ -89,8 +91,14 @@ COLUMNS: tuple[Column, ...] = (
     Column("client_cpu_s_per_gb", "s", "client CPU seconds per 10^9 bytes read"),
     Column("client_cores", "", "CPUs the accelerators may run on"),
     Column("client_cpu_percent_of_cores", "%", "client CPU time as a share of those CPUs over the run"),
-    Column("limited_by", "", "what limited the run: storage, client or none (limits.py)", "text"),
+    Column("limited_by", "", "what limited the run: none, storage, client or unexplained (limits.py)", "text"),
     Column("limited_by_reason", "", "the evidence for limited_by, in words", "text"),
+    Column("cpu_busy_percent_max_core", "%", "busiest core's busy share over the run (all processes)"),
+    Column("cpu_busy_percent_min_core", "%", "least busy core's busy share over the run"),
+    Column("device_read_latency_us_idle", "µs", "the idle device's mean read latency per request, before the sweep"),
+    Column("client_check", "", "'half CPUs': a client-check re-run (not part of the sweep's answer)", "text"),
+    Column("cpus_confined", "", "client check: CPUs the emulator was held to"),
+    Column("cpu_confinement", "", "client check: how (cgroup cpuset, cpu.max, or affinity and why)", "text"),
     Column("cgroup_read_bytes", "bytes", "the run's own device reads (cgroup counters)"),
     Column("cgroup_read_requests", "", "the run's own device read requests"),
     Column("cgroup_read_kib_per_request", "KiB", "mean device request of the run's cgroup"),
@@ -307,6 +315,7 @@ def headline_metrics(frame) -> list[tuple[str, str, str]]:
 
 def headlines(frame, target_names: list[str]) -> list[dict]:
     """The six KIOXIA tests: reference (first target) vs each other, over matched workload x N."""
+    frame = measured(frame)
     return versus_reference(frame, target_names, ["workload", "accelerators"], headline_metrics(frame))
 
 
@@ -314,6 +323,8 @@ def metrics(frame, target_names: list[str]) -> dict:
     """metrics.json: per workload and target, accelerators supported (a number the storage earned — a floor
     when a search stopped at its budget or cap —, or "client-limited at N"), what limited it (storage |
     client | none, or for a search storage | client | budget | cap) and its text; the headlines."""
+    checked = client_checks(runs.ok_runs(frame))
+    frame = measured(frame)
     sup = supported(runs.ok_runs(frame))
 
     def entry(g) -> dict:
@@ -334,6 +345,10 @@ def metrics(frame, target_names: list[str]) -> dict:
             out["client_cpu_s_per_gb"] = float(g.client_cpu_s_per_gb.mean())
         if "limited_by" in g:
             out["runs_limited_by_client"] = int((g.limited_by == "client").sum())
+        for c in checked:
+            if (c["workload"], c["target"]) == (g.workload.iloc[0], g.target.iloc[0]):
+                out["client_check"] = {k: c[k] for k in ("accelerators", "client_bound", "cpus_confined", "cpus_all",
+                                                         "confinement", "text")}
         return out
 
     return runs.metrics(frame, target_names, headlines, entry, by=["workload", "target"])
@@ -345,7 +360,9 @@ def mlperf_results(frame) -> dict:
     MLPerf Storage / DLIO report I/O as MB/s computed with 2^20 bytes; here the
     key says MiB. AU = compute ÷ wall over the AU window, nothing subtracted, as there.
     """
-    out = {"benchmark": "storagebrief emulate (DLIO / MLPerf Storage style)", "results": [],
+    checked = client_checks(frame)
+    frame = measured(frame)
+    out = {"benchmark": "storagebrief emulate (DLIO / MLPerf Storage style)", "results": [], "client_checks": checked,
            "accelerators_supported": plain_records(supported(frame))}
     for (w, t, n), g in frame.groupby(["workload", "target", "accelerators"]):
         thr = float(g.au_threshold_percent.iloc[0])

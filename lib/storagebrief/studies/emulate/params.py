@@ -34,6 +34,10 @@ class EmulateParams(Strict):
     checkpoint_every_steps: int = Field(0, ge=0)    # 0 = no checkpoints
     checkpoint_mib: float = Field(0, ge=0, le=1 << 20)
     seed: int = 0
+    client_check: bool = True                       # re-run the answer's point on half the CPUs (kit/client_check.py)
+    client_check_repeats: int = Field(1, ge=1, le=100)
+    mlperf_rules: bool = False                      # MLPerf Storage v3.0 run rules (mlperf.py)
+    mlperf_hosts: int = Field(1, ge=1, le=10_000)   # mlperf_rules: client hosts in the dataset-size formula
     launcher: Literal["fork", "mpi"] = "fork"       # fork: processes on this host; mpi: mpirun ranks
     mpi: MpiParams = Field(default_factory=MpiParams)
 

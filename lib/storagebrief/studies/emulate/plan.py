@@ -8,9 +8,13 @@ interleaved, as a list interleaves them), and a target whose search has finished
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
+from ...core import plans
 from ...core.sweep import Point
+from ...kit import client_check
+from .limits import judge
 from .params import EmulateParams
 from .search import Probe, Search
 
@@ -23,6 +27,7 @@ class EmulateConfig:
     search_step: int | None = None          # probe index of the search (1-based); None: a fixed list
     search_phase: str = ""                  # doubling | bisect
     search_elapsed_before_s: float = 0.0    # seconds the search's runs took before this one
+    cpus_confined: int = 0                  # client check: the emulator held to this many CPUs (0: all)
 
 
 def fixed_plan(p: EmulateParams) -> list[Point]:
@@ -81,3 +86,93 @@ class SearchPlan:
     def outcomes(self) -> dict[tuple[str, str], object]:
         """(workload, target) -> search.Outcome of every finished search."""
         return {k: s.outcome() for k, s in self.searches.items() if s.done}
+
+
+# --------------------------------------------------------------------------- client check
+CHECK = "half CPUs"          # the client_check column of a confined run
+
+
+def measured(frame):
+    """The sweep's own rows: the client check's confined re-runs left out (they answer another question)."""
+    if "client_check" not in frame:
+        return frame
+    return frame[frame.client_check.isna() | (frame.client_check.astype(str) == "")]
+
+
+def checks(frame):
+    """The client check's confined re-runs alone."""
+    if "client_check" not in frame:
+        return frame.iloc[0:0]
+    return frame[frame.client_check.astype(str) == CHECK]
+
+
+def headline_n(g, threshold: float) -> int:
+    """The point the answer rests on: the largest passing N below the first failing one; when none passed,
+    the smallest N tried."""
+    verdicts = {int(n): judge(x.au_percent, x.limited_by, threshold) for n, x in g.groupby("accelerators")}
+    fails = [n for n in sorted(verdicts) if verdicts[n] != "pass"]
+    ok = [n for n in verdicts if verdicts[n] == "pass" and (not fails or n < fails[0])]
+    return max(ok) if ok else min(verdicts)
+
+
+class ClientCheckPlan:
+    """The study's plan, then per workload one point re-run with the emulator on half its CPUs
+    (emulate.client_check, kit/client_check.py): the answer's point on the first target."""
+
+    def __init__(self, inner, sweep):
+        self.inner = plans.as_plan(inner, sweep.target_names)
+        self.kind, self.sweep, self.p = self.inner.kind, sweep, sweep.p
+        self.todo: list | None = None
+
+    def next(self):
+        if self.todo is None:
+            item = self.inner.next()
+            if item is not None:
+                return item
+            self.todo = self._points()
+        return self.todo.pop(0) if self.todo else None
+
+    def _points(self) -> list:
+        total = len(os.sched_getaffinity(0))
+        cpus = client_check.half_cpus()
+        if total < 2:
+            self.sweep.note("client check skipped: this process may run on 1 CPU, there is no half to confine it to")
+            return []
+        frame = measured(self.sweep.frame())
+        ref = self.sweep.target_names[0]
+        out = []
+        for w in self.p.workloads:
+            g = frame[(frame.workload == w) & (frame.target == ref)] if not frame.empty else frame
+            if g.empty:
+                continue
+            n = headline_n(g, self.p.spec(w).au_threshold_percent)
+            cfg = EmulateConfig(w, n, cpus_confined=len(cpus))
+            out += [(Point(cfg, r, f"{n} accelerator(s), client check on {len(cpus)} of {total} CPUs", targets=(ref,)),
+                     ref) for r in range(1, self.p.client_check_repeats + 1)]
+        return out
+
+    def done(self, point, target: str, row: dict) -> None:
+        if not point.config.cpus_confined:
+            self.inner.done(point, target, row)
+
+    def runs_left(self) -> int:
+        if self.todo is not None:
+            return len(self.todo)
+        return self.inner.runs_left() + self.p.client_check_repeats * len(self.p.workloads)
+
+
+def confine_client(run, config: EmulateConfig, cfg: dict, group):
+    """A client-check run: its accelerators held to half the CPUs (a cgroup, else their affinity)."""
+    if not config.cpus_confined:
+        return None
+    conf = client_check.confine(f"{run.run_id}-cpuset", client_check.half_cpus(), group)
+    cfg["cpu_affinity"] = conf.affinity
+    if conf.reason:
+        run.sweep.note(f"client check: emulator confined by {conf.describe()}")
+    return conf
+
+
+def check_columns(config: EmulateConfig, conf) -> dict:
+    """client_check / cpus_confined / cpu_confinement of a run (empty on the sweep's own runs)."""
+    return {"client_check": CHECK if conf else None, "cpus_confined": len(conf.cpus) if conf else None,
+            "cpu_confinement": conf.describe() if conf else None}

@@ -38,6 +38,7 @@ from ...core import cgroups, results, targets as targets_mod
 from ...core.config import ParamsError
 from ...core.sweep import Measurement, Point
 from ...kit.cgroup_io import CgroupIoSampler, cgroup_read_stats
+from ...kit.client_check import CoreBusy
 from ...kit.space import check_space, existing_bytes
 from . import STUDY
 from .accelerators import rebase_remote, run_once
@@ -48,7 +49,8 @@ from .metrics import (host_roles, latency_histogram, mlperf_results, per_host, s
                       throttle_cap_mb_per_s)
 from .mpi import MpiUnavailable, check_available, preflight, run_once_mpi
 from .params import EmulateParams
-from .plan import EmulateConfig, SearchPlan, fixed_plan
+from .plan import ClientCheckPlan, EmulateConfig, SearchPlan, check_columns, confine_client, fixed_plan, measured
+from .probe import idle_read_latency_us
 
 # Test hook, None in use: keys merged into every run's accelerator config, e.g.
 # {"fail_rank": 1, "fail_at_step": 3} makes accelerator 1 exit at step 3
@@ -64,6 +66,7 @@ class EmulateState:
     stopped: set[tuple[str, str]] = field(default_factory=set)   # (workload, target) below threshold
     search: SearchPlan | None = None                              # accelerators: auto
     last_n: dict[str, int] = field(default_factory=dict)         # workload -> the accelerator count last planned
+    idle_latency_us: dict[str, float | None] = field(default_factory=dict)   # target -> idle device read latency
 
 
 # --------------------------------------------------------------------------- prepare
@@ -111,8 +114,10 @@ def prepare(sweep) -> None:
                                                         sizes[name], p.seed, sweep.log)
         sample = [Path(f) for f in datasets[(t.name, p.workloads[0])]["files"][:16]]
         targets_mod.check_profile_speed(t, sample)
+    idle = {t.name: idle_read_latency_us(t, datasets[(t.name, p.workloads[0])]["files"], p.read_block_kib * 1024)
+            for t in sweep.targets}
     memory_limit = p.memory_limit_mib * 2**20 if p.dataset_sizing == "memory_cap" and not p.odirect else None
-    sweep.state = EmulateState(datasets=datasets, memory_limit=memory_limit)
+    sweep.state = EmulateState(datasets=datasets, memory_limit=memory_limit, idle_latency_us=idle)
     sweep.out_dir.mkdir(parents=True, exist_ok=True)
     results.write_json(sweep.out_dir / "study.json", study_description(p, datasets, sweep.targets))
 
@@ -124,24 +129,27 @@ def plan(sweep) -> list[Point] | SearchPlan:
     p: EmulateParams = sweep.p
     if p.search:
         sweep.state.search = SearchPlan(p, sweep.target_names)
-        return sweep.state.search
-    return fixed_plan(p)
+        inner = sweep.state.search
+    else:
+        inner = fixed_plan(p)
+    return ClientCheckPlan(inner, sweep) if p.client_check and p.launcher == "fork" else inner
 
 
 def run_id(config: EmulateConfig, target, repeat: int) -> str:
-    return f"{STUDY.name}-{config.workload}-{target.name}-n{config.accelerators}-r{repeat}"
+    check = f"-cpus{config.cpus_confined}" if config.cpus_confined else ""
+    return f"{STUDY.name}-{config.workload}-{target.name}-n{config.accelerators}{check}-r{repeat}"
 
 
 def skip(sweep, point, target) -> bool:
     """stop_below_threshold: a target whose mean AU at the previous accelerator count fell
     below the workload's threshold runs no larger counts of that workload."""
     p: EmulateParams = sweep.p
-    if p.search:                 # a search stops by itself (search.py); the engine asks fixed plans only
+    if p.search or point.config.cpus_confined:   # a search stops by itself (search.py); the client check always runs
         return False
     name, n = point.config.workload, point.config.accelerators
     stopped, last_n = sweep.state.stopped, sweep.state.last_n
     if p.stop_below_threshold and point.repeat == 1 and n != last_n.get(name):   # first target of a new N
-        frame = sweep.frame()
+        frame = measured(sweep.frame())
         if not frame.empty and name in last_n:
             prev = frame[(frame.workload == name) & (frame.accelerators == last_n[name])]
             for tname, au in prev.groupby("target").au_percent.mean().items():
@@ -250,12 +258,10 @@ def _cgroup_columns(cg: tuple[int, int] | None, summary: dict) -> dict:
             "device_bytes_per_loader_byte": cg[0] / summary["loader_bytes"] if cg and summary["loader_bytes"] else None}
 
 
-def _limit_columns(run, threshold: float, summary: dict) -> dict:
-    """limited_by / limited_by_reason (limits.py) from the run's AU and the client's CPU."""
-    cpu = run.monitor.summary() if run.monitored else {}
-    return dict(zip(("limited_by", "limited_by_reason"),
-                    limited_by(summary["au_percent"], threshold, cpu.get("cpu_busy_percent"),
-                               summary.get("client_cpu_percent_of_cores"), summary["au_percent_overhead_removed"])))
+def _limit_columns(run, row: dict) -> dict:
+    """limited_by / limited_by_reason (limits.py) from the row, the monitor's device and CPU figures."""
+    seen = {**(run.monitor.summary() if run.monitored else {}), **row}
+    return dict(zip(("limited_by", "limited_by_reason"), limited_by(seen)))
 
 
 def _row(run, config: EmulateConfig, data: dict, cfg: dict, summary: dict, reads: CgroupReads,
@@ -279,7 +285,6 @@ def _row(run, config: EmulateConfig, data: dict, cfg: dict, summary: dict, reads
             **_throttle_columns(run, n, demand, reads, cgroup.throttled),
             "au_threshold_percent": spec.au_threshold_percent, **summary,
             "au_pass": summary["au_percent"] >= spec.au_threshold_percent,
-            **_limit_columns(run, spec.au_threshold_percent, summary),
             **_cgroup_columns(reads.run, summary)}
 
 
@@ -327,14 +332,24 @@ def run_one(run, config: EmulateConfig) -> Measurement:
     cfg = run_config(p, name, data, n, evict, t.study_dir(STUDY.name) / "checkpoints", cgroup.capped)
     if FAULT:
         cfg.update(FAULT)
-    cgio = CgroupIoSampler(group, t.device, run.params.run.monitor_interval_s)
+    cgio, cores = CgroupIoSampler(group, t.device, run.params.run.monitor_interval_s), CoreBusy()
     run.add_sampler(cgio)
-    raw = _launch(run, cfg, n, group.procs_files if group else None)
+    run.add_sampler(cores)
+    procs = group.procs_files if group else None
+    confined = confine_client(run, config, cfg, group)
+    try:
+        raw = _launch(run, cfg, n, (procs or []) + confined.procs_files if confined else procs)
+    finally:
+        if confined:
+            confined.remove()
     mem_stats = group.memory_stats() if cgroup.capped else {}
     summary, per, lat = summarize(raw, cfg, n)
     reads = CgroupReads(cgroup_read_stats(group, t.device), cgio.window(*summary.pop("window_t")))
     row = {**_row(run, config, data, cfg, summary, reads, cgroup), **cgio.summary(), **mem_stats,
-           "host_roles": host_roles(per, raw.get("launch_host") or socket.gethostname())}
+           **cores.summary(), "device_read_latency_us_idle": run.sweep.state.idle_latency_us.get(t.name),
+           "host_roles": host_roles(per, raw.get("launch_host") or socket.gethostname()),
+           **check_columns(config, confined)}
+    row.update(_limit_columns(run, row))
     row.update(_search_columns(p, config, time.perf_counter() - began))
     ids = {"run_id": run.run_id, "target": t.name, "workload": name, "accelerators": n, "repeat": run.repeat}
     hosts = per_host(per, summary["total_time_s"])

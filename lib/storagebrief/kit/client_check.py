@@ -1,0 +1,208 @@
+"""Client-sensitivity check, shared by the studies that drive storage from emulated clients.
+
+A benchmark point that the storage limits does not move when the client loses CPU; one that the
+client limits does. The check re-runs a headline point with the client's processes confined to half
+of the CPUs they may use and compares AU and samples/s (or any figure) with the point's own repeats:
+a move larger than the repeats' spread (max − min) makes the point client-bound. MLPerf Storage has
+no such check (its client CPU still moves its metrics, mlcommons/storage#334).
+
+Confinement, first that works:
+  cgroup v1 cpuset   a child cgroup of our own cpuset cgroup (its own hierarchy: the run's memory /
+                     blkio cgroups stay as they are), `cpuset.cpus` = the half, `cpuset.mems` copied;
+  cgroup v2 cpuset   `cpuset.cpus` on the run's own v2 cgroup (a process is in one v2 cgroup only),
+                     the controller enabled in its parent; else `cpu.max` = half the CPUs' time;
+  sched_setaffinity  no cgroup could be had (not root, no delegation): every thread of each client
+                     process pins itself to the half (needs no privilege); the reason is recorded.
+The cgroup is a cgroups.Cgroup: removed when the run ends, at exit, on a signal, and after kill -9 by
+the leftovers sweep (its name carries our PID).
+
+Per-core CPU: `CoreBusy` samples /proc/stat's per-CPU lines at the clock's start and stop, so a row
+can say how busy the busiest core was (a machine 60 % busy on average can have one core at 100 %).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..core import cgroups
+
+CPUSET, QUOTA, AFFINITY = "cgroup cpuset", "cgroup cpu.max quota", "sched_setaffinity"
+
+
+def half_cpus(cpus: list[int] | None = None) -> list[int]:
+    """The first half (at least one) of the CPUs this process may run on."""
+    cpus = sorted(cpus if cpus is not None else os.sched_getaffinity(0))
+    return cpus[: max(1, len(cpus) // 2)]
+
+
+def cpu_list(cpus: list[int]) -> str:
+    return ",".join(str(c) for c in cpus)
+
+
+class CpusetCgroup(cgroups.Cgroup):
+    """A v1 cpuset child cgroup of our own cpuset cgroup (removed like every Cgroup)."""
+
+    def __init__(self, name: str, cpus: list[int]):
+        super().__init__(name)
+        self.cpus = cpus
+
+    def create(self) -> "CpusetCgroup":
+        try:
+            version, parent = cgroups.controller_dir("cpuset")
+            if version != 1:
+                raise cgroups.CgroupUnavailable("the cpuset controller is in the v2 hierarchy")
+            d = parent / self.name
+            d.mkdir(exist_ok=True)
+            self.dirs["cpuset"] = (1, d)
+            cgroups._live[self.name] = self
+            cgroups.install_handlers()
+            (d / "cpuset.mems").write_text((parent / "cpuset.mems").read_text().strip() or "0")
+            (d / "cpuset.cpus").write_text(cpu_list(self.cpus))
+        except PermissionError as exc:
+            self.remove()
+            raise cgroups.CgroupUnavailable(f"cpuset cgroup: permission denied ({exc.filename}; not root?)") from None
+        except OSError as exc:
+            self.remove()
+            raise cgroups.CgroupUnavailable(f"cpuset cgroup: {exc}") from None
+        return self
+
+
+@dataclass
+class Confinement:
+    """How a run's client processes are held to `cpus`; `procs_files` are joined like the run's own cgroup's,
+    `affinity` (when not empty) is applied by each process to all its threads (apply_affinity)."""
+    cpus: list[int]
+    method: str
+    reason: str = ""                                 # why no cgroup was used, when none was
+    procs_files: list[str] = field(default_factory=list)
+    affinity: list[int] = field(default_factory=list)
+    group: cgroups.Cgroup | None = None
+
+    def describe(self) -> str:
+        how = f"{self.method} {cpu_list(self.cpus)}"
+        return f"{how} ({self.reason})" if self.reason else how
+
+    def remove(self) -> None:
+        if self.group is not None:
+            self.group.remove()
+
+
+def _v2_run_dir(run_group) -> Path | None:
+    for version, d in (run_group.dirs.values() if run_group is not None else ()):
+        if version == 2:
+            return d
+    return None
+
+
+def _v2_confine(d: Path, cpus: list[int], total: int) -> str:
+    """cpuset.cpus on a v2 cgroup, else cpu.max; returns the method used (raises OSError/CgroupUnavailable)."""
+    try:
+        cgroups.Cgroup._enable_v2(d.parent, "cpuset")
+        (d / "cpuset.cpus").write_text(cpu_list(cpus))
+        return CPUSET + " (v2)"
+    except (OSError, cgroups.CgroupUnavailable):
+        cgroups.Cgroup._enable_v2(d.parent, "cpu")
+        period = 100_000
+        (d / "cpu.max").write_text(f"{period * len(cpus)} {period}")
+        return QUOTA + f" (v2, {len(cpus)} of {total} CPUs' time)"
+
+
+def confine(name: str, cpus: list[int], run_group=None) -> Confinement:
+    """Hold a run's client processes to `cpus`: a cgroup when one can be had, else their affinity (reason kept)."""
+    total = len(os.sched_getaffinity(0))
+    reasons = []
+    d = _v2_run_dir(run_group)
+    if d is not None:
+        try:
+            return Confinement(cpus, _v2_confine(d, cpus, total))
+        except (OSError, cgroups.CgroupUnavailable) as exc:
+            reasons.append(f"v2: {exc}")
+    else:
+        try:
+            group = CpusetCgroup(name, cpus).create()
+            return Confinement(cpus, CPUSET + " (v1)", procs_files=group.procs_files, group=group)
+        except cgroups.CgroupUnavailable as exc:
+            reasons.append(str(exc))
+    return Confinement(cpus, AFFINITY, reason="no cgroup: " + "; ".join(reasons), affinity=list(cpus))
+
+
+def apply_affinity(cpus: list[int]) -> None:
+    """Pin every thread of this process (and what it starts later) to `cpus`."""
+    if not cpus:
+        return
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), cpus)
+        except OSError:
+            pass                      # a thread that just ended
+
+
+# --------------------------------------------------------------------------- per-core CPU
+def read_cores() -> dict[str, tuple[int, int]]:
+    """cpuN -> (busy jiffies, total jiffies) from /proc/stat (idle and iowait are not busy)."""
+    out = {}
+    with open("/proc/stat") as fh:
+        for line in fh:
+            f = line.split()
+            if f and f[0].startswith("cpu") and f[0] != "cpu":
+                v = [int(x) for x in f[1:9]]
+                out[f[0]] = (sum(v) - v[3] - v[4], sum(v))
+    return out
+
+
+class CoreBusy:
+    """A sampler (start()/stop()) of every core's busy % over the measured interval."""
+
+    def __init__(self):
+        self.a: dict[str, tuple[int, int]] = {}
+        self.b: dict[str, tuple[int, int]] = {}
+
+    def start(self) -> None:
+        self.a = read_cores()
+
+    def stop(self) -> None:
+        self.b = read_cores()
+
+    def percents(self) -> list[float]:
+        out = []
+        for cpu, (busy0, tot0) in self.a.items():
+            busy1, tot1 = self.b.get(cpu, (busy0, tot0))
+            if tot1 > tot0:
+                out.append(100.0 * (busy1 - busy0) / (tot1 - tot0))
+        return out
+
+    def summary(self) -> dict:
+        p = self.percents()
+        return {"cpu_busy_percent_max_core": max(p), "cpu_busy_percent_min_core": min(p)} if p else {}
+
+
+# --------------------------------------------------------------------------- verdict
+def spread(values) -> float:
+    v = [float(x) for x in values]
+    return max(v) - min(v) if v else float("nan")
+
+
+def sensitivity(base: dict[str, list[float]], confined: dict[str, list[float]]) -> dict:
+    """Per figure (e.g. au_percent, samples_per_s): the means, the move and the spread of the repeats
+    (max − min of the unconfined repeats, or of the confined ones when wider); `client_bound` when any
+    figure moved by more than its spread."""
+    out, bound = {}, False
+    for k, vals in base.items():
+        got = confined.get(k) or []
+        if not vals or not got:
+            continue
+        b, c = sum(vals) / len(vals), sum(got) / len(got)
+        s = max(spread(vals), spread(got))
+        moved = abs(c - b) > s
+        bound = bound or moved
+        out[k] = {"base_mean": b, "confined_mean": c, "moved": c - b, "repeat_spread": s, "moved_beyond_spread": moved}
+    return {"figures": out, "client_bound": bound}
+
+
+def verdict_text(result: dict, cpus: int, of: int, point: str) -> str:
+    """One sentence: what moved and by how much against the spread."""
+    parts = [f"{k} {v['base_mean']:.3g} → {v['confined_mean']:.3g} (moved {v['moved']:+.3g}, repeat spread "
+             f"{v['repeat_spread']:.3g})" for k, v in result["figures"].items()]
+    head = ("client-bound" if result["client_bound"] else "not client-sensitive")
+    return f"{point} with the client on {cpus} of {of} CPUs: {head}: " + "; ".join(parts)
