@@ -39,6 +39,10 @@ emulate = {
     'checkpoint_every_steps': 0,  # 0: no checkpoints
     'checkpoint_mib': 0,
     'seed': 0,
+    'client_check': True,  # re-run the answer's point with the emulator on half its CPUs: client-bound or not
+    'client_check_repeats': 1,  # confined runs of that point (compared with its own repeats' spread)
+    'mlperf_rules': False,  # MLPerf Storage v3.0 run rules: 6 runs per point (1 warm-up + 5 scored), rules' dataset
+    'mlperf_hosts': 1,  # mlperf_rules: client hosts in the rules' dataset-size formula
     'launcher': 'fork',  # fork: accelerators forked on this host; mpi: mpirun ranks (README: Many client hosts)
     'mpi': {'mpirun': 'mpirun', 'hostfile': None, 'hosts': [], 'oversubscribe': True, 'extra_args': []},  # used by launcher: mpi only
 }
@@ -53,11 +57,11 @@ runs = notebook.run_study("emulate", emulate, targets=targets, out_dir=out_dir, 
 
 # %% [markdown]
 # ## Runs
-# One row per measured run (`runs.csv`); units are in the column headers (MB = 10⁶ bytes, MiB = 2²⁰ bytes). Per-accelerator rows are in `accelerators.csv`, per-read latency histograms in `latency_histograms.csv`, an MLPerf-Storage-like summary in `mlperf_results.json`.
+# One row per measured run (`runs.csv`); units are in the column headers (MB = 10⁶ bytes, MiB = 2²⁰ bytes). Per-accelerator rows are in `accelerators.csv`, per-read latency histograms in `latency_histograms.csv`, an MLPerf-Storage-like summary in `mlperf_results.json`, and every run in MLPerf Storage's own results layout under `mlperf/results/<target>/training/<workload>/run/<time>/summary.json` (docs/mlperf-parity.md). Rows with `client_check` = half CPUs are the client check's re-runs; rows with `mlperf_run` = warm-up are the MLPerf rules' warm-up runs: neither counts in any figure.
 
 # %%
 notebook.show_runs(runs, ["target", "workload", "accelerators", "search_step", "search_phase", "repeat", "total_time_s",
-                       "au_percent", "limited_by",
+                       "au_percent", "limited_by", "limited_by_reason", "client_check", "cpu_confinement", "mlperf_run",
                        "samples_per_s", "loader_read_mb_per_s", "device_read_mb_per_s_avg",
                        "device_read_mb_per_s_max", "read_latency_us_mean", "read_latency_us_p99",
                        "throttle_au_bound_percent", "dataset_sizing", "cache_method"])

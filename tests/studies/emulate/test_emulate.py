@@ -93,7 +93,7 @@ def test_workload_catalogue_and_custom_workload(tmp_path):
     # accelerator's numbers name their source.
     retina = emulate_params.WorkloadSpec.model_validate(emulate_params.WORKLOADS["retinanet"])
     assert (retina.format, retina.samples_per_file, retina.au_threshold_percent) == ("jpeg", 1, 85.0)
-    assert retina.compute_s == {"b200": 0.04755} and retina.batch_for("b200") == 24
+    assert retina.compute_s == {"b200": 0.04755, "mi355": 0.0634} and retina.batch_for("b200") == 24
     assert retina.demand_bytes_per_s("b200") == pytest.approx(24 * 322_957 / 0.04755)
     for name, spec in emulate_params.WORKLOADS.items():
         assert set(workloads.SOURCES[name]) == set(spec["compute_s"]), name

@@ -7,7 +7,7 @@ STUDY = Study(
     title="Emulated-accelerator training (DLIO / MLPerf Storage style)",
     notebook="notebooks/02_emulated_training.py",
     outputs=("runs.csv", "accelerators.csv", "hosts.csv", "latency_histograms.csv", "timeseries", "inventory.json",
-             "study.json", "notes.json", "mlperf_results.json", "notebook.ipynb"),
+             "study.json", "notes.json", "mlperf_results.json", "mlperf", "notebook.ipynb"),
     brief_inputs=("runs.csv", "inventory.json", "study.json", "latency_histograms.csv", "hosts.csv", "notes.json"),
     tiny={"workloads": ["unet3d"], "accelerator_type": "v100", "num_files": 64, "dataset_sizing": "fixed",
           "epochs": 2, "repeats": 2, "accelerators": [1, 2], "read_threads": 2, "prefetch": 1,

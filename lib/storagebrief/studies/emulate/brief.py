@@ -12,6 +12,7 @@ from ...kit.files import read_csv_or_none, read_json_or
 from ...report.display import analysis, fmt_s, show_figure, show_md, show_table, style, target_colors
 from .check import answer_note, client_checks
 from .limits import MARGIN_POINTS, judge, point_cause
+from .mlperf import verdicts as mlperf_verdicts
 from .plan import measured
 from .metrics import (LAT_BINS_PER_DECADE, days_saved_table, drive_columns, extrapolation_refused, figures,
                       supported)
@@ -21,7 +22,7 @@ def section(study_dir: Path, frame, names: list[str]) -> None:
 
     style()
     study_dir = Path(study_dir)
-    checked = client_checks(frame)
+    checked, rules = client_checks(frame), mlperf_verdicts(frame)
     frame = measured(frame)
     desc = read_json_or(study_dir / "study.json")
     _what_ran(frame, desc)
@@ -33,6 +34,7 @@ def section(study_dir: Path, frame, names: list[str]) -> None:
         _days_saved(frame, w, g, names, desc)
     sup = supported(frame)
     _supported_table(sup)
+    _mlperf_rules(rules)
     _search_table(frame)
     _limits_table(frame)
     _client_check(checked)
@@ -274,6 +276,22 @@ def _limits_table(frame) -> None:
         show_md(f"**No run was limited by the client**: its accelerators used at most "
                 f"{frame.client_cpu_percent_of_cores.max():.0f} % of their CPUs and the machine was at most "
                 f"{frame.cpu_busy_percent.max():.0f} % busy.")
+
+
+def _mlperf_rules(rules: list[dict]) -> None:
+    """emulate.mlperf_rules: every point's warm-up, its 5 scored runs and the rules' verdict."""
+    if not rules:
+        return
+    tab = pd.DataFrame([{"Workload": r["workload"], "Target": r["target"], "N": r["accelerators"],
+                         "Warm-up AU %": r["warmup_au_percent"],
+                         "Scored AU % (5 runs)": ", ".join(f"{a:.1f}" for a in r["scored_au_percent"]),
+                         "Mean AU %": r["scored_au_mean_percent"], "AU threshold %": r["au_threshold_percent"],
+                         "Verdict": r["verdict"]} for r in rules])
+    show_table(tab, "MLPerf Storage v3.0 run rules (emulate.mlperf_rules): each point ran 6 times back to back with a "
+                    "new shuffle seed each; the first is the warm-up and counts nowhere, the result is the mean of the "
+                    "5 scored runs; pass = every scored run at or above the AU threshold (DLIO's "
+                    "train_au_meet_expectation, which the submission checker requires of each run). Every run is also "
+                    "exported in MLPerf Storage's results layout under mlperf/results/.", floatfmt="{:,.3g}")
 
 
 def _client_check(checked: list[dict]) -> None:

@@ -10,6 +10,7 @@ import numpy as np
 
 from ...core import results
 from ...formats import jpeg, npz, tfrecord
+from . import mlperf
 from .params import MLPERF_DATASET_FACTOR, WORKLOADS, EmulateParams, WorkloadSpec
 
 # Bumped when a format's files change, so older datasets are regenerated rather than reused.
@@ -84,10 +85,14 @@ def generate_dataset(directory: Path, name: str, spec: WorkloadSpec, num_files: 
 
 
 def planned_files(p: EmulateParams, spec: WorkloadSpec) -> int:
-    """Files to generate: num_files, or at least 5 x host memory under the MLPerf rule."""
+    """Files to generate: num_files, or at least 5 x host memory under the MLPerf rule (with mlperf_rules: the
+    rules' formula, which also asks for 500 steps per epoch at the largest accelerator count)."""
     if p.dataset_sizing in ("memory_cap", "fixed"):
         return int(p.num_files)
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if p.mlperf_rules:
+        return max(p.num_files or 0, mlperf.dataset_files(spec.batch_for(p.accelerator_type), p.max_accelerators,
+                                                          p.mlperf_hosts, mem, spec.record_bytes, spec.samples_per_file))
     per_file = spec.samples_per_file * spec.record_bytes
     return max(p.num_files or 0, math.ceil(MLPERF_DATASET_FACTOR * mem / per_file))
 

@@ -22,6 +22,7 @@ from ...core.columns import Column
 from ...kit import runs
 from ...report.headlines import versus_reference
 from .check import client_checks
+from .mlperf import verdicts as mlperf_verdicts
 from .limits import client_cpu_columns, plain_records, supported
 from .plan import measured
 
@@ -99,6 +100,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("client_check", "", "'half CPUs': a client-check re-run (not part of the sweep's answer)", "text"),
     Column("cpus_confined", "", "client check: CPUs the emulator was held to"),
     Column("cpu_confinement", "", "client check: how (cgroup cpuset, cpu.max, or affinity and why)", "text"),
+    Column("mlperf_run", "", "emulate.mlperf_rules: warm-up (left out of every figure) or scored; empty otherwise", "text"),
     Column("cgroup_read_bytes", "bytes", "the run's own device reads (cgroup counters)"),
     Column("cgroup_read_requests", "", "the run's own device read requests"),
     Column("cgroup_read_kib_per_request", "KiB", "mean device request of the run's cgroup"),
@@ -360,9 +362,10 @@ def mlperf_results(frame) -> dict:
     MLPerf Storage / DLIO report I/O as MB/s computed with 2^20 bytes; here the
     key says MiB. AU = compute ÷ wall over the AU window, nothing subtracted, as there.
     """
-    checked = client_checks(frame)
+    checked, rules = client_checks(frame), mlperf_verdicts(frame)
     frame = measured(frame)
     out = {"benchmark": "storagebrief emulate (DLIO / MLPerf Storage style)", "results": [], "client_checks": checked,
+           "mlperf_rules": rules,
            "accelerators_supported": plain_records(supported(frame))}
     for (w, t, n), g in frame.groupby(["workload", "target", "accelerators"]):
         thr = float(g.au_threshold_percent.iloc[0])

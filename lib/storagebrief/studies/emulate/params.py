@@ -7,8 +7,9 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from ...core.config import Strict, sorted_counts
-from ...core.workloads import MLPERF_DATASET_FACTOR, WORKLOADS, WorkloadSpec, merged_spec
-from ...kit.mpi import MpiParams  # the shared `mpi:` section (checkpoint has one too)
+from ...core.workloads import MLPERF_DATASET_FACTOR, WORKLOADS, WorkloadSpec, merged_spec, missing_compute_note
+from ...kit.mpi import MpiParams
+from .mlperf import RUNS  # the shared `mpi:` section (checkpoint has one too)
 
 __all__ = ["MLPERF_DATASET_FACTOR", "WORKLOADS", "WorkloadSpec", "merged_spec", "EmulateParams", "Params"]
 
@@ -82,8 +83,10 @@ class EmulateParams(Strict):
         for name in self.workloads:
             spec = merged_spec(name, self.workload_overrides)
             if self.accelerator_type not in spec.compute_s:
+                why = missing_compute_note(name, self.accelerator_type)
                 raise ValueError(f"workload '{name}' has no compute time for accelerator_type "
-                                 f"'{self.accelerator_type}'; it has {sorted(spec.compute_s)}")
+                                 f"'{self.accelerator_type}'; it has {sorted(spec.compute_s)}"
+                                 + (f" ({why}; give one under emulate.workload_overrides)" if why else ""))
             if self.num_files is not None:
                 per_acc = self.num_files // self.max_accelerators * spec.samples_per_file
                 batch = spec.batch_for(self.accelerator_type)
@@ -109,6 +112,12 @@ class EmulateParams(Strict):
                         f"{MLPERF_DATASET_FACTOR} x memory_limit_mib ({MLPERF_DATASET_FACTOR * cap / 1e6:.0f} MB), "
                         f"so page-cache hits could exceed 20 %; raise num_files to >= {need} or lower "
                         "memory_limit_mib")
+        if self.mlperf_rules and self.repeats != RUNS:
+            raise ValueError(f"mlperf_rules = true needs repeats = {RUNS} (1 warm-up + 5 scored runs, MLPerf Storage "
+                             f"rules 6.6), got repeats = {self.repeats}")
+        if self.mlperf_rules and self.dataset_sizing != "mlperf":
+            raise ValueError(f"mlperf_rules = true needs dataset_sizing = mlperf (the rules size the dataset from "
+                             f"steps and host memory), got dataset_sizing = {self.dataset_sizing}")
         if (self.checkpoint_every_steps > 0) != (self.checkpoint_mib > 0):
             raise ValueError("checkpoints need both checkpoint_every_steps > 0 and checkpoint_mib > 0 "
                              "(or both 0 to disable)")

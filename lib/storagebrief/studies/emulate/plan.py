@@ -42,7 +42,9 @@ class SearchPlan:
 
     def __init__(self, p: EmulateParams, target_names: list[str]):
         self.workloads, self.targets = list(p.workloads), list(target_names)
-        self.searches = {(w, t): Search(p.spec(w).au_threshold_percent, p.repeats, p.search_budget_s, p.search_max)
+        warmup = 1 if p.mlperf_rules else 0       # the rules' warm-up run is not judged
+        self.searches = {(w, t): Search(p.spec(w).au_threshold_percent, p.repeats, p.search_budget_s, p.search_max,
+                                        warmup=warmup)
                          for w in self.workloads for t in self.targets}
         self._w, self._last = 0, -1
         self._out: dict[tuple[str, str], Probe] = {}
@@ -93,10 +95,13 @@ CHECK = "half CPUs"          # the client_check column of a confined run
 
 
 def measured(frame):
-    """The sweep's own rows: the client check's confined re-runs left out (they answer another question)."""
-    if "client_check" not in frame:
-        return frame
-    return frame[frame.client_check.isna() | (frame.client_check.astype(str) == "")]
+    """The sweep's own scored rows: the client check's confined re-runs (they answer another question) and,
+    under emulate.mlperf_rules, each point's warm-up run (mlperf.py) left out."""
+    if "client_check" in frame:
+        frame = frame[frame.client_check.isna() | (frame.client_check.astype(str) == "")]
+    if "mlperf_run" in frame:
+        frame = frame[frame.mlperf_run.astype(str) != "warm-up"]
+    return frame
 
 
 def checks(frame):

@@ -40,7 +40,7 @@ from ...core.sweep import Measurement, Point
 from ...kit.cgroup_io import CgroupIoSampler, cgroup_read_stats
 from ...kit.client_check import CoreBusy
 from ...kit.space import check_space, existing_bytes
-from . import STUDY
+from . import STUDY, mlperf
 from .accelerators import rebase_remote, run_once
 from .dataset import generate_dataset, planned_files, study_description
 from .limits import limited_by
@@ -330,6 +330,8 @@ def run_one(run, config: EmulateConfig) -> Measurement:
     group = cgroup.group
     evict = memory_limit is not None and not cgroup.capped
     cfg = run_config(p, name, data, n, evict, t.study_dir(STUDY.name) / "checkpoints", cgroup.capped)
+    if p.mlperf_rules:
+        cfg["seed"] = p.seed + run.repeat     # the rules: the shuffle seed changes every run
     if FAULT:
         cfg.update(FAULT)
     cgio, cores = CgroupIoSampler(group, t.device, run.params.run.monitor_interval_s), CoreBusy()
@@ -348,7 +350,8 @@ def run_one(run, config: EmulateConfig) -> Measurement:
     row = {**_row(run, config, data, cfg, summary, reads, cgroup), **cgio.summary(), **mem_stats,
            **cores.summary(), "device_read_latency_us_idle": run.sweep.state.idle_latency_us.get(t.name),
            "host_roles": host_roles(per, raw.get("launch_host") or socket.gethostname()),
-           **check_columns(config, confined)}
+           **check_columns(config, confined),
+           "mlperf_run": mlperf.run_kind(run.repeat) if p.mlperf_rules and not config.cpus_confined else None}
     row.update(_limit_columns(run, row))
     row.update(_search_columns(p, config, time.perf_counter() - began))
     ids = {"run_id": run.run_id, "target": t.name, "workload": name, "accelerators": n, "repeat": run.repeat}
@@ -366,6 +369,7 @@ def finish(sweep, frame) -> None:
         shutil.rmtree(t.study_dir(STUDY.name) / "checkpoints", ignore_errors=True)
     ml = mlperf_results(frame)
     results.write_json(sweep.out_dir / "mlperf_results.json", ml)
+    mlperf.export(sweep.out_dir, frame)
     if sweep.state.search is not None:         # the answer from the rows must be the one the search reached
         rows = {(r["workload"], r["target"]): r for r in ml["accelerators_supported"]}
         for (w, t), out in sweep.state.search.outcomes().items():

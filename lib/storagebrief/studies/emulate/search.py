@@ -65,6 +65,7 @@ class Search:
     repeats: int
     budget_s: float
     cap: int
+    warmup: int = 0                      # the first runs of each probe that are not judged (MLPerf's warm-up)
     lo: int = 0                          # largest passing N
     hi: int | None = None                # smallest failing N (storage)
     elapsed_s: float = 0.0
@@ -77,7 +78,7 @@ class Search:
     _pending: Probe | None = None
 
     def __post_init__(self):
-        if self.repeats < 1 or self.cap < 1 or self.budget_s <= 0:
+        if self.repeats <= self.warmup or self.cap < 1 or self.budget_s <= 0:
             raise ValueError(f"search needs repeats >= 1, cap >= 1, budget > 0 (got {self.repeats}, {self.cap}, "
                              f"{self.budget_s})")
         self.probes.append(1)
@@ -111,7 +112,7 @@ class Search:
             self._judge()
 
     def _judge(self) -> None:
-        aus, limits = zip(*self._results)
+        aus, limits = zip(*self._results[self.warmup:])
         verdict = judge(aus, limits, self.threshold)
         self._results = []
         n = self.n
