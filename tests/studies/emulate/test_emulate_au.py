@@ -199,3 +199,27 @@ def test_two_probes_with_two_causes_are_uncertain():
     assert limits.point_cause(["client", "client"]) == "client"
     assert limits.point_cause(["storage", "client"]) in ("uncertain (storage × 1, client × 1)",
                                                          "uncertain (client × 1, storage × 1)")
+
+
+def test_idle_probe_reads_its_own_file_and_leaves_the_page_cache(tmp_path):
+    """O_DIRECT reads drop a file's cached pages: the probe must not read the dataset (run.cold_cache: false)."""
+    import shutil
+    import subprocess
+    from types import SimpleNamespace
+
+    from storagebrief.core import targets as targets_mod
+    from storagebrief.studies.emulate.probe import idle_read_latency_us
+
+    if shutil.which("fincore") is None:
+        pytest.skip("needs fincore (util-linux) to see the page cache")
+    data = tmp_path / "data.bin"
+    data.write_bytes(os.urandom(4 << 20))
+    data.read_bytes()
+    before = subprocess.run(["fincore", "-bno", "RES", str(data)], capture_output=True, text=True).stdout.strip()
+    target = SimpleNamespace(device=targets_mod.resolve_device(tmp_path))
+    if not target.device.name:
+        pytest.skip(f"no block device under {tmp_path}")
+    idle_read_latency_us(target, tmp_path, 65536)
+    after = subprocess.run(["fincore", "-bno", "RES", str(data)], capture_output=True, text=True).stdout.strip()
+    assert after == before and int(after) > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data.bin"]      # the probe file is gone

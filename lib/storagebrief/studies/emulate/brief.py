@@ -384,6 +384,16 @@ def trace_workloads(frame, names: list[str]) -> list[tuple[str, str]]:
     return out
 
 
+def _failing_cause(frame, r) -> str:
+    """'cause at N uncertain (client × 1, storage × 1)' when the first failing count's runs disagree."""
+    if pd.isna(r.first_failing_accelerators) or "limited_by" not in frame:
+        return ""
+    g = frame[(frame.workload == r.workload) & (frame.target == r.target)
+              & (frame.accelerators == int(r.first_failing_accelerators))]
+    cause = point_cause(g.limited_by)
+    return f"cause at {int(r.first_failing_accelerators)} {cause}" if cause.startswith("uncertain") else ""
+
+
 def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
     """Page 1: accelerators supported per workload and target, with what limited it. An answer equal to
     the largest count tested with every count passing is a floor: written "≥ N"."""
@@ -391,7 +401,7 @@ def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
     sup = supported(frame)
     out = []
     for _, r in sup.iterrows():
-        note = answer_note(full, r.workload, r.target)
+        note = "; ".join(x for x in (_failing_cause(frame, r), answer_note(full, r.workload, r.target)) if x)
         note = f"; {note}" if note else ""
         question = f"Accelerators supported, emulated ({r.workload}, AU ≥ {r.au_threshold_percent:g} %)"
         if r.get("searched", False):      # the search's own answer: "N (storage-limited)", "≥ N (…)", client-limited

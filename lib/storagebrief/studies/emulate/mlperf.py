@@ -86,7 +86,7 @@ def summary(r) -> dict:
     return {
         "model": str(r.workload), "accelerator": str(r.accelerator_type), "num_accelerators": int(r.accelerators),
         "num_hosts": int(r.hosts) if "hosts" in r and not _nan(r.hosts) else 1,
-        "num_files_train": int(r.num_files), "epochs": int(r.epochs), "start": str(r.started_at),
+        "num_files_train": int(r.num_files), "epochs": int(r.epochs), "start": str(r.get("started_at", "")),
         "metric": {
             "train_au_percentage": [au],
             "train_au_mean_percentage": au,
@@ -98,7 +98,7 @@ def summary(r) -> dict:
             "train_io_mean_MB_per_second": mib,
             "train_io_stdev_MB_per_second": 0.0,
         },
-        "storagebrief": {"run_id": str(r.run_id), "target": str(r.target), "repeat": int(r["repeat"]),
+        "storagebrief": {"run_id": str(r.get("run_id", "")), "target": str(r.target), "repeat": int(r["repeat"]),
                          "au_threshold_percent": thr, "limited_by": str(r.get("limited_by", "")),
                          "mlperf_run": None if _nan(r.get("mlperf_run")) else str(r.get("mlperf_run")),
                          "au_window": "one window per run (steady-state steps), not per epoch"},
@@ -121,7 +121,7 @@ def export(out_dir: Path, frame) -> list[Path]:
     made = []
     rows = frame[frame.client_check.isna()] if "client_check" in frame else frame
     for _, r in rows.iterrows():
-        base = root / str(r.target) / "training" / str(r.workload) / "run" / _stamp(r.started_at)
+        base = root / str(r.target) / "training" / str(r.workload) / "run" / _stamp(r.get("started_at", ""))
         d, k = base, 1
         while d in made:                  # two runs started within one second
             k += 1
@@ -130,7 +130,7 @@ def export(out_dir: Path, frame) -> list[Path]:
         results.write_json(d / "summary.json", summary(r))
         results.write_json(d / "provenance.json", {
             "tool": "storagebrief", "study": "emulate", "git_commit": inv.get("git_commit", "unknown"),
-            "params_hash": inv.get("params_hash", ""), "run_id": str(r.run_id),
+            "params_hash": inv.get("params_hash", ""), "run_id": str(r.get("run_id", "")),
             "package_git_commit": inv.get("package_git_commit", "")})
         made.append(d)
     return made

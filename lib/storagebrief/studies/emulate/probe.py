@@ -1,38 +1,48 @@
 """The idle device's read latency, measured once per target before the sweep: the figure a run's
 device latency is held against (limits.py: a device whose reads take several times longer is queueing).
 
-O_DIRECT reads of `block` bytes at the start of up to PROBE_READS dataset files, one at a time, with
-the device's own counters (/proc/diskstats) read around them: the mean per device request, the unit
-of the runs' `device_read_latency_us`. Unthrottled: a throttled target's bound is the throttle's.
+A probe file of PROBE_READS blocks of `block` bytes is written and synced in the target's study folder,
+read back block by block with O_DIRECT, one read at a time, with the device's own counters
+(/proc/diskstats) read around the reads: the mean per device request, the unit of the runs'
+`device_read_latency_us`. Its own file: O_DIRECT reads of the dataset would drop the dataset's pages from
+the page cache (measured: 8 MiB cached -> 0 after one 64 KiB O_DIRECT read), changing runs made with
+`run.cold_cache: false`. The file is removed at once. Unthrottled: a throttled target's bound is the throttle's.
 """
 from __future__ import annotations
 
 import mmap
 import os
+from pathlib import Path
 
 from ...core.monitor import snapshot
 
 PROBE_READS = 32
 
 
-def idle_read_latency_us(target, files: list[str], block: int) -> float | None:
+def idle_read_latency_us(target, directory: Path, block: int) -> float | None:
     """Mean device read latency (µs per request) of a few idle O_DIRECT reads; None when not measurable."""
     dev = target.device.name if target.device is not None else None
-    if not dev or not files:
+    if not dev:
         return None
+    path = Path(directory) / ".storagebrief-idle-probe"
     buf = mmap.mmap(-1, block)
-    a = snapshot(dev)
-    for path in files[:PROBE_READS]:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "wb") as fh:
+            fh.write(os.urandom(block) * PROBE_READS)
+            fh.flush()
+            os.fsync(fh.fileno())
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECT", 0))
         try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECT", 0))
-        except OSError:
-            return None                      # no O_DIRECT on this file system: no idle figure
-        try:
-            os.preadv(fd, [buf], 0)
-        except OSError:
-            return None
+            a = snapshot(dev)
+            for k in range(PROBE_READS):
+                os.preadv(fd, [buf], k * block)
+            b = snapshot(dev)
         finally:
             os.close(fd)
-    b = snapshot(dev)
+    except OSError:
+        return None                          # no O_DIRECT on this file system: no idle figure
+    finally:
+        path.unlink(missing_ok=True)
     reads = b.reads - a.reads
     return (b.read_ms - a.read_ms) * 1000 / reads if reads > 0 and b.read_ms > a.read_ms else None

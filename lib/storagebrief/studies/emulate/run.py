@@ -114,8 +114,7 @@ def prepare(sweep) -> None:
                                                         sizes[name], p.seed, sweep.log)
         sample = [Path(f) for f in datasets[(t.name, p.workloads[0])]["files"][:16]]
         targets_mod.check_profile_speed(t, sample)
-    idle = {t.name: idle_read_latency_us(t, datasets[(t.name, p.workloads[0])]["files"], p.read_block_kib * 1024)
-            for t in sweep.targets}
+    idle = {t.name: idle_read_latency_us(t, t.study_dir(STUDY.name), p.read_block_kib * 1024) for t in sweep.targets}
     memory_limit = p.memory_limit_mib * 2**20 if p.dataset_sizing == "memory_cap" and not p.odirect else None
     sweep.state = EmulateState(datasets=datasets, memory_limit=memory_limit, idle_latency_us=idle)
     sweep.out_dir.mkdir(parents=True, exist_ok=True)
