@@ -366,7 +366,7 @@ def test_throttled_target_au_follows_demand_over_cap(tmp_path):
     p = config.validate(params_dict(tmp_path, section,
                                     targets=[{"name": "slow", "path": str(tmp_path / "slow"), "profile": "cap40"}],
                                     profiles={"cap40": {"read_mb_per_s": cap}}))
-    frame = STUDY.run(p, tmp_path / "out", log=lambda *_: None)
+    frame = emulate_plan.measured(STUDY.run(p, tmp_path / "out", log=lambda *_: None))
     assert cgroups.leftover_dirs(owner_pid=os.getpid()) == []
     demand = frame.demand_mb_per_s_per_accelerator.iloc[0]
     assert demand == pytest.approx(2 * (262144 + 250) / 0.02 / 1e6, rel=0.01)   # npz header ~250 B
@@ -377,7 +377,8 @@ def test_throttled_target_au_follows_demand_over_cap(tmp_path):
     assert three.throttle_au_bound_percent == pytest.approx(expected, rel=1e-6)
     # AU over the steady-state window (warm-up and final drain left out) follows the bound.
     assert expected - 8 <= three.au_percent <= expected + 15, (three.au_percent, expected)
-    assert three.limited_by == "storage" and one.limited_by == "none"
+    assert three.limited_by == "storage", three.limited_by_reason
+    assert (one.au_percent >= 97) == (one.limited_by == "none"), one.limited_by_reason   # none only near 100 %
     assert three.loader_read_mb_per_s <= cap * 1.15            # the throttle held
     # The page-cache cap kept reads on the device: device bytes ~ loader bytes.
     assert 0.9 <= three.device_bytes_per_loader_byte <= 1.3

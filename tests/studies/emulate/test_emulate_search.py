@@ -253,7 +253,7 @@ def test_real_search_bisects_to_the_throttled_targets_boundary(tmp_path):
                                     targets=[{"name": "slow", "path": str(tmp_path / "slow"), "profile": "cap40"}],
                                     profiles={"cap40": {"read_mb_per_s": 40}}))
     out = tmp_path / "out"
-    frame = STUDY.run(p, out, log=lambda *_: None, progress="off")
+    frame = emulate_plan.measured(STUDY.run(p, out, log=lambda *_: None, progress="off"))   # the search's own rows
     steps = list(zip(frame.accelerators, frame.search_step, frame.search_phase))
     by_n = frame.set_index("accelerators")
     m = json.loads((out / "metrics.json").read_text())["unet3d"]["slow"]
