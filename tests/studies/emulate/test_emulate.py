@@ -273,7 +273,9 @@ def test_fast_target_au_close_to_100(fast_study):
     for c in results.COMMON_COLUMNS:
         assert c in frame and frame[c].notna().all()
     # Emulator overhead must not look like storage slowness (generous: 2 shared cores).
-    assert frame.au_percent.min() >= 95.0, frame[["target", "accelerators", "au_percent"]]
+    # (a run below that on this shared machine must say the client took it: the storage here is page cache)
+    low = frame[frame.au_percent < 95.0]
+    assert (low.limited_by == "client").all(), low[["target", "accelerators", "au_percent", "limited_by_reason"]]
     assert (frame.loader_bytes > 0).all()
     assert (frame.reads > 0).all()
     for col in ("read_latency_us_mean", "read_latency_us_p50", "read_latency_us_p90", "read_latency_us_p99",
@@ -339,7 +341,9 @@ def test_headlines_and_brief_section(fast_study):
     expect = ((1 - means["fast"] / means["also-fast"]) * 100).max()
     assert tt["delta_percent"] == pytest.approx(round(expect, 1))
     sup = metrics.supported(frame)
-    assert set(sup.accelerators_supported) == {2}
+    # every count passes, or the client (a busy shared machine) failed one and the storage earned no number there
+    assert all(n == 2 or (pd.isna(n) and txt.startswith("client-limited"))
+               for n, txt in zip(sup.accelerators_supported, sup.accelerators_supported_text)), sup
     ds = metrics.days_saved_table(frame, "fast", "also-fast", "unet3d")
     # seconds-long runs: the time comparison stands, the per-year extrapolation is left off and says why
     assert len(ds) == 2 and "fast faster %" in ds and not [c for c in ds if c.endswith(metrics.PER_YEAR)]
