@@ -208,7 +208,7 @@ def test_idle_probe_reads_its_own_file_and_leaves_the_page_cache(tmp_path):
     from types import SimpleNamespace
 
     from storagebrief.core import targets as targets_mod
-    from storagebrief.studies.emulate.probe import idle_read_latency_us
+    from storagebrief.studies.emulate.run import idle_read_latency_us
 
     if shutil.which("fincore") is None:
         pytest.skip("needs fincore (util-linux) to see the page cache")

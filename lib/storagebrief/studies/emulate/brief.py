@@ -10,8 +10,7 @@ import pandas as pd
 from ...kit.figures import metric_vs
 from ...kit.files import read_csv_or_none, read_json_or
 from ...report.display import analysis, fmt_s, show_figure, show_md, show_table, style, target_colors
-from .check import answer_note, client_checks
-from .limits import MARGIN_POINTS, judge, point_cause
+from .limits import MARGIN_POINTS, answer_note, client_checks, judge, point_cause
 from .mlperf import verdicts as mlperf_verdicts
 from .plan import measured
 from .metrics import (LAT_BINS_PER_DECADE, days_saved_table, drive_columns, extrapolation_refused, figures,

@@ -35,6 +35,8 @@ import math
 
 import pandas as pd
 
+from ...kit.client_check import sensitivity, verdict_text
+
 CPU_SATURATED_PERCENT = 90.0    # busier than this = no CPU headroom
 CORE_SATURATED_PERCENT = 95.0   # one core this busy queues whatever runs on it
 MARGIN_POINTS = 3.0             # AU this close to its bound lost nothing measurable
@@ -223,3 +225,39 @@ def outcome_text(answer: int | None, limited_by: str, first_fail: int | None, el
         return f"≥ {answer} (search cap: emulate.search_max)"
     fails = f"; fails at {first_fail}" if first_fail is not None else ""
     return f"≥ {answer} (search budget reached after {elapsed_s:.0f} s{fails})"
+
+
+# --------------------------------------------------------------------------- client check (kit/client_check.py)
+# Each confined re-run against the same point's own repeats: a move beyond the repeats' spread makes the
+# point client-bound.
+FIGURES = ("au_percent", "samples_per_s")
+
+
+def client_checks(frame) -> list[dict]:
+    """Per workload, target and N that was re-run confined: the verdict, the figures and one sentence."""
+    from .plan import checks, measured      # plan imports this module (judge)
+
+    out = []
+    conf = checks(frame)
+    base = measured(frame)
+    for (w, t, n), g in conf.groupby(["workload", "target", "accelerators"], sort=False):
+        b = base[(base.workload == w) & (base.target == t) & (base.accelerators == n)]
+        if b.empty:
+            continue
+        res = sensitivity({k: list(b[k]) for k in FIGURES}, {k: list(g[k]) for k in FIGURES})
+        cpus, of = int(g.cpus_confined.iloc[0]), int(b.client_cores.max()) if "client_cores" in b else 0
+        out.append({"workload": w, "target": t, "accelerators": int(n), "client_bound": res["client_bound"],
+                    "cpus_confined": cpus, "cpus_all": of, "confinement": str(g.cpu_confinement.iloc[0]),
+                    "repeats": len(b), "confined_runs": len(g), "figures": res["figures"],
+                    "text": verdict_text(res, cpus, of, f"{t}, {w} at N = {int(n)}")})
+    return out
+
+
+def answer_note(frame, workload: str, target: str) -> str:
+    """What page 1 says next to the answer: the check's verdict on this workload and target, or ''."""
+    for c in client_checks(frame):
+        if c["workload"] == workload and c["target"] == target:
+            return (f"client check at N = {c['accelerators']} on {c['cpus_confined']} of {c['cpus_all']} CPUs: "
+                    + ("client-bound (AU or samples/s moved beyond the repeats' spread)" if c["client_bound"]
+                       else "not client-sensitive"))
+    return ""

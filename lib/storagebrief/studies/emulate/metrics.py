@@ -21,9 +21,8 @@ import pandas as pd
 from ...core.columns import Column
 from ...kit import runs
 from ...report.headlines import versus_reference
-from .check import client_checks
 from .mlperf import verdicts as mlperf_verdicts
-from .limits import client_cpu_columns, plain_records, supported
+from .limits import client_checks, client_cpu_columns, plain_records, supported
 from .plan import measured
 
 LAT_BINS_PER_DECADE = 20
