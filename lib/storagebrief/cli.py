@@ -83,7 +83,8 @@ def _doctor(args) -> int:
         from .core.leftovers import remove_leftovers
         print("\n".join(remove_leftovers()) or "no leftovers of killed storagebrief runs (cgroups, processes, "
                                                 "tracefs instances, temporary folders)")
-    print("\n".join(doctor_lines()))
+    from .studies.transfer_sweep.gpu import doctor_line as gpu_line
+    print("\n".join(doctor_lines() + [f"{'GPU ':.<23} {gpu_line()}"]))
     return 0
 
 

@@ -190,3 +190,18 @@ def test_doctor_line_without_gpu(monkeypatch):
     monkeypatch.setattr(gpu, "driver_facts", lambda: {})
     line = gpu.doctor_line()
     assert line.startswith("no CUDA GPU") and "libcufile" in line
+
+
+def test_make_gpu_skips_with_a_reason_without_a_gpu(monkeypatch, capsys):
+    from storagebrief.studies.transfer_sweep import gpu_setup
+    monkeypatch.setattr(gpu, "driver_facts", lambda: {})
+    assert gpu_setup.main(["extra"]) == gpu_setup.SKIP
+    assert "no CUDA GPU visible" in capsys.readouterr().err
+    monkeypatch.setattr(gpu, "driver_facts", lambda: {"gpus": ["GPU 0: H200"], "driver_cuda_version": "13.0"})
+    assert gpu_setup.main(["extra"]) == 0 and capsys.readouterr().out.strip() == "gpu-cu13"
+    monkeypatch.setattr(gpu, "driver_facts", lambda: {"gpus": ["GPU 0: old"], "driver_cuda_version": "11.8"})
+    assert gpu_setup.main(["extra"]) == gpu_setup.SKIP and "11.8" in capsys.readouterr().err
+    monkeypatch.setenv("CUDA_HOME", "/nonexistent-cuda")
+    monkeypatch.setattr(gpu_setup.glob, "glob", lambda pattern: [])
+    assert gpu_setup.main(["cuda-root"]) == gpu_setup.SKIP and "cufile.h" in capsys.readouterr().err
+    assert gpu_setup.main(["what"]) == 2
