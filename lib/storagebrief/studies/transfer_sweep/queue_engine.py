@@ -65,6 +65,8 @@ class Counters:
     def __post_init__(self):
         self.per_slot_completed = [0] * self.queue_depth
         self._lock = threading.Lock()
+        self.hist = np.zeros(PLAT_NR, dtype=np.int64)      # measured requests' latencies, fio's buckets
+        self.sums = {"n": 0, "ns": 0, "min": None, "max": 0, "bytes": 0, "ramp_bytes": 0}
 
     def _advance(self, now: float) -> None:
         if self._measuring:
@@ -78,12 +80,23 @@ class Counters:
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
 
-    def complete(self, slot: int) -> None:
+    def complete(self, slot: int, ns: int, nbytes: int) -> None:
+        """One request done after `ns`: counted, and binned when the window is measuring (one lock)."""
         with self._lock:
             self._advance(time.perf_counter())
             self.completed += 1
             self.in_flight -= 1
             self.per_slot_completed[slot] += 1
+            s = self.sums
+            if not self._measuring:
+                s["ramp_bytes"] += nbytes
+                return
+            self.hist[plat_index(ns)] += 1
+            s["n"] += 1
+            s["ns"] += ns
+            s["bytes"] += nbytes
+            s["min"] = ns if s["min"] is None or ns < s["min"] else s["min"]
+            s["max"] = ns if ns > s["max"] else s["max"]
 
     def measuring(self, on: bool) -> None:
         with self._lock:
@@ -108,39 +121,34 @@ def run_queue(read_one: Callable[[int, int], None], qd: int, block_bytes: int, f
     if blocks < 1:
         raise ValueError(f"file of {file_bytes} bytes holds no block of {block_bytes} bytes")
     c = Counters(qd)
-    hist = np.zeros(PLAT_NR, dtype=np.int64)
-    sums = {"n": 0, "ns": 0, "min": None, "max": 0, "bytes": 0, "ramp_bytes": 0}
-    lock = threading.Lock()
     errors: list[BaseException] = []
     start = threading.Barrier(qd + 1)
-    state = {"stop": False, "measure": False}
+    state = {"stop": False}
+
+    def offsets(slot: int):
+        """This slot's offsets: random blocks drawn in chunks (a draw per request costs more than a read of
+        cached data), or sequential blocks interleaved over the slots."""
+        if sequential:
+            k = slot
+            while True:
+                yield (k % blocks) * block_bytes
+                k += qd
+        rng = np.random.default_rng([seed, slot])
+        while True:
+            yield from (rng.integers(blocks, size=4096) * block_bytes).tolist()
 
     def slot_loop(slot: int) -> None:
-        rng = np.random.default_rng([seed, slot])
-        nxt = slot
+        offs = offsets(slot)
         c.issue()                          # the first request of every slot counts before any runs
         start.wait()
         try:
-            while True:
-                off = (nxt % blocks if sequential else int(rng.integers(blocks))) * block_bytes
-                nxt += qd
+            for off in offs:
                 t0 = time.perf_counter_ns()
                 read_one(slot, off)
                 ns = time.perf_counter_ns() - t0
-                measured = state["measure"]
-                c.complete(slot)
+                c.complete(slot, ns, block_bytes)
                 if on_complete is not None:
                     on_complete(slot, ns)
-                with lock:
-                    if measured:
-                        hist[plat_index(ns)] += 1
-                        sums["n"] += 1
-                        sums["ns"] += ns
-                        sums["bytes"] += block_bytes
-                        sums["min"] = ns if sums["min"] is None else min(sums["min"], ns)
-                        sums["max"] = max(sums["max"], ns)
-                    else:
-                        sums["ramp_bytes"] += block_bytes
                 if state["stop"]:
                     return
                 c.issue()                  # the completed slot is refilled at once: the queue stays full
@@ -153,26 +161,23 @@ def run_queue(read_one: Callable[[int, int], None], qd: int, block_bytes: int, f
         t.start()
     start.wait()
     time.sleep(ramp_s) if ramp_s > 0 else None      # the ramp: requests run, nothing is counted
-    with lock:
-        state["measure"] = True
-        c.measuring(True)
-        cpu0, t0 = cpu_seconds(), time.perf_counter()
+    c.measuring(True)
+    cpu0, t0 = cpu_seconds(), time.perf_counter()
     deadline = t0 + runtime_s
     while not state["stop"] and time.perf_counter() < deadline:
         time.sleep(min(0.05, max(0.0, deadline - time.perf_counter())))
-    with lock:
-        state["measure"] = False
-        c.measuring(False)
-        cpu1, elapsed = cpu_seconds(), time.perf_counter() - t0
+    c.measuring(False)
+    cpu1, elapsed = cpu_seconds(), time.perf_counter() - t0
     state["stop"] = True
     for t in threads:
         t.join()
     if errors:
         raise errors[0]
-    return _result(c, hist, sums, elapsed, cpu1 - cpu0, qd)
+    return _result(c, elapsed, cpu1 - cpu0, qd)
 
 
-def _result(c: Counters, hist: np.ndarray, sums: dict, elapsed: float, cpu_s: float, qd: int) -> dict:
+def _result(c: Counters, elapsed: float, cpu_s: float, qd: int) -> dict:
+    hist, sums = c.hist, c.sums
     n = sums["n"]
     bins = {plat_value(int(i)): int(hist[i]) for i in np.nonzero(hist)[0]}
     return {
