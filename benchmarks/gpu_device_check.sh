@@ -43,7 +43,6 @@ transfer_sweep:
   file_mib: 4096
   gpu: auto
 EOF
-cp dvc.yaml "$OUT_DIR/" 2>/dev/null
 timeout 420 $PY -m storagebrief.cli transfer-sweep --params "$OUT_DIR/params.yaml" --out "$OUT_DIR/sweep" --progress lines \
   2>&1 | tail -5 | tee -a "$OUT_DIR/check.log"
 $PY - "$OUT_DIR/sweep" <<'EOF' | tee -a "$OUT_DIR/check.log"
