@@ -205,3 +205,40 @@ def test_make_gpu_skips_with_a_reason_without_a_gpu(monkeypatch, capsys):
     monkeypatch.setattr(gpu_setup.glob, "glob", lambda pattern: [])
     assert gpu_setup.main(["cuda-root"]) == gpu_setup.SKIP and "cufile.h" in capsys.readouterr().err
     assert gpu_setup.main(["what"]) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+@pytest.mark.skipif(fio.fio_binary() is None, reason="fio is not installed")
+def test_sweep_runs_a_gpu_path_end_to_end_on_the_stand_in(tmp_path, monkeypatch):
+    """The study's own glue (plan, worker in the run's scope, row, bins beside fio's JSON, points, brief) with the
+    GPU worker on its host stand-in: every column declared, depth and CPU recorded on every path."""
+    import yaml
+    from storagebrief import studies
+    from storagebrief.core import columns, config
+    from storagebrief.studies.transfer_sweep import metrics
+    monkeypatch.setenv("PYTHONPATH", str(REPO / "lib"))
+    monkeypatch.setattr(gpu, "detect", lambda: {"available": True, "reason": "", "gpus": ["GPU 0: stand-in"],
+                                                "kvikio_gds_available": False})
+    monkeypatch.setattr(gpu, "planned", lambda info, libcufile: ["stand-in"])
+    monkeypatch.setattr(gpu, "OURS", (*gpu.OURS, "stand-in"))
+    f = tmp_path / "params.yaml"
+    f.write_text(yaml.safe_dump({"targets": [{"name": "a", "path": str(tmp_path / "a")}], "transfer_sweep": {
+        "block_sizes": ["4k", "64k"], "queue_depths": [4], "repeats": 2, "file_mib": 8, "runtime_s": 0.3,
+        "ramp_time_s": 0.05, "loads": ["idle"], "forecast": {"emulate_dir": "/nonexistent"}}}))
+    out = tmp_path / "out"
+    studies.get("transfer_sweep").run(config.load(f), out, log=lambda *_: None, progress="off")
+    runs = pd.read_csv(out / "runs.csv")
+    assert columns.undeclared(runs.columns, columns.ENGINE_COLUMNS, columns.MONITOR_COLUMNS, metrics.COLUMNS) == []
+    g = runs[runs.path == "stand-in"]
+    assert len(g) == 4 and (g.max_in_flight == 4).all() and (g.kvikio_nthreads == 4).all()
+    assert (g.requests_issued == g.requests_completed).all() and (g.slots_used == 4).all()
+    assert runs.cpu_cores_per_gb_per_s.gt(0).all() and runs.tree_cpu_s.gt(0).all()      # every path, fio's too
+    pts = pd.read_csv(out / "points.csv")
+    sp = pts[pts.path == "stand-in"]
+    assert len(sp) == 2 and sp.clat_us_p99_merged.notna().all() and (sp.repeats == 2).all()
+    said = []
+    monkeypatch.setattr(gpu_brief, "show_md", said.append)
+    monkeypatch.setattr(gpu_brief, "show_table", lambda *a, **k: None)
+    gpu_brief.section(json.loads((out / "study.json").read_text()), pts)
+    assert any("GDS unavailable on this machine: legacy measured" in s for s in said)
