@@ -10,6 +10,7 @@
 
 Every round's figure is printed, then the median and range of the ratio. Run it on a quiet machine.
 Usage: python benchmarks/gpu_vs_fio.py [--dir DIR] [--rounds 3] [--runtime 1.0] [--sizes 4k,128k,1m] [--qds 1,8,32]
+       [--file-mib 512]
 """
 from __future__ import annotations
 
@@ -26,13 +27,13 @@ from storagebrief.studies.transfer_sweep.params import parse_size, size_label
 FILE_MIB = 512
 
 
-def _file(d: Path) -> Path:
+def _file(d: Path, mib: int = FILE_MIB) -> Path:
     f = d / "gpu_bench.bin"
-    if not f.exists() or f.stat().st_size != FILE_MIB << 20:
+    if not f.exists() or f.stat().st_size != mib << 20:
         rng = np.random.default_rng(0)
         with open(f, "wb") as out:
-            for _ in range(FILE_MIB // 16):
-                out.write(rng.integers(0, 256, 16 << 20, dtype=np.uint8).tobytes())
+            for _ in range(mib):
+                out.write(rng.integers(0, 256, 1 << 20, dtype=np.uint8).tobytes())
     return f
 
 
@@ -79,11 +80,12 @@ def main() -> None:
     ap.add_argument("--runtime", type=float, default=1.0, help="measured seconds per side per round")
     ap.add_argument("--sizes", default="4k,128k,1m")
     ap.add_argument("--qds", default="1,8,32")
+    ap.add_argument("--file-mib", type=int, default=FILE_MIB, help="size of the test file (MiB)")
     a = ap.parse_args()
     sizes = [parse_size(s) for s in a.sizes.split(",")]
     qds = [int(q) for q in a.qds.split(",")]
     with tempfile.TemporaryDirectory(dir=a.dir or "/var/tmp") as d:
-        f = _file(Path(a.dir) if a.dir else Path(d))
+        f = _file(Path(a.dir) if a.dir else Path(d), a.file_mib)
         print("1. host side: our queue engine (stand-in: pread + host copy) ÷ fio psync, numjobs = QD")
         compare(f, Path(d), [("stand-in", None)], sizes, qds, a.rounds, a.runtime)
         info = gpu.detect()

@@ -242,3 +242,17 @@ def test_sweep_runs_a_gpu_path_end_to_end_on_the_stand_in(tmp_path, monkeypatch)
     monkeypatch.setattr(gpu_brief, "show_table", lambda *a, **k: None)
     gpu_brief.section(json.loads((out / "study.json").read_text()), pts)
     assert any("GDS unavailable on this machine: legacy measured" in s for s in said)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(fio.fio_binary() is None, reason="fio is not installed")
+def test_gpu_vs_fio_benchmark_prints_ratios_or_says_what_it_needs(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(REPO / "lib")}
+    res = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_vs_fio.py"), "--dir", str(tmp_path),
+                          "--sizes", "64k", "--qds", "2", "--rounds", "2", "--runtime", "0.3", "--file-mib", "16"],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    line = next(ln for ln in res.stdout.splitlines() if "stand-in ÷ psync" in ln)
+    assert "64K QD2" in line and len(line.split()[-2:]) == 2          # two rounds' figures, then median (range)
+    part2 = res.stdout.split("2. GPU")[1]
+    assert gpu.detect()["available"] or "not run: no CUDA GPU visible" in part2
