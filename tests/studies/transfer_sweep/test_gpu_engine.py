@@ -256,3 +256,24 @@ def test_gpu_vs_fio_benchmark_prints_ratios_or_says_what_it_needs(tmp_path):
     assert "64K QD2" in line and len(line.split()[-2:]) == 2          # two rounds' figures, then median (range)
     part2 = res.stdout.split("2. GPU")[1]
     assert gpu.detect()["available"] or "not run: no CUDA GPU visible" in part2
+
+
+def test_detect_and_doctor_read_the_driver_and_name_the_wheels_it_needs(tmp_path, monkeypatch):
+    """A GPU whose driver speaks CUDA 13 but no kvikio/cupy: the reason names the cu13 wheels (nvidia-smi faked)."""
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\nif [ \"$1\" = -L ]; then echo 'GPU 0: NVIDIA H200 (UUID: GPU-x)'; else\n"
+                   "echo '| NVIDIA-SMI 580.65.06   Driver Version: 580.65.06   CUDA Version: 13.0 |'; fi\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    facts = gpu.driver_facts()
+    assert facts == {"gpus": ["GPU 0: NVIDIA H200 (UUID: GPU-x)"], "driver_cuda_version": "13.0",
+                     "driver_version": "580.65.06"}
+    try:
+        import kvikio  # noqa: F401
+        pytest.skip("kvikio is installed here: the missing-wheels reason cannot be shown")
+    except ImportError:
+        pass
+    info = gpu.detect()
+    assert info["available"] is False and "kvikio-cu13 + cupy-cuda13x" in info["reason"]
+    line = gpu.doctor_line()
+    assert line.startswith("1 GPU(s), driver CUDA 13.0;") and "make gpu" in line
