@@ -22,7 +22,7 @@ KAFKA_LIB := .kafka/lib
 
 NOTEBOOKS := $(patsubst %.py,%.ipynb,$(wildcard notebooks/[0-9]*_*.py notebooks/brief.py))
 
-.PHONY: study test env system-deps kafka doctor brief notebooks lab clean-data clean hosts test-hosts-deps
+.PHONY: study test env system-deps kafka doctor gpu brief notebooks lab clean-data clean hosts test-hosts-deps
 
 study: env kafka
 	@if [ "$(SCALE)" = "paper" ]; then dvc exp run -S scale=paper; else dvc repro; fi
@@ -105,6 +105,35 @@ $(KAFKA_LIB)/.installed: $(KAFKA_POM)
 doctor: env
 	storagebrief doctor
 
+# The transfer sweep's GPU path (optional; skipped with the reason where there is no GPU): the gpu extra for the
+# driver's CUDA major (gpu-cu12 or gpu-cu13: kvikio + cupy wheels), then, where CUDA's headers and libcufile are
+# present, fio built with --enable-libcufile from Debian's fio source package into $(TOOLS)/bin/fio (fio's libcufile
+# engine: the reference tool the GPU path is compared with). `apt-get source` needs a deb-src entry in apt's sources.
+TOOLS := .tools
+gpu: env
+	@extra=$$($(BIN)/python -m storagebrief.studies.transfer_sweep.gpu_setup extra); rc=$$?; \
+	if [ $$rc = 3 ]; then echo "make gpu: skipped"; exit 0; elif [ $$rc != 0 ]; then exit $$rc; fi; \
+	echo "installing storagebrief[$$extra]"; \
+	$(BIN)/python -m uv pip install -q --compile-bytecode --python $(BIN)/python -e ".[mpi,$$extra]" && \
+	$(MAKE) --no-print-directory $(TOOLS)/bin/fio
+
+$(TOOLS)/bin/fio:
+	@cuda=$$($(BIN)/python -m storagebrief.studies.transfer_sweep.gpu_setup cuda-root) || { echo "make gpu: fio with libcufile not built"; exit 0; }; \
+	lib=$$cuda/lib; [ -d $$cuda/lib64 ] && lib=$$cuda/lib64; \
+	command -v dpkg-source >/dev/null || { echo "make gpu: apt-get source needs dpkg-dev (sudo apt-get install -y dpkg-dev)"; exit 1; }; \
+	mkdir -p $(TOOLS)/src && cd $(TOOLS)/src && \
+	if ! ls -d fio-*/ >/dev/null 2>&1 && ! apt-get source -qq fio; then \
+	  echo "make gpu: 'apt-get source fio' failed: no deb-src entry is configured. Add one (Debian 12: 'Types: deb deb-src' in"; \
+	  echo "  /etc/apt/sources.list.d/debian.sources, or a 'deb-src http://deb.debian.org/debian bookworm main' line), run"; \
+	  echo "  'sudo apt-get update' and 'make gpu' again; or unpack fio's release source (github.com/axboe/fio) into $(TOOLS)/src/fio-<version>/"; \
+	  exit 1; \
+	fi; \
+	src=$$(ls -d fio-*/ | head -1) && cd $$src && \
+	./configure --enable-libcufile --extra-cflags="-I$$cuda/include" >/dev/null && \
+	$(MAKE) -s -j$$(nproc) LDFLAGS="-L$$lib -Wl,-rpath,$$lib" fio >/dev/null && \
+	mkdir -p $(CURDIR)/$(TOOLS)/bin && cp fio $(CURDIR)/$(TOOLS)/bin/fio && \
+	$(CURDIR)/$(TOOLS)/bin/fio --enghelp | grep -qx '[[:space:]]*libcufile' && echo "built $(TOOLS)/bin/fio with libcufile"
+
 # JupyterLab on this project (as root Jupyter wants --allow-root; a user needs nothing extra).
 lab: env
 	jupyter lab $$([ "$$(id -u)" = 0 ] && echo --allow-root)
@@ -117,4 +146,4 @@ clean-data:
 
 clean: clean-data
 	@# the pipeline's outputs only: interactive runs (reports/runs/) and your notebooks' outputs stay
-	rm -rf $(VENV) .kafka reports/brief.* $(filter-out reports/runs/ reports/test-artifacts/,$(wildcard reports/*/))
+	rm -rf $(VENV) .kafka .tools reports/brief.* $(filter-out reports/runs/ reports/test-artifacts/,$(wildcard reports/*/))

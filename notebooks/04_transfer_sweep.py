@@ -9,7 +9,7 @@
 # %% [markdown]
 # # 04 — Transfer size × queue depth, idle vs busy (fio)
 #
-# Reproduces *The Micron 9400 NVMe SSD Performance With NVIDIA Magnum IO GPUDirect Storage Platform* (2023): 4 KB, 128 KB and 1024 KB reads at doubling queue depths, every point a (throughput, latency) pair drawn as one curve per transfer size with the dots labelled by queue depth; an idle system against a busy one (a measured CPU + memory-bandwidth load, the seed's "emulated AI preprocessing"); and two storage targets on the busy system. The GPU path (GDS vs the legacy bounce buffer) runs only where a CUDA GPU and `storagebrief[gpu]` are present; otherwise the section says so.
+# Reproduces *The Micron 9400 NVMe SSD Performance With NVIDIA Magnum IO GPUDirect Storage Platform* (2023): 4 KB, 128 KB and 1024 KB reads at doubling queue depths, every point a (throughput, latency) pair drawn as one curve per transfer size with the dots labelled by queue depth; an idle system against a busy one (a measured CPU + memory-bandwidth load, the seed's "emulated AI preprocessing"); and two storage targets on the busy system. The GPU path (GDS vs the legacy bounce buffer) runs only where a CUDA GPU and the wheels `make gpu` installs are present; otherwise the section says so.
 #
 # From the curves it forecasts how many accelerators each target can feed for a training workload of the MLPerf Storage catalogue, beside the emulate study's measured answer when that ran.
 #
@@ -32,7 +32,7 @@ transfer_sweep = {
     'file_mib': 256,  # preconditioned file per target (fully written)
     'loads': ['idle', 'busy'],
     'busy': {'tool': 'stress-ng', 'cpu_percent': 86, 'memory_bandwidth_percent': 50, 'peak_seconds': 2.0, 'calibrate_seconds': 1.0, 'settle_s': 0.2},
-    'gpu': 'auto',  # auto: kvikio GPU path when a CUDA GPU and storagebrief[gpu] are present
+    'gpu': 'auto',  # auto: GPU paths (gds, legacy) when a CUDA GPU and `make gpu`'s wheels are present
     'forecast': {'workloads': ['unet3d'], 'accelerator_type': 'v100', 'workload_overrides': {'unet3d': {'record_bytes': 500000, 'record_bytes_stdev': 233000, 'compute_s': {'v100': 0.04}}}, 'request_kib': 1024, 'emulate_dir': 'reports/emulate'},
 }
 targets = None     # None: params.yaml's targets; or a list like params.yaml's (name, path, profile)

@@ -64,6 +64,18 @@ def _parser() -> argparse.ArgumentParser:
     dv = sub.add_parser("dvc-stages", help="check (or --write) that dvc.yaml holds the stages the studies "
                                            "registry implies")
     dv.add_argument("--write", action="store_true", help="rewrite dvc.yaml from the registry")
+    ca = sub.add_parser("calibrate-accelerator", help="time a catalogue workload's training step on this machine's "
+                        "accelerator and store it as a new accelerator_type (e.g. h200-measured, cpu-measured)")
+    ca.add_argument("--workload", default="resnet50", help="catalogue workload to time (resnet50)")
+    ca.add_argument("--batch-size", type=int, default=None, help="batch (default: the workload's catalogue batch)")
+    ca.add_argument("--steps", type=int, default=10, help="timed steps (the median is stored)")
+    ca.add_argument("--warmup", type=int, default=2, help="untimed steps first")
+    ca.add_argument("--image-size", type=int, default=None,
+                    help="smaller square input for a quick try (stored as reduced_input: not the workload's)")
+    ca.add_argument("--framework", default="auto", help="auto | tensorflow | pytorch")
+    ca.add_argument("--name", default=None, help="accelerator_type to write (default: <gpu>-measured or cpu-measured)")
+    ca.add_argument("--store", default=None, help="file to write (default: $STORAGEBRIEF_ACCELERATORS or the "
+                                                  "project's accelerators.yaml)")
     vp = sub.add_parser("validate", help="check params.yaml (and overrides) without running anything")
     vp.add_argument("--params", default=None, help=PARAMS_HELP)
     vp.add_argument("-S", "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
@@ -83,7 +95,8 @@ def _doctor(args) -> int:
         from .core.leftovers import remove_leftovers
         print("\n".join(remove_leftovers()) or "no leftovers of killed storagebrief runs (cgroups, processes, "
                                                 "tracefs instances, temporary folders)")
-    print("\n".join(doctor_lines()))
+    from .studies.transfer_sweep.gpu import doctor_line as gpu_line
+    print("\n".join(doctor_lines() + [f"{'GPU ':.<23} {gpu_line()}"]))
     return 0
 
 
@@ -157,7 +170,26 @@ def _study(args) -> int:
     return 0
 
 
-COMMANDS = {"doctor": _doctor, "characterize": _characterize, "notebooks": _notebooks,
+def _calibrate(args) -> int:
+    from .core import measured_accelerators as store
+    from .core.workloads import WORKLOADS
+    from .kit import calibrate
+    batch = args.batch_size or WORKLOADS.get(args.workload, {}).get("batch_size", 1)
+    calibrate.check(args.workload, batch, args.steps, args.warmup, args.image_size, args.framework)
+    path = Path(args.store) if args.store else store.store_path()
+    if path is None:
+        raise config.ParamsError("calibrate-accelerator: no project here (params.yaml + dvc.yaml) and no --store or "
+                                 f"${store.ENV}: say where to write the measured accelerator")
+    entry = calibrate.measure(args.workload, batch, args.steps, args.warmup, args.image_size, args.framework)
+    name = args.name or calibrate.default_name(entry["device"], entry["device_name"])
+    store.save(entry, name, args.workload, path)
+    print(f"{name}: {args.workload} {entry['compute_s']:.4f} s per batch of {batch} ({entry['samples_per_s']:,.1f} "
+          f"samples/s; steps {entry['step_s_min']:.4f}-{entry['step_s_max']:.4f} s) on {entry['device_name']} "
+          f"({entry['device']}) -> {path}; use accelerator_type: {name}")
+    return 0
+
+
+COMMANDS = {"calibrate-accelerator": _calibrate, "doctor": _doctor, "characterize": _characterize, "notebooks": _notebooks,
             "dvc-stages": _dvc_stages, "validate": _validate, "brief": _brief}
 
 

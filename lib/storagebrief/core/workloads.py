@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import Field, ValidationError, field_validator
 
 from .config import Strict, explain_error
+from .measured_accelerators import with_measured
 
 MLPERF_DATASET_FACTOR = 5    # dataset >= 5 x memory available to the run
 
@@ -116,6 +117,7 @@ def missing_compute_note(name: str, accelerator: str) -> str:
 def merged_spec(name: str, overrides: dict[str, dict]) -> WorkloadSpec:
     """Built-in reference values with the user's overrides on top (or a new workload)."""
     base = dict(WORKLOADS.get(name, {}))
+    base = with_measured(name, base)        # + accelerators measured here (calibrate-accelerator)
     extra = overrides.get(name) or {}
     for k, v in extra.items():
         if isinstance(v, dict) and isinstance(base.get(k), dict):

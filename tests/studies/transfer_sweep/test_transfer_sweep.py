@@ -147,13 +147,13 @@ def test_gpu_path_ran_comes_from_kvikio_not_from_the_request(monkeypatch):
     monkeypatch.setitem(sys.modules, "kvikio.defaults", defaults)
     monkeypatch.setitem(sys.modules, "kvikio.cufile_driver", driver)
     assert gpu.kvikio_report(4 << 20)["gpu_path_ran"] == "gds"
-    assert gpu.kvikio_report(4096)["gpu_path_ran"] == "kvikio-compat"     # below gds_threshold
+    assert gpu.kvikio_report(4096)["gpu_path_ran"] == "legacy"     # below gds_threshold
     defaults.is_compat_mode_preferred = lambda: True
-    assert gpu.kvikio_report(4 << 20)["gpu_path_ran"] == "kvikio-compat"
+    assert gpu.kvikio_report(4 << 20)["gpu_path_ran"] == "legacy"
     defaults.is_compat_mode_preferred = lambda: False
     driver.properties.is_gds_available = False
     rep = gpu.kvikio_report(4 << 20)
-    assert rep["gpu_path_ran"] == "kvikio-compat" and rep["kvikio_gds_available"] is False
+    assert rep["gpu_path_ran"] == "legacy" and rep["kvikio_gds_available"] is False
 
 
 # --------------------------------------------------------------------------- forecast

@@ -135,21 +135,8 @@ def _analysis(frame, cpu, names: list[str], loads: list[str]) -> None:
 
 
 def _gpu(study: dict, pts) -> None:
-    info = study.get("gpu") or {}
-    if info.get("available"):
-        g = pts[pts.path != "cpu"]
-        show_md(f"**GPU path.** {', '.join(info.get('gpus', []))}; kvikio {info.get('kvikio')}. Which path ran is "
-                "kvikio's own report (compat mode preferred, GDS available in the driver, gds_threshold), per run "
-                "in runs.csv (`gpu_path_ran`).")
-        if not g.empty:
-            show_table(g[["target", "load", "path", "block_size_bytes", "queue_depth", "throughput_mb_per_s_mean",
-                          "lat_us_mean_mean"]], "GPU path points (means over repeats).")
-    else:
-        show_md(f"**GPU path.** Not measured: {info.get('reason', 'no GPU information')}. The curves above are the "
-                "CPU-side (host memory) path only; the seed's GDS-vs-legacy comparison needs a CUDA GPU with "
-                "`storagebrief[gpu]` installed" + (" (fio's libcufile engine is listed by this fio build)."
-                                                  if study.get("fio_libcufile_listed") else
-                                                  "; this fio build has no libcufile engine (`fio --enghelp`)."))
+    from .gpu_brief import section as gpu_section
+    gpu_section(study, pts)
 
 
 def _forecast(study_dir: Path) -> None:

@@ -1,76 +1,143 @@
-"""The GPU path (optional extra `storagebrief[gpu]`: kvikio-cu12): read the same file into GPU memory.
+"""The GPU path, driver side: what this machine has (GPU, driver CUDA, kvikio/cupy, GDS or compat,
+gdscheck, libcufile in fio), which GPU paths a sweep plans, and one point run in a fresh worker
+process (gpu_worker.py) inside the run's cgroup.
 
-Paths per point, each in a fresh Python process (kvikio reads its mode at start-up):
-  kvikio   KVIKIO_COMPAT_MODE=AUTO: cuFile/GDS where the driver allows it, else kvikio's POSIX
-           bounce-buffer path;
-  compat   KVIKIO_COMPAT_MODE=ON: kvikio's POSIX path (the legacy bounce buffer through host memory);
-  host     plain O_DIRECT pread into a page-aligned host buffer, then cupy copies it to the GPU.
-Which path actually ran comes from kvikio's own report, never from the request: with compat mode
-preferred, or GDS unavailable in the driver, or a request below kvikio's gds_threshold, kvikio
-reads through POSIX, and the row says `kvikio-compat`, never `gds`. All three facts are recorded.
-
-UNTESTED ON HARDWARE: no CUDA GPU was available while this was written (README says so).
-Without a GPU (the usual case here) the study records why the path was not measured.
+Path names follow Micron's GDS brief and gdsio (`-x 0` GPU_DIRECT, `-x 2` CPU_GPU):
+  gds            cuFile direct through kvikio (KVIKIO_COMPAT_MODE=OFF). Planned only where kvikio says GDS
+                 is available; a run whose kvikio report says it went through POSIX fails instead of
+                 being labelled gds.
+  legacy         storage -> host bounce buffer -> GPU through kvikio's compat (POSIX) mode.
+  legacy-pread   the same legacy path done by this package: O_DIRECT pread into a page-aligned pinned host
+                 buffer per slot, then cudaMemcpyAsync on that slot's own stream (gdsio -x 2's shape).
+  gds-fio / legacy-fio   fio's libcufile engine (cuda_io=cufile / posix) at the same points: the
+                 reference tool, run when `fio --enghelp` lists libcufile.
+The cpu path (fio into host memory) is run.py's. Every worker sets KVIKIO_NTHREADS to the point's queue
+depth (kvikio's pool defaults to one thread, which made "QD 32" a QD 1 on the H200) and records it.
 """
 from __future__ import annotations
 
+import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
-import time
 from dataclasses import asdict, dataclass
 
-PATHS = ("kvikio", "compat", "host")
+OURS = ("gds", "legacy", "legacy-pread")
+FIO_PATHS = {"gds-fio": "cufile", "legacy-fio": "posix"}
+REFERENCE = {"gds": "gds-fio", "legacy": "legacy-fio", "legacy-pread": "legacy-fio"}
 NO_GPU = "no CUDA GPU visible: GPU path not measured"
+WORKER = "storagebrief.studies.transfer_sweep.gpu_worker"
+
+
+def _run(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess | None:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def driver_facts() -> dict:
+    """GPUs and the driver's CUDA version from nvidia-smi ({} without one)."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return {}
+    res = _run([smi, "-L"])
+    gpus = [ln.strip() for ln in (res.stdout if res else "").splitlines() if ln.startswith("GPU ")]
+    banner = _run([smi])
+    m = re.search(r"CUDA Version:\s*([0-9.]+)", banner.stdout if banner else "")
+    drv = re.search(r"Driver Version:\s*([0-9.]+)", banner.stdout if banner else "")
+    return {"gpus": gpus, "driver_cuda_version": m.group(1) if m else None,
+            "driver_version": drv.group(1) if drv else None}
+
+
+def cuda_major(facts: dict) -> int | None:
+    v = facts.get("driver_cuda_version")
+    return int(v.split(".")[0]) if v else None
+
+
+def gpu_packages(major: int | None) -> list[str] | None:
+    """The wheels of the `gpu` extra for a driver's CUDA major (None: no wheels for it)."""
+    return {12: ["kvikio-cu12", "cupy-cuda12x"], 13: ["kvikio-cu13", "cupy-cuda13x"]}.get(major)
+
+
+def gdscheck() -> dict:
+    """`gdscheck -p`'s verdict where the tool exists (CUDA's gds/tools); {} where it does not."""
+    tool = shutil.which("gdscheck") or next(iter(sorted(glob.glob("/usr/local/cuda*/gds/tools/gdscheck"))), None)
+    if tool is None:
+        return {}
+    res = _run([tool, "-p"], timeout=120)
+    if res is None:
+        return {"gdscheck": tool, "gdscheck_verdict": "gdscheck -p did not finish"}
+    lines = (res.stdout + res.stderr).splitlines()
+    nvme = next((ln.split(":", 1)[1].strip() for ln in lines if re.match(r"\s*NVMe\s*:", ln)), None)
+    fs = next((ln.strip() for ln in lines if "nvidia_fs" in ln.lower()), None)
+    verdict = f"NVMe: {nvme or 'not listed'}" + (f"; {fs}" if fs else "")
+    return {"gdscheck": tool, "gdscheck_verdict": verdict}
+
+
+_PROBE = ("import json, kvikio, kvikio.defaults, cupy; "
+          "from storagebrief.studies.transfer_sweep.gpu import kvikio_report; "
+          "print(json.dumps({'kvikio': kvikio.__version__, 'cupy': cupy.__version__, "
+          "'cupy_runtime': cupy.cuda.runtime.runtimeGetVersion(), **kvikio_report(1 << 30)}))")
 
 
 def detect() -> dict:
-    """{'available': bool, 'reason': str, ...}: a GPU (nvidia-smi) and kvikio + cupy importable."""
-    smi = shutil.which("nvidia-smi")
-    if smi is None and not os.path.exists("/dev/nvidia0"):
+    """{'available': bool, 'reason': str, ...}: a GPU, kvikio + cupy importable, what kvikio says of GDS."""
+    facts = driver_facts()
+    if not facts and not os.path.exists("/dev/nvidia0"):
         return {"available": False, "reason": f"{NO_GPU} (no nvidia-smi, no /dev/nvidia0)"}
-    gpus = []
-    if smi:
-        try:
-            res = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30)
-            gpus = [ln for ln in res.stdout.splitlines() if ln.startswith("GPU ")]
-        except (OSError, subprocess.TimeoutExpired):
-            gpus = []
-    if not gpus:
-        return {"available": False, "reason": f"{NO_GPU} (nvidia-smi lists no GPU)"}
-    probe = ("import json, kvikio, kvikio.defaults, cupy; "
-             "print(json.dumps({'kvikio': kvikio.__version__, 'cupy': cupy.__version__}))")
-    res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    if not facts.get("gpus"):
+        return {"available": False, **facts, "reason": f"{NO_GPU} (nvidia-smi lists no GPU)"}
+    res = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "KVIKIO_COMPAT_MODE": "AUTO"})
     if res.returncode != 0:
-        return {"available": False, "gpus": gpus,
-                "reason": "CUDA GPU visible but kvikio/cupy cannot be imported (pip install 'storagebrief[gpu]'): "
-                          f"GPU path not measured ({res.stderr.strip().splitlines()[-1:] or ['?']})"}
-    return {"available": True, "gpus": gpus, "reason": "", **json.loads(res.stdout.strip().splitlines()[-1])}
+        want = gpu_packages(cuda_major(facts))
+        return {"available": False, **facts,
+                "reason": "CUDA GPU visible but kvikio/cupy cannot be imported (`make gpu` installs "
+                          f"{' + '.join(want) if want else 'the wheels for this driver'}): GPU path not measured "
+                          f"({(res.stderr.strip().splitlines() or ['?'])[-1]})"}
+    probe = json.loads(res.stdout.strip().splitlines()[-1])
+    return {"available": True, "reason": "", **facts, **probe, **gdscheck()}
 
 
-@dataclass(frozen=True)
-class GpuPoint:
-    """One GPU point as the worker process reads it (its JSON argument)."""
-    path: str           # kvikio | compat | host
-    file: str
-    bs: int
-    qd: int
-    runtime_s: float
-    ramp_s: float
-    seed: int
+def planned(info: dict, fio_libcufile: bool) -> list[str]:
+    """The GPU paths a sweep runs: gds only where kvikio says GDS is available (else the brief says
+    'GDS unavailable on this machine: legacy measured'); fio's libcufile paths where fio lists it."""
+    if not info.get("available"):
+        return []
+    ours = [p for p in OURS if p != "gds" or info.get("kvikio_gds_available")]
+    ref = ([k for k, v in FIO_PATHS.items() if v == "posix" or info.get("kvikio_gds_available")]
+           if fio_libcufile else [])
+    return ours + ref
 
 
-def run_point(point: GpuPoint, timeout_s: float, preexec=None) -> dict:
-    """One GPU point in a fresh process (joins fio's cgroup the same way through preexec)."""
-    env = {**os.environ, "KVIKIO_COMPAT_MODE": "ON" if point.path == "compat" else "AUTO"}
-    res = subprocess.run([sys.executable, "-m", __name__, json.dumps(asdict(point))], capture_output=True,
-                         text=True, env=env, timeout=timeout_s, preexec_fn=preexec)
-    if res.returncode != 0:
-        raise RuntimeError(f"GPU point ({point.path}, {point.bs} B, QD {point.qd}) failed: "
-                           f"{res.stderr.strip()[-800:]}")
-    return json.loads(res.stdout.strip().splitlines()[-1])
+def doctor_line() -> str:
+    """One doctor line: GPUs, driver CUDA, kvikio/cupy, GDS or compat, libcufile in fio."""
+    from . import fio
+    facts = driver_facts()
+    cufile_fio = "libcufile" in fio.engines(gpu_fio_binary())
+    fio_txt = "fio lists libcufile" if cufile_fio else "fio has no libcufile engine (`make gpu` builds one)"
+    if not facts.get("gpus"):
+        return f"no CUDA GPU (no nvidia-smi GPU)  -> the transfer sweep's GPU paths are skipped; {fio_txt}"
+    info = detect()
+    head = f"{len(facts['gpus'])} GPU(s), driver CUDA {facts.get('driver_cuda_version') or '?'}"
+    if not info.get("available"):
+        return f"{head}; {info['reason']}; {fio_txt}"
+    mode = ("GDS available" if info.get("kvikio_gds_available") and not info.get("kvikio_compat_mode_preferred")
+            else "GDS unavailable: compat (legacy) mode")
+    return (f"{head}; kvikio {info.get('kvikio')}, cupy {info.get('cupy')}; {mode}"
+            + (f"; gdscheck -p: {info['gdscheck_verdict']}" if info.get("gdscheck_verdict") else "")
+            + f"; {fio_txt}")
+
+
+def gpu_fio_binary() -> str | None:
+    """The fio to use for libcufile: the project's own build (`make gpu`: .tools/bin/fio) when present."""
+    from pathlib import Path
+    own = Path(__file__).resolve().parents[4] / ".tools" / "bin" / "fio"
+    return str(own) if own.is_file() and os.access(own, os.X_OK) else shutil.which("fio")
 
 
 def kvikio_report(bs: int) -> dict:
@@ -86,71 +153,38 @@ def kvikio_report(bs: int) -> dict:
         gds = False
     thr = kvikio.defaults.gds_threshold() if hasattr(kvikio.defaults, "gds_threshold") \
         else kvikio.defaults.get("gds_threshold")
-    ran = "gds" if (not compat and gds and bs >= int(thr)) else "kvikio-compat"
+    ran = "gds" if (not compat and gds and bs >= int(thr)) else "legacy"
     return {"kvikio_compat_mode_preferred": bool(compat), "kvikio_gds_available": gds,
             "kvikio_gds_threshold_bytes": int(thr), "gpu_path_ran": ran}
 
 
-def _worker(cfg: dict) -> dict:
-    import numpy as np
-    import cupy
-
-    bs, qd, path = cfg["bs"], cfg["qd"], cfg["path"]
-    size = os.path.getsize(cfg["file"])
-    blocks = size // bs
-    rng = np.random.default_rng(cfg["seed"])
-    bufs = [cupy.empty(bs, dtype=cupy.uint8) for _ in range(qd)]
-    lat: list[float] = []
-    done = 0
-    if path == "host":
-        import mmap
-        from concurrent.futures import ThreadPoolExecutor
-        host = [mmap.mmap(-1, bs) for _ in range(qd)]
-        fd = os.open(cfg["file"], os.O_RDONLY | getattr(os, "O_DIRECT", 0))
-
-        def one(i: int) -> float:
-            t = time.perf_counter()
-            os.preadv(fd, [host[i]], int(rng.integers(blocks)) * bs)
-            bufs[i].set(np.frombuffer(host[i], dtype=np.uint8))
-            cupy.cuda.runtime.deviceSynchronize()
-            return time.perf_counter() - t
-        report = {"kvikio_compat_mode_preferred": None, "kvikio_gds_available": None,
-                  "kvikio_gds_threshold_bytes": None, "gpu_path_ran": "host-copy"}
-        with ThreadPoolExecutor(qd) as pool:
-            t_end = time.perf_counter() + cfg["ramp_s"] + cfg["runtime_s"]
-            t_meas = time.perf_counter() + cfg["ramp_s"]
-            start = None
-            while time.perf_counter() < t_end:
-                got = list(pool.map(one, range(qd)))
-                if time.perf_counter() >= t_meas:
-                    start = start or time.perf_counter() - max(got)
-                    lat += got
-                    done += qd
-        os.close(fd)
-    else:
-        import kvikio
-        report = kvikio_report(bs)
-        f = kvikio.CuFile(cfg["file"], "r")
-        t_end = time.perf_counter() + cfg["ramp_s"] + cfg["runtime_s"]
-        t_meas = time.perf_counter() + cfg["ramp_s"]
-        start = None
-        while time.perf_counter() < t_end:
-            t = time.perf_counter()
-            futs = [f.pread(bufs[i], bs, int(rng.integers(blocks)) * bs) for i in range(qd)]
-            for fu in futs:
-                fu.get()
-            el = time.perf_counter() - t
-            if time.perf_counter() >= t_meas:
-                start = start or t
-                lat += [el] * qd
-                done += qd
-        f.close()
-    elapsed = time.perf_counter() - start if start else float("nan")
-    us = np.array(lat) * 1e6
-    return {**report, "io_bytes": done * bs, "throughput_mb_per_s": done * bs / elapsed / 1e6,
-            "iops": done / elapsed, "lat_us_mean": float(us.mean()) if len(us) else None,
-            "clat_us_p99": float(np.percentile(us, 99)) if len(us) else None, "elapsed_s": elapsed}
+@dataclass(frozen=True)
+class GpuPoint:
+    """One GPU point as the worker process reads it (its JSON argument)."""
+    path: str           # gds | legacy | legacy-pread | stand-in (CI: host memory in place of the device)
+    file: str
+    bs: int
+    qd: int
+    runtime_s: float
+    ramp_s: float
+    seed: int
+    sequential: bool = False
 
 
-if __name__ == "__main__":
-    print(json.dumps(_worker(json.loads(sys.argv[1]))))
+def worker_env(point: GpuPoint, base: dict | None = None) -> dict:
+    """kvikio reads its settings at start-up: compat mode per path, the thread pool sized to the QD."""
+    mode = {"gds": "OFF", "legacy": "ON"}.get(point.path, "AUTO")
+    env = {**(base if base is not None else os.environ), "KVIKIO_COMPAT_MODE": mode, "KVIKIO_NTHREADS": str(point.qd)}
+    if point.path == "gds":
+        env["KVIKIO_GDS_THRESHOLD"] = "0"      # gdsio measures GDS at 4K too: no size falls back to POSIX
+    return env
+
+
+def run_point(point: GpuPoint, timeout_s: float, preexec=None) -> dict:
+    """One GPU point in a fresh process (joins the run's cgroup through preexec): the worker's JSON."""
+    res = subprocess.run([sys.executable, "-m", WORKER, json.dumps(asdict(point))], capture_output=True,
+                         text=True, env=worker_env(point), timeout=timeout_s, preexec_fn=preexec)
+    if res.returncode != 0:
+        raise RuntimeError(f"GPU point ({point.path}, {point.bs} B, QD {point.qd}) failed: "
+                           f"{res.stderr.strip()[-800:]}")
+    return json.loads(res.stdout.strip().splitlines()[-1])

@@ -18,7 +18,7 @@ from ...core.columns import Column
 from ...kit import files as kit_files, runs as kit_runs
 from ...report import formatting
 from ...report.headlines import compare
-from . import fio
+from . import cpu_cost, fio
 
 POINT_KEYS = ["target", "load", "path", "rw", "block_size_bytes", "queue_depth"]
 MATCH = ["rw", "block_size_bytes", "queue_depth"]
@@ -35,8 +35,9 @@ def _t(name: str, meaning: str) -> Column:
 # Every column a run_one row can hold, beyond the engine's and the monitor's (core.columns).
 CONFIG_COLUMNS: tuple[Column, ...] = (
     _t("load", "idle | busy: the system beside fio"),
-    _t("path", "cpu (fio into host memory) | kvikio | compat | host (the GPU paths)"),
-    _t("engine", "fio's ioengine, or kvikio / pread+cupy on a GPU path"),
+    _t("path", "cpu (fio into host memory) | gds | legacy | legacy-pread (ours, into GPU memory) | gds-fio | "
+               "legacy-fio (fio's libcufile engine, cuda_io=cufile | posix)"),
+    _t("engine", "fio's ioengine, or kvikio / pread+cudaMemcpyAsync on our GPU paths"),
     _t("rw", "fio's rw pattern (randread, read, randwrite, write)"),
     _n("block_size_bytes", "bytes", "transfer size of one I/O"),
     _t("block_size_label", "the transfer size as fio writes it (4K, 128K, 1M; K = 1,024 B)"),
@@ -89,10 +90,23 @@ GPU_COLUMNS: tuple[Column, ...] = (
     Column("kvikio_compat_mode_preferred", "", "kvikio's report: compat (POSIX) mode preferred", "bool"),
     Column("kvikio_gds_available", "", "kvikio's report: GDS available in the driver", "bool"),
     _n("kvikio_gds_threshold_bytes", "bytes", "kvikio's gds_threshold: smaller reads go through POSIX"),
-    _t("gpu_path_ran", "the path that ran, from kvikio's report: gds | kvikio-compat | host-copy"),
+    _t("gpu_path_ran", "the path that ran, from kvikio's report (gds | legacy); legacy-pread: legacy"),
+    _n("kvikio_nthreads", "", "KVIKIO_NTHREADS the worker ran with (= the point's queue depth)"),
+    _t("kvikio_compat_mode_env", "KVIKIO_COMPAT_MODE the worker ran with (OFF: gds, ON: legacy)"),
+    Column("host_buffer_pinned", "", "legacy-pread: its page-aligned host buffers were pinned (cudaHostRegister)",
+           "bool"),
     _n("elapsed_s", "s", "measured time of a GPU point (after the ramp)"),
+    _n("ramp_io_bytes", "bytes", "bytes read during the ramp (not counted)"),
+    _n("requests_issued", "", "requests the queue engine issued (ramp included)"),
+    _n("requests_completed", "", "requests the queue engine saw complete (ramp included; = issued when drained)"),
+    _n("max_in_flight", "", "most requests the engine had in flight at once"),
+    _n("in_flight_mean", "", "time-weighted mean of requests in flight over the measured window"),
+    _n("slots_used", "", "queue slots that completed at least one request"),
+    _n("queue_depth_requested", "", "the queue depth the worker was asked to keep"),
+    _t("latency_bins_json", "our GPU paths: per-request latency histogram (fio's buckets), fio/<run_id>.json"),
+    _t("cuda_io", "fio's libcufile cuda_io (cufile | posix) on gds-fio / legacy-fio"),
 )
-COLUMNS: tuple[Column, ...] = CONFIG_COLUMNS + FIO_COLUMNS + LOAD_COLUMNS + GPU_COLUMNS
+COLUMNS: tuple[Column, ...] = CONFIG_COLUMNS + FIO_COLUMNS + LOAD_COLUMNS + GPU_COLUMNS + cpu_cost.COLUMNS
 # The runs.csv columns this study's brief and arithmetic use unconditionally, and what they hold; the
 # brief's gate (report/inputs.py) refuses a runs.csv without them, so the code below may assume them.
 REQUIRED = ("load", "path", "rw", "block_size_bytes", "queue_depth", "iodepth", "numjobs", "throughput_mb_per_s",
@@ -197,7 +211,7 @@ def points(frame: pd.DataFrame, fio_dir: Path | None) -> pd.DataFrame:
         ios = g.total_ios if "total_ios" in g else None
         if ios is not None and ios.notna().all() and ios.sum() > 0:
             row["lat_us_mean_all_ios"] = float((g.lat_us_mean * ios).sum() / ios.sum())
-        for c in ("cpu_busy_percent", "load_cpu_percent", "load_memory_share_percent"):
+        for c in ("cpu_busy_percent", "load_cpu_percent", "load_memory_share_percent", "cpu_cores_per_gb_per_s"):
             if c in g:
                 row[f"{c}_mean"] = float(pd.to_numeric(g[c], errors="coerce").mean())
         merged = _merged_bins(g, fio_dir) if fio_dir is not None else None

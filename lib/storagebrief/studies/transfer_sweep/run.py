@@ -24,7 +24,7 @@ from ...core import cgroups, procs, results, targets as targets_mod
 from ...core.config import ParamsError
 from ...core.sweep import Measurement, Point
 from ...kit import space
-from . import STUDY, dataset, fio, forecast, gpu, load as load_mod, metrics
+from . import STUDY, cpu_cost, dataset, fio, forecast, gpu, gpu_fio, load as load_mod, metrics
 from .params import TransferSweepParams, size_label
 
 
@@ -32,7 +32,7 @@ from .params import TransferSweepParams, size_label
 class Config:
     """One point of the sweep: the system's load, the data path, the pattern, transfer size and depth."""
     load: str                   # idle | busy
-    path: str                   # cpu | kvikio | compat | host
+    path: str                   # cpu | gds | legacy | legacy-pread | gds-fio | legacy-fio (gpu.py)
     rw: str
     block_size_bytes: int
     queue_depth: int
@@ -68,8 +68,9 @@ def _check_tools(p: TransferSweepParams) -> dict:
         pkg = {"stress-ng": "stress-ng", "stressapptest": "stressapptest"}[p.busy.tool]
         raise ParamsError(f"transfer_sweep.busy.tool = '{p.busy.tool}': not installed (not on PATH); install the "
                           f"Debian package '{pkg}' (`make system-deps`) or drop 'busy' from transfer_sweep.loads")
+    cufile_fio = gpu.gpu_fio_binary()
     return {"fio": binary, "fio_version": fio.fio_version(binary), "fio_engines": listed,
-            "fio_libcufile": "libcufile" in listed}
+            "fio_libcufile": "libcufile" in fio.engines(cufile_fio), "fio_libcufile_binary": cufile_fio}
 
 
 def _check_space(p: TransferSweepParams, tlist) -> None:
@@ -128,7 +129,7 @@ def _calibrate_busy(sweep, state: TransferState) -> dict:
 def _study_json(p: TransferSweepParams, state: TransferState) -> dict:
     return {
         "fio_version": state.tools["fio_version"], "engine": p.engine,
-        "fio_libcufile_listed": state.tools["fio_libcufile"],
+        "fio_libcufile_listed": state.tools["fio_libcufile"], "fio_libcufile_binary": state.tools["fio_libcufile_binary"],
         "queue_depth_split": "queue depth = iodepth x numjobs; " + (
             "psync: iodepth 1, numjobs = queue depth" if p.engine in fio.SYNC_ENGINES else
             f"numjobs = {p.numjobs}, iodepth = queue depth / {p.numjobs}"),
@@ -159,7 +160,7 @@ def prepare(sweep) -> None:
 # --------------------------------------------------------------------------- plan
 def _paths(sweep, rw: str) -> list[str]:
     info = sweep.state.gpu or {}
-    return ["cpu"] + (list(gpu.PATHS) if info.get("available") and "read" in rw else [])
+    return ["cpu"] + (gpu.planned(info, sweep.state.tools.get("fio_libcufile", False)) if "read" in rw else [])
 
 
 def plan(sweep) -> list[Point]:
@@ -235,11 +236,13 @@ def run_one(run, config: Config) -> Measurement:
     state: TransferState = run.sweep.state
     f = state.files[t.name]
     run.cold_cache([f])
-    if config.path == "cpu":
+    if config.path == "cpu" or config.path in gpu.FIO_PATHS:
         fio.warm_code(data=f)
     scope = _run_scope(run)
     group = scope.group if scope.group is not None and scope.group.io else None
-    iodepth, numjobs = fio.split_queue_depth(config.queue_depth, p.numjobs, p.engine)
+    # GPU paths keep one request per slot (ours: a thread per slot; fio's libcufile: a job per slot)
+    iodepth, numjobs = (fio.split_queue_depth(config.queue_depth, p.numjobs, p.engine) if config.path == "cpu"
+                        else (1, config.queue_depth))
     final = fio.raw_json_dir(run.sweep.out_dir) / f"{run.run_id}.json"
     attempt = Attempt(run, config, f, final.with_name(f".{final.name}.tmp"), final,
                       state.busy if config.load == "busy" else None, scope, iodepth, numjobs,
@@ -266,24 +269,39 @@ def _start_load(a: Attempt) -> load_mod.Load:
 
 
 def _run_fio(a: Attempt) -> dict:
-    """One fio job on the cpu path: fio's parsed numbers and its wall time."""
+    """One fio job, the cpu path (host memory) or fio's libcufile reference (gds-fio, legacy-fio):
+    fio's parsed numbers, its own CPU accounting and its wall time."""
     p, c = a.run.p, a.config
-    args = fio.job_args(fio.FioJob(a.file, c.rw, c.block_size_bytes, a.iodepth, a.numjobs, p.engine,
-                                   p.ramp_time_s, p.runtime_s, p.file_bytes, a.tmp))
+    if c.path == "cpu":
+        job, binary = fio.FioJob(a.file, c.rw, c.block_size_bytes, a.iodepth, a.numjobs, p.engine,
+                                 p.ramp_time_s, p.runtime_s, p.file_bytes, a.tmp), None
+    else:
+        job = gpu_fio.job(a.file, c.rw, c.block_size_bytes, c.queue_depth, p.ramp_time_s, p.runtime_s,
+                          p.file_bytes, a.tmp, c.path)
+        binary = a.run.sweep.state.tools.get("fio_libcufile_binary")
     t0 = time.perf_counter()
-    doc = fio.run_job(args, a.timeout, a.scope)
+    doc = fio.run_job(fio.job_args(job), a.timeout, a.scope, fio=binary)
     wall = time.perf_counter() - t0
     a.run.stop_clock()
-    return {"engine": p.engine, "fio_wall_s": wall, **fio.parse(doc, c.rw)}
+    row = fio.parse(doc, c.rw)
+    cpu_s = cpu_cost.fio_process_cpu_s(doc)
+    return {"engine": job.engine, "fio_wall_s": wall, **row, "process_cpu_s": cpu_s,
+            "cpu_cores_per_gb_per_s": cpu_cost.per_gb(cpu_s, row.get("io_bytes")),
+            **({"cuda_io": gpu.FIO_PATHS[c.path]} if c.path in gpu.FIO_PATHS else {})}
 
 
 def _run_gpu(a: Attempt) -> dict:
-    """One GPU point (kvikio, compat or host) in a fresh process inside the run's scope."""
+    """One of our GPU points (gds, legacy, legacy-pread) in a fresh process inside the run's scope; its
+    latency histogram (fio's buckets) goes beside fio's JSON so points.csv merges repeats the same way."""
     p, c = a.run.p, a.config
-    point = gpu.GpuPoint(c.path, str(a.file), c.block_size_bytes, c.queue_depth, p.runtime_s, p.ramp_time_s, p.seed)
+    point = gpu.GpuPoint(c.path, str(a.file), c.block_size_bytes, c.queue_depth, p.runtime_s, p.ramp_time_s, p.seed,
+                         sequential=c.rw == "read")
     res = gpu.run_point(point, a.timeout, a.scope.preexec())
     a.run.stop_clock()
-    return {"engine": "kvikio" if c.path != "host" else "pread+cupy", **res}
+    bins = res.pop("bins_ns", {})
+    results.write_json(a.final, {"storagebrief": "gpu_worker latency histogram (fio's buckets, ns)",
+                                 "jobs": [{fio.direction(c.rw): {"clat_ns": {"bins": bins}}}]})
+    return {**res, "latency_bins_json": f"fio/{a.final.name}"}
 
 
 def _measure(a: Attempt, row: dict) -> Measurement:
@@ -291,15 +309,17 @@ def _measure(a: Attempt, row: dict) -> Measurement:
     try:
         if a.busy is not None:
             running = _start_load(a)
+        meter = cpu_cost.Meter(a.scope.group)
         a.run.start_clock()
-        row.update(_run_fio(a) if a.config.path == "cpu" else _run_gpu(a))
+        row.update(_run_gpu(a) if a.config.path in gpu.OURS else _run_fio(a))
+        row.update(meter.columns())
     finally:
         a.run.stop_clock()
         if running is not None:
             running.stop()
             row.update(load_mod.measured(running, a.busy["peak_memory_mb_per_s"]))
             running.cleanup_files()
-    if a.config.path == "cpu":
+    if a.config.path not in gpu.OURS:
         a.tmp.rename(a.final)
         row["fio_json"] = f"fio/{a.final.name}"
     return Measurement(row)
@@ -315,7 +335,7 @@ def close(sweep) -> None:
 def finish(sweep, frame) -> None:
     """points.csv (repeats merged, percentiles from merged bins) and forecast.csv."""
     p: TransferSweepParams = sweep.p
-    pts = metrics.points(frame, sweep.out_dir / "fio")
+    pts = gpu_fio.add_ratios(metrics.points(frame, sweep.out_dir / "fio"))
     results.write_csv(sweep.out_dir / "points.csv", pts)
     ctx = forecast.emulate_context(p.forecast.emulate_dir)
     if not ctx:
