@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from storagebrief import cli, notebook, notebook_files, studies
+from storagebrief import cli, notebook, notebooks, studies
 from storagebrief.core import config
 from conftest import REPO
 
@@ -52,7 +52,7 @@ def _outputs(nb: dict) -> str:
 
 
 def test_every_notebook_shows_params_yaml_section_as_its_knobs():
-    assert notebook_files.sync_knobs(REPO) == [], "run `storagebrief notebooks --write`"
+    assert notebooks.sync_knobs(REPO) == [], "run `storagebrief notebooks --write`"
     for study in STUDIES:
         nb = jupytext.read(REPO / study.notebook)
         cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
@@ -170,28 +170,28 @@ def test_a_knob_edit_stays_in_the_ipynb_code_edits_go_into_the_py_and_drift_refr
     root = _project(tmp_path)
     script, ipynb = root / "notebooks/01_preprocess.py", root / "notebooks/01_preprocess.ipynb"
     tracked = script.read_text()
-    assert ipynb in notebook_files.refresh(root, log=lambda m: None)
+    assert ipynb in notebooks.refresh(root, log=lambda m: None)
     assert "jupytext" not in nbformat.read(ipynb, as_version=4).metadata       # no pairing metadata
     nb = nbformat.read(ipynb, as_version=4)
     _cell(nb).source = _cell(nb).source.replace("'processes': [1, 2, 4]", "'processes': [1, 2]")
     run_cell = next(c for c in nb.cells if "run_study" in c.source)
     run_cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="Knobs changed here …")]
     nbformat.write(nb, ipynb)
-    assert notebook_files.stale(root) == [] and notebook_files.sync_knobs(root) == []   # a knob edit is no drift
-    assert notebook_files.refresh(root, log=lambda m: None) == []                        # nothing to do
-    notebook_files.save_code(ipynb)
+    assert notebooks.stale(root) == [] and notebooks.sync_knobs(root) == []   # a knob edit is no drift
+    assert notebooks.refresh(root, log=lambda m: None) == []                        # nothing to do
+    notebooks.save_code(ipynb)
     assert script.read_text() == tracked                      # the knob edit does not reach the tracked file
     # a code edit in JupyterLab: named as drift, then taken into the .py (parameters cell still params.yaml's)
     nb.cells.append(nbformat.v4.new_code_cell("runs.describe()"))
     nbformat.write(nb, ipynb)
-    assert notebook_files.stale(root) == [ipynb]
-    notebook_files.save_code(ipynb)
+    assert notebooks.stale(root) == [ipynb]
+    notebooks.save_code(ipynb)
     assert "runs.describe()" in script.read_text() and "'processes': [1, 2, 4]," in script.read_text()
-    assert notebook_files.sync_knobs(root) == [] and notebook_files.stale(root) == []
+    assert notebooks.sync_knobs(root) == [] and notebooks.stale(root) == []
     # the .py moves on (a git pull): refresh brings the code, keeps the knob edit and unchanged outputs
     script.write_text(script.read_text().replace("runs.describe()", "runs.head()"))
     messages = []
-    assert notebook_files.refresh(root, log=messages.append) == [ipynb]
+    assert notebooks.refresh(root, log=messages.append) == [ipynb]
     new = nbformat.read(ipynb, as_version=4)
     assert "runs.head()" in new.cells[-1].source and "'processes': [1, 2]," in _cell(new).source
     assert next(c for c in new.cells if "run_study" in c.source).outputs[0]["text"] == "Knobs changed here …"
@@ -203,7 +203,7 @@ def test_a_knob_edit_stays_in_the_ipynb_code_edits_go_into_the_py_and_drift_refr
 def test_save_code_refuses_a_notebook_without_its_script(tmp_path):
     (tmp_path / "x.ipynb").write_text("{}")
     with pytest.raises(config.ParamsError, match="expected a notebook beside its tracked script"):
-        notebook_files.save_code(tmp_path / "x.ipynb")
+        notebooks.save_code(tmp_path / "x.ipynb")
 
 
 def test_library_info_lines_on_the_process_stderr_are_dropped_and_the_rest_kept(capfd):

@@ -15,10 +15,12 @@ import pytest
 
 from conftest import REPO
 
-# "the seed", "the seed's", "seeds'", "(seed: …)", "Samsung SDC seed", "the other seeds": the study meant.
+# "the seed", "the seed's", "seeds'", "(seed: …)", "(seed 004)", "seed-shaped", "Samsung SDC seed", "the other
+# seeds": the study meant.
 # The knob and its meaning stay allowed: "seed: 0", "'seed'", "a fixed seed", "random seed", "seeded".
 OUR_WORD = re.compile(r"\bthe seeds?\b(?!\s*(?:knob|value|parameter|`))|\bseeds?'s?(?=\W)(?<!'seed')"
-                      r"|\(seed:|\b(?:SDC|GDS|Storage|other|study|paper|brief|DLIO) seeds?\b", re.IGNORECASE)
+                      r"|\(seed:|\(seed \d+\)|\bseed-shaped\b"
+                      r"|\b(?:SDC|GDS|Storage|other|study|paper|brief|DLIO) seeds?\b", re.IGNORECASE)
 
 
 def _hits(text: str, where: str) -> list[str]:
@@ -51,6 +53,7 @@ def test_the_word_is_caught_and_the_knob_is_not():
     assert _hits("as the seed's BERT rows", "x") and _hits("(seed: nearly 100 %)", "x")
     assert _hits("Summary statistics (the Seed's backup table)", "x") and _hits("Samsung SDC seed", "x")
     assert _hits("The seed measured a PCIe Gen4 SSD", "x") and _hits("the other seeds", "x")
+    assert _hits("the Samsung SDC talk (seed 004)", "x") and _hits("the brief's seed-shaped table", "x")
     assert not _hits("'seed': 0,  # random seed\nreshuffled with a fixed seed; seeded RNG; seed = 3", "x")
     assert not _hits("as the Samsung SDC 2023 study's tables do", "x")
 

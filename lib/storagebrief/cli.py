@@ -115,7 +115,7 @@ def _characterize(args) -> int:
 
 
 def _notebooks(args) -> int:
-    from . import notebook_files as files
+    from . import notebooks as files
     if args.save_code:
         print(f"wrote {files.save_code(args.save_code)} (its parameters cell: params.yaml's)")
         return 0

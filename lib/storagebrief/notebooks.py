@@ -1,5 +1,6 @@
-"""The notebooks as files: each study's tracked Jupytext script (notebooks/NN_<study>.py) and the
-.ipynb a researcher opens beside it (generated, git-ignored, never paired with the script).
+"""The notebooks as files (`storagebrief notebooks`): each study's tracked Jupytext script
+(notebooks/NN_<study>.py) and the .ipynb a researcher opens beside it (generated, git-ignored, never
+paired with the script). notebook.py is what runs inside a notebook; this module manages the files.
 
 - The script's parameters cell is generated from params.yaml (`knobs_cell`, `sync_knobs`): it always
   says "params.yaml as it is", so a knob edited in JupyterLab lands only in the ignored .ipynb and git,
