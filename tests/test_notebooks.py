@@ -102,6 +102,8 @@ def test_runs_table_headers_carry_units_and_numbers_fit():
     assert notebook.column_title("device_read_mb_per_s_avg") == "device read (MB/s, avg)"
     assert notebook.column_title("images_per_s") == "images /s"
     assert notebook.column_title("read_share_percent") == "read share (%)"
+    assert notebook.column_title("stall_s_per_checkpoint") == "stall per checkpoint (s)"
+    assert notebook.column_title("honest_save_gib_per_s") == "honest save (GiB/s)"
     assert [notebook._fmt(v) for v in (1234.5678, 12.345, 1.23456, 0.012345, 3, float("nan"), "x")] == \
         ["1,235", "12.3", "1.23", "0.0123", "3", "–", "x"]
 

@@ -186,6 +186,9 @@ _STATISTIC = re.compile(r"_(avg|max|min|mean|median|stdev|p\d+(?:_\d+)?)$")
 def column_title(column: str) -> str:
     """`completion_time_s` -> 'completion time (s)', `device_read_mb_per_s_avg` -> 'device read (MB/s, avg)',
     `read_latency_us_p99` -> 'read latency (µs, p99)': unit (and statistic) from the name's suffixes."""
+    per = re.match(r"^(.+)_(s|ms|us|mib|bytes)_per_([a-z]+)$", column)     # stall_s_per_checkpoint
+    if per:
+        return f"{column_title(per.group(1) + '_' + per.group(2)).replace(' (', f' per {per.group(3)} (', 1)}"
     stat = _STATISTIC.search(column)
     base = column[: stat.start()] if stat else column
     for suffix, unit in _UNITS:
