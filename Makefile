@@ -22,10 +22,12 @@ KAFKA_LIB := .kafka/lib
 
 NOTEBOOKS := $(patsubst %.py,%.ipynb,$(wildcard notebooks/[0-9]*_*.py notebooks/brief.py))
 
-.PHONY: study test env system-deps kafka doctor gpu brief notebooks lab clean-data clean hosts test-hosts-deps
+.PHONY: study test env system-deps kafka doctor gpu brief notebooks notebook-files lab clean-data clean hosts test-hosts-deps \
+	dvc-lock-local
 
 study: env kafka
 	@if [ "$(SCALE)" = "paper" ]; then dvc exp run -S scale=paper; else dvc repro; fi
+	@$(MAKE) --no-print-directory dvc-lock-local
 	@ls -l reports/brief.html reports/brief.pdf
 
 test: env kafka test-hosts-deps
@@ -43,7 +45,15 @@ test-hosts-deps:
 	  rc=$$?; [ -n "$$guard" ] && rm -f /usr/sbin/policy-rc.d; exit $$rc; \
 	fi
 
-env: system-deps $(VENV)/.installed notebooks
+env: system-deps $(VENV)/.installed notebook-files dvc-lock-local
+
+# dvc.lock records what `dvc repro` measured on this machine (its outputs' hashes), so every study rewrites
+# it; DVC refuses a git-ignored dvc.lock, so git is told to leave this clone's copy alone instead
+# (skip-worktree): after `make study` a fresh clone's `git status` stays clean. To commit your own lock:
+# git update-index --no-skip-worktree dvc.lock (docs/researcher-loop.md).
+dvc-lock-local:
+	@if git rev-parse --is-inside-work-tree >/dev/null 2>&1 && git ls-files --error-unmatch dvc.lock >/dev/null 2>&1; then \
+	  git update-index --skip-worktree dvc.lock; fi
 
 # Client hosts on this machine for trying the multi-host recipe by hand (root): HOSTS network namespaces,
 # each with its own hostname, address and sshd; prints the hostfile and mpirun environment; Ctrl-C removes them.
@@ -52,9 +62,15 @@ hosts: env test-hosts-deps
 	$(BIN)/python -m storagebrief.core.nethosts up $(HOSTS) data/hosts
 
 # The notebooks are tracked as Jupytext percent scripts; the .ipynb a user opens in JupyterLab is made
-# here once (git ignores it; JupyterLab's jupytext extension keeps the pair in step from then on).
-notebooks: $(VENV)/.installed
+# from each once (git ignores it, and it is not paired with the script: knob edits stay in it).
+notebook-files: $(VENV)/.installed
 	@for nb in $(NOTEBOOKS); do test -e $$nb || $(BIN)/jupytext --quiet --to ipynb $${nb%.ipynb}.py; done
+
+# After a `git pull` (or an edit of a .py): every .ipynb brought up to its script's code, keeping your
+# parameters cell and the outputs of unchanged cells; the earlier .ipynb is kept beside it. The way back
+# from any .ipynb/.py drift; nothing tracked is deleted (docs/researcher-loop.md).
+notebooks: $(VENV)/.installed
+	$(BIN)/storagebrief notebooks --refresh
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

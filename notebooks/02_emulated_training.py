@@ -13,16 +13,28 @@
 #
 # Each emulated accelerator is a process with its own loader (read threads, prefetch) that reads the real bytes of a shuffled share of the dataset from the target, then sleeps for the accelerator's compute time per batch; the accelerators meet at a barrier every step, like an all-reduce. The sweep adds accelerators until the target can no longer keep them busy: by default it searches (1, 2, 4, 8, … then bisection, within a time budget; `accelerators: auto`), or it runs a fixed list of counts.
 #
-# **Run All** runs it with `params.yaml`'s knobs (the quick profile is scaled down and says so below); change any of them in the parameters cell below. Results go to a new folder `reports/runs/<time>/emulate/` (the pipeline's `reports/emulate/` belongs to `dvc repro`). The same study runs without Jupyter: `storagebrief emulate --out DIR` (or `-S emulate.accelerators=[1,2]` for a fixed list).
+# **Run All** runs it with `params.yaml`'s knobs (the quick profile is scaled down and says so below); change any of them in the parameters cell below. Your edits stay in this notebook's `.ipynb` (git ignores it); the tracked `.py` beside it keeps params.yaml's values (docs/researcher-loop.md). Results go to a new folder `reports/runs/<time>/emulate/` (the pipeline's `reports/emulate/` belongs to `dvc repro`). The same study runs without Jupyter: `storagebrief emulate --out DIR` (or `-S emulate.accelerators=[1,2]` for a fixed list).
 
 # %% tags=["parameters"]
 # This study's knobs: params.yaml's `emulate:` section. A value changed here applies to this notebook's
-# runs (merged over params.yaml, validated before any work); change params.yaml for `dvc repro` too.
+# runs (merged over params.yaml, validated before any work) and is saved in this .ipynb only, never in
+# the tracked .py; change params.yaml for `dvc repro` too.
 emulate = {
     'workloads': ['unet3d'],  # catalogue: unet3d, resnet50, cosmoflow, retinanet (+ any defined below)
     'accelerator_type': 'v100',  # key of each workload's compute_s (unet3d: v100 a100 h100 b200; resnet50: v100 a100
-    'workload_overrides': {'unet3d': {'record_bytes': 500000, 'record_bytes_stdev': 233000, 'compute_s': {'v100': 0.04}}},  # partial specs merged over the reference values, or whole new workloads
+    # h100; cosmoflow: a100 h100; retinanet: b200 mi355 — docs/mlperf-parity.md, with sources)
+    'workload_overrides': {  # partial specs merged over the reference values, or whole new workloads
+        'unet3d': {
+            'record_bytes': 500000,  # bytes per sample (reference 146,600,628)
+            'record_bytes_stdev': 233000,  # same relative spread as the reference (68,341,808)
+            'compute_s': {  # seconds per batch (reference 1.3604)
+                'v100': 0.04,
+            },
+        },
+    },
     'accelerators': 'auto',  # auto: search the largest N per workload and target (1, 2, 4, ... until AU < threshold
+    # or the client limits, then bisect; README "Accelerators supported, searched"); or a
+    # fixed list, e.g. [1, 2, 3, 4], swept on every target
     'search_budget_s': 60,  # auto: seconds of runs per workload and target; stopped there, the answer is ">= N"
     'search_max': 64,  # auto: the largest N probed (passing it, the answer is ">= N")
     'stop_below_threshold': False,  # a list: stop a target's sweep after the first N whose AU < threshold
@@ -30,6 +42,7 @@ emulate = {
     'epochs': 3,  # DLIO default is 5
     'num_files': 336,  # files per workload (None with mlperf sizing: >= 5 x host memory)
     'dataset_sizing': 'memory_cap',  # memory_cap: run in a cgroup capping page cache (dataset >= 5 x cap);
+    # mlperf: dataset >= 5 x host memory; fixed: as given, cache not controlled
     'memory_limit_mib': 32,  # the cap (memory_cap only)
     'odirect': False,  # True: O_DIRECT reads (page cache bypassed)
     'readahead': None,  # None: off under the memory cap (avoids thrash), kernel default otherwise
@@ -42,9 +55,16 @@ emulate = {
     'client_check': True,  # re-run the answer's point with the emulator on half its CPUs: client-bound or not
     'client_check_repeats': 1,  # confined runs of that point (compared with its own repeats' spread)
     'mlperf_rules': False,  # MLPerf Storage v3.0 run rules: 6 runs per point (1 warm-up + 5 scored), rules' dataset
+    # size; needs repeats: 6 and dataset_sizing: mlperf (docs/mlperf-parity.md)
     'mlperf_hosts': 1,  # mlperf_rules: client hosts in the rules' dataset-size formula
     'launcher': 'fork',  # fork: accelerators forked on this host; mpi: mpirun ranks (README: Many client hosts)
-    'mpi': {'mpirun': 'mpirun', 'hostfile': None, 'hosts': [], 'oversubscribe': True, 'extra_args': []},  # used by launcher: mpi only
+    'mpi': {  # used by launcher: mpi only
+        'mpirun': 'mpirun',
+        'hostfile': None,  # Open MPI hostfile ("client1 slots=8" per line), or:
+        'hosts': [],  # --host entries, e.g. [client1:8, client2:8]; []: this host
+        'oversubscribe': True,  # more ranks than cores on a host
+        'extra_args': [],
+    },
 }
 targets = None     # None: params.yaml's targets; or a list like params.yaml's (name, path, profile)
 out_dir = None     # None: a new reports/runs/<time>/emulate/ (dvc repro passes reports/emulate)

@@ -11,17 +11,20 @@
 #
 # Reproduces the training half of *Benchmarking Storage with AI Workloads* (Samsung, SDC): `tf.keras.applications.ResNet50(weights=None)` trains from TFRecords (the preprocessing stage's output, or a generated ImageNet-like set when a larger dataset is asked for) while each job runs in its own cgroup. Scenarios on every target: baseline vs limited memory (dataset:memory ratio), K models in parallel, ingestion while training, and frequent checkpoints. The monitor records the device's disk profile.
 #
-# **Run All** runs it with `params.yaml`'s knobs; change any of them in the parameters cell below. Results go to a new folder `reports/runs/<time>/train_resnet50/` (the pipeline's `reports/train_resnet50/` belongs to `dvc repro`). The same study runs without Jupyter: `storagebrief train-resnet50 -S train_resnet50.parallel_models=[1,2] --out DIR`.
+# **Run All** runs it with `params.yaml`'s knobs; change any of them in the parameters cell below. Your edits stay in this notebook's `.ipynb` (git ignores it); the tracked `.py` beside it keeps params.yaml's values (docs/researcher-loop.md). Results go to a new folder `reports/runs/<time>/train_resnet50/` (the pipeline's `reports/train_resnet50/` belongs to `dvc repro`). The same study runs without Jupyter: `storagebrief train-resnet50 -S train_resnet50.parallel_models=[1,2] --out DIR`.
 
 # %% tags=["parameters"]
 # This study's knobs: params.yaml's `train_resnet50:` section. A value changed here applies to this notebook's
-# runs (merged over params.yaml, validated before any work); change params.yaml for `dvc repro` too.
+# runs (merged over params.yaml, validated before any work) and is saved in this .ipynb only, never in
+# the tracked .py; change params.yaml for `dvc repro` too.
 train_resnet50 = {
     'targets': [],  # subset of target names; []: every target
     'dataset': 'auto',  # auto: preprocess TFRecords if they hold >= dataset_images, else generate
     'dataset_images': 64,  # records in the generated set (quick: 67 MB, > the 2.5:1 cache share; more
+    # than preprocess's 48, so auto generates: its 256x256 records are too small)
     'preprocess_outputs': 'reports/preprocess/outputs.json',
     'record_kib': 1024,  # generated JPEG record size; quick uses 1 MiB so a dataset larger than the
+    # memory slack is read in seconds on CPU (paper: 110, as ImageNet)
     'shards': 4,  # generated TFRecord files
     'num_classes': 4,
     'input_size': 32,  # ResNet50 input (min 32); paper 224

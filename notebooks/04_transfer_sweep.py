@@ -9,17 +9,18 @@
 # %% [markdown]
 # # 04 — Transfer size × queue depth, idle vs busy (fio)
 #
-# Reproduces *The Micron 9400 NVMe SSD Performance With NVIDIA Magnum IO GPUDirect Storage Platform* (2023): 4 KB, 128 KB and 1024 KB reads at doubling queue depths, every point a (throughput, latency) pair drawn as one curve per transfer size with the dots labelled by queue depth; an idle system against a busy one (a measured CPU + memory-bandwidth load, the seed's "emulated AI preprocessing"); and two storage targets on the busy system. The GPU path (GDS vs the legacy bounce buffer) runs only where a CUDA GPU and the wheels `make gpu` installs are present; otherwise the section says so.
+# Reproduces *The Micron 9400 NVMe SSD Performance With NVIDIA Magnum IO GPUDirect Storage Platform* (2023): 4 KB, 128 KB and 1024 KB reads at doubling queue depths, every point a (throughput, latency) pair drawn as one curve per transfer size with the dots labelled by queue depth; an idle system against a busy one (a measured CPU + memory-bandwidth load, Micron's "emulated AI preprocessing"); and two storage targets on the busy system. The GPU path (GDS vs the legacy bounce buffer) runs only where a CUDA GPU and the wheels `make gpu` installs are present; otherwise the section says so.
 #
 # From the curves it forecasts how many accelerators each target can feed for a training workload of the MLPerf Storage catalogue, beside the emulate study's measured answer when that ran.
 #
 # The same study runs without Jupyter: `storagebrief transfer-sweep -S transfer_sweep.queue_depths=[1,8] --out DIR`.
 #
-# **Run All** runs it with `params.yaml`'s knobs; change any of them in the parameters cell below. Results go to a new folder `reports/runs/<time>/transfer_sweep/` (the pipeline's `reports/transfer_sweep/` belongs to `dvc repro`).
+# **Run All** runs it with `params.yaml`'s knobs; change any of them in the parameters cell below. Your edits stay in this notebook's `.ipynb` (git ignores it); the tracked `.py` beside it keeps params.yaml's values (docs/researcher-loop.md). Results go to a new folder `reports/runs/<time>/transfer_sweep/` (the pipeline's `reports/transfer_sweep/` belongs to `dvc repro`).
 
 # %% tags=["parameters"]
 # This study's knobs: params.yaml's `transfer_sweep:` section. A value changed here applies to this notebook's
-# runs (merged over params.yaml, validated before any work); change params.yaml for `dvc repro` too.
+# runs (merged over params.yaml, validated before any work) and is saved in this .ipynb only, never in
+# the tracked .py; change params.yaml for `dvc repro` too.
 transfer_sweep = {
     'engine': 'io_uring',  # io_uring | libaio | psync (psync: one I/O per job, numjobs: QD)
     'rw': ['randread'],  # randread | read | randwrite | write (writes overwrite the study's own file)
@@ -31,9 +32,30 @@ transfer_sweep = {
     'repeats': 2,  # outer loop; percentiles of a point come from the repeats' merged bins
     'file_mib': 256,  # preconditioned file per target (fully written)
     'loads': ['idle', 'busy'],
-    'busy': {'tool': 'stress-ng', 'cpu_percent': 86, 'memory_bandwidth_percent': 50, 'peak_seconds': 2.0, 'calibrate_seconds': 1.0, 'settle_s': 0.2},
+    'busy': {
+        'tool': 'stress-ng',  # stress-ng (calibrated: memrate rate limit + cpu-load) | stressapptest
+        'cpu_percent': 86,  # Micron's GDS brief's busy system: 86 % CPU ...
+        'memory_bandwidth_percent': 50,  # ... and ~50 % of the measured peak memory bandwidth
+        'peak_seconds': 2.0,
+        'calibrate_seconds': 1.0,
+        'settle_s': 0.2,
+    },
     'gpu': 'auto',  # auto: GPU paths (gds, legacy) when a CUDA GPU and `make gpu`'s wheels are present
-    'forecast': {'workloads': ['unet3d'], 'accelerator_type': 'v100', 'workload_overrides': {'unet3d': {'record_bytes': 500000, 'record_bytes_stdev': 233000, 'compute_s': {'v100': 0.04}}}, 'request_kib': 1024, 'emulate_dir': 'reports/emulate'},
+    'forecast': {
+        'workloads': ['unet3d'],  # core.workloads; the emulate study's spec is used when it ran
+        'accelerator_type': 'v100',
+        'workload_overrides': {  # used when reports/emulate has not run (same scaled unet3d as emulate)
+            'unet3d': {
+                'record_bytes': 500000,
+                'record_bytes_stdev': 233000,
+                'compute_s': {
+                    'v100': 0.04,
+                },
+            },
+        },
+        'request_kib': 1024,  # the loader's read size (emulate.read_block_kib)
+        'emulate_dir': 'reports/emulate',
+    },
 }
 targets = None     # None: params.yaml's targets; or a list like params.yaml's (name, path, profile)
 out_dir = None     # None: a new reports/runs/<time>/transfer_sweep/ (dvc repro passes reports/transfer_sweep)

@@ -11,11 +11,12 @@
 #
 # Reproduces the inference half of *Benchmarking Storage with AI Workloads* (Samsung, SDC): S concurrent video streams are decoded with OpenCV at their frame rate, every frame is JPEG-encoded and published to a real Apache Kafka cluster (KRaft, 3 combined broker+controller nodes whose `log.dirs` live on the target under test, replication factor 3), and a consumer group classifies the frames with `tf.keras.applications.ResNet50(weights=None)`. Per run: frames produced, classified and dropped, achieved FPS per stream, consumer lag, end-to-end latency percentiles, and the brokers' device profile (IOPS, MiB/s, request KiB, response time, CPU).
 #
-# **Run All** runs it with `params.yaml`'s knobs (needs `make kafka` once); change any of them in the parameters cell below. Results go to a new folder `reports/runs/<time>/stream_inference/` (the pipeline's `reports/stream_inference/` belongs to `dvc repro`). The same study runs without Jupyter: `storagebrief stream-inference -S stream_inference.streams=[2,4] --out DIR`.
+# **Run All** runs it with `params.yaml`'s knobs (needs `make kafka` once); change any of them in the parameters cell below. Your edits stay in this notebook's `.ipynb` (git ignores it); the tracked `.py` beside it keeps params.yaml's values (docs/researcher-loop.md). Results go to a new folder `reports/runs/<time>/stream_inference/` (the pipeline's `reports/stream_inference/` belongs to `dvc repro`). The same study runs without Jupyter: `storagebrief stream-inference -S stream_inference.streams=[2,4] --out DIR`.
 
 # %% tags=["parameters"]
 # This study's knobs: params.yaml's `stream_inference:` section. A value changed here applies to this notebook's
-# runs (merged over params.yaml, validated before any work); change params.yaml for `dvc repro` too.
+# runs (merged over params.yaml, validated before any work) and is saved in this .ipynb only, never in
+# the tracked .py; change params.yaml for `dvc repro` too.
 stream_inference = {
     'targets': [],  # subset of target names; []: every target
     'bootstrap_servers': [],  # host:port of an existing cluster: then no brokers are started
@@ -25,6 +26,8 @@ stream_inference = {
     'base_port': None,  # None: free loopback ports; N: ports N..N+2*brokers-1 (must be free)
     'startup_timeout_s': 120,
     'flush_messages': 24,  # Kafka log.flush.interval.messages: brokers fsync a partition every N messages
+    # (1 s of a 24 FPS stream), so a run's frames reach the device within it (None =
+    # OS writeback, Kafka's default). 1 under hdd_7200: 66-72 s per run (fsync-bound)
     'videos': ['240p@24'],  # <geometry>@<fps>: 144p 240p 360p 480p 720p 1080p 1440p 2160p
     'video_dir': None,  # a folder of your own videos (stream i plays video i mod n); None: generate
     'duration_s': 4,  # seconds of video each stream plays (paper: 300)

@@ -25,11 +25,12 @@
 #
 # The same study runs without Jupyter: `storagebrief checkpoint --out DIR`.
 #
-# **Run All** runs it with `params.yaml`'s knobs; change any of them in the parameters cell below. Results go to a new folder `reports/runs/<time>/checkpoint/` (the pipeline's `reports/checkpoint/` belongs to `dvc repro`).
+# **Run All** runs it with `params.yaml`'s knobs; change any of them in the parameters cell below. Your edits stay in this notebook's `.ipynb` (git ignores it); the tracked `.py` beside it keeps params.yaml's values (docs/researcher-loop.md). Results go to a new folder `reports/runs/<time>/checkpoint/` (the pipeline's `reports/checkpoint/` belongs to `dvc repro`).
 
 # %% tags=["parameters"]
 # This study's knobs: params.yaml's `checkpoint:` section. A value changed here applies to this notebook's
-# runs (merged over params.yaml, validated before any work); change params.yaml for `dvc repro` too.
+# runs (merged over params.yaml, validated before any work) and is saved in this .ipynb only, never in
+# the tracked .py; change params.yaml for `dvc repro` too.
 checkpoint = {
     'models': ['llama3-8b'],  # llama3-8b, llama3-70b, llama3-405b, llama3-1t (core.checkpoint_workloads)
     'scale': 2048,  # divides every file's size (1: MLPerf's 105 GiB for llama3-8b)
@@ -45,10 +46,46 @@ checkpoint = {
     'repeats': 1,
     'ranks': None,  # None: the model's own rank count (8 in subset mode); nothing else is allowed
     'shapes': {},  # user-defined transformers by name, usable in models and cost.model
+    # e.g. {tiny: {layers: 4, hidden: 512, ffn: 1024, heads: 8, kv_heads: 2, vocab: 32000,
+    #        tp: 1, pp: 1, dp: 2, zero_stage: 3}}  (ranks: tp·pp·dp)
     'launcher': 'fork',  # fork: one process per rank on this host; mpi: mpirun ranks (README: Study 6)
-    'mpi': {'mpirun': 'mpirun', 'hostfile': None, 'hosts': [], 'oversubscribe': True, 'extra_args': []},  # used by launcher: mpi only (the emulate study's mpi section, same keys)
-    'cost': {'modes': ['none', 'sync', 'async'], 'intervals_steps': [4, 16], 'steps': 32, 'compute_s': 0.05, 'model': 'llama3-8b', 'files': 8, 'staging': 'reused', 'overhead_limit_percent': 5},  # what a checkpoint costs an emulated training loop (after the protocol runs)
-    'framework': {'scenarios': ['default', 'every', 'limited', 'ingest'], 'steps': 24, 'every_steps': 3, 'default_every_steps': 12, 'max_to_keep': 5, 'layers': 2, 'hidden': 128, 'heads': 2, 'ffn': 512, 'seq_len': 64, 'vocab': 8192, 'predictions': 10, 'batch_size': 8, 'learning_rate': 0.0001, 'threads': None, 'memory_headroom_mib': 48, 'ingest_mb_per_s': 20, 'timeout_s': 1800},  # TensorFlow's own checkpoints of a BERT-shaped Keras model (the seed's BERT rows)
+    'mpi': {  # used by launcher: mpi only (the emulate study's mpi section, same keys)
+        'mpirun': 'mpirun',
+        'hostfile': None,  # Open MPI hostfile ("client1 slots=8" per line), or:
+        'hosts': [],  # --host entries, e.g. [client1:4, client2:4]; []: this host
+        'oversubscribe': True,  # more ranks than cores on a host
+        'extra_args': [],
+    },
+    'cost': {  # what a checkpoint costs an emulated training loop (after the protocol runs)
+        'modes': ['none', 'sync', 'async'],  # none: the baseline (always first); [] turns the cost sweep off
+        'intervals_steps': [4, 16],  # a checkpoint after every k steps ([] turns the cost sweep off)
+        'steps': 32,  # training steps per run
+        'compute_s': 0.05,  # emulated accelerator compute per step (the one sleep standing for work)
+        'model': 'llama3-8b',  # the checkpoint saved: this model's at checkpoint.scale (quick ≈ 52 MiB)
+        'files': 8,  # files per checkpoint, each written and fsync'ed
+        'staging': 'reused',  # async snapshot into one buffer kept across saves (reused) or new memory (fresh)
+        'overhead_limit_percent': 5,  # the brief's intervals: the shortest keeping training's overhead at most this
+    },
+    'framework': {  # TensorFlow's own checkpoints of a BERT-shaped Keras model (the Samsung SDC 2023 study's BERT rows)
+        'scenarios': ['default', 'every', 'limited', 'ingest'],  # default / every k / limited memory / ingest alongside; []: off
+        'steps': 24,  # training steps per scenario (paper: 2000)
+        'every_steps': 3,  # the frequent interval (paper: 250)
+        'default_every_steps': 12,  # the default interval: BERT run_pretraining's save_checkpoints_steps (paper: 1000)
+        'max_to_keep': 5,  # tf.train.CheckpointManager's (Estimator's default: 5)
+        'layers': 2,  # quick: a few layers, small hidden size (≈ 18 MB a checkpoint); paper: BERT-base
+        'hidden': 128,
+        'heads': 2,
+        'ffn': 512,
+        'seq_len': 64,
+        'vocab': 8192,
+        'predictions': 10,  # masked positions per sequence (BERT: 20)
+        'batch_size': 8,
+        'learning_rate': 0.0001,  # AdamW, weight decay 0.01
+        'threads': None,  # TensorFlow's threads; None: every core
+        'memory_headroom_mib': 48,  # limited: the job's own memory (apart from page cache) + this (16: OOM-killed; 64: did not always bind)
+        'ingest_mb_per_s': 20,  # ingest: the writer's rate (BERT-shaped TFRecord frames, fsync'ed twice a second)
+        'timeout_s': 1800,  # TensorFlow's start-up, and each scenario, at most this long
+    },
 }
 targets = None     # None: params.yaml's targets; or a list like params.yaml's (name, path, profile)
 out_dir = None     # None: a new reports/runs/<time>/checkpoint/ (dvc repro passes reports/checkpoint)
@@ -61,10 +98,16 @@ runs = notebook.run_study("checkpoint", checkpoint, targets=targets, out_dir=out
 
 # %% [markdown]
 # ## Runs
-# One row per measured run (`runs.csv`; every column is described in `runs.schema.json`).
+# One row per measured run (`runs.csv`; every column is described in `runs.schema.json`): one table per sweep
+# (protocol: MLPerf's saves and restores; cost: what checkpointing costs training; framework: TensorFlow's own).
 
 # %%
-notebook.show_runs(runs, ['target', 'repeat', 'sweep', 'model', 'ranks', 'writers', 'zero_stage', 'mode', 'cache_method'])
+notebook.show_runs(runs, ["target", "sweep", "model", "mode", "writers", "repeat", "save_mode", "interval_steps",
+                       "framework_scenario", "honest_save_gib_per_s", "mlperf_save_gib_per_s",
+                       "save_overstatement_ratio", "save_rank_skew_s_mean", "honest_load_gib_per_s",
+                       "load_overstatement_ratio", "overhead_percent", "stall_s_per_checkpoint", "persist_s_mean",
+                       "tf_checkpoint_s_mean", "tf_checkpoint_mb_per_s", "checkpoint_time_percent",
+                       "cache_method"])
 
 # %% [markdown]
 # ## Results

@@ -1,15 +1,18 @@
 """The front door, walked in a real browser: JupyterLab started on loopback by the test, Debian's
 Chromium driven by Selenium, notebooks/01_preprocess.ipynb opened as a user opens it (the kernel
-starts in notebooks/), Run All, then the same with a typo'd key. Screenshots are kept as test
-artifacts in reports/test-artifacts/jupyterlab/ (override with STORAGEBRIEF_ARTIFACTS).
+starts in notebooks/): a knob edited in the parameters cell, Run All, saved, autosave waited for; then
+the brief command the notebook printed, typed where the notebook runs; then a typo'd key. Screenshots
+are kept as test artifacts in reports/test-artifacts/jupyterlab/ (override with STORAGEBRIEF_ARTIFACTS).
 
 The project is a copy of this repository's tracked files in a temp folder (git init + commit) whose
-params.yaml is a tiny profile and whose notebooks show it (`storagebrief notebooks --write`), so Run
-All takes seconds and `git status` / `dvc status` can be compared before and after."""
+params.yaml is a tiny profile and whose notebooks show it (`storagebrief notebooks --write`, then
+`make notebooks`' `storagebrief notebooks --refresh`), so Run All takes seconds and `git status`,
+`dvc status` and `storagebrief notebooks` can be compared before and after."""
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -33,6 +36,11 @@ BIN = Path(sys.executable).parent
 TINY_PREPROCESS = {"image_count": 8, "image_counts": [4], "processes": [1, 2], "repeats": 1, "image_width": 640,
                    "image_height": 480, "num_classes": 2, "resize_width": 32, "resize_height": 32}
 ARTIFACTS = Path(os.environ.get("STORAGEBRIEF_ARTIFACTS", REPO / "reports" / "test-artifacts" / "jupyterlab"))
+AUTOSAVE_S = 10      # JupyterLab's autosave interval in this test (its default is 120 s)
+# A library's own log line in a cell's output: absl/glog lines (I/W/E/F + MMDD time), TensorFlow's
+# pre-init notice and its Python logger's lines.
+LIBRARY_LOG = re.compile(r"^(?:[IWEF]\d{4} \d+:\d+:\d+|WARNING: All log messages before absl|.*oneDNN custom "
+                         r"operations|.*cpu_feature_guard|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWEF] )", re.M)
 
 
 def _free_port() -> int:
@@ -68,17 +76,19 @@ def _project(tmp: Path) -> Path:
     (proj / "params.yaml").write_text(text)
     (proj / "data" / "targets").mkdir(parents=True, exist_ok=True)
     _run([str(BIN / "storagebrief"), "notebooks", "--write"], proj)
-    _run([str(BIN / "jupytext"), "--quiet", "--to", "ipynb", "notebooks/01_preprocess.py"], proj)
+    _run([str(BIN / "storagebrief"), "notebooks", "--refresh"], proj)       # what `make notebooks` runs
     for cmd in (["git", "init", "-q"], ["git", "add", "-A"],
                 ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "tiny"]):
         _run(cmd, proj)
     return proj
 
 
-def _status(proj: Path) -> tuple[str, str]:
+def _status(proj: Path) -> tuple[str, str, str]:
     git = _run(["git", "status", "--porcelain"], proj)
     dvc = _run([str(BIN / "dvc"), "status"], proj)
-    return git, dvc
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    check = subprocess.run([str(BIN / "storagebrief"), "notebooks"], cwd=proj, capture_output=True, text=True, env=env)
+    return git, dvc, f"exit {check.returncode}: {check.stdout}{check.stderr}"   # exit 1 when a cell drifted
 
 
 @pytest.fixture
@@ -88,6 +98,10 @@ def lab(tmp_path):
     home = tmp_path / "jupyter"
     settings = home / "settings" / "@jupyterlab" / "apputils-extension"
     settings.mkdir(parents=True)
+    docmanager = home / "settings" / "@jupyterlab" / "docmanager-extension"
+    docmanager.mkdir(parents=True)
+    (docmanager / "plugin.jupyterlab-settings").write_text(json.dumps({"autosave": True,
+                                                                       "autosaveInterval": AUTOSAVE_S}))
     # no "get Jupyter news?" toast over the notebook
     (settings / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false",
                                                                            "checkForUpdates": False}))
@@ -194,27 +208,66 @@ def _save(driver):
     time.sleep(2)
 
 
-def test_notebook_runs_as_opened_in_jupyterlab_and_leaves_git_and_dvc_as_they_were(lab, browser):
+def _edit_parameters(driver, old: str, new: str) -> None:
+    """Replace text in the parameters cell as typing would: through the cell's CodeMirror editor, so
+    JupyterLab's model (and its autosave) sees the change."""
+    done = driver.execute_script(
+        "const [old, neu] = arguments;"
+        "for (const el of document.querySelectorAll('.jp-Notebook .jp-CodeCell .cm-content')) {"
+        "  const view = el.cmView && el.cmView.view; if (!view) continue;"
+        "  const text = view.state.doc.toString(); const at = text.indexOf(old);"
+        "  if (at < 0) continue;"
+        "  view.dispatch({changes: {from: at, to: at + old.length, insert: neu}}); return true; }"
+        "return false;", old, new)
+    assert done, f"no code cell editor holds {old!r}"
+
+
+def _outputs(nb: dict) -> str:
+    return "\n".join("".join(o.get("text", "")) + "".join(o.get("traceback", [])) +
+                     "".join(o.get("data", {}).get("text/plain", "")) for c in nb["cells"] for o in c.get("outputs", []))
+
+
+def test_a_knob_edited_run_and_saved_in_jupyterlab_leaves_git_dvc_and_the_checks_as_they_were(lab, browser):
     from selenium.webdriver.common.by import By
 
     proj, url, token = lab
+    ipynb = proj / "notebooks" / "01_preprocess.ipynb"
     before = _status(proj)
     _open(browser, url, token)
     _shot(browser, "01-first-screen.png")
+    _edit_parameters(browser, "'processes': [1, 2],", "'processes': [1],")
+    # autosave (every AUTOSAVE_S here) writes the edit to disk without a save: wait for it
+    _wait(browser, lambda: "'processes': [1]," in ipynb.read_text(), AUTOSAVE_S * 6, poll=1)
     _run_all(browser)
     _wait(browser, lambda: not _busy(browser) and browser.find_elements(By.CSS_SELECTOR, ".jp-OutputArea-output img"),
           420, poll=1)
     _shot(browser, "02-finished.png")
     page = browser.find_element(By.CSS_SELECTOR, ".jp-Notebook").text
-    assert "measured runs (runs.csv)" in page and "Knobs: as in" in page
-    assert "completion time (s)" in page and "Traceback" not in page and "Error" not in page.split("Results")[0]
+    assert "Knobs changed here over" in page and "processes = [1] (params.yaml: [1, 2])" in page
+    assert "measured runs (runs.csv)" in page and "completion time (s)" in page
+    assert "Traceback" not in page and "Error" not in page.split("Results")[0]
     _save(browser)
-    nb = json.loads((proj / "notebooks" / "01_preprocess.ipynb").read_text())
+    time.sleep(AUTOSAVE_S * 2.5)                  # past autosave: whatever it writes after the run is written
+    nb = json.loads(ipynb.read_text())
     kinds = [o["output_type"] for c in nb["cells"] for o in c.get("outputs", [])]
     assert "error" not in kinds and "display_data" in kinds
+    assert "'processes': [1]," in "".join(nb["cells"][1]["source"])      # the edit is saved in the .ipynb
+    text = _outputs(nb)
+    assert not LIBRARY_LOG.findall(text), f"library log lines in the notebook's output: {LIBRARY_LOG.findall(text)}"
     runs = list((proj / "reports" / "runs").glob("*/preprocess/status.json"))
     assert len(runs) == 1 and json.loads(runs[0].read_text())["complete"] is True
-    assert _status(proj) == before             # running (and saving) changed nothing git or DVC track
+    assert "'processes': [1, 2]," in (proj / "notebooks" / "01_preprocess.py").read_text()
+    assert _status(proj) == before      # git status, dvc status and `storagebrief notebooks`: as they were
+
+    # the brief command the notebook printed, typed where the notebook runs (a JupyterLab console's folder)
+    command = re.search(r"A brief of this run alone: (storagebrief brief --reports \S+)", text)
+    assert command, text[-2000:]
+    args = command.group(1).split()
+    done = subprocess.run([str(BIN / args[0]), *args[1:]], cwd=proj / "notebooks", capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (runs[0].parent.parent / "brief.html").exists()
+    assert _status(proj) == before
 
 
 def test_a_typo_in_the_knobs_shows_one_short_message_in_jupyterlab(lab, browser):

@@ -4,13 +4,16 @@ nothing git or DVC track. The real-browser walk through JupyterLab is tests/test
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
-from storagebrief import notebook, studies
+from storagebrief import cli, notebook, notebooks, studies
 from storagebrief.core import config
 from conftest import REPO
 
@@ -49,7 +52,7 @@ def _outputs(nb: dict) -> str:
 
 
 def test_every_notebook_shows_params_yaml_section_as_its_knobs():
-    assert notebook.sync_knobs(REPO) == [], "run `storagebrief notebooks --write`"
+    assert notebooks.sync_knobs(REPO) == [], "run `storagebrief notebooks --write`"
     for study in STUDIES:
         nb = jupytext.read(REPO / study.notebook)
         cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
@@ -57,6 +60,10 @@ def test_every_notebook_shows_params_yaml_section_as_its_knobs():
         exec(cell.source, space)
         assert space[study.name] == yaml.safe_load((REPO / "params.yaml").read_text())[study.name]
         assert space["out_dir"] is None and space["targets"] is None
+        # one key per line at every depth: a nested group is not one long line behind a scrollbar
+        for line in [line for line in cell.source.splitlines() if not line.lstrip().startswith("#")]:
+            code = line.split("  #")[0]
+            assert len(re.findall(r"'\w+': ", code)) <= 1 and len(code) <= 100, line
 
 
 def test_project_found_from_a_subfolder_and_relative_paths_resolve_against_params(tmp_path, monkeypatch):
@@ -95,6 +102,8 @@ def test_runs_table_headers_carry_units_and_numbers_fit():
     assert notebook.column_title("device_read_mb_per_s_avg") == "device read (MB/s, avg)"
     assert notebook.column_title("images_per_s") == "images /s"
     assert notebook.column_title("read_share_percent") == "read share (%)"
+    assert notebook.column_title("stall_s_per_checkpoint") == "stall per checkpoint (s)"
+    assert notebook.column_title("honest_save_gib_per_s") == "honest save (GiB/s)"
     assert [notebook._fmt(v) for v in (1234.5678, 12.345, 1.23456, 0.012345, 3, float("nan"), "x")] == \
         ["1,235", "12.3", "1.23", "0.0123", "3", "–", "x"]
 
@@ -142,3 +151,116 @@ def test_error_display_shortens_only_what_storagebrief_raised():
                         "(resolved: /nonexistent/params.yaml)\x1b[0m"]
     assert len(shown[1]) > 1 and "a user bug" in "".join(shown[1])            # the full traceback
     assert not any("storagebrief" in line for line in shown[2])                # not ours: not our message
+
+
+def _project(tmp: Path) -> Path:
+    for rel in ("params.yaml", "dvc.yaml", "jupytext.toml", *[f"notebooks/{study.notebook.split('/')[-1]}"
+                                                                for study in STUDIES]):
+        (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / rel, tmp / rel)
+    return tmp
+
+
+def _cell(nb, index=None, tag="parameters"):
+    return nb.cells[index] if index is not None else next(c for c in nb.cells if tag in c.metadata.get("tags", []))
+
+
+def test_a_knob_edit_stays_in_the_ipynb_code_edits_go_into_the_py_and_drift_refreshes(tmp_path):
+    """The researcher's loop without a browser: the .ipynb is made from the .py, not paired with it."""
+    import nbformat
+
+    root = _project(tmp_path)
+    script, ipynb = root / "notebooks/01_preprocess.py", root / "notebooks/01_preprocess.ipynb"
+    tracked = script.read_text()
+    assert ipynb in notebooks.refresh(root, log=lambda m: None)
+    assert "jupytext" not in nbformat.read(ipynb, as_version=4).metadata       # no pairing metadata
+    nb = nbformat.read(ipynb, as_version=4)
+    _cell(nb).source = _cell(nb).source.replace("'processes': [1, 2, 4]", "'processes': [1, 2]")
+    run_cell = next(c for c in nb.cells if "run_study" in c.source)
+    run_cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="Knobs changed here …")]
+    nbformat.write(nb, ipynb)
+    assert notebooks.stale(root) == [] and notebooks.sync_knobs(root) == []   # a knob edit is no drift
+    assert notebooks.refresh(root, log=lambda m: None) == []                        # nothing to do
+    notebooks.save_code(ipynb)
+    assert script.read_text() == tracked                      # the knob edit does not reach the tracked file
+    # a code edit in JupyterLab: named as drift, then taken into the .py (parameters cell still params.yaml's)
+    nb.cells.append(nbformat.v4.new_code_cell("runs.describe()"))
+    nbformat.write(nb, ipynb)
+    assert notebooks.stale(root) == [ipynb]
+    notebooks.save_code(ipynb)
+    assert "runs.describe()" in script.read_text() and "'processes': [1, 2, 4]," in script.read_text()
+    assert notebooks.sync_knobs(root) == [] and notebooks.stale(root) == []
+    # the .py moves on (a git pull): refresh brings the code, keeps the knob edit and unchanged outputs
+    script.write_text(script.read_text().replace("runs.describe()", "runs.head()"))
+    messages = []
+    assert notebooks.refresh(root, log=messages.append) == [ipynb]
+    new = nbformat.read(ipynb, as_version=4)
+    assert "runs.head()" in new.cells[-1].source and "'processes': [1, 2]," in _cell(new).source
+    assert next(c for c in new.cells if "run_study" in c.source).outputs[0]["text"] == "Knobs changed here …"
+    kept = list((root / "notebooks").glob("01_preprocess.before-refresh-*.ipynb"))
+    assert len(kept) == 1 and "runs.describe()" in kept[0].read_text() and kept[0].name in messages[0]
+    assert script.exists()                                     # nothing tracked is ever deleted
+
+
+def test_save_code_refuses_a_notebook_without_its_script(tmp_path):
+    (tmp_path / "x.ipynb").write_text("{}")
+    with pytest.raises(config.ParamsError, match="expected a notebook beside its tracked script"):
+        notebooks.save_code(tmp_path / "x.ipynb")
+
+
+def test_library_info_lines_on_the_process_stderr_are_dropped_and_the_rest_kept(capfd):
+    noise = (b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
+             b"I0000 00:00:1795676996.097811   14598 port.cc:153] oneDNN custom operations are on. You may see\n")
+    kept = b"W0000 00:00:1795676996.1   14598 gpu.cc:1] a real warning\nour own line\n"
+    with notebook.quiet_library_logs():
+        os.write(2, noise + kept)
+        subprocess.run(["sh", "-c", "printf 'I1126 07:00:00.000001 1 port.cc:1] child info\\nchild line\\n' >&2"],
+                       check=True)
+    os.write(2, b"after\n")
+    err = capfd.readouterr().err
+    assert "absl" not in err and "oneDNN" not in err and "child info" not in err
+    assert "a real warning" in err and "our own line" in err and "child line" in err and err.endswith("after\n")
+
+
+def test_the_printed_brief_command_works_from_the_notebooks_folder(tmp_path, monkeypatch, capsys):
+    root = _project(tmp_path / "project")
+    run = root / "reports/runs/20261126T070000/preprocess"
+    hint = notebook.brief_hint(run, "preprocess", root)
+    assert "storagebrief brief --reports reports/runs/20261126T070000\n" in hint
+    assert notebook.brief_hint(tmp_path / "x" / "preprocess", "preprocess", root, pipeline=False) == \
+        f"A brief of this run alone: storagebrief brief --reports {tmp_path / 'x'}"
+    assert "out_dir whose last folder is 'preprocess'" in notebook.brief_hint(tmp_path / "out", "preprocess", root)
+    monkeypatch.chdir(root / "notebooks")          # where JupyterLab's kernel and console start
+    seen = {}
+    monkeypatch.setattr("storagebrief.report.render", lambda reports, *a, **k: seen.setdefault("r", reports) and
+                        {"html": str(reports / "brief.html"), "pdf": None})
+    assert cli.main(["brief", "--reports", "reports/runs/20261126T070000", "--no-pdf"]) == 2  # not there yet
+    assert "no reports folder at " + str(root / "reports/runs/20261126T070000") in capsys.readouterr().err
+    run.mkdir(parents=True)
+    assert cli.main(["brief", "--reports", "reports/runs/20261126T070000", "--no-pdf"]) == 0
+    assert seen["r"] == root / "reports/runs/20261126T070000"
+
+
+def test_runs_table_shows_each_sweeps_measurements_and_says_a_repeated_explanation_once(monkeypatch):
+    import pandas as pd
+    from storagebrief.report import display
+
+    shown = []
+    monkeypatch.setattr(display, "show_table", lambda t, caption="", **k: shown.append(("table", t, caption)))
+    monkeypatch.setattr(display, "show_md", lambda text, **k: shown.append(("md", text, "")))
+    cache = "page cache dropped before every run (echo 3 > /proc/sys/vm/drop_caches, as root)"
+    frame = pd.DataFrame([
+        {"target": "fast", "sweep": "protocol", "honest_save_gib_per_s": 1.23456, "overhead_percent": None,
+         "cache_method": cache},
+        {"target": "slow", "sweep": "protocol", "honest_save_gib_per_s": 0.5, "overhead_percent": None,
+         "cache_method": cache},
+        {"target": "fast", "sweep": "cost", "honest_save_gib_per_s": None, "overhead_percent": 94.6,
+         "cache_method": cache}])
+    notebook.show_runs(frame, ["target", "sweep", "honest_save_gib_per_s", "overhead_percent", "cache_method"])
+    tables = [s for s in shown if s[0] == "table"]
+    assert [t[2] for t in tables] == ["2 measured runs (runs.csv), protocol sweep",
+                                      "1 measured runs (runs.csv), cost sweep"]
+    assert list(tables[0][1].columns) == ["target", "honest save (GiB/s)"]           # no column of dashes
+    assert tables[0][1]["honest save (GiB/s)"].tolist() == ["1.23", "0.50"]
+    assert list(tables[1][1].columns) == ["target", "overhead (%)", "cache method"]  # one row: said in it
+    assert [s[1] for s in shown if s[0] == "md"] == [f"*cache method* (every run above): {cache}"]

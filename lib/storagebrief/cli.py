@@ -59,8 +59,15 @@ def _parser() -> argparse.ArgumentParser:
                          "trace, with a warning)")
     cp.add_argument("--out", required=True, help="folder for characterization.json and characterization.csv")
     np_ = sub.add_parser("notebooks", help="check (or --write) that each study notebook's parameters cell "
-                                          "shows params.yaml's section")
+                                          "shows params.yaml's section; name the .ipynb files whose code "
+                                          "differs from their tracked .py")
     np_.add_argument("--write", action="store_true", help="rewrite the cells from params.yaml")
+    np_.add_argument("--refresh", action="store_true",
+                     help="make each .ipynb from its .py, or bring it up to the .py's code keeping your parameters "
+                          "cell and outputs (the earlier file kept beside it): what `make notebooks` runs")
+    np_.add_argument("--save-code", metavar="NOTEBOOK.ipynb",
+                     help="put this notebook's code and text into its tracked .py (the parameters cell stays "
+                          "params.yaml's): how a code edit made in JupyterLab goes into git")
     dv = sub.add_parser("dvc-stages", help="check (or --write) that dvc.yaml holds the stages the studies "
                                            "registry implies")
     dv.add_argument("--write", action="store_true", help="rewrite dvc.yaml from the registry")
@@ -121,8 +128,20 @@ def _characterize(args) -> int:
 
 
 def _notebooks(args) -> int:
-    from .notebook import sync_knobs
-    differing = sync_knobs(write=args.write)
+    from . import notebooks as files
+    if args.save_code:
+        print(f"wrote {files.save_code(args.save_code)} (its parameters cell: params.yaml's)")
+        return 0
+    if args.refresh:
+        written = files.refresh()
+        print(f"notebooks up to date with their .py files ({len(written)} written)")
+        return 0
+    root = config.project_root()
+    for nb in files.stale(root):
+        print(f"note: {nb.relative_to(root)}'s code differs from {nb.with_suffix('.py').name}: `make notebooks` "
+              f"takes the .py's (yours kept beside it), `storagebrief notebooks --save-code "
+              f"{nb.relative_to(root)}` puts the notebook's into the .py")
+    differing = files.sync_knobs(write=args.write)
     if not differing:
         print("ok: every notebook's parameters cell equals params.yaml")
         return 0
@@ -154,6 +173,11 @@ def _brief(args) -> int:
     params_file = Path(args.params) if args.params else config.project_root() / "params.yaml"
     config.load(params_file, check_targets=False)   # a wrong params file is an error here, not in the kernel
     reports = Path(args.reports) if args.reports else params_file.resolve().parent / "reports"
+    if not reports.is_absolute() and not reports.is_dir():   # a relative folder: here, else the project's
+        reports = params_file.resolve().parent / reports
+    if not reports.is_dir():
+        raise FileNotFoundError(f"no reports folder at {reports} (a folder holding one results folder per study: "
+                                "run a study first, from a notebook, `storagebrief <study>` or `dvc repro`)")
     out = report.render(reports, params_file, pdf=not args.no_pdf, log=lambda m: print(m, file=sys.stderr))
     print(f"wrote {out['html']}" + (f" and {out['pdf']}" if out["pdf"] else ""))
     return 0 if (out["pdf"] or args.no_pdf) else 1

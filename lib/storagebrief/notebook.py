@@ -9,11 +9,13 @@ run's changes (merged over params.yaml, after the paper overlay, validated befor
 """
 from __future__ import annotations
 
-import importlib
-
+import contextlib
+import os
 import re
+import threading
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from . import studies
@@ -99,20 +101,66 @@ def run_study(name: str, knobs: dict | None = None, *, targets: list | None = No
     root = Path(params.root)
     if out_dir is not None and not Path(out_dir).expanduser().is_absolute():
         out_dir = root / out_dir
-    frame = study.run(params, out_dir, progress=progress, log=show)
+    with quiet_library_logs():
+        frame = study.run(params, out_dir, progress=progress, log=show)
     final = Path(frame.attrs.get("out_dir", out_dir or ""))
-    if out_dir is None:
-        show(f"A brief of this run alone: storagebrief brief --reports {_rel(final.parent, root)}\n"
-             f"The pipeline's brief (reports/brief.html) shows what `dvc repro` ran: to put these knobs "
-             f"there, set them in params.yaml and run `dvc repro`.")
+    show(brief_hint(final, study.name, root, pipeline=out_dir is None))
     return frame
 
 
-def _rel(path: Path, root: Path) -> str:
+def brief_hint(study_dir: Path, name: str, root: Path, pipeline: bool = True) -> str:
+    """How to render a brief of this run, as a command that works where the notebook runs: the brief
+    reads <folder>/<study>/, and `storagebrief brief` resolves a relative --reports against the project."""
+    study_dir = Path(study_dir).resolve()
+    if study_dir.name != name:
+        return (f"A brief reads <folder>/{name}/: for a brief of this run alone, run it with an out_dir "
+                f"whose last folder is '{name}' (e.g. out_dir = \"{study_dir / name}\").")
     try:
-        return str(Path(path).resolve().relative_to(root))
+        folder = str(study_dir.parent.relative_to(Path(root).resolve()))
     except ValueError:
-        return str(path)
+        folder = str(study_dir.parent)
+    hint = f"A brief of this run alone: storagebrief brief --reports {folder}"
+    if pipeline:
+        hint += ("\nThe pipeline's brief (reports/brief.html) shows what `dvc repro` ran: to put these knobs "
+                 "there, set them in params.yaml and run `dvc repro`.")
+    return hint
+
+
+# Info lines TensorFlow's C++ core writes to the process's stderr at import although TF_CPP_MIN_LOG_LEVEL=2
+# asks it not to (TensorFlow 2.21: "All log messages before absl::InitializeLog() ..." and "I0000 ...
+# port.cc:153] oneDNN custom operations are on ..."). Only absl *info* lines go; warnings and errors stay.
+_LIBRARY_INFO = re.compile(rb"^(WARNING: All log messages before absl::InitializeLog\(\) is called are written "
+                           rb"to STDERR|I\d{4} \d+:\d+:\d+(?:\.\d+)?\s+\d+ \S+:\d+\] .*)$")
+
+
+@contextlib.contextmanager
+def quiet_library_logs():
+    """While a study runs in a notebook: the process's own stderr (fd 2, where C++ libraries write)
+    passes through a filter that drops the info lines above; Python's sys.stderr (progress) is untouched."""
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    read_end, write_end = os.pipe()
+
+    def pump():
+        with os.fdopen(read_end, "rb") as pipe:
+            for line in pipe:
+                if not _LIBRARY_INFO.match(line.rstrip(b"\r\n")):
+                    os.write(saved, line)
+
+    thread = threading.Thread(target=pump, name="storagebrief-stderr-filter", daemon=True)
+    thread.start()
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)            # the pipe's last writer closes: the pump sees EOF and ends
+        thread.join(timeout=5)
+        if not thread.is_alive():
+            os.close(saved)
 
 
 def _describe_changes(name: str, changes: dict, section: dict, targets_changed: bool, path: Path) -> str:
@@ -126,7 +174,8 @@ def _describe_changes(name: str, changes: dict, section: dict, targets_changed: 
 
 
 # -- the Runs table ------------------------------------------------------------------------------
-_UNITS = [("_mb_per_s", " (MB/s)"), ("_mib_per_s", " (MiB/s)"), ("_per_s", " /s"), ("_percent", " (%)"),
+_UNITS = [("_mb_per_s", " (MB/s)"), ("_mib_per_s", " (MiB/s)"), ("_gb_per_s", " (GB/s)"), ("_gib_per_s", " (GiB/s)"),
+          ("_per_s", " /s"), ("_ratio", " (×)"), ("_gib", " (GiB)"), ("_percent", " (%)"),
           ("_us", " (µs)"), ("_ms", " (ms)"), ("_s", " (s)"), ("_mib", " (MiB)"), ("_kib", " (KiB)"),
           ("_bytes", " (B)")]
 
@@ -137,6 +186,9 @@ _STATISTIC = re.compile(r"_(avg|max|min|mean|median|stdev|p\d+(?:_\d+)?)$")
 def column_title(column: str) -> str:
     """`completion_time_s` -> 'completion time (s)', `device_read_mb_per_s_avg` -> 'device read (MB/s, avg)',
     `read_latency_us_p99` -> 'read latency (µs, p99)': unit (and statistic) from the name's suffixes."""
+    per = re.match(r"^(.+)_(s|ms|us|mib|bytes)_per_([a-z]+)$", column)     # stall_s_per_checkpoint
+    if per:
+        return f"{column_title(per.group(1) + '_' + per.group(2)).replace(' (', f' per {per.group(3)} (', 1)}"
     stat = _STATISTIC.search(column)
     base = column[: stat.start()] if stat else column
     for suffix, unit in _UNITS:
@@ -149,7 +201,7 @@ def column_title(column: str) -> str:
 
 
 def _fmt(value) -> str:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
         return "–" if value is None or (isinstance(value, float) and value != value) else str(value)
     if value != value:
         return "–"
@@ -160,173 +212,35 @@ def _fmt(value) -> str:
         else f"{value:.3g}"
 
 
+PROSE_CHARS = 40     # a text column longer than this, the same in every row, is said once below the table
+
+
+def _filled(rows: pd.DataFrame, column: str) -> bool:
+    return bool(rows[column].map(lambda v: v is not None and v == v and v != "").any())
+
+
 def show_runs(frame: pd.DataFrame, columns: list[str], caption: str = "") -> None:
-    """The runs as the brief shows tables: units in readable headers, sensible decimals."""
-    from .report.display import show_table
+    """The runs as the brief shows tables: units in readable headers, about 3 significant digits. Sweeps
+    that fill different columns get a table each (no column of dashes); a long text that is the same in
+    every row is said once, below its table."""
+    from .report.display import show_md, show_table
 
     if frame is None or frame.empty:
-        from .report.display import show_md
         show_md("No measured runs.")
         return
     cols = [c for c in columns if c in frame.columns]
-    table = frame[cols].copy()
-    for c in cols:
-        table[c] = [_fmt(v) for v in table[c]]
-    table.columns = [column_title(c) for c in cols]
-    show_table(table, caption=caption or f"{len(frame)} measured runs (runs.csv)")
-
-
-NOTEBOOK_TEMPLATE = """\
-# ---
-# jupyter:
-#   kernelspec:
-#     display_name: Python 3 (ipykernel)
-#     language: python
-#     name: python3
-# ---
-
-# %% [markdown]
-# # {number} — {title}
-#
-# {about}
-#
-# The same study runs without Jupyter: `storagebrief {command} --out DIR`.
-#
-# **Run All** runs it with `params.yaml`'s knobs; change any of them in the parameters cell below. Results go to a new folder `reports/runs/<time>/{name}/` (the pipeline's `reports/{name}/` belongs to `dvc repro`).
-
-# %% tags=["parameters"]
-# This study's knobs: params.yaml's `{name}:` section. A value changed here applies to this notebook's
-# runs (merged over params.yaml, validated before any work); change params.yaml for `dvc repro` too.
-{knobs}
-targets = None     # None: params.yaml's targets; or a list like params.yaml's (name, path, profile)
-out_dir = None     # None: a new reports/runs/<time>/{name}/ (dvc repro passes reports/{name})
-progress = "auto"  # a bar in JupyterLab; "lines": one line per run
-
-# %%
-from storagebrief import notebook, report
-
-runs = notebook.run_study("{name}", {name}, targets=targets, out_dir=out_dir, progress=progress)
-
-# %% [markdown]
-# ## Runs
-# One row per measured run (`runs.csv`; every column is described in `runs.schema.json`).
-
-# %%
-notebook.show_runs(runs, {columns!r})
-
-# %% [markdown]
-# ## Results
-# The same tables, figures and analysis that the brief shows.
-
-# %%
-report.study_section("{name}", runs.attrs["out_dir"])
-"""
-
-
-def new_notebook(study, params_file: str | Path) -> str:
-    """A new study's notebook (Jupytext percent), thin: parameters cell, run_study, the runs table
-    (the first columns its metrics room declares), its brief section."""
-    declared = [c.name for c in getattr(study.room("metrics"), "COLUMNS", ()) if "*" not in c.name]
-    about = (importlib.import_module(study.package).__doc__ or study.title).strip().replace("\n", "\n# ")
-    return NOTEBOOK_TEMPLATE.format(number=Path(study.notebook).name[:2], title=study.title, about=about,
-                                    command=study.command, name=study.name,
-                                    knobs=knobs_cell(study.name, params_file),
-                                    columns=["target", "repeat", *declared[:6], "cache_method"])
-
-
-def knobs_cell(name: str, params_file: str | Path) -> str:
-    """The parameters cell of a study's notebook, written from params.yaml's section with its
-    comments (`storagebrief notebooks --write` keeps the notebooks equal to params.yaml)."""
-    lines = _section_lines(Path(params_file).read_text(), name)
-    return f"{name} = {{\n{_to_python(lines)}\n}}"
-
-
-def _section_lines(text: str, name: str) -> list[str]:
-    lines = text.splitlines()
-    start = next(i for i, line in enumerate(lines) if re.match(rf"^{re.escape(name)}:\s*(#.*)?$", line))
-    out = []
-    for line in lines[start + 1:]:
-        if line and not line[0].isspace() and not line.startswith("#"):
-            break
-        out.append(line)
-    while out and not out[-1].strip():
-        out.pop()
-    return [line for line in out if not (line.startswith("#") and not line.startswith(" "))]
-
-
-def _to_python(lines: list[str]) -> str:
-    import yaml
-
-    out = []
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        m = re.match(r"^  ([A-Za-z_][A-Za-z0-9_]*):(.*)$", line)
-        if not m:
-            if line.strip().startswith("#"):
-                out.append("    " + _python_words(line.strip()))
-            i += 1
-            continue
-        key, rest = m.group(1), m.group(2)
-        value_text, comment = _split_comment(rest)
-        block = [line]
-        j = i + 1
-        while j < len(lines) and (lines[j].startswith("    ") or not lines[j].strip()):
-            block.append(lines[j])
-            j += 1
-        value = yaml.safe_load("\n".join(block))[key]
-        literal = _literal(value)
-        out.append(f"    {key!r}: {literal}," + (f"  {_python_words(comment)}" if comment else ""))
-        i = j
-    return "\n".join(out)
-
-
-def _split_comment(text: str) -> tuple[str, str]:
-    in_quote = None
-    for k, ch in enumerate(text):
-        if ch in "\"'":
-            in_quote = None if in_quote == ch else (in_quote or ch)
-        if ch == "#" and in_quote is None and (k == 0 or text[k - 1].isspace()):
-            return text[:k].strip(), text[k:].strip()
-    return text.strip(), ""
-
-
-def _literal(value) -> str:
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{k!r}: {_literal(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, list):
-        return "[" + ", ".join(_literal(v) for v in value) + "]"
-    return repr(value)
-
-
-def _python_words(comment: str) -> str:
-    # the same knobs in Python: YAML's null/true/false read as None/True/False
-    for yaml_word, python_word in (("null", "None"), ("true", "True"), ("false", "False")):
-        comment = re.sub(rf"\b{yaml_word}\b", python_word, comment)
-    # "x = y" reads "x: y" here: papermill takes a line with a second '=' for a broken assignment
-    return comment.replace(" = ", ": ")
-
-
-def sync_knobs(root: str | Path | None = None, write: bool = False) -> list[str]:
-    """Notebooks whose parameters cell differs from params.yaml's section (rewritten when `write`).
-
-    The cell is the `<study> = {...}` block of notebooks/NN_<study>.py, made by knobs_cell."""
-    root = Path(root) if root is not None else config.project_root()
-    differing = []
-    for study in studies.REGISTRY.values():
-        path = root / study.notebook
-        if not path.exists():          # a new study: its notebook starts from the template
-            differing.append(str(path.relative_to(root)))
-            if write:
-                path.write_text(new_notebook(study, root / "params.yaml"))
-            continue
-        text = path.read_text()
-        block = re.search(rf"^{study.name} = (dict\(|\{{)\n.*?^(\)|\}})$", text, flags=re.M | re.S)
-        if block is None:
-            raise config.ParamsError(f"{path}: no '{study.name} = {{' parameters block")
-        wanted = knobs_cell(study.name, root / "params.yaml")
-        if block.group(0) != wanted:
-            differing.append(str(path.relative_to(root)))
-            if write:
-                path.write_text(text[:block.start()] + wanted + text[block.end():])
-    return differing
+    groups = [("", frame)]
+    if "sweep" in frame and frame["sweep"].nunique() > 1:
+        by_sweep = list(frame.groupby("sweep", sort=False))
+        if len({tuple(_filled(rows, c) for c in cols) for _, rows in by_sweep}) > 1:
+            groups = by_sweep
+    for sweep, rows in groups:
+        shown = [c for c in cols if _filled(rows, c) and not (sweep and c == "sweep")]
+        prose = [c for c in shown if len(rows) > 1 and not pd.api.types.is_numeric_dtype(rows[c])
+                 and rows[c].nunique() == 1 and len(str(rows[c].iloc[0])) > PROSE_CHARS]
+        shown = [c for c in shown if c not in prose]
+        table = pd.DataFrame({column_title(c): [_fmt(v) for v in rows[c]] for c in shown})
+        what = f"{len(rows)} measured runs (runs.csv)" + (f", {sweep} sweep" if sweep else "")
+        show_table(table, caption=f"{caption}: {what}" if caption else what)
+        if prose:
+            show_md("\n\n".join(f"*{column_title(c)}* (every run above): {rows[c].iloc[0]}" for c in prose))

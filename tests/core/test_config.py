@@ -35,6 +35,7 @@ def test_override_parses_yaml_values(params_file):
     ("preprocess.colour=1", ["preprocess.colour", "unknown key", "allowed: bit_depth, channels"]),
     ("preprocess.proceses=[1,2]", ["preprocess.proceses", "did you mean 'processes'?", "allowed:"]),
     ("preprocess.processes=1,2", ["preprocess.processes", '"1,2"', "write a list, e.g. [1, 2]"]),
+    ("preprocess.processes=4", ["preprocess.processes", "= 4", "write a list, e.g. [4], not a number"]),
     ("bogus=1", ["bogus", "allowed"]),
     ("preprocess.output_mode=zip", ["preprocess.output_mode", "zip", "sharded", "single"]),
     ("preprocess.image_counts=[100]", ["image_counts", "exceed image_count"]),

@@ -266,6 +266,8 @@ def explain_error(model, err: dict) -> str:
               (f"; allowed: {', '.join(allowed)}" if allowed else "")
     elif kind == "list_type" and isinstance(value, str):
         msg += " (write a list, e.g. [1, 2], not a string)"
+    elif kind == "list_type" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        msg += f" (write a list, e.g. [{value!r}], not a number)"
     return msg
 
 

@@ -101,7 +101,7 @@ def section(reports_dir: str | Path, available, target_order, appendix=None) -> 
 def _shown(frame: pd.DataFrame, picks, notes: list[str]) -> None:
     """What this is, the summary table, the analysis, the plots, the locality table, the limits."""
     show_md(f"**What this is.** The block requests every measured run issued to its target's device, recorded "
-            "with tracefs and summarized as in the seed's btt analysis; one row per workload (reference target, "
+            "with tracefs and summarized as in the Samsung SDC 2023 study's btt analysis; one row per workload (reference target, "
             "first repeat; every run's row is in each study's `characterization.csv`).")
     show_md("**Definitions.** " + DEFINITIONS, detail=True)
     _summary_table(frame)
@@ -138,7 +138,7 @@ def _summary_table(frame: pd.DataFrame) -> None:
     t.columns = [("Write Std. Dev. (KiB)" if k == "write_kib_stdev" else
                   "Read Std. Dev. (KiB)" if k == "read_kib_stdev" else lab) for k, lab in cols.items()]
     w = t.columns
-    show_table(t[[w[0], *w[1:9]]], "Summary statistics (the seed's backup table), part 1: mix, randomness, "
+    show_table(t[[w[0], *w[1:9]]], "Summary statistics (the Samsung SDC 2023 study's backup table), part 1: mix, randomness, "
                                    "average IOPS and read request sizes (KiB; median exact, standard deviation "
                                    "over requests).")
     show_table(t[[w[0], *w[9:14], w[18]]], "Summary statistics, part 2: write request sizes (KiB) and trace length.")
@@ -189,7 +189,7 @@ def _analysis(picks) -> None:
                          if v is not None and not math.isnan(v))
         lines.append(f"- **{label}** ({r['target']}): {text}{' (' + meds + ')' if meds else ''}{extra}; "
                      f"{r.get('avg_iops', float('nan')):,.0f} IOPS over {r.get('trace_length_s', float('nan')):.1f} s.")
-    tail = ("Random and sequential follow the seed's rule (a request is sequential when it starts where the previous "
+    tail = ("Random and sequential follow the Samsung SDC 2023 study's rule (a request is sequential when it starts where the previous "
             "one of the device ended), so several readers interleaving on one device read 'randomly' even when each "
             "reads its files front to back.")
     show_md(_summary(picks) + " " + tail)

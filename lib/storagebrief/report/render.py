@@ -29,7 +29,7 @@ def _slug(text: str, seen: set[str]) -> str:
 
 
 def with_contents(body: str) -> str:
-    """The body with an id on every top-level heading (h2) and a table of contents linking them first
+    """The body with an id on every top-level heading (h2) and a table of contents linking them, below the title
     (in the HTML; the PDF has its bookmarks instead, so print hides it)."""
     seen = set(re.findall(r'<h2[^>]*\bid="([^"]+)"', body))
     entries = []
@@ -43,7 +43,10 @@ def with_contents(body: str) -> str:
     body = re.sub(r"<h2([^>]*)>(.*?)</h2>", anchor, body, flags=re.S)
     items = "".join(f'<li class="{"toc-appendix" if app else "toc-section"}"><a href="#{i}">{t}</a></li>'
                     for i, t, app in entries)
-    return f'<nav class="toc" id="contents"><p class="toc-title">Contents</p><ol>{items}</ol></nav>{body}'
+    nav = f'<nav class="toc" id="contents"><p class="toc-title">Contents</p><ol>{items}</ol></nav>'
+    title = body.find("</h1>")          # below the title (and the cover it opens), not above it
+    at = body.find("<h2", title) if title >= 0 else -1
+    return body[:at] + nav + body[at:] if at >= 0 else nav + body
 
 
 def check_layout(pdf_path: Path, html_path: Path, params_file: Path, log=print) -> dict:

@@ -13,6 +13,7 @@ from ...kit.figures import metric_vs
 from ...kit.files import read_csv_or_none, read_json_or
 from ...kit.runs import ok_runs
 from ...report.display import analysis, show_figure, show_md, show_table, style
+from ...report.formatting import significant
 from . import framework_brief
 
 
@@ -165,13 +166,14 @@ def _cost(cost, names: list[str], study: dict) -> None:
          [["overhead_percent", "stall_s_per_checkpoint", "persist_s_mean", "snapshot_s_mean", "write_gib_per_s"]]
          .mean().reset_index())
     t["interval_steps"] = t.interval_steps.astype(int)
-    t = t.round({"overhead_percent": 1, "stall_s_per_checkpoint": 4, "persist_s_mean": 4, "snapshot_s_mean": 4,
-                 "write_gib_per_s": 3})
-    show_table(t.rename(columns={"interval_steps": "every k steps", "overhead_percent": "overhead %",
+    for col in ("overhead_percent", "stall_s_per_checkpoint", "persist_s_mean", "snapshot_s_mean", "write_gib_per_s"):
+        t[col] = [significant(v) if v == v else "–" for v in t[col]]        # 3 significant digits, not 94.6000
+    show_table(t.rename(columns={"save_mode": "checkpointing", "interval_steps": "every k steps",
+                                 "overhead_percent": "overhead %",
                                  "stall_s_per_checkpoint": "stall s / checkpoint", "persist_s_mean": "write+fsync s",
                                  "snapshot_s_mean": "snapshot s", "write_gib_per_s": "write GiB/s"}),
                "Stall per checkpoint (training stopped) beside the write + fsync time it hides or not (means over "
-               "repeats).", floatfmt="{:,.4f}")
+               "repeats).")
 
 
 def _duration(s) -> str:

@@ -57,7 +57,7 @@ def section(study_dir: Path, frame, names: list[str]) -> None:
     for n in names:
         t = disk_table(frame, n)
         if not t.empty:
-            show_table(t, f"{n}: Data Ingestion Disk Metrics, the seed's table rebuilt — the brokers' device during "
+            show_table(t, f"{n}: Data Ingestion Disk Metrics, the Samsung SDC 2023 study's table rebuilt — the brokers' device during "
                           "each run (means over repeats; response time = read and write latency weighted by "
                           "their IOPS; device-wide counters).")
     if not ok.empty:
@@ -124,7 +124,7 @@ def _analysis(ok, names: list[str], info: dict) -> None:
             lines.append(f"- **{n}**: up to {top.device_iops_avg:,.0f} IOPS and {top.device_mib_per_s_avg:,.1f} MiB/s "
                          f"on the brokers' device at {int(top.streams)} streams of {top.video}, {int(top.topics)} "
                          f"topic(s); write requests average {top.device_avg_write_kib:,.1f} KiB, "
-                         f"{100 - top.device_read_percent:.1f} % of device bytes are writes (seed: nearly 100 %).")
+                         f"{100 - top.device_read_percent:.1f} % of device bytes are writes (the Samsung SDC 2023 study: nearly 100 %).")
         wa = g.write_amplification.dropna() if "write_amplification" in g else []
         if len(wa):
             lines.append(f"- **{n}**: the device wrote {wa.min():.2f}–{wa.max():.2f} × the replicated bytes "

@@ -123,7 +123,7 @@ def _profile_tables(frame, names: list[str]) -> None:
         if t.empty:
             continue
         show_table(t, f"{n}: disk profile of one model, baseline vs limited memory (means over repeats; "
-                      "'active' averages discard intervals without reads, as the seed's tables do; a ratio run's "
+                      "'active' averages discard intervals without reads, as the Samsung SDC 2023 study's tables do; a ratio run's "
                       "failcnt counts charges that met the job's memory limit).")
 
 
@@ -146,7 +146,7 @@ def _memory_analysis(frame, names: list[str]) -> None:
                      f"{caveat}")
     if lines:
         analysis(lines, tail="ResNet50 on this CPU is compute-bound, so extra reads cost little time unless the "
-                             "device is slow: the same finding as the seed (×48 throughput, training time nearly "
+                             "device is slow: the same finding as the Samsung SDC 2023 study (×48 throughput, training time nearly "
                              "unchanged on fast storage).")
 
 

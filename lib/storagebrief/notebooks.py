@@ -1,0 +1,289 @@
+"""The notebooks as files (`storagebrief notebooks`): each study's tracked Jupytext script
+(notebooks/NN_<study>.py) and the .ipynb a researcher opens beside it (generated, git-ignored, never
+paired with the script). notebook.py is what runs inside a notebook; this module manages the files.
+
+- The script's parameters cell is generated from params.yaml (`knobs_cell`, `sync_knobs`): it always
+  says "params.yaml as it is", so a knob edited in JupyterLab lands only in the ignored .ipynb and git,
+  DVC and the tests never see it (docs/researcher-loop.md says why this design).
+- `refresh` makes the .ipynb from the script, or brings an existing one up to the script's code while
+  keeping the researcher's parameters cell and the outputs of unchanged cells (the earlier file is kept
+  beside it): `make notebooks`.
+- `save_code` is the way code edits made in JupyterLab go into git: the .ipynb's cells into the script,
+  the parameters cell still params.yaml's: `storagebrief notebooks --save-code notebooks/NN_<study>.ipynb`.
+"""
+from __future__ import annotations
+
+import copy
+import importlib
+import re
+import time
+from pathlib import Path
+
+from . import studies
+from .core import config
+
+NOTEBOOK_TEMPLATE = """\
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # {number} — {title}
+#
+# {about}
+#
+# The same study runs without Jupyter: `storagebrief {command} --out DIR`.
+#
+# **Run All** runs it with `params.yaml`'s knobs; change any of them in the parameters cell below. Your edits stay in this notebook's `.ipynb` (git ignores it); the tracked `.py` beside it keeps params.yaml's values (docs/researcher-loop.md). Results go to a new folder `reports/runs/<time>/{name}/` (the pipeline's `reports/{name}/` belongs to `dvc repro`).
+
+# %% tags=["parameters"]
+# This study's knobs: params.yaml's `{name}:` section. A value changed here applies to this notebook's
+# runs (merged over params.yaml, validated before any work) and is saved in this .ipynb only, never in
+# the tracked .py; change params.yaml for `dvc repro` too.
+{knobs}
+targets = None     # None: params.yaml's targets; or a list like params.yaml's (name, path, profile)
+out_dir = None     # None: a new reports/runs/<time>/{name}/ (dvc repro passes reports/{name})
+progress = "auto"  # a bar in JupyterLab; "lines": one line per run
+
+# %%
+from storagebrief import notebook, report
+
+runs = notebook.run_study("{name}", {name}, targets=targets, out_dir=out_dir, progress=progress)
+
+# %% [markdown]
+# ## Runs
+# One row per measured run (`runs.csv`; every column is described in `runs.schema.json`).
+
+# %%
+notebook.show_runs(runs, {columns!r})
+
+# %% [markdown]
+# ## Results
+# The same tables, figures and analysis that the brief shows.
+
+# %%
+report.study_section("{name}", runs.attrs["out_dir"])
+"""
+
+
+def new_notebook(study, params_file: str | Path) -> str:
+    """A new study's notebook (Jupytext percent), thin: parameters cell, run_study, the runs table
+    (the first columns its metrics room declares), its brief section."""
+    declared = [c for c in getattr(study.room("metrics"), "COLUMNS", ()) if "*" not in c.name]
+    # what identifies a run, then what was measured (columns with a unit): a reader came for the latter
+    columns = ["target", "repeat", *[c.name for c in declared if not c.unit][:3],
+               *[c.name for c in declared if c.unit][:6], "cache_method"]
+    about = (importlib.import_module(study.package).__doc__ or study.title).strip().replace("\n", "\n# ")
+    return NOTEBOOK_TEMPLATE.format(number=Path(study.notebook).name[:2], title=study.title, about=about,
+                                    command=study.command, name=study.name,
+                                    knobs=knobs_cell(study.name, params_file),
+                                    columns=columns)
+
+
+def knobs_cell(name: str, params_file: str | Path) -> str:
+    """The parameters cell of a study's notebook, written from params.yaml's section with its
+    comments, one key per line at every depth (`storagebrief notebooks --write` keeps the notebooks
+    equal to params.yaml)."""
+    lines = _section_lines(Path(params_file).read_text(), name)
+    return f"{name} = {{\n" + "\n".join(_to_python(lines, 2, 4)) + "\n}"
+
+
+def _section_lines(text: str, name: str) -> list[str]:
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if re.match(rf"^{re.escape(name)}:\s*(#.*)?$", line))
+    out = []
+    for line in lines[start + 1:]:
+        if line and not line[0].isspace() and not line.startswith("#"):
+            break
+        out.append(line)
+    while out and not out[-1].strip():
+        out.pop()
+    return [line for line in out if not (line.startswith("#") and not line.startswith(" "))]
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def _to_python(lines: list[str], indent: int, pad: int) -> list[str]:
+    """YAML mapping lines at `indent` as Python dict items at `pad`: one key per line at every depth,
+    each key's YAML comment beside it, comment lines kept."""
+    import yaml
+
+    out, i = [], 0
+    key_line = re.compile(rf"^ {{{indent}}}([A-Za-z_][A-Za-z0-9_]*):(.*)$")
+    while i < len(lines):
+        m = key_line.match(lines[i])
+        if not m:
+            if lines[i].strip().startswith("#"):
+                out.append(" " * pad + _python_words(lines[i].strip()))
+            i += 1
+            continue
+        key, (value_text, comment) = m.group(1), _split_comment(m.group(2))
+        j = i + 1
+        while j < len(lines) and (not lines[j].strip() or _indent(lines[j]) > indent):
+            j += 1
+        block, i = lines[i:j], j
+        note = f"  {_python_words(comment)}" if comment else ""
+        children = [line for line in block[1:] if line.strip() and not line.strip().startswith("#")]
+        if not value_text and children and not children[0].lstrip().startswith("-"):
+            out.append(" " * pad + f"{key!r}: {{{note}")          # a nested mapping: its own lines
+            out += _to_python(block[1:], _indent(children[0]), pad + 4)
+            out.append(" " * pad + "},")
+            continue
+        value = yaml.safe_load("\n".join(line for line in block if not line.strip().startswith("#")))[key]
+        literal = _literal_lines(value, pad)
+        out.append(" " * pad + f"{key!r}: {literal[0]}" + ("," + note if len(literal) == 1 else note))
+        out += literal[1:-1] + ([literal[-1] + ","] if len(literal) > 1 else [])
+        out += [" " * pad + _python_words(line.strip()) for line in block[1:] if line.strip().startswith("#")]
+    return out
+
+
+def _literal_lines(value, pad: int) -> list[str]:
+    """A value as Python source lines: a non-empty dict one key per line (the closing brace at `pad`)."""
+    if isinstance(value, dict) and value:
+        lines = ["{"]
+        for k, v in value.items():
+            inner = _literal_lines(v, pad + 4)
+            lines.append(" " * (pad + 4) + f"{k!r}: {inner[0]}" + ("," if len(inner) == 1 else ""))
+            lines += inner[1:-1] + ([inner[-1] + ","] if len(inner) > 1 else [])
+        return lines + [" " * pad + "}"]
+    return [_literal(value)]
+
+
+def _split_comment(text: str) -> tuple[str, str]:
+    in_quote = None
+    for k, ch in enumerate(text):
+        if ch in "\"'":
+            in_quote = None if in_quote == ch else (in_quote or ch)
+        if ch == "#" and in_quote is None and (k == 0 or text[k - 1].isspace()):
+            return text[:k].strip(), text[k:].strip()
+    return text.strip(), ""
+
+
+def _literal(value) -> str:
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k!r}: {_literal(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_literal(v) for v in value) + "]"
+    return repr(value)
+
+
+def _python_words(comment: str) -> str:
+    # the same knobs in Python: YAML's null/true/false read as None/True/False
+    for yaml_word, python_word in (("null", "None"), ("true", "True"), ("false", "False")):
+        comment = re.sub(rf"\b{yaml_word}\b", python_word, comment)
+    # "x = y" reads "x: y" here: papermill takes a line with a second '=' for a broken assignment
+    return comment.replace(" = ", ": ")
+
+
+def sync_knobs(root: str | Path | None = None, write: bool = False) -> list[str]:
+    """Notebooks whose parameters cell differs from params.yaml's section (rewritten when `write`).
+
+    The cell is the `<study> = {...}` block of notebooks/NN_<study>.py, made by knobs_cell."""
+    root = Path(root) if root is not None else config.project_root()
+    differing = []
+    for study in studies.REGISTRY.values():
+        path = root / study.notebook
+        if not path.exists():          # a new study: its notebook starts from the template
+            differing.append(str(path.relative_to(root)))
+            if write:
+                path.write_text(new_notebook(study, root / "params.yaml"))
+            continue
+        text = path.read_text()
+        block = re.search(rf"^{study.name} = (dict\(|\{{)\n.*?^(\)|\}})$", text, flags=re.M | re.S)
+        if block is None:
+            raise config.ParamsError(f"{path}: no '{study.name} = {{' parameters block")
+        wanted = knobs_cell(study.name, root / "params.yaml")
+        if block.group(0) != wanted:
+            differing.append(str(path.relative_to(root)))
+            if write:
+                path.write_text(text[:block.start()] + wanted + text[block.end():])
+    return differing
+
+
+# -- the .ipynb beside each script ----------------------------------------------------------------
+def _is_parameters(cell) -> bool:
+    return "parameters" in cell.get("metadata", {}).get("tags", [])
+
+
+def _code(nb) -> list[tuple[str, str]]:
+    """What a notebook runs and says, parameters cell aside (its values are the researcher's)."""
+    return [(c["cell_type"], c["source"].strip()) for c in nb["cells"] if not _is_parameters(c)]
+
+
+def scripts(root: str | Path | None = None) -> list[Path]:
+    root = Path(root) if root is not None else config.project_root()
+    return sorted(p for p in (root / "notebooks").glob("*.py") if re.match(r"(\d+_\w+|brief)\.py$", p.name))
+
+
+def stale(root: str | Path | None = None) -> list[Path]:
+    """The .ipynb files whose code or text differs from their script (parameters cells aside)."""
+    import jupytext
+    import nbformat
+
+    return [s.with_suffix(".ipynb") for s in scripts(root) if s.with_suffix(".ipynb").exists()
+            and _code(nbformat.read(s.with_suffix(".ipynb"), as_version=4)) != _code(jupytext.read(s))]
+
+
+def refresh(root: str | Path | None = None, log=print) -> list[Path]:
+    """Each script's .ipynb made when missing, or brought up to the script's code when it differs: the
+    researcher's parameters cell and the outputs of unchanged cells stay, the earlier .ipynb is kept as
+    <name>.before-refresh-<time>.ipynb (git ignores both). Returns the notebooks written."""
+    import jupytext
+    import nbformat
+
+    written = []
+    for script in scripts(root):
+        path, new = script.with_suffix(".ipynb"), jupytext.read(script)
+        new.metadata.pop("jupytext", None)         # no pairing: saving the .ipynb never writes the script
+        if path.exists():
+            old = nbformat.read(path, as_version=4)
+            if _code(old) == _code(new):
+                continue
+            outputs = {(c.cell_type, c.source.strip()): c for c in old.cells if c.cell_type == "code"}
+            mine = next((c for c in old.cells if _is_parameters(c)), None)
+            for i, cell in enumerate(new.cells):
+                if _is_parameters(cell) and mine is not None:
+                    new.cells[i] = copy.deepcopy(mine)
+                elif (cell.cell_type, cell.source.strip()) in outputs:
+                    kept = outputs[(cell.cell_type, cell.source.strip())]
+                    cell.outputs, cell.execution_count = kept.get("outputs", []), kept.get("execution_count")
+            backup = path.with_name(f"{path.stem}.before-refresh-{time.strftime('%Y%m%dT%H%M%S')}.ipynb")
+            path.rename(backup)
+            log(f"{path.relative_to(script.parent.parent)}: brought up to {script.name}'s code (your parameters "
+                f"cell and the outputs of unchanged cells kept; the earlier file is {backup.name})")
+        nbformat.write(new, path)
+        written.append(path)
+    return written
+
+
+def save_code(ipynb: str | Path) -> Path:
+    """The way a code edit made in JupyterLab goes into git: the notebook's cells (no outputs) into its
+    tracked script; the script's parameters cell stays params.yaml's (the notebook's knob values do not go)."""
+    import jupytext
+    import nbformat
+
+    ipynb = Path(ipynb).resolve()
+    script = ipynb.with_suffix(".py")
+    if ipynb.suffix != ".ipynb" or not script.exists():
+        raise config.ParamsError(f"--save-code {ipynb}: expected a notebook beside its tracked script "
+                                 f"(notebooks/NN_<study>.ipynb with its .py); {script} does not exist")
+    tracked = jupytext.read(script)
+    nb = nbformat.read(ipynb, as_version=4)
+    params = next((c for c in tracked.cells if _is_parameters(c)), None)
+    cells = []
+    for cell in nb.cells:
+        cell = copy.deepcopy(params) if _is_parameters(cell) and params is not None else copy.deepcopy(cell)
+        cell.metadata = {k: v for k, v in cell.metadata.items() if k == "tags"}
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+        cells.append(cell)
+    tracked.cells = cells
+    from jupytext.config import load_jupytext_config    # jupytext.toml's metadata filters, as the CLI applies them
+    jupytext.write(tracked, script, fmt="py:percent", config=load_jupytext_config(str(script.parent)))
+    return script
