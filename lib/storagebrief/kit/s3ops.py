@@ -98,6 +98,9 @@ def file_batch(folder, op: str, names: list[str], body: bytes, concurrency: int)
                     pass
         return time.perf_counter() - t0
 
+    if op == "put":      # the folders exist before the clock, as a bucket does
+        for d in {(folder / n).parent for n in names}:
+            d.mkdir(parents=True, exist_ok=True)
     cpu0, t0 = cpu_seconds(), time.perf_counter()
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         lats = list(pool.map(one, names))
