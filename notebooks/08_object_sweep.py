@@ -29,11 +29,11 @@
 # This study's knobs: params.yaml's `object_sweep:` section. A value changed here applies to this notebook's
 # runs (merged over params.yaml, validated before any work); change params.yaml for `dvc repro` too.
 object_sweep = {
-    'targets': [],  # subset of target names; []: every target
+    'targets': ['local', 'local-s3'],  # quick: directory vs S3 on one disk; []: every target (paper)
     'client': 'boto3',  # the S3 client (benchmarks/s3_clients.py compared it with s3dlio)
     'ops': ['get', 'put'],
-    'object_sizes': ['64k', '1m'],  # K: 1,024 B
-    'concurrency': [1, 8],  # requests in flight (client threads)
+    'object_sizes': ['64k', '1m'],  # K: 1,024 B; paper: [4k, 64k, 1m, 16m]
+    'concurrency': [8],  # requests in flight (client threads); paper: [1, 8, 32]
     'mib_per_point': 8,  # data moved per point: objects: this / size, within min..max below
     'min_objects': 8,
     'max_objects': 64,

@@ -48,7 +48,8 @@ def _what_ran(frame, study: dict, pts) -> None:
         "write whole files. GETs start from a cold cache where the files are on this machine. Throughput is "
         "bytes / wall time in MB/s (10⁶ B/s); latency is per request, sent to last body byte. The client runs in "
         f"a process of its own, so its CPU is its alone; a row at ≥ {study.get('client_limit_percent', 80)} % of "
-        f"all {study.get('cpus')} CPUs (client, or client + gateway) is marked as limited by the CPU.")
+        f"all {study.get('cpus')} CPUs (client, or client + gateway), or with the whole machine ≥ 90 % busy, is marked "
+        "as limited by the CPU (limited_by).")
 
 
 def _targets(study: dict) -> None:

@@ -33,8 +33,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("client_cpu_percent_of_machine", "%", "client CPU / (wall x CPUs)"),
     Column("gateway_cpu_seconds", "s", "the local gateway's (versitygw) user + system CPU during the batch"),
     Column("gateway_cpu_s_per_gb", "s/GB", "gateway CPU seconds per 10⁹ bytes moved"),
-    Column("limited_by", "", "client CPU | client + gateway CPU (≥ 80 % of all CPUs): the CPU, not the storage, "
-           "set the figure; empty otherwise", "text"),
+    Column("limited_by", "", "client CPU | client + gateway CPU (≥ 80 % of all CPUs) | machine CPU (every CPU ≥ 90 % "
+           "busy: the busy load or other work): the CPU, not the storage, set the figure; empty otherwise", "text"),
     Column("errors", "", "failed requests (a failure stops the run, so 0 in a written row)"),
     Column("throttled", "", "True when the device I/O ran inside the target's throttle cgroup", "bool"),
 )

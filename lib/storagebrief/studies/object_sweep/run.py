@@ -32,6 +32,7 @@ from . import STUDY, dataset
 from .params import ObjectSweepParams
 
 CLIENT_LIMIT_PERCENT = 80     # the client used this share of all CPUs or more: it, not the store, limited
+MACHINE_BUSY_PERCENT = 90     # every CPU this busy (monitor, /proc/stat) during the batch: the CPU limited
 
 
 @dataclass(frozen=True)
@@ -180,9 +181,6 @@ def run_one(run, config: Config) -> Measurement:
     t = run.target
     store: ObjectStore | None = run.sweep.state.stores.get(t.name)
     keys = _keys(config, run, store)
-    # before a PUT too: drop_caches also writes back earlier runs' dirty pages, which would land in this one
-    files = dataset.object_files(t, store, config.object_bytes, run.p.objects_for(config.object_bytes))
-    run.cold_cache(files) if files else setattr(run, "cache_method", "remote store: not controlled")
     group = run.throttle() if store is None else None
     if store is not None and t.name in run.sweep.state.groups and t.emulated:
         run.emulated = True
@@ -196,12 +194,23 @@ def run_one(run, config: Config) -> Measurement:
         scope.close()
 
 
+def _cold_cache(run, c: Config, store) -> None:
+    """Before a PUT too: drop_caches also writes back earlier runs' dirty pages, which would land in this one."""
+    files = dataset.object_files(run.target, store, c.object_bytes, run.p.objects_for(c.object_bytes))
+    if files:
+        run.cold_cache(files)
+    else:
+        run.cache_method = "remote store: not controlled"
+
+
 def _measure(run, c: Config, store, scope, busy, cfg: dict, env: dict, keys: list[str]) -> Measurement:  # long: one worker run, start to row
+    # the worker starts (imports, client) while the cache is dropped: it touches no data before 'go'
     w = scope.popen([sys.executable, "-m", f"{STUDY.package}.worker"], env={**os.environ, **env},
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                     cwd=str(Path(__file__).resolve().parents[3]))
     w.stdin.write(json.dumps(cfg) + "\n")
     w.stdin.flush()
+    _cold_cache(run, c, store)
     if w.stdout.readline().strip() != "ready":
         _raise_worker(store, w)
     if c.load == "busy":
@@ -230,19 +239,26 @@ def _measure(run, c: Config, store, scope, busy, cfg: dict, env: dict, keys: lis
                 "gateway_cpu_seconds": None if g0 is None or g1 is None else g1 - g0,
                 "gateway_cpu_s_per_gb": None if g0 is None or g1 is None or gb <= 0 else (g1 - g0) / gb,
                 "throttled": bool(run.emulated)})
-    row["limited_by"] = limited_by(row)
+    row["limited_by"] = limited_by(row, run.monitor.summary().get("cpu_busy_percent") if run.monitored else None)
     return Measurement(row)
 
 
-def limited_by(row: dict) -> str:
+def limited_by(row: dict, machine_busy_percent: float | None = None) -> str:
     """'client CPU' when the client alone used CLIENT_LIMIT_PERCENT of all CPUs, 'client + gateway CPU'
-    when the two together did: then the figure is the CPU's, not the storage's. '' otherwise."""
+    when the two together did, 'machine CPU' when every CPU was busy (MACHINE_BUSY_PERCENT: the busy load,
+    or other work on the machine): then the figure is the CPU's, not the storage's. '' otherwise."""
     ncpu, wall = os.cpu_count() or 1, row.get("wall_seconds") or 0
     if not wall:
         return ""
     client = 100 * row["client_cpu_seconds"] / (wall * ncpu)
     both = 100 * (row["client_cpu_seconds"] + (row.get("gateway_cpu_seconds") or 0)) / (wall * ncpu)
-    return "client CPU" if client >= CLIENT_LIMIT_PERCENT else "client + gateway CPU" if both >= CLIENT_LIMIT_PERCENT else ""
+    if client >= CLIENT_LIMIT_PERCENT:
+        return "client CPU"
+    if both >= CLIENT_LIMIT_PERCENT:
+        return "client + gateway CPU"
+    if machine_busy_percent is not None and machine_busy_percent >= MACHINE_BUSY_PERCENT:
+        return f"machine CPU ({machine_busy_percent:.0f} % busy)"
+    return ""
 
 
 def _raise_worker(store, w) -> None:
