@@ -254,3 +254,25 @@ def test_multipart_put_in_parts_ranged_and_whole_get(tmp_path):
         assert "ckpt/rank-1" not in st.list_keys("ckpt/")
     finally:
         st.close()
+
+
+@needs_gateway
+@pytest.mark.privileged
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs (a full device) needs root")
+def test_a_full_device_under_the_gateway_is_one_line(tmp_path):
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)]).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        st = s3store.ObjectStore(_target(mnt), tmp_path / "logs").open()
+        pid = st.gateway.proc.pid
+        try:
+            with pytest.raises(s3store.S3Error) as e:
+                st._call(st.client.put_object, Bucket=st.bucket, Key="big", Body=b"x" * (4 << 20))
+            assert "No space left on device" in str(e.value) and "\n" not in str(e.value)
+        finally:
+            st.close()
+        assert not process_alive(pid)
+    finally:
+        subprocess.run(["umount", str(mnt)])
