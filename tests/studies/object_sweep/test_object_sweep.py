@@ -103,3 +103,30 @@ def test_pairs_match_only_a_local_gateway_on_the_same_device_and_profile(tmp_pat
     if ts[0].device.major is None:
         pytest.skip(f"no block device under {tmp_path}: {ts[0].device.reason}")
     assert metrics.same_device_pairs(ts) == [("dir", "obj")]
+
+
+@pytest.mark.slow
+@needs_gateway
+def test_gateway_killed_mid_run_is_one_line_exit_2_and_nothing_left(tmp_path):
+    import signal
+    import time
+    proc = subprocess.Popen([sys.executable, "-m", "storagebrief.cli", "object-sweep", "--params",
+                             str(_params(tmp_path)), "--out", str(tmp_path / "out"), "--progress", "off"],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO / "lib")})
+    for line in proc.stdout:
+        if line.startswith("[object_sweep-dir-"):
+            break
+    entries = list(s3gateway.REGISTRY.glob(f"{s3gateway.REGISTRY_PREFIX}{proc.pid}-*.json"))
+    assert len(entries) == 1
+    gw_pid = json.loads(entries[0].read_text())["pid"]
+    os.kill(gw_pid, signal.SIGKILL)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 2, err[-2000:]
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert len(lines) == 1 and "S3 gateway (versitygw" in lines[0] and "killed by SIGKILL" in lines[0], err
+    gw_root = tmp_path / "obj" / "storagebrief" / "s3gw"
+    assert not [p for p in gw_root.iterdir() if p.name.startswith("sb-")]        # the run's bucket removed
+    assert not list(s3gateway.REGISTRY.glob(f"{s3gateway.REGISTRY_PREFIX}{proc.pid}-*"))
+    time.sleep(0.5)
+    assert not subprocess.run(["pgrep", "-f", str(gw_root)], capture_output=True, text=True).stdout.split()
