@@ -11,6 +11,6 @@ STUDY = Study(
              "notes.json", "notebook.ipynb"),
     brief_inputs=("runs.csv", "points.csv", "pairs.csv", "study.json", "notes.json", "inventory.json"),
     object_targets=True,
-    tiny={"object_sizes": ["64k", "1m"], "concurrency": [1, 2], "repeats": 1, "mib_per_point": 2,
+    tiny={"targets": [], "object_sizes": ["64k", "1m"], "concurrency": [1, 2], "repeats": 1, "mib_per_point": 2,
           "min_objects": 4, "max_objects": 16, "loads": ["idle", "busy"], "busy": {"settle_s": 0.05}},
 )
