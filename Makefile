@@ -125,6 +125,8 @@ $(TOOLS)/.versitygw-$(VERSITYGW_VERSION):
 	GOBIN=$(CURDIR)/$(TOOLS)/bin GOPATH=$(CURDIR)/$(TOOLS)/gopath GOCACHE=$(CURDIR)/$(TOOLS)/go-build \
 	  GOFLAGS=-modcacherw GOTOOLCHAIN=local CGO_ENABLED=0 \
 	  $$go install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
+	@# the module and build caches (about 740 MB) are not needed to run it; the Go toolchain stays for a rebuild
+	rm -rf $(TOOLS)/gopath $(TOOLS)/go-build
 	@touch $@
 
 doctor: env
