@@ -143,3 +143,30 @@ def _analysis(pts, pairs, study: dict) -> None:
                  + (f" ({', '.join(sorted(set(lim.target)))}): their figures are the client's ceiling on this "
                     "machine, not the store's." if len(lim) else "."))
     analysis(lines)
+
+
+def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
+    """Page 1: per S3 target, its best idle GET and PUT, and beside a directory on the same device, what the
+    object path costs there."""
+    pts = read_csv_or_none(Path(study_dir) / "points.csv")
+    if pts is None or pts.empty:
+        return []
+    pairs = read_csv_or_none(Path(study_dir) / "pairs.csv")
+    idle = pts[pts.load == "idle"] if (pts.load == "idle").any() else pts
+    out = []
+    for name, g in idle[idle.kind == "s3"].groupby("target", sort=False):
+        best = {op: g[g.op == op].sort_values("throughput_mb_per_s").iloc[-1] for op in ("get", "put") if (g.op == op).any()}
+        answer = ", ".join(f"{op.upper()} {r.throughput_mb_per_s:,.0f} MB/s ({size_label(int(r.object_bytes))} × "
+                           f"{int(r.concurrency)})" for op, r in best.items())
+        basis = "best idle point, median of repeats"
+        p = pairs[pairs.s3_target == name] if pairs is not None and not pairs.empty else None
+        if p is not None and len(p):
+            ratio = p.s3_vs_directory.dropna()
+            basis += (f"; {ratio.min():.2f}–{ratio.max():.2f} × the directory '{p.directory_target.iloc[0]}' on the "
+                      "same device")
+        lim = g[g.limited_by.fillna("") != ""]
+        if len(lim):
+            basis += f"; {len(lim)} of {len(g)} points limited by the CPU, not the storage"
+        out.append({"question": "Object store throughput (S3 GET / PUT)", "target": name, "answer": answer,
+                    "basis": basis + "; object sweep"})
+    return out
