@@ -19,18 +19,25 @@ APT_PACKAGES := fio stress-ng stressapptest poppler-utils libpango-1.0-0 libpang
 # `make kafka` installs default-jre-headless and maven with apt when java or mvn is missing.
 KAFKA_POM := lib/storagebrief/studies/stream_inference/kafka-pom.xml
 KAFKA_LIB := .kafka/lib
+# Object-storage targets run a real S3 gateway, versitygw (Apache-2.0), built from the Go module proxy into
+# TOOLS (outside git). Its go.mod needs Go >= GO_MIN; without such a Go on PATH, `make s3` installs Go
+# GO_VERSION into TOOLS/go from the Go module proxy (golang.org/toolchain, checked against sum.golang.org).
+TOOLS := .tools
+VERSITYGW_VERSION := v1.8.0
+GO_MIN := 1.25
+GO_VERSION := 1.25.5
 
 NOTEBOOKS := $(patsubst %.py,%.ipynb,$(wildcard notebooks/[0-9]*_*.py notebooks/brief.py))
 
-.PHONY: study test env system-deps kafka doctor gpu brief notebooks notebook-files lab clean-data clean hosts test-hosts-deps \
-	dvc-lock-local
+.PHONY: study test env system-deps kafka s3 doctor gpu brief notebooks notebook-files lab clean-data clean hosts \
+	test-hosts-deps dvc-lock-local
 
-study: env kafka
+study: env kafka s3
 	@if [ "$(SCALE)" = "paper" ]; then dvc exp run -S scale=paper; else dvc repro; fi
 	@$(MAKE) --no-print-directory dvc-lock-local
 	@ls -l reports/brief.html reports/brief.pdf
 
-test: env kafka test-hosts-deps
+test: env kafka s3 test-hosts-deps
 	pytest -q -ra tests
 
 # The multi-host tests' client hosts (network namespaces with an sshd each) need the sshd binary from
@@ -118,6 +125,26 @@ $(KAFKA_LIB)/.installed: $(KAFKA_POM)
 	mvn -q -B -f $(KAFKA_POM) -Dkafka.lib=$(CURDIR)/$(KAFKA_LIB) dependency:copy-dependencies
 	@touch $@
 
+# The local S3 gateway (versitygw) for object-storage targets; Go installed into $(TOOLS)/go when missing.
+s3: $(TOOLS)/.versitygw-$(VERSITYGW_VERSION)
+
+$(TOOLS)/.versitygw-$(VERSITYGW_VERSION):
+	@go=$$(command -v go || true); \
+	if [ -z "$$go" ] || ! python3 lib/storagebrief/core/gotool.py ok "$$go" $(GO_MIN); then \
+	  go=$(CURDIR)/$(TOOLS)/go/bin/go; \
+	  if ! python3 lib/storagebrief/core/gotool.py ok "$$go" $(GO_MIN); then \
+	    echo "installing Go $(GO_VERSION) into $(TOOLS)/go (no Go >= $(GO_MIN) on PATH)"; \
+	    python3 lib/storagebrief/core/gotool.py install $(TOOLS)/go $(GO_VERSION) >/dev/null || exit 1; \
+	  fi; \
+	fi; \
+	echo "building versitygw $(VERSITYGW_VERSION) with $$($$go env GOVERSION) into $(TOOLS)/bin"; \
+	GOBIN=$(CURDIR)/$(TOOLS)/bin GOPATH=$(CURDIR)/$(TOOLS)/gopath GOCACHE=$(CURDIR)/$(TOOLS)/go-build \
+	  GOFLAGS=-modcacherw GOTOOLCHAIN=local CGO_ENABLED=0 \
+	  $$go install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
+	@# the module and build caches (about 740 MB) are not needed to run it; the Go toolchain stays for a rebuild
+	rm -rf $(TOOLS)/gopath $(TOOLS)/go-build
+	@touch $@
+
 doctor: env
 	storagebrief doctor
 
@@ -162,4 +189,4 @@ clean-data:
 
 clean: clean-data
 	@# the pipeline's outputs only: interactive runs (reports/runs/) and your notebooks' outputs stay
-	rm -rf $(VENV) .kafka .tools reports/brief.* $(filter-out reports/runs/ reports/test-artifacts/,$(wildcard reports/*/))
+	rm -rf $(VENV) .kafka $(TOOLS) reports/brief.* $(filter-out reports/runs/ reports/test-artifacts/,$(wildcard reports/*/))

@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Annotated, Any, Callable, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
+                      model_validator)
 
+from .s3target import S3TargetParams, check_kind
 from .targets import DEVICE_PROFILES, DeviceProfile, check_target_path, check_target_usable
 
 # Study sections are registered by the studies registry (storagebrief.studies, imported by the
@@ -101,6 +103,13 @@ class TargetParams(Strict):
     path: ProjectPath
     profile: str | None = None  # a key of the device-profile catalogue (emulated device)
     description: str = ""
+    kind: Literal["directory", "s3"] = "directory"   # s3: an object store (core.s3target), reached over S3
+    s3: S3TargetParams | None = None
+
+    @model_validator(mode="after")
+    def _kind_matches(self):
+        check_kind(self.name, self.kind, self.s3, self.profile)
+        return self
 
     @field_validator("path")
     @classmethod

@@ -151,6 +151,11 @@ def doctor_lines() -> list[str]:
                        ("mpirun", "emulate.launcher = mpi is refused (forked accelerators still run)")):
         path = shutil.which(tool)
         lines.append(f"{tool + ' ':.<23} {path or 'missing'}" + ("" if path else f"  -> {what}"))
+    from . import s3gateway
+    try:
+        lines.append(f"{'versitygw (S3) ':.<23} {s3gateway.binary()}")
+    except s3gateway.GatewaySetupError:
+        lines.append(f"{'versitygw (S3) ':.<23} missing  -> S3 targets with the local gateway are refused (make s3)")
     from . import nethosts
     why = nethosts.unavailable()
     held = sorted(nethosts.owners()) if why is None else []

@@ -2,7 +2,8 @@
 `storagebrief doctor --clean`): storagebrief cgroups and tracefs instances
 (`storagebrief-trace-<pid>-<nonce>`, blocktrace) whose creating process is dead, processes
 started by a run that is gone, temporary folders of dead runs, and test hosts (nethosts: network
-namespaces with their sshd) whose creator is dead.
+namespaces with their sshd) whose creator is dead, and S3 gateways (versitygw) of dead runs with the
+buckets those runs created (core.s3gateway's registry in /dev/shm).
 
 Cgroup names carry the creator's PID (cgroups.Cgroup), so a live run's cgroups are never
 touched; processes still inside a dead run's cgroup (orphaned workers, training jobs, fio's
@@ -19,7 +20,7 @@ import os
 import time
 from pathlib import Path
 
-from . import blocktrace, nethosts, procs
+from . import blocktrace, nethosts, procs, s3gateway
 from .cgroups import PREFIX, own_dirs
 
 SHM = Path("/dev/shm")
@@ -55,7 +56,7 @@ def remove_leftovers(folders=()) -> list[str]:
     a run that no longer exists; so is a trace reader still holding a dead run's instance.
     Tracing in a leftover instance is switched off before it is removed. Returns one line per
     removed cgroup, instance, process or folder, for notes and doctor."""
-    removed = []
+    removed = s3gateway.leftovers()      # before the marker sweep: it also removes the dead run's buckets
     for inst in blocktrace.instances():
         pid = blocktrace.owner_pid(inst.name)
         if pid is not None and not _alive(pid):

@@ -33,6 +33,8 @@ class Study:
     # The smallest settings that still run every path of the study (seconds, not minutes): the
     # tests run every registered study with them (tests/studies/test_every_study.py).
     tiny: dict = field(default_factory=dict, compare=False, hash=False)
+    # True: the study measures S3 targets (targets kind s3) too; False: it runs without them, noted
+    object_targets: bool = False
 
     @property
     def stage_outputs(self) -> tuple[str, ...]:

@@ -73,6 +73,20 @@ class Sweep:
         self.trace_off: str | None = None     # why block tracing is unavailable, once known
         self.progress: Progress | None = None
         self.hosts: dict[str, dict] = {}      # client hosts of multi-host runs: name -> role, facts
+        self._leave_out_object_targets()
+
+    def _leave_out_object_targets(self) -> None:
+        """A study that measures directories only runs without S3 targets (noted); with nothing else, refuses."""
+        if getattr(self.study, "object_targets", False) or all(t.s3 is None for t in self.targets):
+            return
+        left = [t.name for t in self.targets if t.s3 is not None]
+        self.targets = [t for t in self.targets if t.s3 is None]
+        if not self.targets:
+            raise targets_mod.TargetError(f"every target ({', '.join(left)}) is an S3 target; {self.study.name} "
+                                          "measures directories only (S3 targets: the object sweep)")
+        for name in left:
+            self.note(f"target '{name}' is an S3 target; {self.study.name} measures directories only, so it ran "
+                      "without it")
 
     def add_host(self, name: str, role: str, facts: dict | None = None) -> None:
         """A host that took part (e.g. MPI ranks on another client): inventory.json lists it with its

@@ -194,10 +194,15 @@ class Target:
     mount_point: str = "unknown"
     mount_options: str = ""
     warnings: list[str] = field(default_factory=list)
+    s3: object | None = None    # core.s3target.S3TargetParams of an object-storage target; None: a directory
 
     @property
     def emulated(self) -> bool:
         return self.profile is not None
+
+    @property
+    def kind(self) -> str:
+        return "directory" if self.s3 is None else "s3"
 
     def study_dir(self, study: str) -> Path:
         """Everything a study writes on this target lives below here."""
@@ -207,6 +212,8 @@ class Target:
         d = asdict(self)
         d["path"] = str(self.path)
         d["profile"] = self.profile.model_dump() if self.profile else None
+        d["kind"] = self.kind
+        d["s3"] = self.s3.describe() if self.s3 is not None else None
         return d
 
 
@@ -288,9 +295,13 @@ def resolve(params_target, catalogue: dict[str, DeviceProfile], create: bool = F
     device = resolve_device(path)
     mnt, fstype, opts, _ = _mountinfo_for(path if path.exists() else path.parent)
     profile = catalogue[params_target.profile] if params_target.profile else None
+    s3 = getattr(params_target, "s3", None)
+    if s3 is not None and s3.external:
+        device = BlockDevice(None, None, None, reason=f"an external S3 endpoint ({s3.endpoint}): its storage is "
+                             "not on this machine, so no device counters are read")
     target = Target(name=params_target.name, path=path, profile_name=params_target.profile,
                     profile=profile, device=device, filesystem=fstype, mount_point=mnt,
-                    mount_options=opts)
+                    mount_options=opts, s3=s3)
     if fstype in MEMORY_FILESYSTEMS:
         target.warnings.append(
             f"target '{target.name}' is on {fstype}, a filesystem in memory: its reads and writes run at memory "

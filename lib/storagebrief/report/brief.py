@@ -395,7 +395,9 @@ def appendix_configuration(reports_dir: str | Path) -> None:
         prof = t.get("profile") or {}
         caps = ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in prof.items()
                          if k != "description" and v) if prof else "none (device as is)"
+        s3 = t.get("s3") or {}
         trows.append({"Target": t["name"], "Path": t["path"],
+                      "Access": f'S3 {s3.get("kind")}: {s3.get("endpoint")}' if s3 else "directory",
                       "Device": f'{dev.get("name")} ({dev.get("model")})' if dev.get("name") else dev.get("reason", "?"),
                       "Rotational": dev.get("rotational"), "Interface": dev.get("interface"),
                       "Filesystem": t["filesystem"], "Mount options": t["mount_options"],

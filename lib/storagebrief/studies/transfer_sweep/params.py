@@ -1,7 +1,6 @@
 """transfer_sweep: section of params.yaml (validated before any work)."""
 from __future__ import annotations
 
-import re
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -9,27 +8,7 @@ from pydantic import Field, field_validator, model_validator
 from ...core.config import ProjectPath, Strict, sorted_counts
 from ...core.workloads import WORKLOADS, merged_spec
 
-_SIZE = re.compile(r"^\s*(\d+)\s*([kmg]?)(i?b)?\s*$", re.IGNORECASE)
-_UNIT = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
-
-
-def parse_size(value) -> int:
-    """'4k' / '128KiB' / '1m' / 4096 -> bytes (k = 1024 B, as fio and the seed's '4KB' transfers)."""
-    if isinstance(value, bool):
-        raise ValueError(f"block size {value!r} is not a size")
-    if isinstance(value, int):
-        return value
-    m = _SIZE.match(str(value))
-    if not m:
-        raise ValueError(f"block size {value!r} is not a size like 4k, 128k, 1m or 4096")
-    return int(m.group(1)) * _UNIT[m.group(2).lower()]
-
-
-def size_label(n: int) -> str:
-    for unit, div in (("M", 1024**2), ("K", 1024)):
-        if n >= div and n % div == 0:
-            return f"{n // div}{unit}"
-    return f"{n}B"
+from ...kit.sizes import parse_size, size_label  # noqa: F401  (the study's modules import them from here)
 
 
 class BusyParams(Strict):

@@ -1,0 +1,224 @@
+"""One run's bucket and prefix on an object-storage target, through boto3, with its rules kept.
+
+  * local gateway: versitygw over <target path>/storagebrief/s3gw (core.s3gateway), inside the
+    cgroup the caller names; the run creates its own bucket and removes it, objects and all.
+  * external endpoint: the bucket must exist (storagebrief never creates or deletes buckets there);
+    the run writes only below <prefix>/storagebrief-run-<host>-<pid>-<nonce>/ and first puts an owner
+    marker there. Before any work it lists <prefix>/: an object outside a storagebrief run folder
+    (one with a marker) is someone else's, and the target is refused; a run folder whose owner (on
+    this host) is dead is a killed run's, and its objects are removed. At the end only the run's own
+    keys are deleted, by listing its run prefix.
+Every failure to reach the store is one line naming the key and the cause (S3Error, exit 2):
+wrong endpoint, refused credentials, missing bucket, clock skew, a gateway that died.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+from pathlib import Path
+
+from . import procs
+from .causes import EnvironmentFailure, one_line
+from .s3gateway import Gateway, GatewayDied
+
+RUN_FOLDER = "storagebrief-run-"
+MARKER = ".storagebrief-run.json"
+
+
+class S3Error(ValueError):
+    """The store cannot be used as configured: one line, before (or instead of) any work; exit 2."""
+
+
+class S3Failed(EnvironmentFailure):
+    """The store failed during a measured run (not a configuration error): one line, exit 2."""
+
+
+def client(endpoint: str, region: str, credentials: dict | None = None, profile: str | None = None,
+           pool: int = 10, verify_tls: bool = True, addressing: str = "path"):
+    """A boto3 S3 client: explicit credentials (the local gateway's), else the AWS profile, else the
+    environment (boto3's own chain). No retries: a failure is a finding, not noise to hide."""
+    import boto3
+    from botocore.config import Config
+
+    session = boto3.Session(profile_name=profile, region_name=region)
+    if credentials is None and session.get_credentials() is None:
+        where = f"AWS profile '{profile}'" if profile else "the environment (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)"
+        raise S3Error(f"no S3 credentials for {endpoint}: none in {where}; storagebrief reads credentials only "
+                      "from the environment or an AWS profile (s3.profile)")
+    cfg = Config(signature_version="s3v4", max_pool_connections=max(10, pool), connect_timeout=5,
+                 read_timeout=120, retries={"max_attempts": 1, "mode": "standard"},
+                 s3={"addressing_style": addressing}, request_checksum_calculation="when_required",
+                 response_checksum_validation="when_required")
+    return session.client("s3", endpoint_url=endpoint, config=cfg, verify=verify_tls, **(credentials or {}))
+
+
+def explain(exc: Exception, endpoint: str, bucket: str, key: str = "s3.endpoint") -> str:
+    """One line for an S3 failure: which setting, which value, what the store said."""
+    from botocore import exceptions as bx
+
+    if isinstance(exc, (bx.EndpointConnectionError, bx.ConnectTimeoutError, bx.ConnectionClosedError)):
+        return f"{key} = {endpoint}: cannot connect ({one_line(str(exc), 160)}); check the URL and port"
+    if isinstance(exc, bx.ClientError):
+        err = exc.response.get("Error", {})
+        code, status = err.get("Code", "?"), exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if code in ("RequestTimeTooSkewed",):
+            return (f"{endpoint} refused the request: this machine's clock differs from the store's too much "
+                    f"({code}); set the clock (NTP) and run again")
+        if code in ("NoSuchBucket",) or (status == 404 and code in ("404", "NotFound")):
+            return (f"s3.bucket = {bucket}: no such bucket at {endpoint}; create it yourself (storagebrief never "
+                    "creates or deletes buckets on your store)")
+        if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "InvalidToken",
+                    "ExpiredToken", "403", "Forbidden") or status == 403:
+            return (f"{endpoint} refused the credentials ({code}) for bucket {bucket}: check AWS_ACCESS_KEY_ID / "
+                    "AWS_SECRET_ACCESS_KEY or the AWS profile (s3.profile)")
+        return f"{endpoint} answered {status} {code} for bucket {bucket}: {one_line(err.get('Message', ''), 160)}"
+    if isinstance(exc, bx.NoCredentialsError):
+        return f"no S3 credentials for {endpoint}: set them in the environment or name an AWS profile (s3.profile)"
+    return f"{endpoint}: {type(exc).__name__}: {one_line(str(exc), 200)}"
+
+
+def _marker_doc() -> dict:
+    return {"host": socket.gethostname(), "owner": procs.owner_token(), "tool": "storagebrief"}
+
+
+class ObjectStore:
+    """The bucket and key prefix one run owns on an S3 target; `open()` then `close()`."""
+
+    def __init__(self, target, log_dir: Path, procs_files: list[str] | None = None, pool: int = 16, tag: str = "run"):
+        self.target, self.s3 = target, target.s3
+        self.log_dir, self.procs_files, self.pool = Path(log_dir), procs_files, pool
+        self.tag = "".join(c if c.isalnum() else "-" for c in tag.lower())[:20].strip("-") or "run"
+        self.gateway: Gateway | None = None
+        self.client = None
+        self.bucket = ""
+        self.prefix = ""            # the run's own prefix: every key it writes starts with it
+        self.endpoint = ""
+        self.removed_stale: list[str] = []
+
+    @property
+    def external(self) -> bool:
+        return self.s3.external
+
+    def key(self, name: str) -> str:
+        return self.prefix + name
+
+    # -- open --------------------------------------------------------------------------------------
+    def open(self) -> "ObjectStore":
+        try:
+            self._open_external() if self.external else self._open_local()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _open_local(self) -> None:
+        root = self.target.path / "storagebrief" / "s3gw"
+        self.gateway = Gateway(root, self.log_dir / f"{self.target.name}-versitygw.log", port=self.s3.port,
+                               procs_files=self.procs_files, region=self.s3.region,
+                               port_key=f"target '{self.target.name}' s3.port").start()
+        self.endpoint = self.gateway.endpoint
+        self.client = client(self.endpoint, self.s3.region, self.gateway.credentials, pool=self.pool)
+        self.bucket = f"sb-{self.tag}-{os.getpid()}-{secrets.token_hex(3)}"
+        self.gateway.own_bucket(self.bucket)         # recorded first: a kill -9 during create leaves none
+        self._call(self.client.create_bucket, Bucket=self.bucket)
+
+    def _open_external(self) -> None:
+        s = self.s3
+        self.endpoint, self.bucket = s.endpoint, s.bucket
+        self.client = client(s.endpoint, s.region, profile=s.profile, pool=self.pool, verify_tls=s.verify_tls,
+                             addressing=s.addressing)
+        self._call(self.client.head_bucket, Bucket=s.bucket)
+        base = f"{s.prefix}/" if s.prefix else ""
+        self._check_ownership(base)
+        self.prefix = f"{base}{RUN_FOLDER}{socket.gethostname()[:20]}-{os.getpid()}-{secrets.token_hex(3)}/"
+        self._call(self.client.put_object, Bucket=self.bucket, Key=self.prefix + MARKER,
+                   Body=json.dumps(_marker_doc()).encode())
+
+    def _check_ownership(self, base: str) -> None:
+        """Refuse a prefix holding objects storagebrief did not write; remove dead runs' folders."""
+        keys = self.list_keys(base)
+        runs = {k[len(base):].split("/", 1)[0] for k in keys if k[len(base):].startswith(RUN_FOLDER) and "/" in k[len(base):]}
+        ours = {r for r in runs if f"{base}{r}/{MARKER}" in keys}
+        foreign = [k for k in keys if k[len(base):].split("/", 1)[0] not in ours]
+        if foreign:
+            where = f"prefix '{self.s3.prefix}'" if self.s3.prefix else "the bucket's top level (no s3.prefix)"
+            raise S3Error(f"target '{self.target.name}': s3.bucket = {self.bucket}, {where} holds {len(foreign)} "
+                          f"object(s) storagebrief did not write (e.g. '{foreign[0]}'); refusing to write beside "
+                          "them: set s3.prefix to an empty prefix of your own")
+        for r in sorted(ours):
+            doc = self._marker(f"{base}{r}/{MARKER}")
+            if doc.get("host") == socket.gethostname() and not procs.owner_alive(doc.get("owner", "")):
+                n = self._delete_under(f"{base}{r}/")
+                self.removed_stale.append(f"removed {n} object(s) of a killed storagebrief run in "
+                                          f"s3://{self.bucket}/{base}{r}/")
+
+    def _marker(self, key: str) -> dict:
+        try:
+            return json.loads(self._call(self.client.get_object, Bucket=self.bucket, Key=key)["Body"].read())
+        except (ValueError, S3Error, S3Failed):
+            return {}
+
+    # -- calls ---------------------------------------------------------------------------------------
+    def _call(self, fn, **kw):
+        """fn(**kw) with S3 failures as one line; a dead gateway is named as the cause."""
+        from botocore import exceptions as bx
+        try:
+            return fn(**kw)
+        except (bx.BotoCoreError, bx.ClientError) as exc:
+            self.check()
+            raise S3Error(explain(exc, self.endpoint, self.bucket)) from None
+
+    def check(self) -> None:
+        """Raise GatewayDied when the local gateway has exited."""
+        if self.gateway is not None:
+            self.gateway.check()
+
+    def failure(self, exc: BaseException) -> BaseException:
+        """An exception from a measured operation, made one line (the gateway's death named first)."""
+        try:
+            self.check()
+        except GatewayDied as died:
+            return died
+        from botocore import exceptions as bx
+        if isinstance(exc, (bx.BotoCoreError, bx.ClientError)):
+            return S3Failed(explain(exc, self.endpoint, self.bucket))
+        return exc
+
+    def list_keys(self, prefix: str) -> list[str]:
+        out, token = [], None
+        while True:
+            kw = {"Bucket": self.bucket, "Prefix": prefix, **({"ContinuationToken": token} if token else {})}
+            page = self._call(self.client.list_objects_v2, **kw)
+            out += [o["Key"] for o in page.get("Contents", [])]
+            if not page.get("IsTruncated"):
+                return out
+            token = page["NextContinuationToken"]
+
+    def _delete_under(self, prefix: str) -> int:
+        """Delete every key below `prefix` (and abort its multipart uploads); returns the count."""
+        if not prefix or (self.external and not prefix.startswith(f"{self.s3.prefix}/" if self.s3.prefix else "")):
+            raise AssertionError(f"refusing to delete below '{prefix}'")
+        keys = self.list_keys(prefix)
+        for i in range(0, len(keys), 1000):
+            self._call(self.client.delete_objects, Bucket=self.bucket,
+                       Delete={"Objects": [{"Key": k} for k in keys[i:i + 1000]], "Quiet": True})
+        try:
+            ups = self.client.list_multipart_uploads(Bucket=self.bucket, Prefix=prefix).get("Uploads", [])
+            for u in ups:
+                self.client.abort_multipart_upload(Bucket=self.bucket, Key=u["Key"], UploadId=u["UploadId"])
+        except Exception:   # noqa: BLE001 -- a store without multipart listing: nothing of ours to abort
+            pass
+        return len(keys)
+
+    # -- close ---------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Everything this run wrote goes (external: its run prefix only); the gateway stops."""
+        try:
+            if self.external and self.client is not None and self.prefix:
+                self._delete_under(self.prefix)
+        finally:
+            if self.gateway is not None:
+                self.gateway.stop()
+                self.gateway.remove_buckets()       # the local run's bucket: a folder of files it wrote

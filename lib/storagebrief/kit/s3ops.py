@@ -1,0 +1,123 @@
+"""Timed S3 PUTs and GETs at a fixed concurrency, with the client's own CPU cost beside them.
+
+One call moves a list of keys with `concurrency` requests in flight (a thread pool over boto3, whose
+urllib3 pool holds one connection per thread), timing every request (start of the call to the last
+body byte read or sent), and reads this process's CPU time (user + system, all threads) around the
+whole batch: CPU seconds per GB is the client's cost, and CPU busy ÷ (wall × cores) says whether
+the client, not the store, was the limit. The payload is random bytes made once (incompressible,
+as in warp and elbencho); GET bodies are read and dropped.
+
+`s3dlio_batch` does the same with s3dlio (Rust, the library MLPerf Storage v3.0 uses for object
+runs) for the client comparison in benchmarks/s3_clients.py; its client is one process-wide
+singleton bound to the first endpoint it sees, so a process uses it for one endpoint only.
+"""
+from __future__ import annotations
+
+import os
+import resource
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+def payload(size: int, seed: int = 0) -> bytes:
+    return np.random.default_rng(seed).integers(0, 256, size, dtype=np.uint8).tobytes()
+
+
+def cpu_seconds() -> float:
+    """This process's user + system CPU seconds (every thread)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+@dataclass
+class Batch:
+    """What one batch of requests measured."""
+    op: str                       # get | put
+    objects: int
+    object_bytes: int
+    concurrency: int
+    wall_s: float
+    cpu_s: float                  # this process (the client), user + system
+    latencies_s: list[float] = field(default_factory=list)
+    errors: int = 0
+
+    @property
+    def bytes(self) -> int:
+        return self.objects * self.object_bytes
+
+    def row(self) -> dict:
+        lat = np.array(self.latencies_s) * 1e3 if self.latencies_s else np.array([np.nan])
+        ncpu = os.cpu_count() or 1
+        gb = self.bytes / 1e9
+        return {"objects": self.objects, "bytes_moved": self.bytes, "wall_seconds": self.wall_s,
+                "throughput_mb_per_s": self.bytes / self.wall_s / 1e6 if self.wall_s > 0 else np.nan,
+                "objects_per_s": self.objects / self.wall_s if self.wall_s > 0 else np.nan,
+                "latency_ms_p50": float(np.percentile(lat, 50)), "latency_ms_p99": float(np.percentile(lat, 99)),
+                "latency_ms_mean": float(lat.mean()), "latency_ms_max": float(lat.max()),
+                "client_cpu_seconds": self.cpu_s,
+                "client_cpu_s_per_gb": self.cpu_s / gb if gb > 0 else np.nan,
+                "client_cpu_percent_of_machine": 100 * self.cpu_s / (self.wall_s * ncpu) if self.wall_s > 0 else np.nan,
+                "errors": self.errors}
+
+
+def boto3_batch(client, bucket: str, op: str, keys: list[str], body: bytes, concurrency: int) -> Batch:
+    """PUT `body` to every key, or GET every key, `concurrency` at a time; raises the first failure."""
+    def one(key: str) -> float:
+        t0 = time.perf_counter()
+        if op == "put":
+            client.put_object(Bucket=bucket, Key=key, Body=body)
+        else:
+            stream = client.get_object(Bucket=bucket, Key=key)["Body"]
+            while stream.read(1 << 20):
+                pass
+        return time.perf_counter() - t0
+
+    cpu0, t0 = cpu_seconds(), time.perf_counter()
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        lats = list(pool.map(one, keys))
+    wall, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
+    return Batch(op, len(keys), len(body), concurrency, wall, cpu, lats)
+
+
+def file_batch(folder, op: str, names: list[str], body: bytes, concurrency: int) -> Batch:
+    """The same requests on a directory: a PUT writes a whole file and closes it (no fsync, as a plain
+    file write), a GET reads it whole. The directory side of "directory vs S3" on one device."""
+    from pathlib import Path
+    folder = Path(folder)
+
+    def one(name: str) -> float:
+        t0 = time.perf_counter()
+        if op == "put":
+            (folder / name).write_bytes(body)
+        else:
+            with open(folder / name, "rb", buffering=0) as fh:
+                while fh.read(1 << 20):
+                    pass
+        return time.perf_counter() - t0
+
+    if op == "put":      # the folders exist before the clock, as a bucket does
+        for d in {(folder / n).parent for n in names}:
+            d.mkdir(parents=True, exist_ok=True)
+    cpu0, t0 = cpu_seconds(), time.perf_counter()
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        lats = list(pool.map(one, names))
+    wall, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
+    return Batch(op, len(names), len(body), concurrency, wall, cpu, lats)
+
+
+def s3dlio_batch(bucket: str, op: str, keys: list[str], body: bytes, concurrency: int) -> Batch:
+    """The same batch through s3dlio's put_many / get_many (no per-request times: it returns none)."""
+    import s3dlio
+    uris = [f"s3://{bucket}/{k}" for k in keys]
+    cpu0, t0 = cpu_seconds(), time.perf_counter()
+    if op == "put":
+        s3dlio.put_many([(u, body) for u in uris], max_in_flight=concurrency)
+    else:
+        got = s3dlio.get_many(uris, max_in_flight=concurrency)
+        if len(got) != len(uris):
+            raise RuntimeError(f"s3dlio.get_many returned {len(got)} of {len(uris)} objects")
+    wall, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
+    return Batch(op, len(keys), len(body), concurrency, wall, cpu)

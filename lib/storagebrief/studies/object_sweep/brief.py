@@ -1,0 +1,172 @@
+"""The object-sweep section of the brief: what ran, the object targets, throughput and p99 latency per
+object size and concurrency, directory vs S3 on the same device (with the transfer sweep's fio figure at
+like size where it ran), and which rows the client CPU limited."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from ...kit.files import read_csv_or_none, read_json_or
+from ...kit.sizes import size_label
+from ...report.display import analysis, show_figure, show_md, show_table, style, target_colors
+
+
+def section(study_dir: Path, frame, names: list[str]) -> None:
+    style()
+    study = read_json_or(study_dir / "study.json", {})
+    pts = read_csv_or_none(study_dir / "points.csv")
+    if pts is None or pts.empty:
+        show_md("No object points were measured.")
+        return
+    _what_ran(frame, study, pts)
+    _targets(study)
+    _figure(pts, [n for n in names if n in set(pts.target)])
+    cols = ["target", "access", "load", "op", "object_bytes", "concurrency", "repeats", "throughput_mb_per_s",
+            "throughput_mb_per_s_min", "throughput_mb_per_s_max", "objects_per_s", "latency_ms_p50",
+            "latency_ms_p99", "client_cpu_s_per_gb", "gateway_cpu_s_per_gb", "limited_by"]
+    t = pts[[c for c in cols if c in pts]].copy()
+    t["object_bytes"] = t.object_bytes.map(lambda b: size_label(int(b)))
+    show_table(t.rename(columns={"object_bytes": "object"}),
+               "Every point: median over repeats (MB/s min and max beside it), request latency p50/p99 in ms, "
+               "client and gateway CPU seconds per GB moved; limited_by names the CPU where it, not the storage, "
+               "set the figure")
+    pairs = read_csv_or_none(study_dir / "pairs.csv")
+    _pairs(pairs, study_dir)
+    _analysis(pts, pairs, study)
+
+
+def _what_ran(frame, study: dict, pts) -> None:
+    objs = ", ".join(f"{k}: {v}" for k, v in study.get("objects", {}).items())
+    show_md(
+        f"**What ran.** Whole-object GETs and PUTs through {study.get('client', 'boto3')} at object sizes "
+        f"{', '.join(size_label(int(b)) for b in sorted(pts.object_bytes.unique()))} (K = 1,024 B) and "
+        f"{', '.join(str(int(c)) for c in sorted(pts.concurrency.unique()))} requests in flight, "
+        f"{', '.join(sorted(pts.load.unique()))}, {int(frame.repeat.max())} repeats; objects per point {objs}. "
+        "S3 targets: the local gateway is versitygw (posix backend) on loopback, its objects plain files on the "
+        "target's device, inside the target's throttle; directory targets: the same client threads read or "
+        "write whole files. GETs start from a cold cache where the files are on this machine. Throughput is "
+        "bytes / wall time in MB/s (10⁶ B/s); latency is per request, sent to last body byte. The client runs in "
+        f"a process of its own, so its CPU is its alone; a row at ≥ {study.get('client_limit_percent', 80)} % of "
+        f"all {study.get('cpus')} CPUs (client, or client + gateway), or with the whole machine ≥ 90 % busy, is marked "
+        "as limited by the CPU (limited_by).")
+
+
+def _targets(study: dict) -> None:
+    rows = [{"target": k, "kind": v.get("kind"), "endpoint": v.get("endpoint", ""), "gateway": v.get("gateway", ""),
+             "bucket / prefix": (f"{v.get('bucket', '')}/{v.get('prefix', '')}" if v.get("bucket") else ""),
+             "backing device": v.get("device") or "(not on this machine)"}
+            for k, v in study.get("targets", {}).items()]
+    if rows:
+        show_table(pd.DataFrame(rows), "Targets of the object sweep (credentials are never recorded)", body=True)
+
+
+def _figure(pts, names: list[str]) -> None:
+    import matplotlib.pyplot as plt
+
+    idle = pts[pts.load == (("idle" if "idle" in set(pts.load) else pts.load.iloc[0]))]
+    ops = [o for o in ("get", "put") if o in set(idle.op)]
+    fig, axes = plt.subplots(1, len(ops), figsize=(5.2 * len(ops), 3.6), squeeze=False)
+    colors = target_colors(names)
+    for ax, op in zip(axes[0], ops):
+        for name in names:
+            for conc, g in idle[(idle.op == op) & (idle.target == name)].groupby("concurrency"):
+                g = g.sort_values("object_bytes")
+                ax.errorbar(g.object_bytes, g.throughput_mb_per_s,
+                            yerr=[g.throughput_mb_per_s - g.throughput_mb_per_s_min,
+                                  g.throughput_mb_per_s_max - g.throughput_mb_per_s],
+                            marker="o", color=colors.get(name), linestyle="-" if conc == idle.concurrency.max() else ":",
+                            label=f"{name} x{int(conc)}", capsize=2)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sorted(idle.object_bytes.unique()))
+        ax.set_xticklabels([size_label(int(b)) for b in sorted(idle.object_bytes.unique())])
+        ax.set_xlabel("object size")
+        ax.set_ylabel("MB/s (median; bars: min–max over repeats)")
+        ax.set_title(f"{op.upper()}, idle system")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    show_figure(fig, "Throughput per object size, a line per target and concurrency (solid: the highest)")
+    plt.close(fig)
+
+
+def _fio_like(study_dir: Path, pairs: pd.DataFrame) -> pd.Series | None:
+    """The transfer sweep's fio throughput on the directory target at the same transfer size and depth."""
+    fio = read_csv_or_none(study_dir.parent / "transfer_sweep" / "points.csv")
+    if fio is None or fio.empty or "throughput_mb_per_s_mean" not in fio:
+        return None
+    f = fio[(fio.get("path") == "cpu") & (fio.load == "idle")]
+    idx = f.set_index(["target", "block_size_bytes", "queue_depth"]).throughput_mb_per_s_mean
+    idx = idx[~idx.index.duplicated()]
+    return pairs.apply(lambda r: idx.get((r.directory_target, r.object_bytes, r.concurrency)), axis=1)
+
+
+def _pairs(pairs, study_dir: Path) -> None:
+    if pairs is None or pairs.empty:
+        show_md("**Directory vs S3 on the same device.** No pair ran: it needs a directory target and a local-gateway "
+                "S3 target on one block device with one profile.")
+        return
+    t = pairs.copy()
+    fio = _fio_like(study_dir, t)
+    if fio is not None and fio.notna().any():
+        t["fio_randread_mb_per_s"] = fio
+    t["object_bytes"] = t.object_bytes.map(lambda b: size_label(int(b)))
+    show_table(t.rename(columns={"object_bytes": "object"}),
+               "Directory vs S3 on the same device at like object size, concurrency and load (medians; "
+               "s3_vs_directory = S3 MB/s ÷ directory MB/s"
+               + ("; fio_randread_mb_per_s: the transfer sweep's fio, idle, O_DIRECT random reads of that "
+                  "size at that queue depth on the directory target" if "fio_randread_mb_per_s" in t else "")
+               + ")", body=True)
+
+
+def _analysis(pts, pairs, study: dict) -> None:
+    lines = []
+    for op in ("get", "put"):
+        g = pts[(pts.op == op) & (pts.load == "idle")] if "idle" in set(pts.load) else pts[pts.op == op]
+        if g.empty:
+            continue
+        best = g.loc[g.throughput_mb_per_s.idxmax()]
+        lines.append(f"- Best idle {op.upper()}: {best.throughput_mb_per_s:,.0f} MB/s on '{best.target}' "
+                     f"({size_label(int(best.object_bytes))} objects, {int(best.concurrency)} in flight; range over "
+                     f"repeats {best.throughput_mb_per_s_min:,.0f}–{best.throughput_mb_per_s_max:,.0f}).")
+    if pairs is not None and not pairs.empty:
+        for op, g in pairs.groupby("op"):
+            r = g.s3_vs_directory.dropna()
+            if len(r):
+                lines.append(f"- {op.upper()} through S3 on the same device: {r.min():.2f}–{r.max():.2f} × the "
+                             f"directory's throughput (median {r.median():.2f} over {len(r)} matched points).")
+        cpu = pairs.s3_client_cpu_s_per_gb.dropna()
+        if len(cpu):
+            lines.append(f"- Client CPU per GB through S3: {cpu.min():.2f}–{cpu.max():.2f} s/GB (directory: "
+                         f"{pairs.directory_client_cpu_s_per_gb.min():.2f}–{pairs.directory_client_cpu_s_per_gb.max():.2f}).")
+    lim = pts[pts.limited_by.fillna("") != ""]
+    lines.append(f"- {len(lim)} of {len(pts)} points were limited by the CPU, not the storage"
+                 + (f" ({', '.join(sorted(set(lim.target)))}): their figures are the client's ceiling on this "
+                    "machine, not the store's." if len(lim) else "."))
+    analysis(lines)
+
+
+def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
+    """Page 1: per S3 target, its best idle GET and PUT, and beside a directory on the same device, what the
+    object path costs there."""
+    pts = read_csv_or_none(Path(study_dir) / "points.csv")
+    if pts is None or pts.empty:
+        return []
+    pairs = read_csv_or_none(Path(study_dir) / "pairs.csv")
+    idle = pts[pts.load == "idle"] if (pts.load == "idle").any() else pts
+    out = []
+    for name, g in idle[idle.kind == "s3"].groupby("target", sort=False):
+        best = {op: g[g.op == op].sort_values("throughput_mb_per_s").iloc[-1] for op in ("get", "put") if (g.op == op).any()}
+        answer = ", ".join(f"{op.upper()} {r.throughput_mb_per_s:,.0f} MB/s ({size_label(int(r.object_bytes))} × "
+                           f"{int(r.concurrency)})" for op, r in best.items())
+        basis = "best idle point, median of repeats"
+        p = pairs[pairs.s3_target == name] if pairs is not None and not pairs.empty else None
+        if p is not None and len(p):
+            ratio = p.s3_vs_directory.dropna()
+            basis += (f"; {ratio.min():.2f}–{ratio.max():.2f} × the directory '{p.directory_target.iloc[0]}' on the "
+                      "same device")
+        lim = g[g.limited_by.fillna("") != ""]
+        if len(lim):
+            basis += f"; {len(lim)} of {len(g)} points limited by the CPU, not the storage"
+        out.append({"question": "Object store throughput (S3 GET / PUT)", "target": name, "answer": answer,
+                    "basis": basis + "; object sweep"})
+    return out

@@ -1,0 +1,117 @@
+"""object_sweep arithmetic: per-point table (repeats merged, with their spread), directory-vs-S3 pairs on one
+device, headline deltas and metrics.json."""
+from __future__ import annotations
+
+import pandas as pd
+
+from ...core.columns import Column
+from ...kit import runs as kit_runs
+from ...report.headlines import versus_reference
+
+KEYS = ["load", "op", "object_bytes", "concurrency"]
+
+
+COLUMNS: tuple[Column, ...] = (
+    Column("load", "", "idle | busy (stress-ng at busy.cpu_percent of every CPU beside the client)", "text"),
+    Column("op", "", "get | put", "text"),
+    Column("object_bytes", "bytes", "size of every object (file) of the point"),
+    Column("object_label", "", "the object size as a label (64K, 1M; K = 1,024 B)", "text"),
+    Column("concurrency", "", "requests in flight (client threads, one connection each)"),
+    Column("kind", "", "directory | s3: the target's kind", "text"),
+    Column("access", "", "files | S3 local gateway | S3 external", "text"),
+    Column("objects", "", "objects moved in the measured batch"),
+    Column("bytes_moved", "bytes", "objects x object_bytes"),
+    Column("wall_seconds", "s", "the batch's wall time, first request sent to last completed"),
+    Column("throughput_mb_per_s", "MB/s", "bytes_moved / wall_seconds / 10⁶"),
+    Column("objects_per_s", "objects/s", "objects / wall_seconds"),
+    Column("latency_ms_p50", "ms", "median request latency (request sent to last body byte)"),
+    Column("latency_ms_p99", "ms", "99th percentile request latency"),
+    Column("latency_ms_mean", "ms", "mean request latency"),
+    Column("latency_ms_max", "ms", "slowest request"),
+    Column("client_cpu_seconds", "s", "the client process's user + system CPU during the batch"),
+    Column("client_cpu_s_per_gb", "s/GB", "client CPU seconds per 10⁹ bytes moved"),
+    Column("client_cpu_percent_of_machine", "%", "client CPU / (wall x CPUs)"),
+    Column("gateway_cpu_seconds", "s", "the local gateway's (versitygw) user + system CPU during the batch"),
+    Column("gateway_cpu_s_per_gb", "s/GB", "gateway CPU seconds per 10⁹ bytes moved"),
+    Column("limited_by", "", "client CPU | client + gateway CPU (≥ 80 % of all CPUs) | machine CPU (every CPU ≥ 90 % "
+           "busy: the busy load or other work): the CPU, not the storage, set the figure; empty otherwise", "text"),
+    Column("errors", "", "failed requests (a failure stops the run, so 0 in a written row)"),
+    Column("throttled", "", "True when the device I/O ran inside the target's throttle cgroup", "bool"),
+)
+RUNS_COLUMNS = {c.name: c.kind for c in COLUMNS if c.name in (
+    "load", "op", "object_bytes", "concurrency", "kind", "throughput_mb_per_s", "objects_per_s",
+    "latency_ms_p50", "latency_ms_p99", "client_cpu_s_per_gb", "limited_by")}
+
+
+def headlines(frame, target_names: list[str]) -> list[dict]:
+    return versus_reference(kit_runs.ok_runs(frame), target_names, KEYS,
+                            [("throughput_mb_per_s", "higher", "throughput MB/s"),
+                             ("latency_ms_p99", "lower", "p99 request latency")])
+
+
+def metrics(frame, target_names: list[str]) -> dict:
+    def per_target(g):
+        get = g[g.op == "get"]
+        return {"best_get_mb_per_s": float(get.throughput_mb_per_s.max()) if len(get) else None,
+                "client_cpu_s_per_gb_median": float(g.client_cpu_s_per_gb.median())}
+    return kit_runs.metrics(frame, target_names, headlines, per_target=per_target)
+
+
+def points(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per target and point: median over repeats, with min and max (the spread) beside it."""
+    ok = kit_runs.ok_runs(frame)
+    if ok.empty:
+        return pd.DataFrame()
+    g = ok.groupby(["target", "kind", "access", *KEYS], dropna=False)
+    out = g.agg(repeats=("repeat", "count"),
+                throughput_mb_per_s=("throughput_mb_per_s", "median"),
+                throughput_mb_per_s_min=("throughput_mb_per_s", "min"),
+                throughput_mb_per_s_max=("throughput_mb_per_s", "max"),
+                objects_per_s=("objects_per_s", "median"),
+                latency_ms_p50=("latency_ms_p50", "median"),
+                latency_ms_p99=("latency_ms_p99", "median"),
+                latency_ms_p99_max=("latency_ms_p99", "max"),
+                client_cpu_s_per_gb=("client_cpu_s_per_gb", "median"),
+                gateway_cpu_s_per_gb=("gateway_cpu_s_per_gb", "median"),
+                limited_by=("limited_by", lambda s: ", ".join(sorted({x for x in s.fillna("") if x}))))
+    return out.reset_index()
+
+
+def same_device_pairs(targets) -> list[tuple[str, str]]:
+    """(directory target, local-gateway S3 target) on one block device with one profile: the pairs whose
+    difference is the object path's cost alone."""
+    dirs = [t for t in targets if t.s3 is None and t.device and t.device.major is not None]
+    out = []
+    for s in targets:
+        if s.s3 is None or s.s3.external or not s.device or s.device.major is None:
+            continue
+        for d in dirs:
+            if d.device.majmin == s.device.majmin and d.profile_name == s.profile_name:
+                out.append((d.name, s.name))
+                break
+    return out
+
+
+def pairs(frame: pd.DataFrame, targets) -> pd.DataFrame:
+    """Directory vs S3 on the same device at like size, concurrency, op and load: medians and the ratio."""
+    pts = points(frame)
+    rows = []
+    for d, s in same_device_pairs(targets):
+        a = pts[pts.target == d].set_index(KEYS)
+        b = pts[pts.target == s].set_index(KEYS)
+        for key in a.index.intersection(b.index):
+            da, sb = a.loc[key], b.loc[key]
+            rows.append({"directory_target": d, "s3_target": s, **dict(zip(KEYS, key)),
+                         "directory_mb_per_s": da.throughput_mb_per_s, "s3_mb_per_s": sb.throughput_mb_per_s,
+                         "s3_vs_directory": sb.throughput_mb_per_s / da.throughput_mb_per_s
+                         if da.throughput_mb_per_s else None,
+                         "directory_latency_ms_p99": da.latency_ms_p99, "s3_latency_ms_p99": sb.latency_ms_p99,
+                         "directory_client_cpu_s_per_gb": da.client_cpu_s_per_gb,
+                         "s3_client_cpu_s_per_gb": sb.client_cpu_s_per_gb,
+                         "s3_gateway_cpu_s_per_gb": sb.gateway_cpu_s_per_gb,
+                         "limited_by": ", ".join(x for x in (f"directory: {da.limited_by}" if da.limited_by else "",
+                                                             f"S3: {sb.limited_by}" if sb.limited_by else "") if x)})
+    cols = ["directory_target", "s3_target", *KEYS, "directory_mb_per_s", "s3_mb_per_s", "s3_vs_directory",
+            "directory_latency_ms_p99", "s3_latency_ms_p99", "directory_client_cpu_s_per_gb",
+            "s3_client_cpu_s_per_gb", "s3_gateway_cpu_s_per_gb", "limited_by"]
+    return pd.DataFrame(rows, columns=cols)

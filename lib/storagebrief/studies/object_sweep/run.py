@@ -1,0 +1,304 @@
+"""The object sweep on the shared engine (core.sweep): GET and PUT at object size x concurrency, idle
+vs busy, on every S3 target and, with the same client code path, on every directory target.
+
+S3 targets: prepare() opens one ObjectStore per target (core.s3store): the local gateway (versitygw)
+starts inside a cgroup holding the target's throttle (or one that only holds it), so the device I/O it
+does is the emulated device's; an external endpoint gets its own run prefix. Directory targets: the same
+batches read and write whole files, in a worker inside the run's throttle cgroup. Each run is one
+worker process (worker.py: the client's CPU is its own), started before the clock; the busy load
+(stress-ng at busy.cpu_percent of every CPU) runs beside it, outside every cgroup. GET reads the
+objects dataset.py wrote in prepare, from a cold cache where the files are on this machine; PUT writes
+a point's own keys, removed after the run (outside the clock). close() stops the gateways and removes
+everything the study wrote on object targets (external: only its run prefix).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ...core import cgroups, procs, results, targets as targets_mod
+from ...core.config import ParamsError
+from ...core.s3store import ObjectStore, S3Failed
+from ...core.sweep import Measurement, Point
+from ...kit import space
+from ...kit.sizes import size_label
+from . import STUDY, dataset
+from .params import ObjectSweepParams
+
+CLIENT_LIMIT_PERCENT = 80     # the client used this share of all CPUs or more: it, not the store, limited
+MACHINE_BUSY_PERCENT = 90     # every CPU this busy (monitor, /proc/stat) during the batch: the CPU limited
+
+
+@dataclass(frozen=True)
+class Config:
+    load: str                 # idle | busy
+    op: str                   # get | put
+    object_bytes: int
+    concurrency: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.load} {self.op.upper()} {size_label(self.object_bytes)} x{self.concurrency}"
+
+
+@dataclass
+class ObjectState:
+    stores: dict[str, ObjectStore] = field(default_factory=dict)       # S3 target name -> its store
+    groups: dict[str, cgroups.Cgroup] = field(default_factory=dict)    # S3 target name -> its gateway's cgroup
+
+
+# --------------------------------------------------------------------------- prepare
+def _gateway_group(sweep, t) -> cgroups.Cgroup | None:
+    """The local gateway's cgroup: the target's throttle, or one that only holds it; None if unavailable."""
+    io = targets_mod.io_limits(t, accounting=True)
+    if io is None:
+        return None
+    try:
+        g = cgroups.Cgroup(f"{STUDY.name}-{t.name}-gateway", io=io).create()
+    except cgroups.CgroupUnavailable as exc:
+        if t.emulated:
+            sweep.note(f"target '{t.name}': emulated profile not applied to its S3 gateway: {exc}")
+        return None
+    g.kill_on_remove = True
+    return g
+
+
+def _open_store(sweep, t) -> ObjectStore:
+    st: ObjectState = sweep.state
+    group = None if t.s3.external else _gateway_group(sweep, t)
+    if group is not None:
+        st.groups[t.name] = group
+    store = ObjectStore(t, sweep.out_dir / "logs", procs_files=group.procs_files if group else None,
+                        pool=max(sweep.p.concurrency), tag="osweep")
+    st.stores[t.name] = store.open()
+    for line in store.removed_stale:
+        sweep.log(line)
+        sweep.note(line)
+    where = f"versitygw at {store.endpoint} over {store.gateway.root}" if store.gateway else \
+        f"{store.endpoint} s3://{store.bucket}/{store.prefix}"
+    sweep.log(f"object_sweep: target '{t.name}' is S3: {where}")
+    return store
+
+
+def prepare(sweep) -> None:
+    p: ObjectSweepParams = sweep.p
+    if p.targets:
+        unknown = sorted(set(p.targets) - set(sweep.target_names))
+        if unknown:
+            raise ParamsError(f"object_sweep.targets = {p.targets}: unknown {unknown}; allowed: {sweep.target_names}")
+        sweep.targets = [t for t in sweep.targets if t.name in p.targets]
+    if "busy" in p.loads and shutil.which("stress-ng") is None:
+        raise ParamsError("object_sweep.loads has 'busy' but stress-ng is not installed (`make system-deps`); "
+                          "install it or drop 'busy'")
+    sweep.state = ObjectState()
+    local = [t for t in sweep.targets if t.s3 is None or not t.s3.external]
+    space.check_space(local, lambda t: dataset.needed_bytes(p, p.ops), "the object sweep's objects")
+    for t in sweep.targets:
+        if t.s3 is None:
+            dataset.write_dir(t, p, sweep.status)
+        else:
+            dataset.write_s3(_open_store(sweep, t), p, sweep.status)
+    results.write_json(sweep.out_dir / "study.json", _study_json(sweep))
+
+
+def _study_json(sweep) -> dict:
+    p: ObjectSweepParams = sweep.p
+    st: ObjectState = sweep.state
+    return {"client": p.client, "client_limit_percent": CLIENT_LIMIT_PERCENT, "cpus": os.cpu_count(),
+            "objects": {size_label(s): p.objects_for(s) for s in p.object_sizes},
+            "busy_cpu_percent": p.busy.cpu_percent if "busy" in p.loads else None,
+            "targets": {t.name: {"kind": t.kind, **({"endpoint": st.stores[t.name].endpoint,
+                                                      "gateway": "versitygw posix" if st.stores[t.name].gateway else "",
+                                                      "bucket": st.stores[t.name].bucket,
+                                                      "prefix": st.stores[t.name].prefix}
+                                                     if t.name in st.stores else {}),
+                                 "device": t.device.name if t.device else None}
+                        for t in sweep.targets}}
+
+
+# --------------------------------------------------------------------------- plan
+def plan(sweep) -> list[Point]:
+    p: ObjectSweepParams = sweep.p
+    return [Point(c, r, c.label) for r in range(1, p.repeats + 1) for ld in p.loads for size in p.object_sizes
+            for conc in p.concurrency for op in p.ops for c in [Config(ld, op, size, conc)]]
+
+
+def run_id(config: Config, target, repeat: int) -> str:
+    c = config
+    return f"{STUDY.name}-{target.name}-{c.load}-{c.op}-{size_label(c.object_bytes)}-c{c.concurrency}-r{repeat}"
+
+
+# --------------------------------------------------------------------------- one run
+def _worker_cfg(run, c: Config, keys: list[str], store: ObjectStore | None) -> tuple[dict, dict]:
+    p, t = run.p, run.target
+    cfg = {"op": c.op, "size": c.object_bytes, "concurrency": c.concurrency, "seed": p.seed, "keys": keys}
+    env = {}
+    if store is None:
+        cfg["folder"] = str(dataset.dir_root(t))
+    else:
+        cfg.update({"endpoint": store.endpoint, "bucket": store.bucket, "region": t.s3.region,
+                    "profile": t.s3.profile, "verify_tls": t.s3.verify_tls, "addressing": t.s3.addressing})
+        if store.gateway is not None:
+            env = {"STORAGEBRIEF_S3_ACCESS": store.gateway.access_key, "STORAGEBRIEF_S3_SECRET": store.gateway.secret_key}
+    return cfg, env
+
+
+def _busy_load(run, scope: procs.Scope) -> subprocess.Popen:
+    p = run.p
+    proc = scope.popen(["stress-ng", "--cpu", str(os.cpu_count() or 1), "--cpu-load", f"{p.busy.cpu_percent:g}",
+                        "--timeout", "3600s", "--quiet"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(p.busy.settle_s)
+    if proc.poll() is not None:
+        raise RuntimeError(f"the busy load (stress-ng) exited at once with status {proc.returncode}")
+    return proc
+
+
+def _gateway_cpu(store: ObjectStore | None) -> float | None:
+    if store is None or store.gateway is None or store.gateway.proc is None:
+        return None
+    try:
+        f = Path(f"/proc/{store.gateway.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _keys(c: Config, run, store) -> list[str]:
+    p = run.p
+    n = p.objects_for(c.object_bytes)
+    names = dataset.names(c.object_bytes, n) if c.op == "get" else \
+        dataset.names(c.object_bytes, n, "put", f"c{c.concurrency}-r{run.repeat}")
+    return [store.key(k) for k in names] if store is not None else names
+
+
+def run_one(run, config: Config) -> Measurement:
+    t = run.target
+    store: ObjectStore | None = run.sweep.state.stores.get(t.name)
+    keys = _keys(config, run, store)
+    group = run.throttle() if store is None else None
+    if store is not None and t.name in run.sweep.state.groups and t.emulated:
+        run.emulated = True
+    cfg, env = _worker_cfg(run, config, keys, store)
+    scope = procs.Scope(run.run_id, group)
+    busy = procs.Scope(f"{run.run_id}-busy")
+    try:
+        return _measure(run, config, store, scope, busy, cfg, env, keys)
+    finally:
+        busy.close()
+        scope.close()
+
+
+def _cold_cache(run, c: Config, store) -> None:
+    """Before a PUT too: drop_caches also writes back earlier runs' dirty pages, which would land in this one."""
+    files = dataset.object_files(run.target, store, c.object_bytes, run.p.objects_for(c.object_bytes))
+    if files:
+        run.cold_cache(files)
+    else:
+        run.cache_method = "remote store: not controlled"
+
+
+def _measure(run, c: Config, store, scope, busy, cfg: dict, env: dict, keys: list[str]) -> Measurement:  # long: one worker run, start to row
+    # the worker starts (imports, client) while the cache is dropped: it touches no data before 'go'
+    w = scope.popen([sys.executable, "-m", f"{STUDY.package}.worker"], env={**os.environ, **env},
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                    cwd=str(Path(__file__).resolve().parents[3]))
+    w.stdin.write(json.dumps(cfg) + "\n")
+    w.stdin.flush()
+    _cold_cache(run, c, store)
+    if w.stdout.readline().strip() != "ready":
+        _raise_worker(store, w)
+    if c.load == "busy":
+        _busy_load(run, busy)
+    g0 = _gateway_cpu(store)
+    run.start_clock()
+    w.stdin.write("go\n")
+    w.stdin.flush()
+    line = w.stdout.readline()
+    run.stop_clock()
+    g1 = _gateway_cpu(store)
+    busy.kill()
+    w.wait(timeout=60)
+    if not line:
+        _raise_worker(store, w)
+    row = json.loads(line)
+    if "error" in row:
+        store.check() if store is not None else None
+        raise S3Failed(f"target '{run.target.name}' {c.label}: {row['error']}")
+    if c.op == "put":
+        _remove_put(run.target, store, keys)
+    gb = row["bytes_moved"] / 1e9
+    row.update({"load": c.load, "op": c.op, "object_bytes": c.object_bytes, "object_label": size_label(c.object_bytes),
+                "concurrency": c.concurrency, "kind": run.target.kind,
+                "access": ("S3 " + ("external" if store.gateway is None else "local gateway")) if store else "files",
+                "gateway_cpu_seconds": None if g0 is None or g1 is None else g1 - g0,
+                "gateway_cpu_s_per_gb": None if g0 is None or g1 is None or gb <= 0 else (g1 - g0) / gb,
+                "throttled": bool(run.emulated)})
+    row["limited_by"] = limited_by(row, run.monitor.summary().get("cpu_busy_percent") if run.monitored else None)
+    return Measurement(row)
+
+
+def limited_by(row: dict, machine_busy_percent: float | None = None) -> str:
+    """'client CPU' when the client alone used CLIENT_LIMIT_PERCENT of all CPUs, 'client + gateway CPU'
+    when the two together did, 'machine CPU' when every CPU was busy (MACHINE_BUSY_PERCENT: the busy load,
+    or other work on the machine): then the figure is the CPU's, not the storage's. '' otherwise."""
+    ncpu, wall = os.cpu_count() or 1, row.get("wall_seconds") or 0
+    if not wall:
+        return ""
+    client = 100 * row["client_cpu_seconds"] / (wall * ncpu)
+    both = 100 * (row["client_cpu_seconds"] + (row.get("gateway_cpu_seconds") or 0)) / (wall * ncpu)
+    if client >= CLIENT_LIMIT_PERCENT:
+        return "client CPU"
+    if both >= CLIENT_LIMIT_PERCENT:
+        return "client + gateway CPU"
+    if machine_busy_percent is not None and machine_busy_percent >= MACHINE_BUSY_PERCENT:
+        return f"machine CPU ({machine_busy_percent:.0f} % busy)"
+    return ""
+
+
+def _raise_worker(store, w) -> None:
+    if store is not None:
+        store.check()
+    w.kill()
+    err = w.stderr.read() if w.stderr else ""
+    raise RuntimeError(f"the object-sweep worker failed (status {w.wait()}): {err[-500:]}")
+
+
+def _remove_put(t, store, keys: list[str]) -> None:
+    """A PUT point's objects go after the run (outside the clock): space stays bounded."""
+    if store is None:
+        for k in keys:
+            (dataset.dir_root(t) / k).unlink(missing_ok=True)
+        return
+    for i in range(0, len(keys), 1000):
+        store._call(store.client.delete_objects, Bucket=store.bucket,
+                    Delete={"Objects": [{"Key": k} for k in keys[i:i + 1000]], "Quiet": True})
+
+
+# --------------------------------------------------------------------------- finish / close
+def finish(sweep, frame) -> None:
+    from . import metrics
+    results.write_csv(sweep.out_dir / "points.csv", metrics.points(frame))
+    results.write_csv(sweep.out_dir / "pairs.csv", metrics.pairs(frame, sweep.targets))
+
+
+def close(sweep) -> None:
+    """Always: every store closed (gateway stopped, what the study wrote removed), cgroups removed."""
+    st = sweep.state if isinstance(sweep.state, ObjectState) else None
+    if st is None:
+        return
+    errors = []
+    for store in st.stores.values():
+        try:
+            store.close()
+        except Exception as exc:   # noqa: BLE001 -- close every store, then say what failed
+            errors.append(str(exc))
+    for g in st.groups.values():
+        g.remove()
+    if errors:
+        sweep.note("object_sweep: cleaning up an object target failed: " + "; ".join(errors))
