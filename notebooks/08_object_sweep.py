@@ -38,7 +38,10 @@ object_sweep = {
     'min_objects': 8,
     'max_objects': 64,
     'loads': ['idle', 'busy'],
-    'busy': {'cpu_percent': 86, 'settle_s': 0.2},
+    'busy': {
+        'cpu_percent': 86,  # stress-ng CPU load on every CPU beside the client (as the transfer sweep's)
+        'settle_s': 0.2,
+    },
     'repeats': 2,
     'seed': 0,
 }
