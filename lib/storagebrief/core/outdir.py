@@ -11,25 +11,38 @@
   the new run writes a sibling `<name>.incomplete-<time>/`; only when the study completes are the
   two swapped (atomically where the kernel can) and the earlier results removed. An interrupted
   run leaves its partial folder, with status.json saying `complete: false`.
+- Ours is recorded, never guessed from a file's shape: the files status.json lists, the temporary
+  files of atomic writes (results.TEMP_PREFIX, a prefix no user writes) and, when a run stops before
+  its first row, the outputs the study and the engine declare. Anything else is the user's.
+- One writer per folder: a lock beside it (core.lock.FolderLock) held from the ownership check to
+  the end; a second run waits or refuses (run.on_busy_target), naming the holder.
+- An `--out` that is a symlink stays one: the run works in the folder it points at.
 """
 from __future__ import annotations
 
 import ctypes
 import json
 import os
-import re
-import shutil
 import time
 from pathlib import Path
 
 from . import results
-from .engine_outputs import STATUS
+from .engine_outputs import ENGINE_OUTPUTS, STATUS
+from .guard import remove_tree
+from .lock import FolderLock
 
 SCHEMA = 1
 # Written beside the study's results by others: papermill's executed notebook (dvc repro).
 FOREIGN_BUT_EXPECTED = ("notebook.ipynb",)
-# Temp files of atomic writes (results.atomic_write_text) a killed run may leave behind.
-_ATOMIC_TEMP = re.compile(r"^\..+\.[A-Za-z0-9_]{8}$")
+# What the engine writes for every study before or after its runs (core.sweep), beside the study's
+# declared outputs: a run stopped before its first row removes these and nothing else.
+ENGINE_WRITES = (*ENGINE_OUTPUTS, "runs.csv", "inventory.json", "metrics.json", "notes.json", "timeseries")
+_CLAIMED: set[Path] = set()      # interactive folders new_run_folder made for this process
+
+
+def is_temp(rel: str) -> bool:
+    """A temporary file of an atomic write (results.atomic_write_text) a killed run may leave behind."""
+    return Path(rel).name.startswith(results.TEMP_PREFIX)
 
 
 class OutDirError(ValueError):
@@ -41,13 +54,20 @@ def stamp() -> str:
 
 
 def new_run_folder(reports: Path, study_name: str) -> Path:
-    """reports/runs/<time>/<study>: a folder no earlier run used."""
+    """reports/runs/<time>/<study>: a folder no other run uses, claimed by creating it (mkdir fails
+    for the second of two runs started in the same second, which takes <time>-2, ...)."""
     base = Path(reports) / "runs" / stamp()
     folder, n = base, 1
-    while (folder / study_name).exists():
-        n += 1
-        folder = base.with_name(f"{base.name}-{n}")
-    return folder / study_name
+    while True:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / study_name).mkdir()
+        except FileExistsError:
+            n += 1
+            folder = base.with_name(f"{base.name}-{n}")
+            continue
+        _CLAIMED.add(folder / study_name)
+        return folder / study_name
 
 
 def files_in(folder: Path) -> list[str]:
@@ -68,8 +88,7 @@ def foreign_files(folder: Path, study_name: str) -> list[str]:
     """Files in `folder` that no storagebrief run of this study wrote (by status.json's list)."""
     status = read_status(folder) or {}
     ours = set(status.get("files") or []) if status.get("study") == study_name else set()
-    return [f for f in files_in(folder)
-            if f not in ours and f not in FOREIGN_BUT_EXPECTED and not _ATOMIC_TEMP.match(Path(f).name)]
+    return [f for f in files_in(folder) if f not in ours and f not in FOREIGN_BUT_EXPECTED and not is_temp(f)]
 
 
 def _exchange(a: Path, b: Path) -> None:
@@ -93,8 +112,13 @@ def _exchange(a: Path, b: Path) -> None:
 class OutputFolder:
     """Where one study run writes; `work` is the folder the engine and the study write into."""
 
-    def __init__(self, final: Path, study_name: str):
-        self.final, self.study_name = Path(final), study_name
+    def __init__(self, final: Path, study_name: str, outputs: tuple[str, ...] = (), on_busy: str = "wait",
+                 log=print):
+        final = Path(final)
+        self.link = final if final.is_symlink() else None      # an --out symlink stays a symlink
+        self.final, self.study_name = (Path(os.path.realpath(final)) if self.link else final), study_name
+        self.outputs = tuple(dict.fromkeys((*ENGINE_WRITES, *outputs)))
+        self.lock = FolderLock(self.final, on_busy, log)
         self.work = self.final
         self.status: dict = {}
         self._made = False
@@ -103,11 +127,14 @@ class OutputFolder:
         self.kept_because = ""
 
     def check(self) -> "OutputFolder":
-        """Check ownership and choose the working folder, writing nothing; raises OutDirError."""
+        """Lock the folder (one writer), check ownership and choose the working folder, writing nothing in
+        it; raises OutDirError, or FolderBusy when another run writes it and run.on_busy_target=refuse."""
         final = self.final
         if final.exists() and not final.is_dir():
             raise OutDirError(f"output folder '{final}' is a file, not a directory")
-        if final.is_dir() and [f for f in files_in(final) if f not in FOREIGN_BUT_EXPECTED]:
+        if final.parent.is_dir():
+            self.lock.acquire()        # released by release(), which the engine calls however the run ends
+        if final.is_dir() and [f for f in files_in(final) if f not in FOREIGN_BUT_EXPECTED and not is_temp(f)]:
             status = read_status(final) or {}
             if status.get("study") != self.study_name:
                 foreign = foreign_files(final, self.study_name)
@@ -120,9 +147,15 @@ class OutputFolder:
             self.work = final.with_name(f"{final.name}.incomplete-{stamp()}-{os.getpid()}")
         return self
 
+    def release(self) -> None:
+        self.lock.release()
+
     def create(self) -> "OutputFolder":
         """Make the working folder and mark it incomplete (after the targets are locked)."""
-        self._made = not self.work.exists()
+        if not self.final.parent.is_dir():
+            self.final.parent.mkdir(parents=True, exist_ok=True)
+            self.lock.acquire()
+        self._made = not self.work.exists() or self.work in _CLAIMED
         self._before = set(files_in(self.work)) if not self._made else set()
         try:
             self.work.mkdir(parents=True, exist_ok=True)
@@ -137,7 +170,9 @@ class OutputFolder:
         return self
 
     def abandon(self) -> None:
-        """The run failed before its first row: leave nothing it wrote (bad input loses nothing)."""
+        """The run failed before its first row: remove what it wrote (its declared outputs, status.json,
+        temporary files) and nothing else: a file the user saved there meanwhile stays, and so does the
+        folder holding it (bad input loses nothing)."""
         if not self.status:
             return
         try:
@@ -146,18 +181,30 @@ class OutputFolder:
             pass            # a read-only or full filesystem: the original error is what the user needs
         self.status = {}
 
+    def _ours(self, rel: str) -> bool:
+        top = Path(rel).parts[0]
+        return rel not in self._before and (top in self.outputs or is_temp(rel) or rel == STATUS)
+
     def _remove_what_we_wrote(self) -> None:
-        if self._made:
-            shutil.rmtree(self.work, ignore_errors=True)
-        else:       # in place: only papermill's notebook was here before (check() saw to that)
-            for rel in set(files_in(self.work)) - self._before:
-                (self.work / rel).unlink(missing_ok=True)
-            (self.work / STATUS).unlink(missing_ok=True)
-            for d in sorted((p for p in self.work.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+        for rel in [f for f in files_in(self.work) if self._ours(f)] + [STATUS]:
+            remove_tree(rel, self.work)
+        for d in sorted((p for p in self.work.rglob("*") if p.is_dir() and not p.is_symlink()),
+                        key=lambda p: -len(p.parts)):
+            if Path(d.relative_to(self.work)).parts[0] in self.outputs:
                 try:
-                    d.rmdir()
+                    d.rmdir()          # only when empty: a user's file inside keeps it
                 except OSError:
                     pass
+        if self._made:
+            try:
+                self.work.rmdir()
+            except OSError:
+                pass
+
+    @property
+    def left_behind(self) -> list[str]:
+        """After abandon(): what is still in the working folder (the user's files), if it is there."""
+        return files_in(self.work) if self.work.is_dir() else []
 
     def _write(self) -> None:
         self.status["files"] = files_in(self.work)
@@ -194,6 +241,6 @@ class OutputFolder:
                 old.rename(self.kept)
                 self.kept_because = unlisted[0]
             else:
-                shutil.rmtree(old, ignore_errors=True)
+                remove_tree(old, old, allow_owner=True)
         self.work = self.final
         return self.final

@@ -31,6 +31,7 @@ from typing import Any
 
 from . import (blocktrace, cache, cgroups, characterize, columns, inventory, leftovers, monitor, outdir, plans, results,
                targets as targets_mod)
+from .config import check_name
 from .engine_outputs import CHARACTERIZATION, TRACES
 from .lock import TargetLocks
 from .progress import Progress
@@ -344,7 +345,8 @@ def run(study, params, out_dir: str | Path | None, log=print, progress: str = "a
     try:
         bar.message("starting: checking the output folder and targets")
         final = check_out_dir(out_dir if out_dir is not None else _default_out_dir(study, params))
-        folder = outdir.OutputFolder(final, study.name).check()      # writes nothing yet
+        folder = outdir.OutputFolder(final, study.name, study.stage_outputs, params.run.on_busy_target,
+                                     say).check()      # locks it (one writer), writes nothing in it yet
         hooks = study.room("run")
         cgroups.install_handlers()
         sweep = Sweep(study, params, folder.work, log if bar.mode != "bar" else bar.message)
@@ -376,7 +378,14 @@ def run(study, params, out_dir: str | Path | None, log=print, progress: str = "a
         return frame
     except BaseException as exc:
         if folder is not None and not folder.status.get("runs_done"):
-            folder.abandon()          # refused or stopped before its first row: nothing left behind
+            started = bool(folder.status)
+            folder.abandon()          # refused or stopped before its first row: nothing it wrote is left
+            if started and isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                left = folder.left_behind
+                exc.add_note("no run had finished, so nothing was kept: the output folder holds only what "
+                             "storagebrief did not write" + (f" ({left[0]}" + (f" and {len(left) - 1} more" if len(left) > 1
+                                                                                   else "") + f", in {folder.work})"
+                                                             if left else ""))
         elif folder is not None:
             folder.stopped(_why_stopped(exc))
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):   # the one-line messages say where
@@ -384,6 +393,8 @@ def run(study, params, out_dir: str | Path | None, log=print, progress: str = "a
                              + (f"; {folder.final} keeps the earlier results" if folder.work != folder.final else ""))
         raise
     finally:
+        if folder is not None:
+            folder.release()
         bar.close()
 
 
@@ -417,7 +428,7 @@ def _sweep(sweep: Sweep, hooks, bar: Progress, folder: outdir.OutputFolder):
             bar.skip()
             continue
         cfg = configure(sweep, pt.config, target) if configure is not None else pt.config
-        run_id = hooks.run_id(cfg, target, pt.repeat)
+        run_id = check_name(hooks.run_id(cfg, target, pt.repeat), "run id", 200)   # timeseries/<run_id>.csv
         bar.begin(target.name, pt.label, pt.repeat)
         if bar.mode != "bar":
             log(f"[{run_id}] {pt.label}")

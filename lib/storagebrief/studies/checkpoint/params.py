@@ -8,8 +8,10 @@ from pydantic import Field, field_validator, model_validator
 
 from ...core.checkpoint_workloads import (CheckpointWorkload, CheckpointWorkloadError, WORKLOADS, layout,
                                           layout_bytes, workload, workload_from_dict, writing_ranks)
-from ...core.config import Strict
+from ...core.config import Strict, check_name
 from ...kit.mpi import MpiParams
+
+from .dataset import RESERVED
 
 MIB = 1 << 20
 COST_MODES = ("none", "sync", "async")
@@ -18,9 +20,10 @@ COST_MODES = ("none", "sync", "async")
 def shape_workload(name: str, raw: dict) -> CheckpointWorkload:
     """checkpoint.shapes.<name> as a workload, with the catalogue's refusals (tp·pp·dp ≠ ranks, ZeRO-3 with
     pp > 1, ...); `ranks` may be left out (then tp·pp·dp). A llama3 name is refused: it would hide the model."""
-    if name in WORKLOADS:
-        raise ValueError(f"shapes: {name!r} is not allowed: it is a llama3 model of the catalogue; "
-                         "give the shape another name")
+    check_name(name, "shapes: a shape's name")
+    if name in WORKLOADS or name in RESERVED:
+        why = "a llama3 model of the catalogue" if name in WORKLOADS else "a folder of the study's other sweeps"
+        raise ValueError(f"shapes: {name!r} is not allowed: it is {why}; give the shape another name")
     if not isinstance(raw, dict):
         raise ValueError(f"shapes.{name} = {raw!r} is not allowed: a mapping of layers, hidden, ffn, heads, "
                          "kv_heads, vocab, tp, pp, dp, zero_stage")

@@ -21,7 +21,6 @@ own CheckpointManager on a BERT-shaped model, `mode` = its scenario) comes last,
 """
 from __future__ import annotations
 
-import shutil
 import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -92,7 +91,7 @@ def prepare(sweep) -> None:
                 + (f", and the cost sweep's {cost_need / GIB:.2f} GiB (checkpoint.cost)" if cost_need else ""))
     for t in sweep.targets:
         for m in p.models:
-            for gone in dataset.remove_incomplete(dataset.model_dir(t, STUDY.name, m)):
+            for gone in dataset.remove_incomplete(dataset.model_dir(t, STUDY.name, m), t, STUDY.name):
                 state.removed.append(str(gone))
                 sweep.note(f"removed {gone}: a checkpoint without its manifest (a save cut short)")
     state.generator_gb_per_s = _generator_gb_per_s()
@@ -148,7 +147,7 @@ def _saves(run, pool, p: CheckpointParams, model: str, root, files) -> tuple[lis
         kept.append(where)
         while len(kept) > p.retain:
             t = time.perf_counter()
-            shutil.rmtree(kept.pop(0))
+            dataset.remove(kept.pop(0), run.target, STUDY.name)
             dataset.fsync_dir(root)
             deletes.append(time.perf_counter() - t)
     return ops, kept, deletes
@@ -192,12 +191,12 @@ def _target_full(run, config: Config, why: str) -> Measurement:
     p: CheckpointParams = run.p
     run.stop_clock()
     if config.sweep == "cost":
-        shutil.rmtree(cost.folder(run.target), ignore_errors=True)
+        _remove_quietly(cost.folder(run.target), run.target)
         row = {"sweep": "cost", "model": config.model, "save_mode": config.mode, "scale": p.scale,
                "checkpoint_bytes": p.cost_bytes, "files": p.cost.files,
                "interval_steps": config.interval_steps or None, "steps": p.cost.steps}
     else:
-        shutil.rmtree(dataset.model_dir(run.target, STUDY.name, config.model), ignore_errors=True)
+        _remove_quietly(dataset.model_dir(run.target, STUDY.name, config.model), run.target)
         row = metrics.run_row(p, config.model, [], [], run.sweep.state.generator_gb_per_s,
                               SimpleNamespace(launcher=p.launcher, clock=""))
     run.sweep.note(f"target '{run.target.name}' filled up during {run.run_id}: {why}")
@@ -205,12 +204,20 @@ def _target_full(run, config: Config, why: str) -> Measurement:
                                                      "were removed")
 
 
+def _remove_quietly(path, target) -> None:
+    """A full target's files go (through core.guard); an error removing them must not hide the full disk."""
+    try:
+        dataset.remove(path, target, STUDY.name)
+    except OSError:
+        pass
+
+
 def _protocol(run, config: Config) -> Measurement:
     p: CheckpointParams = run.p
     model, state = config.model, run.sweep.state
     files = _files(p, model)
     root = dataset.model_dir(run.target, STUDY.name, model)
-    dataset.clear(root)
+    dataset.clear(root, run.target, STUDY.name)
     group = run.throttle()
     buf = min(p.write_block, max(f.bytes for fs in files.values() for f in fs))
     procs_files = group.procs_files if group else None
