@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from ...core.checkpoint_workloads import (CheckpointWorkload, CheckpointWorkloadError, WORKLOADS, layout,
                                           layout_bytes, workload, workload_from_dict, writing_ranks)
@@ -201,6 +201,15 @@ class CheckpointParams(Strict):
                 raise ValueError(f"cost.model {self.cost.model}: {exc}") from None
             if self.cost.files > self.cost_bytes:
                 raise ValueError(f"cost.files={self.cost.files} is more than the checkpoint's bytes")
+        return self
+
+    @model_validator(mode="after")
+    def _fits_this_machine(self, info: ValidationInfo):
+        """Forked ranks within the pids/nproc/open-file limits and their buffers within the memory the run
+        may use (budget.py); not for readers of results (the brief validates with check_targets off)."""
+        if (info.context or {}).get("check_targets", True):
+            from .budget import check
+            check(self)
         return self
 
     @property

@@ -7,8 +7,11 @@ ranks and the parent meet at a barrier; from its release each rank saves or load
 primitives the MPI launcher's ranks run too: writes, fsync of every file and the folder, preads by
 reader threads, per-call latency histograms) and reports its start and end (CLOCK_MONOTONIC,
 system-wide on Linux, so the parent puts every rank on one clock from the earliest release), its bytes,
-files and fsync calls. A failed or killed
-rank stops the run: the barrier is broken, the others are terminated, RuntimeError says who.
+files and fsync calls. A failed rank stops the run: the barrier is broken, the others are
+terminated, RuntimeError says who; a rank killed from outside (OOM killer, kill -9) or a fork the
+kernel refused (pids / nproc limits) is the environment: EnvironmentFailure, one line, exit 2, like
+the MPI launcher. Stopping never waits on the ranks' queue: ranks die on SIGTERM without writing to
+it, and the parent drains it while it reaps them (a rank flushing its last message never blocks).
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ import traceback
 from pathlib import Path
 
 from ...core import cgroups
+from ...core.causes import EnvironmentFailure
 from ...core.procs import die_with_parent, reap
 from ...kit.checkpoint import incompressible
 from .rank_io import ONE_CLOCK, RankResult, operate
@@ -31,6 +35,7 @@ BARRIER_TIMEOUT_S = 600.0
 def _rank(rank: int, buf_bytes: int, procs_files: list[str], fault: dict | None, barrier, inbox, out_q) -> None:
     """One rank (a forked process): buffer once, then an operation per message until None."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # the parent handles Ctrl-C and stops us
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)    # not the parent's handler: stopped means gone
     die_with_parent()
     try:
         if procs_files:
@@ -65,17 +70,31 @@ class RankPool:
         self.ok = False
 
     def __enter__(self) -> "RankPool":
-        for pr in self.procs:
-            pr.start()
-        self._collect("ready", self.start_timeout_s)
+        try:
+            for i, pr in enumerate(self.procs):
+                try:
+                    pr.start()
+                except OSError as exc:        # EAGAIN (pids / nproc limit), ENOMEM
+                    raise EnvironmentFailure(
+                        f"could not start checkpoint rank {self.ranks[i]} ({i + 1} of {len(self.ranks)}): fork "
+                        f"failed: {exc.strerror or exc}; the process, thread or memory limit of this host or "
+                        "user is reached (ulimit -u, the pids cgroup's pids.max): use fewer ranks (mode: "
+                        "subset) or launcher: mpi") from None
+            self._collect("ready", self.start_timeout_s)
+        except BaseException as exc:
+            self.__exit__(type(exc), exc, None)      # the ranks already started go, without a hang
+            raise
         return self
 
     def _dead(self, have) -> str | None:
-        for r, pr in zip(self.ranks, self.procs):
-            if r not in have and pr.exitcode is not None:
-                code = pr.exitcode
-                how = f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
-                return f"checkpoint rank {r} died: {how}"
+        """Why a rank not in `have` is gone; a rank killed by a signal first (the others it took down
+        with the barrier leave with status 0)."""
+        gone = [(r, pr.exitcode) for r, pr in zip(self.ranks, self.procs)
+                if r not in have and pr.pid is not None and pr.exitcode is not None]
+        for r, code in sorted(gone, key=lambda rc: rc[1] >= 0):
+            how = f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
+            return f"checkpoint rank {r} died: {how}" + (
+                " (from outside the run: the OOM killer, kill -9, or a limit of the host)" if code < 0 else "")
         return None
 
     def _collect(self, want: str, timeout_s: float) -> dict:
@@ -88,7 +107,7 @@ class RankPool:
                 why = self._dead(got) or (f"ranks not {want} after {timeout_s:.0f} s"
                                           if time.monotonic() > deadline else None)
                 if why:
-                    raise RuntimeError(why)
+                    raise (EnvironmentFailure if "died: killed" in why else RuntimeError)(why)
                 continue
             if kind != want:
                 raise RuntimeError(f"checkpoint rank {rank} failed:\n{payload}")
@@ -102,21 +121,57 @@ class RankPool:
         for r in self.ranks:
             source, files = files_by_rank[r]
             self.inboxes[r].put((op, str(folder), source, files, block, readers))
-        self.barrier.wait(BARRIER_TIMEOUT_S)
+        self._meet()
         release = time.monotonic()
         got = self._collect("done", BARRIER_TIMEOUT_S)
         out = [got[r] for r in self.ranks]
         return min([release, *(r.start for r in out)]), out
 
+    def _meet(self) -> None:
+        """The parent's barrier wait, watched: a rank that dies before it arrives (kill -9, the OOM killer)
+        breaks the barrier at once instead of after BARRIER_TIMEOUT_S."""
+        stop, seen = threading.Event(), []
+
+        def watch() -> None:
+            while not stop.wait(0.2):
+                if (why := self._dead({})) is not None:
+                    seen.append(why)
+                    self.barrier.abort()
+                    return
+        watcher = threading.Thread(target=watch, daemon=True, name="checkpoint-rank-watch")
+        watcher.start()
+        try:
+            self.barrier.wait(BARRIER_TIMEOUT_S)
+        except threading.BrokenBarrierError:
+            why = seen[0] if seen else self._dead({})
+            if why is None:
+                raise RuntimeError(f"checkpoint ranks did not all reach the barrier within {BARRIER_TIMEOUT_S:.0f} s") \
+                    from None
+            raise (EnvironmentFailure if "died: killed" in why else RuntimeError)(why) from None
+        finally:
+            stop.set()
+            watcher.join()
+
     def __exit__(self, *exc) -> None:
+        started = [pr for pr in self.procs if pr.pid is not None]
         if exc[0] is None:
             for r in self.ranks:
                 self.inboxes[r].put(None)
         else:
             self.barrier.abort()
-            for pr in self.procs:
+            for pr in started:
                 if pr.is_alive():
                     pr.terminate()
-        reap(self.procs, 10)
+        self._drain(started, 10)
+        reap(started, 10)
         self.out_q.close()
         self.out_q.cancel_join_thread()
+
+    def _drain(self, started, timeout_s: float) -> None:
+        """Read what the ranks still write until they are gone, so none blocks on a full pipe."""
+        deadline = time.monotonic() + timeout_s
+        while any(pr.is_alive() for pr in started) and time.monotonic() < deadline:
+            try:
+                self.out_q.get(timeout=0.1)
+            except (queue.Empty, OSError, EOFError, ValueError):
+                pass

@@ -32,7 +32,7 @@ from ...core.sweep import Measurement, Point
 from ...kit import mpi as kit_mpi
 from ...kit.checkpoint import incompressible
 from ...kit.space import check_space, out_of_space
-from . import STUDY, cost, dataset, framework, metrics
+from . import STUDY, budget, cost, dataset, framework, metrics
 from .mpi import MpiRankPool
 from .params import CheckpointParams
 from .ranks import RankPool
@@ -80,6 +80,7 @@ def prepare(sweep) -> None:
     p: CheckpointParams = sweep.p
     sweep.state = state = CheckpointState()
     cost.check_memory(p)
+    budget.check(p)            # the machine's limits now (validate checked them too, maybe elsewhere)
     if p.launcher == "mpi":
         _check_mpi(sweep, p)
     biggest = max(p.checkpoint_bytes(m) for m in p.models)
