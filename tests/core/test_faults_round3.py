@@ -226,3 +226,87 @@ def test_a_target_inside_the_projects_reports_or_git_is_refused(tmp_path, inside
     (root / "params.yaml").write_text(yaml.safe_dump({"targets": [{"name": "t", "path": inside}]}))
     res = _cli("validate", "--params", str(root / "params.yaml"))
     assert res.returncode == 2 and inside.split("/")[0] in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+# --------------------------------------------------------------------------- minor: | head -1
+@pytest.mark.slow
+def test_a_study_piped_into_head_is_no_broken_pipe(tmp_path):
+    f = tmp_path / "params.yaml"
+    f.write_text(yaml.safe_dump({"targets": [{"name": "t", "path": str(tmp_path / "t")}], "run": {"trace": False},
+                                 "checkpoint": {"models": ["llama3-8b"], "scale": 65536, "saves": 2, "restores": 1,
+                                                "pause_s": 0.2, "cost": {"modes": []}}}))
+    out = tmp_path / "out"
+    res = subprocess.run(["bash", "-c", f"{sys.executable} -m storagebrief.cli checkpoint --params {f} --out {out} "
+                                        "--progress off | head -1; echo \"status ${PIPESTATUS[0]}\" >&2"],
+                         capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert "BrokenPipe" not in res.stderr and "internal error" not in res.stderr, res.stderr
+    assert "status 0" in res.stderr and len(res.stdout.splitlines()) == 1
+    assert json.loads((out / "status.json").read_text())["complete"] is True     # the run went on to the end
+
+
+# --------------------------------------------------------------------------- minor: Open MPI segments
+def test_doctor_clean_removes_an_unused_vader_segment_and_keeps_one_in_use(tmp_path):
+    import mmap
+    import time as _time
+    from storagebrief.core import leftovers
+    shm = Path("/dev/shm")
+    if not shm.is_dir():
+        pytest.skip("no /dev/shm on this machine")
+    tag = f"{os.getpid()}-{_time.monotonic_ns()}"
+    dead, live = shm / f"vader_segment.sbtest.{tag}.0", shm / f"vader_segment.sbtest.{tag}.1"
+    for f in (dead, live):
+        f.write_bytes(b"\0" * 4096)
+        os.utime(f, (_time.time() - 3600, _time.time() - 3600))     # older than a starting job's
+    fh = open(live, "r+b")
+    mapped = mmap.mmap(fh.fileno(), 4096)             # a rank still running maps its segment
+    try:
+        res = _cli("doctor", "--clean")
+        assert res.returncode == 0, res.stderr
+        assert f"removed leftover Open MPI segment {dead}" in res.stdout and not dead.exists()
+        assert live.exists() and str(live) not in res.stdout
+    finally:
+        mapped.close()
+        fh.close()
+        dead.unlink(missing_ok=True)
+        live.unlink(missing_ok=True)
+
+
+# --------------------------------------------------------------------------- minor: make hosts twice
+def test_host_keys_made_twice_in_one_folder_are_replaced_and_a_foreign_key_refused(tmp_path):
+    import shutil
+    from storagebrief.core import nethosts
+    if shutil.which("ssh-keygen") is None:
+        pytest.skip("ssh-keygen is not installed")
+    key = tmp_path / "id_ed25519"
+    nethosts._keygen(key)
+    first = key.read_text()
+    nethosts._keygen(key)                    # before: ssh-keygen refused to overwrite, a traceback
+    assert key.read_text() != first and "storagebrief-test-hosts" in key.with_suffix(".pub").read_text()
+    mine = tmp_path / "mine"
+    mine.write_text("a user's private key")
+    (tmp_path / "mine.pub").write_text("ssh-ed25519 AAAA user@laptop")
+    with pytest.raises(RuntimeError, match="is not a key storagebrief made"):
+        nethosts._keygen(mine)
+    assert mine.read_text() == "a user's private key"
+
+
+@pytest.mark.slow
+def test_make_hosts_twice_in_one_folder(tmp_path):
+    import signal as _signal
+    from storagebrief.core import nethosts
+    why = nethosts.unavailable()
+    if why:
+        pytest.skip(why)
+    for _ in range(2):
+        proc = subprocess.Popen([sys.executable, "-m", "storagebrief.core.nethosts", "up", "1", str(tmp_path / "hosts")],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if "Ctrl-C removes them" in line:
+                break
+        proc.send_signal(_signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0 and any("Ctrl-C removes them" in x for x in lines), err

@@ -206,3 +206,11 @@ def test_a_rank_killed_from_outside_is_a_clean_exit_2(tmp_path):
     _, err = proc.communicate(timeout=180)
     assert proc.returncode == 2, err
     assert len(err.strip().splitlines()) == 1 and "died: killed by signal 9" in err
+
+
+# --------------------------------------------------------------------------- minor: validate and a hostfile
+def test_validate_refuses_a_missing_mpi_hostfile(tmp_path):
+    f = _params(tmp_path, launcher="mpi", mpi={"hostfile": str(tmp_path / "no-such-hostfile")})
+    res = _cli("validate", "--params", str(f))
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert "checkpoint.mpi.hostfile" in res.stderr and "does not exist" in res.stderr

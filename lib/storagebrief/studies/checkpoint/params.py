@@ -210,6 +210,12 @@ class CheckpointParams(Strict):
         if (info.context or {}).get("check_targets", True):
             from .budget import check
             check(self)
+            if self.launcher == "mpi" and self.mpi.hostfile:
+                from ...kit.mpi import check_hostfile
+                try:
+                    check_hostfile(self.mpi.hostfile, "checkpoint")     # a missing file: refused by validate too
+                except Exception as exc:
+                    raise ValueError(str(exc)) from None
         return self
 
     @property

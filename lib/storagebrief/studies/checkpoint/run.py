@@ -201,8 +201,9 @@ def _target_full(run, config: Config, why: str) -> Measurement:
         row = metrics.run_row(p, config.model, [], [], run.sweep.state.generator_gb_per_s,
                               SimpleNamespace(launcher=p.launcher, clock=""))
     run.sweep.note(f"target '{run.target.name}' filled up during {run.run_id}: {why}")
-    return Measurement(row, ok=False, failure_reason=f"target full mid-write: {why}; this run's checkpoints "
-                                                     "were removed")
+    t = run.target
+    return Measurement(row, ok=False, failure_reason=f"target full mid-write: {why}; target '{t.name}' ({t.path}); "
+                                                     "this run's checkpoints were removed")
 
 
 def _remove_quietly(path, target) -> None:
