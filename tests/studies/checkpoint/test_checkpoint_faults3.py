@@ -214,3 +214,66 @@ def test_validate_refuses_a_missing_mpi_hostfile(tmp_path):
     res = _cli("validate", "--params", str(f))
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert "checkpoint.mpi.hostfile" in res.stderr and "does not exist" in res.stderr
+
+
+# --------------------------------------------------------------------------- 5. as a user held by RLIMIT_NPROC
+NOBODY = 65534
+
+
+def _as_limited_user(nproc: int) -> list[str]:
+    """argv prefix running a command as an unprivileged user with `ulimit -u nproc`: as root, uid 65534 via
+    setpriv under prlimit; without root, this user under prlimit."""
+    import shutil
+    if shutil.which("prlimit") is None:
+        pytest.skip("prlimit (util-linux) is not installed")
+    if os.geteuid() != 0:
+        return ["prlimit", f"--nproc={nproc}:{nproc}", sys.executable]
+    if shutil.which("setpriv") is None:
+        pytest.skip("setpriv (util-linux) is not installed")
+    probe = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", sys.executable,
+                            "-c", "pass"], capture_output=True, cwd="/")
+    if probe.returncode:
+        pytest.skip(f"{sys.executable} cannot be run by uid {NOBODY}")
+    return ["prlimit", f"--nproc={nproc}:{nproc}", "setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}",
+            "--clear-groups", sys.executable]
+
+
+def _world_readable_dir() -> Path:
+    import tempfile
+    base = Path(tempfile.mkdtemp(prefix="sb-nproc-"))
+    os.chmod(base, 0o777)
+    return base
+
+
+def test_validate_as_a_user_under_rlimit_nproc_refuses_too_many_ranks():
+    import shutil
+    argv = _as_limited_user(40)
+    base = _world_readable_dir()
+    try:
+        f = _params(base, models=["llama3-70b"], mode="default")        # 64 ranks, 192 tasks
+        os.chmod(f, 0o644)
+        res = subprocess.run([*argv, "-m", "storagebrief.cli", "validate", "--params", str(f)], capture_output=True,
+                             text=True, timeout=120, cwd=base, env={**ENV, "HOME": str(base)})
+        assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+        assert "RLIMIT_NPROC 40" in res.stderr and "llama3-70b forks 64 ranks" in res.stderr
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_a_failed_fork_under_rlimit_nproc_is_one_line_and_never_hangs():
+    argv = _as_limited_user(30)
+    code = textwrap.dedent("""
+        import sys
+        from storagebrief.errors import error_line, expected
+        from storagebrief.studies.checkpoint.ranks import RankPool
+        try:
+            with RankPool(list(range(64)), 1 << 16):
+                pass
+        except Exception as exc:
+            print(error_line(exc) if expected(exc) else f"BUG {type(exc).__name__}: {exc}", file=sys.stderr)
+            sys.exit(2 if expected(exc) else 1)
+    """)
+    res = subprocess.run([*argv, "-c", code], capture_output=True, text=True, timeout=120, cwd="/", env=ENV)
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert "fork failed" in res.stderr and "ulimit -u" in res.stderr
