@@ -30,6 +30,7 @@ from . import results
 from .engine_outputs import ENGINE_OUTPUTS, STATUS
 from .guard import remove_tree
 from .lock import FolderLock
+from .procs import SCRATCH_PREFIX
 
 SCHEMA = 1
 # Written beside the study's results by others: papermill's executed notebook (dvc repro).
@@ -41,8 +42,9 @@ _CLAIMED: set[Path] = set()      # interactive folders new_run_folder made for t
 
 
 def is_temp(rel: str) -> bool:
-    """A temporary file of an atomic write (results.atomic_write_text) a killed run may leave behind."""
-    return Path(rel).name.startswith(results.TEMP_PREFIX)
+    """A temporary file of an atomic write (results.TEMP_PREFIX) or anything in a scratch folder
+    (procs.SCRATCH_PREFIX) a killed run may leave behind: named with a prefix no user writes."""
+    return any(part.startswith((results.TEMP_PREFIX, SCRATCH_PREFIX)) for part in Path(rel).parts)
 
 
 class OutDirError(ValueError):
