@@ -377,15 +377,12 @@ def run(study, params, out_dir: str | Path | None, log=print, progress: str = "a
         say(f"{len(frame)} runs complete: {final}")
         return frame
     except BaseException as exc:
-        if folder is not None and not folder.status.get("runs_done"):
-            started = bool(folder.status)
-            folder.abandon()          # refused or stopped before its first row: nothing it wrote is left
-            if started and isinstance(exc, (KeyboardInterrupt, SystemExit)):
-                left = folder.left_behind
-                exc.add_note("no run had finished, so nothing was kept: the output folder holds only what "
-                             "storagebrief did not write" + (f" ({left[0]}" + (f" and {len(left) - 1} more" if len(left) > 1
-                                                                                   else "") + f", in {folder.work})"
-                                                             if left else ""))
+        if folder is None or not folder.status.get("runs_done"):
+            started = folder is not None and bool(folder.status)
+            if folder is not None:
+                folder.abandon()      # refused or stopped before its first row: nothing it wrote is left
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):     # the one-line message says so
+                exc.add_note(_nothing_kept(folder if started else None))
         elif folder is not None:
             folder.stopped(_why_stopped(exc))
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):   # the one-line messages say where
@@ -396,6 +393,13 @@ def run(study, params, out_dir: str | Path | None, log=print, progress: str = "a
         if folder is not None:
             folder.release()
         bar.close()
+
+
+def _nothing_kept(folder: outdir.OutputFolder | None) -> str:
+    left = folder.left_behind if folder is not None else []
+    more = f" and {len(left) - 1} more" if len(left) > 1 else ""
+    return ("no run had finished, so nothing was kept" + (": the output folder holds only what storagebrief did not "
+                                                           f"write ({left[0]}{more}, in {folder.work})" if left else ""))
 
 
 def _why_stopped(exc: BaseException) -> str:
