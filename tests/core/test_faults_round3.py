@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from storagebrief.core import config, guard, lock, outdir, sweep
+from storagebrief.core import config, lock, outdir, sweep
 from conftest import REPO
 from test_sweep import _study, params  # noqa: F401  (the fake study and its params fixture)
 
@@ -55,16 +55,16 @@ def test_guard_refuses_dotdot_absolute_and_symlinks_out(tmp_path):
     (victim / "precious").write_text("mine")
     (owner / "out").symlink_to(victim)
     for bad in ("../victim", str(victim), "out/precious"):
-        with pytest.raises(guard.UnsafeDelete):
-            guard.remove_tree(bad, owner)
-    with pytest.raises(guard.UnsafeDelete):
-        guard.remove_tree(".", owner)
-    assert guard.remove_tree("out", owner)              # the link goes, never what it points at
+        with pytest.raises(outdir.UnsafeDelete):
+            outdir.remove_tree(bad, owner)
+    with pytest.raises(outdir.UnsafeDelete):
+        outdir.remove_tree(".", owner)
+    assert outdir.remove_tree("out", owner)              # the link goes, never what it points at
     assert (victim / "precious").read_text() == "mine" and not (owner / "out").is_symlink()
     (tmp_path / "t" / "storagebrief").mkdir(parents=True)
     (tmp_path / "t" / "storagebrief" / "checkpoint").symlink_to(victim)
-    with pytest.raises(guard.UnsafeDelete, match="outside the target"):
-        guard.study_folder(tmp_path / "t", "checkpoint")
+    with pytest.raises(outdir.UnsafeDelete, match="outside the target"):
+        outdir.study_folder(tmp_path / "t", "checkpoint")
 
 
 def test_a_run_id_that_is_a_path_is_refused(params, tmp_path):

@@ -157,26 +157,26 @@ def test_a_failed_fork_under_a_pids_limit_is_one_line_and_never_hangs(tmp_path):
 
 
 def test_the_budget_refuses_more_tasks_than_the_pids_limit_leaves(monkeypatch):
-    from storagebrief.studies.checkpoint import budget
+    from storagebrief.studies.checkpoint import ranks as budget
     monkeypatch.setattr(budget, "pids_left", lambda: (150, "pids.max 150 in /x (0 in use)"))
     p = config.validate({"targets": [{"name": "t", "path": "/nonexistent/t"}], "checkpoint": SMALL},
                         check_targets=False).section("checkpoint")
     big = p.model_copy(update={"models": ["llama3-405b"]})
     with pytest.raises(ValueError, match=r"llama3-405b forks 512 ranks, 1,536 tasks .* more than the 150 .*pids.max 150"):
-        budget.check(big)
-    budget.check(p)         # llama3-8b's 8 ranks: 24 tasks fit
+        budget.check_budget(big)
+    budget.check_budget(p)         # llama3-8b's 8 ranks: 24 tasks fit
 
 
 # --------------------------------------------------------------------------- 7. memory preflight
 def test_rank_buffers_beyond_the_memory_the_run_may_use_are_refused_before_any_work(tmp_path, monkeypatch):
-    from storagebrief.studies.checkpoint import budget
+    from storagebrief.studies.checkpoint import ranks as budget
     monkeypatch.setattr(budget, "memory_left", lambda: (1 << 30, "the memory cgroup /x (limit 1.00 GiB)"))
     p = config.validate({"targets": [{"name": "t", "path": "/nonexistent/t"}], "checkpoint": SMALL},
                         check_targets=False).section("checkpoint")
     heavy = p.model_copy(update={"scale": 1.0, "readers_per_rank": 64, "read_block_mib": 1024})
     with pytest.raises(ValueError, match=r"llama3-8b's 8 ranks need .* GiB .*readers_per_rank 64 × read_block "
                                          r"1,024 MiB.* 1.00 GiB this run may use \(the memory cgroup"):
-        budget.check(heavy)
+        budget.check_budget(heavy)
 
 
 def test_validate_refuses_buffers_beyond_memavailable(tmp_path):

@@ -117,7 +117,7 @@ def measure(run, p, config, baselines: dict) -> tuple[dict, list[dict]]:
     """One cost run: its row and its per-checkpoint records (cost_checkpoints.csv)."""
     c = p.cost
     where = folder(run.target)
-    dataset.remove(where, run.target, "checkpoint")     # what a killed run left (core.guard checks it)
+    dataset.remove(where, run.target, "checkpoint")     # what a killed run left (the outdir delete guard checks it)
     where.mkdir(parents=True)
     run.cold_cache([where])     # os.sync first: earlier runs' dirty pages are not written back during this one
     res = train(run, where, mode=config.mode, steps=c.steps, interval_steps=config.interval_steps or c.steps,

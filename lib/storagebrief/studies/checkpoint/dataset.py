@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from ...core import results
-from ...core.guard import remove_tree, study_folder
+from ...core.outdir import remove_tree, study_folder
 from ...core.checkpoint_workloads import CheckpointFile, checkpoint_folder
 from ...kit.checkpoint import fsync_dir  # noqa: F401  (dataset.fsync_dir: the run uses it)
 
@@ -22,7 +22,7 @@ RESERVED = ("cost", "framework", "mpi")
 
 
 def owner(target, study: str) -> Path:
-    """<target>/storagebrief/<study>, proven not to lead out of the target (core.guard)."""
+    """<target>/storagebrief/<study>, proven not to lead out of the target (the outdir delete guard)."""
     return study_folder(target.path, study)
 
 
@@ -31,7 +31,7 @@ def model_dir(target, study: str, model: str) -> Path:
 
 
 def remove(path: Path, target, study: str) -> None:
-    """Delete a folder of this study on `target` (core.guard proves it lies inside the study's folder)."""
+    """Delete a folder of this study on `target` (the outdir delete guard proves it lies inside the study's folder)."""
     remove_tree(path, owner(target, study))
 
 

@@ -346,7 +346,7 @@ def measure(run, config) -> Measurement:
     """One scenario on run.target: its row, or a failed row with the reason (a dead job, a limit refused)."""
     f = run.p.framework
     where = folder(run.target) / run.run_id
-    dataset.remove(folder(run.target), run.target, "checkpoint")    # what a killed run left (core.guard)
+    dataset.remove(folder(run.target), run.target, "checkpoint")    # what a killed run left (the outdir delete guard)
     where.mkdir(parents=True)
     base = base_row(f, config)
     writer = io = None

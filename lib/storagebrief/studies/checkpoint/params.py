@@ -206,10 +206,10 @@ class CheckpointParams(Strict):
     @model_validator(mode="after")
     def _fits_this_machine(self, info: ValidationInfo):
         """Forked ranks within the pids/nproc/open-file limits and their buffers within the memory the run
-        may use (budget.py); not for readers of results (the brief validates with check_targets off)."""
+        may use (ranks.check_budget); not for readers of results (the brief validates with check_targets off)."""
         if (info.context or {}).get("check_targets", True):
-            from .budget import check
-            check(self)
+            from .ranks import check_budget
+            check_budget(self)
             if self.launcher == "mpi" and self.mpi.hostfile:
                 from ...kit.mpi import check_hostfile
                 try:

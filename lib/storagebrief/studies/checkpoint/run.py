@@ -32,10 +32,10 @@ from ...core.sweep import Measurement, Point
 from ...kit import mpi as kit_mpi
 from ...kit.checkpoint import incompressible
 from ...kit.space import check_space, out_of_space
-from . import STUDY, budget, cost, dataset, framework, metrics
+from . import STUDY, cost, dataset, framework, metrics
 from .mpi import MpiRankPool
 from .params import CheckpointParams
-from .ranks import RankPool
+from .ranks import RankPool, check_budget
 
 # Test hook, None in use: {"slow_rank": 1, "delay_s": 0.5} makes rank 1 sleep that long after every
 # barrier (a late rank: tests/studies/checkpoint/test_checkpoint.py sets it with monkeypatch).
@@ -80,7 +80,7 @@ def prepare(sweep) -> None:
     p: CheckpointParams = sweep.p
     sweep.state = state = CheckpointState()
     cost.check_memory(p)
-    budget.check(p)            # the machine's limits now (validate checked them too, maybe elsewhere)
+    check_budget(p)            # the machine's limits now (validate checked them too, maybe elsewhere)
     if p.launcher == "mpi":
         _check_mpi(sweep, p)
     biggest = max(p.checkpoint_bytes(m) for m in p.models)
@@ -207,7 +207,8 @@ def _target_full(run, config: Config, why: str) -> Measurement:
 
 
 def _remove_quietly(path, target) -> None:
-    """A full target's files go (through core.guard); an error removing them must not hide the full disk."""
+    """A full target's files go (through the outdir delete guard); an error removing them must not hide
+    the full disk."""
     try:
         dataset.remove(path, target, STUDY.name)
     except OSError:
