@@ -30,8 +30,8 @@ def _parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True)
     dp = sub.add_parser("doctor", help="what this machine allows and what each missing piece disables")
     dp.add_argument("--clean", action="store_true",
-                    help="remove storagebrief cgroups (and processes in them) and tracefs instances left by "
-                         "runs that were killed")
+                    help="remove storagebrief cgroups (and processes in them), tracefs instances and Open MPI "
+                         "vader_segment files in /dev/shm left by runs that were killed")
     for command, study in studies.by_command().items():
         sp = sub.add_parser(command, help=f"run the {study.name} study: {study.title}")
         sp.add_argument("--params", default=None, help=PARAMS_HELP)
@@ -99,8 +99,8 @@ def _quiet_unraisable(unraisable) -> None:
 def _doctor(args) -> int:
     from .core.inventory import doctor_lines
     if args.clean:
-        from .core.leftovers import remove_leftovers
-        print("\n".join(remove_leftovers()) or "no leftovers of killed storagebrief runs (cgroups, processes, "
+        from .core.leftovers import remove_leftovers, remove_mpi_segments
+        print("\n".join(remove_leftovers() + remove_mpi_segments()) or "no leftovers of killed storagebrief runs (cgroups, processes, "
                                                 "tracefs instances, temporary folders)")
     from .studies.transfer_sweep.gpu import doctor_line as gpu_line
     print("\n".join(doctor_lines() + [f"{'GPU ':.<23} {gpu_line()}"]))
@@ -183,14 +183,31 @@ def _brief(args) -> int:
     return 0 if (out["pdf"] or args.no_pdf) else 1
 
 
+def _stdout_gone() -> None:
+    """The reader of our stdout left (`storagebrief checkpoint … | head -1`): the rest of what we print
+    goes nowhere, and the run goes on (its results are files), instead of failing on a BrokenPipeError."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
+def _say(text: str) -> None:
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        _stdout_gone()
+
+
 def _study(args) -> int:
     study = studies.get(args.command)
     params = config.load(args.params, args.overrides)
     params.section(study.name)
-    frame = study.run(params, Path(args.out) if args.out else None, progress=args.progress,
-                      log=lambda text: print(text, flush=True))
+    frame = study.run(params, Path(args.out) if args.out else None, progress=args.progress, log=_say)
     status = frame.attrs.get("out_dir") or args.out
-    print(f"wrote {len(frame)} runs to {Path(status) / 'runs.csv'}")
+    _say(f"wrote {len(frame)} runs to {Path(status) / 'runs.csv'}")
     return 0
 
 
@@ -224,6 +241,9 @@ def main(argv: list[str] | None = None) -> int:
         return COMMANDS.get(args.command, _study)(args)
     except KeyboardInterrupt as exc:
         return _stopped(args, "interrupted (Ctrl-C)", 130, exc)
+    except BrokenPipeError:      # a command's own output, read by a reader that left (| head -1)
+        _stdout_gone()
+        return 0
     except SystemExit as exc:   # SIGTERM / SIGHUP, raised by the cgroup signal handlers
         code = exc.code if isinstance(exc.code, int) else 1
         name = signal.Signals(code - 128).name if 128 < code < 160 else f"exit {code}"

@@ -302,3 +302,20 @@ def test_brief_from_elsewhere_with_params(project):
     assert_brief(page)
     assert Path(re.search(r"wrote (\S+)", res.stdout).group(1)) == project / "reports" / "brief.html"
 
+
+
+# --------------------------------------------------------------------------- checkpoint, sweeps off (issue 36)
+@pytest.mark.slow
+def test_a_checkpoint_result_with_the_framework_and_cost_sweeps_off_renders(project):
+    """The checkpoint model's default (no TensorFlow scenarios) and no cost sweep: before, the section was
+    "could not be rendered: AttributeError: ... 'framework_scenario' ... a bug"."""
+    from storagebrief.core import config
+    ck = REGISTRY["checkpoint"]
+    small = {"models": ["llama3-8b"], "scale": 65536, "saves": 1, "restores": 1, "pause_s": 0.0, "retain": 1,
+             "write_block_mib": 1, "read_block_mib": 1, "readers_per_rank": 1, "repeats": 1, "cost": {"modes": []}}
+    params = config.load(project / "params.yaml", changes={"checkpoint": small, "run": {"trace": False}})
+    ck.run(params, project / "reports" / "checkpoint", log=lambda *_: None, progress="off")
+    page, _ = brief(project)
+    assert_brief(page)
+    text = html.unescape(re.sub(r"<[^>]+>", "", sections(page)[ck.title]))
+    assert "the framework sweep did not run" in text and "checkpoint.cost off" in text

@@ -12,6 +12,8 @@ import copy
 import difflib
 import hashlib
 import json
+import os
+import re
 from pathlib import Path
 from typing import Annotated, Any, Callable, Literal
 
@@ -94,12 +96,45 @@ def sorted_counts(values: list[int], what: str, low: int = 1, high: int | None =
     return sorted(set(values))
 
 
+# Every user-given name that becomes part of a path (a target, a checkpoint shape, an emulate workload,
+# a run id, a KV-cache model, an S3 prefix component, ...) matches this one pattern: letters, digits and
+# `_ . + -`, starting with a letter or digit. No '/', no '..' alone, no leading '.', no absolute path, no
+# whitespace, so `<folder>/<name>` always stays inside <folder>.
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$"
+NAME_MAX = 64
+_NAME_RE = re.compile(NAME_PATTERN)
+
+
+def check_name(value: Any, key: str, max_len: int = NAME_MAX) -> str:
+    """`value` if it is a name that may become one component of a path; else ValueError naming `key`,
+    the value and what is allowed (one line; inside a pydantic validator it becomes a ParamsError)."""
+    if not isinstance(value, str) or len(value) > max_len or not _NAME_RE.match(value):
+        raise ValueError(f"{key} = {value!r} is not allowed: a name used in file paths, 1..{max_len} letters, "
+                         "digits, '_', '.', '+' or '-', starting with a letter or digit (no '/', no '..', not absolute)")
+    return value
+
+
+def check_names(values, key: str, max_len: int = NAME_MAX):
+    """check_name on every key of a mapping (or item of a list); returns `values`."""
+    for v in values:
+        check_name(v, key, max_len)
+    return values
+
+
+Name = Annotated[str, AfterValidator(lambda v: check_name(v, "name"))]
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class TargetParams(Strict):
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    name: str
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return check_name(value, "name")
     path: ProjectPath
     profile: str | None = None  # a key of the device-profile catalogue (emulated device)
     description: str = ""
@@ -114,11 +149,28 @@ class TargetParams(Strict):
     @field_validator("path")
     @classmethod
     def _safe_path(cls, value: str, info: ValidationInfo) -> str:
+        root = (info.context or {}).get("root")
+        if root is not None:
+            _outside_project_outputs(value, Path(root))
         if (info.context or {}).get("check_targets", True):
             check_target_usable(value)   # system trees (also via symlinks), files, read-only, unwritable
         else:
             check_target_path(value)     # readers (the brief): no probe file, no folder needs to exist
         return value
+
+
+# Folders of the project a target may not lie in: a study deletes and rewrites its folders on a target.
+PROJECT_OWN = ("reports", ".git", ".dvc")
+
+
+def _outside_project_outputs(value: str, root: Path) -> None:
+    real = Path(os.path.realpath(value))
+    for name in PROJECT_OWN:
+        own = Path(os.path.realpath(root / name))
+        if real == own or own in real.parents:
+            raise ValueError(f"target path '{value}' lies inside the project's {name}/ ({own}): refused (studies "
+                             "rewrite folders on a target; results and the repository are not storage to "
+                             "measure); use data/targets/<name> or a folder outside the project")
 
 
 class RunParams(Strict):
@@ -192,7 +244,17 @@ def safe_yaml(text: str, what: str, limit: int = MAX_PARAMS_BYTES):
     try:
         return yaml.load(text, Loader=_ParamsLoader)
     except yaml.YAMLError as exc:
-        raise ParamsError(f"{what} is not valid YAML: {exc}") from None
+        raise ParamsError(yaml_error_line(exc, what)) from None
+
+
+def yaml_error_line(exc: Exception, what: str) -> str:
+    """YAML's several-line message as one line: where, what, and for a tab what to do."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    tab = " (a tab: YAML indents with spaces only; replace the tab with spaces)" if "\\t" in repr(problem) \
+        or "'\\t'" in str(problem) else ""
+    return f"{what} is not valid YAML{where}: {' '.join(str(problem).split())}{tab}"
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:

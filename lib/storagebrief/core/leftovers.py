@@ -82,6 +82,52 @@ def remove_leftovers(folders=()) -> list[str]:
     return removed
 
 
+# Open MPI's shared-memory transport (vader) files; a rank killed with its host leaves its segment.
+MPI_SEGMENTS = ("vader_segment.*",)
+MPI_SEGMENT_MIN_AGE_S = 60      # younger ones may belong to a job starting now, not mapped yet
+
+
+def _in_use() -> set[str]:
+    """/dev/shm paths any process has open or mapped (those we may read: all of them as root)."""
+    used: set[str] = set()
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            used |= {line.split(None, 5)[5].strip() for line in (p / "maps").read_text().splitlines()
+                     if "/dev/shm/" in line and len(line.split(None, 5)) == 6}
+            for fd in (p / "fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith("/dev/shm/"):
+                    used.add(target)
+        except OSError:
+            continue
+    return used
+
+
+def remove_mpi_segments(shm: Path = SHM, min_age_s: float = MPI_SEGMENT_MIN_AGE_S) -> list[str]:
+    """Open MPI vader_segment.* files in /dev/shm that no process has open or mapped, owned by this user and
+    older than `min_age_s` (what a host or rank that died mid-run left): removed (doctor --clean)."""
+    found = [f for pat in MPI_SEGMENTS for f in shm.glob(pat)]
+    if not found:
+        return []
+    used, now, out = _in_use(), time.time(), []
+    for f in found:
+        try:
+            st = f.lstat()
+        except OSError:
+            continue
+        if str(f) in used or st.st_uid != os.getuid() or now - st.st_mtime < min_age_s or not f.is_file():
+            continue
+        try:
+            f.unlink()
+        except OSError as exc:
+            out.append(f"could not remove leftover Open MPI segment {f}: {exc.strerror}")
+            continue
+        out.append(f"removed leftover Open MPI segment {f} ({st.st_size:,} bytes; no process had it open)")
+    return out
+
+
 def _kill_members(d: Path) -> int:
     killed = 0
     for _ in range(50):

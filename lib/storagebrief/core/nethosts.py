@@ -219,9 +219,25 @@ class HostSet:
         self.down()
 
 
+KEY_COMMENT = "storagebrief-test-hosts"
+
+
 def _keygen(path: Path) -> None:
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "storagebrief-test-hosts", "-f", str(path)],
-                   check=True, capture_output=True)
+    """A fresh key pair at `path`; one an earlier `up` left in this folder (its comment says so) is replaced
+    (ssh-keygen would ask before overwriting and, with no terminal, refuse); anyone else's is refused."""
+    pub = path.with_name(path.name + ".pub")
+    if path.exists() or pub.exists():
+        try:
+            ours = KEY_COMMENT in pub.read_text()
+        except OSError:
+            ours = False
+        if not ours:
+            raise RuntimeError(f"{path} exists and is not a key storagebrief made (no '{KEY_COMMENT}' in {pub}); "
+                               "choose another folder for the hosts")
+        path.unlink(missing_ok=True)
+        pub.unlink(missing_ok=True)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", KEY_COMMENT, "-f", str(path)],
+                   check=True, capture_output=True, stdin=subprocess.DEVNULL)
 
 
 def _sshd_config(h: Host, authorized: Path) -> str:
@@ -291,16 +307,26 @@ def _main(argv: list[str]) -> int:
         return 2
     signal.signal(signal.SIGTERM, _exit_on_signal)
     signal.signal(signal.SIGHUP, _exit_on_signal)
-    with HostSet.up(int(argv[1]), Path(argv[2])) as hs:
-        for h in hs.hosts:
-            print(f"{h.name} {h.address}")
-        print(f"ssh: {' '.join(hs.ssh_command())} <address>\nhostfile: {hs.hostfile()}\n"
-              f"mpirun environment: {' '.join(f'{k}={v!r}' for k, v in hs.mpi_env().items())}\n"
-              "Ctrl-C removes them.", flush=True)
-        try:
+    try:
+        return _serve(int(argv[1]), Path(argv[2]))
+    except (OSError, RuntimeError, subprocess.CalledProcessError) as exc:
+        err = getattr(exc, "stderr", None)
+        why = (err.decode(errors="replace") if isinstance(err, bytes) else err or "").strip().splitlines()
+        print(f"storagebrief: error: hosts not made: {exc}" + (f": {why[-1]}" if why else ""), file=sys.stderr)
+        return 2
+
+
+def _serve(count: int, folder: Path) -> int:
+    try:
+        with HostSet.up(count, folder) as hs:
+            for h in hs.hosts:
+                print(f"{h.name} {h.address}")
+            print(f"ssh: {' '.join(hs.ssh_command())} <address>\nhostfile: {hs.hostfile()}\n"
+                  f"mpirun environment: {' '.join(f'{k}={v!r}' for k, v in hs.mpi_env().items())}\n"
+                  "Ctrl-C removes them.", flush=True)
             signal.pause()
-        except KeyboardInterrupt:
-            pass
+    except KeyboardInterrupt:       # whenever it comes: the with-block has removed the hosts
+        pass
     return 0
 
 

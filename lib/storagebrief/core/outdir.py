@@ -11,25 +11,42 @@
   the new run writes a sibling `<name>.incomplete-<time>/`; only when the study completes are the
   two swapped (atomically where the kernel can) and the earlier results removed. An interrupted
   run leaves its partial folder, with status.json saying `complete: false`.
+- Ours is recorded, never guessed from a file's shape: the files status.json lists, the temporary
+  files of atomic writes (results.TEMP_PREFIX, a prefix no user writes) and, when a run stops before
+  its first row, the outputs the study and the engine declare. Anything else is the user's.
+- One writer per folder: a lock beside it (core.lock.FolderLock) held from the ownership check to
+  the end; a second run waits or refuses (run.on_busy_target), naming the holder.
+- An `--out` that is a symlink stays one: the run works in the folder it points at.
+- Every delete, here and in the studies' folders on targets, goes through remove_tree (the delete
+  guard, at the end of this module).
 """
 from __future__ import annotations
 
 import ctypes
 import json
 import os
-import re
 import shutil
 import time
 from pathlib import Path
 
 from . import results
-from .engine_outputs import STATUS
+from .engine_outputs import ENGINE_OUTPUTS, STATUS
+from .lock import FolderLock
+from .procs import SCRATCH_PREFIX
 
 SCHEMA = 1
 # Written beside the study's results by others: papermill's executed notebook (dvc repro).
 FOREIGN_BUT_EXPECTED = ("notebook.ipynb",)
-# Temp files of atomic writes (results.atomic_write_text) a killed run may leave behind.
-_ATOMIC_TEMP = re.compile(r"^\..+\.[A-Za-z0-9_]{8}$")
+# What the engine writes for every study before or after its runs (core.sweep), beside the study's
+# declared outputs: a run stopped before its first row removes these and nothing else.
+ENGINE_WRITES = (*ENGINE_OUTPUTS, "runs.csv", "inventory.json", "metrics.json", "notes.json", "timeseries")
+_CLAIMED: set[Path] = set()      # interactive folders new_run_folder made for this process
+
+
+def is_temp(rel: str) -> bool:
+    """A temporary file of an atomic write (results.TEMP_PREFIX) or anything in a scratch folder
+    (procs.SCRATCH_PREFIX) a killed run may leave behind: named with a prefix no user writes."""
+    return any(part.startswith((results.TEMP_PREFIX, SCRATCH_PREFIX)) for part in Path(rel).parts)
 
 
 class OutDirError(ValueError):
@@ -41,13 +58,20 @@ def stamp() -> str:
 
 
 def new_run_folder(reports: Path, study_name: str) -> Path:
-    """reports/runs/<time>/<study>: a folder no earlier run used."""
+    """reports/runs/<time>/<study>: a folder no other run uses, claimed by creating it (mkdir fails
+    for the second of two runs started in the same second, which takes <time>-2, ...)."""
     base = Path(reports) / "runs" / stamp()
     folder, n = base, 1
-    while (folder / study_name).exists():
-        n += 1
-        folder = base.with_name(f"{base.name}-{n}")
-    return folder / study_name
+    while True:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / study_name).mkdir()
+        except FileExistsError:
+            n += 1
+            folder = base.with_name(f"{base.name}-{n}")
+            continue
+        _CLAIMED.add(folder / study_name)
+        return folder / study_name
 
 
 def files_in(folder: Path) -> list[str]:
@@ -68,8 +92,7 @@ def foreign_files(folder: Path, study_name: str) -> list[str]:
     """Files in `folder` that no storagebrief run of this study wrote (by status.json's list)."""
     status = read_status(folder) or {}
     ours = set(status.get("files") or []) if status.get("study") == study_name else set()
-    return [f for f in files_in(folder)
-            if f not in ours and f not in FOREIGN_BUT_EXPECTED and not _ATOMIC_TEMP.match(Path(f).name)]
+    return [f for f in files_in(folder) if f not in ours and f not in FOREIGN_BUT_EXPECTED and not is_temp(f)]
 
 
 def _exchange(a: Path, b: Path) -> None:
@@ -93,8 +116,13 @@ def _exchange(a: Path, b: Path) -> None:
 class OutputFolder:
     """Where one study run writes; `work` is the folder the engine and the study write into."""
 
-    def __init__(self, final: Path, study_name: str):
-        self.final, self.study_name = Path(final), study_name
+    def __init__(self, final: Path, study_name: str, outputs: tuple[str, ...] = (), on_busy: str = "wait",
+                 log=print):
+        final = Path(final)
+        self.link = final if final.is_symlink() else None      # an --out symlink stays a symlink
+        self.final, self.study_name = (Path(os.path.realpath(final)) if self.link else final), study_name
+        self.outputs = tuple(dict.fromkeys((*ENGINE_WRITES, *outputs)))
+        self.lock = FolderLock(self.final, on_busy, log)
         self.work = self.final
         self.status: dict = {}
         self._made = False
@@ -103,11 +131,14 @@ class OutputFolder:
         self.kept_because = ""
 
     def check(self) -> "OutputFolder":
-        """Check ownership and choose the working folder, writing nothing; raises OutDirError."""
+        """Lock the folder (one writer), check ownership and choose the working folder, writing nothing in
+        it; raises OutDirError, or FolderBusy when another run writes it and run.on_busy_target=refuse."""
         final = self.final
         if final.exists() and not final.is_dir():
             raise OutDirError(f"output folder '{final}' is a file, not a directory")
-        if final.is_dir() and [f for f in files_in(final) if f not in FOREIGN_BUT_EXPECTED]:
+        if final.parent.is_dir():
+            self.lock.acquire()        # released by release(), which the engine calls however the run ends
+        if final.is_dir() and [f for f in files_in(final) if f not in FOREIGN_BUT_EXPECTED and not is_temp(f)]:
             status = read_status(final) or {}
             if status.get("study") != self.study_name:
                 foreign = foreign_files(final, self.study_name)
@@ -120,9 +151,15 @@ class OutputFolder:
             self.work = final.with_name(f"{final.name}.incomplete-{stamp()}-{os.getpid()}")
         return self
 
+    def release(self) -> None:
+        self.lock.release()
+
     def create(self) -> "OutputFolder":
         """Make the working folder and mark it incomplete (after the targets are locked)."""
-        self._made = not self.work.exists()
+        if not self.final.parent.is_dir():
+            self.final.parent.mkdir(parents=True, exist_ok=True)
+            self.lock.acquire()
+        self._made = not self.work.exists() or self.work in _CLAIMED
         self._before = set(files_in(self.work)) if not self._made else set()
         try:
             self.work.mkdir(parents=True, exist_ok=True)
@@ -137,7 +174,9 @@ class OutputFolder:
         return self
 
     def abandon(self) -> None:
-        """The run failed before its first row: leave nothing it wrote (bad input loses nothing)."""
+        """The run failed before its first row: remove what it wrote (its declared outputs, status.json,
+        temporary files) and nothing else: a file the user saved there meanwhile stays, and so does the
+        folder holding it (bad input loses nothing)."""
         if not self.status:
             return
         try:
@@ -146,18 +185,30 @@ class OutputFolder:
             pass            # a read-only or full filesystem: the original error is what the user needs
         self.status = {}
 
+    def _ours(self, rel: str) -> bool:
+        top = Path(rel).parts[0]
+        return rel not in self._before and (top in self.outputs or is_temp(rel) or rel == STATUS)
+
     def _remove_what_we_wrote(self) -> None:
-        if self._made:
-            shutil.rmtree(self.work, ignore_errors=True)
-        else:       # in place: only papermill's notebook was here before (check() saw to that)
-            for rel in set(files_in(self.work)) - self._before:
-                (self.work / rel).unlink(missing_ok=True)
-            (self.work / STATUS).unlink(missing_ok=True)
-            for d in sorted((p for p in self.work.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+        for rel in [f for f in files_in(self.work) if self._ours(f)] + [STATUS]:
+            remove_tree(rel, self.work)
+        for d in sorted((p for p in self.work.rglob("*") if p.is_dir() and not p.is_symlink()),
+                        key=lambda p: -len(p.parts)):
+            if Path(d.relative_to(self.work)).parts[0] in self.outputs:
                 try:
-                    d.rmdir()
+                    d.rmdir()          # only when empty: a user's file inside keeps it
                 except OSError:
                     pass
+        if self._made:
+            try:
+                self.work.rmdir()
+            except OSError:
+                pass
+
+    @property
+    def left_behind(self) -> list[str]:
+        """After abandon(): what is still in the working folder (the user's files), if it is there."""
+        return files_in(self.work) if self.work.is_dir() else []
 
     def _write(self) -> None:
         self.status["files"] = files_in(self.work)
@@ -194,6 +245,76 @@ class OutputFolder:
                 old.rename(self.kept)
                 self.kept_because = unlisted[0]
             else:
-                shutil.rmtree(old, ignore_errors=True)
+                remove_tree(old, old, allow_owner=True)
         self.work = self.final
         return self.final
+
+
+# --------------------------------------------------------------------------- the delete guard
+# Every delete storagebrief makes goes through here: it proves the path lies inside a folder this run
+# created or a study folder it owns, before anything is removed.
+#
+# A path is removed only when, relative to its owner folder, it has no '..' and is not absolute, its
+# parent resolves (symlinks followed) inside the owner's real path, and it is not the owner folder
+# itself unless asked. A symlink is never followed: the link alone is removed, never what it points at.
+# The owner itself must not be a system directory (targets.check_target_path). A refusal is an
+# UnsafeDelete (a ValueError: one line, exit 2) and nothing is deleted.
+class UnsafeDelete(ValueError):
+    """A delete would leave the folder storagebrief owns; nothing was deleted."""
+
+
+def check_inside(path: str | Path, owner: str | Path, allow_owner: bool = False) -> Path:
+    """`path` (absolute, or relative to `owner`) if it provably lies inside `owner`; else UnsafeDelete."""
+    from .targets import check_target_path
+
+    owner = Path(os.path.abspath(owner))
+    try:
+        check_target_path(str(owner))
+    except ValueError as exc:
+        raise UnsafeDelete(f"refusing to delete below {owner}: {exc}") from None
+    path = Path(path)
+    path = path if path.is_absolute() else owner / path
+    text = os.path.normpath(path)
+    try:
+        rel = Path(os.path.relpath(path, owner))
+    except ValueError:
+        rel = Path("..")
+    if ".." in Path(str(path)).parts or ".." in rel.parts or rel.is_absolute():
+        raise UnsafeDelete(f"refusing to delete '{path}': it is not inside {owner}, the folder storagebrief "
+                           "owns there")
+    if rel == Path(".") and not allow_owner:
+        raise UnsafeDelete(f"refusing to delete '{path}': it is the owner folder itself")
+    real_owner = os.path.realpath(owner)
+    real_parent = os.path.realpath(Path(text).parent) if rel != Path(".") else real_owner
+    if real_parent != real_owner and not real_parent.startswith(real_owner.rstrip("/") + "/"):
+        raise UnsafeDelete(f"refusing to delete '{path}': through a symlink it resolves to "
+                           f"{os.path.realpath(text)}, outside {real_owner}, the folder storagebrief owns there")
+    return Path(text)
+
+
+def remove_tree(path: str | Path, owner: str | Path, allow_owner: bool = False, missing_ok: bool = True) -> bool:
+    """Remove `path` (a folder, a file or a symlink, which alone goes) once check_inside proves it is
+    ours; True when something was removed. Errors of the removal itself are raised (a folder that
+    cannot be emptied is the user's to know about), except a path already gone."""
+    path = check_inside(path, owner, allow_owner)
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        path.unlink(missing_ok=True)
+        return True
+    if not path.exists():
+        if missing_ok:
+            return False
+        raise FileNotFoundError(path)
+    shutil.rmtree(path)
+    return True
+
+
+def study_folder(target_path: str | Path, study: str) -> Path:
+    """<target>/storagebrief/<study>, the folder a study owns on a target, after proving that neither
+    it nor storagebrief/ is a symlink leading out of the target (a delete below it stays on the target)."""
+    target = Path(os.path.abspath(target_path))
+    folder = target / "storagebrief" / study
+    real_target, real = os.path.realpath(target), os.path.realpath(folder)
+    if not real.startswith(real_target.rstrip("/") + "/"):
+        raise UnsafeDelete(f"{folder} resolves to {real}, outside the target {real_target} (a symlink out): "
+                           "storagebrief deletes only below the target; remove the symlink")
+    return folder

@@ -52,10 +52,15 @@ def _umask() -> int:
 FILE_MODE = 0o666 & ~_umask()
 
 
+# Temporary files of atomic writes start with this (a prefix no user writes), so a killed run's are
+# told from a user's own hidden files by name, never by shape (core.outdir).
+TEMP_PREFIX = ".storagebrief-tmp."
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f"{TEMP_PREFIX}{path.name}.", dir=path.parent)
     try:
         os.fchmod(fd, FILE_MODE)
         with os.fdopen(fd, "w") as fh:

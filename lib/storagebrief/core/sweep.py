@@ -31,6 +31,7 @@ from typing import Any
 
 from . import (blocktrace, cache, cgroups, characterize, columns, inventory, leftovers, monitor, outdir, plans, results,
                targets as targets_mod)
+from .config import check_name
 from .engine_outputs import CHARACTERIZATION, TRACES
 from .lock import TargetLocks
 from .progress import Progress
@@ -358,7 +359,8 @@ def run(study, params, out_dir: str | Path | None, log=print, progress: str = "a
     try:
         bar.message("starting: checking the output folder and targets")
         final = check_out_dir(out_dir if out_dir is not None else _default_out_dir(study, params))
-        folder = outdir.OutputFolder(final, study.name).check()      # writes nothing yet
+        folder = outdir.OutputFolder(final, study.name, study.stage_outputs, params.run.on_busy_target,
+                                     say).check()      # locks it (one writer), writes nothing in it yet
         hooks = study.room("run")
         cgroups.install_handlers()
         sweep = Sweep(study, params, folder.work, log if bar.mode != "bar" else bar.message)
@@ -389,8 +391,12 @@ def run(study, params, out_dir: str | Path | None, log=print, progress: str = "a
         say(f"{len(frame)} runs complete: {final}")
         return frame
     except BaseException as exc:
-        if folder is not None and not folder.status.get("runs_done"):
-            folder.abandon()          # refused or stopped before its first row: nothing left behind
+        if folder is None or not folder.status.get("runs_done"):
+            started = folder is not None and bool(folder.status)
+            if folder is not None:
+                folder.abandon()      # refused or stopped before its first row: nothing it wrote is left
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):     # the one-line message says so
+                exc.add_note(_nothing_kept(folder if started else None))
         elif folder is not None:
             folder.stopped(_why_stopped(exc))
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):   # the one-line messages say where
@@ -398,7 +404,16 @@ def run(study, params, out_dir: str | Path | None, log=print, progress: str = "a
                              + (f"; {folder.final} keeps the earlier results" if folder.work != folder.final else ""))
         raise
     finally:
+        if folder is not None:
+            folder.release()
         bar.close()
+
+
+def _nothing_kept(folder: outdir.OutputFolder | None) -> str:
+    left = folder.left_behind if folder is not None else []
+    more = f" and {len(left) - 1} more" if len(left) > 1 else ""
+    return ("no run had finished, so nothing was kept" + (": the output folder holds only what storagebrief did not "
+                                                           f"write ({left[0]}{more}, in {folder.work})" if left else ""))
 
 
 def _why_stopped(exc: BaseException) -> str:
@@ -431,7 +446,7 @@ def _sweep(sweep: Sweep, hooks, bar: Progress, folder: outdir.OutputFolder):
             bar.skip()
             continue
         cfg = configure(sweep, pt.config, target) if configure is not None else pt.config
-        run_id = hooks.run_id(cfg, target, pt.repeat)
+        run_id = check_name(hooks.run_id(cfg, target, pt.repeat), "run id", 200)   # timeseries/<run_id>.csv
         bar.begin(target.name, pt.label, pt.repeat)
         if bar.mode != "bar":
             log(f"[{run_id}] {pt.label}")

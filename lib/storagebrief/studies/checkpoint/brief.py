@@ -17,9 +17,17 @@ from ...report.formatting import significant
 from . import framework_brief
 
 
+# Files beside runs.csv the section reads, and what is left out without each.
+SIDE_FILES = {"study.json": "the settings, checkpoint sizes and the intervals table",
+              "checkpoints.csv": "the per-checkpoint table", "ranks.csv": "per-rank times",
+              "latency.csv": "the latency histograms", "cost_checkpoints.csv": "the cost sweep's per-checkpoint records",
+              "mlperf_summary.json": "MLPerf's summary figures"}
+
+
 def section(study_dir: Path, frame, names: list[str]) -> None:
     style()
-    study = read_json_or(Path(study_dir) / "study.json")
+    study = read_json_or(Path(study_dir) / "study.json") or {}
+    _what_failed(frame, Path(study_dir))
     ok = ok_runs(frame)
     cost = ok[ok.sweep == "cost"] if "sweep" in ok else ok.iloc[0:0]
     ok = ok[~ok.sweep.isin(["cost", "framework"])] if "sweep" in ok else ok
@@ -27,11 +35,36 @@ def section(study_dir: Path, frame, names: list[str]) -> None:
     _versus(ok, names)
     _per_checkpoint(read_csv_or_none(Path(study_dir) / "checkpoints.csv"), names)
     _latency(ok, read_csv_or_none(Path(study_dir) / "latency.csv"))
-    _cost(cost, names, study)
+    _cost(cost, names, study, _failed(frame, "cost"))
     _intervals(study)
     framework_brief.section(study_dir, frame, names, study)
     _sizes(study)
     _limits(study)
+
+
+def _failed(frame, sweep: str | None = None) -> pd.DataFrame:
+    if "status" not in frame:
+        return frame.iloc[0:0]
+    bad = frame[frame.status.fillna("ok") != "ok"]
+    return bad[bad.sweep == sweep] if sweep is not None and "sweep" in bad else bad
+
+
+def _what_failed(frame, study_dir: Path) -> None:
+    """Failed runs (how many of how many, and why) and missing side files, before any table."""
+    bad, lines = _failed(frame), []
+    if len(bad):
+        reasons = bad.get("failure_reason", pd.Series("", index=bad.index)).fillna("").astype(str)
+        where = bad.get("sweep", pd.Series("run", index=bad.index)).fillna("run").astype(str)
+        for (sweep, why), g in bad.groupby([where, reasons], sort=False):
+            lines.append(f"- {len(g)} {sweep} run(s) on {', '.join(sorted(set(g.target.astype(str))))}: "
+                         f"{why or 'no reason recorded'}")
+    missing = [f"- missing: {name} ({what} left out)" for name, what in SIDE_FILES.items()
+               if not (study_dir / name).is_file()]
+    if lines:
+        show_md(f"**What failed.** {len(bad)} of {len(frame)} run(s) failed; their figures are left out of every "
+                "table below:\n\n" + "\n".join(lines))
+    if missing:
+        show_md("**Files missing from the result folder:**\n\n" + "\n".join(missing))
 
 
 def _what_ran(ok, study: dict) -> None:
@@ -64,7 +97,7 @@ def _versus(ok, names: list[str]) -> None:
     import matplotlib.pyplot as plt
 
     if ok.empty:
-        show_md("No checkpoint run measured.")
+        show_md("No protocol run measured (see what failed above).")
         return
     t = versus_table(ok)
     show_table(t, "MLPerf-style (bytes ÷ rank 0's own duration, mean of per-checkpoint rates) beside honest "
@@ -138,12 +171,17 @@ def _latency(ok, hist) -> None:
                 detail=True)
 
 
-def _cost(cost, names: list[str], study: dict) -> None:
+def _cost(cost, names: list[str], study: dict, failed) -> None:
     import matplotlib.pyplot as plt
 
     c = study.get("cost") or {}
     if cost.empty:
-        show_md("**What a checkpoint costs training**: the cost sweep did not run (checkpoint.cost off).")
+        off = bool(c) and not (c.get("modes") and c.get("intervals_steps"))
+        show_md("**What a checkpoint costs training**: " + (
+            f"every cost run failed ({len(failed)}; see what failed above)." if len(failed) else
+            "the cost sweep did not run (checkpoint.cost off)." if off else
+            "no cost run in runs.csv" + ("" if c else " (study.json, which says whether the sweep was on, is "
+                                                       "missing)") + "."))
         return
     size = study.get("cost_checkpoint_bytes") or cost.checkpoint_bytes.iloc[0]
     show_md(
@@ -240,7 +278,8 @@ def trace_workloads(frame, names: list[str]) -> list[tuple[str, str]]:
         return []
     ref = ok[ok.target == names[0]].sort_values("repeat") if names else ok.iloc[0:0]
     out = [(f"Checkpoint protocol {r.model}", r.run_id) for _, r in ref[ref.sweep == "protocol"].head(1).iterrows()]
-    for _, r in ref[ref.sweep == "framework"].drop_duplicates("framework_scenario").iterrows():
+    fw = ref[ref.sweep == "framework"] if "framework_scenario" in ref else ref.iloc[0:0]
+    for _, r in fw.drop_duplicates("framework_scenario").iterrows():
         out.append((framework_brief.description(r.framework_scenario, int(r.train_steps),
                                                 int(r.checkpoint_every_steps)), r.run_id))
     return out

@@ -11,7 +11,6 @@ each sync / async row's overhead is against the same target's baseline at the sa
 from __future__ import annotations
 
 import multiprocessing as mp
-import shutil
 import signal
 import traceback
 from pathlib import Path
@@ -20,6 +19,7 @@ from ...core import cgroups
 from ...core.procs import die_with_parent, reap
 from ...core.sweep import Point
 from ...kit.checkpoint_cost import CostResult, overhead_percent, run_training
+from . import dataset
 
 CHILD_TIMEOUT_S = 3600.0
 TABLE = "cost_checkpoints.csv"      # one row per checkpoint of every cost run
@@ -117,8 +117,7 @@ def measure(run, p, config, baselines: dict) -> tuple[dict, list[dict]]:
     """One cost run: its row and its per-checkpoint records (cost_checkpoints.csv)."""
     c = p.cost
     where = folder(run.target)
-    if where.exists():
-        shutil.rmtree(where)                      # what a killed run left
+    dataset.remove(where, run.target, "checkpoint")     # what a killed run left (the outdir delete guard checks it)
     where.mkdir(parents=True)
     run.cold_cache([where])     # os.sync first: earlier runs' dirty pages are not written back during this one
     res = train(run, where, mode=config.mode, steps=c.steps, interval_steps=config.interval_steps or c.steps,

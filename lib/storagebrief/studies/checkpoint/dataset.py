@@ -7,28 +7,41 @@ before the next run writes anything."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 from ...core import results
+from ...core.outdir import remove_tree, study_folder
 from ...core.checkpoint_workloads import CheckpointFile, checkpoint_folder
 from ...kit.checkpoint import fsync_dir  # noqa: F401  (dataset.fsync_dir: the run uses it)
 
 MANIFEST = "manifest.json"
 
 
+# Folders of the study's other sweeps beside the models' folders: no shape may be named so.
+RESERVED = ("cost", "framework", "mpi")
+
+
+def owner(target, study: str) -> Path:
+    """<target>/storagebrief/<study>, proven not to lead out of the target (the outdir delete guard)."""
+    return study_folder(target.path, study)
+
+
 def model_dir(target, study: str, model: str) -> Path:
     return target.study_dir(study) / model
+
+
+def remove(path: Path, target, study: str) -> None:
+    """Delete a folder of this study on `target` (the outdir delete guard proves it lies inside the study's folder)."""
+    remove_tree(path, owner(target, study))
 
 
 def folder(root: Path, step: int) -> Path:
     return root / checkpoint_folder(step)
 
 
-def clear(root: Path) -> None:
+def clear(root: Path, target, study: str) -> None:
     """Remove earlier runs' checkpoints (complete or not): every run starts from an empty folder."""
-    if root.exists():
-        shutil.rmtree(root)
+    remove(root, target, study)
     root.mkdir(parents=True)
 
 
@@ -57,11 +70,11 @@ def complete(where: Path) -> bool:
                for f in doc["files"])
 
 
-def remove_incomplete(root: Path) -> list[Path]:
+def remove_incomplete(root: Path, target, study: str) -> list[Path]:
     """Folders under `root` without a manifest (cut short): removed, returned."""
     gone = []
-    for d in sorted(root.glob("global_epoch*_step*")) if root.exists() else []:
-        if d.is_dir() and read_manifest(d) is None:
-            shutil.rmtree(d, ignore_errors=True)
+    for d in sorted(root.glob("global_epoch*_step*")) if root.is_dir() and not root.is_symlink() else []:
+        if d.is_dir() and not d.is_symlink() and read_manifest(d) is None:
+            remove(d, target, study)
             gone.append(d)
     return gone

@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import queue
-import shutil
 import subprocess
 import sys
 import time
@@ -38,6 +37,7 @@ from ...core.sweep import Measurement, Point
 from ...formats.tfrecord import frame
 from ...kit.events import drain_events
 from ...kit.ingest import IngestWriter
+from . import dataset
 
 MIB = 1 << 20
 JOB = "tensorflow"        # the key of the sweep's one job in CheckpointState.framework
@@ -346,7 +346,7 @@ def measure(run, config) -> Measurement:
     """One scenario on run.target: its row, or a failed row with the reason (a dead job, a limit refused)."""
     f = run.p.framework
     where = folder(run.target) / run.run_id
-    shutil.rmtree(folder(run.target), ignore_errors=True)      # what a killed run left
+    dataset.remove(folder(run.target), run.target, "checkpoint")    # what a killed run left (the outdir delete guard)
     where.mkdir(parents=True)
     base = base_row(f, config)
     writer = io = None
@@ -373,7 +373,10 @@ def measure(run, config) -> Measurement:
         if writer is not None:
             writer.stop()
         _release(run.sweep.state.framework.get(JOB), io)
-        shutil.rmtree(folder(run.target), ignore_errors=True)
+        try:
+            dataset.remove(folder(run.target), run.target, "checkpoint")
+        except OSError:
+            pass                # a folder that cannot be emptied must not hide how the scenario ended
     return Measurement({**base, **row(done, saves, stats, ingest)})
 
 

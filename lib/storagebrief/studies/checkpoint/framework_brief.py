@@ -24,7 +24,7 @@ def description(scenario: str, steps: int, every: int) -> str:
 
 
 def _runs(frame) -> pd.DataFrame:
-    if "sweep" not in frame:
+    if "sweep" not in frame or "framework_scenario" not in frame:     # the sweep off: no framework columns
         return frame.iloc[0:0]
     fw = frame[(frame.sweep == "framework") & (frame.status == "ok")].copy()
     fw["order"] = fw.framework_scenario.map({s: i for i, s in enumerate(ORDER)})
@@ -92,8 +92,13 @@ def section(study_dir: Path, frame, names: list[str], study: dict) -> None:
     fw = _runs(frame)
     f = study.get("framework") or {}
     if fw.empty:
-        show_md("**TensorFlow's own checkpoints (the Samsung SDC 2023 study's BERT rows)**: the framework sweep did not run "
-                "(checkpoint.framework.scenarios is empty).")
+        tried = frame[frame.sweep == "framework"] if "sweep" in frame else frame.iloc[0:0]
+        off = "framework" in study and not f.get("scenarios")
+        show_md("**TensorFlow's own checkpoints (the Samsung SDC 2023 study's BERT rows)**: " + (
+            f"every framework run failed ({len(tried)}; see what failed above)." if len(tried) else
+            "the framework sweep did not run (checkpoint.framework.scenarios is empty)." if off else
+            "no framework run in runs.csv" + ("" if study else " (study.json, which says whether the sweep was "
+                                                               "on, is missing)") + "."))
         return
     r = fw.iloc[0]
     show_md(

@@ -239,7 +239,10 @@ def best_write_gb_per_s(ckpts, target: str) -> float:
 def _sweep(frame, name: str):
     if "sweep" not in frame:
         return frame if name == "protocol" else frame.iloc[0:0]
-    return frame[frame.sweep == name]
+    rows = frame[frame.sweep == name]
+    if name == "cost" and "save_mode" not in rows:        # only failed rows, written without the cost columns
+        return rows.iloc[0:0]
+    return rows
 
 
 def headlines(frame, target_names: list[str]) -> list[dict]:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from ...core.checkpoint_workloads import (CheckpointWorkload, CheckpointWorkloadError, WORKLOADS, layout,
                                           layout_bytes, workload, workload_from_dict, writing_ranks)
-from ...core.config import Strict
+from ...core.config import Strict, check_name
 from ...kit.mpi import MpiParams
+
+from .dataset import RESERVED
 
 MIB = 1 << 20
 COST_MODES = ("none", "sync", "async")
@@ -18,9 +20,10 @@ COST_MODES = ("none", "sync", "async")
 def shape_workload(name: str, raw: dict) -> CheckpointWorkload:
     """checkpoint.shapes.<name> as a workload, with the catalogue's refusals (tp·pp·dp ≠ ranks, ZeRO-3 with
     pp > 1, ...); `ranks` may be left out (then tp·pp·dp). A llama3 name is refused: it would hide the model."""
-    if name in WORKLOADS:
-        raise ValueError(f"shapes: {name!r} is not allowed: it is a llama3 model of the catalogue; "
-                         "give the shape another name")
+    check_name(name, "shapes: a shape's name")
+    if name in WORKLOADS or name in RESERVED:
+        why = "a llama3 model of the catalogue" if name in WORKLOADS else "a folder of the study's other sweeps"
+        raise ValueError(f"shapes: {name!r} is not allowed: it is {why}; give the shape another name")
     if not isinstance(raw, dict):
         raise ValueError(f"shapes.{name} = {raw!r} is not allowed: a mapping of layers, hidden, ffn, heads, "
                          "kv_heads, vocab, tp, pp, dp, zero_stage")
@@ -198,6 +201,21 @@ class CheckpointParams(Strict):
                 raise ValueError(f"cost.model {self.cost.model}: {exc}") from None
             if self.cost.files > self.cost_bytes:
                 raise ValueError(f"cost.files={self.cost.files} is more than the checkpoint's bytes")
+        return self
+
+    @model_validator(mode="after")
+    def _fits_this_machine(self, info: ValidationInfo):
+        """Forked ranks within the pids/nproc/open-file limits and their buffers within the memory the run
+        may use (ranks.check_budget); not for readers of results (the brief validates with check_targets off)."""
+        if (info.context or {}).get("check_targets", True):
+            from .ranks import check_budget
+            check_budget(self)
+            if self.launcher == "mpi" and self.mpi.hostfile:
+                from ...kit.mpi import check_hostfile
+                try:
+                    check_hostfile(self.mpi.hostfile, "checkpoint")     # a missing file: refused by validate too
+                except Exception as exc:
+                    raise ValueError(str(exc)) from None
         return self
 
     @property

@@ -50,6 +50,8 @@ def save(folder: Path, files: list[tuple[str, int]], buf: memoryview, block: int
                 total += n
             _timed(fsyncs, os.fsync, fd)
             calls += 1
+        except OSError as exc:          # write()/fsync() name no file: a full target's message must
+            raise OSError(exc.errno, exc.strerror, str(folder / name)) from None
         finally:
             os.close(fd)
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)

@@ -21,7 +21,6 @@ own CheckpointManager on a BERT-shaped model, `mode` = its scenario) comes last,
 """
 from __future__ import annotations
 
-import shutil
 import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -36,7 +35,7 @@ from ...kit.space import check_space, out_of_space
 from . import STUDY, cost, dataset, framework, metrics
 from .mpi import MpiRankPool
 from .params import CheckpointParams
-from .ranks import RankPool
+from .ranks import RankPool, check_budget
 
 # Test hook, None in use: {"slow_rank": 1, "delay_s": 0.5} makes rank 1 sleep that long after every
 # barrier (a late rank: tests/studies/checkpoint/test_checkpoint.py sets it with monkeypatch).
@@ -81,6 +80,7 @@ def prepare(sweep) -> None:
     p: CheckpointParams = sweep.p
     sweep.state = state = CheckpointState()
     cost.check_memory(p)
+    check_budget(p)            # the machine's limits now (validate checked them too, maybe elsewhere)
     if p.launcher == "mpi":
         _check_mpi(sweep, p)
     biggest = max(p.checkpoint_bytes(m) for m in p.models)
@@ -92,7 +92,7 @@ def prepare(sweep) -> None:
                 + (f", and the cost sweep's {cost_need / GIB:.2f} GiB (checkpoint.cost)" if cost_need else ""))
     for t in sweep.targets:
         for m in p.models:
-            for gone in dataset.remove_incomplete(dataset.model_dir(t, STUDY.name, m)):
+            for gone in dataset.remove_incomplete(dataset.model_dir(t, STUDY.name, m), t, STUDY.name):
                 state.removed.append(str(gone))
                 sweep.note(f"removed {gone}: a checkpoint without its manifest (a save cut short)")
     state.generator_gb_per_s = _generator_gb_per_s()
@@ -148,7 +148,7 @@ def _saves(run, pool, p: CheckpointParams, model: str, root, files) -> tuple[lis
         kept.append(where)
         while len(kept) > p.retain:
             t = time.perf_counter()
-            shutil.rmtree(kept.pop(0))
+            dataset.remove(kept.pop(0), run.target, STUDY.name)
             dataset.fsync_dir(root)
             deletes.append(time.perf_counter() - t)
     return ops, kept, deletes
@@ -192,17 +192,27 @@ def _target_full(run, config: Config, why: str) -> Measurement:
     p: CheckpointParams = run.p
     run.stop_clock()
     if config.sweep == "cost":
-        shutil.rmtree(cost.folder(run.target), ignore_errors=True)
+        _remove_quietly(cost.folder(run.target), run.target)
         row = {"sweep": "cost", "model": config.model, "save_mode": config.mode, "scale": p.scale,
                "checkpoint_bytes": p.cost_bytes, "files": p.cost.files,
                "interval_steps": config.interval_steps or None, "steps": p.cost.steps}
     else:
-        shutil.rmtree(dataset.model_dir(run.target, STUDY.name, config.model), ignore_errors=True)
+        _remove_quietly(dataset.model_dir(run.target, STUDY.name, config.model), run.target)
         row = metrics.run_row(p, config.model, [], [], run.sweep.state.generator_gb_per_s,
                               SimpleNamespace(launcher=p.launcher, clock=""))
     run.sweep.note(f"target '{run.target.name}' filled up during {run.run_id}: {why}")
-    return Measurement(row, ok=False, failure_reason=f"target full mid-write: {why}; this run's checkpoints "
-                                                     "were removed")
+    t = run.target
+    return Measurement(row, ok=False, failure_reason=f"target full mid-write: {why}; target '{t.name}' ({t.path}); "
+                                                     "this run's checkpoints were removed")
+
+
+def _remove_quietly(path, target) -> None:
+    """A full target's files go (through the outdir delete guard); an error removing them must not hide
+    the full disk."""
+    try:
+        dataset.remove(path, target, STUDY.name)
+    except OSError:
+        pass
 
 
 def _protocol(run, config: Config) -> Measurement:
@@ -210,7 +220,7 @@ def _protocol(run, config: Config) -> Measurement:
     model, state = config.model, run.sweep.state
     files = _files(p, model)
     root = dataset.model_dir(run.target, STUDY.name, model)
-    dataset.clear(root)
+    dataset.clear(root, run.target, STUDY.name)
     group = run.throttle()
     buf = min(p.write_block, max(f.bytes for fs in files.values() for f in fs))
     procs_files = group.procs_files if group else None

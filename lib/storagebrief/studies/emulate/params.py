@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ...core.config import Strict, sorted_counts
+from ...core.config import Strict, check_names, sorted_counts
 from ...core.workloads import MLPERF_DATASET_FACTOR, WORKLOADS, WorkloadSpec, merged_spec, missing_compute_note
 from ...kit.mpi import MpiParams
 from .mlperf import RUNS  # the shared `mpi:` section (checkpoint has one too)
@@ -71,6 +71,7 @@ class EmulateParams(Strict):
 
     @model_validator(mode="after")
     def _check(self):
+        check_names(self.workload_overrides, "workload_overrides: a workload's name")   # it becomes <name>/data
         known = sorted(set(WORKLOADS) | set(self.workload_overrides))
         unknown = [w for w in self.workloads if w not in known]
         if unknown:

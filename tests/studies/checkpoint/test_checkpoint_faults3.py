@@ -1,0 +1,279 @@
+"""Faults, round 3 (issue 36), checkpoint side: a shape's name is never a path (nothing outside the
+study's folder deleted), forked ranks bounded by the machine and a failed fork never hangs, a memory
+preflight for the rank buffers, a killed rank is a clean exit 2. Each failed on d545649."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from storagebrief.core import cgroups, config
+from conftest import REPO
+
+SMALL = {"models": ["llama3-8b"], "scale": 65536, "saves": 1, "restores": 1, "pause_s": 0.0, "retain": 1,
+         "write_block_mib": 1, "read_block_mib": 1, "readers_per_rank": 1, "repeats": 1, "cost": {"modes": []}}
+SHAPE = {"layers": 2, "hidden": 64, "ffn": 128, "heads": 2, "kv_heads": 2, "vocab": 256, "tp": 1, "pp": 1, "dp": 2,
+         "zero_stage": 1}
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+
+
+def _params(tmp_path: Path, **ck) -> Path:
+    f = tmp_path / "params.yaml"
+    f.write_text(yaml.safe_dump({"targets": [{"name": "t", "path": str(tmp_path / "t")}],
+                                 "run": {"trace": False, "cold_cache": False}, "checkpoint": {**SMALL, **ck}}))
+    return f
+
+
+def _cli(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "storagebrief.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env=ENV)
+
+
+def _victim(tmp_path: Path) -> Path:
+    v = tmp_path / "victim"
+    v.mkdir(exist_ok=True)
+    (v / "precious.txt").write_text("the user's")
+    return v
+
+
+# --------------------------------------------------------------------------- 1. shape names
+@pytest.mark.parametrize("how", ["dotdot", "absolute"])
+@pytest.mark.parametrize("command", ["validate", "checkpoint"])
+def test_a_shape_named_like_a_path_is_refused_and_nothing_is_deleted(tmp_path, how, command):
+    victim = _victim(tmp_path)
+    (tmp_path / "t").mkdir()
+    name = "../../../victim" if how == "dotdot" else str(victim)
+    f = _params(tmp_path, models=[name], shapes={name: SHAPE})
+    args = (command, "--params", str(f)) + (("--out", str(tmp_path / "out")) if command != "validate" else ())
+    res = _cli(*args)
+    assert res.returncode == 2, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and "a name used in file paths" in res.stderr
+    assert (victim / "precious.txt").read_text() == "the user's"
+
+
+def test_a_workload_override_named_like_a_path_is_refused(tmp_path):
+    f = tmp_path / "params.yaml"
+    f.write_text(yaml.safe_dump({"targets": [{"name": "t", "path": str(tmp_path / "t")}],
+                                 "emulate": {"workloads": ["unet3d"],
+                                             "workload_overrides": {"../../victim": {"base": "unet3d"}}}}))
+    res = _cli("validate", "--params", str(f))
+    assert res.returncode == 2 and "a name used in file paths" in res.stderr, res.stderr
+
+
+def test_a_study_folder_symlinked_out_of_the_target_is_refused_and_nothing_is_deleted(tmp_path):
+    victim = _victim(tmp_path)
+    (tmp_path / "t" / "storagebrief").mkdir(parents=True)
+    (tmp_path / "t" / "storagebrief" / "checkpoint").symlink_to(victim)
+    (victim / "llama3-8b").mkdir()
+    (victim / "llama3-8b" / "mine.txt").write_text("the user's")
+    res = _cli("checkpoint", "--params", str(_params(tmp_path)), "--out", str(tmp_path / "out"))
+    assert res.returncode == 2 and "outside the target" in res.stderr, res.stderr
+    assert (victim / "precious.txt").exists() and (victim / "llama3-8b" / "mine.txt").exists()
+
+
+@pytest.mark.slow
+def test_a_model_folder_symlinked_elsewhere_loses_only_the_link(tmp_path):
+    victim = _victim(tmp_path)
+    study = tmp_path / "t" / "storagebrief" / "checkpoint"
+    study.mkdir(parents=True)
+    (study / "llama3-8b").symlink_to(victim)
+    res = _cli("checkpoint", "--params", str(_params(tmp_path)), "--out", str(tmp_path / "out"), "--progress", "off")
+    assert res.returncode == 0, res.stderr
+    assert (victim / "precious.txt").read_text() == "the user's" and (study / "llama3-8b").is_dir()
+    assert not (study / "llama3-8b").is_symlink()
+
+
+# --------------------------------------------------------------------------- 5. bounded ranks, no hang
+def test_a_shape_with_more_ranks_than_the_machine_allows_is_refused_by_validate(tmp_path):
+    f = _params(tmp_path, models=["wide"], shapes={"wide": {**SHAPE, "dp": 100000}}, readers_per_rank=1)
+    res = _cli("validate", "--params", str(f))
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert "100,000 ranks" in res.stderr and ("RLIMIT" in res.stderr or "pids.max" in res.stderr
+                                               or "GiB" in res.stderr)
+
+
+def _pids_cgroup(limit: int) -> Path | None:
+    if os.geteuid() != 0:
+        return None
+    try:
+        _, own = cgroups.controller_dir("pids")
+    except cgroups.CgroupUnavailable:
+        return None
+    d = own / f"storagebrief-test-pids-{uuid.uuid4().hex[:8]}"
+    try:
+        d.mkdir()
+        (d / "pids.max").write_text(str(limit))
+    except OSError:
+        return None
+    return d
+
+
+@pytest.mark.slow
+def test_a_failed_fork_under_a_pids_limit_is_one_line_and_never_hangs(tmp_path):
+    """Fork 64 ranks where the pids cgroup allows 30 (the preflight bypassed: a limit lowered after it):
+    before, the CLI printed 'internal error: BlockingIOError' and hung in join()."""
+    d = _pids_cgroup(30)
+    if d is None:
+        pytest.skip("needs root and a writable pids cgroup controller to lower the process limit")
+    code = textwrap.dedent("""
+        import sys
+        from storagebrief.errors import error_line, expected
+        from storagebrief.studies.checkpoint.ranks import RankPool
+        try:
+            with RankPool(list(range(64)), 1 << 16):
+                pass
+        except Exception as exc:
+            print(error_line(exc) if expected(exc) else f"BUG {type(exc).__name__}: {exc}", file=sys.stderr)
+            sys.exit(2 if expected(exc) else 1)
+    """)
+    try:
+        proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True, env=ENV,
+                                preexec_fn=lambda: (d / "cgroup.procs").write_text(str(os.getpid())))
+        try:
+            _, err = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            pytest.fail("the run hung after a failed fork")
+        assert proc.returncode == 2, err
+        assert len(err.strip().splitlines()) == 1 and "fork failed" in err and "pids.max" in err
+        for _ in range(100):
+            if not (d / "cgroup.procs").read_text().split():
+                break
+            time.sleep(0.1)
+        assert not (d / "cgroup.procs").read_text().split()            # every rank gone
+    finally:
+        for pid in (d / "cgroup.procs").read_text().split():
+            os.kill(int(pid), signal.SIGKILL)
+        time.sleep(0.2)
+        d.rmdir()
+
+
+def test_the_budget_refuses_more_tasks_than_the_pids_limit_leaves(monkeypatch):
+    from storagebrief.studies.checkpoint import ranks as budget
+    monkeypatch.setattr(budget, "pids_left", lambda: (150, "pids.max 150 in /x (0 in use)"))
+    p = config.validate({"targets": [{"name": "t", "path": "/nonexistent/t"}], "checkpoint": SMALL},
+                        check_targets=False).section("checkpoint")
+    big = p.model_copy(update={"models": ["llama3-405b"]})
+    with pytest.raises(ValueError, match=r"llama3-405b forks 512 ranks, 1,536 tasks .* more than the 150 .*pids.max 150"):
+        budget.check_budget(big)
+    budget.check_budget(p)         # llama3-8b's 8 ranks: 24 tasks fit
+
+
+# --------------------------------------------------------------------------- 7. memory preflight
+def test_rank_buffers_beyond_the_memory_the_run_may_use_are_refused_before_any_work(tmp_path, monkeypatch):
+    from storagebrief.studies.checkpoint import ranks as budget
+    monkeypatch.setattr(budget, "memory_left", lambda: (1 << 30, "the memory cgroup /x (limit 1.00 GiB)"))
+    p = config.validate({"targets": [{"name": "t", "path": "/nonexistent/t"}], "checkpoint": SMALL},
+                        check_targets=False).section("checkpoint")
+    heavy = p.model_copy(update={"scale": 1.0, "readers_per_rank": 64, "read_block_mib": 1024})
+    with pytest.raises(ValueError, match=r"llama3-8b's 8 ranks need .* GiB .*readers_per_rank 64 × read_block "
+                                         r"1,024 MiB.* 1.00 GiB this run may use \(the memory cgroup"):
+        budget.check_budget(heavy)
+
+
+def test_validate_refuses_buffers_beyond_memavailable(tmp_path):
+    f = _params(tmp_path, scale=1, readers_per_rank=64, read_block_mib=1024)
+    res = _cli("validate", "--params", str(f))
+    assert res.returncode == 2 and "GiB this run may use" in res.stderr and "readers_per_rank" in res.stderr
+
+
+# --------------------------------------------------------------------------- minor: a killed rank
+@pytest.mark.slow
+def test_a_rank_killed_from_outside_is_a_clean_exit_2(tmp_path):
+    f = _params(tmp_path, pause_s=20, saves=2)
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "storagebrief.cli", "checkpoint", "--params", str(f), "--out",
+                             str(out), "--progress", "off"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=ENV)
+    ranks = []
+    for _ in range(1200):
+        kids = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        ranks = [k for k in kids if "storagebrief.cli" in Path(f"/proc/{k}/cmdline").read_text(errors="replace")]
+        if len(ranks) >= 8:
+            break
+        time.sleep(0.1)
+    assert ranks, "no rank started"
+    time.sleep(2)
+    os.kill(int(ranks[-1]), signal.SIGKILL)
+    _, err = proc.communicate(timeout=180)
+    assert proc.returncode == 2, err
+    assert len(err.strip().splitlines()) == 1 and "died: killed by signal 9" in err
+
+
+# --------------------------------------------------------------------------- minor: validate and a hostfile
+def test_validate_refuses_a_missing_mpi_hostfile(tmp_path):
+    f = _params(tmp_path, launcher="mpi", mpi={"hostfile": str(tmp_path / "no-such-hostfile")})
+    res = _cli("validate", "--params", str(f))
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert "checkpoint.mpi.hostfile" in res.stderr and "does not exist" in res.stderr
+
+
+# --------------------------------------------------------------------------- 5. as a user held by RLIMIT_NPROC
+NOBODY = 65534
+
+
+def _as_limited_user(nproc: int) -> list[str]:
+    """argv prefix running a command as an unprivileged user with `ulimit -u nproc`: as root, uid 65534 via
+    setpriv under prlimit; without root, this user under prlimit."""
+    import shutil
+    if shutil.which("prlimit") is None:
+        pytest.skip("prlimit (util-linux) is not installed")
+    if os.geteuid() != 0:
+        return ["prlimit", f"--nproc={nproc}:{nproc}", sys.executable]
+    if shutil.which("setpriv") is None:
+        pytest.skip("setpriv (util-linux) is not installed")
+    probe = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", sys.executable,
+                            "-c", "pass"], capture_output=True, cwd="/")
+    if probe.returncode:
+        pytest.skip(f"{sys.executable} cannot be run by uid {NOBODY}")
+    return ["prlimit", f"--nproc={nproc}:{nproc}", "setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}",
+            "--clear-groups", sys.executable]
+
+
+def _world_readable_dir() -> Path:
+    import tempfile
+    base = Path(tempfile.mkdtemp(prefix="sb-nproc-"))
+    os.chmod(base, 0o777)
+    return base
+
+
+def test_validate_as_a_user_under_rlimit_nproc_refuses_too_many_ranks():
+    import shutil
+    argv = _as_limited_user(40)
+    base = _world_readable_dir()
+    try:
+        f = _params(base, models=["llama3-70b"], mode="default")        # 64 ranks, 192 tasks
+        os.chmod(f, 0o644)
+        res = subprocess.run([*argv, "-m", "storagebrief.cli", "validate", "--params", str(f)], capture_output=True,
+                             text=True, timeout=120, cwd=base, env={**ENV, "HOME": str(base)})
+        assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+        assert "RLIMIT_NPROC 40" in res.stderr and "llama3-70b forks 64 ranks" in res.stderr
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_a_failed_fork_under_rlimit_nproc_is_one_line_and_never_hangs():
+    argv = _as_limited_user(30)
+    code = textwrap.dedent("""
+        import sys
+        from storagebrief.errors import error_line, expected
+        from storagebrief.studies.checkpoint.ranks import RankPool
+        try:
+            with RankPool(list(range(64)), 1 << 16):
+                pass
+        except Exception as exc:
+            print(error_line(exc) if expected(exc) else f"BUG {type(exc).__name__}: {exc}", file=sys.stderr)
+            sys.exit(2 if expected(exc) else 1)
+    """)
+    res = subprocess.run([*argv, "-c", code], capture_output=True, text=True, timeout=120, cwd="/", env=ENV)
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert "fork failed" in res.stderr and "ulimit -u" in res.stderr
