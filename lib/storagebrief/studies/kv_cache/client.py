@@ -26,10 +26,6 @@ from pathlib import Path
 
 import numpy as np
 
-# Test hook, None in use: {"fill_after_bytes": N} makes a client's writes fail with ENOSPC once it has
-# written N bytes (a target filling up mid-run: tests/studies/kv_cache).
-FAULT: dict | None = None
-
 
 class _Tier:
     """The CPU tier: entries (numpy arrays holding the bytes) under a byte budget, least recently used first."""
@@ -72,8 +68,6 @@ class Client:
             done = 0
             while done < nbytes:
                 n = min(block, nbytes - done)
-                if FAULT and self.written + n > FAULT.get("fill_after_bytes", 1 << 62):
-                    raise OSError(28, "No space left on device (test fault)", str(path))
                 done += os.write(fd, self.buf[:n])
                 self.written += n
             f0 = time.monotonic()

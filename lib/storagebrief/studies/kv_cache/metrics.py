@@ -69,8 +69,10 @@ COLUMNS: tuple[Column, ...] = (
     Column("limited_by", "", "what set the pace: storage, client CPU, or the workload (I/O idle)", "text"),
     Column("read_cold_method", "", "how each read was made cold (posix_fadvise DONTNEED per entry)", "text"),
 )
-RUNS_COLUMNS = ("workload", "model", "mlperf_read_gib_per_s", "honest_read_gib_per_s", "mlperf_write_gib_per_s",
-                "honest_write_gib_per_s", "reload_read_gib_per_s", "reload_latency_ms", "limited_by")
+REQUIRED = ("workload", "model", "duration_s", "io_busy_s", "overrun_s", "mlperf_read_gib_per_s", "honest_read_gib_per_s",
+            "mlperf_write_gib_per_s", "honest_write_gib_per_s", "overstatement_ratio", "reload_read_gib_per_s",
+            "reload_latency_ms", "limited_by")
+RUNS_COLUMNS = {n: "text" if c.kind == "text" else "number" for n in REQUIRED for c in COLUMNS if c.name == n}
 LATENCY_TABLE_COLUMNS = ["run_id", "target", "workload", "repeat", "op", "span", "bin_low_us", "bin_high_us", "count"]
 
 
