@@ -15,7 +15,7 @@ import yaml
 from storagebrief import studies
 from storagebrief.core import config
 from storagebrief.studies.kv_cache import run as kv_run
-from conftest import REPO, needs_blkio, needs_root
+from conftest import REPO, mpi_missing, needs_blkio, needs_root
 
 STUDY = studies.get("kv_cache")
 SMALL = {"run": ["w"], "workloads": {"w": {"model": "llama3.1-8b", "users_per_client": 2, "concurrency": 2}},
@@ -61,6 +61,16 @@ def test_a_run_writes_reads_and_leaves_no_kv_file(tmp_path):
     assert set(be.model) == {"llama3.1-8b", "llama3.1-70b"} and set(be.accelerator) == {"h200", "h100-sxm"}
     lat = pd.read_csv(out / "latency.csv")
     assert set(lat.op) == {"read", "write"} and set(lat.span) == {"host", "device"}
+
+
+@pytest.mark.skipif(mpi_missing() is not None, reason=str(mpi_missing()))
+def test_clients_as_mpi_ranks_measure_the_same_way_and_leave_nothing(tmp_path):
+    out, runs = _run(tmp_path, [{"name": "t", "path": str(tmp_path / "t")}], {**SMALL, "launcher": "mpi"})
+    r = runs.iloc[0]
+    assert r.status == "ok" and r.launcher == "mpi" and r.clients == 2
+    assert r.storage_writes > 0 and r.storage_reads > 0 and r.honest_read_gib_per_s > 0
+    # no KV file; Open MPI's config and output stay in kv_cache/mpi/ (kit.mpi's convention, as emulate's)
+    assert [f for f in _files(tmp_path / "t") if f.parent.name != "mpi"] == []
 
 
 @needs_root("blkio throttling of the run's cgroup")

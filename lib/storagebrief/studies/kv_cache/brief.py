@@ -186,7 +186,7 @@ def _breakeven(be, study: dict, names: list[str]) -> None:
 
 
 def _gib(v) -> str:
-    return "more than any rate (the latency alone exceeds the prefill)" if pd.isna(v) else f"{v:,.2f} GiB/s"
+    return "more than any rate (the latency alone exceeds the prefill)" if pd.isna(v) else f"{v:,.3g} GiB/s"
 
 
 def _prefill(pf, study: dict) -> None:

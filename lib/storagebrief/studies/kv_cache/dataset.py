@@ -31,10 +31,15 @@ def remove(folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
 
+def mpi_dir(target) -> Path:
+    """Open MPI's scratch folders for launcher: mpi (kit.mpi removes what it puts there)."""
+    return root(target) / "mpi"
+
+
 def remove_leftovers(target) -> list[Path]:
-    """Run folders under the target's kv_cache folder (only storagebrief writes there): a killed run's."""
+    """Run folders (named by their run id) under the target's kv_cache folder: a killed run's."""
     r = root(target)
-    gone = [d for d in sorted(r.iterdir()) if d.is_dir()] if r.exists() else []
+    gone = [d for d in sorted(r.iterdir()) if d.is_dir() and d.name.startswith(f"{STUDY.name}-")] if r.exists() else []
     for d in gone:
         shutil.rmtree(d, ignore_errors=True)
     return gone

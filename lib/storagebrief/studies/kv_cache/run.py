@@ -102,7 +102,7 @@ def run_one(run, config: Config) -> Measurement:
         procs_files = group.procs_files if group else None
         if p.launcher == "mpi":
             from .mpi import run_mpi
-            result = run_mpi(spec, p.clients, procs_files, p.mpi, run.target.study_dir(STUDY.name) / "mpi",
+            result = run_mpi(spec, p.clients, procs_files, p.mpi, dataset.mpi_dir(run.target),
                              on_start=run.start_clock)
             for h in result["hosts"]:
                 run.sweep.add_host(h, "kv_cache: MPI clients")
