@@ -135,3 +135,37 @@ def test_bad_input_is_refused_before_any_work_with_exit_2(tmp_path):
     assert res.returncode == 2, res.stderr
     assert "kv_cache" in res.stderr and "window" in res.stderr
     assert not (tmp_path / "t").exists() and not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_kill_9_mid_run_leaves_no_client_and_the_next_run_removes_its_kv_files(tmp_path):
+    import signal
+    import time
+
+    from conftest import descendants, process_alive
+
+    f = tmp_path / "params.yaml"
+    f.write_text(yaml.safe_dump({"targets": [{"name": "t", "path": str(tmp_path / "t")}],
+                                 "kv_cache": {**SMALL, "duration_s": 30}}))
+    cmd = [sys.executable, "-m", "storagebrief.cli", "kv-cache", "--params", str(f), "--progress", "off"]
+    run = subprocess.Popen(cmd + ["--out", str(tmp_path / "a")], cwd=REPO, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+    root = tmp_path / "t" / "storagebrief" / "kv_cache"
+    deadline = time.monotonic() + 120
+    while not list(root.rglob("*.kv")) and time.monotonic() < deadline and run.poll() is None:
+        time.sleep(0.05)
+    assert list(root.rglob("*.kv")), "the run never wrote a KV file"
+    family = descendants(run.pid)
+    os.kill(run.pid, signal.SIGKILL)
+    run.wait()
+    deadline = time.monotonic() + 30
+    while any(process_alive(p) for p in family) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in family if process_alive(p)], "clients outlived a kill -9 of their run"
+    assert list(root.glob("kv_cache-*"))                       # what the killed run left ...
+    rerun = subprocess.run(cmd + ["--out", str(tmp_path / "b"), "-S", "kv_cache.duration_s=0.2"], cwd=REPO,
+                           capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert _files(tmp_path / "t") == []                        # ... the next run removed
+    notes = json.loads((tmp_path / "b" / "notes.json").read_text())["warnings"]
+    assert any("KV files of a run that did not end" in n for n in notes)
