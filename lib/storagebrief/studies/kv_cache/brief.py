@@ -88,22 +88,18 @@ def _versus(ok) -> None:
                 "storage sat idle part of the run (CPU-tier hits, client work)."])
 
 
-LAT = [(op, span) for op in ("read", "write") for span in ("host", "device")]
-
-
 def _latency(ok, hist) -> None:
     import matplotlib.pyplot as plt
 
     if ok.empty:
         return
-    cols = {f"{op}_{span}_ms_{q}": f"{op} {span} {q} ms" for op, span in LAT for q in ("p50", "p95", "p99")}
-    cols.update({"mlperf_device_read_p95_ms": "MLPerf device read P95 ms",
-                 "mlperf_device_write_p95_ms": "MLPerf device write P95 ms"})
-    t = ok.groupby(["target", "workload"])[[c for c in cols if c in ok]].mean().reset_index().rename(columns=cols)
-    show_table(t, "Per storage call, every call of the run (means over repeats): host = open + advice + reads + the "
-                  "copy into the host buffer (read) or open to close (write); device = the read() calls or the fsync "
-                  "(MLPerf's device span). MLPerf's device P95 is the largest of the clients' P95s.",
-               floatfmt="{:,.2f}")
+    for op, host, device in (("read", "open + advice + reads + the copy into the host buffer", "the read() calls"),
+                             ("write", "open to close", "the fsync, MLPerf's device span")):
+        cols = {f"{op}_{span}_ms_{q}": f"{span} {q} ms" for span in ("host", "device") for q in ("p50", "p95", "p99")}
+        cols[f"mlperf_device_{op}_p95_ms"] = "MLPerf device P95 ms"
+        t = ok.groupby(["target", "workload"])[list(cols)].mean().reset_index().rename(columns=cols)
+        show_table(t, f"Storage {op}s, every call of the run (means over repeats): host = {host}; device = {device}. "
+                      "MLPerf's device P95 is the largest of the clients' P95s.", floatfmt="{:,.1f}")
     if hist is None or hist.empty:
         return
     fig, axes = plt.subplots(1, 2, figsize=(10, 3), sharey=True)
@@ -129,7 +125,8 @@ def _tiers(ok) -> None:
         "client CPU %": ("client_cpu_percent", "mean"), "limited by": ("limited_by", "first")}).reset_index()
     show_table(t, "Tiers and tokens: share of reloads served by the CPU tier and by storage, share of request writes "
                   "kept in the CPU tier, tokens whose cache came back from storage per second, and what set the pace "
-                  "(storage: a call in flight ≥ 80 % of the run; client CPU: ≥ 85 % of the cores busy).",
+                  "(client CPU: ≥ 85 % of the cores busy; storage: a call in flight ≥ 80 % of the run; else the "
+                  "workload).",
                floatfmt="{:,.2f}")
 
 
@@ -150,18 +147,20 @@ def _breakeven(be, study: dict, names: list[str]) -> None:
     if be is None or be.empty:
         show_md("**Reload or recompute.** No target measured a reload rate: no break-even.")
         return
-    t = be.assign(**{"need at L GiB/s": be.read_gib_per_s_needed})[
+    need_at = int(be.need_at_tokens.iloc[0])
+    t = be.assign(answer=be.answer.str.replace("reloading beats recomputing ", "", regex=False))[
         ["target", "model", "accelerator", "tflops", "reload_read_gib_per_s", "reload_latency_s", "answer",
-         "need_at_tokens", "need at L GiB/s"]].rename(columns={
+         "read_gib_per_s_needed"]].rename(columns={
             "tflops": "TFLOP/s", "reload_read_gib_per_s": "reload GiB/s", "reload_latency_s": "reload latency s",
-            "need_at_tokens": "L"})
+            "answer": "reload wins", "read_gib_per_s_needed": f"GiB/s to win at {need_at // 1024}K"})
     show_md("**Reload or recompute: the break-even.** Recomputing a context of L tokens costs its prefill: FLOPs(L) = "
             "2 × P × L + 2 × layers × heads × head_dim × L² (P: the decoder's weights; causal attention), at the "
             "accelerator's effective rate. Reloading costs a fixed latency + L × bytes per token ÷ this target's "
             "reload rate (a least-squares line through every read of its runs: time against bytes). Reloading wins "
             "beyond the L where the two cross.")
     show_table(t, "Per target, model and accelerator: beyond how many tokens reloading this target's KV cache beats "
-                  "recomputing it, and the read GiB/s a reload would need to win at L tokens (latency included).",
+                  f"recomputing it, and the read GiB/s a reload would need to win at {need_at:,} tokens (latency "
+                  "included).",
                floatfmt="{:,.3g}")
     models = list(dict.fromkeys(be.model))
     Ls = np.unique(np.geomspace(256, study.get("breakeven", {}).get("answer_within_tokens", 131072), 40).astype(int))
@@ -180,9 +179,15 @@ def _breakeven(be, study: dict, names: list[str]) -> None:
         ax.legend(fontsize=7)
     show_figure(fig, "Reload time (per target, its measured reload rate and latency) and recompute time (per "
                      "accelerator) against the context length: reloading wins to the right of a crossing.")
-    analysis([f"- **{r.target}**, {r.model} on {r.accelerator}: {r.answer}; to win at {int(r.need_at_tokens):,} "
-              f"tokens a reload needs {_gib(r.read_gib_per_s_needed)} (this target reloads at "
-              f"{r.reload_read_gib_per_s:.3f} GiB/s)." for _, r in be.iterrows()])
+    lines = []
+    for (target, model), g in be.groupby(["target", "model"], sort=False):
+        r0 = g.iloc[0]
+        wins = "; ".join(f"{r.accelerator} {r.answer.replace('reloading beats recomputing ', '')}" for _, r in g.iterrows())
+        need = ", ".join(f"{r.accelerator} {_gib(r.read_gib_per_s_needed)}" for _, r in g.iterrows())
+        lines.append(f"- **{target}**, {model} (reload {r0.reload_read_gib_per_s:.3f} GiB/s + "
+                     f"{r0.reload_latency_s * 1e3:.1f} ms): reloading wins {wins}. To win at {need_at:,} tokens a "
+                     f"reload needs {need}.")
+    analysis(lines)
 
 
 def _gib(v) -> str:

@@ -66,7 +66,9 @@ COLUMNS: tuple[Column, ...] = (
                                              "host time against bytes (all reads of the run)"),
     Column("reload_latency_ms", "ms", "that line's intercept (≥ 0): a reload's fixed cost"),
     Column("client_cpu_percent", "%", "the clients' CPU time ÷ (wall_s × this host's cores) × 100"),
-    Column("limited_by", "", "what set the pace: storage, client CPU, or the workload (I/O idle)", "text"),
+    Column("limited_by", "", "what set the pace: client CPU (the clients' CPU time ≥ 85 % of the host's cores), "
+                             "storage (a storage call in flight ≥ 80 % of the run) or the workload (storage idle "
+                             "the rest: CPU-tier hits, client work between requests)", "text"),
     Column("read_cold_method", "", "how each read was made cold (posix_fadvise DONTNEED per entry)", "text"),
 )
 REQUIRED = ("workload", "model", "duration_s", "io_busy_s", "overrun_s", "mlperf_read_gib_per_s", "honest_read_gib_per_s",
@@ -107,12 +109,12 @@ def reload_fit(sizes, seconds) -> tuple[float | None, float]:
 
 
 def limited_by(client_cpu_percent: float, io_busy_percent: float) -> str:
+    """What set the pace, with the figure that says so (the Column's meaning gives the thresholds)."""
     if client_cpu_percent >= CLIENT_CPU_LIMIT_PERCENT:
-        return f"client CPU ({client_cpu_percent:.0f} % of the host's cores busy)"
+        return f"client CPU ({client_cpu_percent:.0f} % busy)"
     if io_busy_percent >= STORAGE_BUSY_PERCENT:
-        return f"storage (a call in flight {io_busy_percent:.0f} % of the run)"
-    return (f"the workload (a storage call in flight only {io_busy_percent:.0f} % of the run: CPU-tier hits and "
-            "client work between requests)")
+        return f"storage (I/O in flight {io_busy_percent:.0f} %)"
+    return f"workload (I/O in flight {io_busy_percent:.0f} %)"
 
 
 def run_row(spec: dict, result: dict) -> dict:
