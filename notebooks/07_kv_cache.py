@@ -38,13 +38,15 @@ kv_cache = {
     'contexts': [{'tokens': 64, 'weight': 1}, {'tokens': 128, 'weight': 1}, {'tokens': 256, 'weight': 0.5}],  # a conversation's first context: tokens, drawn by weight
     'turns': [{'tokens': 2, 'weight': 1}, {'tokens': 4, 'weight': 1}],  # turns per conversation (tokens: the number of turns), drawn by weight
     'turn_tokens': 32,  # tokens each later turn adds (its reload reads the previous turn's cache)
+    'decode_reads': 1,  # reads of a request's new cache right after its write (MLPerf's PREFILL_DECODE: N)
+    'prefill_only_tokens': 10000,  # from this context on, no decode reads (MLPerf: PREFILL only from 10K tokens)
     'duration_s': 3,  # nominal seconds per run; requests in flight at the end finish (MLPerf: 300)
     'seed': 42,  # MLPerf's
     'repeats': 1,  # MLPerf: 3 trials
     'write_block_mib': 16,  # one write() call of incompressible bytes
     'launcher': 'fork',  # fork: client processes on this host; mpi: mpirun ranks (the mpi keys below)
     'mpi': {'mpirun': 'mpirun', 'hostfile': None, 'hosts': [], 'oversubscribe': True, 'extra_args': []},  # used by launcher: mpi only (the emulate study's mpi section, same keys)
-    'prefill': {'measure': True, 'layers': 2, 'hidden': 256, 'heads': 4, 'kv_heads': 2, 'ffn': 688, 'contexts': [512, 1024, 2048, 4096], 'repeats': 5, 'threads': None, 'timeout_s': 600},  # this machine's prefill rate: a small llama-shaped decoder in Keras, random weights
+    'prefill': {'measure': True, 'layers': 2, 'hidden': 256, 'heads': 4, 'kv_heads': 2, 'ffn': 688, 'contexts': [512, 1024, 2048, 4096], 'repeats': 3, 'threads': None, 'timeout_s': 600},  # this machine's prefill rate: a small llama-shaped decoder in Keras, random weights
     'breakeven': {'accelerators': ['this-cpu', 'h200', 'h100-sxm'], 'answer_within_tokens': 131072, 'need_at_tokens': 8192},
 }
 targets = None     # None: params.yaml's targets; or a list like params.yaml's (name, path, profile)

@@ -5,7 +5,8 @@ Per request (a user's turn): (1) a later turn reloads the previous turn's cache:
 there (a memory copy), else from storage, cold (posix_fadvise DONTNEED before the read: its pages leave
 the page cache first); (2) the new cache (the whole context so far) is written: into the CPU tier when it
 has a budget and the entry fits (evicting least-recently-used entries to storage: MLPerf's waterfall, no
-promotion back), else to storage; the previous turn's entry is deleted. A storage write is one file per
+promotion back), else to storage; the previous turn's entry is deleted; (3) below `prefill_only_tokens`
+(MLPerf: 10K) the new cache is read back `decode_reads` times (MLPerf's PREFILL_DECODE: one write, N reads). A storage write is one file per
 request (MLPerf's layout, so its figures and ours count the same I/O): write() calls of `write_block`
 bytes from a buffer of incompressible bytes filled before the clock, then fsync, then DONTNEED (the next
 read comes from the device). Every call is recorded: op, tier, start, end (CLOCK_MONOTONIC, one clock for
@@ -125,33 +126,38 @@ class Client:
                     self.tier.used -= arr.nbytes
 
     # -- one request -----------------------------------------------------------------------------------
-    def request(self, conv: dict) -> None:
-        bpt, user = self.spec["bytes_per_token"], conv["user"]
-        old = conv["entry"]
-        if old is not None:                                        # reload the previous turn's cache
-            if old["tier"] == "cpu":
-                t0 = time.monotonic()
-                with self.lock:
-                    arr = self.tier.entries.get(old["key"])
-                    if arr is not None:
-                        self.tier.entries.move_to_end(old["key"])
+    def _reload(self, entry: dict, user: int) -> None:
+        """Read a cache back: from the CPU tier when it is there, else from storage, cold."""
+        if entry["tier"] == "cpu":
+            t0 = time.monotonic()
+            with self.lock:
+                arr = self.tier.entries.get(entry["key"])
                 if arr is not None:
-                    self.host[:arr.nbytes] = arr
-                    t1 = time.monotonic()
-                    self._record("read", "cpu", t0, t1, old["bytes"], old["tokens"], t1 - t0, user)
-                else:                                              # evicted meanwhile: it is on storage now
-                    old = self._where(old)
-            if old["tier"] == "storage":
-                t0, t1, dev = self._read_file(Path(old["path"]), old["bytes"])
-                self._record("read", "storage", t0, t1, old["bytes"], old["tokens"], dev, user)
+                    self.tier.entries.move_to_end(entry["key"])
+            if arr is not None:
+                self.host[:arr.nbytes] = arr
+                t1 = time.monotonic()
+                self._record("read", "cpu", t0, t1, entry["bytes"], entry["tokens"], t1 - t0, user)
+                return
+            entry = self._where(entry)                             # evicted meanwhile: it is on storage now
+        if entry["tier"] == "storage":
+            t0, t1, dev = self._read_file(Path(entry["path"]), entry["bytes"])
+            self._record("read", "storage", t0, t1, entry["bytes"], entry["tokens"], dev, user)
+
+    def request(self, conv: dict) -> None:
+        user, old = conv["user"], conv["entry"]
+        if old is not None:                                        # reload the previous turn's cache
+            self._reload(old, user)
             conv["tokens"] += self.spec["turn_tokens"]
         tokens = conv["tokens"]
-        nbytes = tokens * bpt
         with self.lock:
             self.seq += 1
             key = f"u{user}-t{conv['turn']}-{self.seq}"
-        conv["entry"] = self._put(key, nbytes, tokens, user)
+        conv["entry"] = self._put(key, tokens * self.spec["bytes_per_token"], tokens, user)
         self._drop(old)
+        if tokens < self.spec["prefill_only_tokens"]:              # MLPerf's PREFILL_DECODE: one write, N reads
+            for _ in range(self.spec["decode_reads"]):
+                self._reload(conv["entry"], user)
         conv["turn"] += 1
 
     def _where(self, entry: dict) -> dict:

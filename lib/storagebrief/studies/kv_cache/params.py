@@ -38,7 +38,7 @@ class PrefillParams(Strict):
     kv_heads: int = Field(2, ge=1, le=128)
     ffn: int = Field(688, ge=16, le=65536)
     contexts: list[int] = Field(default_factory=lambda: [512, 1024, 2048, 4096], min_length=2)
-    repeats: int = Field(5, ge=1, le=100)         # timed passes per context (best and spread kept)
+    repeats: int = Field(3, ge=1, le=100)         # timed passes per context (best and spread kept)
     threads: int | None = Field(None, ge=1, le=1024)   # TensorFlow's threads; null: every core
     timeout_s: float = Field(600, gt=0, le=86400)
 
@@ -70,6 +70,8 @@ class KvCacheParams(Strict):
                                                               Weighted(tokens=128, weight=1)], min_length=1)
     turns: list[Weighted] = Field(default_factory=lambda: [Weighted(tokens=3, weight=1)], min_length=1)
     turn_tokens: int = Field(32, ge=1, le=1 << 20)   # tokens a later turn adds (question + answer)
+    decode_reads: int = Field(1, ge=0, le=1000)       # reads of a request's new cache below prefill_only_tokens
+    prefill_only_tokens: int = Field(10000, ge=1, le=1 << 24)   # MLPerf: PREFILL only from 10K tokens
     duration_s: float = Field(3.0, gt=0, le=7 * 86400)   # nominal (MLPerf: 300)
     seed: int = Field(42, ge=0)
     repeats: int = Field(1, ge=1, le=100)

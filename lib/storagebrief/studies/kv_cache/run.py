@@ -43,7 +43,8 @@ def _spec(p: KvCacheParams, name: str, folder) -> dict:
     return {"folder": str(folder), "seed": p.seed, "users": w.users_per_client, "concurrency": w.concurrency,
             "cpu_tier_bytes": p.cpu_tier_bytes(name), "bytes_per_token": shape.kv_bytes_per_token,
             "contexts": [(c.tokens, c.weight) for c in p.contexts], "turns": [(t.tokens, t.weight) for t in p.turns],
-            "turn_tokens": p.turn_tokens, "duration_s": p.duration_s, "write_block": p.write_block_mib * MIB,
+            "turn_tokens": p.turn_tokens, "decode_reads": p.decode_reads, "prefill_only_tokens": p.prefill_only_tokens,
+            "duration_s": p.duration_s, "write_block": p.write_block_mib * MIB,
             "largest_entry_bytes": p.largest_entry_bytes(name)}
 
 
@@ -192,7 +193,8 @@ def finish(sweep, frame) -> None:
     results.write_json(sweep.out_dir / "study.json", {
         "run": p.run, "workloads": {n: p.workload(n).model_dump() for n in p.run}, "clients": p.clients,
         "launcher": p.launcher, "contexts": [c.model_dump() for c in p.contexts],
-        "turns": [t.model_dump() for t in p.turns], "turn_tokens": p.turn_tokens, "duration_s": p.duration_s,
+        "turns": [t.model_dump() for t in p.turns], "turn_tokens": p.turn_tokens, "decode_reads": p.decode_reads,
+        "prefill_only_tokens": p.prefill_only_tokens, "duration_s": p.duration_s,
         "seed": p.seed, "repeats": p.repeats, "write_block_mib": p.write_block_mib,
         "longest_context": p.longest_context, "cores": os.cpu_count(),
         "models": {m: {**s.__dict__, "kv_bytes_per_token": s.kv_bytes_per_token, "formula": s.formula,
