@@ -119,11 +119,15 @@ def test_a_target_that_fills_mid_run_is_a_failed_row_and_left_clean(tmp_path, sm
             f.write(b"\0" * (st.f_bavail * st.f_frsize - (3 << 20)))
     monkeypatch.setattr(kv_run, "prepare", prepare_then_fill)
     one = {"model": "llama3.1-8b", "users_per_client": 1, "concurrency": 1}
-    section = {**SMALL, "run": ["w", "w2"], "workloads": {"w": one, "w2": one}, "clients": 1}
+    # tiered: a 4 MiB CPU tier whose evictions go to the full target (an eviction's failure must not hang
+    # the thread waiting for that entry)
+    section = {**SMALL, "run": ["w", "tiered", "w2"], "clients": 1, "duration_s": 1.0,
+               "workloads": {"w": one, "w2": one, "tiered": {**one, "users_per_client": 2, "cpu_tier_gib": 0.004}}}
     out, runs = _run(tmp_path, [{"name": "fast", "path": str(small_fs / "fast")}], section)
-    assert list(runs.workload) == ["w", "w2"]                   # the study went on after the first failure
-    assert (runs.status == "failed").all()
-    assert runs.failure_reason.str.startswith("target full mid-run: No space left on device (errno 28)").all()
+    assert list(runs.workload) == ["w", "tiered", "w2"]        # the study went on after the first failure
+    plain = runs[runs.workload != "tiered"]
+    assert (plain.status == "failed").all()
+    assert plain.failure_reason.str.startswith("target full mid-run: No space left on device (errno 28)").all()
     assert _files(small_fs / "fast") == []
     notes = json.loads((out / "notes.json").read_text())["warnings"]
     assert any("filled up during" in n for n in notes)

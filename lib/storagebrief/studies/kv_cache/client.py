@@ -169,6 +169,8 @@ class Client:
                 moved = self.evicted[entry["key"]]
             if moved is not None:
                 return moved
+            if self.error is not None:                              # the evicting thread failed
+                raise RuntimeError(f"entry {entry['key']}: its eviction to storage failed")
             time.sleep(0.001)
 
     def _put(self, key: str, nbytes: int, tokens: int, user: int) -> dict:

@@ -94,8 +94,8 @@ def _pct(values_s, q) -> float | None:
 
 
 def reload_fit(sizes, seconds) -> tuple[float | None, float]:
-    """(bytes/s, latency s) of `seconds = latency + bytes / rate` by least squares; the plain ratio (latency 0)
-    when the sizes do not vary or the slope is not positive."""
+    """(bytes/s, latency s) of `seconds = latency + bytes / rate` by least squares over the reads; through the
+    origin (latency 0) when the sizes do not vary or the free line has no positive slope and intercept."""
     b, t = np.asarray(sizes, float), np.asarray(seconds, float)
     if not len(b) or t.sum() <= 0:
         return None, 0.0
@@ -103,9 +103,7 @@ def reload_fit(sizes, seconds) -> tuple[float | None, float]:
         slope, icpt = np.polyfit(b, t, 1)
         if slope > 0 and icpt >= 0:
             return 1 / slope, float(icpt)
-        if slope > 0:
-            return float((b / t).mean()) if icpt < 0 else 1 / slope, 0.0
-    return float(b.sum() / t.sum()), 0.0
+    return float((b * b).sum() / (b * t).sum()), 0.0
 
 
 def limited_by(client_cpu_percent: float, io_busy_percent: float) -> str:
