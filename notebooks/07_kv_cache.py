@@ -63,7 +63,8 @@ runs = notebook.run_study("kv_cache", kv_cache, targets=targets, out_dir=out_dir
 # One row per measured run (`runs.csv`; every column is described in `runs.schema.json`).
 
 # %%
-notebook.show_runs(runs, ['target', 'repeat', 'workload', 'model', 'kv_bytes_per_token', 'launcher', 'clients', 'users_per_client', 'cache_method'])
+notebook.show_runs(runs, ['target', 'repeat', 'workload', 'model', 'kv_bytes_per_token', 'clients', 'users_per_client',
+                         'mlperf_read_gib_per_s', 'honest_read_gib_per_s', 'overstatement_ratio', 'limited_by'])
 
 # %% [markdown]
 # ## Results
