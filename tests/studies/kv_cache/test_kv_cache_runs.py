@@ -176,3 +176,26 @@ def test_kill_9_mid_run_leaves_no_client_and_the_next_run_removes_its_kv_files(t
     assert _files(tmp_path / "t") == []                        # ... the next run removed
     notes = json.loads((tmp_path / "b" / "notes.json").read_text())["warnings"]
     assert any("KV files of a run that did not end" in n for n in notes)
+
+
+def test_the_cpu_tier_holds_whole_caches_and_evicts_them_to_storage_at_full_size(tmp_path):
+    from storagebrief.kit.checkpoint import incompressible
+    from storagebrief.studies.kv_cache.client import Client
+
+    bpt = 131072
+    spec = {"folder": str(tmp_path), "seed": 1, "users": 1, "concurrency": 1, "cpu_tier_bytes": 10 << 20,
+            "bytes_per_token": bpt, "contexts": [(40, 1)], "turns": [(2, 1)], "turn_tokens": 8, "duration_s": 0.1,
+            "write_block": 1 << 20, "largest_entry_bytes": 48 * bpt, "decode_reads": 0, "prefill_only_tokens": 1}
+    c = Client(spec, 0, incompressible(1 << 20))                  # a 1 MiB buffer, 5 MiB caches
+    c.evicted = {}
+    a = c._put("a", 40 * bpt, 40, 0)
+    assert c.tier.entries["a"].nbytes == 40 * bpt == c.tier.used
+    c._put("b", 48 * bpt, 48, 0)                                  # 5 + 6 MiB > 10 MiB: "a" goes to storage
+    moved = c._where(a)
+    assert moved["tier"] == "storage" and os.path.getsize(moved["path"]) == 40 * bpt
+    assert c.tier.used == 48 * bpt and list(c.tier.entries) == ["b"]
+    c._reload(a, 0)                                               # read back from storage, cold
+    reads = [r for r in c.records if r[0] == "read"]
+    assert [(r[1], r[4], r[5]) for r in reads] == [("storage", 40 * bpt, 40)]
+    c._drop(a)
+    assert not os.path.exists(moved["path"])

@@ -173,6 +173,15 @@ class Client:
                 raise RuntimeError(f"entry {entry['key']}: its eviction to storage failed")
             time.sleep(0.001)
 
+    def _cache_bytes(self, nbytes: int) -> np.ndarray:
+        """A CPU-tier entry: nbytes of memory holding the cache's bytes (the buffer repeated)."""
+        arr = np.empty(nbytes, dtype=np.uint8)
+        src = np.frombuffer(self.buf, dtype=np.uint8)
+        for off in range(0, nbytes, len(src)):
+            n = min(len(src), nbytes - off)
+            arr[off:off + n] = src[:n]
+        return arr
+
     def _put(self, key: str, nbytes: int, tokens: int, user: int) -> dict:
         if not self.tier.fits(nbytes):
             return self._to_storage(key, nbytes, tokens, user)
@@ -184,7 +193,7 @@ class Client:
                 victims.append((vkey, varr))
                 self.evicted[vkey] = None                           # being written: readers wait
             t0 = time.monotonic()
-            arr = np.frombuffer(self.buf[:nbytes], dtype=np.uint8).copy()
+            arr = self._cache_bytes(nbytes)
             self.tier.entries[key] = arr
             self.tier.used += nbytes
         self._record("write", "cpu", t0, time.monotonic(), nbytes, tokens, 0.0, user)
