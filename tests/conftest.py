@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
+from storagebrief import studies
 from storagebrief.core import cache, cgroups
 
 REPO = Path(__file__).resolve().parents[1]
@@ -204,6 +205,9 @@ TINY = {
                                  "every_steps": 1, "default_every_steps": 2, "layers": 1, "hidden": 32, "heads": 2,
                                  "ffn": 64, "seq_len": 16, "vocab": 512, "predictions": 4, "batch_size": 2,
                                  "memory_headroom_mib": 96, "ingest_mb_per_s": 5}},
+    # the study's tiny settings, and the prefill measured at two short contexts (the brief's break-even part)
+    "kv_cache": {**studies.get("kv_cache").tiny,
+                 "prefill": {"measure": True, "layers": 1, "contexts": [64, 128], "repeats": 1}},
 }
 def _copy_repo(dst: Path) -> None:
     files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO,

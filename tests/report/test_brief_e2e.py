@@ -19,7 +19,7 @@ MATCH_KEYS = {"preprocess": ["sweep", "processes", "image_count"], "emulate": ["
                                  "checkpoint_every_steps"],
               "transfer_sweep": ["rw", "block_size_bytes", "queue_depth"],
               "stream_inference": ["streams", "video", "topics", "partitions", "replication_factor"],
-              "checkpoint": ["model", "mode", "scale"]}
+              "checkpoint": ["model", "mode", "scale"], "kv_cache": ["workload"]}
 # The checkpoint study's cost sweep (its own rows) matches on the mode of saving and the interval.
 CHECKPOINT_COST_KEYS = ["save_mode", "interval_steps"]
 
@@ -48,7 +48,7 @@ def test_dvc_chain_renders_brief_with_recomputable_headlines(tiny_chain):
         info = subprocess.run(["pdfinfo", str(work / "reports" / "brief.pdf")], capture_output=True, text=True).stdout
         assert int(re.search(r"Pages:\s+(\d+)", info).group(1)) >= 3
     for heading in ("Test results snapshot", "Preprocessing ingest", "Emulated-accelerator training",
-                    "ResNet50 training", "Transfer size", "Streaming inference", "Checkpointing",
+                    "ResNet50 training", "Transfer size", "Streaming inference", "Checkpointing", "KV-cache offload",
                     "Block-level I/O characterization",
                     "Appendix A", "Appendix B"):
         assert heading in html, heading
@@ -64,7 +64,7 @@ def test_dvc_chain_renders_brief_with_recomputable_headlines(tiny_chain):
         attrs = dict(re.findall(r'(data-[a-z]+)="([^"]*)"', tag))
         cards.append((attrs["data-study"], attrs["data-headline"], attrs["data-value"]))
     assert {s for s, _, _ in cards} == {"preprocess", "emulate", "train_resnet50", "transfer_sweep",
-                                        "stream_inference", "checkpoint"}
+                                        "stream_inference", "checkpoint", "kv_cache"}
     better_of = {(h["study"], h["id"]): h["better"] for h in headlines}
     for study, hid, value in cards:
         runs = pd.read_csv(work / "reports" / study / "runs.csv")
@@ -108,6 +108,7 @@ def test_dvc_chain_renders_brief_with_recomputable_headlines(tiny_chain):
         assert h["label"].replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;") in text, h["label"]
     # page 1's answers: accelerators supported for every target (emulated, and fio's forecast beside)
     assert "The answers" in html and html.count("Accelerators supported, emulated") >= 2
+    assert html.count("beyond how many tokens does reloading from storage beat recomputing") >= 2   # kv_cache
     assert text.count("Checkpoint interval for ≤ 5 % overhead, llama3-") >= 2
     # every configuration x target x repeat ran and wrote its row
     assert len(pd.read_csv(work / "reports" / "preprocess" / "runs.csv")) == (2 + 1) * 2 * 2

@@ -1,0 +1,271 @@
+"""The kv_cache section of the brief: what ran (the workload as data, the bytes-per-token formula), MLPerf-style
+beside honest bandwidth, per-call latency (host vs device), tiers and tokens served from storage with what
+limited each run, then the reload-vs-recompute break-even (answers, the figure of reload and recompute time
+against context length, the prefill measurement and the H200 reproduction); limits. Page 1: answers()."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ...kit.files import read_csv_or_none, read_json_or
+from ...kit.runs import ok_runs
+from ...report.display import analysis, show_figure, show_md, show_table, style, target_colors
+from . import breakeven
+from .workload import GIB, KIB, MIB, ModelShape
+
+
+def section(study_dir: Path, frame, names: list[str]) -> None:
+    style()
+    study_dir = Path(study_dir)
+    study = read_json_or(study_dir / "study.json")
+    ok = ok_runs(frame)
+    _what_ran(ok, study)
+    _versus(ok)
+    _latency(ok, read_csv_or_none(study_dir / "latency.csv"))
+    _tiers(ok)
+    _breakeven(read_csv_or_none(study_dir / "breakeven.csv"), study, names)
+    _prefill(read_csv_or_none(study_dir / "prefill.csv"), study)
+    _h200(study)
+    _limits(study, frame)
+
+
+def _what_ran(ok, study: dict) -> None:
+    models = "; ".join(f"**{m}**: {s['formula']}" for m, s in study.get("models", {}).items())
+    wl = ", ".join(f"{n} ({w['model']}, {w['users_per_client']} users per client, "
+                   + (f"a {w['cpu_tier_gib']:g} GiB CPU tier per client" if w.get("cpu_tier_gib") else "no CPU tier")
+                   + f", {w['concurrency']} requests in flight per client)" for n, w in study.get("workloads", {}).items())
+    ctx = ", ".join(f"{c['tokens']:,}" for c in study.get("contexts", []))
+    turns = ", ".join(f"{t['tokens']}" for t in study.get("turns", []))
+    show_md(
+        "**What ran.** MLPerf Storage v3.0's KV-cache workload, measured on each target: "
+        f"{study.get('clients', '?')} client " + ("MPI ranks" if study.get("launcher") == "mpi" else "processes")
+        + f" of simulated users for a nominal {study.get('duration_s', '?')} s per run (requests in flight at the "
+        f"end finish). Workloads: {wl}. KV bytes per token (fp16, grouped-query attention): {models}. A "
+        f"conversation starts with {ctx} tokens (weighted draw), runs {turns} turns, and each later turn adds "
+        f"{study.get('turn_tokens', '?')} tokens and first reloads the previous turn's cache; below "
+        f"{study.get('prefill_only_tokens', 0):,} tokens a new cache is also read back {study.get('decode_reads', 0)} "
+        "time(s) right after its write (MLPerf's prefill + decode). Every cache is one file "
+        "per request (MLPerf's layout, so MLPerf's figure and ours count the same I/O), written with write() calls "
+        f"of {study.get('write_block_mib', '?')} MiB of incompressible bytes and fsync'ed, then read back cold "
+        "(posix_fadvise DONTNEED before the read; drop_caches as root before each run). The quick profile keeps the "
+        "real bytes per token and cuts users, contexts and time; MLPerf's closed options (300 s, 3 trials, seed 42) "
+        "are the paper-scale presets `mlperf-closed-1..3`. GiB = 2³⁰ bytes (MLPerf's `gbps` keys hold GiB/s).")
+
+
+def versus_table(ok) -> pd.DataFrame:
+    g = ok.groupby(["target", "workload"])
+    return pd.DataFrame({
+        "read MLPerf GiB/s": g.mlperf_read_gib_per_s.mean(), "read honest GiB/s": g.honest_read_gib_per_s.mean(),
+        "write MLPerf GiB/s": g.mlperf_write_gib_per_s.mean(), "write honest GiB/s": g.honest_write_gib_per_s.mean(),
+        "×": g.overstatement_ratio.mean(), "nominal s": g.duration_s.mean(), "I/O in flight s": g.io_busy_s.mean(),
+        "overrun s": g.overrun_s.mean(), "runs": g.size()}).reset_index()
+
+
+def _versus(ok) -> None:
+    import matplotlib.pyplot as plt
+
+    if ok.empty:
+        show_md("No KV-cache run measured.")
+        return
+    t = versus_table(ok)
+    show_table(t, "MLPerf-style (bytes ÷ the nominal duration) beside honest (bytes ÷ the time any client had a "
+                  "storage call in flight); × = MLPerf ÷ honest; means over repeats.", floatfmt="{:,.3f}")
+    fig, ax = plt.subplots(figsize=(8, 3.2))
+    x = np.arange(len(t))
+    for i, (col, label) in enumerate((("read MLPerf GiB/s", "read, MLPerf-style"), ("read honest GiB/s", "read, honest"),
+                                      ("write MLPerf GiB/s", "write, MLPerf-style"),
+                                      ("write honest GiB/s", "write, honest"))):
+        ax.bar(x + (i - 1.5) * 0.2, t[col], width=0.2, label=label)
+    ax.set_xticks(x, [f"{a}\n{b}" for a, b in zip(t.target, t.workload)])
+    ax.set(ylabel="GiB/s", title="KV-cache bandwidth: MLPerf-style vs honest")
+    ax.legend(loc="upper left", bbox_to_anchor=(1, 1), fontsize=8)
+    show_figure(fig, "Read and write GiB/s per target and workload, MLPerf's way and ours (means over repeats).")
+    analysis([f"- **{r.target}**, {r.workload}: MLPerf's figure is ×{r['×']:.2f} the honest one (reads "
+              f"{r['read MLPerf GiB/s']:.3f} vs {r['read honest GiB/s']:.3f} GiB/s): storage calls were in flight "
+              f"{r['I/O in flight s']:.2f} s against a nominal {r['nominal s']:g} s, requests overran by "
+              f"{r['overrun s']:.2f} s." for _, r in t.iterrows()]
+             + ["- × > 1: requests ran past the nominal duration, whose bytes MLPerf still divides by it; × < 1: "
+                "storage sat idle part of the run (CPU-tier hits, client work)."])
+
+
+def _latency(ok, hist) -> None:
+    import matplotlib.pyplot as plt
+
+    if ok.empty:
+        return
+    for op, host, device in (("read", "open + advice + reads + the copy into the host buffer", "the read() calls"),
+                             ("write", "open to close", "the fsync, MLPerf's device span")):
+        cols = {f"{op}_{span}_ms_{q}": f"{span} {q} ms" for span in ("host", "device") for q in ("p50", "p95", "p99")}
+        cols[f"mlperf_device_{op}_p95_ms"] = "MLPerf device P95 ms"
+        t = ok.groupby(["target", "workload"])[list(cols)].mean().reset_index().rename(columns=cols)
+        show_table(t, f"Storage {op}s, every call of the run (means over repeats): host = {host}; device = {device}. "
+                      "MLPerf's device P95 is the largest of the clients' P95s.", floatfmt="{:,.1f}")
+    if hist is None or hist.empty:
+        return
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3), sharey=True)
+    for ax, op in zip(axes, ("read", "write")):
+        for (target, span), g in hist[hist.op == op].groupby(["target", "span"]):
+            per_bin = g.groupby("bin_low_us")["count"].sum()
+            ax.step([max(0.5, x) for x in per_bin.index], per_bin / per_bin.sum() * 100, where="post",
+                    label=f"{target}, {span}")
+        ax.set(xscale="log", title=f"storage {op}s", xlabel="latency µs (bin's low edge)")
+    axes[0].set_ylabel("% of calls")
+    axes[-1].legend(loc="upper left", bbox_to_anchor=(1, 1), fontsize=8)
+    show_figure(fig, "Where the storage calls' latencies fall (log2 bins, all runs): host and device spans.",
+                detail=True)
+
+
+def _tiers(ok) -> None:
+    if ok.empty:
+        return
+    t = ok.groupby(["target", "workload"]).agg(**{
+        "CPU-tier reload hits": ("cpu_tier_read_hit_ratio", "mean"), "storage reloads": ("storage_read_hit_ratio", "mean"),
+        "writes to CPU tier": ("cpu_tier_write_ratio", "mean"), "tokens/s from storage (honest)":
+        ("honest_storage_tokens_per_s", "mean"), "tokens/s (MLPerf-style)": ("mlperf_storage_tokens_per_s", "mean"),
+        "client CPU %": ("client_cpu_percent", "mean"), "limited by": ("limited_by", "first")}).reset_index()
+    show_table(t, "Tiers and tokens: share of reloads served by the CPU tier and by storage, share of request writes "
+                  "kept in the CPU tier, tokens whose cache came back from storage per second, and what set the pace "
+                  "(client CPU: ≥ 85 % of the cores busy; storage: a call in flight ≥ 80 % of the run; else the "
+                  "workload).",
+               floatfmt="{:,.2f}")
+
+
+def _curves(shape: ModelShape, rate_gib: float, lat_s: float, tflops: float, Ls) -> tuple:
+    return ([breakeven.reload_s(shape, L, rate_gib * GIB, lat_s) for L in Ls],
+            [breakeven.recompute_s(shape, L, tflops) for L in Ls])
+
+
+def _shape(study: dict, model: str) -> ModelShape:
+    s = study["models"][model]
+    return ModelShape(**{k: s[k] for k in ("name", "layers", "hidden", "heads", "kv_heads", "head_dim", "ffn",
+                                           "context_window")})
+
+
+def _breakeven(be, study: dict, names: list[str]) -> None:
+    import matplotlib.pyplot as plt
+
+    if be is None or be.empty:
+        show_md("**Reload or recompute.** No target measured a reload rate: no break-even.")
+        return
+    need_at = int(be.need_at_tokens.iloc[0])
+    t = be.assign(answer=be.answer.str.replace("reloading beats recomputing ", "", regex=False))[
+        ["target", "model", "accelerator", "tflops", "reload_read_gib_per_s", "reload_latency_s", "answer",
+         "read_gib_per_s_needed"]].rename(columns={
+            "tflops": "TFLOP/s", "reload_read_gib_per_s": "reload GiB/s", "reload_latency_s": "reload latency s",
+            "answer": "reload wins", "read_gib_per_s_needed": f"GiB/s to win at {need_at // 1024}K"})
+    show_md("**Reload or recompute: the break-even.** Recomputing a context of L tokens costs its prefill: FLOPs(L) = "
+            "2 × P × L + 2 × layers × heads × head_dim × L² (P: the decoder's weights; causal attention), at the "
+            "accelerator's effective rate. Reloading costs a fixed latency + L × bytes per token ÷ this target's "
+            "reload rate (a least-squares line through every read of its runs: time against bytes). Reloading wins "
+            "beyond the L where the two cross.")
+    show_table(t, "Per target, model and accelerator: beyond how many tokens reloading this target's KV cache beats "
+                  f"recomputing it, and the read GiB/s a reload would need to win at {need_at:,} tokens (latency "
+                  "included).",
+               floatfmt="{:,.3g}")
+    models = list(dict.fromkeys(be.model))
+    Ls = np.unique(np.geomspace(256, study.get("breakeven", {}).get("answer_within_tokens", 131072), 40).astype(int))
+    colors = target_colors(names)
+    fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 3.4), squeeze=False)
+    for ax, m in zip(axes[0], models):
+        shape = _shape(study, m)
+        g = be[be.model == m]
+        for _, r in g.drop_duplicates("target").iterrows():
+            reload, _ = _curves(shape, r.reload_read_gib_per_s, r.reload_latency_s, 1.0, Ls)
+            ax.plot(Ls, reload, color=colors.get(r.target), label=f"reload, {r.target}")
+        for style_, (_, r) in zip(("--", ":", "-."), g.drop_duplicates("accelerator").iterrows()):
+            _, rec = _curves(shape, 1.0, 0.0, r.tflops, Ls)
+            ax.plot(Ls, rec, color="black", linestyle=style_, label=f"recompute, {r.accelerator}")
+        ax.set(xscale="log", yscale="log", xlabel="context L (tokens)", ylabel="seconds", title=m)
+        ax.legend(fontsize=7)
+    show_figure(fig, "Reload time (per target, its measured reload rate and latency) and recompute time (per "
+                     "accelerator) against the context length: reloading wins to the right of a crossing.")
+    lines = []
+    for (target, model), g in be.groupby(["target", "model"], sort=False):
+        r0 = g.iloc[0]
+        wins = "; ".join(f"{r.accelerator} {r.answer.replace('reloading beats recomputing ', '')}" for _, r in g.iterrows())
+        need = ", ".join(f"{r.accelerator} {_gib(r.read_gib_per_s_needed)}" for _, r in g.iterrows())
+        lines.append(f"- **{target}**, {model} (reload {r0.reload_read_gib_per_s:.3f} GiB/s + "
+                     f"{r0.reload_latency_s * 1e3:.1f} ms): reloading wins {wins}. To win at {need_at:,} tokens a "
+                     f"reload needs {need}.")
+    analysis(lines)
+
+
+def _gib(v) -> str:
+    return "more than any rate (the latency alone exceeds the prefill)" if pd.isna(v) else f"{v:,.3g} GiB/s"
+
+
+def _prefill(pf, study: dict) -> None:
+    s = study.get("prefill") or {}
+    if pf is None or pf.empty or not s:
+        return
+    t = pf.groupby("context_tokens").agg(**{"best s": ("best_seconds", "first"), "sd s": ("seconds", "std"),
+                                             "passes": ("seconds", "size"), "model s": ("predicted_seconds", "first"),
+                                             "error": ("relative_error", "first"),
+                                             "effective GFLOP/s": ("effective_tflops", "first")}).reset_index()
+    t["effective GFLOP/s"] *= 1e3
+    sh = s.get("shape", {})
+    show_table(t, f"This machine's prefill, measured: a Keras decoder of llama shape ({sh.get('layers')} layers, hidden "
+                  f"{sh.get('hidden')}, {sh.get('heads')} heads / {sh.get('kv_heads')} KV heads, ffn {sh.get('ffn')}; "
+                  f"{s.get('parameters_keras', 0):,} weights, the formula's count {s.get('parameters_formula', 0):,}), "
+                  "random weights, batch 1, best of the passes beside the FLOP model at one fitted rate.",
+               floatfmt="{:,.4g}")
+    analysis([f"- One effective rate, {s['tflops'] * 1e3:,.1f} GFLOP/s, predicts every context within "
+              f"{s['agreement'] * 100:.0f} % (the largest |model ÷ measured − 1|). This plain decoder computes the "
+              "whole L × L score matrix and masks it, so the model here counts 4·L²·d attention FLOPs per layer; the "
+              "catalogue's H200 ran a causal kernel (2·L²·d)."]
+             + ([f"- Against the process's CPU time instead of the wall clock (the work done, which other load on a "
+                 f"shared machine hardly moves): {s['cpu_clock']['tflops'] * 1e3:,.1f} GFLOP/s, within "
+                 f"{s['cpu_clock']['agreement'] * 100:.0f} %."] if s.get("cpu_clock") else []), title="Agreement")
+
+
+def _h200(study: dict) -> None:
+    rows = study.get("h200_reproduction") or []
+    if not rows:
+        return
+    t = pd.DataFrame(rows)[["model", "context_tokens", "measured_tokens_per_s", "model_tokens_per_s", "relative_error",
+                            "measured_breakeven_read_gib_per_s", "model_breakeven_read_gib_per_s",
+                            "measured_effective_tflops"]]
+    show_table(t, f"The catalogue's H200 (measured 2026-11-26): prefill tokens/s beside the FLOP model at one fitted "
+                  f"rate per model ({', '.join(f'{r:,.0f}' for r in sorted(set(pd.DataFrame(rows).tflops)))} "
+                  f"TFLOP/s); within ±{study.get('h200_tolerance', 0) * 100:.0f} % at every point. The read GiB/s at "
+                  "which reload = recompute (latency 0) follows: bytes per token × tokens/s.", floatfmt="{:,.3g}")
+
+
+def _limits(study: dict, frame) -> None:
+    failed = frame[frame.status == "failed"] if "status" in frame else frame.iloc[0:0]
+    analysis([
+        "- One host: every client is a process here (MLPerf runs ranks on many clients); the GPU tier is not "
+        "emulated (no GPU is used), so every request's cache goes to the CPU tier or to storage.",
+        "- Quick profile: real bytes per token, but few users, short contexts and a few seconds per run; small "
+        f"files ({study.get('longest_context', 0) * 128 * KIB / MIB:,.0f} MiB at most for llama3.1-8b) finish inside "
+        "device caches in ways 300 s of 128K-token contexts would not.",
+        "- The break-even takes one request's reload rate under this run's concurrency and a prefill rate from a "
+        "FLOP model: accelerators other than the measured ones enter at a stated utilisation of their datasheet peak.",
+        "- The CPU's prefill was measured on a 2-core machine shared with other work: its rate is a floor.",
+    ] + [f"- Failed run {r.run_id}: {r.failure_reason}" for _, r in failed.iterrows()], title="Limits")
+
+
+def trace_workloads(frame, names: list[str]) -> list[tuple[str, str]]:
+    ok = ok_runs(frame)
+    ref = ok[ok.target == names[0]].sort_values("repeat") if names and len(ok) else ok.iloc[0:0]
+    return [(f"KV cache {r.workload} ({r.model})", r.run_id) for _, r in ref.drop_duplicates("workload").iterrows()]
+
+
+def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
+    """Page 1: per target and model, beyond how many tokens reloading its KV cache from this target beats
+    recomputing it, per accelerator of the catalogue, and the read rate needed at need_at_tokens."""
+    be = read_csv_or_none(Path(study_dir) / "breakeven.csv")
+    if be is None:
+        return []
+    out = []
+    for (t, m), g in be.groupby(["target", "model"], sort=False):
+        parts = [f"{r.accelerator}: {r.answer.replace('reloading beats recomputing ', '')} (needs "
+                 f"{_gib(r.read_gib_per_s_needed)} at {int(r.need_at_tokens) // 1024}K)" for _, r in g.iterrows()]
+        out.append({"question": f"KV cache ({m}): beyond how many tokens does reloading from storage beat "
+                                "recomputing?", "target": t, "answer": "; ".join(parts),
+                    "basis": f"reload at {g.reload_read_gib_per_s.iloc[0]:.3f} GiB/s + "
+                             f"{g.reload_latency_s.iloc[0] * 1e3:.1f} ms measured on this target (one request, "
+                             "cold); recompute from the prefill FLOP model; kv_cache study"})
+    return out

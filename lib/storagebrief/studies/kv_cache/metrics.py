@@ -1,0 +1,211 @@
+"""kv_cache arithmetic: the run's row from every client's call records, MLPerf's summary, headlines.
+
+Both bandwidths count the same bytes (every storage read and write of the run, all clients):
+  MLPerf-style  bytes ÷ the nominal duration (duration_s), as MLPerf's KV-cache benchmark divides, however
+                long the requests in flight at its end ran on;
+  honest        bytes ÷ io_busy_s, the union of wall-clock time in which any client had a storage call in
+                flight (from the first call's start to the last call's end, gaps where none was excluded).
+overstatement_ratio = MLPerf ÷ honest = io_busy_s ÷ duration_s. Latencies per call in ms, p50/p95/p99 of every
+call of the run: host (read: open + advice + reads + the copy into the host buffer; write: open to close,
+fsync included) and device (read: the read() calls; write: the fsync, MLPerf's device span). MLPerf's own
+device P95 is the largest of the clients' P95s (its ranks'); ours pools every call. GiB = 2^30 B.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ...core.columns import Column
+from ...kit import runs
+from ...kit.latency import bin_edges_us, log2_bin, new_histogram
+from ...report.headlines import versus_reference
+from .workload import GIB
+
+CLIENT_CPU_LIMIT_PERCENT = 85      # the clients' CPU this busy: they, not the storage, set the pace
+STORAGE_BUSY_PERCENT = 80          # a storage call in flight this much of the run: the storage set it
+
+COLUMNS: tuple[Column, ...] = (
+    Column("workload", "", "the workload (kv_cache.run: an MLPerf closed option or a name of kv_cache.workloads)",
+           "text"),
+    Column("model", "", "the model whose KV cache is written (kv_cache.workload.MODELS or kv_cache.shapes)", "text"),
+    Column("kv_bytes_per_token", "bytes", "2 × layers × kv_heads × head_dim × 2 B (fp16)"),
+    Column("launcher", "", "fork (processes on this host) or mpi (mpirun ranks)", "text"),
+    Column("clients", "", "client processes (or MPI ranks)"),
+    Column("users_per_client", "", "simulated users per client"),
+    Column("concurrency", "", "requests in flight per client at most (its threads)"),
+    Column("cpu_tier_bytes", "bytes", "the CPU tier's budget per client (0: no CPU tier)"),
+    Column("duration_s", "s", "nominal duration: requests start until then (MLPerf's denominator)"),
+    Column("wall_s", "s", "from the start line until the last request ended"),
+    Column("overrun_s", "s", "how long requests ran past the nominal duration"),
+    Column("requests", "", "user requests (turns) completed"),
+    Column("storage_reads", "", "KV entries read back from storage"),
+    Column("storage_writes", "", "KV entries written to storage (requests' and evictions')"),
+    Column("storage_read_bytes", "bytes", "bytes read from storage"),
+    Column("storage_write_bytes", "bytes", "bytes written to storage (each file fsync'ed)"),
+    Column("io_busy_s", "s", "union of the wall-clock time any client had a storage call in flight"),
+    Column("io_busy_percent", "%", "io_busy_s ÷ wall_s × 100"),
+    Column("mlperf_read_gib_per_s", "GiB/s", "MLPerf-style: storage_read_bytes ÷ duration_s (nominal)"),
+    Column("mlperf_write_gib_per_s", "GiB/s", "MLPerf-style: storage_write_bytes ÷ duration_s (nominal)"),
+    Column("honest_read_gib_per_s", "GiB/s", "storage_read_bytes ÷ io_busy_s"),
+    Column("honest_write_gib_per_s", "GiB/s", "storage_write_bytes ÷ io_busy_s"),
+    Column("overstatement_ratio", "", "MLPerf-style ÷ honest (io_busy_s ÷ duration_s; > 1: MLPerf overstates)"),
+    *(Column(f"{op}_{span}_ms_{q}", "ms", f"{q} of the {span} span of every storage {op} call "
+             + ("(open + advice + reads + host copy)" if (op, span) == ("read", "host") else
+                "(the read() calls)" if op == "read" else "(open to close)" if span == "host" else "(the fsync)"))
+      for op in ("read", "write") for span in ("host", "device") for q in ("p50", "p95", "p99")),
+    Column("mlperf_device_read_p95_ms", "ms", "MLPerf's device read P95: the largest of the clients' P95s"),
+    Column("mlperf_device_write_p95_ms", "ms", "MLPerf's device write P95 (fsync): the largest of the clients' P95s"),
+    Column("cpu_tier_read_hit_ratio", "", "reloads served by the CPU tier ÷ all reloads (empty: no reload)"),
+    Column("storage_read_hit_ratio", "", "reloads served by storage ÷ all reloads"),
+    Column("cpu_tier_write_ratio", "", "request writes that went to the CPU tier ÷ all request writes"),
+    Column("storage_tokens", "", "tokens whose KV cache was read back from storage"),
+    Column("honest_storage_tokens_per_s", "tokens/s", "storage_tokens ÷ io_busy_s"),
+    Column("mlperf_storage_tokens_per_s", "tokens/s", "MLPerf-style: storage_tokens ÷ duration_s"),
+    Column("reload_read_gib_per_s", "GiB/s", "one request's reload rate: 1 ÷ slope of a least-squares line of read "
+                                             "host time against bytes (all reads of the run)"),
+    Column("reload_latency_ms", "ms", "that line's intercept (≥ 0): a reload's fixed cost"),
+    Column("client_cpu_percent", "%", "the clients' CPU time ÷ (wall_s × this host's cores) × 100"),
+    Column("limited_by", "", "what set the pace: client CPU (the clients' CPU time ≥ 85 % of the host's cores), "
+                             "storage (a storage call in flight ≥ 80 % of the run) or the workload (storage idle "
+                             "the rest: CPU-tier hits, client work between requests)", "text"),
+    Column("read_cold_method", "", "how each read was made cold (posix_fadvise DONTNEED per entry)", "text"),
+)
+REQUIRED = ("workload", "model", "duration_s", "io_busy_s", "overrun_s", "mlperf_read_gib_per_s", "honest_read_gib_per_s",
+            "mlperf_write_gib_per_s", "honest_write_gib_per_s", "overstatement_ratio", "reload_read_gib_per_s",
+            "reload_latency_ms", "limited_by")
+RUNS_COLUMNS = {n: "text" if c.kind == "text" else "number" for n in REQUIRED for c in COLUMNS if c.name == n}
+LATENCY_TABLE_COLUMNS = ["run_id", "target", "workload", "repeat", "op", "span", "bin_low_us", "bin_high_us", "count"]
+
+
+def union_s(intervals) -> float:
+    """Total length of the union of [start, end] intervals."""
+    total, end = 0.0, -np.inf
+    for s, e in sorted(intervals):
+        if e <= end:
+            continue
+        total += e - max(s, end)
+        end = e
+    return total
+
+
+def _pct(values_s, q) -> float | None:
+    return float(np.percentile(np.asarray(values_s) * 1e3, q)) if len(values_s) else None
+
+
+def reload_fit(sizes, seconds) -> tuple[float | None, float]:
+    """(bytes/s, latency s) of `seconds = latency + bytes / rate` by least squares over the reads; through the
+    origin (latency 0) when the sizes do not vary or the free line has no positive slope and intercept."""
+    b, t = np.asarray(sizes, float), np.asarray(seconds, float)
+    if not len(b) or t.sum() <= 0:
+        return None, 0.0
+    if len(set(b.tolist())) > 1:
+        slope, icpt = np.polyfit(b, t, 1)
+        if slope > 0 and icpt >= 0:
+            return 1 / slope, float(icpt)
+    return float((b * b).sum() / (b * t).sum()), 0.0
+
+
+def limited_by(client_cpu_percent: float, io_busy_percent: float) -> str:
+    """What set the pace, with the figure that says so (the Column's meaning gives the thresholds)."""
+    if client_cpu_percent >= CLIENT_CPU_LIMIT_PERCENT:
+        return f"client CPU ({client_cpu_percent:.0f} % busy)"
+    if io_busy_percent >= STORAGE_BUSY_PERCENT:
+        return f"storage (I/O in flight {io_busy_percent:.0f} %)"
+    return f"workload (I/O in flight {io_busy_percent:.0f} %)"
+
+
+def run_row(spec: dict, result: dict) -> dict:
+    """The run's figures from every client's records ({t_start, ranks: [{records, cpu_s, rank}]})."""
+    recs = [r for c in result["ranks"] for r in c["records"]]
+    t0, nominal = result["t_start"], spec["duration_s"]
+    st = [r for r in recs if r[1] == "storage"]
+    reads = [r for r in st if r[0] == "read"]
+    writes = [r for r in st if r[0] == "write"]
+    busy = union_s([(r[2], r[3]) for r in st])
+    t_end = max([r[3] for r in recs], default=t0)
+    wall = max(t_end - t0, 1e-9)
+    rbytes, wbytes = sum(r[4] for r in reads), sum(r[4] for r in writes)
+    all_reads = [r for r in recs if r[0] == "read"]
+    req_writes = [r for r in recs if r[0] == "write" and r[8] >= 0]
+    cpu_s = sum(c["cpu_s"] for c in result["ranks"])
+    cpu_pct = cpu_s / (wall * (os.cpu_count() or 1)) * 100
+    rate, lat = reload_fit([r[4] for r in reads], [r[3] - r[2] for r in reads])
+    tokens = sum(r[5] for r in reads)
+    row = {"duration_s": nominal, "wall_s": wall, "overrun_s": max(0.0, t_end - (t0 + nominal)),
+           "requests": len(req_writes), "storage_reads": len(reads), "storage_writes": len(writes),
+           "storage_read_bytes": rbytes, "storage_write_bytes": wbytes, "io_busy_s": busy,
+           "io_busy_percent": busy / wall * 100,
+           "mlperf_read_gib_per_s": rbytes / nominal / GIB, "mlperf_write_gib_per_s": wbytes / nominal / GIB,
+           "honest_read_gib_per_s": rbytes / busy / GIB if busy else None,
+           "honest_write_gib_per_s": wbytes / busy / GIB if busy else None,
+           "overstatement_ratio": busy / nominal if busy else None,
+           "cpu_tier_read_hit_ratio": (len(all_reads) - len(reads)) / len(all_reads) if all_reads else None,
+           "storage_read_hit_ratio": len(reads) / len(all_reads) if all_reads else None,
+           "cpu_tier_write_ratio": (sum(1 for r in req_writes if r[1] == "cpu") / len(req_writes)
+                                    if req_writes else None),
+           "storage_tokens": tokens, "honest_storage_tokens_per_s": tokens / busy if busy else None,
+           "mlperf_storage_tokens_per_s": tokens / nominal,
+           "reload_read_gib_per_s": rate / GIB if rate else None, "reload_latency_ms": lat * 1e3,
+           "client_cpu_percent": cpu_pct, "limited_by": limited_by(cpu_pct, busy / wall * 100),
+           "read_cold_method": "posix_fadvise DONTNEED per entry (after its fsync and before its read)"}
+    for op, calls in (("read", reads), ("write", writes)):
+        host = [r[3] - r[2] for r in calls]
+        dev = [r[6] for r in calls]
+        for q in (50, 95, 99):
+            row[f"{op}_host_ms_p{q}"] = _pct(host, q)
+            row[f"{op}_device_ms_p{q}"] = _pct(dev, q)
+        per_client = [_pct([r[6] for r in calls if r[7] == c["rank"]], 95) for c in result["ranks"]]
+        per_client = [p for p in per_client if p is not None]
+        row[f"mlperf_device_{op}_p95_ms"] = max(per_client) if per_client else None
+    return row
+
+
+def latency_rows(result: dict) -> list[dict]:
+    """log2 histograms (kit.latency) of every storage call's host and device span, per op."""
+    hists: dict = {}
+    for c in result["ranks"]:
+        for r in c["records"]:
+            if r[1] != "storage":
+                continue
+            for span, s in (("host", r[3] - r[2]), ("device", r[6])):
+                h = hists.setdefault((r[0], span), new_histogram())
+                h[log2_bin(int(s * 1e9))] += 1
+    return [{"op": op, "span": span, "bin_low_us": bin_edges_us(i)[0], "bin_high_us": bin_edges_us(i)[1],
+             "count": n} for (op, span), h in sorted(hists.items()) for i, n in enumerate(h) if n]
+
+
+def mlperf_summary(frame) -> dict:
+    """mlperf_kvcache_summary.json: per target and workload, MLPerf's key names over its nominal-duration
+    arithmetic (`gbps` keys hold GiB/s, as MLPerf's do), our honest figures beside them."""
+    out: dict = {"note": "MLPerf's keys: bandwidth = bytes ÷ nominal duration; '_gbps' keys hold GiB/s (2^30 B/s) "
+                         "as MLPerf's do; device P95 = the largest of the clients' P95s (read() span / fsync "
+                         "span). honest_* = bytes ÷ the time any storage call was in flight.", "runs": {}}
+    ok = runs.ok_runs(frame) if len(frame) else frame
+    for _, r in ok.iterrows():
+        out["runs"][r.run_id] = {
+            "target": r.target, "workload": r.workload, "model": r.model, "duration_seconds": r.duration_s,
+            "num_users": int(r.users_per_client) * int(r.clients), "requests_completed": int(r.requests),
+            "read_bandwidth_gbps": r.mlperf_read_gib_per_s, "write_bandwidth_gbps": r.mlperf_write_gib_per_s,
+            "device_read_p95_ms": r.mlperf_device_read_p95_ms, "device_write_p95_ms": r.mlperf_device_write_p95_ms,
+            "storage_throughput_tokens_per_sec": r.mlperf_storage_tokens_per_s,
+            "honest_read_gib_per_s": r.honest_read_gib_per_s, "honest_write_gib_per_s": r.honest_write_gib_per_s,
+            "io_busy_seconds": r.io_busy_s, "wall_seconds": r.wall_s, "overstatement_ratio": r.overstatement_ratio}
+    return out
+
+
+def headlines(frame, target_names: list[str]) -> list[dict]:
+    return versus_reference(runs.ok_runs(frame) if len(frame) else frame, target_names, ["workload"],
+                            [("honest_read_gib_per_s", "higher", "KV-cache reload (honest read GiB/s)"),
+                             ("honest_write_gib_per_s", "higher", "KV-cache offload (honest write GiB/s)"),
+                             ("read_host_ms_p95", "lower", "KV-cache reload P95 latency")])
+
+
+def _per_target(g) -> dict:
+    return {w: {k: float(x[k].mean()) for k in ("mlperf_read_gib_per_s", "honest_read_gib_per_s",
+                                                 "mlperf_write_gib_per_s", "honest_write_gib_per_s")}
+            for w, x in g.groupby("workload")}
+
+
+def metrics(frame, target_names: list[str]) -> dict:
+    return runs.metrics(frame, target_names, headlines, _per_target)

@@ -1,0 +1,157 @@
+"""kv_cache: section of params.yaml (validated before any work): the workload as data.
+
+A run is one named workload (`run`: names of MLPerf's closed options, `mlperf-closed-1..3`, or of
+`workloads`) on one target: `clients` processes × `users_per_client` simulated users, at most
+`concurrency` requests in flight per client, for `duration_s` (nominal; requests in flight at the end
+finish, as MLPerf's do). A user's conversation has a first context drawn from `contexts` and a turn
+count from `turns`; every later turn adds `turn_tokens` tokens and reloads the previous turn's cache.
+"""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from ...core.config import Strict
+from ...kit.mpi import MpiParams
+from .workload import GIB, MODELS, PRESETS, ModelShape, shape_from_dict
+
+
+class Weighted(Strict):
+    tokens: int = Field(ge=1, le=1 << 24)        # contexts: tokens; turns: the number of turns
+    weight: float = Field(gt=0, le=1e9)
+
+
+class Workload(Strict):
+    model: str = "llama3.1-8b"
+    users_per_client: int = Field(4, ge=1, le=100_000)
+    cpu_tier_gib: float | None = Field(None, gt=0, le=1 << 20)   # per client; null: no CPU tier
+    concurrency: int = Field(2, ge=1, le=1024)                   # requests in flight per client
+
+
+class PrefillParams(Strict):
+    """The prefill measurement on this machine: a small llama-shaped decoder in Keras, random weights."""
+    measure: bool = True
+    layers: int = Field(2, ge=1, le=64)
+    hidden: int = Field(256, ge=16, le=8192)
+    heads: int = Field(4, ge=1, le=128)
+    kv_heads: int = Field(2, ge=1, le=128)
+    ffn: int = Field(688, ge=16, le=65536)
+    contexts: list[int] = Field(default_factory=lambda: [512, 1024, 2048, 4096], min_length=2)
+    repeats: int = Field(3, ge=1, le=100)         # timed passes per context (best and spread kept)
+    threads: int | None = Field(None, ge=1, le=1024)   # TensorFlow's threads; null: every core
+    timeout_s: float = Field(600, gt=0, le=86400)
+
+    @model_validator(mode="after")
+    def _shape(self):
+        if self.hidden % self.heads:
+            raise ValueError(f"prefill.hidden={self.hidden} is not allowed with prefill.heads={self.heads}: hidden "
+                             "must be a multiple of heads")
+        if self.heads % self.kv_heads:
+            raise ValueError(f"prefill.kv_heads={self.kv_heads} is not allowed: heads={self.heads} must be a "
+                             "multiple of it")
+        if len(set(self.contexts)) != len(self.contexts) or min(self.contexts) < 1:
+            raise ValueError(f"prefill.contexts={self.contexts} is not allowed: distinct token counts ≥ 1")
+        return self
+
+
+class BreakEvenParams(Strict):
+    accelerators: list[str] = Field(default_factory=lambda: ["this-cpu", "h200", "h100-sxm"])
+    answer_within_tokens: int = Field(131072, ge=1, le=1 << 24)   # "not within N tokens"
+    need_at_tokens: int = Field(8192, ge=1, le=1 << 24)           # the read GiB/s needed to win at this L
+
+
+class KvCacheParams(Strict):
+    run: list[str] = Field(default_factory=lambda: ["quick-8b"], min_length=1)   # workloads, in order
+    workloads: dict[str, Workload] = Field(default_factory=lambda: {"quick-8b": Workload()})
+    shapes: dict[str, dict[str, Any]] = Field(default_factory=dict)   # user-defined models by name
+    clients: int = Field(2, ge=1, le=4096)        # processes (fork) or MPI ranks
+    contexts: list[Weighted] = Field(default_factory=lambda: [Weighted(tokens=64, weight=1),
+                                                              Weighted(tokens=128, weight=1)], min_length=1)
+    turns: list[Weighted] = Field(default_factory=lambda: [Weighted(tokens=3, weight=1)], min_length=1)
+    turn_tokens: int = Field(32, ge=1, le=1 << 20)   # tokens a later turn adds (question + answer)
+    decode_reads: int = Field(1, ge=0, le=1000)       # reads of a request's new cache below prefill_only_tokens
+    prefill_only_tokens: int = Field(10000, ge=1, le=1 << 24)   # MLPerf: PREFILL only from 10K tokens
+    duration_s: float = Field(3.0, gt=0, le=7 * 86400)   # nominal (MLPerf: 300)
+    seed: int = Field(42, ge=0)
+    repeats: int = Field(1, ge=1, le=100)
+    write_block_mib: int = Field(16, ge=1, le=1024)   # one write() call
+    launcher: Literal["fork", "mpi"] = "fork"
+    mpi: MpiParams = Field(default_factory=MpiParams)
+    prefill: PrefillParams = Field(default_factory=PrefillParams)
+    breakeven: BreakEvenParams = Field(default_factory=BreakEvenParams)
+
+    @field_validator("shapes")
+    @classmethod
+    def _shapes(cls, v: dict) -> dict:
+        for name, raw in v.items():
+            shape_from_dict(name, raw)
+        return v
+
+    @model_validator(mode="after")
+    def _check(self):
+        names = {**PRESETS, **self.workloads}
+        if len(set(self.run)) != len(self.run):
+            raise ValueError(f"run: listed twice in {self.run}")
+        for name in self.run:
+            if name not in names:
+                raise ValueError(f"run: {name!r} is not allowed: one of {', '.join(names)} (MLPerf's closed "
+                                 "options or a name of kv_cache.workloads)")
+        known = [*MODELS, *self.shapes]
+        for name in self.run:
+            w = self.workload(name)
+            if w.model not in known:
+                raise ValueError(f"workloads.{name}.model: {w.model!r} is not allowed: one of {', '.join(known)}")
+            longest = self.longest_context
+            shape = self.shape(w.model)
+            if longest > shape.context_window:
+                raise ValueError(f"contexts / turns / turn_tokens: the longest conversation reaches {longest:,} "
+                                 f"tokens, beyond {w.model}'s window of {shape.context_window:,}; shorten "
+                                 "kv_cache.contexts, kv_cache.turns or kv_cache.turn_tokens")
+            tier = self.cpu_tier_bytes(name) * self.clients
+            ram = _ram_bytes()
+            if tier and ram and tier > ram:
+                raise ValueError(f"workloads.{name}.cpu_tier_gib = {w.cpu_tier_gib:g} is not allowed: × {self.clients} "
+                                 f"clients = {tier / GIB:,.1f} GiB, more than this host's {ram / GIB:,.1f} GiB of RAM")
+        from . import breakeven
+        for a in self.breakeven.accelerators:
+            if a not in breakeven.CATALOGUE:
+                raise ValueError(f"breakeven.accelerators: {a!r} is not allowed: one of "
+                                 f"{', '.join(breakeven.CATALOGUE)}")
+        return self
+
+    def workload(self, name: str) -> Workload:
+        return self.workloads[name] if name in self.workloads else Workload(**PRESETS[name])
+
+    def shape(self, model: str) -> ModelShape:
+        return shape_from_dict(model, self.shapes[model]) if model in self.shapes else MODELS[model]
+
+    @property
+    def longest_context(self) -> int:
+        """The most tokens one conversation's cache reaches: the largest first context + the later turns."""
+        return max(c.tokens for c in self.contexts) + (max(t.tokens for t in self.turns) - 1) * self.turn_tokens
+
+    def largest_entry_bytes(self, name: str) -> int:
+        return self.shape(self.workload(name).model).kv_bytes(self.longest_context)
+
+    def cpu_tier_bytes(self, name: str) -> int:
+        gib = self.workload(name).cpu_tier_gib
+        return int(gib * GIB) if gib else 0
+
+    @property
+    def models(self) -> list[str]:
+        return list(dict.fromkeys(self.workload(n).model for n in self.run))
+
+
+def _ram_bytes() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+Params = KvCacheParams

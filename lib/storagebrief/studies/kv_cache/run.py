@@ -1,0 +1,206 @@
+"""The KV-cache sweep on the shared engine (core.sweep): one measured run = one workload on one target at one
+repeat. The clients (clients.py forked, mpi.py under mpirun) join the run's cgroup (the target's throttle);
+run.start_clock()/stop_clock() bracket them (monitor, block trace); every run writes below
+<target>/storagebrief/kv_cache/<run_id>/ and removes that folder when it ends, whatever happened. A target
+that fills up mid-run gives a failed row with the reason, and the study goes on with the next run.
+
+finish(): the prefill rate of this machine (prefill.py, a subprocess), the break-even per target, model and
+accelerator (breakeven.py) into breakeven.csv and study.json, and mlperf_kvcache_summary.json.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+
+from ...core import results
+from ...core.config import ParamsError
+from ...core.sweep import Measurement, Point
+from ...kit import mpi as kit_mpi
+from ...kit.space import check_space, out_of_space
+from . import STUDY, breakeven, dataset, metrics, prefill
+from .clients import run_forked
+from .params import KvCacheParams
+from .workload import GIB, MIB
+
+BREAKEVEN_COLUMNS = ["target", "model", "accelerator", "how", "tflops", "reload_read_gib_per_s", "reload_latency_s",
+                     "break_even_tokens", "within_tokens", "need_at_tokens", "read_gib_per_s_needed", "answer"]
+
+
+@dataclass(frozen=True)
+class Config:
+    workload: str
+
+
+@dataclass
+class KvState:
+    removed: list[str] = field(default_factory=list)
+
+
+def _spec(p: KvCacheParams, name: str, folder) -> dict:
+    w = p.workload(name)
+    shape = p.shape(w.model)
+    return {"folder": str(folder), "seed": p.seed, "users": w.users_per_client, "concurrency": w.concurrency,
+            "cpu_tier_bytes": p.cpu_tier_bytes(name), "bytes_per_token": shape.kv_bytes_per_token,
+            "contexts": [(c.tokens, c.weight) for c in p.contexts], "turns": [(t.tokens, t.weight) for t in p.turns],
+            "turn_tokens": p.turn_tokens, "decode_reads": p.decode_reads, "prefill_only_tokens": p.prefill_only_tokens,
+            "duration_s": p.duration_s, "write_block": p.write_block_mib * MIB,
+            "largest_entry_bytes": p.largest_entry_bytes(name)}
+
+
+def _space_needed(p: KvCacheParams) -> int:
+    """Every user's largest cache on storage at once, plus a request in flight per thread, per client."""
+    most = 0
+    for name in p.run:
+        w = p.workload(name)
+        most = max(most, p.clients * (w.users_per_client + w.concurrency) * p.largest_entry_bytes(name))
+    return most
+
+
+def prepare(sweep) -> None:
+    p: KvCacheParams = sweep.p
+    sweep.state = state = KvState()
+    if p.launcher == "mpi":
+        try:
+            kit_mpi.check_available(p.mpi.mpirun, STUDY.name)
+        except kit_mpi.MpiUnavailable as exc:
+            raise ParamsError(str(exc)) from None
+        sweep.status(f"checking that mpirun starts {p.clients} rank(s)")
+        kit_mpi.preflight(p.mpi, p.clients, sweep.out_dir, STUDY.name, ranks_knob="kv_cache.clients")
+    check_space(sweep.targets, lambda t: _space_needed(p),
+                f"every simulated user's largest KV cache at once ({p.longest_context:,} tokens at most)")
+    for t in sweep.targets:
+        for gone in dataset.remove_leftovers(t):
+            state.removed.append(str(gone))
+            sweep.note(f"removed {gone}: KV files of a run that did not end (killed)")
+
+
+def plan(sweep) -> list[Point]:
+    p: KvCacheParams = sweep.p
+    return [Point(Config(n), r, f"{n}: {p.workload(n).model}, {p.clients} clients × "
+                                f"{p.workload(n).users_per_client} users, {p.duration_s:g} s")
+            for r in range(1, p.repeats + 1) for n in p.run]
+
+
+def run_id(config: Config, target, repeat: int) -> str:
+    return f"{STUDY.name}-{config.workload}-{target.name}-r{repeat}"
+
+
+def _columns(p: KvCacheParams, name: str) -> dict:
+    w = p.workload(name)
+    return {"workload": name, "model": w.model, "kv_bytes_per_token": p.shape(w.model).kv_bytes_per_token,
+            "launcher": p.launcher, "clients": p.clients, "users_per_client": w.users_per_client,
+            "concurrency": w.concurrency, "cpu_tier_bytes": p.cpu_tier_bytes(name), "duration_s": p.duration_s}
+
+
+def run_one(run, config: Config) -> Measurement:
+    p: KvCacheParams = run.p
+    folder = dataset.fresh(run.target, run.run_id)
+    try:
+        run.cold_cache([folder])
+        group = run.throttle()
+        spec = _spec(p, config.workload, folder)
+        procs_files = group.procs_files if group else None
+        if p.launcher == "mpi":
+            from .mpi import run_mpi
+            result = run_mpi(spec, p.clients, procs_files, p.mpi, dataset.mpi_dir(run.target),
+                             on_start=run.start_clock)
+            for h in result["hosts"]:
+                run.sweep.add_host(h, "kv_cache: MPI clients")
+        else:
+            result = run_forked(spec, p.clients, procs_files, on_start=run.start_clock)
+        run.stop_clock()
+    except (OSError, RuntimeError) as exc:
+        why = out_of_space(exc)
+        if why is None:
+            raise
+        run.stop_clock()
+        dataset.remove(folder)
+        run.sweep.note(f"target '{run.target.name}' filled up during {run.run_id}: {why}")
+        return Measurement(_columns(p, config.workload), ok=False,
+                           failure_reason=f"target full mid-run: {why}; this run's KV files were removed")
+    finally:
+        dataset.remove(folder)
+    keys = {"run_id": run.run_id, "target": run.target.name, "workload": config.workload, "repeat": run.repeat}
+    row = {**_columns(p, config.workload), **metrics.run_row(spec, result)}
+    return Measurement(row, tables={"latency.csv": [{**keys, **r} for r in metrics.latency_rows(result)]})
+
+
+def _prefill(sweep, p: KvCacheParams) -> tuple[float | None, dict]:
+    """This machine's effective prefill TFLOP/s (None when not measured or failed: said in the notes)."""
+    import pandas as pd
+
+    if not p.prefill.measure:
+        results.write_csv(sweep.out_dir / "prefill.csv", pd.DataFrame())
+        sweep.note("prefill not measured on this machine (kv_cache.prefill.measure = false): no 'this-cpu' answer")
+        return None, {}
+    sweep.status("measuring this machine's prefill rate (Keras, a small llama-shaped decoder)")
+    pp = p.prefill.model_dump()
+    try:
+        measured = prefill.run_subprocess(pp, sweep.out_dir / "prefill-work", p.prefill.timeout_s)
+    except (RuntimeError, OSError, ValueError) as exc:
+        sweep.note(f"prefill measurement failed, no 'this-cpu' answer: {exc}")
+        results.write_csv(sweep.out_dir / "prefill.csv", pd.DataFrame())
+        return None, {}
+    finally:
+        shutil.rmtree(sweep.out_dir / "prefill-work", ignore_errors=True)
+    rows, summary = prefill.analyse(pp, measured)
+    cpu = prefill.analyse(pp, measured, clock="cpu_seconds")[1]
+    summary["cpu_clock"] = {"tflops": cpu["tflops"], "agreement": cpu["agreement"]}
+    results.write_csv(sweep.out_dir / "prefill.csv", pd.DataFrame(rows))
+    return summary["tflops"], summary
+
+
+def breakeven_rows(frame, names: list[str], p: KvCacheParams, cpu_tflops: float | None) -> list[dict]:
+    """Per target, model and accelerator: the break-even L and the read rate needed at need_at_tokens, from
+    the target's median reload rate and latency over its ok runs of that model."""
+    ok = metrics.runs.ok_runs(frame) if len(frame) else frame
+    cat = breakeven.with_measured_cpu(cpu_tflops)
+    b = p.breakeven
+    out = []
+    for t in names:
+        for m in p.models:
+            g = ok[(ok.target == t) & (ok.model == m)] if len(ok) else ok
+            g = g[g.reload_read_gib_per_s.notna()] if len(g) else g
+            if not len(g):
+                continue
+            rate, lat = float(g.reload_read_gib_per_s.median()) * GIB, float(g.reload_latency_ms.median()) / 1e3
+            for a in b.accelerators:
+                acc = cat[a]
+                tf = acc.tflops(m)
+                if not tf:
+                    continue
+                ans = breakeven.answer(p.shape(m), tf, rate, lat, b.answer_within_tokens, b.need_at_tokens)
+                out.append({"target": t, "model": m, "accelerator": a, "how": acc.how, "tflops": tf,
+                            "reload_read_gib_per_s": rate / GIB, "reload_latency_s": lat,
+                            **{k: ans[k] for k in ("break_even_tokens", "within_tokens", "need_at_tokens",
+                                                   "read_gib_per_s_needed")},
+                            "answer": breakeven.sentence(ans)})
+    return out
+
+
+def finish(sweep, frame) -> None:
+    import pandas as pd
+
+    p: KvCacheParams = sweep.p
+    if not sweep.tables.get("latency.csv"):
+        results.write_csv(sweep.out_dir / "latency.csv", pd.DataFrame(columns=metrics.LATENCY_TABLE_COLUMNS))
+    results.write_json(sweep.out_dir / "mlperf_kvcache_summary.json", metrics.mlperf_summary(frame))
+    cpu_tflops, prefill_summary = _prefill(sweep, p)
+    rows = breakeven_rows(frame, sweep.target_names, p, cpu_tflops)
+    results.write_csv(sweep.out_dir / "breakeven.csv", pd.DataFrame(rows, columns=BREAKEVEN_COLUMNS))
+    shapes = {m: p.shape(m) for m in p.models}
+    results.write_json(sweep.out_dir / "study.json", {
+        "run": p.run, "workloads": {n: p.workload(n).model_dump() for n in p.run}, "clients": p.clients,
+        "launcher": p.launcher, "contexts": [c.model_dump() for c in p.contexts],
+        "turns": [t.model_dump() for t in p.turns], "turn_tokens": p.turn_tokens, "decode_reads": p.decode_reads,
+        "prefill_only_tokens": p.prefill_only_tokens, "duration_s": p.duration_s,
+        "seed": p.seed, "repeats": p.repeats, "write_block_mib": p.write_block_mib,
+        "longest_context": p.longest_context, "cores": os.cpu_count(),
+        "models": {m: {**s.__dict__, "kv_bytes_per_token": s.kv_bytes_per_token, "formula": s.formula,
+                       "dense_parameters": s.dense_parameters} for m, s in shapes.items()},
+        "prefill": prefill_summary, "breakeven": p.breakeven.model_dump(),
+        "catalogue": {k: {"source": a.source, "how": a.how, "tflops_by_model": a.tflops_by_model}
+                      for k, a in breakeven.with_measured_cpu(cpu_tflops).items()},
+        "h200_reproduction": breakeven.h200_reproduction(), "h200_tolerance": breakeven.H200_TOLERANCE,
+        "removed_leftovers": sweep.state.removed if isinstance(sweep.state, KvState) else []})
