@@ -32,7 +32,8 @@
 # runs (merged over params.yaml, validated before any work); change params.yaml for `dvc repro` too.
 kv_cache = {
     'run': ['quick-1', 'quick-2', 'quick-3'],  # workloads in order: names below or MLPerf's mlperf-closed-1..3 (paper scale)
-    'workloads': {'quick-1': {'model': 'llama3.1-8b', 'users_per_client': 4, 'cpu_tier_gib': None, 'concurrency': 2}, 'quick-2': {'model': 'llama3.1-8b', 'users_per_client': 4, 'cpu_tier_gib': 0.0625, 'concurrency': 2}, 'quick-3': {'model': 'llama3.1-70b', 'users_per_client': 2, 'cpu_tier_gib': None, 'concurrency': 1}},  # name -> model, users_per_client, cpu_tier_gib (per client; None: none), concurrency
+    'workloads': {  # name -> model, users_per_client, cpu_tier_gib (per client; None: none), concurrency
+    },
     'shapes': {},  # your own models: name -> {layers, hidden, heads, kv_heads, head_dim, ffn, context_window}
     'clients': 2,  # client processes (launcher fork) or MPI ranks (launcher mpi)
     'contexts': [{'tokens': 64, 'weight': 1}, {'tokens': 128, 'weight': 1}, {'tokens': 256, 'weight': 0.5}],  # a conversation's first context: tokens, drawn by weight
@@ -45,9 +46,30 @@ kv_cache = {
     'repeats': 1,  # MLPerf: 3 trials
     'write_block_mib': 16,  # one write() call of incompressible bytes
     'launcher': 'fork',  # fork: client processes on this host; mpi: mpirun ranks (the mpi keys below)
-    'mpi': {'mpirun': 'mpirun', 'hostfile': None, 'hosts': [], 'oversubscribe': True, 'extra_args': []},  # used by launcher: mpi only (the emulate study's mpi section, same keys)
-    'prefill': {'measure': True, 'layers': 2, 'hidden': 256, 'heads': 4, 'kv_heads': 2, 'ffn': 688, 'contexts': [512, 1024, 2048, 4096], 'repeats': 3, 'threads': None, 'timeout_s': 600},  # this machine's prefill rate: a small llama-shaped decoder in Keras, random weights
-    'breakeven': {'accelerators': ['this-cpu', 'h200', 'h100-sxm'], 'answer_within_tokens': 131072, 'need_at_tokens': 8192},
+    'mpi': {  # used by launcher: mpi only (the emulate study's mpi section, same keys)
+        'mpirun': 'mpirun',
+        'hostfile': None,
+        'hosts': [],
+        'oversubscribe': True,
+        'extra_args': [],
+    },
+    'prefill': {  # this machine's prefill rate: a small llama-shaped decoder in Keras, random weights
+        'measure': True,  # False: no 'this-cpu' answer (and no TensorFlow start)
+        'layers': 2,
+        'hidden': 256,
+        'heads': 4,
+        'kv_heads': 2,
+        'ffn': 688,
+        'contexts': [512, 1024, 2048, 4096],  # tokens; the FLOP model's prediction is shown beside each
+        'repeats': 3,  # timed passes per context (best kept, spread shown)
+        'threads': None,  # TensorFlow's threads; None: every core
+        'timeout_s': 600,
+    },
+    'breakeven': {
+        'accelerators': ['this-cpu', 'h200', 'h100-sxm'],  # catalogue (README/docs: sources); this-cpu: measured above
+        'answer_within_tokens': 131072,  # beyond this the answer is "not within 128K tokens"
+        'need_at_tokens': 8192,  # the read GiB/s a reload needs to win at this context
+    },
 }
 targets = None     # None: params.yaml's targets; or a list like params.yaml's (name, path, profile)
 out_dir = None     # None: a new reports/runs/<time>/kv_cache/ (dvc repro passes reports/kv_cache)
