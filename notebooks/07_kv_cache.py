@@ -33,11 +33,51 @@
 kv_cache = {
     'run': ['quick-1', 'quick-2', 'quick-3'],  # workloads in order: names below or MLPerf's mlperf-closed-1..3 (paper scale)
     'workloads': {  # name -> model, users_per_client, cpu_tier_gib (per client; None: none), concurrency
+        'quick-1': {  # closed option 1, scaled
+            'model': 'llama3.1-8b',
+            'users_per_client': 4,
+            'cpu_tier_gib': None,
+            'concurrency': 2,
+        },
+        'quick-2': {  # option 2: a CPU tier
+            'model': 'llama3.1-8b',
+            'users_per_client': 4,
+            'cpu_tier_gib': 0.0625,
+            'concurrency': 2,
+        },
+        'quick-3': {  # option 3, scaled
+            'model': 'llama3.1-70b',
+            'users_per_client': 2,
+            'cpu_tier_gib': None,
+            'concurrency': 1,
+        },
     },
     'shapes': {},  # your own models: name -> {layers, hidden, heads, kv_heads, head_dim, ffn, context_window}
     'clients': 2,  # client processes (launcher fork) or MPI ranks (launcher mpi)
-    'contexts': [{'tokens': 64, 'weight': 1}, {'tokens': 128, 'weight': 1}, {'tokens': 256, 'weight': 0.5}],  # a conversation's first context: tokens, drawn by weight
-    'turns': [{'tokens': 2, 'weight': 1}, {'tokens': 4, 'weight': 1}],  # turns per conversation (tokens: the number of turns), drawn by weight
+    'contexts': [  # a conversation's first context: tokens, drawn by weight
+        {
+            'tokens': 64,
+            'weight': 1,
+        },
+        {
+            'tokens': 128,
+            'weight': 1,
+        },
+        {
+            'tokens': 256,
+            'weight': 0.5,
+        },
+    ],
+    'turns': [  # turns per conversation (tokens: the number of turns), drawn by weight
+        {
+            'tokens': 2,
+            'weight': 1,
+        },
+        {
+            'tokens': 4,
+            'weight': 1,
+        },
+    ],
     'turn_tokens': 32,  # tokens each later turn adds (its reload reads the previous turn's cache)
     'decode_reads': 1,  # reads of a request's new cache right after its write (MLPerf's PREFILL_DECODE: N)
     'prefill_only_tokens': 10000,  # from this context on, no decode reads (MLPerf: PREFILL only from 10K tokens)

@@ -115,7 +115,7 @@ def _to_python(lines: list[str], indent: int, pad: int) -> list[str]:
     import yaml
 
     out, i = [], 0
-    key_line = re.compile(rf"^ {{{indent}}}([A-Za-z_][A-Za-z0-9_]*):(.*)$")
+    key_line = re.compile(rf"^ {{{indent}}}([A-Za-z0-9_][A-Za-z0-9_.+-]*):(.*)$")   # YAML plain keys: quick-1, llama3.1-8b
     while i < len(lines):
         m = key_line.match(lines[i])
         if not m:
@@ -152,6 +152,13 @@ def _literal_lines(value, pad: int) -> list[str]:
             lines.append(" " * (pad + 4) + f"{k!r}: {inner[0]}" + ("," if len(inner) == 1 else ""))
             lines += inner[1:-1] + ([inner[-1] + ","] if len(inner) > 1 else [])
         return lines + [" " * pad + "}"]
+    if isinstance(value, list) and any(isinstance(v, dict) and v for v in value):
+        lines = ["["]                                             # a list of mappings: an item per line too
+        for v in value:
+            inner = _literal_lines(v, pad + 4)
+            lines.append(" " * (pad + 4) + inner[0] + ("," if len(inner) == 1 else ""))
+            lines += inner[1:-1] + ([inner[-1] + ","] if len(inner) > 1 else [])
+        return lines + [" " * pad + "]"]
     return [_literal(value)]
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from ...core import plans
 from ...core.sweep import Point
 from ...kit import client_check
-from .limits import judge
+from .limits import CHECK, checks, judge, measured  # noqa: F401  (re-exported: the rows every reader filters)
 from .params import EmulateParams
 from .search import Probe, Search
 
@@ -91,26 +91,6 @@ class SearchPlan:
 
 
 # --------------------------------------------------------------------------- client check
-CHECK = "half CPUs"          # the client_check column of a confined run
-
-
-def measured(frame):
-    """The sweep's own scored rows: the client check's confined re-runs (they answer another question) and,
-    under emulate.mlperf_rules, each point's warm-up run (mlperf.py) left out."""
-    if "client_check" in frame:
-        frame = frame[frame.client_check.isna() | (frame.client_check.astype(str) == "")]
-    if "mlperf_run" in frame:
-        frame = frame[frame.mlperf_run.astype(str) != "warm-up"]
-    return frame
-
-
-def checks(frame):
-    """The client check's confined re-runs alone."""
-    if "client_check" not in frame:
-        return frame.iloc[0:0]
-    return frame[frame.client_check.astype(str) == CHECK]
-
-
 def headline_n(g, threshold: float) -> int:
     """The point the answer rests on: the largest passing N below the first failing one; when none passed,
     the smallest N tried."""
