@@ -178,24 +178,32 @@ def _forecast(study_dir: Path) -> None:
                       "Statistic": fc.get("curve_statistic"), "Repeats' spread %": fc.get("repeat_spread_percent"),
                       "Profile cap MB/s": fc.get("profile_cap_mb_per_s"),
                       "Forecast": fc.accelerators_forecast,
-                      "Emulated": fc.emulated_supported_text.fillna("–") if "emulated_supported_text" in fc else "–",
+                      "Emulated": [_emulated(r) for r in fc.to_dict("records")],
                       "Emulated max tested": fc.get("emulated_max_accelerators_tested"),
                       "Forecast − emulated": fc.get("forecast_minus_emulated")})
     show_table(t, "Accelerators supported: fio forecast beside the emulate study's measured answer on the same "
-                  "target and workload (same workload spec). An emulated answer equal to its largest count tested "
-                  "is a floor, not a limit.", floatfmt="{:,.1f}")
+                  "target and workload (same workload spec): the largest count that passed, the first that failed "
+                  "and what limited it. With no count failed the answer is a floor, not a limit.", floatfmt="{:,.1f}")
     notes = [f"{r.target} ({r.workload}): {r.forecast_note}" for r in fc.itertuples()
              if isinstance(getattr(r, "forecast_note", None), str) and r.forecast_note]
     if notes:
         show_md("**Busy above idle.** " + "; ".join(notes) + ".")
     idle = fc[(fc.load == "idle") & fc.emulated_passed_at_least.notna()] if "emulated_passed_at_least" in fc else []
     if len(idle):
-        diffs = "; ".join(f"{r.target}: forecast {int(r.accelerators_forecast)}, emulated {int(r.emulated_passed_at_least)}"
-                          " passed" + (f", {int(r.emulated_first_failing)} failed ({r.emulated_limited_by})"
-                                       if not pd.isna(r.emulated_first_failing) else ", none failed")
-                          for r in idle.itertuples())
+        diffs = "; ".join(f"{r['target']}: forecast {int(r['accelerators_forecast'])}, emulated {_emulated(r)}"
+                          for r in idle.to_dict("records"))
         show_md(f"**Forecast vs emulation (idle system, as the emulate study ran).** {diffs}. Page 1 gives one "
                 "answer per target: the emulated count, its range and what limited it, with this forecast reconciled.")
+
+
+def _emulated(r: dict) -> str:
+    """The emulate study's answer as counts: '4 passed, 8 failed (client)' (never a failed count alone)."""
+    passed, failed = r.get("emulated_passed_at_least"), r.get("emulated_first_failing")
+    if passed is None or pd.isna(passed):
+        text = r.get("emulated_supported_text")
+        return "–" if text is None or pd.isna(text) else str(text)
+    return f"{int(passed)} passed, " + (f"{int(failed)} failed ({r.get('emulated_limited_by')})"
+                                         if failed is not None and not pd.isna(failed) else "none failed")
 
 
 def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
