@@ -124,6 +124,8 @@ def _busy_not_above_idle(rows: list[dict]) -> None:
                               f"{i['throughput_used_mb_per_s'] or 0:,.0f} (worse repeats; on a VM a loaded vCPU "
                               "notices completions sooner): capped at the idle forecast, since a busy system has no "
                               "more capacity to feed accelerators")
+        if r.get("forecast_minus_emulated") is not None:
+            r["forecast_minus_emulated"] -= r["accelerators_forecast"] - i["accelerators_forecast"]
         r["accelerators_forecast"] = i["accelerators_forecast"]
 
 
