@@ -32,3 +32,17 @@ def test_transfer_sweep_benchmark_parses_what_fio_prints(tmp_path):
     assert out.returncode == 0, out.stderr[-1500:]
     ratios = [line.split()[4] for line in out.stdout.splitlines() if " QD" in line and "K" in line.split()[0]]
     assert len(ratios) == 4 and all(0.99 <= float(r) <= 1.01 for r in ratios), out.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("fio") is None, reason="fio is not installed")
+def test_checkpoint_benchmark_prints_every_round_of_both_sides(tmp_path):
+    out = _run(REPO / "benchmarks" / "checkpoint.py", "--dir", tmp_path, "--ranks", "2", "--size-mib", "8",
+               "--write-block-mib", "4", "--read-block-mib", "4", "--repeats", "2", timeout=300)
+    assert out.returncode == 0, out.stderr[-1500:]
+    rounds = [line.split() for line in out.stdout.splitlines() if line[:1].isdigit()]
+    assert [(r[0], r[1]) for r in rounds] == [("1", "ranks"), ("1", "fio"), ("2", "ranks"), ("2", "fio")], out.stdout
+    # the device's own counters, where the folder is on a block device: a save's bytes reached it
+    for r in rounds:
+        assert r[5] == "n/a" or float(r[5].replace(",", "")) >= 2 * 8 * 2**20 / 1e6 * 0.99, out.stdout
+    assert all(any(line.startswith(p) for line in out.stdout.splitlines()) for p in ("save", "restore", "generator"))

@@ -1,4 +1,5 @@
 """End to end: `dvc repro` on a tiny profile in a copy of the repo, then check the brief."""
+import html as html_mod
 import json
 import os
 import re
@@ -106,8 +107,10 @@ def test_dvc_chain_renders_brief_with_recomputable_headlines(tiny_chain):
     text = re.sub(r"<[^>]+>", "", html)   # a table cell keeps a hyphenated word whole in a span
     for h in headlines:                                  # pandas escapes &, < and > in table cells
         assert h["label"].replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;") in text, h["label"]
-    # page 1's answers: accelerators supported for every target (emulated, and fio's forecast beside)
-    assert "The answers" in html and html.count("Accelerators supported, emulated") >= 2
+    # page 1's answers: one accelerators-supported row per target (emulated, fio's forecast reconciled beside)
+    assert "The answers" in html and html.count("Accelerators supported (") >= 2 and "fio forecast" in html
+    # every "a × b = c" the brief prints is computed from the numbers it prints
+    assert formatting.products_that_do_not_add_up(html_mod.unescape(text)) == []
     assert html.count("beyond how many tokens does reloading from storage beat recomputing") >= 2   # kv_cache
     assert text.count("Checkpoint interval for ≤ 5 % overhead, llama3-") >= 2
     # every configuration x target x repeat ran and wrote its row

@@ -39,3 +39,38 @@ def test_a_spread_is_shown_only_when_it_differs_from_the_value():
                                          (-68.7, "3.19× less"), (100.0, "2× as much"), (-50.0, "2× less")])
 def test_a_signed_change_reads_as_percent_near_1x_and_as_a_factor_beyond_2x(delta, text):
     assert fmt.change(delta) == text
+
+
+def test_an_arithmetic_sentence_must_add_up_from_its_printed_numbers():
+    ok = "a demand of 16 × 49.8 = 796.8 MB/s; read threads × (prefetch + 1) = 4 × (2 + 1) = 12; 1,000 × 2 = 2,000"
+    assert fmt.products_that_do_not_add_up(ok) == []
+    bad = fmt.products_that_do_not_add_up("a demand of 16 × 50 = 796 MB/s; 3 × 4 = 13")
+    assert [b.split(" (")[0] for b in bad] == ["16 × 50 = 796", "3 × 4 = 13"]
+
+
+def _rendered(monkeypatch, fn, *args) -> str:
+    """The Markdown a brief function shows, as text."""
+    import IPython.display
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda *objs, **kw: shown.extend(getattr(o, "data", "")
+                                                                                      for o in objs))
+    fn(*args)
+    return "\n".join(str(s) for s in shown)
+
+
+def test_the_emulate_analysis_computes_what_it_prints(monkeypatch):
+    """The sentence that printed "16 × 50 = 796 MB/s" (demand 49.75 MB/s rounded in print, not in the sum)."""
+    import pandas as pd
+
+    from storagebrief.studies.emulate import brief as emulate_brief
+    rows = [{"workload": "unet3d", "target": "local", "accelerators": n, "au_percent": au,
+             "device_read_mb_per_s_avg": 40.0 * n, "loader_read_mb_per_s": 41.0 * n,
+             "throttle_au_bound_percent": float("nan"), "read_latency_us_mean": 900.0, "emulator_overhead_s": 0.01,
+             "measured_time_s": 10.0, "au_percent_overhead_removed": au + 0.1,
+             "demand_mb_per_s_per_accelerator": 49.75} for n, au in ((4, 98.1), (8, 94.0), (16, 76.5))]
+    sup = pd.DataFrame([{"workload": "unet3d", "target": "local", "au_threshold_percent": 90.0,
+                         "accelerators_supported_text": "client-limited at 16", "searched": False,
+                         "supported_limited_by": "client", "search_probes": ""}])
+    text = _rendered(monkeypatch, emulate_brief._analysis, pd.DataFrame(rows), sup)
+    assert "16 × 49.8 = 796.8 MB/s" in text
+    assert fmt.products_that_do_not_add_up(text) == []

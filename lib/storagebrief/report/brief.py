@@ -18,7 +18,7 @@ import pandas as pd
 
 from ..core import config as config_mod
 from ..studies import get as get_study
-from . import formatting, inputs
+from . import accelerators, formatting, inputs
 from .display import Appendix, details_to, limits_box, set_target_order, show_html, show_md, show_table
 
 
@@ -188,14 +188,20 @@ def title_block(reports_dir: str | Path, params_file: str | Path) -> None:
 def answers(reports_dir: str | Path) -> None:
     """Page 1's answers, one row per question and target, from every readable study that has some."""
     rows = []
-    for s in inputs.readable(reports_dir):
-        try:
-            found = get_study(s.key).answers(s.dir, s.frame, s.names)
-        except Exception as exc:   # noqa: BLE001 - one study's arithmetic must not take the others' answers
-            if not _in_kernel():
-                raise
-            found = [{"question": s.title, "target": "–", "answer": "could not be computed",
-                      "basis": f"{type(exc).__name__}: {exc}"}]
+    studies = inputs.readable(reports_dir)
+    found_by = {s.key: _study_answers(s) for s in studies}
+    # "How many accelerators": one reconciled row per target (report/accelerators.py) in place of the emulate
+    # and transfer-size studies' own rows, placed where the first of them stood
+    by_key = {s.key: s for s in studies}
+    both = ("emulate", "transfer_sweep")
+    acc = _survives_value("the accelerators answer", accelerators.answers, by_key.get("emulate"),
+                          by_key.get("transfer_sweep"), found_by.get("emulate")) if set(both) & set(by_key) else []
+    reconciled = bool(acc)
+    for s in studies:
+        found = found_by[s.key]
+        if reconciled and s.key in both:
+            found = [a for a in found if not str(a["question"]).startswith(accelerators.REPLACES_PREFIX)]
+            found, acc = acc + found, []
         for a in found:
             rows.append({"Question": a["question"], "Target": a["target"], "Answer": a["answer"],
                          "Basis (what limited it, how measured)": a.get("basis", "")})
@@ -203,6 +209,27 @@ def answers(reports_dir: str | Path) -> None:
         show_html('<h2 class="answers">The answers</h2>')
         show_table(pd.DataFrame(rows), "Each answer is computed from the runs the study wrote (its section and "
                                        "CSV files give the detail); quick-profile runs are short and scaled down.")
+
+
+def _study_answers(s) -> list[dict]:
+    try:
+        return get_study(s.key).answers(s.dir, s.frame, s.names)
+    except Exception as exc:   # noqa: BLE001 - one study's arithmetic must not take the others' answers
+        if not _in_kernel():
+            raise
+        return [{"question": s.title, "target": "–", "answer": "could not be computed",
+                 "basis": f"{type(exc).__name__}: {exc}"}]
+
+
+def _survives_value(what: str, fn, *args) -> list:
+    """fn(*args), or [] with a note in a kernel when it raised (the studies' own rows then stand)."""
+    try:
+        return fn(*args)
+    except Exception as exc:   # noqa: BLE001
+        if not _in_kernel():
+            raise
+        _not_rendered(what, exc)
+        return []
 
 
 SNAPSHOT_CARDS = 8

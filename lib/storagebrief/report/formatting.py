@@ -5,6 +5,7 @@ the value does not (a spread that rounds to the value is noise on a card)."""
 from __future__ import annotations
 
 import math
+import re
 
 RATIO_FROM = 2.0      # a difference of at least this factor is written as ×N
 
@@ -56,3 +57,27 @@ def change(delta_percent: float) -> str:
     if 0 < f <= 1 / RATIO_FROM:
         return f"{significant(1 / f)}× less"
     return f"{delta_percent:+.1f}%"
+
+
+_NUM = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?"
+_TERM = rf"\(?\s*(?:{_NUM})\s*\)?"
+_PRODUCT = re.compile(rf"(?<![\d.,])({_TERM}(?:\s*[×÷+]\s*{_TERM})+)\s*=\s*({_NUM})(?![\d])")
+
+
+def products_that_do_not_add_up(text: str) -> list[str]:
+    """Every arithmetic sentence in `text` ("16 × 49.8 = 796.8", "4 × (2 + 1) = 12") whose result is not the
+    printed operands' result to the printed precision: the brief computes what it prints from what it
+    prints. Expressions without × or ÷ are left alone."""
+    bad = []
+    for m in _PRODUCT.finditer(text):
+        expr, result = m.group(1), m.group(2)
+        if "×" not in expr and "÷" not in expr or expr.count("(") != expr.count(")"):
+            continue
+        try:
+            value = eval(expr.replace(",", "").replace("×", "*").replace("÷", "/"), {"__builtins__": {}})  # noqa: S307 - digits and + * / ( ) only
+        except (SyntaxError, ZeroDivisionError):
+            continue
+        decimals = len(result.split(".")[1]) if "." in result else 0
+        if abs(value - float(result.replace(",", ""))) > 0.5 * 10 ** -decimals + 1e-9:
+            bad.append(f"{m.group(0).strip()} (the printed operands give {value:,.{decimals + 2}f})")
+    return bad

@@ -201,6 +201,55 @@ def test_forecast_uses_the_emulate_spec_and_puts_its_answer_beside(tmp_path):
     assert row.emulated_supported_text.startswith("≥ 3") and pd.isna(row.forecast_minus_emulated)
 
 
+def _fp(tmp_path):
+    return config.validate({"targets": [{"name": "a", "path": str(tmp_path / "t")}],
+                            "transfer_sweep": {}}).section("transfer_sweep").forecast
+
+
+def _pts(target, load, mins, maxs):
+    """1 MiB points at QD 1/8/32 with two repeats: the worse and the better one."""
+    return pd.DataFrame({"target": target, "load": load, "path": "cpu", "rw": "randread",
+                         "block_size_bytes": 1 << 20, "queue_depth": [1, 8, 32],
+                         "throughput_mb_per_s_min": mins, "throughput_mb_per_s_max": maxs,
+                         "throughput_mb_per_s_mean": [(a + b) / 2 for a, b in zip(mins, maxs)]})
+
+
+def test_forecast_never_exceeds_the_profile_nor_takes_a_lucky_repeat(tmp_path):
+    fp = _fp(tmp_path)
+    spec = forecast.merged_spec("unet3d", {})
+    need = spec.demand_bytes_per_s(fp.accelerator_type) / 1e6 * spec.au_threshold_percent / 100
+    # hdd-emulated as measured: a short point overshoots its throttle (154 MB/s under a 150 cap); here the
+    # overshoot would make 3 accelerators out of a cap that feeds 2
+    cap = 2.5 * need
+    pts = _pts("hdd", "idle", [1.2 * need, 3.1 * need, 3.1 * need], [1.3 * need, 3.2 * need, 3.2 * need])
+    row = forecast.forecast(pts, fp, {}, {"hdd": {"read_mb_per_s": cap}}).iloc[0]
+    assert row.profile_cap_mb_per_s == cap and row.throughput_used_mb_per_s == cap and row.capped_by_profile
+    assert row.accelerators_forecast == 2
+    assert forecast.forecast(pts, fp, {}, {}).iloc[0].accelerators_forecast == 3     # unthrottled: as measured
+    # IOPS cap x transfer size binds when it is the smaller
+    assert forecast.profile_cap_mb_per_s({"read_mb_per_s": 150.0, "read_iops": 100}, 1 << 20) == pytest.approx(104.8576)
+    assert forecast.profile_cap_mb_per_s(None, 4096) is None
+    # local 1M QD 1 read 672 and 1,624 MB/s: the mean (1,148) is no figure to forecast from; the worse repeat is
+    noisy = _pts("local", "idle", [672.0, 672.0, 672.0], [1624.0, 1624.0, 1624.0])
+    row = forecast.forecast(noisy, fp, {}, {}).iloc[0]
+    assert row.curve_statistic == "worse repeat" and row.throughput_used_mb_per_s == 672.0
+    assert row.repeat_spread_percent == pytest.approx((1624 - 672) / 1148 * 100)
+
+
+def test_a_busy_system_never_forecasts_more_than_the_idle_one(tmp_path):
+    fp = _fp(tmp_path)
+    spec = forecast.merged_spec("unet3d", {})
+    need = spec.demand_bytes_per_s(fp.accelerator_type) / 1e6 * spec.au_threshold_percent / 100
+    # notebook 04 rerun: 2 accelerators when idle, 3 when busy
+    pts = pd.concat([_pts("a", "idle", [1.2 * need, 2.1 * need, 2.1 * need], [1.3 * need, 2.2 * need, 2.2 * need]),
+                     _pts("a", "busy", [1.2 * need, 3.1 * need, 3.1 * need], [1.3 * need, 3.2 * need, 3.2 * need])])
+    fc = forecast.forecast(pts, fp, {}, {}).set_index("load")
+    assert fc.loc["idle", "accelerators_forecast"] == 2
+    assert fc.loc["busy", "accelerators_forecast"] == fc.loc["idle", "accelerators_forecast"]
+    assert fc.loc["busy", "accelerators_forecast_uncapped"] > fc.loc["idle", "accelerators_forecast"]
+    assert "capped at the idle forecast" in fc.loc["busy", "forecast_note"] and fc.loc["idle", "forecast_note"] == ""
+
+
 # --------------------------------------------------------------------------- bad input
 def _params(tmp_path: Path, **ts) -> dict:
     return {"targets": [{"name": "a", "path": str(tmp_path / "a")}], "transfer_sweep": ts}

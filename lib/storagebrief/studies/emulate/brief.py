@@ -318,12 +318,12 @@ def _analysis(frame, sup) -> None:
                                           lat=("read_latency_us_mean", "mean"),
                                           over=("emulator_overhead_s", "mean"), tot=("measured_time_s", "mean"),
                                           removed=("au_percent_overhead_removed", "mean"))
-        d = float(g.demand_mb_per_s_per_accelerator.iloc[0])
+        d = round(float(g.demand_mb_per_s_per_accelerator.iloc[0]), 1)   # printed as is: N × d = what it prints
         nmax = int(m.index.max())
         s = sup[(sup.workload == w) & (sup.target == t)].iloc[0]
         text = (f"- **{t}** ({w}): AU {m.au.iloc[0]:.1f} % at {int(m.index[0])} accelerator(s) and {m.au.iloc[-1]:.1f} % at "
-                f"{nmax}; loaders read {m.loader.iloc[-1]:.0f} MB/s at {nmax} against a demand of {nmax} × {d:.0f} = "
-                f"{nmax * d:.0f} MB/s; " + (
+                f"{nmax}; loaders read {m.loader.iloc[-1]:.0f} MB/s at {nmax} against a demand of {nmax} × {d:.1f} = "
+                f"{nmax * d:,.1f} MB/s; " + (
                     f"accelerators supported at ≥ {s.au_threshold_percent:.0f} % AU, searched: "
                     f"{s.accelerators_supported_text} (N probed: {s.search_probes})" if s.get("searched", False) else
                     f"supports {s.accelerators_supported_text} accelerator(s) at ≥ "

@@ -253,8 +253,16 @@ def _training_check(ok) -> None:
     if carried.any():
         parts.append(f"in {int(fell[carried].sum())} of {int(carried.sum())} that carried on a model from an "
                      "earlier run (kept jobs: they start near convergence, where a few steps move it either way)")
+    spikes = ""
+    if "loss_max_step_last_epoch" in ok and ok.loss_max_step_last_epoch.notna().any():
+        # one batch's loss above chance's (ln classes) in a carried, converged model is a broken step
+        bound = math.log(int(ok.num_classes.iloc[0]))
+        worst = ok.loss_max_step_last_epoch
+        spikes = (f" The largest single-step loss of a last epoch was {worst.max():.3f}; "
+                  f"{int((worst > bound).sum())} of {int(worst.notna().sum())} runs had a step above ln(classes) = "
+                  f"{bound:.3f}.")
     show_md(f"**Training check.** {'; '.join(parts)}. Last-epoch accuracy {ok.accuracy_last_epoch.mean():.2f} "
-            f"mean (chance {1 / ok.num_classes.iloc[0]:.2f}) on class-dependent synthetic images.")
+            f"mean (chance {1 / ok.num_classes.iloc[0]:.2f}) on class-dependent synthetic images.{spikes}")
 
 
 def _failed_runs(frame) -> None:

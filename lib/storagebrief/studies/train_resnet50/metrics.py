@@ -53,6 +53,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("loss_first_epoch", "", "training loss of the first epoch, mean over jobs"),
     Column("loss_last_epoch", "", "training loss of the last epoch, mean over jobs"),
     Column("accuracy_last_epoch", "", "training accuracy of the last epoch, mean over jobs"),
+    Column("loss_max_step_last_epoch", "", "the largest per-step (one batch) training loss of the last epoch, "
+           "over jobs: a spike above ln(num_classes) in a converged model is a broken step, not noise"),
     Column("pipeline_bytes", _B, "record bytes the tf.data pipelines consumed"),
     Column("job_read_bytes", _B, "bytes the jobs caused to be read from storage (/proc/<pid>/io)"),
     Column("read_amplification", "", "job_read_bytes / pipeline_bytes"),
@@ -105,7 +107,8 @@ def _job_row(base: dict, j) -> dict:
         "reread_ratio": (sum(e["read_bytes"] for e in later) / max(1, sum(e["pipeline_bytes"] for e in later))
                          if later else np.nan),
         "loss_first_epoch": j.epochs[0]["loss"], "loss_last_epoch": j.epochs[-1]["loss"],
-        "accuracy_last_epoch": j.epochs[-1]["accuracy"], "checkpoints": j.done["checkpoints"],
+        "accuracy_last_epoch": j.epochs[-1]["accuracy"],
+        "loss_max_step_last_epoch": j.epochs[-1].get("loss_max_step", np.nan), "checkpoints": j.done["checkpoints"],
         "checkpoint_bytes": j.done["checkpoint_bytes"], "checkpoint_s_total": j.done["checkpoint_s"]}
 
 
@@ -114,6 +117,8 @@ def _epoch_rows(base: dict, j) -> list[dict]:
     return [{"run_id": base["run_id"], "target": base["target"], "job": j.index, "epoch": e["epoch"],
              "seconds": e["seconds"], "images": e["images"], "job_read_bytes": e["read_bytes"],
              "pipeline_bytes": e["pipeline_bytes"], "loss": e["loss"], "accuracy": e["accuracy"],
+             "loss_max_step": e.get("loss_max_step"),
+             "step_losses": " ".join(f"{x:.4g}" for x in e.get("step_losses", [])),
              "memory_anon_bytes": e.get("anon_bytes"), "memory_cache_bytes": e.get("cache_bytes")}
             for e in j.epochs]
 
@@ -159,6 +164,7 @@ def _training_columns(jr: list[dict], epoch_rows: list[dict], elapsed: float) ->
         "loss_first_epoch": float(np.mean([r["loss_first_epoch"] for r in jr])),
         "loss_last_epoch": float(np.mean([r["loss_last_epoch"] for r in jr])),
         "accuracy_last_epoch": float(np.mean([r["accuracy_last_epoch"] for r in jr])),
+        "loss_max_step_last_epoch": float(np.max([r["loss_max_step_last_epoch"] for r in jr])),
         "pipeline_bytes": pipeline, "job_read_bytes": job_read,
         "read_amplification": job_read / pipeline if pipeline else np.nan,
         "reread_ratio": later_read / later_pipe if later_pipe else np.nan,

@@ -151,11 +151,12 @@ def _train(spec: dict, tf, it, train_step, checkpointer, fd: int) -> None:
                                              or (not every and time.perf_counter() - last_ck >= interval)):
                 checkpointer.save()
                 last_ck = time.perf_counter()
-            _emit(fd, event="step", step=step)
+            _emit(fd, event="step", step=step, loss=losses[-1], accuracy=accs[-1])
         _emit(fd, event="epoch", epoch=epoch, seconds=time.perf_counter() - e0, images=steps_per_epoch * batch,
               read_bytes=_proc_io_read_bytes() - r0, pipeline_bytes=consumed,
               loss=float(np.mean(losses)), accuracy=float(np.mean(accs)),
-              loss_first_step=losses[0], loss_last_step=losses[-1])
+              loss_first_step=losses[0], loss_last_step=losses[-1], loss_max_step=max(losses),
+              step_losses=losses)
     ck = checkpointer
     _emit(fd, event="done", seconds=time.perf_counter() - t_start, steps=step,
           checkpoints=ck.count if ck else 0, checkpoint_bytes=ck.bytes if ck else 0,

@@ -151,7 +151,10 @@ def _forecast(study_dir: Path) -> None:
         f"{first.demand_mb_per_s_per_accelerator:,.1f} MB/s when never kept waiting "
         f"(spec from {first.workload_spec_source}). N accelerators keep AU ≥ {first.au_threshold_percent:g} % while "
         "N × demand × AU threshold ≤ the best throughput measured at the transfer size nearest the workload's "
-        "request, at a queue depth N × read threads can fill. Assumptions: the loader's reads look like fio's "
+        "request, at a queue depth N × read threads can fill. Each point counts as its worse repeat (a fast repeat "
+        "cannot inflate it; the table gives the repeats' spread), capped at what an emulated target's profile "
+        "allows (a short point can overshoot its throttle); a busy system's forecast is capped at the idle one's. "
+        "Assumptions: the loader's reads look like fio's "
         "(same size, random, direct I/O, no page cache); AU falls as throughput ÷ (N × demand) once storage is the "
         "limit; the client has CPU for N loaders; beyond the largest QD measured the curve is assumed flat.")
     t = pd.DataFrame({"Target": fc.target, "Load": fc.load, "Workload": fc.workload,
@@ -159,19 +162,35 @@ def _forecast(study_dir: Path) -> None:
                       "Curve used": fc.transfer_size_bytes.map(lambda b: size_label(int(b))),
                       "Demand MB/s per acc.": fc.demand_mb_per_s_per_accelerator,
                       "MB/s used": fc.throughput_used_mb_per_s, "at QD": fc.queue_depth_used,
+                      "Statistic": fc.get("curve_statistic"), "Repeats' spread %": fc.get("repeat_spread_percent"),
+                      "Profile cap MB/s": fc.get("profile_cap_mb_per_s"),
                       "Forecast": fc.accelerators_forecast,
-                      "Emulated": fc.emulated_supported_text.fillna("–") if "emulated_supported_text" in fc else "–",
+                      "Emulated": [_emulated(r) for r in fc.to_dict("records")],
                       "Emulated max tested": fc.get("emulated_max_accelerators_tested"),
                       "Forecast − emulated": fc.get("forecast_minus_emulated")})
     show_table(t, "Accelerators supported: fio forecast beside the emulate study's measured answer on the same "
-                  "target and workload (same workload spec). An emulated answer equal to its largest count tested "
-                  "is a floor, not a limit.", floatfmt="{:,.1f}")
-    have = fc.dropna(subset=["forecast_minus_emulated"]) if "forecast_minus_emulated" in fc else fc.iloc[0:0]
-    idle = have[have.load == "idle"]
+                  "target and workload (same workload spec): the largest count that passed, the first that failed "
+                  "and what limited it. With no count failed the answer is a floor, not a limit.", floatfmt="{:,.1f}")
+    notes = [f"{r.target} ({r.workload}): {r.forecast_note}" for r in fc.itertuples()
+             if isinstance(getattr(r, "forecast_note", None), str) and r.forecast_note]
+    if notes:
+        show_md("**Busy above idle.** " + "; ".join(notes) + ".")
+    idle = fc[(fc.load == "idle") & fc.emulated_passed_at_least.notna()] if "emulated_passed_at_least" in fc else []
     if len(idle):
-        diffs = ", ".join(f"{r.target}: {int(r.accelerators_forecast)} vs {r.emulated_supported_text}"
-                          for r in idle.itertuples())
-        show_md(f"**Forecast vs emulation (idle system, as the emulate study ran).** {diffs}.")
+        diffs = "; ".join(f"{r['target']}: forecast {int(r['accelerators_forecast'])}, emulated {_emulated(r)}"
+                          for r in idle.to_dict("records"))
+        show_md(f"**Forecast vs emulation (idle system, as the emulate study ran).** {diffs}. Page 1 gives one "
+                "answer per target: the emulated count, its range and what limited it, with this forecast reconciled.")
+
+
+def _emulated(r: dict) -> str:
+    """The emulate study's answer as counts: '4 passed, 8 failed (client)' (never a failed count alone)."""
+    passed, failed = r.get("emulated_passed_at_least"), r.get("emulated_first_failing")
+    if passed is None or pd.isna(passed):
+        text = r.get("emulated_supported_text")
+        return "–" if text is None or pd.isna(text) else str(text)
+    return f"{int(passed)} passed, " + (f"{int(failed)} failed ({r.get('emulated_limited_by')})"
+                                         if failed is not None and not pd.isna(failed) else "none failed")
 
 
 def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
@@ -182,6 +201,7 @@ def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
     idle = fc[fc.load == "idle"] if (fc.load == "idle").any() else fc
     return [{"question": f"Accelerators supported, fio forecast ({r.workload}, AU ≥ {r.au_threshold_percent:g} %)",
              "target": r.target, "answer": f"{int(r.accelerators_forecast)}",
-             "basis": f"{r.throughput_used_mb_per_s:,.0f} MB/s at QD {int(r.queue_depth_used)} ÷ "
-                      f"{r.demand_mb_per_s_per_accelerator:,.1f} MB/s per accelerator; transfer-size study"}
+             "basis": (f"{r.forecast_limited_by}; transfer-size study" if pd.isna(r.queue_depth_used) else
+                       f"{r.throughput_used_mb_per_s:,.0f} MB/s (worse repeat) at QD {int(r.queue_depth_used)} ÷ "
+                       f"{r.demand_mb_per_s_per_accelerator:,.1f} MB/s per accelerator; transfer-size study")}
             for _, r in idle.iterrows()]

@@ -208,6 +208,9 @@ def points(frame: pd.DataFrame, fio_dir: Path | None) -> pd.DataFrame:
         for col in ("throughput_mb_per_s", "iops", "lat_us_mean", "clat_us_p99"):
             row[f"{col}_mean"] = float(g[col].mean())
             row[f"{col}_sd"] = float(g[col].std(ddof=1)) if len(g) > 1 else 0.0
+        # the worse and better repeat: the forecast takes the worse, which one fast repeat cannot inflate
+        row["throughput_mb_per_s_min"] = float(g.throughput_mb_per_s.min())
+        row["throughput_mb_per_s_max"] = float(g.throughput_mb_per_s.max())
         ios = g.total_ios if "total_ios" in g else None
         if ios is not None and ios.notna().all() and ios.sum() > 0:
             row["lat_us_mean_all_ios"] = float((g.lat_us_mean * ios).sum() / ios.sum())

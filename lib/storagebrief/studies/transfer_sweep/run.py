@@ -341,5 +341,6 @@ def finish(sweep, frame) -> None:
     if not ctx:
         sweep.note(f"forecast: no emulate results in {p.forecast.emulate_dir} (study.json + mlperf_results.json), so "
                    "the forecast stands without an emulated answer beside it")
-    fc = forecast.forecast(pts, p.forecast, ctx)
+    profiles = {t.name: t.profile.model_dump() for t in sweep.targets if t.emulated}   # its caps bound the forecast
+    fc = forecast.forecast(pts, p.forecast, ctx, profiles)
     results.write_csv(sweep.out_dir / "forecast.csv", fc)

@@ -1,0 +1,167 @@
+"""Page 1's one answer per workload and target to "how many accelerators can this storage feed?".
+
+Two studies answer it: the emulate study measures it (the largest accelerator count that kept AU at
+its threshold, what failed next and what limited that) and the transfer-size study forecasts it from
+fio's curve (forecast.csv). Page 1 gives one row: the measured count with its range and what limited
+it beyond ("8 (range 8–15; client-limited beyond)": 8 passed, 16 failed, counts between were not run),
+then the forecast, reconciled with it or the gap explained in one sentence. A count that failed is
+never written as the answer. Without the emulate study the forecast is the answer; without the
+forecast, the emulated count is. What limited a failing count is read from the emulate study's
+`supported_limited_by` as it is written (client, storage, ...), not from a fixed list of causes.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+
+QUESTION = "Accelerators supported"   # the page-1 layout check looks for it on every target
+# The per-study answers this replaces (emulate's and the transfer-size study's own page-1 rows).
+REPLACES_PREFIX = "Accelerators supported"
+# What stopped an emulate search without a failing count the storage or client caused.
+FLOORS = {"budget": "search budget reached", "cap": "search cap reached", "none": "no count tested failed",
+          "": "no count tested failed"}
+
+
+def _json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _csv(path: Path) -> pd.DataFrame | None:
+    try:
+        return pd.read_csv(path)
+    except (OSError, ValueError):
+        return None
+
+
+def _num(v) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(f) else f
+
+
+def _per_count(frame: pd.DataFrame | None, workload: str, target: str, col: str) -> dict[int, float]:
+    """Mean of a runs.csv column per accelerator count, for one workload and target ({} if absent)."""
+    if frame is None or col not in frame or "accelerators" not in frame:
+        return {}
+    g = frame[(frame.workload == workload) & (frame.target == target)]
+    return {int(n): float(v) for n, v in g.groupby("accelerators")[col].mean().items() if not pd.isna(v)}
+
+
+def emulated(study) -> dict[tuple[str, str], dict]:
+    """(workload, target) -> the emulate study's answer: lowest/highest count the answer can be, what
+    limited the first failing count, AU and loader MB/s per count."""
+    if study is None:
+        return {}
+    recs = _json(study.dir / "mlperf_results.json").get("accelerators_supported") or []
+    out = {}
+    for r in recs:
+        w, t = r.get("workload"), r.get("target")
+        lo = _num(r.get("accelerators_supported_at_least"))
+        lo = int(lo if lo is not None else (_num(r.get("accelerators_supported")) or 0))
+        ff = _num(r.get("first_failing_accelerators"))
+        out[(w, t)] = {"low": lo, "first_fail": int(ff) if ff is not None else None,
+                       "high": int(ff) - 1 if ff is not None else None,
+                       "limited_by": str(r.get("supported_limited_by") or ""),
+                       "threshold": _num(r.get("au_threshold_percent")),
+                       "au": _per_count(study.frame, w, t, "au_percent"),
+                       "loader_mb_per_s": _per_count(study.frame, w, t, "loader_read_mb_per_s")}
+    return out
+
+
+def forecasts(study) -> dict[tuple[str, str], dict]:
+    """(workload, target) -> the idle-system forecast row of forecast.csv (the emulate study ran idle)."""
+    fc = _csv(study.dir / "forecast.csv") if study is not None else None
+    if fc is None or fc.empty:
+        return {}
+    idle = fc[fc.load == "idle"] if (fc.load == "idle").any() else fc
+    return {(r["workload"], r["target"]): r for r in idle.to_dict("records")}
+
+
+def answer_text(e: dict) -> str:
+    """'8 (range 8–15; client-limited beyond)', '3 (storage-limited beyond)', '≥ 4 (search budget reached)'."""
+    lo, hi, by = e["low"], e["high"], e["limited_by"]
+    if e["first_fail"] is None or by in ("budget", "cap"):
+        return f"≥ {lo} ({FLOORS.get(by, by + '-limited beyond')})"
+    span = f"range {lo}–{hi}; " if hi > lo else ""
+    return f"{lo} ({span}{by}-limited beyond)"
+
+
+def _au(e: dict, n: int | None) -> str:
+    v = e["au"].get(n) if n is not None else None
+    return f" (AU {v:.1f} %)" if v is not None else ""
+
+
+def _measured(e: dict) -> str:
+    text = f"emulated: {e['low']} passed{_au(e, e['low'])}" if e["low"] else "emulated: no count passed"
+    if e["first_fail"] is not None:
+        text += f", {e['first_fail']} failed{_au(e, e['first_fail'])}, limited by {e['limited_by'] or 'unknown'}"
+    else:
+        text += ", none failed"
+    return text
+
+
+def _forecast(f: dict) -> str:
+    used = _num(f.get("throughput_used_mb_per_s"))
+    qd = _num(f.get("queue_depth_used"))
+    stat = f.get("curve_statistic") or "mean of repeats"
+    capped = " (capped at the profile's allowance)" if str(f.get("capped_by_profile")) == "True" else ""
+    basis = (f" from {used:,.0f} MB/s{capped}, the {stat} at QD {int(qd)}, for "
+             f"{_num(f.get('demand_mb_per_s_per_accelerator')):,.1f} MB/s per accelerator" if used and qd else "")
+    return f"fio forecast {int(f['accelerators_forecast'])}{basis}"
+
+
+def reconcile(e: dict, f: dict) -> str:
+    """One sentence: the forecast agrees with the measured range, or why it is higher or lower."""
+    n = int(f["accelerators_forecast"])
+    lo, hi, by = e["low"], e["high"], e["limited_by"]
+    if n >= lo and (hi is None or n <= hi):
+        return f"The forecast ({n}) agrees with the measured range."
+    used = _num(f.get("throughput_used_mb_per_s")) or 0.0
+    if n > (hi if hi is not None else n):
+        if by != "storage":
+            return (f"The forecast ({n}) is higher because it assumes the client can run every loader; here the "
+                    f"{by or 'run'} limited the emulation at {e['first_fail']} before the storage did.")
+        drew = e["loader_mb_per_s"].get(e["first_fail"])
+        drew_text = f" ({drew:,.0f} MB/s)" if drew is not None else ""
+        return (f"The forecast ({n}) is higher: fio's {used:,.0f} MB/s with direct reads at a fixed queue depth is "
+                f"more than the emulated loaders drew at {e['first_fail']}{drew_text}, so the measured count is "
+                "this loader's answer.")
+    drew = e["loader_mb_per_s"].get(lo)
+    drew_text = f" drew {drew:,.0f} MB/s at {lo}" if drew is not None else f" sustained {lo}"
+    return (f"The forecast ({n}) is lower: the emulated loaders{drew_text}, more than fio's {used:,.0f} MB/s "
+            "(its worse repeat, direct I/O, no page cache), so the measured count stands and the forecast is "
+            "conservative.")
+
+
+def answers(emulate_study, sweep_study, emulate_rows: list[dict] | None = None) -> list[dict]:
+    """One page-1 row per (workload, target) the two studies answer; emulate_rows: the emulate study's own
+    page-1 rows, whose basis is kept beside the reconciled one."""
+    emu, fc = emulated(emulate_study), forecasts(sweep_study)
+    rows = []
+    for key in list(dict.fromkeys([*emu, *fc])):
+        w, t = key
+        e, f = emu.get(key), fc.get(key)
+        thr = (e or {}).get("threshold") or _num((f or {}).get("au_threshold_percent"))
+        question = f"{QUESTION} ({w}, AU ≥ {thr:g} %)" if thr is not None else f"{QUESTION} ({w})"
+        if e is None:
+            rows.append({"question": question, "target": t,
+                         "answer": f"{int(f['accelerators_forecast'])} (fio forecast; not emulated)",
+                         "basis": f"{_forecast(f)}; {f.get('forecast_limited_by', '')}; transfer-size study"})
+            continue
+        basis = _measured(e)
+        if f is not None:
+            basis += f"; {_forecast(f)}. {reconcile(e, f)}"
+        own = [r.get("basis", "") for r in emulate_rows or []
+               if r.get("target") == t and f"({w}," in str(r.get("question", ""))]
+        if own:
+            basis += f" Emulate study: {own[0]}."
+        rows.append({"question": question, "target": t, "answer": answer_text(e), "basis": basis})
+    return rows
