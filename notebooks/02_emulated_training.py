@@ -47,7 +47,7 @@ out_dir = None     # None: a new reports/runs/<time>/emulate/ (dvc repro passes 
 progress = "auto"  # a bar in JupyterLab; "lines": one line per run
 
 # %%
-from storagebrief import notebook, report
+from storagebrief import brief, notebook
 
 runs = notebook.run_study("emulate", emulate, targets=targets, out_dir=out_dir, progress=progress)
 
@@ -67,4 +67,4 @@ notebook.show_runs(runs, ["target", "workload", "accelerators", "search_step", "
 # The same tables, figures and analysis that the brief shows.
 
 # %%
-report.study_section("emulate", runs.attrs["out_dir"])
+brief.study_section("emulate", runs.attrs["out_dir"])

@@ -49,7 +49,7 @@ out_dir = None     # None: a new reports/runs/<time>/train_resnet50/ (dvc repro 
 progress = "auto"  # a bar in JupyterLab; "lines": one line per run
 
 # %%
-from storagebrief import notebook, report
+from storagebrief import brief, notebook
 
 runs = notebook.run_study("train_resnet50", train_resnet50, targets=targets, out_dir=out_dir, progress=progress)
 
@@ -68,4 +68,4 @@ notebook.show_runs(runs, ["target", "sweep", "models", "memory_setting", "status
 # The same tables, figures and analysis that the brief shows.
 
 # %%
-report.study_section("train_resnet50", runs.attrs["out_dir"])
+brief.study_section("train_resnet50", runs.attrs["out_dir"])

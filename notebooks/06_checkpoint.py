@@ -55,7 +55,7 @@ out_dir = None     # None: a new reports/runs/<time>/checkpoint/ (dvc repro pass
 progress = "auto"  # a bar in JupyterLab; "lines": one line per run
 
 # %%
-from storagebrief import notebook, report
+from storagebrief import brief, notebook
 
 runs = notebook.run_study("checkpoint", checkpoint, targets=targets, out_dir=out_dir, progress=progress)
 
@@ -71,4 +71,4 @@ notebook.show_runs(runs, ['target', 'repeat', 'sweep', 'model', 'ranks', 'writer
 # The same tables, figures and analysis that the brief shows.
 
 # %%
-report.study_section("checkpoint", runs.attrs["out_dir"])
+brief.study_section("checkpoint", runs.attrs["out_dir"])

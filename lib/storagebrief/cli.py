@@ -136,12 +136,12 @@ def _validate(args) -> int:
 
 
 def _brief(args) -> int:
-    from . import report
+    from . import brief
     # Any directory works: defaults come from the project, not from where the command started.
     params_file = Path(args.params) if args.params else config.project_root() / "params.yaml"
     config.load(params_file, check_targets=False)   # a wrong params file is an error here, not in the kernel
     reports = Path(args.reports) if args.reports else params_file.resolve().parent / "reports"
-    out = report.render(reports, params_file, pdf=not args.no_pdf, log=lambda m: print(m, file=sys.stderr))
+    out = brief.render(reports, params_file, pdf=not args.no_pdf, log=lambda m: print(m, file=sys.stderr))
     print(f"wrote {out['html']}" + (f" and {out['pdf']}" if out["pdf"] else ""))
     return 0 if (out["pdf"] or args.no_pdf) else 1
 

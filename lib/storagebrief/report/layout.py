@@ -12,7 +12,7 @@
 - the body (every page before the first appendix) has at most BODY_PAGES pages.
 - the HTML opens offline: no http(s) reference to fonts, style sheets, scripts or images.
 
-`storagebrief brief` prints what these find (render.py); tests/report/test_brief_layout.py asserts none.
+`storagebrief brief` prints what these find (brief/render.py); tests/brief/test_brief_layout.py asserts none.
 """
 from __future__ import annotations
 

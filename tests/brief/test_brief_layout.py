@@ -51,7 +51,7 @@ def brief(request, tmp_path_factory):
     """(brief.pdf, brief.html, params file) rendered from real study outputs."""
     given = os.environ.get("STORAGEBRIEF_BRIEF_REPORTS")
     if given:
-        from storagebrief.report import render
+        from storagebrief.brief import render
         reports = tmp_path_factory.mktemp("brief") / "reports"
         shutil.copytree(given, reports, ignore=shutil.ignore_patterns("brief.*", "headlines.json"))
         out = render(reports, REPO / "params.yaml", log=lambda _: None)

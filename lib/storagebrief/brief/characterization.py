@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..core import characterize as ch, results
-from .display import analysis, details_to, show_figure, show_html, show_md, show_table, style
+from ..report.display import analysis, details_to, show_figure, show_html, show_md, show_table, style
 
 DEFINITIONS = (
     "An **I/O** is one block request as issued to the device (tracefs `block:block_rq_issue`), matched to its "
