@@ -39,7 +39,7 @@ emulate = {
     'checkpoint_every_steps': 0,  # 0: no checkpoints
     'checkpoint_mib': 0,
     'seed': 0,
-    'launcher': 'fork',  # fork: accelerators forked on this host; mpi: mpirun ranks (README: Many client hosts)
+    'launcher': 'fork',  # fork: accelerators forked on this host; mpi: mpirun ranks (docs/multi-host.md)
     'mpi': {'mpirun': 'mpirun', 'hostfile': None, 'hosts': [], 'oversubscribe': True, 'extra_args': []},  # used by launcher: mpi only
 }
 targets = None     # None: params.yaml's targets; or a list like params.yaml's (name, path, profile)

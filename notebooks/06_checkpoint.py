@@ -45,7 +45,7 @@ checkpoint = {
     'repeats': 1,
     'ranks': None,  # None: the model's own rank count (8 in subset mode); nothing else is allowed
     'shapes': {},  # user-defined transformers by name, usable in models and cost.model
-    'launcher': 'fork',  # fork: one process per rank on this host; mpi: mpirun ranks (README: Study 6)
+    'launcher': 'fork',  # fork: one process per rank on this host; mpi: mpirun ranks (docs/studies/checkpoint.md)
     'mpi': {'mpirun': 'mpirun', 'hostfile': None, 'hosts': [], 'oversubscribe': True, 'extra_args': []},  # used by launcher: mpi only (the emulate study's mpi section, same keys)
     'cost': {'modes': ['none', 'sync', 'async'], 'intervals_steps': [4, 16], 'steps': 32, 'compute_s': 0.05, 'model': 'llama3-8b', 'files': 8, 'staging': 'reused', 'overhead_limit_percent': 5},  # what a checkpoint costs an emulated training loop (after the protocol runs)
     'framework': {'scenarios': ['default', 'every', 'limited', 'ingest'], 'steps': 24, 'every_steps': 3, 'default_every_steps': 12, 'max_to_keep': 5, 'layers': 2, 'hidden': 128, 'heads': 2, 'ffn': 512, 'seq_len': 64, 'vocab': 8192, 'predictions': 10, 'batch_size': 8, 'learning_rate': 0.0001, 'threads': None, 'memory_headroom_mib': 48, 'ingest_mb_per_s': 20, 'timeout_s': 1800},  # TensorFlow's own checkpoints of a BERT-shaped Keras model (the seed's BERT rows)

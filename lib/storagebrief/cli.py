@@ -1,7 +1,7 @@
 """`storagebrief <study> [-S key=value ...] [--out DIR]`: the same functions the notebooks call.
 
 One subcommand per registered study (storagebrief.studies), plus doctor, validate, brief,
-notebooks, dvc-stages and characterize (block-trace summary statistics of any tracefs or blkparse text trace).
+notebooks, dvc-stages, docs and characterize (block-trace summary statistics of any tracefs or blkparse text trace).
 """
 from __future__ import annotations
 
@@ -64,6 +64,9 @@ def _parser() -> argparse.ArgumentParser:
     dv = sub.add_parser("dvc-stages", help="check (or --write) that dvc.yaml holds the stages the studies "
                                            "registry implies")
     dv.add_argument("--write", action="store_true", help="rewrite dvc.yaml from the registry")
+    do = sub.add_parser("docs", help="check (or --write) the generated parts of README.md and docs/ (the studies "
+                                     "table, every study's columns)")
+    do.add_argument("--write", action="store_true", help="rewrite them from the registry and each study's COLUMNS")
     vp = sub.add_parser("validate", help="check params.yaml (and overrides) without running anything")
     vp.add_argument("--params", default=None, help=PARAMS_HELP)
     vp.add_argument("-S", "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
@@ -128,6 +131,20 @@ def _dvc_stages(args) -> int:
     return 0 if args.write else 1
 
 
+def _docs(args) -> int:
+    from . import docs
+    root = config.project_root()
+    if args.write:
+        changed = docs.write(root)
+        print(f"rewrote: {', '.join(changed)}" if changed else "ok: nothing to rewrite")
+    found = docs.differences(root)
+    for line in found:
+        print(line)
+    if not found:
+        print("ok: README.md and docs/ hold what the registry and the studies' COLUMNS imply")
+    return 1 if found else 0
+
+
 def _validate(args) -> int:
     params = config.load(args.params, args.overrides)
     shown = args.params or config.default_params_file()
@@ -158,7 +175,7 @@ def _study(args) -> int:
 
 
 COMMANDS = {"doctor": _doctor, "characterize": _characterize, "notebooks": _notebooks,
-            "dvc-stages": _dvc_stages, "validate": _validate, "brief": _brief}
+            "dvc-stages": _dvc_stages, "docs": _docs, "validate": _validate, "brief": _brief}
 
 
 def main(argv: list[str] | None = None) -> int:

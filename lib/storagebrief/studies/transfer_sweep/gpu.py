@@ -9,7 +9,7 @@ Which path actually ran comes from kvikio's own report, never from the request: 
 preferred, or GDS unavailable in the driver, or a request below kvikio's gds_threshold, kvikio
 reads through POSIX, and the row says `kvikio-compat`, never `gds`. All three facts are recorded.
 
-UNTESTED ON HARDWARE: no CUDA GPU was available while this was written (README says so).
+UNTESTED ON HARDWARE: no CUDA GPU was available while this was written (docs/studies/transfer_sweep.md says so).
 Without a GPU (the usual case here) the study records why the path was not measured.
 """
 from __future__ import annotations
