@@ -92,3 +92,10 @@ def test_the_layer_rule_sees_an_upward_import():
     report/inputs.py did before it moved to brief/), deferred or not."""
     probe = "from ..studies import REGISTRY\ndef f():\n    from ..brief import assemble\n"
     assert {"storagebrief.studies", "storagebrief.brief"} <= _imports(LIB / "report" / "inputs.py", probe)
+
+
+def test_tests_kit_mirrors_kit():
+    """What studies share is tested on its own, not only through the studies: a test module per kit module."""
+    modules = {p.stem for p in (LIB / "kit").glob("*.py") if p.stem != "__init__"}
+    tested = {p.stem.removeprefix("test_") for p in (REPO / "tests" / "kit").glob("test_*.py")}
+    assert modules <= tested, f"no tests/kit/test_<module>.py for: {sorted(modules - tested)}"
