@@ -101,3 +101,11 @@ def test_no_page_calls_a_published_study_the_seed():
              for i, line in enumerate(md.read_text().splitlines(), 1)
              if re.search(r"(?<!`)\bseeds?\b(?!`)|\bseed's\b", line, flags=re.I)]
     assert not found, found
+
+
+def test_every_page_is_in_the_index():
+    """docs/README.md lists every page of docs/, so a page another change adds is found from the README."""
+    index = (DOCS / "README.md").read_text()
+    pages = sorted(str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md") if p.name != "README.md")
+    missing = [p for p in pages if f"]({p})" not in index]
+    assert not missing, f"add to docs/README.md's table: {missing}"
