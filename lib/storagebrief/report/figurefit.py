@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import textwrap
 
-PAD_PX = 1.0            # labels closer than this count as touching
+PAD_PX = 1.0            # a title may overrun its subplot by this much (rounding)
+GAP_EM = 0.5            # tick labels closer than half their font size read as one number ("128256512")
 
 
 def _layout(fig) -> None:
@@ -29,11 +30,17 @@ def _tick_labels(axis, renderer):
     return [(t, t.label1.get_window_extent(renderer)) for t in sorted(ticks, key=lambda t: t.get_loc())]
 
 
-def _overlapping(extents, horizontal: bool) -> list[tuple[int, int]]:
+def _gap_px(ticks, fig) -> float:
+    """The least gap between neighbouring labels: GAP_EM of their font size, in display pixels."""
+    size = max((t.label1.get_fontsize() for t in ticks), default=10.0)
+    return GAP_EM * size * fig.dpi / 72
+
+
+def _overlapping(extents, horizontal: bool, gap: float) -> list[tuple[int, int]]:
     out = []
     for i in range(len(extents) - 1):
         a, b = extents[i], extents[i + 1]
-        if (b.x0 < a.x1 + PAD_PX) if horizontal else (b.y0 < a.y1 + PAD_PX):
+        if (b.x0 < a.x1 + gap) if horizontal else (b.y0 < a.y1 + gap):
             out.append((i, i + 1))
     return out
 
@@ -52,12 +59,13 @@ def _wrap_title(ax, title, renderer) -> None:
         title.set_text("\n".join(textwrap.wrap(words, chars, break_long_words=False, break_on_hyphens=False)))
 
 
-def _thin(axis, renderer) -> None:
+def _thin(axis, renderer, fig) -> None:
     """Keep every k-th tick label (k = 2, 3, …) while neighbours overlap; the first label always stays."""
     ticks = _tick_labels(axis, renderer)
     horizontal = axis.axis_name == "x"
+    gap = _gap_px([t for t, _ in ticks], fig)
     k = 1
-    while len(ticks) > 1 and _overlapping([e for _, e in ticks][::k], horizontal):
+    while len(ticks) > 1 and _overlapping([e for _, e in ticks][::k], horizontal, gap):
         k += 1
         for i, (t, _) in enumerate(ticks):
             t.label1.set_visible(i % k == 0)
@@ -77,8 +85,8 @@ def fit(fig) -> None:
         _layout(fig)
     for ax in fig.axes:
         if ax.get_visible():
-            _thin(ax.xaxis, renderer)
-            _thin(ax.yaxis, renderer)
+            _thin(ax.xaxis, renderer, fig)
+            _thin(ax.yaxis, renderer, fig)
 
 
 def problems(fig) -> list[str]:
@@ -91,9 +99,10 @@ def problems(fig) -> list[str]:
         name = ax.get_title() or f"subplot {n + 1}"
         for axis in (ax.xaxis, ax.yaxis):
             ticks = _tick_labels(axis, renderer)
-            for i, j in _overlapping([e for _, e in ticks], axis.axis_name == "x"):
+            gap = _gap_px([t for t, _ in ticks], fig)
+            for i, j in _overlapping([e for _, e in ticks], axis.axis_name == "x", gap):
                 out.append(f"{name!r}: {axis.axis_name} tick labels {ticks[i][0].label1.get_text()!r} and "
-                           f"{ticks[j][0].label1.get_text()!r} overlap")
+                           f"{ticks[j][0].label1.get_text()!r} overlap or touch")
     titles = _titles(fig)
     for ax, title in titles:
         if title.get_window_extent(renderer).width > ax.get_window_extent(renderer).width + PAD_PX:
