@@ -97,5 +97,15 @@ def test_the_layer_rule_sees_an_upward_import():
 def test_tests_kit_mirrors_kit():
     """What studies share is tested on its own, not only through the studies: a test module per kit module."""
     modules = {p.stem for p in (LIB / "kit").glob("*.py") if p.stem != "__init__"}
-    tested = {p.stem.removeprefix("test_") for p in (REPO / "tests" / "kit").glob("test_*.py")}
+    # test_kit_<module>.py where a study's tests already hold a test_<module>.py (basenames must be unique)
+    tested = {p.stem.removeprefix("test_").removeprefix("kit_") for p in (REPO / "tests" / "kit").glob("test_*.py")}
     assert modules <= tested, f"no tests/kit/test_<module>.py for: {sorted(modules - tested)}"
+
+
+def test_test_modules_have_unique_names():
+    """The tests' folders are not packages, so pytest imports each test module by its file name: two
+    test_x.py anywhere under tests/ break collection of both."""
+    seen: dict[str, list[str]] = {}
+    for f in sorted((REPO / "tests").rglob("test_*.py")):
+        seen.setdefault(f.name, []).append(str(f.relative_to(REPO)))
+    assert not {n: fs for n, fs in seen.items() if len(fs) > 1}

@@ -1,4 +1,5 @@
-"""kit.checkpoint: checkpoints counted done only when their bytes are fsync'ed; bytes nothing can shrink."""
+"""kit.checkpoint: checkpoints counted done only when their bytes are fsync'ed; bytes nothing can shrink.
+(Named test_kit_checkpoint: the checkpoint study's tests hold a test_checkpoint.py.)"""
 from __future__ import annotations
 
 import zlib
