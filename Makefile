@@ -29,8 +29,8 @@ GO_VERSION := 1.25.5
 
 NOTEBOOKS := $(patsubst %.py,%.ipynb,$(wildcard notebooks/[0-9]*_*.py notebooks/brief.py))
 
-.PHONY: study test env system-deps kafka s3 doctor gpu brief notebooks notebook-files lab clean-data clean hosts \
-	test-hosts-deps dvc-lock-local
+.PHONY: study test test-fast env system-deps kafka s3 doctor gpu brief notebooks notebook-files lab clean-data \
+	clean hosts test-hosts-deps dvc-lock-local
 
 study: env kafka s3
 	@if [ "$(SCALE)" = "paper" ]; then dvc exp run -S scale=paper; else dvc repro; fi
@@ -39,6 +39,11 @@ study: env kafka s3
 
 test: env kafka s3 test-hosts-deps
 	pytest -q -ra tests
+
+# The tier to run while developing: unit and small integration tests, no whole study, no browser, no
+# DVC chain (markers: not slow and not e2e). Minutes, not half an hour; CI still runs `make test`.
+test-fast: env
+	pytest -q -ra -m "not slow and not e2e" tests
 
 # The multi-host tests' client hosts (network namespaces with an sshd each) need the sshd binary from
 # openssh-server. Installed as root for the tests only, with its service kept from starting (a

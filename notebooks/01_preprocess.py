@@ -39,7 +39,7 @@ out_dir = None     # None: a new reports/runs/<time>/preprocess/ (dvc repro pass
 progress = "auto"  # a bar in JupyterLab; "lines": one line per run
 
 # %%
-from storagebrief import notebook, report
+from storagebrief import brief, notebook
 
 runs = notebook.run_study("preprocess", preprocess, targets=targets, out_dir=out_dir, progress=progress)
 
@@ -57,4 +57,4 @@ notebook.show_runs(runs, ["target", "sweep", "processes", "image_count", "repeat
 # The same tables, figures and analysis that the brief shows.
 
 # %%
-report.study_section("preprocess", runs.attrs["out_dir"])
+brief.study_section("preprocess", runs.attrs["out_dir"])

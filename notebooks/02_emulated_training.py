@@ -33,7 +33,7 @@ emulate = {
         },
     },
     'accelerators': 'auto',  # auto: search the largest N per workload and target (1, 2, 4, ... until AU < threshold
-    # or the client limits, then bisect; README "Accelerators supported, searched"); or a
+    # or the client limits, then bisect; docs/studies/emulate.md "Accelerators supported, searched"); or a
     # fixed list, e.g. [1, 2, 3, 4], swept on every target
     'search_budget_s': 60,  # auto: seconds of runs per workload and target; stopped there, the answer is ">= N"
     'search_max': 64,  # auto: the largest N probed (passing it, the answer is ">= N")
@@ -57,7 +57,7 @@ emulate = {
     'mlperf_rules': False,  # MLPerf Storage v3.0 run rules: 6 runs per point (1 warm-up + 5 scored), rules' dataset
     # size; needs repeats: 6 and dataset_sizing: mlperf (docs/mlperf-parity.md)
     'mlperf_hosts': 1,  # mlperf_rules: client hosts in the rules' dataset-size formula
-    'launcher': 'fork',  # fork: accelerators forked on this host; mpi: mpirun ranks (README: Many client hosts)
+    'launcher': 'fork',  # fork: accelerators forked on this host; mpi: mpirun ranks (docs/multi-host.md)
     'mpi': {  # used by launcher: mpi only
         'mpirun': 'mpirun',
         'hostfile': None,  # Open MPI hostfile ("client1 slots=8" per line), or:
@@ -71,7 +71,7 @@ out_dir = None     # None: a new reports/runs/<time>/emulate/ (dvc repro passes 
 progress = "auto"  # a bar in JupyterLab; "lines": one line per run
 
 # %%
-from storagebrief import notebook, report
+from storagebrief import brief, notebook
 
 runs = notebook.run_study("emulate", emulate, targets=targets, out_dir=out_dir, progress=progress)
 
@@ -91,4 +91,4 @@ notebook.show_runs(runs, ["target", "workload", "accelerators", "search_step", "
 # The same tables, figures and analysis that the brief shows.
 
 # %%
-report.study_section("emulate", runs.attrs["out_dir"])
+brief.study_section("emulate", runs.attrs["out_dir"])

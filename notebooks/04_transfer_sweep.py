@@ -62,7 +62,7 @@ out_dir = None     # None: a new reports/runs/<time>/transfer_sweep/ (dvc repro 
 progress = "auto"  # a bar in JupyterLab; "lines": one line per run
 
 # %%
-from storagebrief import notebook, report
+from storagebrief import brief, notebook
 
 runs = notebook.run_study("transfer_sweep", transfer_sweep, targets=targets, out_dir=out_dir, progress=progress)
 
@@ -80,4 +80,4 @@ notebook.show_runs(runs, ["target", "load", "rw", "block_size_label", "queue_dep
 # The same tables, figures and analysis that the brief shows.
 
 # %%
-report.study_section("transfer_sweep", runs.attrs["out_dir"])
+brief.study_section("transfer_sweep", runs.attrs["out_dir"])

@@ -50,7 +50,7 @@ out_dir = None     # None: a new reports/runs/<time>/stream_inference/ (dvc repr
 progress = "auto"  # a bar in JupyterLab; "lines": one line per run
 
 # %%
-from storagebrief import notebook, report
+from storagebrief import brief, notebook
 
 runs = notebook.run_study("stream_inference", stream_inference, targets=targets, out_dir=out_dir, progress=progress)
 
@@ -70,4 +70,4 @@ notebook.show_runs(runs, ["target", "sweep", "streams", "video", "topics", "part
 # The same tables, figures and analysis that the brief shows.
 
 # %%
-report.study_section("stream_inference", runs.attrs["out_dir"])
+brief.study_section("stream_inference", runs.attrs["out_dir"])

@@ -48,7 +48,7 @@ checkpoint = {
     'shapes': {},  # user-defined transformers by name, usable in models and cost.model
     # e.g. {tiny: {layers: 4, hidden: 512, ffn: 1024, heads: 8, kv_heads: 2, vocab: 32000,
     #        tp: 1, pp: 1, dp: 2, zero_stage: 3}}  (ranks: tp·pp·dp)
-    'launcher': 'fork',  # fork: one process per rank on this host; mpi: mpirun ranks (README: Study 6)
+    'launcher': 'fork',  # fork: one process per rank on this host; mpi: mpirun ranks (docs/studies/checkpoint.md)
     'mpi': {  # used by launcher: mpi only (the emulate study's mpi section, same keys)
         'mpirun': 'mpirun',
         'hostfile': None,  # Open MPI hostfile ("client1 slots=8" per line), or:
@@ -92,7 +92,7 @@ out_dir = None     # None: a new reports/runs/<time>/checkpoint/ (dvc repro pass
 progress = "auto"  # a bar in JupyterLab; "lines": one line per run
 
 # %%
-from storagebrief import notebook, report
+from storagebrief import brief, notebook
 
 runs = notebook.run_study("checkpoint", checkpoint, targets=targets, out_dir=out_dir, progress=progress)
 
@@ -114,4 +114,4 @@ notebook.show_runs(runs, ["target", "sweep", "model", "mode", "writers", "repeat
 # The same tables, figures and analysis that the brief shows.
 
 # %%
-report.study_section("checkpoint", runs.attrs["out_dir"])
+brief.study_section("checkpoint", runs.attrs["out_dir"])

@@ -116,7 +116,7 @@ out_dir = None     # None: a new reports/runs/<time>/kv_cache/ (dvc repro passes
 progress = "auto"  # a bar in JupyterLab; "lines": one line per run
 
 # %%
-from storagebrief import notebook, report
+from storagebrief import brief, notebook
 
 runs = notebook.run_study("kv_cache", kv_cache, targets=targets, out_dir=out_dir, progress=progress)
 
@@ -133,4 +133,4 @@ notebook.show_runs(runs, ['target', 'repeat', 'workload', 'model', 'kv_bytes_per
 # The same tables, figures and analysis that the brief shows.
 
 # %%
-report.study_section("kv_cache", runs.attrs["out_dir"])
+brief.study_section("kv_cache", runs.attrs["out_dir"])

@@ -50,7 +50,7 @@ out_dir = None     # None: a new reports/runs/<time>/object_sweep/ (dvc repro pa
 progress = "auto"  # a bar in JupyterLab; "lines": one line per run
 
 # %%
-from storagebrief import notebook, report
+from storagebrief import brief, notebook
 
 runs = notebook.run_study("object_sweep", object_sweep, targets=targets, out_dir=out_dir, progress=progress)
 
@@ -69,4 +69,4 @@ notebook.show_runs(runs, ["target", "access", "load", "op", "object_label", "con
 # The same tables, figures and analysis that the brief shows.
 
 # %%
-report.study_section("object_sweep", runs.attrs["out_dir"])
+brief.study_section("object_sweep", runs.attrs["out_dir"])

@@ -43,12 +43,13 @@ def test_no_function_over_80_lines_without_a_reason_beside_it():
     assert not long, f"split these, or write '{REASON} <why>' beside the def: {long}"
 
 
-def _imports(path: Path) -> set[str]:
-    """storagebrief modules `path` imports (absolute names), at any depth of the file."""
+def _imports(path: Path, text: str | None = None) -> set[str]:
+    """storagebrief modules `path` imports (absolute names), at any depth of the file (or of `text`,
+    read as if it were that file)."""
     rel = path.relative_to(LIB.parent).with_suffix("")
     package = list(rel.parts[:-1])          # a module's package; an __init__'s own package
     out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(ast.parse(path.read_text() if text is None else text)):
         if isinstance(node, ast.ImportFrom):
             base = package[:len(package) - node.level + 1] if node.level else []
             mod = ".".join([*base, *(node.module.split(".") if node.module else [])])
@@ -60,14 +61,51 @@ def _imports(path: Path) -> set[str]:
     return out
 
 
-@pytest.mark.parametrize("layer, never", [
-    ("core", ("storagebrief.studies", "storagebrief.kit", "storagebrief.report", "storagebrief.notebook",
-              "storagebrief.cli")),
-    ("formats", ("storagebrief.studies", "storagebrief.kit", "storagebrief.report")),
-    ("kit", ("storagebrief.studies",)),
-    ("report", ("storagebrief.kit",)),
-])
+# The layers, bottom up: core, formats -> report (the report library) -> kit -> studies -> brief (the
+# assembler, which reads the registry) -> notebook, cli. Each layer names every layer above it.
+ABOVE = {
+    "core": ("formats", "report", "kit", "studies", "brief", "notebook", "cli"),
+    "formats": ("report", "kit", "studies", "brief", "notebook", "cli"),
+    "report": ("kit", "studies", "brief", "notebook", "cli", "dvcstages"),
+    "kit": ("studies", "brief", "notebook", "cli", "dvcstages"),
+    "studies": ("brief", "notebook", "cli", "dvcstages"),
+    "brief": ("notebook", "cli", "dvcstages"),
+}
+
+
+@pytest.mark.parametrize("layer, never", [(layer, tuple(f"storagebrief.{a}" for a in above))
+                                          for layer, above in ABOVE.items()])
 def test_layers_import_one_way(layer, never):
     bad = [f"{p.relative_to(REPO)} imports {m}" for p in sorted((LIB / layer).rglob("*.py"))
            for m in sorted(_imports(p)) if m.startswith(never)]
     assert not bad, bad
+
+
+def test_every_package_has_a_layer():
+    """A new top-level package must be given its place above, or the rule above would not see it."""
+    packages = {p.name for p in LIB.iterdir() if (p / "__init__.py").exists()}
+    assert packages <= set(ABOVE), f"give these a layer in ABOVE: {sorted(packages - set(ABOVE))}"
+
+
+def test_the_layer_rule_sees_an_upward_import():
+    """The check reads `from ..studies import REGISTRY` in report/ as the upward import it is (what
+    report/inputs.py did before it moved to brief/), deferred or not."""
+    probe = "from ..studies import REGISTRY\ndef f():\n    from ..brief import assemble\n"
+    assert {"storagebrief.studies", "storagebrief.brief"} <= _imports(LIB / "report" / "inputs.py", probe)
+
+
+def test_tests_kit_mirrors_kit():
+    """What studies share is tested on its own, not only through the studies: a test module per kit module."""
+    modules = {p.stem for p in (LIB / "kit").glob("*.py") if p.stem != "__init__"}
+    # test_kit_<module>.py where a study's tests already hold a test_<module>.py (basenames must be unique)
+    tested = {p.stem.removeprefix("test_").removeprefix("kit_") for p in (REPO / "tests" / "kit").glob("test_*.py")}
+    assert modules <= tested, f"no tests/kit/test_<module>.py for: {sorted(modules - tested)}"
+
+
+def test_test_modules_have_unique_names():
+    """The tests' folders are not packages, so pytest imports each test module by its file name: two
+    test_x.py anywhere under tests/ break collection of both."""
+    seen: dict[str, list[str]] = {}
+    for f in sorted((REPO / "tests").rglob("test_*.py")):
+        seen.setdefault(f.name, []).append(str(f.relative_to(REPO)))
+    assert not {n: fs for n, fs in seen.items() if len(fs) > 1}

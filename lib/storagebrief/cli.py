@@ -1,7 +1,7 @@
 """`storagebrief <study> [-S key=value ...] [--out DIR]`: the same functions the notebooks call.
 
 One subcommand per registered study (storagebrief.studies), plus doctor, validate, brief,
-notebooks, dvc-stages and characterize (block-trace summary statistics of any tracefs or blkparse text trace).
+notebooks, dvc-stages, docs and characterize (block-trace summary statistics of any tracefs or blkparse text trace).
 """
 from __future__ import annotations
 
@@ -83,6 +83,9 @@ def _parser() -> argparse.ArgumentParser:
     ca.add_argument("--name", default=None, help="accelerator_type to write (default: <gpu>-measured or cpu-measured)")
     ca.add_argument("--store", default=None, help="file to write (default: $STORAGEBRIEF_ACCELERATORS or the "
                                                   "project's accelerators.yaml)")
+    do = sub.add_parser("docs", help="check (or --write) the generated parts of README.md and docs/ (the studies "
+                                     "table, every study's columns)")
+    do.add_argument("--write", action="store_true", help="rewrite them from the registry and each study's COLUMNS")
     vp = sub.add_parser("validate", help="check params.yaml (and overrides) without running anything")
     vp.add_argument("--params", default=None, help=PARAMS_HELP)
     vp.add_argument("-S", "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
@@ -160,6 +163,20 @@ def _dvc_stages(args) -> int:
     return 0 if args.write else 1
 
 
+def _docs(args) -> int:
+    from . import docs
+    root = config.project_root()
+    if args.write:
+        changed = docs.write(root)
+        print(f"rewrote: {', '.join(changed)}" if changed else "ok: nothing to rewrite")
+    found = docs.differences(root)
+    for line in found:
+        print(line)
+    if not found:
+        print("ok: README.md and docs/ hold what the registry and the studies' COLUMNS imply")
+    return 1 if found else 0
+
+
 def _validate(args) -> int:
     params = config.load(args.params, args.overrides)
     shown = args.params or config.default_params_file()
@@ -168,7 +185,7 @@ def _validate(args) -> int:
 
 
 def _brief(args) -> int:
-    from . import report
+    from . import brief
     # Any directory works: defaults come from the project, not from where the command started.
     params_file = Path(args.params) if args.params else config.project_root() / "params.yaml"
     config.load(params_file, check_targets=False)   # a wrong params file is an error here, not in the kernel
@@ -178,7 +195,7 @@ def _brief(args) -> int:
     if not reports.is_dir():
         raise FileNotFoundError(f"no reports folder at {reports} (a folder holding one results folder per study: "
                                 "run a study first, from a notebook, `storagebrief <study>` or `dvc repro`)")
-    out = report.render(reports, params_file, pdf=not args.no_pdf, log=lambda m: print(m, file=sys.stderr))
+    out = brief.render(reports, params_file, pdf=not args.no_pdf, log=lambda m: print(m, file=sys.stderr))
     print(f"wrote {out['html']}" + (f" and {out['pdf']}" if out["pdf"] else ""))
     return 0 if (out["pdf"] or args.no_pdf) else 1
 
@@ -231,7 +248,7 @@ def _calibrate(args) -> int:
 
 
 COMMANDS = {"calibrate-accelerator": _calibrate, "doctor": _doctor, "characterize": _characterize, "notebooks": _notebooks,
-            "dvc-stages": _dvc_stages, "validate": _validate, "brief": _brief}
+            "dvc-stages": _dvc_stages, "docs": _docs, "validate": _validate, "brief": _brief}
 
 
 def main(argv: list[str] | None = None) -> int:

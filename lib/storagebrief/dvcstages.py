@@ -28,7 +28,7 @@ LIB = "lib/storagebrief"
 # (report/headlines.py writes metrics.json through the engine; kit holds what studies share).
 SHARED_DEPS = (f"{LIB}/__init__.py", f"{LIB}/studies/__init__.py", f"{LIB}/core", f"{LIB}/formats",
                f"{LIB}/report", f"{LIB}/kit", f"{LIB}/notebook.py", "params/paper.yaml")
-BRIEF_CODE = ("notebooks/brief.py", f"{LIB}/__init__.py", f"{LIB}/cli.py", f"{LIB}/core", f"{LIB}/formats",
+BRIEF_CODE = ("notebooks/brief.py", f"{LIB}/__init__.py", f"{LIB}/cli.py", f"{LIB}/brief", f"{LIB}/core", f"{LIB}/formats",
               f"{LIB}/report", f"{LIB}/kit", f"{LIB}/studies", f"{LIB}/templates/brief.css")
 COMMON_PARAMS = ("scale", "targets", "profiles", "run")
 

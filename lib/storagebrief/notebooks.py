@@ -50,7 +50,7 @@ out_dir = None     # None: a new reports/runs/<time>/{name}/ (dvc repro passes r
 progress = "auto"  # a bar in JupyterLab; "lines": one line per run
 
 # %%
-from storagebrief import notebook, report
+from storagebrief import brief, notebook
 
 runs = notebook.run_study("{name}", {name}, targets=targets, out_dir=out_dir, progress=progress)
 
@@ -66,7 +66,7 @@ notebook.show_runs(runs, {columns!r})
 # The same tables, figures and analysis that the brief shows.
 
 # %%
-report.study_section("{name}", runs.attrs["out_dir"])
+brief.study_section("{name}", runs.attrs["out_dir"])
 """
 
 

@@ -1,6 +1,7 @@
-"""README's "Adding a study", followed for a sixth (toy) study in a copy of the project: its package,
-its params section, then two commands write its notebook and its DVC stage. Nothing else is edited,
-and the new study runs through the engine like the others."""
+"""docs/adding-a-study.md, followed for a toy study in a copy of the project: its package, its params
+section, then two commands write its notebook and its DVC stage, and `storagebrief docs --write` its page's
+column table and its README row. Nothing else is edited, and the new study runs through the engine like
+the others."""
 from __future__ import annotations
 
 import json
@@ -124,11 +125,18 @@ def test_a_sixth_study_is_its_package_its_params_section_and_two_generated_files
         out = _sb(repo, *cmd)
         assert out.returncode == 0, out.stderr
     assert "toy" in out.stdout                                  # validate lists the new section
+    assert "docs/studies/toy.md: missing" in _sb(repo, "docs").stdout   # no page, no README row: said
+    assert _sb(repo, "docs", "--write").returncode == 1        # columns written; what it reproduces is ours to say
+    page = repo / "docs" / "studies" / "toy.md"
+    page.write_text(page.read_text().replace("\n", "\n\n**Reproduces:** nothing published (the recipe's test).\n", 1))
+    assert _sb(repo, "docs", "--write").returncode == 0
+    assert "| `write_mb_per_s` |" in page.read_text()            # the toy's COLUMNS, as a table
+    assert "`storagebrief toy`" in (repo / "README.md").read_text()
 
     changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=repo,
                              capture_output=True, text=True, check=True).stdout.splitlines()
     outside = sorted({line[3:] for line in changed} - {f"lib/storagebrief/studies/toy/{n}" for n in TOY})
-    assert outside == ["dvc.yaml", "notebooks/07_toy.py", "params.yaml"], outside
+    assert outside == ["README.md", "docs/studies/toy.md", "dvc.yaml", "notebooks/07_toy.py", "params.yaml"], outside
     stage = (repo / "dvc.yaml").read_text()
     assert "  toy:\n" in stage and "notebooks/07_toy.py" in stage and "reports/toy/runs.schema.json" in stage
     nb = (repo / "notebooks" / "07_toy.py").read_text()

@@ -192,7 +192,7 @@ class Params(Strict):
 
     def section(self, name: str):
         if name not in self.sections:
-            raise ParamsError(f"params.yaml has no '{name}:' section; add one (see README).")
+            raise ParamsError(f"params.yaml has no '{name}:' section; add one (see docs/adding-a-study.md).")
         return self.sections[name]
 
     def profile_catalogue(self) -> dict[str, DeviceProfile]:

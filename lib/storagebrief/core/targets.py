@@ -77,7 +77,7 @@ class DeviceProfile(BaseModel):
 
 
 # Figures are typical datasheet ceilings of each class (MB = 10^6 bytes), documented
-# in README.md. They cap bandwidth and request rate, nothing else.
+# in docs/targets.md. They cap bandwidth and request rate, nothing else.
 DEVICE_PROFILES: dict[str, DeviceProfile] = {
     "hdd_7200": DeviceProfile(
         description="7200 rpm SATA HDD: ~150 MB/s sequential, ~150 random IOPS",

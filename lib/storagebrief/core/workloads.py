@@ -1,7 +1,7 @@
 """The training workloads of DLIO / MLPerf Storage: one catalogue, read by every study that needs
 a workload's demand (emulate runs them; a transfer-size forecast turns them into bandwidth).
 
-Each number's source is in SOURCES (and in the README table): MLPerf Storage v3.0 where it defines
+Each number's source is in SOURCES (and in docs/studies/emulate.md): MLPerf Storage v3.0 where it defines
 the (workload, accelerator) pair, the v1.0/v2.0 configs for a100/h100, DLIO's own configs for v100.
 """
 from __future__ import annotations

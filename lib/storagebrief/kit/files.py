@@ -1,6 +1,6 @@
 """Optional side files of a study's results: the data, or nothing when the file is absent.
 
-A side file the brief must have goes through report.inputs (the gate: unreadable = a stated
+A side file the brief must have goes through brief.inputs (the gate: unreadable = a stated
 reason). These are for extras a section shows when they are there (a histogram table, a hosts
 table): absent or empty gives `default` / None, never an exception."""
 from __future__ import annotations

@@ -100,6 +100,7 @@ VECTOR_MAX_POINTS = 20_000   # a figure drawing more marks than this stays raste
 # image at the figure's dpi while axes, ticks and text stay vector: the LBA-vs-time grid was a 1.4 MB SVG
 # and most of the 60 s the PDF took to render (weasyprint draws every dot).
 DENSE_MARKS = 500
+FIGURE_LAYOUT = "figure-layout:"     # marks a figure's text that does not fit (report/figurefit.py)
 DENSE_PATCHES = 100
 
 
@@ -131,6 +132,10 @@ def figure_html(fig, caption: str = "") -> str:
     import io
     import matplotlib.pyplot as plt
 
+    from . import figurefit
+    figurefit.fit(fig)
+    # what still does not fit goes to the layout check (report/layout.py) as a comment the reader never sees
+    unfit = "".join(f"<!-- {FIGURE_LAYOUT} {html.escape(p).replace('--', '- -')} -->" for p in figurefit.problems(fig))
     buf = io.BytesIO()
     vector = _marks(fig) <= VECTOR_MAX_POINTS
     if vector:
@@ -142,7 +147,7 @@ def figure_html(fig, caption: str = "") -> str:
     data = base64.b64encode(buf.getvalue()).decode()
     mime = "image/svg+xml" if vector else "image/png"
     cap = f'<p class="caption">{html.escape(caption)}</p>' if caption else ""
-    return f'<figure><img src="data:{mime};base64,{data}" alt="{html.escape(caption)}"/>{cap}</figure>'
+    return f'<figure>{unfit}<img src="data:{mime};base64,{data}" alt="{html.escape(caption)}"/>{cap}</figure>'
 
 
 def show_figure(fig, caption: str = "", detail: bool = False) -> None:

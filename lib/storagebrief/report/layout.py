@@ -11,11 +11,14 @@
 - page 1 holds the answers' "Accelerators supported" line of every target.
 - the body (every page before the first appendix) has at most BODY_PAGES pages.
 - the HTML opens offline: no http(s) reference to fonts, style sheets, scripts or images.
+- every figure's text fits: no overlapping tick labels, no subplot title wider than its plot or over
+  another's (report/figurefit.py measures each figure as it is drawn and marks what does not fit).
 
-`storagebrief brief` prints what these find (render.py); tests/report/test_brief_layout.py asserts none.
+`storagebrief brief` prints what these find (brief/render.py); tests/brief/test_brief_layout.py asserts none.
 """
 from __future__ import annotations
 
+import html
 import re
 import shutil
 import subprocess
@@ -193,7 +196,7 @@ def check(pdf: str | Path, html_path: str | Path, targets: list[str] | None = No
     """Every layout problem of a rendered brief, by kind; 'body_pages' and 'pages' counted."""
     html_text = Path(html_path).read_text()
     parsed = parse_html(html_text)
-    out = {"offline": external_references(html_text)}
+    out = {"offline": external_references(html_text), "figures": figure_problems(html_text)}
     if not shutil.which("pdftotext") or not shutil.which("pdftoppm"):
         out["skipped"] = "poppler-utils (pdftotext, pdftoppm) not installed: PDF layout not checked"
         return out
@@ -209,5 +212,12 @@ def check(pdf: str | Path, html_path: str | Path, targets: list[str] | None = No
     return out
 
 
+def figure_problems(html_text: str) -> list[str]:
+    """What figure_html marked as not fitting in its figures (tick labels, titles)."""
+    from .display import FIGURE_LAYOUT
+    return [html.unescape(p) for p in re.findall(rf"<!-- {FIGURE_LAYOUT} (.*?) -->", html_text, flags=re.S)]
+
+
 def problems(result: dict) -> list[str]:
-    return [p for k in ("split_cells", "sparse_pages", "page1_answers", "body", "offline") for p in result.get(k, [])]
+    return [p for k in ("split_cells", "sparse_pages", "page1_answers", "body", "offline", "figures")
+            for p in result.get(k, [])]

@@ -2,7 +2,7 @@
 
 Every package here with a `STUDY` record in its __init__.py is a study; they are found, not
 listed, and ordered by their numbered notebook (notebooks/NN_<name>.py), which is the order of
-the brief's sections. Adding a study: README.md, "Adding a study". Studies import core, formats,
+the brief's sections. Adding a study: docs/adding-a-study.md. Studies import core, formats,
 report and kit, never each other. A study's __init__ imports only core.study, so reading the
 registry never imports TensorFlow (the rooms load on first use).
 """

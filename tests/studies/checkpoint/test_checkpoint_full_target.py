@@ -11,22 +11,12 @@ import pytest
 
 from storagebrief import studies
 from storagebrief.core import config
-from storagebrief.kit.space import out_of_space
 from storagebrief.studies.checkpoint import run as ck_run
 from conftest import needs_root, REPO
 
 STUDY = studies.get("checkpoint")
 SMALL = {"models": ["llama3-8b"], "scale": 65536, "saves": 2, "restores": 1, "pause_s": 0.0, "retain": 1,
          "write_block_mib": 1, "read_block_mib": 1, "readers_per_rank": 2, "repeats": 1}
-
-
-def test_out_of_space_reads_an_oserror_and_a_ranks_traceback():
-    assert out_of_space(OSError(28, "No space left on device", "/t/x")) == \
-        "No space left on device (errno 28) writing /t/x"
-    rank = RuntimeError("checkpoint rank 3 failed:\nTraceback ...\nOSError: [Errno 28] No space left on device\n")
-    assert out_of_space(rank) == "No space left on device (errno 28), checkpoint rank 3 failed"
-    assert out_of_space(OSError(5, "Input/output error")) is None
-    assert out_of_space(RuntimeError("checkpoint rank 1 died: killed by signal 9")) is None
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ import pytest
 import yaml
 
 from storagebrief.core import cgroups, columns, config
-from storagebrief.kit.latency import LOG2_BINS, bin_edges_us, histogram_percentile_us, log2_bin, new_histogram
 from storagebrief.studies.checkpoint import dataset, metrics
 from storagebrief.studies.checkpoint import run as ck_run
 from conftest import REPO, descendants, mpi_missing, process_alive, wait_for
@@ -64,19 +63,6 @@ def test_bad_shapes_are_refused_naming_the_key(tmp_path, shapes, models, words):
 def test_cost_model_may_name_a_shape_and_nothing_unknown(tmp_path):
     with pytest.raises(config.ParamsError, match="checkpoint.cost.model: 'z' is not allowed"):
         _validate(tmp_path, **RUN, cost={"model": "z"})
-
-
-# --------------------------------------------------------------------------- histograms
-def test_log2_histogram_bins_and_percentiles():
-    assert [log2_bin(ns) for ns in (0, 999, 1000, 1999, 2000, 1_000_000)] == [0, 0, 1, 1, 2, 10]
-    assert bin_edges_us(0) == (0.0, 1.0) and bin_edges_us(10) == (512.0, 1024.0)
-    assert log2_bin(10**18) == LOG2_BINS - 1 and math.isinf(bin_edges_us(LOG2_BINS - 1)[1])
-    h = new_histogram()
-    for us in [600] * 90 + [3000] * 10:                 # 90 calls in [512, 1024) µs, 10 in [2048, 4096)
-        h[log2_bin(us * 1000)] += 1
-    assert 512 <= histogram_percentile_us(h, 50) < 1024
-    assert 2048 <= histogram_percentile_us(h, 99) < 4096
-    assert histogram_percentile_us(new_histogram(), 50) is None
 
 
 # --------------------------------------------------------------------------- MPI

@@ -328,7 +328,7 @@ def test_runs_csv_holds_only_declared_columns(fast_study):
 def test_headlines_and_brief_section(fast_study):
     pytest.importorskip("IPython")
     pytest.importorskip("seaborn")
-    from storagebrief import report
+    from storagebrief import brief
 
     _, out, full = fast_study
     frame = emulate_plan.measured(full)
@@ -352,7 +352,7 @@ def test_headlines_and_brief_section(fast_study):
     ds = metrics.days_saved_table(steady, "fast", "also-fast", "unet3d")
     assert metrics.extrapolation_refused(steady, "unet3d") is None
     assert np.allclose(ds["Days saved / year"], 365 * ds["fast faster %"] / 100)
-    report.study_section("emulate", out)   # renders tables and figures without error
+    brief.study_section("emulate", out)   # renders tables and figures without error
 
 
 @pytest.mark.privileged
@@ -468,4 +468,4 @@ def test_notebook_is_thin_and_parameterised():
     assert len(tagged) == 1 and "emulate = {" in tagged[0].source and "out_dir = None" in tagged[0].source
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
     assert 'notebook.run_study("emulate", emulate' in code
-    assert 'report.study_section("emulate", runs.attrs["out_dir"])' in code
+    assert 'brief.study_section("emulate", runs.attrs["out_dir"])' in code

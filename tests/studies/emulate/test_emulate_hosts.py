@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from storagebrief.core import config
-from storagebrief.report import brief as report_brief
+from storagebrief.brief import assemble as report_brief
 from storagebrief.studies.emulate import STUDY, run as emulate_run
 from conftest import hosts_missing, mpi_missing, wait_for
 from test_emulate import SMALL, _descendants_alive, params_dict

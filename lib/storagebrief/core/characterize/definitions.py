@@ -1,7 +1,7 @@
 """The definitions the characterization follows, as text: the end of the package docstring (under
 DEFINITIONS_HEADING) and the `definitions` of characterization.json. A leaf: imports nothing."""
 
-DEFINITIONS_HEADING = "Definitions (also in the README and the brief):"
+DEFINITIONS_HEADING = "Definitions (also in docs/characterization.md and the brief):"
 DEFINITIONS = """
   * An I/O is one request as issued to the device (D / block_rq_issue): issue time, start
     sector, sectors, and its operation: read, write, flush or discard. It is matched to its

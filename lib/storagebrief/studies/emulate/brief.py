@@ -272,7 +272,7 @@ def _limits_table(frame) -> None:
                 "they lost is the client's, not the storage's, and a count that failed that way earned the storage no "
                 "number. To measure the storage further, drive it from more client hosts, as MLPerf Storage does: "
                 "`emulate.launcher: mpi` with a hostfile runs the accelerators as MPI ranks across hosts "
-                "(README: \"Many client hosts\").")
+                "(docs/multi-host.md).")
     else:
         show_md(f"**No run was limited by the client**: its accelerators used at most "
                 f"{frame.client_cpu_percent_of_cores.max():.0f} % of their CPUs and the machine was at most "

@@ -111,7 +111,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("oom_kills", "", "processes of the cgroup killed for memory"),
 )
 # The runs.csv columns this study's brief and arithmetic use unconditionally (kind: text / number); the
-# brief's gate (report/inputs.py) refuses a runs.csv without them, so the code below may assume them.
+# brief's gate (brief/inputs.py) refuses a runs.csv without them, so the code below may assume them.
 REQUIRED = ("workload", "accelerators", "steps", "epochs", "num_files", "dataset_bytes", "batch_size", "compute_s",
             "read_threads", "prefetch", "au_percent", "au_threshold_percent", "samples_per_s", "total_time_s",
             "demand_mb_per_s_per_accelerator", "loader_read_mb_per_s")

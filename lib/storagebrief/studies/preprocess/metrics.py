@@ -31,7 +31,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("dominant_stage", "", "the stage with the largest share: read, decode_resize or encode_write", "text"),
 )
 # The runs.csv columns this study's brief and arithmetic use unconditionally (kind: text / number); the
-# brief's gate (report/inputs.py) refuses a runs.csv without them, so the code below may assume them.
+# brief's gate (brief/inputs.py) refuses a runs.csv without them, so the code below may assume them.
 REQUIRED = ("sweep", "processes", "image_count", "input_bytes", "input_mb_per_s", "completion_time_s", "images_per_s",
             "images_skipped", "read_share_percent", "decode_resize_share_percent", "encode_write_share_percent")
 RUNS_COLUMNS = {n: "text" if c.kind == "text" else "number" for n in REQUIRED for c in COLUMNS if c.name == n}

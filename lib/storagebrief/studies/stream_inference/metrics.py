@@ -74,7 +74,7 @@ COLUMNS: tuple[Column, ...] = (
 )
 _KIND = {c.name: c.kind for c in COLUMNS}
 # The runs.csv columns this study's brief and arithmetic use unconditionally, and what they hold; the
-# brief's gate (report/inputs.py) refuses a runs.csv without them, so the code below may assume them.
+# brief's gate (brief/inputs.py) refuses a runs.csv without them, so the code below may assume them.
 RUNS_COLUMNS = {n: _KIND[n] for n in (
     "sweep", "video", "streams", "topics", "partitions", "replication_factor", "classified_frames_per_s",
     "latency_ms_p99", "frames_dropped", "streams_below_fps", "produce_mb_per_s")}

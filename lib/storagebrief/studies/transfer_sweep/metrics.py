@@ -108,7 +108,7 @@ GPU_COLUMNS: tuple[Column, ...] = (
 )
 COLUMNS: tuple[Column, ...] = CONFIG_COLUMNS + FIO_COLUMNS + LOAD_COLUMNS + GPU_COLUMNS + cpu_cost.COLUMNS
 # The runs.csv columns this study's brief and arithmetic use unconditionally, and what they hold; the
-# brief's gate (report/inputs.py) refuses a runs.csv without them, so the code below may assume them.
+# brief's gate (brief/inputs.py) refuses a runs.csv without them, so the code below may assume them.
 REQUIRED = ("load", "path", "rw", "block_size_bytes", "queue_depth", "iodepth", "numjobs", "throughput_mb_per_s",
             "iops", "lat_us_mean", "clat_us_p99")
 RUNS_COLUMNS = {c.name: c.kind for name in REQUIRED for c in COLUMNS if c.name == name}

@@ -1,7 +1,8 @@
 """The brief's layout, checked on the PDF itself (report/layout.py, issue 24): no word or number of a
 table cell split across lines, no near-empty page that does not end a section, page 1 answering how
-many accelerators every target supports, a body of at most 15 pages, and an HTML brief with a table of
-contents that opens without the network.
+many accelerators every target supports, a body of at most 15 pages, an HTML brief with a table of
+contents that opens without the network, and figures whose tick labels never overlap and whose subplot
+titles fit (report/figurefit.py, issue 37).
 
 The brief comes from real study outputs: the tiny `dvc repro` the end-to-end test runs (tiny_chain,
 shared), or, with STORAGEBRIEF_BRIEF_REPORTS=<a reports folder> (e.g. a full `make study`'s reports/),
@@ -46,12 +47,74 @@ def test_external_references_are_found():
     assert not layout.external_references('<a href="#appendix-emulate">D</a> see https://example.org in text')
 
 
+def _crowded_figure(titles):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 3, figsize=(9.5, 2.3))
+    for ax, title in zip(axes, titles):
+        ax.bar(range(40), range(40))
+        ax.set_xticks(range(40), [f"{2 ** (i % 12):g}" for i in range(40)], fontsize=7)
+        ax.set_title(title)
+    return fig
+
+
+LONG = ["Emulated unet3d, 16 accelerators (local, repeat 0)", "ResNet50 with 4 models in parallel (hdd-emulated)",
+        "Preprocess at 4 processes, 48 images (local)"]
+
+
+def test_figure_check_finds_overlapping_ticks_and_titles_that_do_not_fit():
+    from storagebrief.report import figurefit
+    found = figurefit.problems(_crowded_figure(LONG))
+    assert any("x tick labels" in f and "overlap" in f for f in found), found
+    assert any("wider than its subplot" in f for f in found), found
+
+
+def test_fit_thins_tick_labels_and_wraps_titles_keeping_every_word():
+    from storagebrief.report import figurefit
+    fig = _crowded_figure(LONG)
+    figurefit.fit(fig)
+    assert figurefit.problems(fig) == []
+    assert [" ".join(ax.get_title().split()) for ax in fig.axes] == LONG      # wrapped, never cut
+    shown = [t for t in fig.axes[0].xaxis.get_major_ticks() if t.label1.get_visible()]
+    assert 1 < len(shown) < 40
+
+
+def test_figure_html_marks_what_does_not_fit_for_the_layout_check():
+    from storagebrief.report import display
+    fig = _crowded_figure(LONG)
+    fig.axes[0].set_title("Averyveryveryveryveryveryveryveryveryveryveryveryveryverylongwordthatcannotwrap")
+    found = layout.figure_problems(display.figure_html(fig, "x"))
+    assert found and all("wider than its subplot" in f or "overlap" in f for f in found)
+
+
+def test_characterization_size_and_lba_grids_fit(monkeypatch):
+    """Many request sizes and long workload names: the size histograms (power-of-two bins) and the LBA grid
+    come out with no overlapping tick label and every title whole."""
+    pytest.importorskip("matplotlib")
+    from storagebrief.brief import characterization as chz
+    from storagebrief.report import display
+    pages = []
+    monkeypatch.setattr(chz, "show_figure", lambda fig, cap="", detail=False: pages.append(display.figure_html(fig, cap)))
+    sizes = {str(0.5 * k): k for k in range(1, 2048, 7)}                     # 293 sizes from 0.5 KiB to 1 MiB
+    d = {"sizes_kib": {"read_random": sizes, "read_sequential": sizes, "write_random": {}, "write_sequential": {}},
+         "locality_bins": {"read": [1] * 1000, "write": [0] * 1000},
+         "sample": [(i * 0.01, i * 1000, 8, "R") for i in range(300)], "t0": 0.0}
+    dists = [(f"{name} {k}", {"capacity_sectors": 10 ** 6}, d) for k, name in enumerate(LONG * 2)]
+    chz._size_plots(dists)
+    chz._lba_plots(dists)
+    chz._locality_plots(dists)
+    assert len(pages) == 3
+    assert layout.figure_problems("".join(pages)) == []
+    assert len(chz._size_bins({0.5: [1, 0], 1024.0: [0, 2]})[0]) == 12      # 0.5 KiB .. 1 MiB: 12 bins
+
+
 @pytest.fixture(scope="module")
 def brief(request, tmp_path_factory):
     """(brief.pdf, brief.html, params file) rendered from real study outputs."""
     given = os.environ.get("STORAGEBRIEF_BRIEF_REPORTS")
     if given:
-        from storagebrief.report import render
+        from storagebrief.brief import render
         reports = tmp_path_factory.mktemp("brief") / "reports"
         shutil.copytree(given, reports, ignore=shutil.ignore_patterns("brief.*", "headlines.json"))
         out = render(reports, REPO / "params.yaml", log=lambda _: None)
@@ -80,6 +143,12 @@ def test_no_word_or_number_split_inside_a_table_cell(found):
 @pytest.mark.e2e
 def test_no_page_under_a_quarter_filled_unless_a_section_starts_next(found):
     assert not found["sparse_pages"], found["sparse_pages"]
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_every_figure_fits_its_tick_labels_and_titles(found):
+    assert not found["figures"], found["figures"]
 
 
 @pytest.mark.slow

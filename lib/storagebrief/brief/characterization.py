@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..core import characterize as ch, results
-from .display import analysis, details_to, show_figure, show_html, show_md, show_table, style
+from ..report.display import analysis, details_to, show_figure, show_html, show_md, show_table, style
 
 DEFINITIONS = (
     "An **I/O** is one block request as issued to the device (tracefs `block:block_rq_issue`), matched to its "
@@ -241,12 +241,31 @@ def _lba_plots(dists) -> None:
             ys = [100 * p[1] / cap for p in pts if p[3] == op]
             if xs:
                 ax.scatter(xs, ys, s=5, c=color, label="read" if op == "R" else "write", alpha=0.6, linewidths=0)
-        ax.set(title=_short(label), xlabel="seconds", ylabel="LBA (% of device)")
+        ax.set_title(label, fontsize=9)
+        ax.set(xlabel="seconds", ylabel="LBA (% of device)")
         ax.set_ylim(0, 100)
     axes[0].legend(loc="upper right", fontsize=7, markerscale=4)
     fig.tight_layout()
     show_figure(fig, "LBA vs time per workload: each dot is a request (start sector as % of the device's "
                      "capacity; a sample of at most 3,000 per run).", detail=True)
+
+
+def _size_label(kib: float) -> str:
+    return f"{kib:g}" if kib < 1024 else f"{kib / 1024:g}M"
+
+
+def _size_bins(merged: dict[float, list[int]]) -> tuple[list[float], list[list[int]]]:
+    """Request sizes in power-of-two bins (bin k holds [2^k, 2^(k+1)) KiB), every bin between the smallest
+    and largest present: a log axis whose labels keep their spacing however many sizes occurred."""
+    k_of = {s: math.floor(math.log2(s)) for s in merged if s > 0}
+    if not k_of:
+        return [], []
+    ks = range(min(k_of.values()), max(k_of.values()) + 1)
+    counts = {k: [0, 0] for k in ks}
+    for s, k in k_of.items():
+        counts[k][0] += merged[s][0]
+        counts[k][1] += merged[s][1]
+    return [2.0 ** k for k in ks], [counts[k] for k in ks]
 
 
 def _size_plots(dists) -> None:
@@ -256,32 +275,32 @@ def _size_plots(dists) -> None:
                 if any(d["sizes_kib"][f"{op}_{k}"] for k in ("random", "sequential"))]
         if not have:
             continue
-        fig, axes = _grid(len(have), height=2.1)
+        fig, axes = _grid(len(have), height=2.3)
         for ax, (label, d) in zip(axes, have):
             merged: dict[float, list[int]] = {}
             for i, k in enumerate(("random", "sequential")):
                 for kib, n in d["sizes_kib"][f"{op}_{k}"].items():
                     merged.setdefault(float(kib), [0, 0])[i] += n
-            sizes = sorted(merged)
-            x = np.arange(len(sizes))
-            ax.bar(x, [merged[s][0] for s in sizes], color="tab:orange", label="random")
-            ax.bar(x, [merged[s][1] for s in sizes], bottom=[merged[s][0] for s in sizes], color="tab:green",
-                   label="sequential")
-            step = max(1, len(sizes) // 6)
-            ax.set_xticks(x[::step], [f"{s:g}" for s in sizes][::step], fontsize=7)
-            ax.set(title=_short(label), xlabel="KiB", ylabel="requests")
+            lows, counts = _size_bins(merged)
+            x = np.arange(len(lows))
+            ax.bar(x, [c[0] for c in counts], color="tab:orange", label="random")
+            ax.bar(x, [c[1] for c in counts], bottom=[c[0] for c in counts], color="tab:green", label="sequential")
+            ax.set_xticks(x, [_size_label(s) for s in lows], fontsize=7)
+            ax.set_title(label, fontsize=9)
+            ax.set(xlabel="KiB (power-of-two bins)", ylabel="requests")
         axes[0].legend(fontsize=7)
         fig.tight_layout()
-        show_figure(fig, f"{op.capitalize()} request-size distribution per workload (one bar per size that occurred, "
-                         "random and sequential stacked).", detail=True)
+        show_figure(fig, f"{op.capitalize()} request-size distribution per workload: each bar counts the requests "
+                         "from its label's size up to twice it (KiB; M = MiB), random and sequential stacked.",
+                    detail=True)
 
 
 def _locality_plots(dists) -> None:
     fig, axes = _grid(len(dists), height=2.1)
     for ax, (label, row, d) in zip(axes, dists):
         r, w = d["locality_bins"]["read"], d["locality_bins"]["write"]
+        ax.set_title(label, fontsize=9)
         if not r:
-            ax.set(title=_short(label))
             continue
         total = sum(r) + sum(w) or 1
         # one line per bin that holds requests (a bar 1/1,000 of the axis wide would not show)
@@ -293,11 +312,7 @@ def _locality_plots(dists) -> None:
                       linewidth=2, label=name)
         ax.set_xlim(0, len(r))
         ax.set_ylim(bottom=0)
-        ax.set(title=_short(label), xlabel="address-space bin (0.1 % of device)", ylabel="% of requests")
+        ax.set(xlabel="address-space bin (0.1 % of device)", ylabel="% of requests")
     axes[0].legend(fontsize=7)
     fig.tight_layout()
     show_figure(fig, "Locality histogram: share of each run's requests per 1/1,000 of the device's address space.", detail=True)
-
-
-def _short(label: str, n: int = 38) -> str:
-    return label if len(label) <= n else label[: n - 1] + "…"

@@ -1,5 +1,5 @@
 """The brief's Contents box: below the title, linking every top-level heading."""
-from storagebrief.report.render import with_contents
+from storagebrief.brief.render import with_contents
 
 
 def test_contents_come_below_the_title_and_link_every_section():

@@ -8,7 +8,7 @@ import os
 import pandas as pd
 
 from storagebrief.core import results
-from storagebrief.report import brief as brief_mod
+from storagebrief.brief import assemble as brief_mod
 
 
 # --------------------------------------------------------------------------- honest files and brief

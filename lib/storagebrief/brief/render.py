@@ -6,10 +6,10 @@ import re
 from pathlib import Path
 
 from ..core import results
-from .brief import snapshot_headlines
+from .assemble import snapshot_headlines
 
 CSS = Path(__file__).resolve().parents[1] / "templates" / "brief.css"
-# The notebook beside this code (lib/storagebrief/report -> repository root), for a project folder without one.
+# The notebook beside this code (lib/storagebrief/brief -> repository root), for a project folder without one.
 PACKAGE_NOTEBOOK = Path(__file__).resolve().parents[3] / "notebooks" / "brief.py"
 
 
@@ -51,9 +51,9 @@ def with_contents(body: str) -> str:
 
 def check_layout(pdf_path: Path, html_path: Path, params_file: Path, log=print) -> dict:
     """The PDF's layout checks (report/layout.py), said on the terminal: a problem is a warning here,
-    a failure in tests/report/test_brief_layout.py."""
+    a failure in tests/brief/test_brief_layout.py."""
     from ..core import config as config_mod
-    from . import layout
+    from ..report import layout
     targets = [t.name for t in config_mod.load(params_file, check_targets=False).targets]
     has_answer = "Accelerators supported" in html_path.read_text()     # only when the emulate study ran
     found = layout.check(pdf_path, html_path, targets if has_answer else [])

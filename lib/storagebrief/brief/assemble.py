@@ -2,7 +2,7 @@
 
 The brief is a notebook (notebooks/brief.py, Jupytext) executed by papermill; every cell
 calls into this module, which reads the studies' output directories through one gate
-(report/inputs.py): a study whose files cannot be used gets "could not be read: <why>"
+(brief/inputs.py): a study whose files cannot be used gets "could not be read: <why>"
 in its section and is left out of the rest. Studies come from the registry
 (storagebrief.studies): each contributes its title, headlines() and its own section;
 this module adds what every brief shares.
@@ -18,8 +18,9 @@ import pandas as pd
 
 from ..core import config as config_mod
 from ..studies import get as get_study
-from . import accelerators, formatting, inputs
-from .display import Appendix, details_to, limits_box, set_target_order, show_html, show_md, show_table
+from ..report import accelerators, formatting
+from . import inputs
+from ..report.display import Appendix, details_to, limits_box, set_target_order, show_html, show_md, show_table
 
 
 def _in_kernel() -> bool:
@@ -375,7 +376,7 @@ def appendix_details(reports_dir: str | Path | None = None) -> None:
 
 @_part("The block-level I/O characterization")
 def block_characterization(reports_dir: str | Path, details: bool = False) -> None:
-    """The block-level I/O characterization of every readable study (report/characterization.py);
+    """The block-level I/O characterization of every readable study (brief/characterization.py);
     details=True: its tables and plots in an appendix of their own."""
     from . import characterization as chz
     appendix = detail_appendix("Block-level I/O characterization: details", "appendix-characterization") \

@@ -1,0 +1,114 @@
+"""Figures whose text fits: tick labels that never overlap, subplot titles that stay over their own plot.
+
+`fit(fig)` lays the figure out (no pixels drawn), wraps every subplot title that is wider than its
+subplot onto more lines, and thins an axis's tick labels (every 2nd, 3rd, … kept) while two of them
+overlap. `problems(fig)` says, in words, what still does not fit; figure_html embeds those as an HTML
+comment the brief's layout check (report/layout.py) reads, so the layout test fails on them. Measured
+in display units after layout, so any font, size or number of subplots is judged as drawn.
+"""
+from __future__ import annotations
+
+import textwrap
+
+PAD_PX = 1.0            # a title may overrun its subplot by this much (rounding)
+GAP_EM = 0.5            # tick labels closer than half their font size read as one number ("128256512")
+
+
+def _layout(fig) -> None:
+    fig.draw_without_rendering()
+
+
+def _renderer(fig):
+    return fig.canvas.get_renderer()
+
+
+def _tick_labels(axis, renderer):
+    """The visible, non-empty major tick labels of an axis with their extents, in axis order."""
+    ticks = [t for t in axis.get_major_ticks() if t.label1.get_visible() and t.label1.get_text()]
+    lo, hi = sorted(axis.get_view_interval())
+    ticks = [t for t in ticks if lo - 1e-9 * abs(hi - lo) <= t.get_loc() <= hi + 1e-9 * abs(hi - lo)]
+    return [(t, t.label1.get_window_extent(renderer)) for t in sorted(ticks, key=lambda t: t.get_loc())]
+
+
+def _gap_px(ticks, fig) -> float:
+    """The least gap between neighbouring labels: GAP_EM of their font size, in display pixels."""
+    size = max((t.label1.get_fontsize() for t in ticks), default=10.0)
+    return GAP_EM * size * fig.dpi / 72
+
+
+def _overlapping(extents, horizontal: bool, gap: float) -> list[tuple[int, int]]:
+    out = []
+    for i in range(len(extents) - 1):
+        a, b = extents[i], extents[i + 1]
+        if (b.x0 < a.x1 + gap) if horizontal else (b.y0 < a.y1 + gap):
+            out.append((i, i + 1))
+    return out
+
+
+def _titles(fig):
+    return [(ax, ax.title) for ax in fig.axes if ax.get_visible() and ax.title.get_text()]
+
+
+def _wrap_title(ax, title, renderer) -> None:
+    """Re-wrap a title onto more lines until it is no wider than its subplot (words, hyphenated ones too, are never cut)."""
+    words = " ".join(title.get_text().split())
+    width = ax.get_window_extent(renderer).width
+    chars = len(words)
+    while title.get_window_extent(renderer).width > width and chars > 8:
+        chars = int(chars * 0.8)
+        title.set_text("\n".join(textwrap.wrap(words, chars, break_long_words=False, break_on_hyphens=False)))
+
+
+def _thin(axis, renderer, fig) -> None:
+    """Keep every k-th tick label (k = 2, 3, …) while neighbours overlap; the first label always stays."""
+    ticks = _tick_labels(axis, renderer)
+    horizontal = axis.axis_name == "x"
+    gap = _gap_px([t for t, _ in ticks], fig)
+    k = 1
+    while len(ticks) > 1 and _overlapping([e for _, e in ticks][::k], horizontal, gap):
+        k += 1
+        for i, (t, _) in enumerate(ticks):
+            t.label1.set_visible(i % k == 0)
+        if k >= len(ticks):
+            break
+
+
+def fit(fig) -> None:
+    """Wrap titles wider than their subplot; thin tick labels that overlap."""
+    _layout(fig)
+    renderer = _renderer(fig)
+    before = [title.get_text() for _, title in _titles(fig)]
+    for ax, title in _titles(fig):
+        _wrap_title(ax, title, renderer)
+    if before != [title.get_text() for _, title in _titles(fig)] and not fig.get_constrained_layout():
+        fig.tight_layout()          # room for the titles' new lines
+        _layout(fig)
+    for ax in fig.axes:
+        if ax.get_visible():
+            _thin(ax.xaxis, renderer, fig)
+            _thin(ax.yaxis, renderer, fig)
+
+
+def problems(fig) -> list[str]:
+    """What does not fit: overlapping tick labels of one axis, a subplot title wider than its subplot or
+    overlapping another subplot's title."""
+    _layout(fig)
+    renderer = _renderer(fig)
+    out = []
+    for n, ax in enumerate(a for a in fig.axes if a.get_visible()):
+        name = ax.get_title() or f"subplot {n + 1}"
+        for axis in (ax.xaxis, ax.yaxis):
+            ticks = _tick_labels(axis, renderer)
+            gap = _gap_px([t for t, _ in ticks], fig)
+            for i, j in _overlapping([e for _, e in ticks], axis.axis_name == "x", gap):
+                out.append(f"{name!r}: {axis.axis_name} tick labels {ticks[i][0].label1.get_text()!r} and "
+                           f"{ticks[j][0].label1.get_text()!r} overlap or touch")
+    titles = _titles(fig)
+    for ax, title in titles:
+        if title.get_window_extent(renderer).width > ax.get_window_extent(renderer).width + PAD_PX:
+            out.append(f"title {title.get_text()!r} is wider than its subplot")
+    for i, (_, a) in enumerate(titles):
+        for _, b in titles[i + 1:]:
+            if a.get_window_extent(renderer).overlaps(b.get_window_extent(renderer)):
+                out.append(f"titles {a.get_text()!r} and {b.get_text()!r} overlap")
+    return out
