@@ -62,7 +62,7 @@ env: system-deps $(VENV)/.installed notebook-files dvc-lock-local
 # dvc.lock records what `dvc repro` measured on this machine (its outputs' hashes), so every study rewrites
 # it; DVC refuses a git-ignored dvc.lock, so git is told to leave this clone's copy alone instead
 # (skip-worktree): after `make study` a fresh clone's `git status` stays clean. To commit your own lock:
-# git update-index --no-skip-worktree dvc.lock (docs/researcher-loop.md).
+# git update-index --no-skip-worktree dvc.lock (docs/notebooks.md).
 dvc-lock-local:
 	@if git rev-parse --is-inside-work-tree >/dev/null 2>&1 && git ls-files --error-unmatch dvc.lock >/dev/null 2>&1; then \
 	  git update-index --skip-worktree dvc.lock; fi
@@ -80,7 +80,7 @@ notebook-files: $(VENV)/.installed
 
 # After a `git pull` (or an edit of a .py): every .ipynb brought up to its script's code, keeping your
 # parameters cell and the outputs of unchanged cells; the earlier .ipynb is kept beside it. The way back
-# from any .ipynb/.py drift; nothing tracked is deleted (docs/researcher-loop.md).
+# from any .ipynb/.py drift; nothing tracked is deleted (docs/notebooks.md).
 notebooks: $(VENV)/.installed
 	$(BIN)/storagebrief notebooks --refresh
 

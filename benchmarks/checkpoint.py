@@ -10,7 +10,7 @@
    bytes ÷ the slowest job's runtime. Goal: ranks ÷ fio ≥ 0.90.
    Before this, fio ran with its default fallocate (blocks laid out as unwritten extents before its
    clock, converted as written) and refill_buffers, while the ranks allocated inside theirs: the two
-   did not do the same work (docs/limits-round3.md).
+   did not do the same work (docs/testing.md).
 2. Restore: the same files read back with caches dropped first (drop_caches as root, else
    fadvise), one reader per rank in R-byte reads; fio: N jobs, rw=read, bs=R, invalidate=1 after
    the same cache drop. Goal: ranks ÷ fio ≥ 0.90.

@@ -11,7 +11,7 @@
 #
 # Reproduces *How (and why) new QLC SATA SSDs deliver 8x faster machine learning* (Colfax/Micron, 2018): large TIFFs are read with OpenCV, resized and written to TFRecords by P concurrent processes on each storage target. Bandwidth and completion time are measured per process count, then per image count at the best process count.
 #
-# **Run All** runs it with `params.yaml`'s knobs; change any of them in the parameters cell below. Your edits stay in this notebook's `.ipynb` (git ignores it); the tracked `.py` beside it keeps params.yaml's values (docs/researcher-loop.md). Results go to a new folder `reports/runs/<time>/preprocess/` (the pipeline's `reports/preprocess/` belongs to `dvc repro`). The same study runs without Jupyter: `storagebrief preprocess -S preprocess.processes=[1,2] --out DIR`.
+# **Run All** runs it with `params.yaml`'s knobs; change any of them in the parameters cell below. Your edits stay in this notebook's `.ipynb` (git ignores it); the tracked `.py` beside it keeps params.yaml's values (docs/notebooks.md). Results go to a new folder `reports/runs/<time>/preprocess/` (the pipeline's `reports/preprocess/` belongs to `dvc repro`). The same study runs without Jupyter: `storagebrief preprocess -S preprocess.processes=[1,2] --out DIR`.
 
 # %% tags=["parameters"]
 # This study's knobs: params.yaml's `preprocess:` section. A value changed here applies to this notebook's

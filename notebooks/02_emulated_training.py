@@ -13,7 +13,7 @@
 #
 # Each emulated accelerator is a process with its own loader (read threads, prefetch) that reads the real bytes of a shuffled share of the dataset from the target, then sleeps for the accelerator's compute time per batch; the accelerators meet at a barrier every step, like an all-reduce. The sweep adds accelerators until the target can no longer keep them busy: by default it searches (1, 2, 4, 8, … then bisection, within a time budget; `accelerators: auto`), or it runs a fixed list of counts.
 #
-# **Run All** runs it with `params.yaml`'s knobs (the quick profile is scaled down and says so below); change any of them in the parameters cell below. Your edits stay in this notebook's `.ipynb` (git ignores it); the tracked `.py` beside it keeps params.yaml's values (docs/researcher-loop.md). Results go to a new folder `reports/runs/<time>/emulate/` (the pipeline's `reports/emulate/` belongs to `dvc repro`). The same study runs without Jupyter: `storagebrief emulate --out DIR` (or `-S emulate.accelerators=[1,2]` for a fixed list).
+# **Run All** runs it with `params.yaml`'s knobs (the quick profile is scaled down and says so below); change any of them in the parameters cell below. Your edits stay in this notebook's `.ipynb` (git ignores it); the tracked `.py` beside it keeps params.yaml's values (docs/notebooks.md). Results go to a new folder `reports/runs/<time>/emulate/` (the pipeline's `reports/emulate/` belongs to `dvc repro`). The same study runs without Jupyter: `storagebrief emulate --out DIR` (or `-S emulate.accelerators=[1,2]` for a fixed list).
 
 # %% tags=["parameters"]
 # This study's knobs: params.yaml's `emulate:` section. A value changed here applies to this notebook's
@@ -22,7 +22,7 @@
 emulate = {
     'workloads': ['unet3d'],  # catalogue: unet3d, resnet50, cosmoflow, retinanet (+ any defined below)
     'accelerator_type': 'v100',  # key of each workload's compute_s (unet3d: v100 a100 h100 b200; resnet50: v100 a100
-    # h100; cosmoflow: a100 h100; retinanet: b200 mi355 — docs/mlperf-parity.md, with sources)
+    # h100; cosmoflow: a100 h100; retinanet: b200 mi355 — docs/studies/emulate-mlperf.md, with sources)
     'workload_overrides': {  # partial specs merged over the reference values, or whole new workloads
         'unet3d': {
             'record_bytes': 500000,  # bytes per sample (reference 146,600,628)
@@ -55,7 +55,7 @@ emulate = {
     'client_check': True,  # re-run the answer's point with the emulator on half its CPUs: client-bound or not
     'client_check_repeats': 1,  # confined runs of that point (compared with its own repeats' spread)
     'mlperf_rules': False,  # MLPerf Storage v3.0 run rules: 6 runs per point (1 warm-up + 5 scored), rules' dataset
-    # size; needs repeats: 6 and dataset_sizing: mlperf (docs/mlperf-parity.md)
+    # size; needs repeats: 6 and dataset_sizing: mlperf (docs/studies/emulate-mlperf.md)
     'mlperf_hosts': 1,  # mlperf_rules: client hosts in the rules' dataset-size formula
     'launcher': 'fork',  # fork: accelerators forked on this host; mpi: mpirun ranks (docs/multi-host.md)
     'mpi': {  # used by launcher: mpi only
@@ -77,7 +77,7 @@ runs = notebook.run_study("emulate", emulate, targets=targets, out_dir=out_dir, 
 
 # %% [markdown]
 # ## Runs
-# One row per measured run (`runs.csv`); units are in the column headers (MB = 10⁶ bytes, MiB = 2²⁰ bytes). Per-accelerator rows are in `accelerators.csv`, per-read latency histograms in `latency_histograms.csv`, an MLPerf-Storage-like summary in `mlperf_results.json`, and every run in MLPerf Storage's own results layout under `mlperf/results/<target>/training/<workload>/run/<time>/summary.json` (docs/mlperf-parity.md). Rows with `client_check` = half CPUs are the client check's re-runs; rows with `mlperf_run` = warm-up are the MLPerf rules' warm-up runs: neither counts in any figure.
+# One row per measured run (`runs.csv`); units are in the column headers (MB = 10⁶ bytes, MiB = 2²⁰ bytes). Per-accelerator rows are in `accelerators.csv`, per-read latency histograms in `latency_histograms.csv`, an MLPerf-Storage-like summary in `mlperf_results.json`, and every run in MLPerf Storage's own results layout under `mlperf/results/<target>/training/<workload>/run/<time>/summary.json` (docs/studies/emulate-mlperf.md). Rows with `client_check` = half CPUs are the client check's re-runs; rows with `mlperf_run` = warm-up are the MLPerf rules' warm-up runs: neither counts in any figure.
 
 # %%
 notebook.show_runs(runs, ["target", "workload", "accelerators", "search_step", "search_phase", "repeat", "total_time_s",

@@ -11,7 +11,7 @@
 #
 # Reproduces the training half of *Benchmarking Storage with AI Workloads* (Samsung, SDC): `tf.keras.applications.ResNet50(weights=None)` trains from TFRecords (the preprocessing stage's output, or a generated ImageNet-like set when a larger dataset is asked for) while each job runs in its own cgroup. Scenarios on every target: baseline vs limited memory (dataset:memory ratio), K models in parallel, ingestion while training, and frequent checkpoints. The monitor records the device's disk profile.
 #
-# **Run All** runs it with `params.yaml`'s knobs; change any of them in the parameters cell below. Your edits stay in this notebook's `.ipynb` (git ignores it); the tracked `.py` beside it keeps params.yaml's values (docs/researcher-loop.md). Results go to a new folder `reports/runs/<time>/train_resnet50/` (the pipeline's `reports/train_resnet50/` belongs to `dvc repro`). The same study runs without Jupyter: `storagebrief train-resnet50 -S train_resnet50.parallel_models=[1,2] --out DIR`.
+# **Run All** runs it with `params.yaml`'s knobs; change any of them in the parameters cell below. Your edits stay in this notebook's `.ipynb` (git ignores it); the tracked `.py` beside it keeps params.yaml's values (docs/notebooks.md). Results go to a new folder `reports/runs/<time>/train_resnet50/` (the pipeline's `reports/train_resnet50/` belongs to `dvc repro`). The same study runs without Jupyter: `storagebrief train-resnet50 -S train_resnet50.parallel_models=[1,2] --out DIR`.
 
 # %% tags=["parameters"]
 # This study's knobs: params.yaml's `train_resnet50:` section. A value changed here applies to this notebook's
@@ -29,7 +29,7 @@ train_resnet50 = {
     'num_classes': 4,
     'input_size': 64,  # ResNet50 input (min 32); paper 224. Not 32: its last stage is then 1x1, so batch norm
     # normalises over a batch's 16 samples and a converged model's loss spiked to 5.4 on a
-    # batch with a skewed class mix (docs/limits-round3.md); at 64 (2x2) none in 96 steps
+    # batch with a skewed class mix (docs/studies/train_resnet50.md); at 64 (2x2) none in 96 steps
     'batch_size': 16,  # quick: 4 steps an epoch (2/3 of the compute of 96 records at batch 32)
     'epochs': 2,  # >= 2: epochs after the first show the page-cache effect
     'learning_rate': 0.001,  # SGD, momentum 0.9 (0.01 diverged here: epoch loss 3.5-7.7 on 4 classes)

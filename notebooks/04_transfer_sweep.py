@@ -15,7 +15,7 @@
 #
 # The same study runs without Jupyter: `storagebrief transfer-sweep -S transfer_sweep.queue_depths=[1,8] --out DIR`.
 #
-# **Run All** runs it with `params.yaml`'s knobs; change any of them in the parameters cell below. Your edits stay in this notebook's `.ipynb` (git ignores it); the tracked `.py` beside it keeps params.yaml's values (docs/researcher-loop.md). Results go to a new folder `reports/runs/<time>/transfer_sweep/` (the pipeline's `reports/transfer_sweep/` belongs to `dvc repro`).
+# **Run All** runs it with `params.yaml`'s knobs; change any of them in the parameters cell below. Your edits stay in this notebook's `.ipynb` (git ignores it); the tracked `.py` beside it keeps params.yaml's values (docs/notebooks.md). Results go to a new folder `reports/runs/<time>/transfer_sweep/` (the pipeline's `reports/transfer_sweep/` belongs to `dvc repro`).
 
 # %% tags=["parameters"]
 # This study's knobs: params.yaml's `transfer_sweep:` section. A value changed here applies to this notebook's

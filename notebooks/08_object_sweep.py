@@ -19,7 +19,7 @@
 # storagebrief writes below its own run prefix and removes only that). Directory targets run the same client threads
 # on whole files, so a directory and a local-gateway S3 target on one device give **directory vs S3** at like size:
 # the cost of the object path alone. Rows where the client's (or client + gateway's) CPU reached 80 % of the machine
-# say so: their figure is the CPU's, not the storage's. Details: `docs/object-storage.md`.
+# say so: their figure is the CPU's, not the storage's. Details: `docs/studies/object_sweep.md`.
 #
 # The same study runs without Jupyter: `storagebrief object-sweep --out DIR`.
 #

@@ -4,7 +4,7 @@ paired with the script). notebook.py is what runs inside a notebook; this module
 
 - The script's parameters cell is generated from params.yaml (`knobs_cell`, `sync_knobs`): it always
   says "params.yaml as it is", so a knob edited in JupyterLab lands only in the ignored .ipynb and git,
-  DVC and the tests never see it (docs/researcher-loop.md says why this design).
+  DVC and the tests never see it (docs/notebooks.md says why this design).
 - `refresh` makes the .ipynb from the script, or brings an existing one up to the script's code while
   keeping the researcher's parameters cell and the outputs of unchanged cells (the earlier file is kept
   beside it): `make notebooks`.
@@ -38,7 +38,7 @@ NOTEBOOK_TEMPLATE = """\
 #
 # The same study runs without Jupyter: `storagebrief {command} --out DIR`.
 #
-# **Run All** runs it with `params.yaml`'s knobs; change any of them in the parameters cell below. Your edits stay in this notebook's `.ipynb` (git ignores it); the tracked `.py` beside it keeps params.yaml's values (docs/researcher-loop.md). Results go to a new folder `reports/runs/<time>/{name}/` (the pipeline's `reports/{name}/` belongs to `dvc repro`).
+# **Run All** runs it with `params.yaml`'s knobs; change any of them in the parameters cell below. Your edits stay in this notebook's `.ipynb` (git ignores it); the tracked `.py` beside it keeps params.yaml's values (docs/notebooks.md). Results go to a new folder `reports/runs/<time>/{name}/` (the pipeline's `reports/{name}/` belongs to `dvc repro`).
 
 # %% tags=["parameters"]
 # This study's knobs: params.yaml's `{name}:` section. A value changed here applies to this notebook's

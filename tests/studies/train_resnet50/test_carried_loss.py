@@ -1,6 +1,6 @@
 """A job carried from run to run keeps training: once converged, no step's loss rises above ln(classes).
 
-Measured before the fix (docs/limits-round3.md): with 32×32 inputs ResNet50's last stage is 1×1, so each
+Measured before the fix (docs/studies/train_resnet50.md): with 32×32 inputs ResNet50's last stage is 1×1, so each
 batch-normalisation layer there normalises over the 16 samples of a batch; a converged model met a batch
 whose class mix was skewed (one class with 0-1 samples) and its loss jumped from ~0.001 to 5.4, while
 the same 16 images inside a 32-sample batch, same weights, scored 0.0. The generated set also held one

@@ -16,7 +16,7 @@ class BusyParams(Strict):
 
 class ObjectSweepParams(Strict):
     targets: list[str] = Field(default_factory=list)     # subset of target names; [] = every target
-    client: Literal["boto3"] = "boto3"                   # docs/object-storage.md: why boto3, not s3dlio
+    client: Literal["boto3"] = "boto3"                   # docs/targets.md: why boto3, not s3dlio
     ops: list[Literal["put", "get"]] = Field(default_factory=lambda: ["put", "get"], min_length=1)
     object_sizes: list[int | str] = Field(default_factory=lambda: ["64k", "1m"], min_length=1, validate_default=True)
     concurrency: list[int] = Field(default_factory=lambda: [1, 8], min_length=1)

@@ -68,7 +68,7 @@ def shard_of(i: int, num_classes: int, shards: int) -> int:
     Version 1 wrote record i to shard i % shards: with shards == num_classes each shard held one class,
     the unordered interleave of shard reads made a batch's class mix follow which file's reads came back
     first, and batches of 16 skewed to one or two classes went through batch normalisation in training
-    mode: a converged model's per-step loss jumped from ~0.01 to 2-3.5 (docs/limits-round3.md)."""
+    mode: a converged model's per-step loss jumped from ~0.01 to 2-3.5 (docs/studies/train_resnet50.md)."""
     return (i // max(1, num_classes)) % shards
 
 

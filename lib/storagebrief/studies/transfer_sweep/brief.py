@@ -61,7 +61,7 @@ def _busy_load(frame, study: dict) -> None:
     lc = pd.to_numeric(b.get("load_cpu_percent"), errors="coerce")
     share = pd.to_numeric(b.get("load_memory_share_percent"), errors="coerce")
     show_md(
-        f"**The busy system, measured.** The seed's busy system ran stressapptest at 86 % CPU and ~50 % of memory "
+        f"**The busy system, measured.** Micron's GDS brief's busy system ran stressapptest at 86 % CPU and ~50 % of memory "
         f"bandwidth. Here {busy['tool']} ran beside fio (outside fio's cgroup, stopped and reaped after every busy "
         f"point): peak memory bandwidth of this machine {busy['peak_memory_mb_per_s']:,.0f} MB/s "
         f"({busy.get('peak_method', '')}); targets {b.load_cpu_percent_target.iloc[0]:g} % CPU and "
@@ -131,7 +131,7 @@ def _analysis(frame, cpu, names: list[str], loads: list[str]) -> None:
                          "from idle): the load can shorten latency at low CPU demand while it starves fio at high "
                          "IOPS.")
     analysis(lines or ["- No matched points to compare."],
-             tail="The seed measured a PCIe Gen4 NVMe SSD on a 2 × 64-core server; these numbers are this machine's.")
+             tail="Micron's GDS brief measured a PCIe Gen4 NVMe SSD on a 2 × 64-core server; these numbers are this machine's.")
 
 
 def _gpu(study: dict, pts) -> None:
