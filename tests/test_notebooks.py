@@ -232,7 +232,7 @@ def test_the_printed_brief_command_works_from_the_notebooks_folder(tmp_path, mon
     assert "out_dir whose last folder is 'preprocess'" in notebook.brief_hint(tmp_path / "out", "preprocess", root)
     monkeypatch.chdir(root / "notebooks")          # where JupyterLab's kernel and console start
     seen = {}
-    monkeypatch.setattr("storagebrief.report.render", lambda reports, *a, **k: seen.setdefault("r", reports) and
+    monkeypatch.setattr("storagebrief.brief.render", lambda reports, *a, **k: seen.setdefault("r", reports) and
                         {"html": str(reports / "brief.html"), "pdf": None})
     assert cli.main(["brief", "--reports", "reports/runs/20261126T070000", "--no-pdf"]) == 2  # not there yet
     assert "no reports folder at " + str(root / "reports/runs/20261126T070000") in capsys.readouterr().err

@@ -229,31 +229,6 @@ def test_no_credentials_anywhere_is_one_line(tmp_path, monkeypatch):
         s3store.ObjectStore(_target(tmp_path, endpoint="http://127.0.0.1:9", bucket="abc"), tmp_path / "l").open()
 
 
-# --------------------------------------------------------------------------- checkpoint and sample access
-@needs_gateway
-def test_multipart_put_in_parts_ranged_and_whole_get(tmp_path):
-    from storagebrief.kit import s3objects, s3ops
-    st = s3store.ObjectStore(_target(tmp_path), tmp_path / "logs").open()
-    try:
-        part = 5 << 20
-        data = s3ops.payload(2 * part + 1234, seed=3)
-        res = s3objects.multipart_put(st, "ckpt/rank-0", [data[i:i + part] for i in range(0, len(data), part)], part)
-        assert res["parts"] == 3 and res["bytes"] == len(data)
-        assert (st.gateway.root / st.bucket / "ckpt" / "rank-0").read_bytes() == data     # one plain file
-        assert s3objects.ranged_get(st, "ckpt/rank-0", part - 10, 20) == data[part - 10:part + 10]
-        assert s3objects.read_whole(st, "ckpt/rank-0", 1 << 20) == len(data)
-        with pytest.raises(ValueError, match="5 MiB minimum"):
-            s3objects.multipart_put(st, "x", [b"1"], 1 << 20)
-
-        def failing():
-            yield data[:part]
-            raise RuntimeError("rank died")
-        with pytest.raises(RuntimeError):
-            s3objects.multipart_put(st, "ckpt/rank-1", failing(), part)
-        assert not st.client.list_multipart_uploads(Bucket=st.bucket).get("Uploads")     # aborted, no parts left
-        assert "ckpt/rank-1" not in st.list_keys("ckpt/")
-    finally:
-        st.close()
 
 
 @needs_gateway
