@@ -29,13 +29,14 @@ from ...core import cgroups
 from ...core.causes import EnvironmentFailure
 from ...core.procs import die_with_parent, reap
 from ...kit.checkpoint import incompressible
-from .rank_io import ONE_CLOCK, RankResult, operate
+from .rank_io import ONE_CLOCK, RankResult, RankStore, operate
 
 BARRIER_TIMEOUT_S = 600.0
 
 
-def _rank(rank: int, buf_bytes: int, procs_files: list[str], fault: dict | None, barrier, inbox, out_q) -> None:
-    """One rank (a forked process): buffer once, then an operation per message until None."""
+def _rank(rank: int, buf_bytes: int, procs_files: list[str], fault: dict | None, barrier, inbox, out_q,
+          s3: dict | None = None) -> None:
+    """One rank (a forked process): buffer (and S3 client) once, then an operation per message until None."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # the parent handles Ctrl-C and stops us
     signal.signal(signal.SIGTERM, signal.SIG_DFL)    # not the parent's handler: stopped means gone
     die_with_parent()
@@ -43,10 +44,11 @@ def _rank(rank: int, buf_bytes: int, procs_files: list[str], fault: dict | None,
         if procs_files:
             cgroups.join(procs_files)
         buf = incompressible(buf_bytes)                # generated before any clock
+        store = RankStore(s3) if s3 else None          # its own client, made before any clock
         out_q.put(("ready", rank, None))
         while (msg := inbox.get()) is not None:
             barrier.wait(BARRIER_TIMEOUT_S)
-            out_q.put(("done", rank, operate(rank, msg, buf, fault)))
+            out_q.put(("done", rank, operate(rank, msg, buf, fault, store=store)))
     except threading.BrokenBarrierError:
         out_q.put(("aborted", rank, "barrier broken (another rank failed)"))
     except BaseException:
@@ -59,14 +61,14 @@ class RankPool:
     launcher, clock = "fork", ONE_CLOCK
 
     def __init__(self, ranks: list[int], buf_bytes: int, procs_files: list[str] | None = None,
-                 fault: dict | None = None, start_timeout_s: float = 120.0):
+                 fault: dict | None = None, start_timeout_s: float = 120.0, s3: dict | None = None):
         ctx = mp.get_context("fork")
         self.ranks = list(ranks)
         self.barrier = ctx.Barrier(len(self.ranks) + 1)       # the ranks and this process
         self.out_q = ctx.Queue()
         self.inboxes = {r: ctx.SimpleQueue() for r in self.ranks}
         self.procs = [ctx.Process(target=_rank, args=(r, buf_bytes, procs_files or [], fault, self.barrier,
-                                                      self.inboxes[r], self.out_q),
+                                                      self.inboxes[r], self.out_q, s3),
                                   daemon=True, name=f"checkpoint-rank-{r}") for r in self.ranks]
         self.start_timeout_s = start_timeout_s
         self.ok = False
