@@ -350,7 +350,17 @@ def intervals(frame, target_names: list[str], limit_percent: float) -> list[dict
     ok = runs.ok_runs(frame) if frame is not None and len(frame) else None
     if ok is None or ok.empty:
         return []
-    return [interval_row(t, m, target_rates(ok, t), limit_percent) for t in target_names for m in WORKLOADS]
+    rates = {t: target_rates(ok, t) for t in target_names}
+    # the async snapshot is a copy in this host's memory, not the target's: a target the cost sweep did not
+    # run on (an S3 target) borrows the host's measured copy rate
+    snaps = [r["snapshot_gib_per_s"] for r in rates.values() if r["snapshot_gib_per_s"]]
+    out = []
+    for t in target_names:
+        borrowed = not rates[t]["snapshot_gib_per_s"] and bool(snaps)
+        r = {**rates[t], "snapshot_gib_per_s": max(snaps)} if borrowed else rates[t]
+        out += [{**interval_row(t, m, r, limit_percent), "snapshot_from": "another target's cost sweep (host memory)"
+                 if borrowed else "this target's cost sweep"} for m in WORKLOADS]
+    return out
 
 
 def metrics(frame, target_names: list[str]) -> dict:

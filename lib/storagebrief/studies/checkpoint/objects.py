@@ -109,16 +109,18 @@ def access(store) -> str:
 
 
 def targets_doc(sweep, state) -> dict:
-    """study.json's targets: kind, access, device and profile, so the brief pairs directory and S3 on one device."""
+    """study.json's targets (kind, access, device, profile, endpoint) and the (directory, local-gateway S3)
+    pairs on one block device with one profile: the brief's "directory vs S3 on the same device"."""
+    from ..object_sweep.metrics import same_device_pairs
+
     out = {}
     for t in sweep.targets:
         store = state.stores.get(t.name)
         out[t.name] = {"kind": t.kind, "access": access(store) if store else "files",
-                       "device": t.device.name if t.device else None,
-                       "profile": getattr(t, "profile", None) if isinstance(getattr(t, "profile", None), str) else None,
+                       "device": t.device.name if t.device else None, "profile": t.profile_name,
                        **({"endpoint": store.endpoint, "gateway": "versitygw posix" if store.gateway else ""}
                           if store else {})}
-    return out
+    return {"targets": out, "same_device_pairs": same_device_pairs(sweep.targets)}
 
 
 # --------------------------------------------------------------------------- one protocol run

@@ -312,7 +312,7 @@ def finish(sweep, frame) -> None:
         "framework": p.framework.model_dump(),
         "cost": p.cost.model_dump(), "cost_checkpoint_bytes": p.cost_bytes if p.cost.on else None,
         "intervals": metrics.intervals(frame, sweep.target_names, p.cost.overhead_limit_percent),
-        "targets": objects.targets_doc(sweep, state),
+        **objects.targets_doc(sweep, state),
         "size_table": [{"model": r.model, "parameters": r.parameters, "model_gib": r.model_gib,
                         "optimizer_gib": r.optimizer_gib, "computed_gib": r.computed_gib,
                         "published_gib": r.published_gib} for r in size_table()]})
