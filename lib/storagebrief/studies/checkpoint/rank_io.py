@@ -156,7 +156,8 @@ def save_s3(store: RankStore, prefix: str, files: list[tuple[str, int]], buf: me
     kill_pid: the test hook's gateway, killed once the first part is stored (a store dying mid-save)."""
     from ...kit.s3objects import multipart_put
 
-    whole = bytes(buf)          # botocore takes bytes: a full part is this object itself, no copy per part
+    # botocore takes bytes: a full part is the buffer's own bytes object (ranks.py makes it so), no copy per part
+    whole = buf.obj if isinstance(buf.obj, bytes) and len(buf.obj) == len(buf) else bytes(buf)
     puts, ends = new_histogram(), new_histogram()
     total = 0
 

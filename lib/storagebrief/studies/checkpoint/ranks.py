@@ -44,6 +44,8 @@ def _rank(rank: int, buf_bytes: int, procs_files: list[str], fault: dict | None,
         if procs_files:
             cgroups.join(procs_files)
         buf = incompressible(buf_bytes)                # generated before any clock
+        if s3:
+            buf = memoryview(bytes(buf))               # as bytes, once: what botocore sends without a copy
         store = RankStore(s3) if s3 else None          # its own client, made before any clock
         out_q.put(("ready", rank, None))
         while (msg := inbox.get()) is not None:
