@@ -146,7 +146,7 @@ def _directory_vs_s3(ok, study: dict) -> None:
                          "gateway CPU s/GB save / restore": f"{b.save_gateway_cpu_s_per_gb.mean():,.1f} / "
                                                             f"{b.load_gateway_cpu_s_per_gb.mean():,.1f}",
                          "S3 limited by": "; ".join(sorted({str(x) for x in (*b.save_limited_by, *b.load_limited_by)
-                                                            if isinstance(x, str) and x})) or "the store"})
+                                                            if isinstance(x, str) and x})) or "no CPU limit seen"})
     if rows:
         show_table(pd.DataFrame(rows), "Directory vs S3 on the same device: honest save and restore GiB/s of the same "
                                        "checkpoints, files on a directory target and objects through the local S3 "
