@@ -194,16 +194,15 @@ def _rank_cfg(store, t, p) -> dict:
             "pool": p.readers_per_rank}
 
 
-def protocol(run, config, files: dict, measurement) -> Measurement:
-    """One protocol run on an S3 target; `measurement` (run._measurement) makes the row and tables."""
-    from . import run as run_mod
+def protocol(run, config, files: dict, measurement, fault: dict | None) -> Measurement:
+    """One protocol run on an S3 target; `measurement` (run._measurement) makes the row and tables; `fault` is
+    run.FAULT (the test hook; {"kill_gateway": True} kills the local gateway after rank 0's first part)."""
     p, t = run.p, run.target
     store: ObjectStore = run.sweep.state.stores[t.name]
     if t.name in run.sweep.state.groups and t.emulated:
         run.emulated = True
     root = f"checkpoint/{config.model}/"
     buf = min(p.write_block, max(f.bytes for fs in files.values() for f in fs))
-    fault = run_mod.FAULT
     if fault and fault.get("kill_gateway") and store.gateway is not None:
         fault = {**fault, "kill_gateway_pid": store.gateway.proc.pid, "kill_gateway_rank": min(files)}
     gw: dict = {}

@@ -190,7 +190,7 @@ def run_one(run, config: Config) -> Measurement:
             keys = {"run_id": run.run_id, "target": run.target.name, "repeat": run.repeat}
             return Measurement(row, tables={cost.TABLE: [{**keys, **r} for r in records]})
         if run.target.s3 is not None:
-            return objects.protocol(run, config, _files(run.p, config.model), _measurement)
+            return objects.protocol(run, config, _files(run.p, config.model), _measurement, FAULT)
         return _protocol(run, config)
     except (OSError, RuntimeError) as exc:
         full = out_of_space(exc)
