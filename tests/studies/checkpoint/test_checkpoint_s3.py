@@ -137,3 +137,16 @@ def test_parts_below_s3s_minimum_are_refused_before_any_work(tmp_path):
     with pytest.raises(config.ParamsError, match=r"checkpoint.write_block_mib = 1: .*at least 5 MiB"):
         STUDY.run(params, tmp_path / "out", log=lambda *_: None, progress="off")
     assert not (tmp_path / "out" / "runs.csv").exists()
+
+
+def test_the_ranks_budget_counts_each_ranks_s3_client(monkeypatch):
+    from storagebrief.studies.checkpoint import ranks as budget
+    p = config.validate({"targets": [{"name": "t", "path": "/nonexistent/t"}], "checkpoint": {**CK, "scale": 65536}},
+                        check_targets=False).section("checkpoint")
+    write, read = budget.rank_buffers(p, "llama3-8b")
+    files_only = 8 * (write + p.readers_per_rank * read + budget.RANK_OWN_BYTES)
+    room = int((files_only + 8 * budget.S3_CLIENT_BYTES / 2) / budget.MEMORY_SHARE)   # fits files, not 8 clients
+    monkeypatch.setattr(budget, "memory_left", lambda: (room, "MemAvailable"))
+    budget.check_budget(p)
+    with pytest.raises(ValueError, match=r"llama3-8b's 8 ranks need .* \+ 96 MiB for its S3 client\)\), more than"):
+        budget.check_budget(p, s3=True)

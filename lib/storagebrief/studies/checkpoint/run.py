@@ -83,7 +83,7 @@ def prepare(sweep) -> None:
     p: CheckpointParams = sweep.p
     sweep.state = state = CheckpointState()
     cost.check_memory(p)
-    check_budget(p)            # the machine's limits now (validate checked them too, maybe elsewhere)
+    check_budget(p, s3=any(t.s3 is not None for t in sweep.targets))   # the machine's limits now (validate too)
     if p.launcher == "mpi":
         _check_mpi(sweep, p)
     biggest = max(p.checkpoint_bytes(m) for m in p.models)
