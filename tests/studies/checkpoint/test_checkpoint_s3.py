@@ -5,6 +5,7 @@ killed mid-save is a failed row with one line; settings S3 cannot take are one l
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -39,13 +40,15 @@ def _params(tmp: Path, **ck):
     return config.validate(data, root=REPO)
 
 
-def _nothing_left(tmp: Path, pid_before: set) -> None:
+def _nothing_left(tmp: Path, owner_pid: int) -> None:
+    """No bucket of the run, no registry entry of the process that ran it, no gateway over the folder, no
+    gateway cgroup (other work on the machine may run gateways of its own)."""
     gw_root = tmp / "obj" / "storagebrief" / "s3gw"
     assert not [p for p in gw_root.iterdir() if p.name.startswith("sb-")] if gw_root.is_dir() else True
-    assert set(s3gateway.REGISTRY.glob(f"{s3gateway.REGISTRY_PREFIX}*.json")) <= pid_before
+    assert not list(s3gateway.REGISTRY.glob(f"{s3gateway.REGISTRY_PREFIX}{owner_pid}-*.json"))
     time.sleep(0.3)
     assert not subprocess.run(["pgrep", "-f", str(gw_root)], capture_output=True, text=True).stdout.split()
-    left = subprocess.run(["find", "/sys/fs/cgroup", "-maxdepth", "3", "-name", "*checkpoint-obj-gateway*"],
+    left = subprocess.run(["find", "/sys/fs/cgroup", "-maxdepth", "3", "-name", f"*checkpoint-obj-gateway-{owner_pid}-*"],
                           capture_output=True, text=True).stdout.split()
     assert not left, left
 
@@ -53,7 +56,6 @@ def _nothing_left(tmp: Path, pid_before: set) -> None:
 @pytest.mark.slow
 @needs_gateway
 def test_protocol_on_s3_beside_a_directory_then_nothing_left(tmp_path):
-    before = set(s3gateway.REGISTRY.glob(f"{s3gateway.REGISTRY_PREFIX}*.json"))
     STUDY.run(_params(tmp_path), tmp_path / "out", log=lambda *_: None, progress="off")
     out = tmp_path / "out"
     runs = pd.read_csv(out / "runs.csv")
@@ -85,7 +87,7 @@ def test_protocol_on_s3_beside_a_directory_then_nothing_left(tmp_path):
     from storagebrief.studies.checkpoint import brief
     answers = brief.answers(out, runs, ["dir", "obj"])
     assert {a["target"] for a in answers} == {"dir", "obj"}
-    _nothing_left(tmp_path, before)
+    _nothing_left(tmp_path, os.getpid())
 
 
 @pytest.mark.slow
@@ -120,7 +122,6 @@ def test_a_multipart_object_reads_back_as_written(tmp_path):
 @pytest.mark.slow
 @needs_gateway
 def test_gateway_killed_mid_save_is_a_failed_row_with_one_line(tmp_path, monkeypatch):
-    before = set(s3gateway.REGISTRY.glob(f"{s3gateway.REGISTRY_PREFIX}*.json"))
     monkeypatch.setattr(ck_run, "FAULT", {"kill_gateway": True})
     STUDY.run(_params(tmp_path, cost={"modes": []}), tmp_path / "out", log=lambda *_: None, progress="off")
     runs = pd.read_csv(tmp_path / "out" / "runs.csv").set_index("target")
@@ -129,7 +130,7 @@ def test_gateway_killed_mid_save_is_a_failed_row_with_one_line(tmp_path, monkeyp
     why = runs.loc["obj", "failure_reason"]
     assert "\n" not in why and "S3 gateway (versitygw" in why and "killed by SIGKILL" in why, why
     assert "objects were removed" in why
-    _nothing_left(tmp_path, before)
+    _nothing_left(tmp_path, os.getpid())
 
 
 def test_parts_below_s3s_minimum_are_refused_before_any_work(tmp_path):
@@ -150,3 +151,33 @@ def test_the_ranks_budget_counts_each_ranks_s3_client(monkeypatch):
     budget.check_budget(p)
     with pytest.raises(ValueError, match=r"llama3-8b's 8 ranks need .* \+ 96 MiB for its S3 client\)\), more than"):
         budget.check_budget(p, s3=True)
+
+
+@pytest.mark.slow
+@needs_gateway
+def test_a_rank_killed_on_an_s3_target_is_exit_2_and_nothing_left(tmp_path):
+    import signal
+    import sys
+    import yaml
+    data = {"targets": [{"name": "obj", "path": str(tmp_path / "obj"), "kind": "s3", "s3": {}}],
+            "run": {"cold_cache": True, "monitor_interval_s": 0.2},
+            "checkpoint": {**CK, "cost": {"modes": []}, "pause_s": 20, "saves": 2}}
+    f = tmp_path / "params.yaml"
+    f.write_text(yaml.safe_dump(data))
+    proc = subprocess.Popen([sys.executable, "-m", "storagebrief.cli", "checkpoint", "--params", str(f), "--out",
+                             str(tmp_path / "out"), "--progress", "off"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO / "lib")})
+    ranks = []
+    for _ in range(1200):
+        kids = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        ranks = [k for k in kids if "storagebrief.cli" in Path(f"/proc/{k}/cmdline").read_text(errors="replace")]
+        if len(ranks) >= W.ranks:
+            break
+        time.sleep(0.1)
+    assert ranks, "no rank started"
+    time.sleep(2)
+    os.kill(int(ranks[-1]), signal.SIGKILL)
+    _, err = proc.communicate(timeout=180)
+    assert proc.returncode == 2, err
+    assert len(err.strip().splitlines()) == 1 and "died: killed by signal 9" in err
+    _nothing_left(tmp_path, proc.pid)
