@@ -187,8 +187,19 @@ def test_validate_refuses_buffers_beyond_memavailable(tmp_path):
 
 # --------------------------------------------------------------------------- minor: a killed rank
 @pytest.mark.slow
-def test_a_rank_killed_from_outside_is_a_clean_exit_2(tmp_path):
+@pytest.mark.parametrize("kind", ["directory", "s3"])
+def test_a_rank_killed_from_outside_is_a_clean_exit_2(tmp_path, kind):
+    """On an S3 target (the real local gateway) too: and the run's bucket, gateway and its entry are gone."""
+    from storagebrief.core import s3gateway
     f = _params(tmp_path, pause_s=20, saves=2)
+    if kind == "s3":
+        try:
+            s3gateway.binary()
+        except s3gateway.GatewaySetupError as exc:
+            pytest.skip(str(exc))
+        doc = yaml.safe_load(f.read_text())
+        doc["targets"] = [{"name": "obj", "path": str(tmp_path / "obj"), "kind": "s3", "s3": {}}]
+        f.write_text(yaml.safe_dump(doc))
     out = tmp_path / "out"
     proc = subprocess.Popen([sys.executable, "-m", "storagebrief.cli", "checkpoint", "--params", str(f), "--out",
                              str(out), "--progress", "off"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -206,6 +217,11 @@ def test_a_rank_killed_from_outside_is_a_clean_exit_2(tmp_path):
     _, err = proc.communicate(timeout=180)
     assert proc.returncode == 2, err
     assert len(err.strip().splitlines()) == 1 and "died: killed by signal 9" in err
+    if kind == "s3":
+        gw_root = tmp_path / "obj" / "storagebrief" / "s3gw"
+        assert not [p for p in gw_root.iterdir() if p.name.startswith("sb-")]
+        assert not list(s3gateway.REGISTRY.glob(f"{s3gateway.REGISTRY_PREFIX}{proc.pid}-*.json"))
+        assert not subprocess.run(["pgrep", "-f", str(gw_root)], capture_output=True, text=True).stdout.split()
 
 
 # --------------------------------------------------------------------------- minor: validate and a hostfile

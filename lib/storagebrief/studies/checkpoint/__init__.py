@@ -7,6 +7,7 @@ STUDY = Study(
     command="checkpoint",
     title="Checkpointing: llama3 checkpoints saved and restored",
     notebook="notebooks/06_checkpoint.py",
+    object_targets=True,        # the save / restore protocol runs on S3 targets (objects.py); cost, framework: directories
     outputs=("runs.csv", "checkpoints.csv", "ranks.csv", "cost_checkpoints.csv", "latency.csv", "timeseries",
              "inventory.json", "notes.json", "study.json", "mlperf_summary.json", "logs", "notebook.ipynb"),
     brief_inputs=("runs.csv", "checkpoints.csv", "ranks.csv", "cost_checkpoints.csv", "latency.csv", "study.json",

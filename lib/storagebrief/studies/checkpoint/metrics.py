@@ -91,7 +91,22 @@ COLUMNS: tuple[Column, ...] = (
                              "or per rank from the MPI barrier's release when ranks ran on other hosts)", "text"),
     *(Column(f"{call}_latency_us_{k}", "µs", f"protocol: {k} of every {what} call's latency over the run, from "
                                             "the ranks' log2 histograms (latency.csv), interpolated in its bin")
-      for call, what in (("write", "write()"), ("fsync", "fsync()"), ("read", "pread")) for k in ("p50", "p99")),
+      for call, what in (("write", "write() (S3: part PUT)"), ("fsync", "fsync() (S3: the upload's create + "
+                                                                          "complete requests)"),
+                         ("read", "pread (S3: ranged GET)")) for k in ("p50", "p99")),
+    Column("access", "", "protocol: how the ranks reached the target: files, S3 local gateway (versitygw over "
+                         "the target's folder) or S3 external", "text"),
+    Column("save_ends_at", "", "protocol: what ends a rank's save: 'fsync returned' (files) or the S3 store's "
+                               "answer to the completed multipart upload (the local gateway does not fsync)", "text"),
+    *(c for op in ("save", "load") for c in (
+        Column(f"{op}_client_cpu_s_per_gb", "s/GB", f"protocol: the ranks' CPU seconds (user + system, all "
+                                                    f"threads) per GB (10^9 B) moved in the {op}s"),
+        Column(f"{op}_gateway_cpu_s_per_gb", "s/GB", f"protocol, local S3 gateway: its CPU seconds per GB in the "
+                                                     f"{op}s (/proc, 10 ms ticks)"),
+        Column(f"{op}_limited_by", "", f"protocol: what limited the {op}s when not the storage: 'client CPU' (the "
+                                       "ranks used ≥ 80 % of all CPUs over the honest durations), 'client + gateway "
+                                       "CPU', 'machine CPU (N % busy)' (every CPU ≥ 90 % busy over the run), or empty",
+               "text"))),
     *FRAMEWORK_COLUMNS,
 )
 LATENCY_OPS = {"write": "save", "fsync": "save", "read": "load"}   # call -> the operation that makes it
@@ -190,6 +205,26 @@ def run_row(p, model: str, ops, deletes: list[float], generator_gb_per_s: float,
                 "launcher": getattr(pool, "launcher", "fork"), "rank_clock": getattr(pool, "clock", ""),
                 "hosts": len({r.host for *_, got in ops for r in got}), "host_roles": host_roles(ops, pool)})
     return {**row, **latency_columns(latency_histograms(ops))}
+
+
+def cpu_columns(ops, gateway_s: dict, machine_busy_percent: float | None) -> dict:
+    """Per op kind: the ranks' CPU per GB, the local gateway's (gateway_s: (op, index) -> seconds), and what
+    limited it (object_sweep's rule on the summed honest durations)."""
+    from ..object_sweep.run import limited_by
+
+    out: dict = {}
+    for op in ("save", "load"):
+        these = [(i, rel, got) for o, i, _, rel, got in ops if o == op]
+        gb = sum(r.bytes for *_, got in these for r in got) / 1e9
+        wall = sum(max(r.end for r in got) - rel for _, rel, got in these)
+        client = sum(r.cpu_s for *_, got in these for r in got)
+        gw = [gateway_s[(op, i)] for i, *_ in these if (op, i) in gateway_s]
+        gw_s = sum(gw) if gw and len(gw) == len(these) else None
+        out[f"{op}_client_cpu_s_per_gb"] = client / gb if gb > 0 else math.nan
+        out[f"{op}_gateway_cpu_s_per_gb"] = gw_s / gb if gw_s is not None and gb > 0 else math.nan
+        out[f"{op}_limited_by"] = limited_by({"wall_seconds": wall, "client_cpu_seconds": client,
+                                              "gateway_cpu_seconds": gw_s}, machine_busy_percent) if these else ""
+    return out
 
 
 # --------------------------------------------------------------------------- MLPerf's summary.json
@@ -315,7 +350,17 @@ def intervals(frame, target_names: list[str], limit_percent: float) -> list[dict
     ok = runs.ok_runs(frame) if frame is not None and len(frame) else None
     if ok is None or ok.empty:
         return []
-    return [interval_row(t, m, target_rates(ok, t), limit_percent) for t in target_names for m in WORKLOADS]
+    rates = {t: target_rates(ok, t) for t in target_names}
+    # the async snapshot is a copy in this host's memory, not the target's: a target the cost sweep did not
+    # run on (an S3 target) borrows the host's measured copy rate
+    snaps = [r["snapshot_gib_per_s"] for r in rates.values() if r["snapshot_gib_per_s"]]
+    out = []
+    for t in target_names:
+        borrowed = not rates[t]["snapshot_gib_per_s"] and bool(snaps)
+        r = {**rates[t], "snapshot_gib_per_s": max(snaps)} if borrowed else rates[t]
+        out += [{**interval_row(t, m, r, limit_percent), "snapshot_from": "another target's cost sweep (host memory)"
+                 if borrowed else "this target's cost sweep"} for m in WORKLOADS]
+    return out
 
 
 def metrics(frame, target_names: list[str]) -> dict:

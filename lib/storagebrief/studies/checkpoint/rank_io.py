@@ -1,9 +1,18 @@
 """What one checkpoint rank does, whichever launcher started it (ranks.py: forked; mpi.py: MPI ranks):
 save its files (write, fsync each, then the folder) or load them (preads by reader threads), timing
-every write, fsync and read call into log2 histograms (kit.latency: a count per bin, not a list)."""
+every write, fsync and read call into log2 histograms (kit.latency: a count per bin, not a list).
+
+On an S3 target (forked ranks only) each file is an object: saved as one multipart upload of
+`write_block` parts (kit.s3objects.multipart_put; "write" counts the part PUTs, "fsync" the upload's
+create + complete requests: the save ends when the store acknowledged the completed upload) and loaded
+by ranged GETs of `read_block` bytes, `readers` in flight ("read" counts the GETs). Every rank has its
+own boto3 client (RankStore), made after the fork. Each result carries the rank's CPU seconds (all its
+threads): the client's cost, which on a small machine can be the limit."""
 from __future__ import annotations
 
 import os
+import resource
+import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -27,6 +36,30 @@ class RankResult:
     fsyncs: int
     host: str = ""
     latency: dict = field(default_factory=dict)   # call -> log2 histogram of its latencies (kit.latency)
+    cpu_s: float = 0.0      # the rank's user + system CPU seconds in the operation (all its threads)
+
+
+def cpu_seconds() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+class RankStore:
+    """A rank's own S3 client (made in the rank, after the fork: a boto3 client is not fork-safe) with the
+    calls kit.s3objects makes; keys arrive whole (the run's prefix included)."""
+
+    def __init__(self, cfg: dict):
+        from ...core import s3store
+        self.bucket, self.endpoint = cfg["bucket"], cfg["endpoint"]
+        self.client = s3store.client(cfg["endpoint"], cfg["region"], cfg.get("credentials"), cfg.get("profile"),
+                                     pool=cfg["pool"], verify_tls=cfg.get("verify_tls", True),
+                                     addressing=cfg.get("addressing", "path"))
+
+    def key(self, name: str) -> str:
+        return name
+
+    def _call(self, fn, **kw):
+        return fn(**kw)
 
 
 def _timed(hist: list[int], call, *args):
@@ -117,18 +150,81 @@ def load(folder: Path, files: list[tuple[str, int]], block: int, readers: int) -
     return total, {"read": reads}
 
 
-def operate(rank: int, msg: tuple, buf: memoryview, fault: dict | None, host: str = "") -> RankResult:
+def save_s3(store: RankStore, prefix: str, files: list[tuple[str, int]], buf: memoryview, block: int,
+            kill_pid: int | None = None) -> tuple[int, int, dict]:
+    """Every file as one multipart upload of `block` parts; returns (bytes, 0 fsyncs, histograms).
+    kill_pid: the test hook's gateway, killed once the first part is stored (a store dying mid-save)."""
+    from ...kit.s3objects import multipart_put
+
+    # botocore takes bytes: a full part is the buffer's own bytes object (ranks.py makes it so), no copy per part
+    whole = buf.obj if isinstance(buf.obj, bytes) and len(buf.obj) == len(buf) else bytes(buf)
+    puts, ends = new_histogram(), new_histogram()
+    total = 0
+
+    def parts(nbytes: int):
+        nonlocal kill_pid
+        for off in range(0, nbytes, block):
+            if kill_pid and off + total > 0:
+                os.kill(kill_pid, signal.SIGKILL)
+                kill_pid = None
+            n = min(block, nbytes - off)
+            yield whole if n == len(whole) else whole[:n]
+
+    for name, nbytes in files:
+        # a one-part object may be below S3's 5 MiB part minimum (the prepare check refuses the rest)
+        got = multipart_put(store, f"{prefix}/{name}", parts(nbytes), max(block, 5 << 20))
+        for t in got["part_seconds"]:
+            puts[log2_bin(int(t * 1e9))] += 1
+        ends[log2_bin(int((got["seconds"] - sum(got["part_seconds"])) * 1e9))] += 1
+        total += got["bytes"]
+    return total, 0, {"write": puts, "fsync": ends}
+
+
+def load_s3(store: RankStore, prefix: str, files: list[tuple[str, int]], block: int, readers: int) -> tuple[int, dict]:
+    """Every object read whole in `block` ranged GETs, `readers` in flight; returns (bytes, histograms)."""
+    from ...kit.s3objects import ranged_get
+
+    chunks = [(name, off, min(block, size - off)) for name, size in files for off in range(0, size, block)]
+    local = threading.local()
+    hists: list[list[int]] = []
+
+    def one(chunk) -> int:
+        name, off, n = chunk
+        if getattr(local, "hist", None) is None:
+            local.hist = new_histogram()
+            hists.append(local.hist)
+        got = len(_timed(local.hist, ranged_get, store, f"{prefix}/{name}", off, n))
+        if got != n:
+            raise OSError(f"s3 {prefix}/{name}: {got} bytes at {off}, expected {n}")
+        return got
+
+    with ThreadPoolExecutor(max_workers=readers) as pool:
+        total = sum(pool.map(one, chunks))
+    reads = new_histogram()
+    for h in hists:
+        add_histograms(reads, h)
+    return total, {"read": reads}
+
+
+def operate(rank: int, msg: tuple, buf: memoryview, fault: dict | None, host: str = "",
+            store: RankStore | None = None) -> RankResult:
     """One save or load by this rank, timed from now (its barrier's release). msg = (op, folder, source
     rank, [(file, bytes)], block, readers). `fault` is the run's test hook (run.FAULT): a late rank
     (slow_rank, delay_s) or a failing one (fail_rank)."""
     op, folder, source, files, block, readers = msg
-    start = time.monotonic()
+    start, cpu0 = time.monotonic(), cpu_seconds()
     if fault and fault.get("fail_rank") == rank:
         raise RuntimeError(f"injected failure of rank {rank} (test hook checkpoint run.FAULT)")
     if fault and fault.get("slow_rank") == rank:
         time.sleep(fault.get("delay_s", 0.5))    # test hook only: a late rank
-    if op == "save":
+    if store is not None and op == "save":
+        kill = fault.get("kill_gateway_pid") if fault and fault.get("kill_gateway_rank") == rank else None
+        nbytes, fsyncs, latency = save_s3(store, folder, files, buf, block, kill)
+    elif store is not None:
+        (nbytes, latency), fsyncs = load_s3(store, folder, files, block, readers), 0
+    elif op == "save":
         nbytes, fsyncs, latency = save(Path(folder), files, buf, block)
     else:
         (nbytes, latency), fsyncs = load(Path(folder), files, block, readers), 0
-    return RankResult(rank, source, start, time.monotonic(), nbytes, len(files), fsyncs, host, latency)
+    return RankResult(rank, source, start, time.monotonic(), nbytes, len(files), fsyncs, host, latency,
+                      cpu_seconds() - cpu0)

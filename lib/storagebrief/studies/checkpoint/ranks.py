@@ -29,13 +29,14 @@ from ...core import cgroups
 from ...core.causes import EnvironmentFailure
 from ...core.procs import die_with_parent, reap
 from ...kit.checkpoint import incompressible
-from .rank_io import ONE_CLOCK, RankResult, operate
+from .rank_io import ONE_CLOCK, RankResult, RankStore, operate
 
 BARRIER_TIMEOUT_S = 600.0
 
 
-def _rank(rank: int, buf_bytes: int, procs_files: list[str], fault: dict | None, barrier, inbox, out_q) -> None:
-    """One rank (a forked process): buffer once, then an operation per message until None."""
+def _rank(rank: int, buf_bytes: int, procs_files: list[str], fault: dict | None, barrier, inbox, out_q,
+          s3: dict | None = None) -> None:
+    """One rank (a forked process): buffer (and S3 client) once, then an operation per message until None."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # the parent handles Ctrl-C and stops us
     signal.signal(signal.SIGTERM, signal.SIG_DFL)    # not the parent's handler: stopped means gone
     die_with_parent()
@@ -43,10 +44,13 @@ def _rank(rank: int, buf_bytes: int, procs_files: list[str], fault: dict | None,
         if procs_files:
             cgroups.join(procs_files)
         buf = incompressible(buf_bytes)                # generated before any clock
+        if s3:
+            buf = memoryview(bytes(buf))               # as bytes, once: what botocore sends without a copy
+        store = RankStore(s3) if s3 else None          # its own client, made before any clock
         out_q.put(("ready", rank, None))
         while (msg := inbox.get()) is not None:
             barrier.wait(BARRIER_TIMEOUT_S)
-            out_q.put(("done", rank, operate(rank, msg, buf, fault)))
+            out_q.put(("done", rank, operate(rank, msg, buf, fault, store=store)))
     except threading.BrokenBarrierError:
         out_q.put(("aborted", rank, "barrier broken (another rank failed)"))
     except BaseException:
@@ -59,14 +63,14 @@ class RankPool:
     launcher, clock = "fork", ONE_CLOCK
 
     def __init__(self, ranks: list[int], buf_bytes: int, procs_files: list[str] | None = None,
-                 fault: dict | None = None, start_timeout_s: float = 120.0):
+                 fault: dict | None = None, start_timeout_s: float = 120.0, s3: dict | None = None):
         ctx = mp.get_context("fork")
         self.ranks = list(ranks)
         self.barrier = ctx.Barrier(len(self.ranks) + 1)       # the ranks and this process
         self.out_q = ctx.Queue()
         self.inboxes = {r: ctx.SimpleQueue() for r in self.ranks}
         self.procs = [ctx.Process(target=_rank, args=(r, buf_bytes, procs_files or [], fault, self.barrier,
-                                                      self.inboxes[r], self.out_q),
+                                                      self.inboxes[r], self.out_q, s3),
                                   daemon=True, name=f"checkpoint-rank-{r}") for r in self.ranks]
         self.start_timeout_s = start_timeout_s
         self.ok = False
@@ -198,6 +202,7 @@ RANK_OWN_BYTES = 8 * MIB      # a forked rank's own memory beside its buffers (m
 PARENT_FILES_PER_RANK = 5     # pipes the parent holds per rank (measured 3.0-4.5)
 TASKS_PER_RANK_BESIDE_READERS = 2   # the rank's main thread and its queue's feeder thread
 MEMORY_SHARE = 0.8            # of what the run may use: the rest for the page cache, the parent, the monitor
+S3_CLIENT_BYTES = 96 * MIB    # a rank's own boto3 client on S3 targets (measured 45.7 MiB private dirty, ×2)
 
 
 def _cgroup_dirs(controller: str) -> list[Path]:
@@ -285,8 +290,9 @@ def rank_buffers(p, model: str) -> tuple[int, int]:
     return min(p.write_block, largest), min(p.read_block, largest)
 
 
-def check_budget(p) -> None:
-    """Refuse (ValueError, one line with the numbers) a fork-launched model this machine cannot hold."""
+def check_budget(p, s3: bool = False) -> None:
+    """Refuse (ValueError, one line with the numbers) a fork-launched model this machine cannot hold; `s3`:
+    an S3 target is measured, so every rank also holds its own boto3 client."""
     if p.launcher != "fork":
         return          # MPI ranks live on their hosts: mpirun and kit.mpi.preflight check them there
     for model in p.models:
@@ -305,12 +311,14 @@ def check_budget(p) -> None:
                              f"open files in the parent, more than the {files:,} left ({where}): use mode: subset, "
                              "launcher: mpi, or raise the limit")
         write, read = rank_buffers(p, model)
-        per_rank = write + p.readers_per_rank * read + RANK_OWN_BYTES
+        client = S3_CLIENT_BYTES if s3 else 0
+        per_rank = write + p.readers_per_rank * read + RANK_OWN_BYTES + client
         room = memory_left()
         if room is not None and n * per_rank > MEMORY_SHARE * room[0]:
             raise ValueError(
                 f"checkpoint: {model}'s {n:,} ranks need {n * per_rank / GIB:,.2f} GiB ({n:,} × ("
                 f"{write / MIB:,.0f} MiB write buffer + readers_per_rank {p.readers_per_rank} × read_block "
-                f"{read / MIB:,.0f} MiB + {RANK_OWN_BYTES / MIB:.0f} MiB per process)), more than "
+                f"{read / MIB:,.0f} MiB + {RANK_OWN_BYTES / MIB:.0f} MiB per process"
+                + (f" + {client / MIB:.0f} MiB for its S3 client" if client else "") + ")), more than "
                 f"{MEMORY_SHARE:.0%} of the {room[0] / GIB:,.2f} GiB this run may use ({room[1]}): lower "
                 "readers_per_rank or read_block_mib / write_block_mib, raise scale, or use mode: subset")

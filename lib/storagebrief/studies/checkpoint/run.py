@@ -33,6 +33,7 @@ from ...kit import mpi as kit_mpi
 from ...kit.checkpoint import incompressible
 from ...kit.space import check_space, out_of_space
 from . import STUDY, cost, dataset, framework, metrics
+from . import objects
 from .mpi import MpiRankPool
 from .params import CheckpointParams
 from .ranks import RankPool, check_budget
@@ -61,6 +62,8 @@ class CheckpointState:
     removed: list[str] = field(default_factory=list)
     baselines: dict = field(default_factory=dict)   # (target, repeat) -> the cost sweep's mode-none CostResult
     framework: dict = field(default_factory=dict)   # target name -> its framework.TfJob
+    stores: dict = field(default_factory=dict)      # S3 target name -> its open core.s3store.ObjectStore
+    groups: dict = field(default_factory=dict)      # S3 target name -> its gateway's cgroup
 
 
 def _generator_gb_per_s(tries: int = 3) -> float:
@@ -80,22 +83,25 @@ def prepare(sweep) -> None:
     p: CheckpointParams = sweep.p
     sweep.state = state = CheckpointState()
     cost.check_memory(p)
-    check_budget(p)            # the machine's limits now (validate checked them too, maybe elsewhere)
+    check_budget(p, s3=any(t.s3 is not None for t in sweep.targets))   # the machine's limits now (validate too)
     if p.launcher == "mpi":
         _check_mpi(sweep, p)
     biggest = max(p.checkpoint_bytes(m) for m in p.models)
     c = p.cost
     cost_need = (c.steps // min(c.intervals_steps)) * p.cost_bytes if c.on and c.checkpointing_modes else 0
-    check_space(sweep.targets, lambda t: (p.retain + 1) * biggest + cost_need,
+    objects.check(sweep, p)
+    local = [t for t in sweep.targets if t.s3 is None or not t.s3.external]
+    check_space(local, lambda t: (p.retain + 1) * biggest + (cost_need if t.s3 is None else 0),
                 f"{p.retain + 1} checkpoints (checkpoint.retain + the one being written) of "
                 f"{biggest / GIB:.2f} GiB at checkpoint.scale = {p.scale:g}"
                 + (f", and the cost sweep's {cost_need / GIB:.2f} GiB (checkpoint.cost)" if cost_need else ""))
-    for t in sweep.targets:
+    for t in [t for t in sweep.targets if t.s3 is None]:
         for m in p.models:
             for gone in dataset.remove_incomplete(dataset.model_dir(t, STUDY.name, m), t, STUDY.name):
                 state.removed.append(str(gone))
                 sweep.note(f"removed {gone}: a checkpoint without its manifest (a save cut short)")
     state.generator_gb_per_s = _generator_gb_per_s()
+    objects.open_stores(sweep, state)
 
 
 def _check_mpi(sweep, p: CheckpointParams) -> None:
@@ -115,6 +121,11 @@ def plan(sweep) -> list[Point]:
                 for r in range(1, p.repeats + 1) for m in p.models]
     frameworks = framework.points(p, p.repeats, Config, sweep.note) if p.framework.on else []
     return protocol + cost.points(p, p.repeats, Config) + frameworks
+
+
+def skip(sweep, point: Point, target) -> bool:
+    """The cost and framework sweeps measure directories only: an S3 target runs the protocol alone."""
+    return objects.skip(sweep, point.config.sweep, target)
 
 
 def run_id(config: Config, target, repeat: int) -> str:
@@ -178,6 +189,8 @@ def run_one(run, config: Config) -> Measurement:
             row, records = cost.measure(run, run.p, config, run.sweep.state.baselines)
             keys = {"run_id": run.run_id, "target": run.target.name, "repeat": run.repeat}
             return Measurement(row, tables={cost.TABLE: [{**keys, **r} for r in records]})
+        if run.target.s3 is not None:
+            return objects.protocol(run, config, _files(run.p, config.model), _measurement, FAULT)
         return _protocol(run, config)
     except (OSError, RuntimeError) as exc:
         full = out_of_space(exc)
@@ -217,7 +230,7 @@ def _remove_quietly(path, target) -> None:
 
 def _protocol(run, config: Config) -> Measurement:
     p: CheckpointParams = run.p
-    model, state = config.model, run.sweep.state
+    model = config.model
     files = _files(p, model)
     root = dataset.model_dir(run.target, STUDY.name, model)
     dataset.clear(root, run.target, STUDY.name)
@@ -235,8 +248,17 @@ def _protocol(run, config: Config) -> Measurement:
     _note_outside_cgroup(run, pool, procs_files)
     for rank, host in getattr(pool, "rank_hosts", {}).items():
         run.sweep.add_host(host, "checkpoint: MPI ranks", pool.host_facts.get(host))
+    return _measurement(run, model, ops, deletes, pool, {"access": "files", "save_ends_at": "fsync returned"})
+
+
+def _measurement(run, model: str, ops, deletes, pool, extra: dict) -> Measurement:
+    """The protocol run's row (metrics.run_row with `extra`: access, client / gateway CPU, limited_by) and its
+    checkpoints.csv, ranks.csv and latency.csv rows."""
+    p: CheckpointParams = run.p
     keys = {"run_id": run.run_id, "target": run.target.name, "model": model, "repeat": run.repeat}
-    row = metrics.run_row(p, model, ops, deletes, state.generator_gb_per_s, pool)
+    busy = run.monitor.summary().get("cpu_busy_percent") if run.monitored else None
+    row = {**metrics.run_row(p, model, ops, deletes, run.sweep.state.generator_gb_per_s, pool),
+           **metrics.cpu_columns(ops, extra.pop("gateway_cpu", {}), busy), **extra}
     hists = metrics.latency_histograms(ops)
     return Measurement(row, tables={"checkpoints.csv": [{**keys, **r} for r in metrics.op_rows(ops)],
                                     "ranks.csv": [{**keys, **r} for r in metrics.rank_rows(ops)],
@@ -254,7 +276,10 @@ def _note_outside_cgroup(run, pool, procs_files) -> None:
 def close(sweep) -> None:
     """Always last: the framework sweep's TensorFlow jobs stopped, their cgroups removed."""
     if isinstance(sweep.state, CheckpointState):
-        framework.close(sweep.state)
+        try:
+            framework.close(sweep.state)
+        finally:
+            objects.close(sweep, sweep.state)
 
 
 def finish(sweep, frame) -> None:
@@ -287,6 +312,7 @@ def finish(sweep, frame) -> None:
         "framework": p.framework.model_dump(),
         "cost": p.cost.model_dump(), "cost_checkpoint_bytes": p.cost_bytes if p.cost.on else None,
         "intervals": metrics.intervals(frame, sweep.target_names, p.cost.overhead_limit_percent),
+        **objects.targets_doc(sweep, state),
         "size_table": [{"model": r.model, "parameters": r.parameters, "model_gib": r.model_gib,
                         "optimizer_gib": r.optimizer_gib, "computed_gib": r.computed_gib,
                         "published_gib": r.published_gib} for r in size_table()]})

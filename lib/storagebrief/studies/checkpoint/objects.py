@@ -1,0 +1,237 @@
+"""The checkpoint protocol on S3 targets: every rank's files as objects, in the run's own bucket / prefix.
+
+prepare() opens one core.s3store.ObjectStore per S3 target (the local gateway, versitygw, inside a cgroup
+holding the target's throttle, so the emulated profile caps the device I/O it does; an external store
+gets its own run prefix). A protocol run then does what the directory run does, with keys for paths:
+checkpoint/<model>/global_epoch1_step<k>/<file>, each saved by its rank as one multipart upload of
+`write_block_mib` parts and, after the upload of every rank, a manifest object (off the ranks' clock);
+retain's deletions delete the oldest step's keys (timed apart); restores drop the page cache of the
+gateway's backing files (plain files under the target) and read the objects back in `read_block_mib`
+ranged GETs, `readers_per_rank` in flight. The gateway's CPU seconds are read around every operation.
+A store that fails mid-run (a gateway killed, a full device under it) gives a failed row with one line
+and the run's objects removed; a rank killed from outside stops the study (exit 2), as on a directory.
+The cost and framework sweeps measure directories only: an S3 target skips them (one note).
+"""
+from __future__ import annotations
+
+import json
+import time
+
+from ...core import cgroups, targets as targets_mod
+from ...core.causes import EnvironmentFailure, one_line
+from ...core.checkpoint_workloads import checkpoint_folder
+from ...core.config import ParamsError
+from ...core.s3gateway import GatewayDied
+from ...core.s3store import ObjectStore
+from ...core.sweep import Measurement
+from . import STUDY, dataset, metrics
+from .ranks import RankPool
+
+PART_MIN = 5 << 20       # S3's smallest part but the last
+
+
+def check(sweep, p) -> None:
+    """Before any work: what S3 targets cannot do with these settings, one line each."""
+    s3 = [t.name for t in sweep.targets if t.s3 is not None]
+    if not s3:
+        return
+    if p.launcher != "fork":
+        raise ParamsError(f"checkpoint.launcher = {p.launcher}: S3 targets ({', '.join(s3)}) run with forked ranks "
+                          "only (launcher: fork); drop them from targets or use launcher: fork")
+    if p.write_block < PART_MIN:
+        from ...core.checkpoint_workloads import files_of_rank
+        big = max(f.bytes for m in p.models for r in p.writers(m) for f in files_of_rank(p.workload(m), r, p.scale))
+        if big > p.write_block:
+            raise ParamsError(f"checkpoint.write_block_mib = {p.write_block_mib:g}: S3 targets ({', '.join(s3)}) "
+                              f"upload every file in parts of write_block_mib, and S3 needs parts of at least 5 MiB "
+                              f"(the largest file is {big / (1 << 20):.1f} MiB); use write_block_mib >= 5")
+
+
+def _gateway_group(sweep, t):
+    io = targets_mod.io_limits(t, accounting=True)
+    if io is None:
+        return None
+    try:
+        g = cgroups.Cgroup(f"{STUDY.name}-{t.name}-gateway", io=io).create()
+    except cgroups.CgroupUnavailable as exc:
+        if t.emulated:
+            sweep.note(f"target '{t.name}': emulated profile not applied to its S3 gateway: {exc}")
+        return None
+    g.kill_on_remove = True
+    return g
+
+
+def open_stores(sweep, state) -> None:
+    p = sweep.p
+    for t in [t for t in sweep.targets if t.s3 is not None]:
+        group = None if t.s3.external else _gateway_group(sweep, t)
+        if group is not None:
+            state.groups[t.name] = group
+        store = ObjectStore(t, sweep.out_dir / "logs", procs_files=group.procs_files if group else None,
+                            pool=p.readers_per_rank * max(len(p.writers(m)) for m in p.models), tag="ckpt")
+        state.stores[t.name] = store
+        store.open()
+        for line in store.removed_stale:
+            sweep.note(line)
+        sweep.log(f"checkpoint: target '{t.name}' is S3: {store.endpoint} bucket {store.bucket}")
+
+
+def close(sweep, state) -> None:
+    """Always: every store closed (gateway stopped, the run's objects removed), the gateways' cgroups removed."""
+    errors = []
+    for store in state.stores.values():
+        try:
+            store.close()
+        except Exception as exc:   # noqa: BLE001 -- close every store, then say what failed
+            errors.append(one_line(str(exc), 200))
+    for g in state.groups.values():
+        g.remove()
+    if errors:
+        sweep.note("checkpoint: cleaning up an S3 target failed: " + "; ".join(errors))
+
+
+_SKIP_NOTED: set = set()
+
+
+def skip(sweep, which: str, target) -> bool:
+    if target.s3 is None or which == "protocol":
+        return False
+    key = (id(sweep), target.name, which)
+    if key not in _SKIP_NOTED:
+        _SKIP_NOTED.add(key)
+        sweep.note(f"target '{target.name}' is an S3 target: checkpoint's {which} sweep measures directories only "
+                   "and ran without it (the save / restore protocol ran on it)")
+    return True
+
+
+def access(store) -> str:
+    return "S3 " + ("local gateway" if store.gateway is not None else "external")
+
+
+def targets_doc(sweep, state) -> dict:
+    """study.json's targets (kind, access, device, profile, endpoint) and the (directory, local-gateway S3)
+    pairs on one block device with one profile: the brief's "directory vs S3 on the same device"."""
+    from ..object_sweep.metrics import same_device_pairs
+
+    out = {}
+    for t in sweep.targets:
+        store = state.stores.get(t.name)
+        out[t.name] = {"kind": t.kind, "access": access(store) if store else "files",
+                       "device": t.device.name if t.device else None, "profile": t.profile_name,
+                       **({"endpoint": store.endpoint, "gateway": "versitygw posix" if store.gateway else ""}
+                          if store else {})}
+    return {"targets": out, "same_device_pairs": same_device_pairs(sweep.targets)}
+
+
+# --------------------------------------------------------------------------- one protocol run
+def _gateway_cpu(store) -> float | None:
+    from ..object_sweep.run import _gateway_cpu as read
+    return read(store)
+
+
+def _delete(store, prefix: str) -> None:
+    keys = store.list_keys(store.key(prefix))
+    for i in range(0, len(keys), 1000):
+        store._call(store.client.delete_objects, Bucket=store.bucket,
+                    Delete={"Objects": [{"Key": k} for k in keys[i:i + 1000]], "Quiet": True})
+
+
+def _complete(store, prefix: str, names: list[str]) -> bool:
+    have = set(store.list_keys(store.key(prefix + "/")))
+    return all(store.key(f"{prefix}/{n}") in have for n in [*names, dataset.MANIFEST])
+
+
+def _operate(pool, store, gw: dict, op: str, index: int, *args):
+    g0 = _gateway_cpu(store)
+    release, got = pool.operate(op, *args)
+    g1 = _gateway_cpu(store)
+    if g0 is not None and g1 is not None:
+        gw[(op, index)] = g1 - g0
+    return release, got
+
+
+def _run(run, pool, store, p, model: str, files, gw: dict):
+    root = f"checkpoint/{model}"
+    plain = {r: (r, [(f.name, f.bytes) for f in fs]) for r, fs in files.items()}
+    names = [f.name for fs in files.values() for f in fs]
+    ops, kept, deletes = [], [], []
+    for i in range(p.saves):
+        step = i + 1
+        where = f"{root}/{checkpoint_folder(step)}"
+        time.sleep(p.pause_s)
+        release, got = _operate(pool, store, gw, "save", i, store.key(where), plain, p.write_block)
+        doc = {"model": model, "step": step, "scale": p.scale, "bytes": sum(f.bytes for fs in files.values() for f in fs),
+               "files": [{"rank": f.rank, "name": f.name, "bytes": f.bytes} for fs in files.values() for f in fs]}
+        store._call(store.client.put_object, Bucket=store.bucket, Key=store.key(f"{where}/{dataset.MANIFEST}"),
+                    Body=json.dumps(doc).encode())
+        ops.append(("save", i, step, release, got))
+        kept.append(where)
+        while len(kept) > p.retain:
+            t = time.perf_counter()
+            _delete(store, kept.pop(0) + "/")
+            deletes.append(time.perf_counter() - t)
+    ranks = sorted(files)
+    shifted = {r: ranks[(i + p.rank_shift) % len(ranks)] for i, r in enumerate(ranks)}
+    plan_ = {r: (shifted[r], [(f.name, f.bytes) for f in files[shifted[r]]]) for r in ranks}
+    for j in range(p.restores):
+        where = kept[j % len(kept)]
+        if not _complete(store, where, names):
+            raise RuntimeError(f"s3://{store.bucket}/{store.key(where)}: not a complete checkpoint")
+        time.sleep(p.pause_s)
+        if store.gateway is not None:
+            run.cold_cache([store.gateway.root / store.bucket / store.key(where)])
+        else:
+            run.cache_method = "remote store: not controlled"
+        release, got = _operate(pool, store, gw, "load", j, store.key(where), plan_, p.read_block, p.readers_per_rank)
+        ops.append(("load", j, int(where.rsplit("step", 1)[1]), release, got))
+    return ops, deletes
+
+
+def _rank_cfg(store, t, p) -> dict:
+    return {"endpoint": store.endpoint, "bucket": store.bucket, "region": t.s3.region,
+            "credentials": store.gateway.credentials if store.gateway is not None else None,
+            "profile": t.s3.profile, "verify_tls": t.s3.verify_tls, "addressing": t.s3.addressing,
+            "pool": p.readers_per_rank}
+
+
+def protocol(run, config, files: dict, measurement, fault: dict | None) -> Measurement:
+    """One protocol run on an S3 target; `measurement` (run._measurement) makes the row and tables; `fault` is
+    run.FAULT (the test hook; {"kill_gateway": True} kills the local gateway after rank 0's first part)."""
+    p, t = run.p, run.target
+    store: ObjectStore = run.sweep.state.stores[t.name]
+    if t.name in run.sweep.state.groups and t.emulated:
+        run.emulated = True
+    root = f"checkpoint/{config.model}/"
+    buf = min(p.write_block, max(f.bytes for fs in files.values() for f in fs))
+    if fault and fault.get("kill_gateway") and store.gateway is not None:
+        fault = {**fault, "kill_gateway_pid": store.gateway.proc.pid, "kill_gateway_rank": min(files)}
+    gw: dict = {}
+    try:
+        store.check()
+        _delete(store, root)
+        with RankPool(sorted(files), buf, None, fault, s3=_rank_cfg(store, t, p)) as pool:
+            run.start_clock()
+            ops, deletes = _run(run, pool, store, p, config.model, files, gw)
+            run.stop_clock()
+    except Exception as exc:   # noqa: BLE001 -- one line for the row; a killed rank still stops the study
+        run.stop_clock()
+        why = store.failure(exc)
+        _remove_quietly(store, root)
+        if isinstance(exc, EnvironmentFailure) and not isinstance(why, GatewayDied):
+            raise
+        reason = one_line(str(why).strip().splitlines()[-1] if str(why).strip() else type(why).__name__, 300)
+        run.sweep.note(f"target '{t.name}': {run.run_id} failed: {reason}")
+        row = metrics.run_row(p, config.model, [], [], run.sweep.state.generator_gb_per_s, pool=None)
+        return Measurement({**row, "access": access(store)}, ok=False,
+                           failure_reason=f"{reason}; this run's objects were removed")
+    _remove_quietly(store, root)      # space stays bounded: the next model starts from an empty prefix
+    end = "upload completed (versitygw does not fsync)" if store.gateway is not None else "upload completed"
+    return measurement(run, config.model, ops, deletes, pool,
+                       {"access": access(store), "save_ends_at": end, "gateway_cpu": gw})
+
+
+def _remove_quietly(store, prefix: str) -> None:
+    try:
+        _delete(store, prefix)
+    except Exception:   # noqa: BLE001 -- a dead gateway: close() removes the bucket's folder
+        pass
