@@ -1,7 +1,7 @@
 """Objects as training data and checkpoints use them: multipart PUT in fixed parts and ranged GET.
 
-For the emulate and checkpoint studies on S3 targets (not hooked in yet: docs/object-storage.md says what
-is missing). A checkpoint rank writes its file as one multipart upload of `part_bytes` parts (the study's
+For the emulate and checkpoint studies on S3 targets (docs/studies/object_sweep.md, "Studies on object
+targets", says which use it). A checkpoint rank writes its file as one multipart upload of `part_bytes` parts (the study's
 `write_block_mib`), as MLPerf Storage v3.0's s3 checkpoint writers do; a loader reads a sample whole or in
 `read_block` ranges (HTTP Range). Every call goes through an ObjectStore (core.s3store), so keys stay below
 the run's own bucket or prefix and failures are one line; an interrupted multipart upload is aborted, so no

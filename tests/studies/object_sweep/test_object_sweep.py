@@ -16,7 +16,6 @@ import yaml
 
 from storagebrief import studies
 from storagebrief.core import config, s3gateway, sweep
-from storagebrief.studies.object_sweep import metrics
 from conftest import REPO
 
 try:
@@ -90,19 +89,6 @@ def test_a_directory_only_study_runs_without_s3_targets_and_says_so(tmp_path):
     only = config.validate({**data, "targets": data["targets"][1:]}, root=REPO)
     with pytest.raises(ValueError, match="every target \\(obj\\) is an S3 target"):
         sweep.Sweep(studies.get("transfer_sweep"), only, tmp_path / "out2")
-
-
-def test_pairs_match_only_a_local_gateway_on_the_same_device_and_profile(tmp_path):
-    data = {"targets": [{"name": "dir", "path": str(tmp_path / "dir")},
-                        {"name": "hdd", "path": str(tmp_path / "hdd"), "profile": "hdd_7200"},
-                        {"name": "obj", "path": str(tmp_path / "obj"), "kind": "s3", "s3": {}},
-                        {"name": "ext", "path": str(tmp_path / "ext"), "kind": "s3",
-                         "s3": {"endpoint": "http://127.0.0.1:9", "bucket": "abc"}}]}
-    from storagebrief.core import targets
-    ts = targets.resolve_all(config.validate(data, root=REPO), create=True)
-    if ts[0].device.major is None:
-        pytest.skip(f"no block device under {tmp_path}: {ts[0].device.reason}")
-    assert metrics.same_device_pairs(ts) == [("dir", "obj")]
 
 
 @pytest.mark.slow

@@ -24,6 +24,7 @@ from ...core.config import ParamsError
 from ...core.s3gateway import GatewayDied
 from ...core.s3store import ObjectStore
 from ...core.sweep import Measurement
+from ...kit.objectcost import gateway_cpu_seconds as _gateway_cpu, same_device_pairs
 from . import STUDY, dataset, metrics
 from .ranks import RankPool
 
@@ -111,8 +112,6 @@ def access(store) -> str:
 def targets_doc(sweep, state) -> dict:
     """study.json's targets (kind, access, device, profile, endpoint) and the (directory, local-gateway S3)
     pairs on one block device with one profile: the brief's "directory vs S3 on the same device"."""
-    from ..object_sweep.metrics import same_device_pairs
-
     out = {}
     for t in sweep.targets:
         store = state.stores.get(t.name)
@@ -124,11 +123,6 @@ def targets_doc(sweep, state) -> dict:
 
 
 # --------------------------------------------------------------------------- one protocol run
-def _gateway_cpu(store) -> float | None:
-    from ..object_sweep.run import _gateway_cpu as read
-    return read(store)
-
-
 def _delete(store, prefix: str) -> None:
     keys = store.list_keys(store.key(prefix))
     for i in range(0, len(keys), 1000):

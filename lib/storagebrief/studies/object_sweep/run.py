@@ -27,12 +27,12 @@ from ...core.config import ParamsError
 from ...core.s3store import ObjectStore, S3Failed
 from ...core.sweep import Measurement, Point
 from ...kit import space
+from ...kit.objectcost import CLIENT_LIMIT_PERCENT, limited_by  # noqa: F401  (limited_by: the rows' rule)
+from ...kit.objectcost import gateway_cpu_seconds as _gateway_cpu
 from ...kit.sizes import size_label
 from . import STUDY, dataset
 from .params import ObjectSweepParams
 
-CLIENT_LIMIT_PERCENT = 80     # the client used this share of all CPUs or more: it, not the store, limited
-MACHINE_BUSY_PERCENT = 90     # every CPU this busy (monitor, /proc/stat) during the batch: the CPU limited
 
 
 @dataclass(frozen=True)
@@ -159,16 +159,6 @@ def _busy_load(run, scope: procs.Scope) -> subprocess.Popen:
     return proc
 
 
-def _gateway_cpu(store: ObjectStore | None) -> float | None:
-    if store is None or store.gateway is None or store.gateway.proc is None:
-        return None
-    try:
-        f = Path(f"/proc/{store.gateway.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _keys(c: Config, run, store) -> list[str]:
     p = run.p
     n = p.objects_for(c.object_bytes)
@@ -241,24 +231,6 @@ def _measure(run, c: Config, store, scope, busy, cfg: dict, env: dict, keys: lis
                 "throttled": bool(run.emulated)})
     row["limited_by"] = limited_by(row, run.monitor.summary().get("cpu_busy_percent") if run.monitored else None)
     return Measurement(row)
-
-
-def limited_by(row: dict, machine_busy_percent: float | None = None) -> str:
-    """'client CPU' when the client alone used CLIENT_LIMIT_PERCENT of all CPUs, 'client + gateway CPU'
-    when the two together did, 'machine CPU' when every CPU was busy (MACHINE_BUSY_PERCENT: the busy load,
-    or other work on the machine): then the figure is the CPU's, not the storage's. '' otherwise."""
-    ncpu, wall = os.cpu_count() or 1, row.get("wall_seconds") or 0
-    if not wall:
-        return ""
-    client = 100 * row["client_cpu_seconds"] / (wall * ncpu)
-    both = 100 * (row["client_cpu_seconds"] + (row.get("gateway_cpu_seconds") or 0)) / (wall * ncpu)
-    if client >= CLIENT_LIMIT_PERCENT:
-        return "client CPU"
-    if both >= CLIENT_LIMIT_PERCENT:
-        return "client + gateway CPU"
-    if machine_busy_percent is not None and machine_busy_percent >= MACHINE_BUSY_PERCENT:
-        return f"machine CPU ({machine_busy_percent:.0f} % busy)"
-    return ""
 
 
 def _raise_worker(store, w) -> None:
