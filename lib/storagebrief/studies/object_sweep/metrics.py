@@ -7,6 +7,7 @@ import pandas as pd
 from ...core.columns import Column
 from ...kit import runs as kit_runs
 from ...report.headlines import versus_reference
+from ...kit.s3study import same_device_pairs
 
 KEYS = ["load", "op", "object_bytes", "concurrency"]
 
@@ -75,21 +76,6 @@ def points(frame: pd.DataFrame) -> pd.DataFrame:
                 gateway_cpu_s_per_gb=("gateway_cpu_s_per_gb", "median"),
                 limited_by=("limited_by", lambda s: ", ".join(sorted({x for x in s.fillna("") if x}))))
     return out.reset_index()
-
-
-def same_device_pairs(targets) -> list[tuple[str, str]]:
-    """(directory target, local-gateway S3 target) on one block device with one profile: the pairs whose
-    difference is the object path's cost alone."""
-    dirs = [t for t in targets if t.s3 is None and t.device and t.device.major is not None]
-    out = []
-    for s in targets:
-        if s.s3 is None or s.s3.external or not s.device or s.device.major is None:
-            continue
-        for d in dirs:
-            if d.device.majmin == s.device.majmin and d.profile_name == s.profile_name:
-                out.append((d.name, s.name))
-                break
-    return out
 
 
 def pairs(frame: pd.DataFrame, targets) -> pd.DataFrame:
