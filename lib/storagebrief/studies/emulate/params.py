@@ -20,7 +20,7 @@ class EmulateParams(Strict):
     workload_overrides: dict[str, dict[str, Any]] = Field(default_factory=dict)
     accelerators: Literal["auto"] | list[int] = "auto"   # auto: search N (search.py); a list: sweep these
     search_budget_s: float = Field(60.0, gt=0, le=7 * 86400)   # auto: seconds of runs per workload and target
-    s3_search_budget_s: float | None = Field(30.0, gt=0, le=7 * 86400)   # auto on S3 targets; None: search_budget_s
+    s3_search_budget_s: float | None = Field(45.0, gt=0, le=7 * 86400)   # auto on S3 targets; None: search_budget_s
     search_max: int = Field(64, ge=1, le=1024)      # auto: the largest N the search probes
     stop_below_threshold: bool = False              # a list: stop a target's sweep once AU < threshold
     repeats: int = Field(3, ge=1, le=100)

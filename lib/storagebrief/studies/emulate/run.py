@@ -89,13 +89,15 @@ def _dataset_sizes(p: EmulateParams) -> dict[str, int]:
 
 
 def _bytes_needed(p: EmulateParams, sizes: dict[str, int], t) -> int:
-    """New bytes one target needs: every workload's dataset (less what is already there) and a checkpoint."""
+    """New bytes one target needs: every workload's dataset (less what is already there) and a checkpoint; a local
+    S3 target holds the dataset twice while it is PUT (staging files and the gateway's objects)."""
     need = 0
     for name in p.workloads:
         spec = p.spec(name)
         existing = existing_bytes(t.study_dir(STUDY.name) / name / "data")
         need += max(0, int(sizes[name] * spec.samples_per_file * (spec.record_bytes + 64)) - existing)
-    return need + int(p.checkpoint_mib * 2**20)
+    local_s3 = t.s3 is not None and not t.s3.external
+    return need * (2 if local_s3 else 1) + int(p.checkpoint_mib * 2**20)
 
 
 def prepare(sweep) -> None:
