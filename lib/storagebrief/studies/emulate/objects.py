@@ -80,7 +80,6 @@ class ObjectLoader(Loader):
         self.client = client(s3["endpoint"], s3["region"], s3["credentials"], s3["profile"], pool=self.threads,
                              verify_tls=s3["verify_tls"], addressing=s3["addressing"])
         self.client.head_object(Bucket=s3["bucket"], Key=keys[0])
-        self.requests = [0] * self.threads
 
     def read_sample(self, k: int, f: int, offset: int, length: int) -> int:
         lat, block, clock = self.latencies[k], self.block, time.perf_counter
@@ -89,7 +88,6 @@ class ObjectLoader(Loader):
         got_total = 0
         t0 = clock()
         body = self.client.get_object(Bucket=self.s3["bucket"], Key=self.files[f], **extra)["Body"]
-        self.requests[k] += 1
         while True:
             chunk = body.read(min(block, length - got_total)) if got_total < length else b""
             lat.append(clock() - t0)
