@@ -36,6 +36,7 @@ emulate = {
     # or the client limits, then bisect; docs/studies/emulate.md "Accelerators supported, searched"); or a
     # fixed list, e.g. [1, 2, 3, 4], swept on every target
     'search_budget_s': 60,  # auto: seconds of runs per workload and target; stopped there, the answer is ">= N"
+    's3_search_budget_s': 45,  # auto on S3 targets (their own, smaller budget); None: search_budget_s
     'search_max': 64,  # auto: the largest N probed (passing it, the answer is ">= N")
     'stop_below_threshold': False,  # a list: stop a target's sweep after the first N whose AU < threshold
     'repeats': 2,

@@ -66,6 +66,21 @@ def needs_drop_caches():
     return privileged_if(*cache.drop_caches_possible())
 
 
+def gateway_missing() -> str | None:
+    """Why the local S3 gateway (versitygw) cannot run here (`make s3` builds it), or None."""
+    from storagebrief.core import s3gateway
+    try:
+        s3gateway.binary()
+        return None
+    except s3gateway.GatewaySetupError as exc:
+        return str(exc)
+
+
+def needs_gateway(fn):
+    why = gateway_missing()
+    return pytest.mark.skipif(why is not None, reason=str(why))(fn)
+
+
 def process_alive(pid: int) -> bool:
     """True while pid runs (a zombie waiting to be reaped counts as gone)."""
     try:

@@ -16,14 +16,8 @@ from pathlib import Path
 import pytest
 
 from storagebrief.core import config, leftovers, s3gateway, s3store, targets
-from conftest import REPO, process_alive, wait_for
+from conftest import REPO, needs_gateway, process_alive, wait_for
 
-try:
-    s3gateway.binary()
-    NO_GATEWAY = None
-except s3gateway.GatewaySetupError as exc:
-    NO_GATEWAY = str(exc)
-needs_gateway = pytest.mark.skipif(NO_GATEWAY is not None, reason=f"{NO_GATEWAY}")
 
 
 def _params(tmp: Path, **s3) -> config.Params:

@@ -16,14 +16,8 @@ import yaml
 
 from storagebrief import studies
 from storagebrief.core import config, s3gateway, sweep
-from conftest import REPO
+from conftest import REPO, needs_gateway
 
-try:
-    s3gateway.binary()
-    NO_GATEWAY = None
-except s3gateway.GatewaySetupError as exc:
-    NO_GATEWAY = str(exc)
-needs_gateway = pytest.mark.skipif(NO_GATEWAY is not None, reason=f"{NO_GATEWAY}")
 TINY = studies.get("object_sweep").tiny
 
 

@@ -209,8 +209,8 @@ def run_row(p, model: str, ops, deletes: list[float], generator_gb_per_s: float,
 
 def cpu_columns(ops, gateway_s: dict, machine_busy_percent: float | None) -> dict:
     """Per op kind: the ranks' CPU per GB, the local gateway's (gateway_s: (op, index) -> seconds), and what
-    limited it (kit/objectcost's rule on the summed honest durations)."""
-    from ...kit.objectcost import limited_by
+    limited it (kit/s3study's rule on the summed honest durations)."""
+    from ...kit.s3study import limited_by
 
     out: dict = {}
     for op in ("save", "load"):

@@ -24,7 +24,7 @@ from ...core.config import ParamsError
 from ...core.s3gateway import GatewayDied
 from ...core.s3store import ObjectStore
 from ...core.sweep import Measurement
-from ...kit.objectcost import gateway_cpu_seconds as _gateway_cpu, same_device_pairs
+from ...kit.s3study import gateway_cpu as _gateway_cpu, same_device_pairs
 from . import STUDY, dataset, metrics
 from .ranks import RankPool
 

@@ -9,6 +9,7 @@ STUDY = Study(
     outputs=("runs.csv", "accelerators.csv", "hosts.csv", "latency_histograms.csv", "timeseries", "inventory.json",
              "study.json", "notes.json", "mlperf_results.json", "mlperf", "notebook.ipynb"),
     brief_inputs=("runs.csv", "inventory.json", "study.json", "latency_histograms.csv", "hosts.csv", "notes.json"),
+    object_targets=True,
     tiny={"workloads": ["unet3d"], "accelerator_type": "v100", "num_files": 64, "dataset_sizing": "fixed",
           "epochs": 2, "repeats": 2, "accelerators": [1, 2], "read_threads": 2, "prefetch": 1,
           "read_block_kib": 64, "memory_limit_mib": 16,

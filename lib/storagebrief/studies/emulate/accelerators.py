@@ -68,8 +68,12 @@ def setup_rank(cfg: dict, rank: int, n: int):
     batches = batch_plan(cfg["spans"], len(cfg["files"]), n, rank, cfg["epochs"], cfg["seed"],
                          cfg["batch"], cfg["steps_per_epoch"])
     warm_up(cfg["block"], cfg["odirect"])
-    loader = Loader(cfg["files"], batches, cfg["read_threads"], cfg["prefetch"], cfg["block"],
-                    odirect=cfg["odirect"], evict=cfg["evict"], readahead=cfg["readahead"])
+    if cfg.get("s3"):           # an S3 target: GETs (objects.py)
+        from .objects import ObjectLoader
+        loader = ObjectLoader(cfg["files"], batches, cfg["read_threads"], cfg["prefetch"], cfg["block"], cfg["s3"])
+    else:
+        loader = Loader(cfg["files"], batches, cfg["read_threads"], cfg["prefetch"], cfg["block"],
+                        odirect=cfg["odirect"], evict=cfg["evict"], readahead=cfg["readahead"])
     if cfg.get("fail_rank") == rank and cfg.get("fail_at_step") is None:
         raise RuntimeError("injected failure before the first step (test hook)")
     return batches, loader

@@ -10,6 +10,7 @@ import pandas as pd
 from ...kit.figures import metric_vs
 from ...kit.files import read_csv_or_none, read_json_or
 from ...report.display import analysis, fmt_s, show_figure, show_md, show_table, style, target_colors
+from . import brief_s3
 from .limits import MARGIN_POINTS, answer_note, client_checks, judge, point_cause
 from .mlperf import verdicts as mlperf_verdicts
 from .plan import measured
@@ -22,7 +23,7 @@ def section(study_dir: Path, frame, names: list[str]) -> None:
     style()
     study_dir = Path(study_dir)
     checked, rules = client_checks(frame), mlperf_verdicts(frame)
-    frame = measured(frame)
+    full, frame = frame, measured(frame)
     desc = read_json_or(study_dir / "study.json")
     _what_ran(frame, desc)
     _hosts(study_dir, frame)
@@ -33,6 +34,7 @@ def section(study_dir: Path, frame, names: list[str]) -> None:
         _days_saved(frame, w, g, names, desc)
     sup = supported(frame)
     _supported_table(sup)
+    brief_s3.section(frame, full, desc)
     _mlperf_rules(rules)
     _search_table(frame)
     _limits_table(frame)
@@ -400,9 +402,11 @@ def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
     the largest count tested with every count passing is a floor: written "≥ N"."""
     full, frame = frame, measured(frame)
     sup = supported(frame)
+    desc = read_json_or(Path(study_dir) / "study.json") if study_dir is not None else {}
     out = []
     for _, r in sup.iterrows():
-        note = "; ".join(x for x in (_failing_cause(frame, r), answer_note(full, r.workload, r.target)) if x)
+        note = "; ".join(x for x in (_failing_cause(frame, r), answer_note(full, r.workload, r.target),
+                                     brief_s3.answer_basis(desc, r.target)) if x)
         note = f"; {note}" if note else ""
         question = f"Accelerators supported, emulated ({r.workload}, AU ≥ {r.au_threshold_percent:g} %)"
         if r.get("searched", False):      # the search's own answer: "N (storage-limited)", "≥ N (…)", client-limited
@@ -416,4 +420,4 @@ def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
         basis = ("every count tested kept AU ≥ threshold: the largest tested is a floor" if floor
                  else f"limited by {r.supported_limited_by}")
         out.append({"question": question, "target": r.target, "answer": answer, "basis": f"{basis}{note}; emulate study"})
-    return out
+    return out + brief_s3.failed_answers(full, list(dict.fromkeys(full.workload)))

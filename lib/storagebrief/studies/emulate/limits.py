@@ -16,8 +16,9 @@ bound (`throttle_au_bound_percent`).
   storage    AU within MARGIN_POINTS of a throttle bound below 100 %: the target's profile;
 AU further below its bound always carries a cause from the evidence, never "none":
   client     the client had no CPU headroom (the machine >= CPU_SATURATED_PERCENT busy, a core
-             >= CORE_SATURATED_PERCENT, or the accelerators using >= CPU_SATURATED_PERCENT of
-             their CPUs), or the accelerators' own measured delays (sleep overshoot, barrier
+             >= CORE_SATURATED_PERCENT, the accelerators using >= CPU_SATURATED_PERCENT of
+             their CPUs, or on an S3 target the accelerators and the local gateway together using
+             >= CPU_SATURATED_PERCENT of the machine's: the reason names the gateway), or the accelerators' own measured delays (sleep overshoot, barrier
              release: CPU scheduling, never storage) are most of the AU lost;
   storage    the device was busy (>= DEVICE_BUSY_PERCENT utilised, or its read latency
              >= LATENCY_LOADED_RATIO x the idle device's) or the run read at >= 90 % of the
@@ -76,6 +77,10 @@ def _evidence(r: dict, bound: float) -> tuple[list[str], list[str], float]:
         client.append(f"busiest core {g('cpu_busy_percent_max_core'):.0f} % busy")
     if _known(g("client_cpu_percent_of_cores")) and g("client_cpu_percent_of_cores") >= CPU_SATURATED_PERCENT:
         client.append(f"accelerators used {g('client_cpu_percent_of_cores'):.0f} % of their CPUs")
+    both = g("client_gateway_cpu_percent_of_machine")     # an S3 local gateway shares this machine's CPUs
+    if _known(both) and both >= CPU_SATURATED_PERCENT:
+        client.append(f"client + S3 gateway CPU {both:.0f} % of the machine's CPUs "
+                      f"(gateway {g('gateway_cpu_s') or 0:.1f} s)")
     au, measured = float(g("au_percent")), g("measured_time_s")
     lost = measured * (1 - au / 100) if _known(measured) else float("nan")
     delay_share = (min(1.0, g("emulator_overhead_s") / lost)
@@ -233,7 +238,10 @@ CHECK = "half CPUs"          # the client_check column of a confined run
 
 def measured(frame):
     """The sweep's own scored rows: the client check's confined re-runs (they answer another question) and,
-    under emulate.mlperf_rules, each point's warm-up run (mlperf.py) left out."""
+    under emulate.mlperf_rules, each point's warm-up run (mlperf.py) left out; failed runs (an S3 store
+    that failed: objects.py) too."""
+    if "status" in frame:
+        frame = frame[frame.status.astype(str) != "failed"]
     if "client_check" in frame:
         frame = frame[frame.client_check.isna() | (frame.client_check.astype(str) == "")]
     if "mlperf_run" in frame:

@@ -91,7 +91,12 @@ COLUMNS: tuple[Column, ...] = (
     Column("client_cpu_s_per_gb", "s", "client CPU seconds per 10^9 bytes read"),
     Column("client_cores", "", "CPUs the accelerators may run on"),
     Column("client_cpu_percent_of_cores", "%", "client CPU time as a share of those CPUs over the run"),
-    Column("limited_by", "", "what limited the run: none, storage, client or unexplained (limits.py)", "text"),
+    Column("access", "", "how the loaders read: files, S3 local gateway or S3 external (GETs: objects.py)", "text"),
+    Column("gateway_cpu_s", "s", "S3 local gateway: its user + system CPU seconds over the run"),
+    Column("gateway_cpu_s_per_gb", "s", "S3 local gateway: its CPU seconds per 10^9 bytes the loaders read"),
+    Column("client_gateway_cpu_percent_of_machine", "%", "S3 local gateway: client + gateway CPU, share of all CPUs"),
+    Column("limited_by", "", "what limited the run: none, storage, client, unexplained (limits.py); "
+           "object store failed: a failed S3 run", "text"),
     Column("limited_by_reason", "", "the evidence for limited_by, in words", "text"),
     Column("cpu_busy_percent_max_core", "%", "busiest core's busy share over the run (all processes)"),
     Column("cpu_busy_percent_min_core", "%", "least busy core's busy share over the run"),

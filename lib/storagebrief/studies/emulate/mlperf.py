@@ -57,6 +57,7 @@ def verdicts(frame) -> list[dict]:
         return []
     out = []
     rows = frame[frame.client_check.isna()] if "client_check" in frame else frame
+    rows = rows[rows.status.astype(str) != "failed"] if "status" in rows else rows    # an S3 store that failed
     for (w, t, n), g in rows.groupby(["workload", "target", "accelerators"], sort=False):
         thr = float(g.au_threshold_percent.iloc[0])
         scored = g[g.mlperf_run == "scored"].sort_values("repeat")
@@ -120,6 +121,7 @@ def export(out_dir: Path, frame) -> list[Path]:
     shutil.rmtree(root.parent, ignore_errors=True)      # this study's own export of an earlier sweep here
     made = []
     rows = frame[frame.client_check.isna()] if "client_check" in frame else frame
+    rows = rows[rows.status.astype(str) != "failed"] if "status" in rows else rows    # an S3 store that failed
     for _, r in rows.iterrows():
         base = root / str(r.target) / "training" / str(r.workload) / "run" / _stamp(r.get("started_at", ""))
         d, k = base, 1

@@ -20,6 +20,7 @@ class EmulateParams(Strict):
     workload_overrides: dict[str, dict[str, Any]] = Field(default_factory=dict)
     accelerators: Literal["auto"] | list[int] = "auto"   # auto: search N (search.py); a list: sweep these
     search_budget_s: float = Field(60.0, gt=0, le=7 * 86400)   # auto: seconds of runs per workload and target
+    s3_search_budget_s: float | None = Field(45.0, gt=0, le=7 * 86400)   # auto on S3 targets; None: search_budget_s
     search_max: int = Field(64, ge=1, le=1024)      # auto: the largest N the search probes
     stop_below_threshold: bool = False              # a list: stop a target's sweep once AU < threshold
     repeats: int = Field(3, ge=1, le=100)
@@ -56,6 +57,11 @@ class EmulateParams(Strict):
     def search(self) -> bool:
         """accelerators: auto: search N per workload and target (search.py) instead of a fixed list."""
         return self.accelerators == "auto"
+
+    def budget_s(self, target) -> float:
+        """The search budget of one target (or target name): S3 targets' own, to keep their extra time small."""
+        s3 = getattr(target, "s3", None) is not None
+        return self.s3_search_budget_s if s3 and self.s3_search_budget_s else self.search_budget_s
 
     @property
     def max_accelerators(self) -> int:

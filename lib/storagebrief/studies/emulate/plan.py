@@ -40,12 +40,12 @@ class SearchPlan:
     """The searches of every workload and target as one adaptive plan for the engine."""
     kind = "search"
 
-    def __init__(self, p: EmulateParams, target_names: list[str]):
-        self.workloads, self.targets = list(p.workloads), list(target_names)
+    def __init__(self, p: EmulateParams, targets: list):
+        self.workloads, self.targets = list(p.workloads), [getattr(t, "name", t) for t in targets]
         warmup = 1 if p.mlperf_rules else 0       # the rules' warm-up run is not judged
-        self.searches = {(w, t): Search(p.spec(w).au_threshold_percent, p.repeats, p.search_budget_s, p.search_max,
-                                        warmup=warmup)
-                         for w in self.workloads for t in self.targets}
+        self.searches = {(w, getattr(t, "name", t)): Search(p.spec(w).au_threshold_percent, p.repeats,
+                                                            p.budget_s(t), p.search_max, warmup=warmup)
+                         for w in self.workloads for t in targets}
         self._w, self._last = 0, -1
         self._out: dict[tuple[str, str], Probe] = {}
 

@@ -28,8 +28,6 @@ Two ways to keep reads on the device (recorded per run, `dataset_sizing`):
 """
 from __future__ import annotations
 
-import mmap
-import os
 import shutil
 import socket
 import time
@@ -38,14 +36,15 @@ from pathlib import Path
 
 from ...core import cgroups, results, targets as targets_mod
 from ...core.config import ParamsError
-from ...core.monitor import snapshot
 from ...core.sweep import Measurement, Point
 from ...kit.cgroup_io import CgroupIoSampler, cgroup_read_stats
 from ...kit.client_check import CoreBusy
+from ...kit import s3study
 from ...kit.space import check_space, existing_bytes
-from . import STUDY, mlperf
+from . import STUDY, mlperf, objects
 from .accelerators import rebase_remote, run_once
 from .dataset import generate_dataset, planned_files, study_description
+from .idle import idle_read_latency_us
 from .limits import limited_by
 from .loader import steps_per_epoch
 from .metrics import (host_roles, latency_histogram, mlperf_results, per_host, summarize, throttle_au_bound,
@@ -69,6 +68,9 @@ class EmulateState:
     search: SearchPlan | None = None                              # accelerators: auto
     last_n: dict[str, int] = field(default_factory=dict)         # workload -> the accelerator count last planned
     idle_latency_us: dict[str, float | None] = field(default_factory=dict)   # target -> idle device read latency
+    stores: dict = field(default_factory=dict)      # S3 target -> its ObjectStore (objects.py)
+    groups: dict = field(default_factory=dict)      # S3 target -> its local gateway's cgroup
+    dead: dict[str, str] = field(default_factory=dict)   # S3 target -> why its store failed mid-sweep
 
 
 # --------------------------------------------------------------------------- prepare
@@ -87,18 +89,24 @@ def _dataset_sizes(p: EmulateParams) -> dict[str, int]:
 
 
 def _bytes_needed(p: EmulateParams, sizes: dict[str, int], t) -> int:
-    """New bytes one target needs: every workload's dataset (less what is already there) and a checkpoint."""
+    """New bytes one target needs: every workload's dataset (less what is already there) and a checkpoint; a local
+    S3 target holds the dataset twice while it is PUT (staging files and the gateway's objects)."""
     need = 0
     for name in p.workloads:
         spec = p.spec(name)
         existing = existing_bytes(t.study_dir(STUDY.name) / name / "data")
         need += max(0, int(sizes[name] * spec.samples_per_file * (spec.record_bytes + 64)) - existing)
-    return need + int(p.checkpoint_mib * 2**20)
+    local_s3 = t.s3 is not None and not t.s3.external
+    return need * (2 if local_s3 else 1) + int(p.checkpoint_mib * 2**20)
 
 
 def prepare(sweep) -> None:
     """Everything that can be wrong is checked before any measured work; then the datasets, and study.json."""
     p: EmulateParams = sweep.p
+    s3 = [t.name for t in sweep.targets if t.s3 is not None]
+    if s3 and p.launcher == "mpi":
+        raise ParamsError(f"emulate.launcher = mpi: S3 targets ({', '.join(s3)}) run with launcher: fork only "
+                          "(MPI ranks would carry the store's credentials in their config file); use fork")
     if p.launcher == "mpi":
         try:
             check_available(p.mpi.mpirun)
@@ -108,61 +116,40 @@ def prepare(sweep) -> None:
         preflight(p.mpi, p.max_accelerators, sweep.out_dir)   # hosts, hostfile, options: before any dataset
     sizes = _dataset_sizes(p)
     check_space(sweep.targets, lambda t: _bytes_needed(p, sizes, t), f"the emulate datasets ({', '.join(p.workloads)})")
-    datasets: dict[tuple[str, str], dict] = {}
+    memory_limit = p.memory_limit_mib * 2**20 if p.dataset_sizing == "memory_cap" and not p.odirect else None
+    sweep.state = state = EmulateState(datasets={}, memory_limit=memory_limit)   # close() finds the stores
     for t in sweep.targets:
         for name in p.workloads:
             sweep.status(f"dataset of {name} on '{t.name}'")
-            datasets[(t.name, name)] = generate_dataset(t.study_dir(STUDY.name) / name / "data", name, p.spec(name),
-                                                        sizes[name], p.seed, sweep.log)
-        sample = [Path(f) for f in datasets[(t.name, p.workloads[0])]["files"][:16]]
-        targets_mod.check_profile_speed(t, sample)
-    idle = {t.name: idle_read_latency_us(t, t.study_dir(STUDY.name), p.read_block_kib * 1024) for t in sweep.targets}
-    memory_limit = p.memory_limit_mib * 2**20 if p.dataset_sizing == "memory_cap" and not p.odirect else None
-    sweep.state = EmulateState(datasets=datasets, memory_limit=memory_limit, idle_latency_us=idle)
+            state.datasets[(t.name, name)] = _dataset(sweep, t, name, sizes[name])
+        first = state.datasets[(t.name, p.workloads[0])]
+        files = first["files"] if t.s3 is None else \
+            [str(Path(first["backing"]) / Path(k).name) for k in first["files"]] if first.get("backing") else []
+        targets_mod.check_profile_speed(t, [Path(f) for f in files[:16]]) if files else None
+    state.idle_latency_us = {t.name: idle_read_latency_us(t, t.study_dir(STUDY.name), p.read_block_kib * 1024)
+                             for t in sweep.targets}
+    datasets = state.datasets
     sweep.out_dir.mkdir(parents=True, exist_ok=True)
-    results.write_json(sweep.out_dir / "study.json", study_description(p, datasets, sweep.targets))
+    results.write_json(sweep.out_dir / "study.json", {**study_description(p, datasets, sweep.targets),
+                                                       "object_targets": {n: s3study.describe(s)
+                                                                          for n, s in state.stores.items()},
+                                                       "s3_pairs": s3study.same_device_pairs(sweep.targets)})
 
 
-# --------------------------------------------------------------------------- idle device
-# The idle device's read latency, measured once per target before the sweep: the figure a run's
-# device latency is held against (limits.py: a device whose reads take several times longer is queueing).
-# 
-# A probe file of PROBE_READS blocks of `block` bytes is written and synced in the target's study folder,
-# read back block by block with O_DIRECT, one read at a time, with the device's own counters
-# (/proc/diskstats) read around the reads: the mean per device request, the unit of the runs'
-# `device_read_latency_us`. Its own file: O_DIRECT reads of the dataset would drop the dataset's pages from
-# the page cache (measured: 8 MiB cached -> 0 after one 64 KiB O_DIRECT read), changing runs made with
-# `run.cold_cache: false`. The file is removed at once. Unthrottled: a throttled target's bound is the throttle's.
-PROBE_READS = 32   # O_DIRECT reads of read_block_kib
-
-
-def idle_read_latency_us(target, directory: Path, block: int) -> float | None:
-    """Mean device read latency (µs per request) of a few idle O_DIRECT reads; None when not measurable."""
-    dev = target.device.name if target.device is not None else None
-    if not dev:
-        return None
-    path = Path(directory) / ".storagebrief-idle-probe"
-    buf = mmap.mmap(-1, block)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "wb") as fh:
-            fh.write(os.urandom(block) * PROBE_READS)
-            fh.flush()
-            os.fsync(fh.fileno())
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECT", 0))
-        try:
-            a = snapshot(dev)
-            for k in range(PROBE_READS):
-                os.preadv(fd, [buf], k * block)
-            b = snapshot(dev)
-        finally:
-            os.close(fd)
-    except OSError:
-        return None                          # no O_DIRECT on this file system: no idle figure
-    finally:
-        path.unlink(missing_ok=True)
-    reads = b.reads - a.reads
-    return (b.read_ms - a.read_ms) * 1000 / reads if reads > 0 and b.read_ms > a.read_ms else None
+def _dataset(sweep, t, name: str, files: int) -> dict:
+    """A workload's dataset on one target: files in its study folder, or objects through its store."""
+    p: EmulateParams = sweep.p
+    folder = t.study_dir(STUDY.name) / name
+    if t.s3 is None:
+        return generate_dataset(folder / "data", name, p.spec(name), files, p.seed, sweep.log)
+    st: EmulateState = sweep.state
+    if t.name not in st.stores:
+        pool = p.max_accelerators * (p.read_threads or max(p.spec(w).read_threads for w in p.workloads))
+        st.stores[t.name], group = s3study.open_store(sweep, t, STUDY.name, "emulate", pool)
+        if group is not None:
+            st.groups[t.name] = group
+    return objects.generate_objects(st.stores[t.name], folder / "staging", name, p.spec(name), files, p.seed,
+                                    sweep.log)
 
 
 # --------------------------------------------------------------------------- plan
@@ -171,7 +158,7 @@ def plan(sweep) -> list[Point] | SearchPlan:
     accelerators: auto: a search per workload and target (plan.py, search.py), kept in sweep.state."""
     p: EmulateParams = sweep.p
     if p.search:
-        sweep.state.search = SearchPlan(p, sweep.target_names)
+        sweep.state.search = SearchPlan(p, sweep.targets)
         inner = sweep.state.search
     else:
         inner = fixed_plan(p)
@@ -351,33 +338,79 @@ def _launch(run, cfg: dict, n: int, procs: list[str] | None) -> dict:
     return raw
 
 
-def _search_columns(p: EmulateParams, config: EmulateConfig, seconds: float) -> dict:
+def _object_run(run, store, data: dict, memory_limit: int | None) -> tuple[RunCgroup, bool]:
+    """An S3 run: the gateway's files from a cold cache; the gateway's cgroup holds the target's throttle, the
+    accelerators run in none (they read no device). Returns (the run's cgroup, evict the gateway's files)."""
+    t = run.target
+    if data.get("backing"):
+        run.cold_cache([Path(data["backing"])])
+        objects.warm_gateway(store, data)
+    else:
+        run.cache_method = "remote store: not controlled"
+    io = targets_mod.io_limits(t)
+    throttled = io is not None and t.name in run.sweep.state.groups
+    if throttled:
+        run.emulated = True
+    return RunCgroup(None, throttled, False), memory_limit is not None and store.gateway is not None
+
+
+def _delta(a: tuple[int, int] | None, b: tuple[int, int] | None) -> tuple[int, int] | None:
+    return (b[0] - a[0], b[1] - a[1]) if a and b else None
+
+
+def _search_columns(p: EmulateParams, config: EmulateConfig, seconds: float, budget_s: float) -> dict:
     """A search's probe (accelerators: auto): which step, and the search's own seconds so far (its budget's
     clock, this run included); nothing for a fixed list."""
     if config.search_step is None:
         return {}
     return {"search_step": config.search_step, "search_phase": config.search_phase,
             "search_elapsed_s": config.search_elapsed_before_s + seconds,
-            "search_budget_s": p.search_budget_s, "search_max": p.search_max}
+            "search_budget_s": budget_s, "search_max": p.search_max}
 
 
 def run_one(run, config: EmulateConfig) -> Measurement:
-    """N emulated accelerators on run.target: cold cache, throttle / page-cache cap, the measured run."""
+    """N emulated accelerators on run.target. On an S3 target whose gateway died (in this run or before): a
+    failed row saying so, and every later point on that target is one too."""
+    state: EmulateState = run.sweep.state
+    store, t = state.stores.get(run.target.name), run.target
+    if t.name in state.dead:
+        why = f"not run: {state.dead[t.name]}"
+        return Measurement(objects.failed_row(config, why), ok=False, failure_reason=why)
+    try:
+        return _run_one(run, config, store)
+    except Exception:
+        why = objects.store_failure(store)
+        if why is None:
+            raise
+        state.dead[t.name] = why
+        run.sweep.note(f"target '{t.name}': {why}")
+        return Measurement(objects.failed_row(config, why), ok=False, failure_reason=why)
+
+
+def _run_one(run, config: EmulateConfig, store) -> Measurement:
+    """Cold cache, throttle / page-cache cap (directory) or the gateway's cgroup (S3), the measured run."""
     began = time.perf_counter()
     name, n = config.workload, config.accelerators
     t, p = run.target, run.p
-    data = run.sweep.state.datasets[(t.name, name)]
-    memory_limit = run.sweep.state.memory_limit
-    run.cold_cache([Path(data["files"][0]).parent])
-    cgroup = _run_cgroup(run, memory_limit)
+    state: EmulateState = run.sweep.state
+    data, memory_limit = state.datasets[(t.name, name)], state.memory_limit
+    if store is None:
+        run.cold_cache([Path(data["files"][0]).parent])
+        cgroup = _run_cgroup(run, memory_limit)
+        evict = memory_limit is not None and not cgroup.capped
+    else:
+        cgroup, evict = _object_run(run, store, data, memory_limit)
     group = cgroup.group
-    evict = memory_limit is not None and not cgroup.capped
-    cfg = run_config(p, name, data, n, evict, t.study_dir(STUDY.name) / "checkpoints", cgroup.capped)
+    cfg = run_config(p, name, data, n, evict and store is None, t.study_dir(STUDY.name) / "checkpoints", cgroup.capped)
+    if store is not None:
+        cfg["s3"] = objects.client_config(store, data, evict)
     if p.mlperf_rules:
         cfg["seed"] = p.seed + run.repeat     # the rules: the shuffle seed changes every run
     if FAULT:
         cfg.update(FAULT)
-    cgio, cores = CgroupIoSampler(group, t.device, run.params.run.monitor_interval_s), CoreBusy()
+    io_group = group if store is None else state.groups.get(t.name)    # S3: the gateway reads the device
+    cgio, cores = CgroupIoSampler(io_group, t.device, run.params.run.monitor_interval_s), CoreBusy()
+    io_before, gw_cpu_before = cgroup_read_stats(io_group, t.device) if store else None, s3study.gateway_cpu(store)
     run.add_sampler(cgio)
     run.add_sampler(cores)
     procs = group.procs_files if group else None
@@ -387,16 +420,21 @@ def run_one(run, config: EmulateConfig) -> Measurement:
     finally:
         if confined:
             confined.remove()
+    gw_cpu_after = s3study.gateway_cpu(store)
     mem_stats = group.memory_stats() if cgroup.capped else {}
     summary, per, lat = summarize(raw, cfg, n)
-    reads = CgroupReads(cgroup_read_stats(group, t.device), cgio.window(*summary.pop("window_t")))
+    reads = CgroupReads(_delta(io_before, cgroup_read_stats(io_group, t.device)) if store else
+                        cgroup_read_stats(group, t.device), cgio.window(*summary.pop("window_t")))
     row = {**_row(run, config, data, cfg, summary, reads, cgroup), **cgio.summary(), **mem_stats,
            **cores.summary(), "device_read_latency_us_idle": run.sweep.state.idle_latency_us.get(t.name),
            "host_roles": host_roles(per, raw.get("launch_host") or socket.gethostname()),
            **check_columns(config, confined),
-           "mlperf_run": mlperf.run_kind(run.repeat) if p.mlperf_rules and not config.cpus_confined else None}
+           "mlperf_run": mlperf.run_kind(run.repeat) if p.mlperf_rules and not config.cpus_confined else None,
+           **objects.gateway_columns(store, gw_cpu_before, gw_cpu_after, summary)}
+    if store is not None:
+        row["dataset_sizing"] = objects.sizing(store, evict)
     row.update(_limit_columns(run, row))
-    row.update(_search_columns(p, config, time.perf_counter() - began))
+    row.update(_search_columns(p, config, time.perf_counter() - began, p.budget_s(t)))
     ids = {"run_id": run.run_id, "target": t.name, "workload": name, "accelerators": n, "repeat": run.repeat}
     hosts = per_host(per, summary["total_time_s"])
     return Measurement(row, tables={"accelerators.csv": [{**ids, **r} for r in per],
@@ -420,3 +458,11 @@ def finish(sweep, frame) -> None:
             if (got.get("accelerators_supported"), got.get("supported_limited_by")) != (out.answer, out.limited_by):
                 sweep.note(f"search of {w} on '{t}' ended at {out.text}, but its rows give "
                            f"{got.get('accelerators_supported_text')}: the rows' answer is reported")
+
+
+def close(sweep) -> None:
+    """Always (after an exception or a signal too): every S3 target's objects removed, its gateway stopped."""
+    if isinstance(sweep.state, EmulateState):
+        errors = objects.close(sweep.state)
+        if errors:
+            sweep.note("emulate: cleaning up an object target failed: " + "; ".join(errors))

@@ -6,8 +6,8 @@ import pandas as pd
 
 from ...core.columns import Column
 from ...kit import runs as kit_runs
-from ...kit.objectcost import same_device_pairs
 from ...report.headlines import versus_reference
+from ...kit.s3study import same_device_pairs
 
 KEYS = ["load", "op", "object_bytes", "concurrency"]
 

@@ -22,13 +22,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...core import cgroups, procs, results, targets as targets_mod
+from ...core import cgroups, procs, results
 from ...core.config import ParamsError
 from ...core.s3store import ObjectStore, S3Failed
 from ...core.sweep import Measurement, Point
-from ...kit import space
-from ...kit.objectcost import CLIENT_LIMIT_PERCENT, limited_by  # noqa: F401  (limited_by: the rows' rule)
-from ...kit.objectcost import gateway_cpu_seconds as _gateway_cpu
+from ...kit import s3study, space
+from ...kit.s3study import CLIENT_LIMIT_PERCENT, limited_by
 from ...kit.sizes import size_label
 from . import STUDY, dataset
 from .params import ObjectSweepParams
@@ -54,35 +53,12 @@ class ObjectState:
 
 
 # --------------------------------------------------------------------------- prepare
-def _gateway_group(sweep, t) -> cgroups.Cgroup | None:
-    """The local gateway's cgroup: the target's throttle, or one that only holds it; None if unavailable."""
-    io = targets_mod.io_limits(t, accounting=True)
-    if io is None:
-        return None
-    try:
-        g = cgroups.Cgroup(f"{STUDY.name}-{t.name}-gateway", io=io).create()
-    except cgroups.CgroupUnavailable as exc:
-        if t.emulated:
-            sweep.note(f"target '{t.name}': emulated profile not applied to its S3 gateway: {exc}")
-        return None
-    g.kill_on_remove = True
-    return g
-
-
 def _open_store(sweep, t) -> ObjectStore:
     st: ObjectState = sweep.state
-    group = None if t.s3.external else _gateway_group(sweep, t)
+    store, group = s3study.open_store(sweep, t, STUDY.name, "osweep", max(sweep.p.concurrency))
+    st.stores[t.name] = store
     if group is not None:
         st.groups[t.name] = group
-    store = ObjectStore(t, sweep.out_dir / "logs", procs_files=group.procs_files if group else None,
-                        pool=max(sweep.p.concurrency), tag="osweep")
-    st.stores[t.name] = store.open()
-    for line in store.removed_stale:
-        sweep.log(line)
-        sweep.note(line)
-    where = f"versitygw at {store.endpoint} over {store.gateway.root}" if store.gateway else \
-        f"{store.endpoint} s3://{store.bucket}/{store.prefix}"
-    sweep.log(f"object_sweep: target '{t.name}' is S3: {where}")
     return store
 
 
@@ -113,11 +89,7 @@ def _study_json(sweep) -> dict:
     return {"client": p.client, "client_limit_percent": CLIENT_LIMIT_PERCENT, "cpus": os.cpu_count(),
             "objects": {size_label(s): p.objects_for(s) for s in p.object_sizes},
             "busy_cpu_percent": p.busy.cpu_percent if "busy" in p.loads else None,
-            "targets": {t.name: {"kind": t.kind, **({"endpoint": st.stores[t.name].endpoint,
-                                                      "gateway": "versitygw posix" if st.stores[t.name].gateway else "",
-                                                      "bucket": st.stores[t.name].bucket,
-                                                      "prefix": st.stores[t.name].prefix}
-                                                     if t.name in st.stores else {}),
+            "targets": {t.name: {"kind": t.kind, **(s3study.describe(st.stores[t.name]) if t.name in st.stores else {}),
                                  "device": t.device.name if t.device else None}
                         for t in sweep.targets}}
 
@@ -205,13 +177,13 @@ def _measure(run, c: Config, store, scope, busy, cfg: dict, env: dict, keys: lis
         _raise_worker(store, w)
     if c.load == "busy":
         _busy_load(run, busy)
-    g0 = _gateway_cpu(store)
+    g0 = s3study.gateway_cpu(store)
     run.start_clock()
     w.stdin.write("go\n")
     w.stdin.flush()
     line = w.stdout.readline()
     run.stop_clock()
-    g1 = _gateway_cpu(store)
+    g1 = s3study.gateway_cpu(store)
     busy.kill()
     w.wait(timeout=60)
     if not line:
@@ -264,13 +236,6 @@ def close(sweep) -> None:
     st = sweep.state if isinstance(sweep.state, ObjectState) else None
     if st is None:
         return
-    errors = []
-    for store in st.stores.values():
-        try:
-            store.close()
-        except Exception as exc:   # noqa: BLE001 -- close every store, then say what failed
-            errors.append(str(exc))
-    for g in st.groups.values():
-        g.remove()
+    errors = s3study.close_all(st.stores.values(), st.groups.values())
     if errors:
         sweep.note("object_sweep: cleaning up an object target failed: " + "; ".join(errors))

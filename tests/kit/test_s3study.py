@@ -1,4 +1,4 @@
-"""The object path's cost rule shared by every study on S3 targets (kit/objectcost.py)."""
+"""The object path's cost rule shared by every study on S3 targets (kit/s3study.py)."""
 from __future__ import annotations
 
 import os
@@ -6,25 +6,25 @@ import os
 import pytest
 
 from storagebrief.core import config, targets
-from storagebrief.kit import objectcost
+from storagebrief.kit import s3study
 
 
 def test_limited_by_names_the_cpu_that_limited_and_nothing_else():
     ncpu = os.cpu_count() or 1
     wall = 2.0
     full = wall * ncpu                                   # CPU seconds of every CPU for the whole batch
-    assert objectcost.limited_by({"wall_seconds": wall, "client_cpu_seconds": 0.85 * full}) == "client CPU"
-    assert objectcost.limited_by({"wall_seconds": wall, "client_cpu_seconds": 0.5 * full,
+    assert s3study.limited_by({"wall_seconds": wall, "client_cpu_seconds": 0.85 * full}) == "client CPU"
+    assert s3study.limited_by({"wall_seconds": wall, "client_cpu_seconds": 0.5 * full,
                                   "gateway_cpu_seconds": 0.4 * full}) == "client + gateway CPU"
     quiet = {"wall_seconds": wall, "client_cpu_seconds": 0.1 * full, "gateway_cpu_seconds": 0.1 * full}
-    assert objectcost.limited_by(quiet) == ""
-    assert objectcost.limited_by(quiet, machine_busy_percent=95) == "machine CPU (95 % busy)"
-    assert objectcost.limited_by(quiet, machine_busy_percent=60) == ""
-    assert objectcost.limited_by({"wall_seconds": 0, "client_cpu_seconds": 1.0}) == ""
+    assert s3study.limited_by(quiet) == ""
+    assert s3study.limited_by(quiet, machine_busy_percent=95) == "machine CPU (95 % busy)"
+    assert s3study.limited_by(quiet, machine_busy_percent=60) == ""
+    assert s3study.limited_by({"wall_seconds": 0, "client_cpu_seconds": 1.0}) == ""
 
 
 def test_no_gateway_no_gateway_cpu():
-    assert objectcost.gateway_cpu_seconds(None) is None
+    assert s3study.gateway_cpu(None) is None
 
 
 def test_pairs_match_only_a_local_gateway_on_the_same_device_and_profile(tmp_path):
@@ -36,4 +36,4 @@ def test_pairs_match_only_a_local_gateway_on_the_same_device_and_profile(tmp_pat
     ts = targets.resolve_all(config.validate(data, root=tmp_path), create=True)
     if ts[0].device.major is None:
         pytest.skip(f"no block device under {tmp_path}: {ts[0].device.reason}")
-    assert objectcost.same_device_pairs(ts) == [("dir", "obj")]
+    assert s3study.same_device_pairs(ts) == [("dir", "obj")]

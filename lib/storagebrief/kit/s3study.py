@@ -1,0 +1,117 @@
+"""How a study opens and closes the object store of one S3 target, and what the object path costs (the
+gateway's CPU, the `limited_by` rule, same-device pairs): shared by the object sweep, emulate and checkpoint.
+
+The local gateway (versitygw) starts inside a cgroup holding the target's throttle (or one that only
+counts its I/O), so the device reads it does are the emulated device's and are counted per run; an
+external endpoint gets its own run prefix (core.s3store). `close_all` stops every gateway and removes
+everything the study wrote (external: only its run prefix), then the gateways' cgroups.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..core import cgroups, targets as targets_mod
+from ..core.s3store import ObjectStore
+
+CLIENT_LIMIT_PERCENT = 80     # the client used this share of all CPUs or more: it, not the store, limited
+MACHINE_BUSY_PERCENT = 90     # every CPU this busy (monitor, /proc/stat) during the batch: the CPU limited
+
+
+def gateway_group(sweep, t, study: str) -> cgroups.Cgroup | None:
+    """The local gateway's cgroup: the target's throttle, or one that only counts its I/O; None if unavailable."""
+    io = targets_mod.io_limits(t, accounting=True)
+    if io is None:
+        return None
+    try:
+        g = cgroups.Cgroup(f"{study}-{t.name}-gateway", io=io).create()
+    except cgroups.CgroupUnavailable as exc:
+        if t.emulated:
+            sweep.note(f"target '{t.name}': emulated profile not applied to its S3 gateway: {exc}")
+        return None
+    g.kill_on_remove = True
+    return g
+
+
+def open_store(sweep, t, study: str, tag: str, pool: int) -> tuple[ObjectStore, cgroups.Cgroup | None]:
+    """The target's store, open (gateway started, bucket or run prefix made), and its gateway's cgroup.
+    The caller keeps both and hands them to close_all, also when this raises after the cgroup exists."""
+    group = None if t.s3.external else gateway_group(sweep, t, study)
+    store = ObjectStore(t, sweep.out_dir / "logs", procs_files=group.procs_files if group else None,
+                        pool=pool, tag=tag)
+    try:
+        store.open()
+    except BaseException:
+        if group is not None:
+            group.remove()
+        raise
+    for line in store.removed_stale:
+        sweep.log(line)
+        sweep.note(line)
+    where = f"versitygw at {store.endpoint} over {store.gateway.root}" if store.gateway else \
+        f"{store.endpoint} s3://{store.bucket}/{store.prefix}"
+    sweep.log(f"{study}: target '{t.name}' is S3: {where}")
+    return store, group
+
+
+def describe(store: ObjectStore) -> dict:
+    """A target's store for study.json (no credentials)."""
+    return {"endpoint": store.endpoint, "gateway": "versitygw posix" if store.gateway else "",
+            "bucket": store.bucket, "prefix": store.prefix}
+
+
+def gateway_cpu(store: ObjectStore | None) -> float | None:
+    """The local gateway's CPU seconds so far (user + system, /proc/<pid>/stat); None: no local gateway."""
+    if store is None or store.gateway is None or store.gateway.proc is None:
+        return None
+    try:
+        f = Path(f"/proc/{store.gateway.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def close_all(stores, groups) -> list[str]:
+    """Every store closed (gateway stopped, what the study wrote removed), then the cgroups; the failures."""
+    errors = []
+    for store in stores:
+        try:
+            store.close()
+        except Exception as exc:   # noqa: BLE001 -- close every store, then say what failed
+            errors.append(str(exc))
+    for g in groups:
+        g.remove()
+    return errors
+
+
+def same_device_pairs(targets) -> list[tuple[str, str]]:
+    """(directory target, local-gateway S3 target) on one block device with one profile: the pairs whose
+    difference is the object path's cost alone."""
+    dirs = [t for t in targets if t.s3 is None and t.device and t.device.major is not None]
+    out = []
+    for s in targets:
+        if s.s3 is None or s.s3.external or not s.device or s.device.major is None:
+            continue
+        for d in dirs:
+            if d.device.majmin == s.device.majmin and d.profile_name == s.profile_name:
+                out.append((d.name, s.name))
+                break
+    return out
+
+
+def limited_by(row: dict, machine_busy_percent: float | None = None) -> str:
+    """'client CPU' when the client alone used CLIENT_LIMIT_PERCENT of all CPUs, 'client + gateway CPU'
+    when the two together did, 'machine CPU' when every CPU was busy (MACHINE_BUSY_PERCENT: the busy load,
+    or other work on the machine): then the figure is the CPU's, not the storage's. '' otherwise."""
+    ncpu, wall = os.cpu_count() or 1, row.get("wall_seconds") or 0
+    if not wall:
+        return ""
+    client = 100 * row["client_cpu_seconds"] / (wall * ncpu)
+    both = 100 * (row["client_cpu_seconds"] + (row.get("gateway_cpu_seconds") or 0)) / (wall * ncpu)
+    if client >= CLIENT_LIMIT_PERCENT:
+        return "client CPU"
+    if both >= CLIENT_LIMIT_PERCENT:
+        return "client + gateway CPU"
+    if machine_busy_percent is not None and machine_busy_percent >= MACHINE_BUSY_PERCENT:
+        return f"machine CPU ({machine_busy_percent:.0f} % busy)"
+    return ""

@@ -1,0 +1,161 @@
+"""emulate on S3 targets: the dataset as objects, the loader's GETs, the gateway's share of a run.
+
+Dataset: one object per sample file, as DLIO lays a dataset out in a bucket. The files are generated
+exactly as for a directory target (dataset.py: same formats, sizes, seed) in a staging folder beside
+the gateway's root, PUT through the target's own endpoint (the local gateway or your store) under
+`<run prefix><workload>/data/<file name>`, and the staging folder is removed. Generation is not timed.
+
+Reads (ObjectLoader): one GET per sample, covering exactly the bytes the directory loader reads (the
+sample's span: the whole object for one-sample npz / jpeg files but their format header, a ranged GET
+of one record for a multi-sample tfrecord file), its body streamed in `read_block` reads. This is what
+object loaders do: s3torchconnector's sequential reader and s3dlio (MLPerf Storage v3.0) fetch a sample
+with one request and stream it; a ranged GET per read block would multiply the requests by
+sample ÷ block and measure HTTP round trips, not a loader. Every block read is timed as the directory
+loader times each preadv: the first one of a sample includes the request's round trip (time to first
+byte), so `read_latency_us_*` compare like for like.
+
+Page cache: the gateway's objects are plain files, so a cold cache drops (or fadvises) them; under
+`dataset_sizing: memory_cap` the client evicts each sample's backing file after its GET (fadvise
+DONTNEED; a memory cap on the gateway's cgroup would cap its own heap too). An external store's cache
+is its own: the row says it is not controlled.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from ...core.cache import fadvise_dontneed
+from ...core.causes import one_line
+from ...kit import s3study
+from .dataset import generate_dataset
+from .loader import Loader
+
+UPLOAD_THREADS = 4
+
+
+def generate_objects(store, staging: Path, name: str, spec, num_files: int, seed: int, log=print) -> dict:
+    """The workload's dataset as objects: generated in `staging`, PUT, staging removed.
+
+    Returns generate_dataset's description with "files" the objects' full keys, "sizes" their bytes and
+    "backing" the folder of the gateway's files (None on an external store)."""
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        data = generate_dataset(staging, name, spec, num_files, seed, lambda *_: None)
+        keys = [store.key(f"{name}/data/{Path(f).name}") for f in data["files"]]
+        sizes = [Path(f).stat().st_size for f in data["files"]]
+
+        def put(i: int) -> None:
+            with open(data["files"][i], "rb") as fh:
+                store._call(store.client.put_object, Bucket=store.bucket, Key=keys[i], Body=fh)
+        with ThreadPoolExecutor(UPLOAD_THREADS) as pool:
+            list(pool.map(put, range(len(keys))))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    backing = store.gateway.root / store.bucket / store.key(f"{name}/data") if store.gateway else None
+    log(f"PUT {len(keys)} {spec.format} objects for {name} ({data['bytes'] / 1e6:.1f} MB) to "
+        f"s3://{store.bucket}/{store.key(name + '/data/')}")
+    return {**data, "files": keys, "sizes": sizes, "backing": str(backing) if backing else None}
+
+
+def client_config(store, data: dict, evict: bool) -> dict:
+    """What an accelerator's ObjectLoader needs (in memory only: forked, never written anywhere)."""
+    s = store.s3
+    return {"endpoint": store.endpoint, "bucket": store.bucket, "region": s.region, "profile": s.profile,
+            "verify_tls": s.verify_tls, "addressing": s.addressing, "sizes": data["sizes"],
+            "credentials": store.gateway.credentials if store.gateway else None,
+            "backing": data["backing"] if evict else None}
+
+
+class ObjectLoader(Loader):
+    """The Loader's threads and queues, reading samples with GETs (module docstring). The client (one
+    connection per read thread) is made here, before the clock; one HEAD opens a connection."""
+
+    def __init__(self, keys: list[str], batches: list, threads: int, prefetch: int, block: int, s3: dict):
+        super().__init__(keys, batches, threads, prefetch, block)
+        from ...core.s3store import client
+        self.s3 = s3
+        self.client = client(s3["endpoint"], s3["region"], s3["credentials"], s3["profile"], pool=self.threads,
+                             verify_tls=s3["verify_tls"], addressing=s3["addressing"])
+        self.client.head_object(Bucket=s3["bucket"], Key=keys[0])
+
+    def read_sample(self, k: int, f: int, offset: int, length: int) -> int:
+        lat, block, clock = self.latencies[k], self.block, time.perf_counter
+        whole = offset == 0 and length == self.s3["sizes"][f]
+        extra = {} if whole else {"Range": f"bytes={offset}-{offset + length - 1}"}
+        got_total = 0
+        t0 = clock()
+        body = self.client.get_object(Bucket=self.s3["bucket"], Key=self.files[f], **extra)["Body"]
+        while True:
+            chunk = body.read(min(block, length - got_total)) if got_total < length else b""
+            lat.append(clock() - t0)
+            if not chunk:
+                lat.pop()        # the end-of-body read is no block
+                break
+            got_total += len(chunk)
+            t0 = clock()
+        body.close()
+        if self.s3["backing"]:   # the gateway's file out of the page cache: later epochs from the device
+            self._evict(self.files[f])
+        return got_total
+
+    def _evict(self, key: str) -> None:
+        fadvise_dontneed([Path(self.s3["backing"]) / key.rsplit("/", 1)[-1]])
+
+    def read_batch(self, k: int, batch) -> int:
+        return sum(self.read_sample(k, f, offset, length) for f, offset, length in batch)
+
+
+def warm_gateway(store, data: dict) -> None:
+    """After a cold cache: one small GET pages the gateway's code back in before the clock (drop_caches evicts
+    it too, and its page-ins would count as the run's device reads); the object's file is evicted again."""
+    key = data["files"][0]
+    store._call(store.client.get_object, Bucket=store.bucket, Key=key, Range="bytes=0-0")["Body"].read()
+    fadvise_dontneed([Path(data["backing"]) / key.rsplit("/", 1)[-1]])
+
+
+def gateway_columns(store, cpu_before: float | None, cpu_after: float | None, summary: dict) -> dict:
+    """The local gateway's CPU over the run, per GB the loaders read, and with the client's as a share of the
+    machine (limits.py: the two share this machine's CPUs)."""
+    access = "files" if store is None else "S3 " + ("local gateway" if store.gateway else "external")
+    cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
+    gb = summary.get("loader_bytes", 0) / 1e9
+    wall, ncpu = summary.get("total_time_s") or 0, os.cpu_count() or 1
+    both = (summary.get("client_cpu_s") or 0) + (cpu or 0)
+    return {"access": access, "gateway_cpu_s": cpu,
+            "gateway_cpu_s_per_gb": cpu / gb if cpu is not None and gb > 0 else None,
+            "client_gateway_cpu_percent_of_machine":
+                100 * both / (wall * ncpu) if store is not None and store.gateway and wall > 0 else None}
+
+
+def failed_row(config, reason: str) -> dict:
+    """A run an S3 failure ended (or prevented): the row the engine writes as failed."""
+    return {"workload": config.workload, "accelerators": config.accelerators, "au_percent": float("nan"),
+            "access": "S3", "limited_by": "object store failed", "limited_by_reason": reason}
+
+
+def store_failure(store) -> str | None:
+    """One line when the run failed because the local gateway died; None otherwise (not a store failure)."""
+    from ...core.s3gateway import GatewayDied
+    if store is None:
+        return None
+    try:
+        store.check()
+    except GatewayDied as exc:
+        return one_line(str(exc))
+    return None
+
+
+def sizing(store, evict: bool) -> str:
+    """The dataset_sizing of an S3 run."""
+    if store.gateway is None:
+        return "remote store: page cache not controlled"
+    return ("memory_cap->fadvise_evict of the gateway's files (S3)" if evict else
+            "gateway's files: cold cache per run, not capped")
+
+
+def close(state) -> list[str]:
+    """Every store closed (objects removed, gateway stopped), the gateways' cgroups removed."""
+    return s3study.close_all(state.stores.values(), state.groups.values())
