@@ -223,6 +223,7 @@ TINY = {
     # the study's tiny settings, and the prefill measured at two short contexts (the brief's break-even part)
     "kv_cache": {**studies.get("kv_cache").tiny,
                  "prefill": {"measure": True, "layers": 1, "contexts": [64, 128], "repeats": 1}},
+    "object_sweep": {"object_sizes": ["64k", "1m"], "mib_per_point": 4, "repeats": 2},
 }
 def _copy_repo(dst: Path) -> None:
     files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO,

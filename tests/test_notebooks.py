@@ -216,10 +216,13 @@ def test_library_info_lines_on_the_process_stderr_are_dropped_and_the_rest_kept(
         os.write(2, noise + kept)
         subprocess.run(["sh", "-c", "printf 'I1126 07:00:00.000001 1 port.cc:1] child info\\nchild line\\n' >&2"],
                        check=True)
+        os.write(2, b"\r 40%|####  | 4/10")       # a progress bar redrawn in place: no newline
+        os.write(2, b"\r 50%|#####  | 5/10\n")
     os.write(2, b"after\n")
     err = capfd.readouterr().err
     assert "absl" not in err and "oneDNN" not in err and "child info" not in err
     assert "a real warning" in err and "our own line" in err and "child line" in err and err.endswith("after\n")
+    assert "\r 40%|####  | 4/10\r 50%" in err                              # the partial line passed whole
 
 
 def test_the_printed_brief_command_works_from_the_notebooks_folder(tmp_path, monkeypatch, capsys):

@@ -133,10 +133,17 @@ _LIBRARY_INFO = re.compile(rb"^(WARNING: All log messages before absl::Initializ
                            rb"to STDERR|I\d{4} \d+:\d+:\d+(?:\.\d+)?\s+\d+ \S+:\d+\] .*)$")
 
 
+_ABSL_NOTICE = b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
+
+
+def _may_be_library_info(partial: bytes) -> bool:
+    return _ABSL_NOTICE.startswith(partial[:len(_ABSL_NOTICE)]) or re.match(rb"^I\d{0,4}( |$)", partial) is not None
+
+
 @contextlib.contextmanager
 def quiet_library_logs():
-    """While a study runs in a notebook: the process's own stderr (fd 2, where C++ libraries write)
-    passes through a filter that drops the info lines above; Python's sys.stderr (progress) is untouched."""
+    """While a study runs (a notebook, or the CLI): the process's own stderr (fd 2, where C++ libraries write)
+    passes through a filter that drops the info lines above; everything else, progress bars included, passes."""
     try:
         saved = os.dup(2)
     except OSError:
@@ -145,10 +152,20 @@ def quiet_library_logs():
     read_end, write_end = os.pipe()
 
     def pump():
-        with os.fdopen(read_end, "rb") as pipe:
-            for line in pipe:
-                if not _LIBRARY_INFO.match(line.rstrip(b"\r\n")):
-                    os.write(saved, line)
+        # whole lines are filtered; a partial one (a progress bar redrawn with \r) passes at once unless it
+        # could still become one of the info lines
+        buf = b""
+        while chunk := os.read(read_end, 1 << 16):
+            *lines, buf = (buf + chunk).split(b"\n")
+            for line in lines:
+                if not _LIBRARY_INFO.match(line.rstrip(b"\r")):
+                    os.write(saved, line + b"\n")
+            if buf and not _may_be_library_info(buf):
+                os.write(saved, buf)
+                buf = b""
+        os.close(read_end)
+        if buf and not _LIBRARY_INFO.match(buf.rstrip(b"\r")):
+            os.write(saved, buf)
 
     thread = threading.Thread(target=pump, name="storagebrief-stderr-filter", daemon=True)
     thread.start()
