@@ -202,10 +202,12 @@ def answers(reports_dir: str | Path) -> None:
         found = found_by[s.key]
         if reconciled and s.key in both:
             found = [a for a in found if not str(a["question"]).startswith(accelerators.REPLACES_PREFIX)]
-            found, acc = acc + found, []
         for a in found:
             rows.append({"Question": a["question"], "Target": a["target"], "Answer": a["answer"],
                          "Basis (what limited it, how measured)": a.get("basis", "")})
+    # the accelerators answer first: the question a reader comes for, on page 1 for every target
+    rows = [{"Question": a["question"], "Target": a["target"], "Answer": a["answer"],
+             "Basis (what limited it, how measured)": a.get("basis", "")} for a in acc] + rows
     if rows:
         show_html('<h2 class="answers">The answers</h2>')
         show_table(pd.DataFrame(rows), "Each answer is computed from the runs the study wrote (its section and "
@@ -387,16 +389,22 @@ def block_characterization(reports_dir: str | Path, details: bool = False) -> No
 
 
 def _latest_inventory(reports_dir) -> dict:
-    """The newest inventory.json that reads (a study's corrupt one does not take the appendix with it)."""
+    """The newest inventory.json that reads (a study's corrupt one does not take the appendix with it), with
+    the targets of every study's inventory: a study that ran on some targets only (the object sweep's
+    directory-vs-S3 pair) does not hide the others. A target's newest description wins."""
     found = sorted(Path(reports_dir).glob("*/inventory.json"), key=lambda p: p.stat().st_mtime)
-    for f in reversed(found):
+    newest, targets = {}, {}
+    for f in found:
         try:
             inv = inputs.read_json(f)
         except (inputs.Unreadable, OSError):
             continue
         if isinstance(inv.get("targets", []), list):
-            return inv
-    return {}
+            newest = inv
+            for t in inv.get("targets", []):
+                if isinstance(t, dict) and "name" in t:
+                    targets[t["name"]] = t
+    return {**newest, "targets": list(targets.values())} if newest else {}
 
 
 @_part("Appendix A")

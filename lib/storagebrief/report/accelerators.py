@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -113,8 +114,8 @@ def _forecast(f: dict) -> str:
     qd = _num(f.get("queue_depth_used"))
     stat = f.get("curve_statistic") or "mean of repeats"
     capped = " (capped at the profile's allowance)" if str(f.get("capped_by_profile")) == "True" else ""
-    basis = (f" from {used:,.0f} MB/s{capped}, the {stat} at QD {int(qd)}, for "
-             f"{_num(f.get('demand_mb_per_s_per_accelerator')):,.1f} MB/s per accelerator" if used and qd else "")
+    basis = (f" from {used:,.0f} MB/s{capped} ({stat}, QD {int(qd)}; "
+             f"{_num(f.get('demand_mb_per_s_per_accelerator')):,.1f} MB/s per accelerator)" if used and qd else "")
     return f"fio forecast {int(f['accelerators_forecast'])}{basis}"
 
 
@@ -127,8 +128,8 @@ def reconcile(e: dict, f: dict) -> str:
     used = _num(f.get("throughput_used_mb_per_s")) or 0.0
     if n > (hi if hi is not None else n):
         if by != "storage":
-            return (f"The forecast ({n}) is higher because it assumes the client can run every loader; here the "
-                    f"{by or 'run'} limited the emulation at {e['first_fail']} before the storage did.")
+            return (f"The forecast ({n}) is higher because it assumes the client can run every loader; the "
+                    f"{by or 'run'} limited the emulation at {e['first_fail']} first.")
         drew = e["loader_mb_per_s"].get(e["first_fail"])
         drew_text = f" ({drew:,.0f} MB/s)" if drew is not None else ""
         return (f"The forecast ({n}) is higher: fio's {used:,.0f} MB/s with direct reads at a fixed queue depth is "
@@ -161,7 +162,10 @@ def answers(emulate_study, sweep_study, emulate_rows: list[dict] | None = None) 
             basis += f"; {_forecast(f)}. {reconcile(e, f)}"
         own = [r.get("basis", "") for r in emulate_rows or []
                if r.get("target") == t and f"({w}," in str(r.get("question", ""))]
-        if own:
-            basis += f" Emulate study: {own[0]}."
+        # the emulate study's own basis, less what the reconciled text already says (its search and cause)
+        extra = re.sub(r"^search of N \(probed [^)]*\), limited by [^;]*(; |$)", "", own[0]) if own else ""
+        extra = re.sub(r";? ?emulate study\.?$", "", extra).strip()
+        if extra:
+            basis += f"{'' if basis.endswith('.') else '.'} {extra[0].upper()}{extra[1:]}."
         rows.append({"question": question, "target": t, "answer": answer_text(e), "basis": basis})
     return rows

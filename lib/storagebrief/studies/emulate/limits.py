@@ -284,6 +284,6 @@ def answer_note(frame, workload: str, target: str) -> str:
     for c in client_checks(frame):
         if c["workload"] == workload and c["target"] == target:
             return (f"client check at N = {c['accelerators']} on {c['cpus_confined']} of {c['cpus_all']} CPUs: "
-                    + ("client-bound (AU or samples/s moved beyond the repeats' spread)" if c["client_bound"]
+                    + ("client-bound" if c["client_bound"]
                        else "not client-sensitive"))
     return ""
