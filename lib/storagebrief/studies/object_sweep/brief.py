@@ -110,11 +110,23 @@ def _pairs(pairs, study_dir: Path) -> None:
     if fio is not None and fio.notna().any():
         t["fio_randread_mb_per_s"] = fio
     t["object_bytes"] = t.object_bytes.map(lambda b: size_label(int(b)))
-    show_table(t.rename(columns={"object_bytes": "object"}),
-               "Directory vs S3 on the same device at like object size, concurrency and load (medians; "
-               "s3_vs_directory = S3 MB/s ÷ directory MB/s"
-               + ("; fio_randread_mb_per_s: the transfer sweep's fio, idle, O_DIRECT random reads of that "
-                  "size at that queue depth on the directory target" if "fio_randread_mb_per_s" in t else "")
+    g = lambda c: t[c] if c in t else None     # noqa: E731
+    both = lambda a, b: [f"{x:,.1f} / {y:,.1f}" for x, y in zip(t[a], t[b])] if a in t and b in t else None  # noqa: E731
+    shown = {"directory / S3 target": [f"{d} / {o}" for d, o in zip(t.directory_target, t.s3_target)],
+             "load": g("load"), "op": t.op.str.upper(), "object": t.object_bytes, "in flight": g("concurrency"),
+             "directory MB/s": g("directory_mb_per_s"), "S3 MB/s": g("s3_mb_per_s"),
+             "S3 ÷ directory": [f"{v:.2f}" for v in t.s3_vs_directory],
+             "p99 ms, directory / S3": both("directory_latency_ms_p99", "s3_latency_ms_p99"),
+             "client CPU s/GB, directory / S3": both("directory_client_cpu_s_per_gb", "s3_client_cpu_s_per_gb"),
+             "gateway CPU s/GB": g("s3_gateway_cpu_s_per_gb"),
+             "fio randread MB/s": g("fio_randread_mb_per_s"), "limited by": g("limited_by")}
+    same = [k for k in ("load", "in flight") if shown[k] is not None and len(set(shown[k])) == 1]
+    said = "; ".join(f"{k} {list(shown[k])[0]} throughout" for k in same)
+    show_table(pd.DataFrame({k: list(v) for k, v in shown.items() if v is not None and k not in same}),
+               "Directory vs S3 on the same device at like object size, concurrency and load (medians"
+               + (f"; {said}" if said else "")
+               + ("; fio randread: the transfer sweep's fio, idle, O_DIRECT random reads of that size at that queue "
+                  "depth on the directory target" if "fio_randread_mb_per_s" in t else "")
                + ")", body=True)
 
 
