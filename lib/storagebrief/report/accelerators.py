@@ -163,9 +163,9 @@ def answers(emulate_study, sweep_study, emulate_rows: list[dict] | None = None) 
         own = [r.get("basis", "") for r in emulate_rows or []
                if r.get("target") == t and f"({w}," in str(r.get("question", ""))]
         # the emulate study's own basis, less what the reconciled text already says (its search and cause)
-        extra = re.sub(r"^search of N \(probed [^)]*\), limited by [^;]*(; |$)", "", own[0]) if own else ""
+        extra = re.sub(r"^search of N \(probed ([^)]*)\), limited by [^;]*", r"probed \1", own[0]) if own else ""
         extra = re.sub(r";? ?emulate study\.?$", "", extra).strip()
         if extra:
-            basis += f"{'' if basis.endswith('.') else '.'} {extra[0].upper()}{extra[1:]}."
+            basis += f"{'' if basis.endswith('.') else '.'} Emulate study: {extra}."
         rows.append({"question": question, "target": t, "answer": answer_text(e), "basis": basis})
     return rows
