@@ -17,13 +17,13 @@ from __future__ import annotations
 import json
 import time
 
-from ...core import cgroups, targets as targets_mod
 from ...core.causes import EnvironmentFailure, one_line
 from ...core.checkpoint_workloads import checkpoint_folder
 from ...core.config import ParamsError
 from ...core.s3gateway import GatewayDied
 from ...core.s3store import ObjectStore
 from ...core.sweep import Measurement
+from ...kit import s3study
 from ...kit.s3study import gateway_cpu as _gateway_cpu, same_device_pairs
 from . import STUDY, dataset, metrics
 from .ranks import RankPool
@@ -48,47 +48,21 @@ def check(sweep, p) -> None:
                               f"(the largest file is {big / (1 << 20):.1f} MiB); use write_block_mib >= 5")
 
 
-def _gateway_group(sweep, t):
-    io = targets_mod.io_limits(t, accounting=True)
-    if io is None:
-        return None
-    try:
-        g = cgroups.Cgroup(f"{STUDY.name}-{t.name}-gateway", io=io).create()
-    except cgroups.CgroupUnavailable as exc:
-        if t.emulated:
-            sweep.note(f"target '{t.name}': emulated profile not applied to its S3 gateway: {exc}")
-        return None
-    g.kill_on_remove = True
-    return g
-
-
 def open_stores(sweep, state) -> None:
+    """Every S3 target's store open (its local gateway in the target's cgroup), kept in state for close."""
     p = sweep.p
+    pool = p.readers_per_rank * max(len(p.writers(m)) for m in p.models)
     for t in [t for t in sweep.targets if t.s3 is not None]:
-        group = None if t.s3.external else _gateway_group(sweep, t)
+        state.stores[t.name], group = s3study.open_store(sweep, t, STUDY.name, "ckpt", pool)
         if group is not None:
             state.groups[t.name] = group
-        store = ObjectStore(t, sweep.out_dir / "logs", procs_files=group.procs_files if group else None,
-                            pool=p.readers_per_rank * max(len(p.writers(m)) for m in p.models), tag="ckpt")
-        state.stores[t.name] = store
-        store.open()
-        for line in store.removed_stale:
-            sweep.note(line)
-        sweep.log(f"checkpoint: target '{t.name}' is S3: {store.endpoint} bucket {store.bucket}")
 
 
 def close(sweep, state) -> None:
     """Always: every store closed (gateway stopped, the run's objects removed), the gateways' cgroups removed."""
-    errors = []
-    for store in state.stores.values():
-        try:
-            store.close()
-        except Exception as exc:   # noqa: BLE001 -- close every store, then say what failed
-            errors.append(one_line(str(exc), 200))
-    for g in state.groups.values():
-        g.remove()
+    errors = s3study.close_all(state.stores.values(), state.groups.values())
     if errors:
-        sweep.note("checkpoint: cleaning up an S3 target failed: " + "; ".join(errors))
+        sweep.note("checkpoint: cleaning up an S3 target failed: " + "; ".join(one_line(e, 200) for e in errors))
 
 
 _SKIP_NOTED: set = set()
