@@ -81,6 +81,18 @@ def needs_gateway(fn):
     return pytest.mark.skipif(why is not None, reason=str(why))(fn)
 
 
+@pytest.fixture
+def small_fs(tmp_path):
+    """A 16 MiB tmpfs as the target's filesystem (root), unmounted afterwards."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "storagebrief-test-full", str(mnt)], check=True)
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
 def process_alive(pid: int) -> bool:
     """True while pid runs (a zombie waiting to be reaped counts as gone)."""
     try:

@@ -1,4 +1,4 @@
-"""The brief's block-level I/O characterization section (the seed's btt analysis, rebuilt).
+"""The brief's block-level I/O characterization section (the Samsung SDC 2023 study's btt analysis, rebuilt).
 
 Every study's engine writes characterization.csv (one row per run, keyed by run_id) and the
 compressed tracefs trace of each run (traces/). This section picks the representative runs
@@ -6,7 +6,7 @@ compressed tracefs trace of each run (traces/). This section picks the represent
 [(label, run_id)]; otherwise the reference target's run with the most requests), shows the
 seed's "Summary statistics" table with one row per workload run, the LBA-vs-time scatter,
 the read and write request-size distributions and the locality histogram of each, and the
-analysis in the seed's terms.
+analysis in the Samsung SDC 2023 study's terms.
 """
 from __future__ import annotations
 
@@ -132,7 +132,7 @@ def _cap(r: dict):
 
 
 def _summary_table(frame: pd.DataFrame) -> None:
-    """The seed's backup table, split into page-wide parts; column names as the seed's."""
+    """The Samsung SDC 2023 study's backup table, split into page-wide parts; column names as the Samsung SDC 2023 study's."""
     cols = {"Workload Description": "Workload Description", **{k: lab.strip() for lab, k in ch.SEED_COLUMNS}}
     t = frame[list(cols)].copy()
     t.columns = [("Write Std. Dev. (KiB)" if k == "write_kib_stdev" else

@@ -8,7 +8,7 @@ report, never a study. Each module holds one thing more than one study needs:
   cgroup_io     a run's own device reads from its cgroup's counters (CgroupIoSampler, cgroup_read_stats)
   mpi           ranks under mpirun: find it, check the hosts, launch, start line, collect, why it failed
   figures       a metric against a sweep variable per target, ±1 sd over repeats (metric_vs)
-  disk_metrics  the seed's disk table: IOPS, MiB/s, block sizes, response time, read % (monitor columns)
+  disk_metrics  the Samsung SDC 2023 study's disk table: IOPS, MiB/s, block sizes, response time, read % (monitor columns)
   latency       latency samples as p50/p95/p99/mean/max columns
   checkpoint    checkpoints written and fsync'ed (bytes, seconds), one writer for every study
   ingest        an ingest writer beside a training job (TFRecord frames at a set rate, fsync'ed)

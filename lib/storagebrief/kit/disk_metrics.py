@@ -2,7 +2,7 @@
 share of a device, from the monitor's summary columns (core.columns.MONITOR_COLUMNS), and the table
 the brief shows (metrics as rows, one column per configuration).
 
-The monitor counts in MB/s (10^6); the seed's tables are in MiB/s (2^20)."""
+The monitor counts in MB/s (10^6); the Samsung SDC 2023 study's tables are in MiB/s (2^20)."""
 from __future__ import annotations
 
 from typing import Callable, Iterable
@@ -13,7 +13,7 @@ MIB = 1 << 20
 
 
 def mib_per_s(mb_per_s: float) -> float:
-    """MB/s (the monitor's unit) as MiB/s (the seed's)."""
+    """MB/s (the monitor's unit) as MiB/s (the Samsung SDC 2023 study's)."""
     return mb_per_s * 1e6 / MIB
 
 
@@ -40,7 +40,7 @@ def cell(r, key: str):
 
 
 def table(groups, rows: Iterable[tuple[str, Callable]], header: str, column: Callable = str):
-    """The seed's layout: one row per (label, row -> figure) of `rows`, one column per row of `groups`
+    """The Samsung SDC 2023 study's layout: one row per (label, row -> figure) of `rows`, one column per row of `groups`
     (a grouped-mean frame: index = configuration), headed column(index key)."""
     import pandas as pd
 
@@ -52,5 +52,5 @@ def table(groups, rows: Iterable[tuple[str, Callable]], header: str, column: Cal
 
 
 def cpu_text(r) -> str:
-    """'user / sys / iowait' CPU percent of a row, as the seed's tables show it."""
+    """'user / sys / iowait' CPU percent of a row, as the Samsung SDC 2023 study's tables show it."""
     return f"{cell(r, 'cpu_user_percent'):.0f} / {cell(r, 'cpu_system_percent'):.0f} / {cell(r, 'cpu_iowait_percent'):.1f}"

@@ -19,18 +19,6 @@ SMALL = {"models": ["llama3-8b"], "scale": 65536, "saves": 2, "restores": 1, "pa
          "write_block_mib": 1, "read_block_mib": 1, "readers_per_rank": 2, "repeats": 1}
 
 
-@pytest.fixture
-def small_fs(tmp_path):
-    """A 16 MiB tmpfs as the target's filesystem (root), unmounted afterwards."""
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "storagebrief-test-full", str(mnt)], check=True)
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
-
-
 @needs_root("mounts a small tmpfs to fill")
 @pytest.mark.privileged
 def test_a_target_that_fills_mid_write_is_a_failed_row_and_left_clean(tmp_path, small_fs, monkeypatch):

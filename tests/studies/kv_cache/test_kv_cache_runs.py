@@ -95,17 +95,6 @@ def test_honest_bandwidth_is_below_mlperfs_when_requests_overrun_the_nominal_dur
     assert r.honest_write_gib_per_s * 2**30 < 1.5 * 20e6 < r.mlperf_write_gib_per_s * 2**30
 
 
-@pytest.fixture
-def small_fs(tmp_path):
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "storagebrief-test-kvfull", str(mnt)], check=True)
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
-
-
 @needs_root("mounts a small tmpfs to fill")
 @pytest.mark.privileged
 def test_a_target_that_fills_mid_run_is_a_failed_row_and_left_clean(tmp_path, small_fs, monkeypatch):

@@ -2,7 +2,7 @@
 model, per-checkpoint durations with rank skew, the scale and DLIO's size table; what a checkpoint
 costs training (overhead vs interval, sync vs async; stall per checkpoint) and the intervals table
 (the shortest interval within the overhead limit per llama3 model, and its restore time); TensorFlow's
-own checkpoints in the seed's BERT rows (framework_brief); limits."""
+own checkpoints in the Samsung SDC 2023 study's BERT rows (framework_brief); limits."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -315,7 +315,7 @@ def _limits(study: dict) -> None:
 
 def trace_workloads(frame, names: list[str]) -> list[tuple[str, str]]:
     """For the block-level characterization: on the reference target, first repeat, the first protocol run
-    and every framework scenario (the seed's BERT rows)."""
+    and every framework scenario (the Samsung SDC 2023 study's BERT rows)."""
     ok = ok_runs(frame)
     if "sweep" not in ok:
         return []

@@ -1,4 +1,4 @@
-"""The "framework" sweep: TensorFlow's own checkpoints (the seed's BERT rows), through the engine.
+"""The "framework" sweep: TensorFlow's own checkpoints (the Samsung SDC 2023 study's BERT rows), through the engine.
 
 One measured run = one scenario on one target: a Keras transformer of BERT's shape (framework_worker)
 trains `framework.steps` steps and saves with tf.train.CheckpointManager every k steps (kit.checkpoint:

@@ -1,6 +1,6 @@
 """The busy system: a measured CPU + memory-bandwidth load beside fio ("emulated AI preprocessing").
 
-The seed loaded 86 % of the CPUs and ~50 % of memory bandwidth with stressapptest. Here:
+Micron's GDS brief loaded 86 % of the CPUs and ~50 % of memory bandwidth with stressapptest. Here:
 
   stress-ng (default)  `--memrate W --memrate-rd-mbs R --memrate-wr-mbs R` (W = CPUs workers, each
                        rate-limited so together they move share x peak MB/s) plus `--cpu W --cpu-load L`

@@ -1,9 +1,9 @@
 """transfer_sweep arithmetic: per-point tables (repeats merged), headline deltas, metrics.json.
 
-Headlines, as the seed states them:
-  reference vs other target on the busy system (the seed's "9400 vs Competitor A", busy GDS system):
+Headlines, as Micron's GDS brief states them:
+  reference vs other target on the busy system (its "9400 vs Competitor A", busy GDS system):
     throughput, mean latency and p99 latency; matched on (rw, transfer size, queue depth);
-  idle vs busy on each target (the seed's "busy system shows 50 % lower performance, 2x response time"):
+  idle vs busy on each target (its "busy system shows 50 % lower performance, 2x response time"):
     throughput and p99 latency, the idle run as the reference.
 Each card carries the spread over repeats at the configuration where the delta is largest
 (repeat r of one side against repeat r of the other).

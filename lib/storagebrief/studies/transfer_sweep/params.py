@@ -13,7 +13,7 @@ from ...kit.sizes import parse_size, size_label  # noqa: F401  (the study's modu
 
 class BusyParams(Strict):
     tool: Literal["stress-ng", "stressapptest"] = "stress-ng"
-    cpu_percent: float = Field(86.0, gt=0, le=100)               # the seed's 86 % of all CPUs
+    cpu_percent: float = Field(86.0, gt=0, le=100)               # Micron's GDS brief: 86 % of all CPUs
     memory_bandwidth_percent: float = Field(50.0, ge=0, le=100)  # of this machine's measured peak
     peak_seconds: float = Field(2.0, gt=0, le=60)                # peak memory-bandwidth measurement
     calibrate_seconds: float = Field(1.0, gt=0, le=60)           # per calibration round (stress-ng)
