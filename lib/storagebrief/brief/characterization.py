@@ -4,7 +4,7 @@ Every study's engine writes characterization.csv (one row per run, keyed by run_
 compressed tracefs trace of each run (traces/). This section picks the representative runs
 (one per workload: a study's brief room may define `trace_workloads(frame, names)` returning
 [(label, run_id)]; otherwise the reference target's run with the most requests), shows the
-seed's "Summary statistics" table with one row per workload run, the LBA-vs-time scatter,
+Samsung SDC 2023 study's "Summary statistics" table with one row per workload run, the LBA-vs-time scatter,
 the read and write request-size distributions and the locality histogram of each, and the
 analysis in the Samsung SDC 2023 study's terms.
 """

@@ -1,4 +1,4 @@
-"""The Samsung SDC seed's disk-metrics tables: IOPS, MiB/s, mean block sizes, response time and read
+"""The Samsung SDC 2023 study's disk-metrics tables: IOPS, MiB/s, mean block sizes, response time and read
 share of a device, from the monitor's summary columns (core.columns.MONITOR_COLUMNS), and the table
 the brief shows (metrics as rows, one column per configuration).
 

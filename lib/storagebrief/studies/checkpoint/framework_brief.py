@@ -1,4 +1,4 @@
-"""The framework sweep's part of the checkpoint section: the seed's BERT rows rebuilt ("Summary
+"""The framework sweep's part of the checkpoint section: the Samsung SDC 2023 study's BERT rows rebuilt ("Summary
 statistics": read %, random %, IOPS, request sizes, random / sequential operations, trace length) from
 each run's block trace (characterization.csv, joined on run_id), beside what TensorFlow's
 CheckpointManager did per run (runs.csv); the every-k vs default comparison in words; its limits."""
