@@ -1,4 +1,4 @@
-"""Block-level I/O characterization of a trace (the seed's btt-style summary statistics).
+"""Block-level I/O characterization of a trace (the Samsung SDC 2023 study's btt-style summary statistics).
 
 Reads block traces as text, streaming, in bounded memory:
   tracefs   lines of the kernel's block:block_rq_issue / block_rq_complete / block_rq_requeue

@@ -144,7 +144,7 @@ def _warning(row: dict, plan: CapacityPlan, counts: ParseCounts) -> str:
     return "; ".join(parts)
 
 
-# The seed's "Summary statistics" columns, in its order, and what this package calls them.
+# The Samsung SDC 2023 study's "Summary statistics" columns, in its order, and what this package calls them.
 SEED_COLUMNS = (
     ("Read Percentage", "read_percent"), ("Random Percentage", "random_percent"), ("Average IOPS", "avg_iops"),
     ("Minimum Read Request (KiB)", "read_kib_min"), ("Median Read Request (KiB)", "read_kib_median"),
@@ -225,7 +225,7 @@ def jsonable(row: dict) -> dict:
 
 
 def describe(row: dict) -> str:
-    """The seed's one-line analysis: 'nearly 100 % read, 84 % random, 4–256 KiB'."""
+    """The Samsung SDC 2023 study's one-line analysis: 'nearly 100 % read, 84 % random, 4–256 KiB'."""
     rp, rnd = row.get("read_percent"), row.get("random_percent")
     if rp is None or (isinstance(rp, float) and math.isnan(rp)):
         return "no read or write requests"

@@ -191,7 +191,7 @@ class Characterizer:
 
     # -- results ---------------------------------------------------------------------------
     def summary(self, parse: ParseCounts | None = None) -> dict:
-        """The seed's summary statistics plus counts, locality and latency (units in names)."""
+        """The Samsung SDC 2023 study's summary statistics plus counts, locality and latency (units in names)."""
         c = self.counts
         reads, writes = c["R"], c["W"]
         data = reads + writes

@@ -16,7 +16,7 @@ ORDER = ("default", "every", "limited", "ingest")
 
 
 def description(scenario: str, steps: int, every: int) -> str:
-    """The seed's wording ("BERT 2000-Step With 250-Step Checkpoint Interval") at this run's numbers."""
+    """The Samsung SDC 2023 study's wording ("BERT 2000-Step With 250-Step Checkpoint Interval") at this run's numbers."""
     return {"default": f"BERT {steps}-Step Default Checkpoint Interval ({every} steps)",
             "every": f"BERT {steps}-Step With {every}-Step Checkpoint Interval",
             "limited": f"BERT {steps}-Step Limited Memory Default Checkpoint Interval",
@@ -32,7 +32,7 @@ def _runs(frame) -> pd.DataFrame:
 
 
 def seed_table(fw: pd.DataFrame, chz: pd.DataFrame, names: list[str]) -> pd.DataFrame:
-    """One row per (scenario, target), means over repeats, the seed's column names and order."""
+    """One row per (scenario, target), means over repeats, the Samsung SDC 2023 study's column names and order."""
     keys = [k for _, k in SEED_COLUMNS]
     j = fw.merge(chz[["run_id", *[k for k in keys if k in chz]]], on="run_id", how="inner")
     if j.empty:

@@ -1,4 +1,4 @@
-"""The stream_inference section of the brief: the seed's 'Data Ingestion Disk Metrics' table (one column
+"""The stream_inference section of the brief: the Samsung SDC 2023 study's 'Data Ingestion Disk Metrics' table (one column
 per streams x FPS x topics configuration), the streams sweep, the pipeline (frames, FPS, latency), a figure
 and the generated analysis."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ from ...report.display import analysis, show_figure, show_md, show_table, style,
 
 
 def disk_table(frame, target: str):
-    """The seed's table for one target: metrics as rows, one column per (streams, video, topics, P, RF)."""
+    """The Samsung SDC 2023 study's table for one target: metrics as rows, one column per (streams, video, topics, P, RF)."""
     import pandas as pd
 
     ok = ok_runs(frame)

@@ -1,8 +1,8 @@
 """stream_inference: section of params.yaml (validated before any work) and the video catalogue.
 
-A video is '<geometry>@<fps>' with a geometry from GEOMETRIES ('1080p@24' is the seed's Big Buck
+A video is '<geometry>@<fps>' with a geometry from GEOMETRIES ('1080p@24' is the Samsung SDC 2023 study's Big Buck
 Bunny, '2160p@60' its Costa Rica clip). The sweep is one base configuration (the largest stream
-count, the first of every other list) plus one factor varied at a time around it, and the seed's
+count, the first of every other list) plus one factor varied at a time around it, and the Samsung SDC 2023 study's
 table: every video x every topic count at the largest stream count.
 """
 from __future__ import annotations
@@ -153,7 +153,7 @@ class Config:
 
 def configurations(p: StreamParams) -> list[Config]:
     """Base = largest stream count with the first of every other list; each factor varied around
-    it; then every video x topic count at the base stream count (the seed's table). No duplicates."""
+    it; then every video x topic count at the base stream count (the Samsung SDC 2023 study's table). No duplicates."""
     s0, v0, t0, p0, r0 = max(p.streams), p.videos[0], p.topics[0], p.partitions[0], p.replication_factors[0]
     out: list[Config] = []
     seen: set = set()

@@ -23,7 +23,7 @@ class Played:
 
 
 def disk_profile(s: dict, bytes_produced: int, rf: int) -> dict:
-    """The seed's disk table from the monitor's summary, and bytes written per replicated byte."""
+    """The Samsung SDC 2023 study's disk table from the monitor's summary, and bytes written per replicated byte."""
     base = disk_metrics.profile(s)
     if not base:
         return {}

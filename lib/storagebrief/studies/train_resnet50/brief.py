@@ -1,4 +1,4 @@
-"""The train_resnet50 section of the brief: the seed's disk-profile and parallel-model tables, figures, analysis."""
+"""The train_resnet50 section of the brief: the Samsung SDC 2023 study's disk-profile and parallel-model tables, figures, analysis."""
 from __future__ import annotations
 
 import math
@@ -20,7 +20,7 @@ def _mib(v) -> float:
 
 
 def profile_table(frame, target: str):
-    """The seed's 'baseline vs limited memory' disk-profile table for one target."""
+    """The Samsung SDC 2023 study's 'baseline vs limited memory' disk-profile table for one target."""
     import pandas as pd
 
     ok = ok_runs(frame)
@@ -58,7 +58,7 @@ def profile_table(frame, target: str):
 
 
 def parallel_table(frame, target: str, memory: str):
-    """The seed's 'parallel models' table: aggregate profile per K."""
+    """The Samsung SDC 2023 study's 'parallel models' table: aggregate profile per K."""
     import pandas as pd
 
     ok = ok_runs(frame)

@@ -83,7 +83,7 @@ RUNS_COLUMNS = {**{n: _KIND[n] for n in ("sweep", "memory_setting", "models", "i
 
 # --------------------------------------------------------------------------- one run's rows
 def _active_mean(series: list[dict], key: str) -> float:
-    """Mean over intervals where the device did read (the seed discards zero intervals)."""
+    """Mean over intervals where the device did read (the Samsung SDC 2023 study discards zero intervals)."""
     vals = [r[key] for r in series if r.get("read_iops", 0) > 0]
     return float(np.mean(vals)) if vals else 0.0
 
@@ -203,7 +203,7 @@ def _rows(base: dict, jobs: list, elapsed: float, summary: dict, series: list[di
 
 # --------------------------------------------------------------------------- the study's figures
 def headlines(frame, target_names: list[str]) -> list[dict]:
-    """Reference target (first) vs each other on matched scenarios, then the seed's finding per
+    """Reference target (first) vs each other on matched scenarios, then the Samsung SDC 2023 study's finding per
     target: a memory limit vs none (the job's device reads and its training time)."""
     from ...report import compare, formatting, versus_reference
 
