@@ -189,8 +189,12 @@ lab: env
 brief: env
 	storagebrief brief
 
+# Only the target folders storagebrief used (they hold its .storagebrief.lock): data/targets/README.md, which
+# git tracks, and anything else a user put there stay.
 clean-data:
-	rm -rf data/targets
+	@for d in data/targets/*/; do \
+	  if [ -e "$${d}.storagebrief.lock" ]; then rm -rf "$$d" && echo "removed $$d"; else echo "kept $$d (not a storagebrief target)"; fi; \
+	done
 
 clean: clean-data
 	@# the pipeline's outputs only: interactive runs (reports/runs/) and your notebooks' outputs stay

@@ -2,6 +2,7 @@ import re
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,3 +37,24 @@ def test_every_stage_declares_deps_params_outs():
     assert "preprocess" in stages and "brief" in stages
     for name, st in stages.items():
         assert st.get("deps") and st.get("outs"), name
+
+
+def test_clean_data_removes_only_storagebrief_targets(tmp_path):
+    """`make clean-data` removes the target folders storagebrief used (they hold its lock file) and keeps the
+    tracked data/targets/README.md and anything a user put there."""
+    import shutil
+    import subprocess
+
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    shutil.copy(REPO / "Makefile", tmp_path / "Makefile")
+    targets = tmp_path / "data" / "targets"
+    (targets / "local" / "sub").mkdir(parents=True)
+    (targets / "local" / ".storagebrief.lock").write_text("{}")
+    (targets / "mine").mkdir()
+    (targets / "mine" / "keep.txt").write_text("a user's file")
+    (targets / "README.md").write_text("tracked")
+    subprocess.run(["make", "--no-print-directory", "clean-data"], cwd=tmp_path, check=True, capture_output=True,
+                   env={"PATH": "/usr/bin:/bin"})
+    assert sorted(p.name for p in targets.iterdir()) == ["README.md", "mine"]
+    assert (targets / "mine" / "keep.txt").read_text() == "a user's file"
