@@ -105,7 +105,7 @@ def _shown(frame: pd.DataFrame, picks, notes: list[str]) -> None:
             "first repeat; every run's row is in each study's `characterization.csv`).")
     show_md("**Definitions.** " + DEFINITIONS, detail=True)
     _summary_table(frame)
-    _analysis(picks)
+    per_workload = _analysis(picks)
     traced = [(lab, r, d) for lab, r, d in picks if r.get("source") == "tracefs" and isinstance(r.get("trace_file"), str)]
     dists = []
     for lab, r, d in traced:
@@ -121,6 +121,9 @@ def _shown(frame: pd.DataFrame, picks, notes: list[str]) -> None:
         _size_plots(dists)
         _locality_plots(dists)
     _locality_table(frame)
+    # Last in the appendix: a long list that spills onto a page of its own then ends the document instead of
+    # stranding a few lines before the full-page figures.
+    show_md(per_workload, detail=True)
     if notes:
         show_html('<div class="warn"><b>Limits of this characterization</b><ul>' +
                   "".join(f"<li>{html.escape(n)}</li>" for n in dict.fromkeys(notes)) + "</ul></div>")
@@ -165,7 +168,8 @@ def _pct(v) -> str:
     return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.0f} %"
 
 
-def _analysis(picks) -> None:
+def _analysis(picks) -> str:
+    """Shows the body's two-sentence summary; returns the appendix's per-workload bullets (shown by the caller)."""
     lines = []
     for label, r, _ in picks:
         if r.get("source") != "tracefs":
@@ -193,7 +197,7 @@ def _analysis(picks) -> None:
             "one of the device ended), so several readers interleaving on one device read 'randomly' even when each "
             "reads its files front to back.")
     show_md(_summary(picks) + " " + tail)
-    show_md("**Analysis, per workload.**\n\n" + "\n".join(lines), detail=True)    # one bullet each: the appendix
+    return "**Analysis, per workload.**\n\n" + "\n".join(lines)    # one bullet each: the appendix
 
 
 def _summary(picks) -> str:
