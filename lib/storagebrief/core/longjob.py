@@ -77,12 +77,14 @@ class LongJob:
     entry: 'package.module:function', called with the path of the job's spec (JSON; `event_fd` added).
     memory_limit_bytes: the job's own limit from its start (None: all RAM, for its peak and OOM counters);
     io_device: (major, minor) its io is counted on, so a run may throttle it; need_cgroup: raise
-    CgroupUnavailable instead of running without one (a memory-limited job cannot)."""
+    CgroupUnavailable instead of running without one (a memory-limited job cannot); title: how messages
+    name it (default: its name)."""
 
     def __init__(self, name: str, entry: str, spec: dict, log_path: Path, *, spec_path: Path | None = None,
                  env: dict | None = None, memory_limit_bytes: int | None = None, io_device=None,
-                 need_cgroup: bool = False, quit_command: str | dict | None = None):
-        self.name, self.entry, self.spec = name, entry, spec
+                 need_cgroup: bool = False, quit_command: str | dict | None = None, title: str = ""):
+        self.name, self.entry, self.spec, self.title = name, entry, spec, title or name
+        self.ready: dict | None = None          # its last "ready" event (wait_ready)
         self.log_path = Path(log_path)
         self.spec_path = Path(spec_path) if spec_path is not None else self.log_path.with_suffix(".json")
         self.env = dict(env or {})
@@ -192,16 +194,21 @@ class LongJob:
                 ev = self.events.get(timeout=max(0.0, min(1.0, deadline - time.monotonic())))
             except queue.Empty:
                 if time.monotonic() >= deadline:
-                    raise JobDied(f"{self.name} sent no '{name}' in {timeout_s:.0f} s") from None
+                    raise JobDied(f"{self.title} sent no '{name}' in {timeout_s:.0f} s") from None
                 continue
             if ev.get("event") == name:
                 return ev
             if ev.get("event") == "eof":
                 code = self.proc.wait(timeout=30) if self.proc else None
                 tail = self.log_tail(800)
-                raise JobDied(f"{self.name} ended (exit {code}) before '{name}'" + (f": {tail}" if tail else ""))
+                raise JobDied(f"{self.title} ended (exit {code}) before '{name}'" + (f": {tail}" if tail else ""))
             if seen is not None:
                 seen.append(ev)
+
+    def wait_ready(self, timeout_s: float) -> dict:
+        """Its "ready" event (kept as .ready): started, or re-armed for a run."""
+        self.ready = self.wait("ready", timeout_s)
+        return self.ready
 
     def log_tail(self, n: int = 1500, skip: tuple[str, ...] = ("WARNING", "I0000")) -> str:
         """The end of the job's log, without blank lines and TensorFlow's warnings."""
@@ -215,14 +222,14 @@ class LongJob:
     def throttle(self, io: cgroups.IoLimits) -> None:
         """The target's emulated profile on the job's io group (CgroupUnavailable / CgroupLimitError)."""
         if self.group is None or "blkio" not in self.group.dirs:
-            raise cgroups.CgroupUnavailable(f"{self.name} has no io cgroup"
+            raise cgroups.CgroupUnavailable(f"{self.title} has no io cgroup"
                                             + (f" ({self.why_no_cgroup})" if self.why_no_cgroup else ""))
         self.group.set_io(io)
 
     def limit_memory(self, limit: int) -> None:
         """A run's memory limit on the job (lower than its usage: the kernel reclaims, or OSError)."""
         if self.group is None or "memory" not in self.group.dirs:
-            raise cgroups.CgroupUnavailable(f"{self.name} has no memory cgroup"
+            raise cgroups.CgroupUnavailable(f"{self.title} has no memory cgroup"
                                             + (f" ({self.why_no_cgroup})" if self.why_no_cgroup else ""))
         self.group.set_memory_limit(limit)
 

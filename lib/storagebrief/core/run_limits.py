@@ -43,14 +43,14 @@ class RunLimits:
         applied = False
         if io is not None:
             if job.group is None or "blkio" not in job.group.dirs:
-                self.unthrottled(f"{job.name} has no io cgroup" + (f": {job.why_no_cgroup}" if job.why_no_cgroup
+                self.unthrottled(f"{job.title} has no io cgroup" + (f": {job.why_no_cgroup}" if job.why_no_cgroup
                                                                    else ""))
             else:
                 job.throttle(io)
                 self.emulated = applied = True
         if memory_limit_bytes is not None:
             if job.group is None:
-                raise CgroupUnavailable(f"{job.name} has no memory cgroup: {job.why_no_cgroup}")
+                raise CgroupUnavailable(f"{job.title} has no memory cgroup: {job.why_no_cgroup}")
             os.sync()                     # dirty pages written first: what the limit reclaims is clean cache
             job.limit_memory(memory_limit_bytes)
         return applied
