@@ -163,3 +163,38 @@ def test_kill_9_of_the_parent_leaves_no_process_and_no_cgroup(tmp_path):
     lines = leftovers.remove_leftovers()                          # the next run's sweep: cgroup and grandchild
     assert wait_for(lambda: not process_alive(child), 10), lines
     assert not [d for d in cgroups.leftover_dirs(owner_pid=parent.pid)]
+
+
+def test_the_runs_cache_methods_are_the_rows_cache_method(params, tmp_path):  # noqa: F811
+    from types import SimpleNamespace
+    from storagebrief.core import cache
+
+    sw = sweep.Sweep(_study(), params, tmp_path / "out", log=lambda *_: None)
+    run = sweep.Run(sw, sw.targets[0], 1, "lj-cache-r1")
+    data = tmp_path / "one" / "data.bin"
+    data.parent.mkdir(parents=True, exist_ok=True)
+    data.write_bytes(os.urandom(1 << 20))
+    assert run.evict([data], "dataset files") == "none (run.cold_cache is false)" == run.cache_method
+    assert cache.cached_pages(data) > 0                            # run.cold_cache false: nothing evicted
+    run.params = SimpleNamespace(run=SimpleNamespace(cold_cache=True))
+    assert run.evict([data], "dataset files") == "fadvise_dontneed (dataset files)" == run.cache_method
+    assert cache.cached_pages(data) == 0
+    data.write_bytes(os.urandom(1 << 20))                          # written: dirty, then written back and evicted
+    assert run.settle_written(data.parent).startswith("fadvise_dontneed (the run's checkpoint folder, after os.sync")
+    assert cache.cached_pages(data) == 0
+    assert run.cache_not_controlled() == "remote store: not controlled" == run.cache_method
+
+
+@needs_blkio()
+def test_a_lasting_throttle_outlives_the_run_and_ends_with_the_sweep(params, tmp_path):  # noqa: F811
+    sw = sweep.Sweep(_study(), params, tmp_path / "out", log=lambda *_: None)
+    slow = next(t for t in sw.targets if t.profile_name)
+    if targets_mod.io_limits(slow) is None:
+        pytest.skip("the target has no block device to throttle")
+    run = sweep.Run(sw, slow, 1, "lj-lasting-r1")
+    group = run.lasting_throttle("brokers")
+    assert group is not None and run.emulated
+    run.close()
+    assert all(d.exists() for _, d in group.dirs.values())       # the brokers' later runs keep it
+    sw.jobs.end_all()
+    assert not group.dirs and not _mine("lj-lasting")

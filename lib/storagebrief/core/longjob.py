@@ -250,7 +250,8 @@ class LongJob:
 
 
 class Jobs:
-    """The sweep's long-lived jobs (sweep.jobs): the engine stops every one still here when the sweep ends."""
+    """The sweep's long-lived jobs (sweep.jobs), and cgroups held for them: the engine stops (removes) every one
+    still here when the sweep ends."""
 
     def __init__(self):
         self._jobs: dict = {}
@@ -271,6 +272,11 @@ class Jobs:
         self._jobs[id(job)] = job
         return job
 
+    def hold(self, group: cgroups.Cgroup) -> cgroups.Cgroup:
+        """Own a cgroup that outlives a run (Run.lasting_throttle): removed with the jobs at the sweep's end."""
+        self._jobs[id(group)] = group
+        return group
+
     def find(self, key) -> LongJob | None:
         return self._jobs.get(key)
 
@@ -286,7 +292,7 @@ class Jobs:
         while self._jobs:
             _, job = self._jobs.popitem()
             try:
-                job.stop()
+                job.stop() if isinstance(job, LongJob) else job.remove()
             except Exception as exc:        # the others still end; the first error is raised after
                 errors.append(exc)
         if errors:

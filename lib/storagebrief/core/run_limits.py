@@ -60,6 +60,16 @@ class RunLimits:
         for job in self.__dict__.pop("_limited_jobs", []):
             job.lift_limits()
 
+    def lasting_throttle(self, suffix: str):
+        """Like Run.throttle(), for processes that serve this target's later runs too (a server): the cgroup is
+        not removed when this run closes but when the study removes it or, at the latest, when the sweep ends
+        (sweep.jobs holds it). None: an unthrottled target, or the capability is missing (said in the warnings)."""
+        group = self.throttle(suffix)
+        if group is not None:
+            self.release(group)
+            self.sweep.jobs.hold(group)
+        return group
+
     # -- cache methods (the row's cache_method) ------------------------------------------------
     def evict(self, paths, what: str, sync: bool = True) -> str:
         """Evict these files' pages only (fadvise DONTNEED; os.sync first unless sync=False): the files the
