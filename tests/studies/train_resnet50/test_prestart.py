@@ -187,3 +187,23 @@ def test_the_study_close_ends_kept_and_early_jobs_even_after_an_error_between_ru
     trr.close(sw)                     # twice: nothing left to end
     sw.state = None
     trr.close(sw)                     # prepare failed before any state
+
+
+def test_every_job_made_is_the_engines_so_nothing_outlives_the_sweep(tmp_path):
+    """Jobs made for a run, kept for a later one or started early all sit in sweep.jobs, which the engine ends
+    after the study's close hook however the sweep ends (core/longjob.py); their cgroups go with them."""
+    import os
+    from storagebrief.core import cgroups
+    from storagebrief.studies.train_resnet50.dataset import Dataset
+    from storagebrief.studies.train_resnet50.params import parse_memory
+
+    sw, _ = _sweep(tmp_path, memory_limits=["none"], parallel_models=[2])
+    run = _run(sw, 0)
+    jobs: list = []
+    ds = Dataset([str(tmp_path / "a.tfrecord")], 96, 96_000, "generated")
+    trr._make_jobs(run, trr.RunSpec("parallel", 2, "none"), ds, parse_memory("none"), None, [[0], [0]], jobs)
+    assert len(jobs) == 2 and set(sw.jobs) == {j.worker for j in jobs}
+    assert [j.worker.name for j in jobs] == [f"{run.run_id}-j0", f"{run.run_id}-j1"]
+    sw.state.kept[2] = jobs                      # kept for a later run: still the engine's
+    sw.jobs.end_all()
+    assert len(sw.jobs) == 0 and not [d for d in cgroups.leftover_dirs(owner_pid=os.getpid()) if run.run_id in d.name]

@@ -123,7 +123,9 @@ def _job(run, f) -> LongJob:
     """The sweep's job (sweep.jobs), started (off the clock) when there is none or the last one died."""
     job = run.sweep.jobs.get(JOB, lambda: _new_job(run, f))
     if not job.started:
-        job.start().wait_ready(f.timeout_s)
+        job.start()
+    if job.ready is None:              # started now, or its start-up outlived the last run's wait
+        job.wait_ready(f.timeout_s)
     return job
 
 
