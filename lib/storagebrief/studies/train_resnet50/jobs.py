@@ -10,7 +10,6 @@ owns every job (sweep.jobs): whatever the study does not end, the sweep's end do
 from __future__ import annotations
 
 import json
-import queue
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,10 +60,6 @@ class Job:
     @property
     def proc(self):
         return self.worker.proc
-
-    @property
-    def events(self):
-        return self.worker.events
 
     def start(self) -> None:
         # Temporary files (TensorFlow's autograph sources) go under the run's own jobs/ folder, which the
@@ -147,11 +142,7 @@ def _sample_memory(j: Job) -> None:
 
 def _drain(j: Job, until: str) -> None:
     """Take every event the job sent so far; JobFailed when it ended before `until`."""
-    while True:
-        try:
-            ev = j.events.get_nowait()
-        except queue.Empty:
-            return
+    for ev in j.worker.drain():
         kind = ev.get("event")
         j.last_progress = time.monotonic()
         if kind == "ready":
