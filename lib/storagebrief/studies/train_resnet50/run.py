@@ -10,8 +10,8 @@ device. Scenarios, each on every target:
   ingest      one model while a writer ingests new TFRecords at a set rate
   checkpoint  one model checkpointing every N steps (vs the long default interval)
 
-Each job is its own process in its own cgroup (jobs.py, worker.py; a core.longjob.LongJob the engine owns). The parent waits for
-every job to be ready, makes the dataset's cache cold, applies the ratio's page-cache cap
+Each job is its own process in its own cgroup (jobs.py, worker.py; a core.longjob.LongJob the engine
+owns). The parent waits for every job to be ready, makes the dataset's cache cold, applies the ratio's page-cache cap
 (memory.py), starts the clock and says go. Where memory cgroups are unavailable, limited
 runs are skipped (a note says why) and unlimited runs go without memory statistics.
 """
