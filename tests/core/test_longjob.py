@@ -101,6 +101,23 @@ def test_the_engine_ends_every_job_however_the_sweep_ends(params, tmp_path):  # 
         sweep.run(_study(run_one=run_one), params, tmp_path / "out", log=lambda *_: None, progress="off")
     assert len(seen) == 1 and not seen[0].alive and not _mine("lj-engine")
 
+    def broken_close(sw):
+        raise RuntimeError("the study's close hook failed")
+
+    with pytest.raises(RuntimeError, match="close hook failed"):      # its own cleanup failing does not keep it
+        sweep.run(_study(run_one=lambda run, c: _keep(run, seen, tmp_path), close=broken_close),
+                  params, tmp_path / "out2", log=lambda *_: None, progress="off")
+    assert len(seen) == 2 and not seen[1].alive and not _mine("lj-engine")
+
+
+def _keep(run, seen, tmp_path):
+    """A run that leaves its job alive for later runs (the last run's job is the same one)."""
+    job = run.sweep.jobs.get("w", lambda: _job(tmp_path, "lj-engine"))
+    if not job.started:
+        job.start().wait_ready(60)
+        seen.append(job)
+    return sweep.Measurement({"value_s": 1.0})
+
 
 @needs_blkio()
 @needs_memory_cgroup()
