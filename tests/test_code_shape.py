@@ -109,3 +109,47 @@ def test_test_modules_have_unique_names():
     for f in sorted((REPO / "tests").rglob("test_*.py")):
         seen.setdefault(f.name, []).append(str(f.relative_to(REPO)))
     assert not {n: fs for n, fs in seen.items() if len(fs) > 1}
+
+
+# What outlives a run and the limits on it are the engine's (core/longjob.py, core/run_limits.py): a study
+# asks the Run (run.cgroup, run.throttle, run.limit_job, run.lasting_throttle) and the sweep (sweep.jobs).
+CGROUP_CALLS = ("Cgroup", "set_io", "set_memory_limit", "clear_io_limits")
+
+
+def _touches_cgroups_or_cache_method(path: Path, text: str | None = None) -> list[str]:
+    """Where a module creates a cgroup (or subclasses Cgroup), sets or clears a cgroup limit, or assigns
+    `cache_method` itself."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text() if text is None else text)):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+            if name in CGROUP_CALLS:
+                out.append(f"{path.name}:{node.lineno} calls {name}()")
+        elif isinstance(node, ast.ClassDef):
+            bases = [b.attr if isinstance(b, ast.Attribute) else getattr(b, "id", "") for b in node.bases]
+            if "Cgroup" in bases:
+                out.append(f"{path.name}:{node.lineno} subclasses Cgroup")
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                for t in ast.walk(target):
+                    if isinstance(t, ast.Attribute) and t.attr == "cache_method":
+                        out.append(f"{path.name}:{node.lineno} assigns cache_method")
+    return out
+
+
+def test_no_study_touches_cgroups_or_cache_method_itself():
+    bad = [f"{p.relative_to(REPO)}: {w}" for p in sorted((LIB / "studies").rglob("*.py"))
+           for w in _touches_cgroups_or_cache_method(p)]
+    assert not bad, bad
+
+
+def test_the_cgroup_rule_sees_what_the_studies_did_before():
+    """What train_resnet50 and checkpoint wrote before the engine owned their jobs is caught."""
+    probe = ("group = cgroups.Cgroup('framework-tensorflow', io=io).create()\njob.group.set_io(io)\n"
+             "job.group.set_memory_limit(limit)\ng.clear_io_limits(io)\nrun.cache_method = _settle(where)\n"
+             "a.cache_method, b = 'x', 1\nclass C(cgroups.Cgroup):\n    pass\n")
+    found = _touches_cgroups_or_cache_method(LIB / "studies" / "probe.py", probe)
+    assert sorted(w.split(" ", 1)[1] for w in found) == sorted([
+        "calls Cgroup()", "calls set_io()", "calls set_memory_limit()", "calls clear_io_limits()",
+        "assigns cache_method", "assigns cache_method", "subclasses Cgroup"]), found

@@ -20,7 +20,8 @@ A study's `run` room supplies the hooks (module-level functions):
                             what prepare or run_one left running for later runs (servers, clusters)
 The engine owns what every study shares: the run table, common columns, the
 monitor and its time series, block traces (run.trace) and characterization.csv, cgroups
-created through the Run, progress, notes.
+created through the Run, long-lived jobs (sweep.jobs, their limits per run: core/longjob.py,
+core/run_limits.py), progress, notes.
 """
 from __future__ import annotations
 
@@ -29,12 +30,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import (blocktrace, cache, cgroups, characterize, columns, inventory, leftovers, monitor, outdir, plans, results,
-               targets as targets_mod)
+from . import (blocktrace, cache, cgroups, characterize, columns, inventory, leftovers, longjob, monitor, outdir, plans,
+               results, targets as targets_mod)
 from .config import check_name
 from .engine_outputs import CHARACTERIZATION, TRACES
 from .lock import TargetLocks
 from .progress import Progress
+from .run_limits import RunLimits
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,7 @@ class Sweep:
         self.trace_off: str | None = None     # why block tracing is unavailable, once known
         self.progress: Progress | None = None
         self.hosts: dict[str, dict] = {}      # client hosts of multi-host runs: name -> role, facts
+        self.jobs = longjob.Jobs()            # processes that outlive a run: ended by the engine (core/longjob.py)
         self._leave_out_object_targets()
 
     def _leave_out_object_targets(self) -> None:
@@ -122,8 +125,8 @@ class Sweep:
         return list(dict.fromkeys([w for t in self.targets for w in t.warnings] + self.notes))
 
 
-class Run:
-    """One measured run: its target, cold cache, cgroups, monitor; closed by the engine."""
+class Run(RunLimits):
+    """One measured run: its target, cold cache, cgroups, monitor, a long-lived job's limits; closed by the engine."""
 
     def __init__(self, sweep: Sweep, target, repeat: int, run_id: str):
         self.sweep, self.target, self.repeat, self.run_id = sweep, target, repeat, run_id
@@ -248,7 +251,7 @@ class Run:
 
     def close(self) -> None:
         """Always runs: samplers, monitor and block trace stopped (tracing switched off, its
-        instance removed), every cgroup of this run removed."""
+        instance removed), every cgroup of this run removed, every long-lived job's limits lifted."""
         try:
             try:
                 self.stop_clock()
@@ -260,6 +263,7 @@ class Run:
             for g in reversed(self._groups):
                 g.remove()
             self._groups.clear()
+            self.lift_job_limits()
 
 
 def _common(run: Run) -> dict:
@@ -380,8 +384,11 @@ def run(study, params, out_dir: str | Path | None, log=print, progress: str = "a
                 locks.keep_only(sweep.targets)
                 frame = _sweep(sweep, hooks, bar, folder)
             finally:
-                if close is not None:
-                    close(sweep)
+                try:
+                    if close is not None:
+                        close(sweep)
+                finally:
+                    sweep.jobs.end_all()     # however the sweep ended: no long-lived job outlives it
         folder.complete()
         frame.attrs["out_dir"] = str(final)
         if folder.kept is not None:

@@ -59,12 +59,12 @@ def test_a_carried_job_never_spikes_above_ln_classes_once_converged(tmp_path):
             "files": ds.files, "seed": q["seed"], "checkpoint_dir": "", "checkpoint_every_steps": 0,
             "checkpoint_interval_s": 600}
     (tmp_path / "jobs").mkdir()
-    job = jobs_mod.Job(0, spec, None, tmp_path / "job.log", run_id="r0")
+    job = jobs_mod.new_job(0, spec, "r0-j0", tmp_path, run_id="r0")
     env_path = os.environ.get("PYTHONPATH", "")
     os.environ["PYTHONPATH"] = os.pathsep.join([p for p in sys.path if p] + ([env_path] if env_path else []))
     losses: list[list[float]] = []       # per run: every step's loss, in order
     try:
-        job.start(tmp_path / "jobs" / "r0-j0.json")
+        job.start()
         for run in range(RUNS):
             jobs_mod._poll([job], "ready", 600, 900)
             job.go()
@@ -73,7 +73,7 @@ def test_a_carried_job_never_spikes_above_ln_classes_once_converged(tmp_path):
             if run < RUNS - 1:
                 job.again({"seed": q["seed"]}, f"r{run + 1}")
     finally:
-        job.kill()
+        job.end()
         os.environ["PYTHONPATH"] = env_path
     flat = [x for run in losses for x in run]
     assert len(flat) == RUNS * q["epochs"] * steps

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import yaml
 
-from storagebrief.core import cgroups, config, sweep, targets as targets_mod
+from storagebrief.core import config, sweep, targets as targets_mod
 from storagebrief.studies.train_resnet50 import STUDY, prestart, reuse, run as trr
 
 
@@ -15,11 +15,13 @@ class StandIn:
     def __init__(self, index: int):
         self.index, self.started, self.killed = index, False, False
 
-    def start(self, spec_path) -> None:
+    def start(self) -> None:
         self.started = True
 
-    def kill(self) -> None:
+    def end(self) -> None:
         self.killed = True
+        if hasattr(self, "group"):
+            self.group.remove()
 
 
 def _sweep(tmp_path, **train):
@@ -88,9 +90,6 @@ class Group:
     dirs: dict = {}
     io = None
 
-    def clear_io_limits(self, io) -> None:
-        self.cleared = io
-
     def remove(self) -> None:
         self.removed = True
 
@@ -116,17 +115,13 @@ def test_jobs_are_kept_for_the_next_run_with_as_many_models_on_any_target(tmp_pa
         ("parallel", "2.5:1", 2, "a"), ("parallel", "2.5:1", 2, "b")]
     first = _run(sw, 0)
     job = Reusable(0, first.run_id)
-    first._groups.append(job.group)
     assert reuse.keep(sw.state, first, order[0][0], [job], trr.run_id_for)
-    assert job.group not in first._groups            # the run's close() no longer removes it
     made = []
     prestart.start_next(first, _make(made), trr.run_id_for, trr.cpu_split)
     assert made == []                                # the next run (on 'b') takes the kept job: none started
     second = _run(sw, 1)
-    job.group.io = cgroups.IoLimits(device=(8, 0), read_iops=150)   # as the last run's profile left it
     assert reuse.take(sw.state, second, order[1][0], [{"seed": 7}]) == [job]
     assert job.armed == [(second.run_id, {"seed": 7})] and sw.state.kept == {}
-    assert job.group.cleared.read_iops == 150 and job.group.io == cgroups.IoLimits(device=(8, 0))   # lifted
     # a size limit (made with the cgroup) never takes kept jobs; K = 2 takes K = 2 jobs; the last run keeps none
     assert not reuse.compatible(order[4][0]) and reuse.compatible(order[-1][0])
     assert not reuse.keep(sw.state, _run(sw, 7), order[7][0], [Reusable(0, "x"), Reusable(1, "x")], trr.run_id_for)
@@ -192,3 +187,23 @@ def test_the_study_close_ends_kept_and_early_jobs_even_after_an_error_between_ru
     trr.close(sw)                     # twice: nothing left to end
     sw.state = None
     trr.close(sw)                     # prepare failed before any state
+
+
+def test_every_job_made_is_the_engines_so_nothing_outlives_the_sweep(tmp_path):
+    """Jobs made for a run, kept for a later one or started early all sit in sweep.jobs, which the engine ends
+    after the study's close hook however the sweep ends (core/longjob.py); their cgroups go with them."""
+    import os
+    from storagebrief.core import cgroups
+    from storagebrief.studies.train_resnet50.dataset import Dataset
+    from storagebrief.studies.train_resnet50.params import parse_memory
+
+    sw, _ = _sweep(tmp_path, memory_limits=["none"], parallel_models=[2])
+    run = _run(sw, 0)
+    jobs: list = []
+    ds = Dataset([str(tmp_path / "a.tfrecord")], 96, 96_000, "generated")
+    trr._make_jobs(run, trr.RunSpec("parallel", 2, "none"), ds, parse_memory("none"), None, [[0], [0]], jobs)
+    assert len(jobs) == 2 and set(sw.jobs) == {j.worker for j in jobs}
+    assert [j.worker.name for j in jobs] == [f"{run.run_id}-j0", f"{run.run_id}-j1"]
+    sw.state.kept[2] = jobs                      # kept for a later run: still the engine's
+    sw.jobs.end_all()
+    assert len(sw.jobs) == 0 and not [d for d in cgroups.leftover_dirs(owner_pid=os.getpid()) if run.run_id in d.name]

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from storagebrief.core import cgroups, columns, config, sweep, targets as targets_mod
+from storagebrief.core import cache, cgroups, columns, config, longjob, sweep, targets as targets_mod
 from storagebrief.studies.train_resnet50 import STUDY
 from storagebrief.studies.train_resnet50 import brief as trb, dataset as trd, memory as trm
 from storagebrief.studies.train_resnet50 import metrics as trmet, params as trp, run as trr
@@ -26,7 +26,7 @@ from storagebrief.studies.train_resnet50 import metrics as trmet, params as trp,
 def _cgroup_reason() -> str | None:
     if os.geteuid() != 0:
         return "needs root to create memory cgroups"
-    return trm._memory_capability()
+    return longjob.memory_unavailable()
 
 
 CG_REASON = _cgroup_reason()
@@ -135,7 +135,7 @@ def test_memory_limit_is_enforced_by_the_kernel(tmp_path):
     with open(big, "wb") as fh:
         fh.write(os.urandom(1 << 20) * 160)
     os.sync()
-    trm.cold_dataset([str(big)], True)
+    cache.fadvise_dontneed([big])
     limit = 64 * trp.MIB
     with cgroups.Cgroup("test-enforce", memory_limit_bytes=limit) as group:
         assert group.memory_limit_applied() == limit
@@ -158,6 +158,10 @@ def _no_cgroup(*a, **k):
     raise cgroups.CgroupUnavailable("no writable 'memory' cgroup controller (test)")
 
 
+def _no_job_cgroup(*a, **k):
+    return None, "no writable 'memory' cgroup controller (test)"
+
+
 def test_memory_helpers_tolerate_a_job_without_cgroup(tmp_path, monkeypatch):
     """No root / no memory controller: every use of a job's group takes None; the row says NaN, not 0."""
     assert trm.memory_need(None) is None
@@ -167,6 +171,7 @@ def test_memory_helpers_tolerate_a_job_without_cgroup(tmp_path, monkeypatch):
     target = targets_mod.resolve_all(params)[0]
     run = sweep.Run(sweep.Sweep(STUDY, params, tmp_path / "out", log=lambda *a: None), target, 1, "t-nocg")
     monkeypatch.setattr(sweep.Run, "cgroup", _no_cgroup)
+    monkeypatch.setattr(longjob, "_job_cgroup", _no_job_cgroup)
     ds = trd.Dataset([str(tmp_path / "a.tfrecord")], 96, 96 * 1000, "generated")
     jobs: list = []
     trr._make_jobs(run, trr.RunSpec("memory", 1, "none"), ds, trp.parse_memory("none"), None, [[0]], jobs)
@@ -200,7 +205,8 @@ def test_unlimited_run_completes_without_memory_cgroups(shared, monkeypatch):
     """The first unlimited run used to crash ('NoneType' object has no attribute 'memory_usage')."""
     tmp, params, target, ds = shared
     monkeypatch.setattr(sweep.Run, "cgroup", _no_cgroup)
-    monkeypatch.setattr(trr, "_memory_capability", lambda: "no writable 'memory' cgroup controller (test)")
+    monkeypatch.setattr(longjob, "_job_cgroup", _no_job_cgroup)
+    monkeypatch.setattr(trr, "memory_unavailable", lambda: "no writable 'memory' cgroup controller (test)")
     params = config.load(write_params(tmp), ["train_resnet50.parallel_models=[]", "train_resnet50.epochs=1"])
     out = tmp / "out-nocgroup"
     frame = STUDY.run(params, out, log=lambda *a: None, progress="lines")

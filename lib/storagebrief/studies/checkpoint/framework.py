@@ -10,40 +10,32 @@ ingest_mb_per_s on the same target). run.start_clock()/stop_clock() bracket the 
 engine's block trace records what TensorFlow's writer (and the ingest writer) did to the disk:
 characterization.csv's request sizes, write % and randomness for the run_id.
 
-One TensorFlow job serves every scenario on every target (TfJob, kept in the sweep's state, stopped by
-close()): TensorFlow's import and tracing are paid once, off every clock and unthrottled. The job is a
-fresh Python process in its own cgroup (memory and blkio), started in a new session with
-PR_SET_PDEATHSIG; the cgroup kills what is left in it when removed. While a run measures it, the
-cgroup carries that target's emulated throttle (set before the clock, cleared after) and, for
-`limited`, the memory limit. A job that dies mid-scenario is a failed row with its exit status; the
-next scenario starts a fresh one.
+One TensorFlow job serves every scenario on every target (a core.longjob.LongJob in sweep.jobs, which
+the engine stops however the sweep ends): TensorFlow's import and tracing are paid once, off every
+clock and unthrottled. The job is a fresh Python process in its own cgroup (memory and blkio), started
+in a new session with PR_SET_PDEATHSIG; the cgroup kills what is left in it when removed. While a run
+measures it, the cgroup carries that target's emulated throttle and, for `limited`, the memory limit,
+both put on through the run (run.limit_job) and lifted when the run closes. A job that dies
+mid-scenario is a failed row with its exit status; the next scenario starts a fresh one.
 """
 from __future__ import annotations
 
-import json
 import os
-import queue
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
-from ...core import cache, cgroups, targets as targets_mod
+from ...core import cgroups, longjob, targets as targets_mod
 from ...core.columns import Column
-from ...core.procs import die_with_parent, group_members, kill_all
+from ...core.longjob import JobDied, LongJob
 from ...core.sweep import Measurement, Point
 from ...formats.tfrecord import frame
-from ...kit.events import drain_events
 from ...kit.ingest import IngestWriter
 from . import dataset
 
 MIB = 1 << 20
-JOB = "tensorflow"        # the key of the sweep's one job in CheckpointState.framework
-BOOT = ("import sys, json; a = json.loads(sys.argv[1]); from storagebrief.core.cgroups import join; "
-        "join(a['procs']); from storagebrief.studies.checkpoint.framework_worker import worker_main; "
-        "worker_main(a['spec'])")
+JOB = "framework-tensorflow"      # the key of the sweep's one job in sweep.jobs
+ENTRY = "storagebrief.studies.checkpoint.framework_worker:worker_main"
 LABELS = {"default": "default checkpoint interval", "every": "checkpoint every k steps",
           "limited": "limited memory, default checkpoint interval", "ingest": "simultaneous data ingestion"}
 
@@ -90,10 +82,6 @@ COLUMNS: tuple[Column, ...] = (
 )
 
 
-class JobDied(RuntimeError):
-    pass
-
-
 def points(p, repeats: int, config, note) -> list[Point]:
     """After the other sweeps: per repeat, every scenario (memory-limited ones only where memory cgroups work)."""
     f = p.framework
@@ -109,130 +97,36 @@ def points(p, repeats: int, config, note) -> list[Point]:
 
 def memory_unavailable() -> str | None:
     """None when a memory cgroup can be made here, else why limited runs cannot run."""
-    state = cgroups.capabilities().get("memory", "unavailable")
-    return None if state.startswith("v") and "not writable" not in state else state
+    return longjob.memory_unavailable()
 
 
 def folder(target) -> Path:
     return target.study_dir("checkpoint") / "framework"
 
 
-def _ram_bytes() -> int:
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
-class TfJob:
-    """The sweep's TensorFlow job: its process, its cgroup (None without cgroups), its events."""
-
-    def __init__(self, targets, f, out_dir: Path, log=print):
-        self.events = queue.Queue()
-        self.group = self._cgroup(targets, log)
-        self.log_path = out_dir / "logs" / "framework-tensorflow.log"
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self.spec = {"layers": f.layers, "hidden": f.hidden, "heads": f.heads, "ffn": f.ffn, "seq_len": f.seq_len,
-                     "vocab": f.vocab, "predictions": f.predictions, "batch_size": f.batch_size, "seed": 0,
-                     "learning_rate": f.learning_rate, "threads": f.threads or os.cpu_count() or 1}
-        self.proc: subprocess.Popen | None = None
-        self.ready: dict = {}
-
-    @staticmethod
-    def _cgroup(targets, log):
-        """Memory (limit: all RAM until a limited run) and, where a target has a device, blkio unthrottled."""
-        io = next(filter(None, (targets_mod.io_limits(t, accounting=True) for t in targets)), None)
-        try:
-            group = cgroups.Cgroup("framework-tensorflow", memory_limit_bytes=_ram_bytes(), io=io).create()
-        except cgroups.CgroupUnavailable as exc:
-            log(f"framework sweep: the TensorFlow job runs without a cgroup: {exc}")
-            return None
-        group.kill_on_remove = True     # nothing of the job outlives its cgroup
-        return group
-
-    def start(self, timeout_s: float) -> dict:
-        rfd, wfd = os.pipe()
-        spec_path = self.log_path.with_suffix(".json")
-        spec_path.write_text(json.dumps({**self.spec, "event_fd": wfd}))
-        lib = str(Path(__file__).resolve().parents[3])      # the storagebrief this process runs
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1",
-               "PYTHONPATH": os.pathsep.join([lib, *filter(None, [os.environ.get("PYTHONPATH")])])}
-        arg = json.dumps({"procs": self.group.procs_files if self.group else [], "spec": str(spec_path)})
-        with open(self.log_path, "wb") as log:
-            try:
-                self.proc = subprocess.Popen([sys.executable, "-c", BOOT, arg], stdin=subprocess.PIPE, stdout=log,
-                                             stderr=subprocess.STDOUT, pass_fds=(wfd,), env=env,
-                                             start_new_session=True, preexec_fn=die_with_parent)
-            finally:
-                os.close(wfd)
-        drain_events(rfd, self.events)
-        self.ready = self.wait("ready", timeout_s)
-        return self.ready
-
-    @property
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def wait(self, name: str, timeout_s: float, seen: list | None = None) -> dict:
-        """The next `name` event (others go to `seen`); JobDied when the job ends or times out first."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                ev = self.events.get(timeout=max(0.0, min(1.0, deadline - time.monotonic())))
-            except queue.Empty:
-                if time.monotonic() >= deadline:
-                    raise JobDied(f"the TensorFlow job sent no '{name}' in {timeout_s:.0f} s")
-                continue
-            if ev.get("event") == name:
-                return ev
-            if ev.get("event") == "eof":
-                code = self.proc.wait(timeout=30) if self.proc else None
-                raise JobDied(f"the TensorFlow job ended (exit {code}) before '{name}'"
-                              + self._tail())
-            if seen is not None:
-                seen.append(ev)
-
-    def _tail(self, n: int = 800) -> str:
-        try:
-            lines = [ln for ln in self.log_path.read_text(errors="replace").splitlines()
-                     if ln.strip() and "WARNING" not in ln]
-        except OSError:
-            return ""
-        return (": " + "\n".join(lines)[-n:]) if lines else ""
-
-    def send(self, cmd: dict) -> None:
-        self.proc.stdin.write((json.dumps(cmd) + "\n").encode())
-        self.proc.stdin.flush()
-
-    def stop(self) -> None:
-        """Ask the job to quit, kill its process group if it does not, remove its cgroup."""
-        if self.alive:
-            try:
-                self.send({"quit": True})
-                self.proc.wait(timeout=10)
-            except (OSError, subprocess.TimeoutExpired):
-                pass
-        if self.proc is not None and self.proc.poll() is None:
-            kill_all(group_members(self.proc.pid))       # its own session: the job and anything it started
-            self.proc.wait()
-        if self.group is not None:
-            self.group.remove()
-
-
-def _job(run, f) -> TfJob:
-    """The sweep's job, started (off the clock) when there is none or the last one died."""
-    jobs = run.sweep.state.framework
-    job = jobs.get(JOB)
-    if job is not None and not job.alive:
-        jobs.pop(JOB).stop()
-        job = None
-    if job is None:
-        job = jobs[JOB] = TfJob(run.sweep.targets, f, run.sweep.out_dir, run.log)
-        job.start(f.timeout_s)
+def _new_job(run, f) -> LongJob:
+    """The sweep's TensorFlow job (not started): its cgroup counts memory (all RAM until a limited run) and,
+    where a target has a device, io (unthrottled until a run throttles it)."""
+    io = next(filter(None, (targets_mod.io_limits(t, accounting=True) for t in run.sweep.targets)), None)
+    spec = {"layers": f.layers, "hidden": f.hidden, "heads": f.heads, "ffn": f.ffn, "seq_len": f.seq_len,
+            "vocab": f.vocab, "predictions": f.predictions, "batch_size": f.batch_size, "seed": 0,
+            "learning_rate": f.learning_rate, "threads": f.threads or os.cpu_count() or 1}
+    job = LongJob("framework-tensorflow", ENTRY, spec, run.sweep.out_dir / "logs" / "framework-tensorflow.log",
+                  io_device=io.device if io is not None else None, quit_command={"quit": True},
+                  title="the TensorFlow job")
+    if job.group is None:
+        run.log(f"framework sweep: the TensorFlow job runs without a cgroup: {job.why_no_cgroup}")
     return job
 
 
-def close(state) -> None:
-    for job in state.framework.values():
-        job.stop()
-    state.framework.clear()
+def _job(run, f) -> LongJob:
+    """The sweep's job (sweep.jobs), started (off the clock) when there is none or the last one died."""
+    job = run.sweep.jobs.get(JOB, lambda: _new_job(run, f))
+    if not job.started:
+        job.start()
+    if job.ready is None:              # started now, or its start-up outlived the last run's wait
+        job.wait_ready(f.timeout_s)
+    return job
 
 
 def _need(group) -> int | None:
@@ -252,17 +146,19 @@ def ingest_payload(f, records: int = 256) -> bytes:
     return b"".join(frame(rng.integers(0, f.vocab, per // 4, dtype=np.int32).tobytes()) for _ in range(n))
 
 
-def _limit(job: TfJob, f, scenario: str) -> tuple[int | None, int | None]:
-    """(need, limit): the job's need now; for `limited`, the memory limit set on its cgroup."""
+def _limit(run, job: LongJob, f, scenario: str) -> tuple[int | None, int | None]:
+    """(need, limit): the job's need now; this run's limits on its cgroup through the engine (lifted when the
+    run closes): the target's emulated profile and, for `limited`, its need + headroom."""
     need = _need(job.group)
-    if scenario != "limited":
-        return need, None
-    if job.group is None or need is None:
-        raise JobDied(f"limited memory needs a memory cgroup: {memory_unavailable() or 'the job has none'}")
-    limit = need + f.memory_headroom_mib * MIB
-    os.sync()                   # dirty pages written first: what the limit reclaims is clean cache
+    limit = None
+    if scenario == "limited":
+        if job.group is None or need is None:
+            raise JobDied(f"limited memory needs a memory cgroup: {memory_unavailable() or 'the job has none'}")
+        limit = need + f.memory_headroom_mib * MIB
     try:
-        job.group.set_memory_limit(limit)
+        run.limit_job(job, memory_limit_bytes=limit)
+    except (cgroups.CgroupUnavailable, cgroups.CgroupLimitError) as exc:
+        raise JobDied(f"the target's emulated profile not applied to the TensorFlow job: {exc}") from None
     except OSError as exc:
         raise JobDied(f"memory limit of {limit / MIB:,.0f} MiB not applied: {exc}") from None
     return need, limit
@@ -276,14 +172,14 @@ def _ingest(run, f, scenario: str) -> IngestWriter | None:
                         group.procs_files if group else [], payload=ingest_payload(f))
 
 
-def _own_writes(job: TfJob, target) -> tuple[int, int] | None:
+def _own_writes(job: LongJob, target) -> tuple[int, int] | None:
     dev = target.device
     if job.group is None or dev is None or dev.major is None:
         return None
     return job.group.io_stats((dev.major, dev.minor), "Write")
 
 
-def _train(run, job: TfJob, f, config, where: Path, writer) -> tuple[dict, list]:
+def _train(run, job: LongJob, f, config, where: Path, writer) -> tuple[dict, list]:
     """The measured phase: the ingest writer (if any) and the job's scenario inside the clock."""
     saves: list = []
     if job.group is not None:
@@ -303,43 +199,9 @@ def _train(run, job: TfJob, f, config, where: Path, writer) -> tuple[dict, list]
     return done, [s for s in saves if s.get("event") == "checkpoint"]
 
 
-def _memory_stats(job: TfJob) -> dict:
+def _memory_stats(job: LongJob) -> dict:
     """Peak and the cumulative failcnt of the job's cgroup (a run's count is the difference)."""
     return job.group.memory_stats() if job.group is not None else {}
-
-
-def _settle(where: Path) -> str:
-    """Before the clock: earlier runs' dirty pages written back (none is written in this run), the run's own
-    folder evicted. Not drop_caches: it would evict TensorFlow's own code pages, whose re-reads would then be
-    this run's I/O (a write workload has nothing else to make cold)."""
-    os.sync()
-    cache.fadvise_dontneed([where])
-    return "fadvise_dontneed (the run's checkpoint folder, after os.sync; not drop_caches: TensorFlow's code stays cached)"
-
-
-def _throttle(run, job: TfJob):
-    """The target's emulated profile on the job's cgroup for this run (None: unthrottled target)."""
-    io = targets_mod.io_limits(run.target)
-    if io is None:
-        return None
-    if job.group is None or "blkio" not in job.group.dirs:
-        run.unthrottled("the TensorFlow job has no blkio cgroup")
-        return None
-    try:
-        job.group.set_io(io)
-    except (cgroups.CgroupUnavailable, cgroups.CgroupLimitError) as exc:
-        raise JobDied(f"the target's emulated profile not applied to the TensorFlow job: {exc}") from None
-    run.emulated = True
-    return io
-
-
-def _release(job: TfJob | None, io) -> None:
-    """After a run: the job's cgroup back to all RAM and an unthrottled device."""
-    if job is None or job.group is None or not job.alive:
-        return
-    job.group.set_memory_limit(_ram_bytes())
-    if io is not None:
-        job.group.clear_io_limits(io)
 
 
 def measure(run, config) -> Measurement:
@@ -349,13 +211,12 @@ def measure(run, config) -> Measurement:
     dataset.remove(folder(run.target), run.target, "checkpoint")    # what a killed run left (the outdir delete guard)
     where.mkdir(parents=True)
     base = base_row(f, config)
-    writer = io = None
+    writer = None
     try:
         job = _job(run, f)
         base["bert_parameters"] = job.ready.get("parameters")
-        run.cache_method = _settle(where)
-        io = _throttle(run, job)
-        need, limit = _limit(job, f, config.mode)
+        run.settle_written(where)
+        need, limit = _limit(run, job, f, config.mode)
         base.update(memory_need_bytes=need, memory_limit_bytes=limit)
         writer = _ingest(run, f, config.mode)
         before = _memory_stats(job)
@@ -365,14 +226,13 @@ def measure(run, config) -> Measurement:
         stats["memory_failcnt"] = stats.get("memory_failcnt", 0) - before.get("memory_failcnt", 0)
     except JobDied as exc:
         run.log(f"[{run.run_id}] failed: {exc}")
-        dead = run.sweep.state.framework.get(JOB)
-        if dead is not None and not dead.alive:          # its cgroup (and anything left in it) goes now
-            run.sweep.state.framework.pop(JOB).stop()
+        dead = run.sweep.jobs.find(JOB)
+        if dead is not None and dead.started and not dead.alive:   # its cgroup (and anything left in it) goes now
+            run.sweep.jobs.end(dead)
         return Measurement(base, ok=False, failure_reason=str(exc))
     finally:
         if writer is not None:
             writer.stop()
-        _release(run.sweep.state.framework.get(JOB), io)
         try:
             dataset.remove(folder(run.target), run.target, "checkpoint")
         except OSError:

@@ -1,6 +1,6 @@
-"""The framework sweep's TensorFlow job (started by framework.TfJob with `python -c BOOT`).
+"""The framework sweep's TensorFlow job (a core.longjob.LongJob started by framework._job).
 
-It joins its cgroup before anything else (BOOT), imports TensorFlow, builds a Keras transformer of
+It joins its cgroup before anything else (longjob.BOOT), imports TensorFlow, builds a Keras transformer of
 BERT's shape (random init, no download), traces its train step on a synthetic batch and reports
 ready. Then it waits on stdin for one command per line: {"dir", "steps", "every", "max_to_keep"}
 trains that many steps, saving with tf.train.CheckpointManager every `every` steps (kit.checkpoint:

@@ -149,7 +149,7 @@ def _run(run, pool, store, p, model: str, files, gw: dict):
         if store.gateway is not None:
             run.cold_cache([store.gateway.root / store.bucket / store.key(where)])
         else:
-            run.cache_method = "remote store: not controlled"
+            run.cache_not_controlled()
         release, got = _operate(pool, store, gw, "load", j, store.key(where), plan_, p.read_block, p.readers_per_rank)
         ops.append(("load", j, int(where.rsplit("step", 1)[1]), release, got))
     return ops, deletes

@@ -17,7 +17,7 @@ Config (`sweep="cost"`, with `mode` none|sync|async and `interval_steps`), plann
 runs from `checkpoint.cost`; run_one dispatches on Config.sweep. finish() turns both into the
 intervals table (metrics.intervals) in study.json. The "framework" sweep (framework.py: TensorFlow's
 own CheckpointManager on a BERT-shaped model, `mode` = its scenario) comes last, from
-`checkpoint.framework`; its TensorFlow jobs (one per target) are stopped by close().
+`checkpoint.framework`; its TensorFlow job is the engine's (sweep.jobs), which stops it however the sweep ends.
 """
 from __future__ import annotations
 
@@ -61,7 +61,6 @@ class CheckpointState:
     generator_gb_per_s: float = 0.0
     removed: list[str] = field(default_factory=list)
     baselines: dict = field(default_factory=dict)   # (target, repeat) -> the cost sweep's mode-none CostResult
-    framework: dict = field(default_factory=dict)   # target name -> its framework.TfJob
     stores: dict = field(default_factory=dict)      # S3 target name -> its open core.s3store.ObjectStore
     groups: dict = field(default_factory=dict)      # S3 target name -> its gateway's cgroup
 
@@ -274,12 +273,9 @@ def _note_outside_cgroup(run, pool, procs_files) -> None:
 
 
 def close(sweep) -> None:
-    """Always last: the framework sweep's TensorFlow jobs stopped, their cgroups removed."""
+    """Always last: the S3 stores closed (the framework sweep's TensorFlow job is the engine's to stop)."""
     if isinstance(sweep.state, CheckpointState):
-        try:
-            framework.close(sweep.state)
-        finally:
-            objects.close(sweep, sweep.state)
+        objects.close(sweep, sweep.state)
 
 
 def finish(sweep, frame) -> None:

@@ -346,7 +346,7 @@ def _object_run(run, store, data: dict, memory_limit: int | None) -> tuple[RunCg
         run.cold_cache([Path(data["backing"])])
         objects.warm_gateway(store, data)
     else:
-        run.cache_method = "remote store: not controlled"
+        run.cache_not_controlled()
     io = targets_mod.io_limits(t)
     throttled = io is not None and t.name in run.sweep.state.groups
     if throttled:

@@ -162,7 +162,7 @@ def _cold_cache(run, c: Config, store) -> None:
     if files:
         run.cold_cache(files)
     else:
-        run.cache_method = "remote store: not controlled"
+        run.cache_not_controlled()
 
 
 def _measure(run, c: Config, store, scope, busy, cfg: dict, env: dict, keys: list[str]) -> Measurement:  # long: one worker run, start to row

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...core import cache, cgroups, results, targets as targets_mod
+from ...core import results
 from ...core.config import ParamsError
 from ...core.procs import die_with_parent
 from ...core.sweep import Measurement, Point
@@ -271,20 +271,6 @@ def _stop_cluster(sweep) -> None:
             group.remove()
 
 
-def _brokers_cgroup(run):
-    """The brokers' cgroup holding the target's emulated profile, or None (unthrottled, or unavailable)."""
-    io = targets_mod.io_limits(run.target)
-    if io is None:
-        return None
-    try:
-        group = cgroups.Cgroup(f"{STUDY.name}-{run.target.name}-brokers", io=io).create()
-        run.emulated = True
-        return group
-    except cgroups.CgroupUnavailable as exc:
-        run.unthrottled(exc)
-        return None
-
-
 def _cluster(run):
     """The running cluster of run.target (started on its first run); (bootstrap, cluster or None)."""
     sweep, p, st, t = run.sweep, run.p, run.sweep.state, run.target
@@ -296,7 +282,7 @@ def _cluster(run):
             run.emulated = True
         return st.cluster.bootstrap, st.cluster
     _stop_cluster(sweep)
-    group = _brokers_cgroup(run)
+    group = run.lasting_throttle("brokers")     # the brokers serve this target's later runs too
     props = {"message.max.bytes": MAX_MESSAGE, "replica.fetch.max.bytes": MAX_MESSAGE}
     if p.flush_messages is not None:
         props["log.flush.interval.messages"] = p.flush_messages
@@ -375,11 +361,7 @@ def _stream_jobs(run, c: Config, bootstrap: str, topics: list[str]) -> list[dict
 def _cold_videos(run, jobs: list[dict]) -> None:
     # Only the videos are made cold (fadvise): drop_caches would also evict the running brokers', producers' and
     # TensorFlow's code pages, and their re-reads would be charged to the brokers' disk profile (measured: 100 MB).
-    if run.params.run.cold_cache:
-        cache.fadvise_dontneed(sorted({j["video"] for j in jobs}))
-        run.cache_method = "fadvise_dontneed (videos)"
-    else:
-        run.cache_method = "none (run.cold_cache is false)"
+    run.evict(sorted({j["video"] for j in jobs}), "videos", sync=False)
 
 
 def _play(run, c: Config, bootstrap: str, topics: list[str], jobs: list[dict], check) -> Played:

@@ -1,31 +1,24 @@
-"""Training jobs seen from the parent: start each in its own process (and cgroup), drain its events.
+"""Training jobs seen from the parent: each a core.longjob.LongJob (its own process and cgroup), its events.
 
-Each training job is a fresh Python process (`python -c BOOT`) that joins its cgroup
+Each training job is a fresh Python process (`python -c longjob.BOOT`) that joins its cgroup
 before anything else, so all its memory (TensorFlow, page cache of the records it reads)
 is charged there and an OOM kill takes only that job, which becomes a failed run row with
 its reason. The job reports ready, waits for go (the parent makes the cache cold and
-starts the clock in between) and reports each step, epoch and the end on a pipe.
+starts the clock in between) and reports each step, epoch and the end on a pipe. The engine
+owns every job (sweep.jobs): whatever the study does not end, the sweep's end does.
 """
 from __future__ import annotations
 
 import json
-import os
-import queue
-import signal
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...core.procs import die_with_parent
-from ...kit.events import drain_events
+from ...core.longjob import Jobs, LongJob
 from .memory import breakdown
 from .params import MIB
 
-BOOT = ("import sys, os, json; a = json.loads(sys.argv[1]); "
-        "[open(f, 'w').write(str(os.getpid())) for f in a['procs']]; "
-        "from storagebrief.studies.train_resnet50.worker import worker_main; worker_main(a['spec'])")
+ENTRY = "storagebrief.studies.train_resnet50.worker:worker_main"
 
 
 class JobFailed(RuntimeError):
@@ -34,12 +27,10 @@ class JobFailed(RuntimeError):
 
 @dataclass(eq=False)   # jobs are compared by identity (run.py: which are kept)
 class Job:
+    """One training job: its process and cgroup (a core.longjob.LongJob the engine owns) and what it measured."""
     index: int
-    spec: dict
-    group: object | None            # its memory (+ io) cgroup; None where cgroups are unavailable
-    log_path: Path
-    proc: subprocess.Popen | None = None
-    events: "queue.Queue" = field(default_factory=queue.Queue)
+    worker: LongJob
+    owner: Jobs | None = None       # the sweep's registry (sweep.jobs), which ends it if the study does not
     ready: dict | None = None
     done: dict | None = None
     epochs: list = field(default_factory=list)
@@ -57,30 +48,24 @@ class Job:
     run_id: str = ""                # the run it is measured in now
     reused_from: str = ""           # the run whose job this was ("" = started for this run)
 
-    def start(self, spec_path: Path) -> None:
-        rfd, wfd = os.pipe()
-        self.spec["event_fd"] = wfd
-        spec_path.write_text(json.dumps(self.spec))
-        arg = json.dumps({"procs": self.group.procs_files if self.group else [], "spec": str(spec_path)})
-        # Two malloc arenas and a fixed mmap threshold: otherwise TensorFlow's threads grow an arena
-        # each and freed decode buffers stay in the heap, so the job's memory drifts by 100+ MB after
-        # warm-up (measured) and a ratio limit's page-cache share would be unpredictable.
-        # Temporary files (TensorFlow's autograph sources) go under the run's own jobs/ folder,
-        # which the study removes, instead of piling up in /tmp.
-        tmp = spec_path.parent / "tmp"
-        tmp.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1", "MALLOC_ARENA_MAX": "2",
-               "MALLOC_MMAP_THRESHOLD_": "65536", "TMPDIR": str(tmp)}
-        log = open(self.log_path, "wb")
-        try:
-            self.proc = subprocess.Popen([sys.executable, "-c", BOOT, arg], stdin=subprocess.PIPE,
-                                         stdout=log, stderr=subprocess.STDOUT, pass_fds=(wfd,), env=env,
-                                         start_new_session=True,   # our signal handling decides its end
-                                         preexec_fn=die_with_parent)   # ... and kill -9 of us ends it too
-        finally:
-            os.close(wfd)
-            log.close()
-        drain_events(rfd, self.events)          # kit.events: JSON lines, then {"event": "eof"}
+    @property
+    def spec(self) -> dict:
+        return self.worker.spec
+
+    @property
+    def group(self):
+        """Its memory (+ io) cgroup; None where cgroups are unavailable."""
+        return self.worker.group
+
+    @property
+    def proc(self):
+        return self.worker.proc
+
+    def start(self) -> None:
+        # Temporary files (TensorFlow's autograph sources) go under the run's own jobs/ folder, which the
+        # study removes, instead of piling up in /tmp.
+        Path(self.worker.env["TMPDIR"]).mkdir(parents=True, exist_ok=True)
+        self.worker.start()
         self.last_progress = time.monotonic()
 
     def again(self, changes: dict, run_id: str) -> None:
@@ -96,30 +81,42 @@ class Job:
         self.need_bytes = None
         self.anon_ready = self.anon_max = self.cache_share_bytes = 0
         self.cache_cap, self.cache_sum, self.cache_samples = None, 0, 0
-        self.proc.stdin.write(b"again " + json.dumps(changes).encode() + b"\n")
-        self.proc.stdin.flush()
+        self.worker.send("again " + json.dumps(changes))
         self.last_progress = time.monotonic()
 
     def go(self) -> None:
-        self.proc.stdin.write(b"go\n")
-        self.proc.stdin.flush()
+        self.worker.send("go")
         self.last_progress = time.monotonic()   # a job started early waited idle since ready
 
     def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.proc.wait()
+        self.worker.kill()
+
+    def end(self) -> None:
+        """Kill it if it runs and remove its cgroup (the registry forgets it)."""
+        if self.owner is not None:
+            self.owner.end(self.worker)
+        else:
+            self.worker.stop()
 
     def log_tail(self, n: int = 1500) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-        lines = [ln for ln in text.splitlines() if ln.strip() and "WARNING" not in ln and "I0000" not in ln]
-        return "\n".join(lines)[-n:]
+        return self.worker.log_tail(n)
+
+
+def new_job(index: int, spec: dict, name: str, out_dir: Path, owner: Jobs | None = None, *,
+            memory_limit_bytes: int | None = None, io_device=None, need_cgroup: bool = False,
+            run_id: str = "") -> Job:
+    """A training job, not yet started: logs/<name>.log, jobs/<name>.json, its cgroup made now (memory:
+    the size limit or all RAM; io counted on io_device). need_cgroup: CgroupUnavailable instead of none."""
+    # Two malloc arenas and a fixed mmap threshold: otherwise TensorFlow's threads grow an arena
+    # each and freed decode buffers stay in the heap, so the job's memory drifts by 100+ MB after
+    # warm-up (measured) and a ratio limit's page-cache share would be unpredictable.
+    env = {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": "65536", "TMPDIR": str(out_dir / "jobs" / "tmp")}
+    worker = LongJob(name, ENTRY, spec, out_dir / "logs" / f"{name}.log", spec_path=out_dir / "jobs" / f"{name}.json",
+                     env=env, memory_limit_bytes=memory_limit_bytes, io_device=io_device, need_cgroup=need_cgroup,
+                     title=f"job {index}")
+    if owner is not None:
+        owner.adopt(worker)
+    return Job(index, worker, owner, limit_bytes=memory_limit_bytes, run_id=run_id)
 
 
 def _sample_memory(j: Job) -> None:
@@ -145,11 +142,7 @@ def _sample_memory(j: Job) -> None:
 
 def _drain(j: Job, until: str) -> None:
     """Take every event the job sent so far; JobFailed when it ended before `until`."""
-    while True:
-        try:
-            ev = j.events.get_nowait()
-        except queue.Empty:
-            return
+    for ev in j.worker.drain():
         kind = ev.get("event")
         j.last_progress = time.monotonic()
         if kind == "ready":

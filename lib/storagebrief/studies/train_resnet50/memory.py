@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ...core import cache, cgroups
 from .params import MIB
 
 
@@ -66,17 +65,13 @@ def safe_stats(group) -> dict:
         return {}
 
 
-def cold_dataset(files: list[str], enabled: bool) -> str:
-    """Evict the dataset's pages only (sync + fadvise DONTNEED).
+def cold_dataset(run, files: list[str]) -> str:
+    """Evict the dataset's pages only (sync + fadvise DONTNEED), the run's cache_method.
 
     Not cache.cold_cache's drop_caches: dropping everything would also evict TensorFlow's
     not-yet-mapped code pages, whose re-reads would then be charged to the training run.
     """
-    if not enabled:
-        return "none (run.cold_cache is false)"
-    os.sync()
-    cache.fadvise_dontneed(files)
-    return "fadvise_dontneed (dataset files)"
+    return run.evict(files, "dataset files")
 
 
 def foreign_cache_drops() -> int:
@@ -92,15 +87,6 @@ def foreign_cache_drops() -> int:
 
 def total_memory_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
-def _memory_capability() -> str | None:
-    """None when memory cgroups work here, else the reason limited runs are skipped."""
-    try:
-        with cgroups.Cgroup("probe", memory_limit_bytes=total_memory_bytes()):
-            return None
-    except cgroups.CgroupUnavailable as exc:
-        return str(exc)
 
 
 def breakdown(group) -> dict | None:

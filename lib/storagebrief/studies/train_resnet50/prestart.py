@@ -7,9 +7,10 @@ a size limit, another model count), also starts that run's jobs, waits until bot
 (blocked on stdin, no record read, nothing computed) while this run is measured. The next run
 finds its jobs ready and starts none early, so no start-up ever overlaps a measured phase.
 
-The early jobs live in cgroups of a stand-in core.sweep.Run for the next run (its name, its
-target's io group, unthrottled until go like every job); a failure while starting them only
-drops them (the next run starts its own), an interrupt kills them with this run's jobs.
+The early jobs are made for a stand-in core.sweep.Run of the next run (its name, its target's io
+device, unthrottled until go like every job) and owned by the engine (sweep.jobs) like every job;
+a failure while starting them only drops them (the next run starts its own), an interrupt ends them
+with this run's jobs.
 """
 from __future__ import annotations
 
@@ -24,15 +25,17 @@ from .params import parse_memory
 
 @dataclass
 class Early:
-    """Jobs started ahead of their run, with the stand-in Run that owns their cgroups."""
+    """Jobs started ahead of their run, with the stand-in Run they were made for."""
     run_id: str
     owner: Run
     jobs: list[Job]
 
     def discard(self) -> None:
-        for j in self.jobs:
-            j.kill()
-        self.owner.close()
+        try:
+            for j in self.jobs:
+                j.end()
+        finally:
+            self.owner.close()
 
 
 def run_order(sweep, points) -> list[tuple]:
@@ -72,7 +75,7 @@ def start_next(run, make_jobs, run_id_for, cpu_split) -> None:
         make_jobs(owner, spec, state.datasets[target.name], setting, io,
                   cpu_split(spec.models), early.jobs)
         for j in early.jobs:
-            j.start(run.sweep.out_dir / "jobs" / f"{early.run_id}-j{j.index}.json")
+            j.start()
     except Exception as exc:    # the next run starts its own jobs and meets the same error there
         run.log(f"[{run.run_id}] next run's jobs not started early: {exc}")
         drop(state)
@@ -91,7 +94,7 @@ def wait_ready(run, stall_s: float) -> None:
 
 
 def drop(state) -> None:
-    """Kill the early jobs, if any, and remove their cgroups."""
+    """End the early jobs, if any (their cgroups removed)."""
     early = getattr(state, "early", None)
     if early is not None:
         state.early = None

@@ -3,12 +3,12 @@
 A job's start-up (import, ResNet50, tracing the train step: 20-30 s on 2 cores, 4 at once
 95-118 s) was most of a quick run's time, and every scenario but a size limit trains with
 nothing in its cgroup but a page-cache share (memory none, a ratio, parallel, ingest,
-checkpoint). So the jobs that end such a run stay (idle, blocked on stdin, their cgroups kept)
-when a later run with as many models can take them, on any target: that run re-arms them (its
-dataset's files, a new checkpoint folder and interval, a fresh tf.data iterator, memory counters
-reset) instead of starting new ones. A job's cgroup counts io on every target from its start, so
-it can be throttled wherever it goes; an emulated profile is applied at go and lifted when
-the job is taken again. Before each run the cache is made cold as always, so what is measured
+checkpoint). So the jobs that end such a run stay (idle, blocked on stdin, their cgroups kept;
+the engine owns them, sweep.jobs) when a later run with as many models can take them, on any
+target: that run re-arms them (its dataset's files, a new checkpoint folder and interval, a fresh
+tf.data iterator, memory counters reset) instead of starting new ones. A job's cgroup counts io on
+every target from its start, so it can be throttled wherever it goes; an emulated profile is applied
+at go (run.limit_job) and lifted by the engine when that run closes. Before each run the cache is made cold as always, so what is measured
 is the same; the row names the run the jobs came from (job_reused_from) and start-up is only the
 re-arming. Size limits (set when the cgroup is made) start their own jobs. Jobs kept idle across
 runs of another model count hold memory those runs do not have, so they are kept only while they
@@ -59,8 +59,6 @@ def keep(state, run, spec, jobs, run_id_for) -> bool:
     idle = sum(j.need_bytes or 0 for j in jobs)
     if not next_wants(state, run.run_id, len(jobs), run_id_for) and idle * IDLE_MEMORY_SHARE > total_memory_bytes():
         return False
-    for j in jobs:
-        run.release(j.group)      # the cgroup now lives with the job, not with this run
     state.kept[len(jobs)] = list(jobs)
     return True
 
@@ -75,7 +73,8 @@ REARM_TIMEOUT_S = 60.0
 
 
 def take(state, run, spec, changes: list[dict], poll=None):
-    """The kept jobs for this run, unthrottled, re-armed for it (changes[i] to job i) and ready, or None.
+    """The kept jobs for this run, re-armed for it (changes[i] to job i) and ready, or None (the last run's
+    limits came off when it closed).
 
     Jobs not ready again within REARM_TIMEOUT_S are killed with their cgroups and the run starts its
     own; a note says so. (Seen before cachecap.py: a ratio cap that made the cgroup reclaim also
@@ -84,11 +83,6 @@ def take(state, run, spec, changes: list[dict], poll=None):
         return None
     jobs = state.kept.pop(spec.models)
     for j in jobs:
-        limits = getattr(j.group, "io", None)
-        if limits is not None and any(v is not None for v in (limits.read_bps, limits.write_bps,
-                                                              limits.read_iops, limits.write_iops)):
-            j.group.clear_io_limits(limits)    # the last run's profile; this run's is applied at go
-            j.group.io = type(limits)(device=limits.device)
         j.again(changes[j.index], run.run_id)
     if poll is not None:
         try:
@@ -103,9 +97,7 @@ def take(state, run, spec, changes: list[dict], poll=None):
 
 def _end(jobs) -> None:
     for j in jobs:
-        j.kill()
-        if j.group is not None:
-            j.group.remove()
+        j.end()
 
 
 def drop(state) -> None:

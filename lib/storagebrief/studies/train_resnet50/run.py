@@ -10,8 +10,8 @@ device. Scenarios, each on every target:
   ingest      one model while a writer ingests new TFRecords at a set rate
   checkpoint  one model checkpointing every N steps (vs the long default interval)
 
-Each job is its own process in its own cgroup (jobs.py, worker.py). The parent waits for
-every job to be ready, makes the dataset's cache cold, applies the ratio's page-cache cap
+Each job is its own process in its own cgroup (jobs.py, worker.py; a core.longjob.LongJob the engine
+owns). The parent waits for every job to be ready, makes the dataset's cache cold, applies the ratio's page-cache cap
 (memory.py), starts the clock and says go. Where memory cgroups are unavailable, limited
 runs are skipped (a note says why) and unlimited runs go without memory statistics.
 """
@@ -35,9 +35,10 @@ from . import STUDY, prestart, reuse
 from .dataset import Dataset, resolve_datasets
 from ...kit.ingest import IngestWriter
 from .cachecap import DatasetCacheCap
-from .jobs import Job, JobFailed, _poll
-from .memory import (_memory_capability, anon_bytes, cold_dataset, final_stats,
-                     foreign_cache_drops, memory_need, reset_peak, safe_stats, total_memory_bytes)
+from .jobs import Job, JobFailed, _poll, new_job
+from .memory import (anon_bytes, cold_dataset, final_stats, foreign_cache_drops, memory_need, reset_peak, safe_stats,
+                     total_memory_bytes)
+from ...core.longjob import memory_unavailable
 from .metrics import _rows
 from .params import MIB, MemorySetting, TrainParams, parse_memory
 
@@ -128,7 +129,7 @@ def prepare(sweep) -> None:
     sweep.log(f"datasets ready, TensorFlow libraries cached ({time.perf_counter() - t:.1f} s)")
     for t in sweep.targets:
         targets_mod.check_profile_speed(t, [Path(f) for f in datasets[t.name].files[:4]])
-    sweep.state = TrainState(datasets=datasets, memory_unavailable=_memory_capability())
+    sweep.state = TrainState(datasets=datasets, memory_unavailable=memory_unavailable())
 
 
 def plan(sweep) -> list[Point]:
@@ -171,7 +172,7 @@ def finish(sweep, frame) -> None:
 
 def close(sweep) -> None:
     """Always, also after an error between runs or a signal: the early and the kept jobs end and their
-    cgroups go (in a notebook kernel nothing else would end them; a leftover cgroup was seen here)."""
+    cgroups go (the engine ends every job it owns after this too: sweep.jobs)."""
     state = getattr(sweep, "state", None)
     if state is not None:
         prestart.drop(state)
@@ -193,33 +194,6 @@ def _base_row(run, spec: RunSpec, ds: Dataset, setting: MemorySetting, steps_per
             "checkpoint_interval_s": 0.0 if spec.checkpoint_every_steps else p.checkpoint_default_interval_s}
 
 
-def _job_cgroup(run, index: int, setting: MemorySetting, io):
-    """The job's cgroup (memory, even unlimited = RAM, for its peak and OOM stats), or None.
-
-    None only for an unlimited run where cgroups are unavailable: it runs without memory
-    statistics; a limited run cannot, so CgroupUnavailable propagates. Its io group counts but
-    does not throttle yet: _throttle applies the profile at go, so the job's start-up (TensorFlow's
-    ~400 MB of libraries, re-read whenever anything dropped them) is not read at the emulated
-    device's speed (measured: 85-91 s start-up on hdd-emulated vs 26-30 s on local).
-    """
-    initial = int(setting.value) if setting.kind == "bytes" else total_memory_bytes()
-    # An unthrottled target's job counts io too where it can, so a later run may throttle it (reuse.py).
-    counting = io or targets_mod.io_limits(run.target, accounting=True)
-    tries = [counting, None] if io is None and counting is not None else [io]
-    for k, limits in enumerate(tries):
-        try:
-            return run.cgroup(f"j{index}", memory_limit_bytes=initial,
-                              io=cgroups.IoLimits(limits.device) if limits is not None else None)
-        except cgroups.CgroupUnavailable as exc:
-            if k + 1 < len(tries):
-                continue
-            if setting.limited:
-                raise
-            if io is not None:
-                run.unthrottled(exc)
-            return None
-
-
 def _per_run(run, spec: RunSpec, index: int, ds: Dataset) -> dict:
     """What a job's spec takes from its run (all kept jobs change when a later run re-arms them)."""
     p: TrainParams = run.p
@@ -231,18 +205,26 @@ def _per_run(run, spec: RunSpec, index: int, ds: Dataset) -> dict:
 
 
 def _make_jobs(run, spec: RunSpec, ds: Dataset, setting: MemorySetting, io, splits, jobs: list[Job]) -> None:
-    """One Job per model (appended to `jobs` as made, so a failure half-way still cleans up)."""
+    """One Job per model (appended to `jobs` as made, so a failure half-way still cleans up), each the engine's
+    (sweep.jobs) with its own cgroup: memory (a size limit from its start, else all RAM, for its peak and OOM
+    counters) and io counted on the target's device but not throttled yet: the profile goes on at go
+    (_throttle), so the job's start-up (TensorFlow's ~400 MB of libraries, re-read whenever anything dropped
+    them) is not read at the emulated device's speed (measured: 85-91 s start-up on hdd-emulated vs 26-30 s
+    on local). An unthrottled target's job counts io too, so a later run may throttle it (reuse.py). Without
+    cgroups an unlimited job runs without memory statistics; a limited one cannot (CgroupUnavailable)."""
     p: TrainParams = run.p
+    counting = io or targets_mod.io_limits(run.target, accounting=True)
     for i, cpus in enumerate(splits):
-        group = _job_cgroup(run, i, setting, io)
-        jobs.append(Job(i, {"job": i, "input_size": p.input_size, "batch_size": p.batch_size,
-                            "num_classes": p.num_classes, "epochs": p.epochs,
-                            "steps_per_epoch": ds.records // p.batch_size,
-                            "learning_rate": p.learning_rate, "shuffle_buffer": p.shuffle_buffer,
-                            "read_parallelism": p.read_parallelism, "warmup_steps": p.warmup_steps,
-                            "threads": len(cpus), "cpus": cpus, **_per_run(run, spec, i, ds)},
-                        group, run.sweep.out_dir / "logs" / f"{run.run_id}-j{i}.log",
-                        limit_bytes=int(setting.value) if setting.kind == "bytes" else None, run_id=run.run_id))
+        jobs.append(new_job(i, {"job": i, "input_size": p.input_size, "batch_size": p.batch_size,
+                                "num_classes": p.num_classes, "epochs": p.epochs,
+                                "steps_per_epoch": ds.records // p.batch_size,
+                                "learning_rate": p.learning_rate, "shuffle_buffer": p.shuffle_buffer,
+                                "read_parallelism": p.read_parallelism, "warmup_steps": p.warmup_steps,
+                                "threads": len(cpus), "cpus": cpus, **_per_run(run, spec, i, ds)},
+                            f"{run.run_id}-j{i}", run.sweep.out_dir, run.sweep.jobs,
+                            memory_limit_bytes=int(setting.value) if setting.kind == "bytes" else None,
+                            io_device=counting.device if counting is not None else None,
+                            need_cgroup=setting.limited, run_id=run.run_id))
 
 
 def _start_jobs(run, spec: RunSpec, ds: Dataset, setting: MemorySetting, io, jobs: list[Job]) -> None:
@@ -260,7 +242,7 @@ def _start_jobs(run, spec: RunSpec, ds: Dataset, setting: MemorySetting, io, job
         return
     _make_jobs(run, spec, ds, setting, io, cpu_split(spec.models), jobs)
     for j in jobs:
-        j.start(run.sweep.out_dir / "jobs" / f"{run.run_id}-j{j.index}.json")
+        j.start()
     if paired:
         prestart.start_next(run, _make_jobs, run_id_for, cpu_split)
 
@@ -295,16 +277,14 @@ def _arm(jobs: list[Job], setting: MemorySetting, ds: Dataset) -> None:
 
 
 def _throttle(run, jobs: list[Job], io) -> bool:
-    """Just before go: the target's emulated profile on every job's io group; True where applied."""
+    """Just before go: the target's emulated profile on every job through the engine (run.limit_job, lifted when
+    the run closes); True where applied."""
     if io is None:
         return False
     applied = False
     for j in jobs:
-        if j.group is None or "blkio" not in j.group.dirs:
-            continue
         try:
-            j.group.set_io(io)
-            applied = True
+            applied = run.limit_job(j.worker, io) or applied
         except cgroups.CgroupUnavailable as exc:
             run.unthrottled(exc)
             return False
@@ -335,11 +315,9 @@ def _failed(base: dict, jobs: list[Job], reason: str, emulated: bool) -> Measure
 
 
 def _clean_up(target, jobs: list[Job], writer: IngestWriter | None) -> None:
-    """Every job killed, its cgroup removed (the engine removes them too), scratch files gone."""
+    """Every job killed, its cgroup removed (the engine's end would remove them too), scratch files gone."""
     for j in jobs:
-        j.kill()
-        if j.group is not None:
-            j.group.remove()
+        j.end()
     if writer is not None and getattr(writer, "group", None) is not None:
         writer.group.remove()
     if writer is not None and writer.proc.is_alive():
@@ -383,7 +361,7 @@ def execute_run(run, spec: RunSpec, ds: Dataset, need_hint: int | None = None) -
         _poll(jobs, "ready", p.stall_timeout_s, p.stall_timeout_s * 2)
         prestart.wait_ready(run, p.stall_timeout_s)
         writer = _ingest_writer(run, spec, ds, io) if spec.ingest_mb_per_s else None
-        run.cache_method = cold_dataset(ds.files, run.params.run.cold_cache)
+        cold_dataset(run, ds.files)
         _arm(jobs, setting, ds)
         emulated = _throttle(run, jobs, io)
         drops0 = foreign_cache_drops()
@@ -404,8 +382,7 @@ def execute_run(run, spec: RunSpec, ds: Dataset, need_hint: int | None = None) -
             kept = list(jobs)               # not cleaned up with this run: a later run takes it
         else:
             for j in jobs:
-                j.proc.stdin.close()        # no "again": the job ends
-                j.proc.wait(timeout=60)
+                j.worker.finish(timeout_s=60)   # no "again": the job ends
     except JobFailed as exc:
         run.stop_clock()
         if writer:
