@@ -157,24 +157,26 @@ def run_one(run, config: Config) -> Measurement:
 
 
 def _cold_cache(run, c: Config, store) -> None:
-    """Before a PUT too: drop_caches also writes back earlier runs' dirty pages, which would land in this one."""
+    """The objects' own files evicted (after os.sync: earlier runs' dirty pages are not written back inside this
+    one), not drop_caches: that would also drop the worker's code pages, and a worker in a throttled cgroup
+    re-reading them at the profile's IOPS took 17-18 s per run under hdd_7200 (measured), none of it measured."""
     files = dataset.object_files(run.target, store, c.object_bytes, run.p.objects_for(c.object_bytes))
     if files:
-        run.cold_cache(files)
+        run.evict(files, "the objects' files")
     else:
         run.cache_not_controlled()
 
 
 def _measure(run, c: Config, store, scope, busy, cfg: dict, env: dict, keys: list[str]) -> Measurement:  # long: one worker run, start to row
-    # the worker starts (imports, client) while the cache is dropped: it touches no data before 'go'
+    # the worker starts (imports, client) and touches no data before 'go'; then the objects' files go cold
     w = scope.popen([sys.executable, "-m", f"{STUDY.package}.worker"], env={**os.environ, **env},
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                     cwd=str(Path(__file__).resolve().parents[3]))
     w.stdin.write(json.dumps(cfg) + "\n")
     w.stdin.flush()
-    _cold_cache(run, c, store)
     if w.stdout.readline().strip() != "ready":
         _raise_worker(store, w)
+    _cold_cache(run, c, store)
     if c.load == "busy":
         _busy_load(run, busy)
     g0 = s3study.gateway_cpu(store)
