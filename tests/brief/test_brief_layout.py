@@ -40,6 +40,31 @@ def test_split_detector_finds_broken_cells_and_spares_whole_ones():
     assert len(found) == 2, found
 
 
+def test_clipped_detector_finds_numbers_missing_from_the_pdf():
+    cells = ["Target", "local", "686.5", "1,300.5", "+3.2%", "a note"]
+    page = "Target    \nlocal     1,300.5   +3.2%\n"        # the 686.5 column was cut off the page
+    assert layout.clipped_cells([page], cells) == ["1 table number(s) not in the PDF (a column cut off?): e.g. 686.5"]
+    assert layout.clipped_cells([page + " 686.5"], cells) == []
+
+
+def test_a_table_wider_than_the_page_prints_in_parts_repeating_the_columns_that_name_a_row():
+    import pandas as pd
+
+    from storagebrief.report.display import PAGE_WIDTH_PT, column_parts, table_html
+    wide = pd.DataFrame({"Target": ["local", "local", "local"], "Streams": [2, 4, 4], "Topics": [1, 1, 3],
+                         **{f"latency p{i} ms": [1234.5, 2.5, 9876.5] for i in range(14)}})
+    parts = column_parts(wide)
+    assert len(parts) > 1
+    assert all(list(p.columns[:3]) == ["Target", "Streams", "Topics"] for p in parts)   # rows stay told apart
+    rest = [c for p in parts for c in p.columns[3:]]
+    assert rest == list(wide.columns[3:])                                     # every column once, in order
+    from storagebrief.report import display
+    assert all(sum(display._column_pt(p, c, "{:,.1f}") for c in p.columns) <= PAGE_WIDTH_PT for p in parts)
+    assert "(In " in table_html(wide, "Latencies.") and table_html(wide).count("<table") == len(parts)
+    narrow = wide.iloc[:, :6]
+    assert len(column_parts(narrow)) == 1 and "parts to fit" not in table_html(narrow, "x")
+
+
 def test_external_references_are_found():
     assert layout.external_references('<link href="https://fonts.example/x.css">')
     assert layout.external_references("<style>@import url(//cdn.example/a.css)</style>")

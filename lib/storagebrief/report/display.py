@@ -78,16 +78,68 @@ def _wrap_at_spaces_only(table: str) -> str:
                                                                   m.group(1)) + "<", table)
 
 
+# The printed page's width for a table (A4 less the margins: 182 mm) and what a column takes of it at the tables'
+# 8 pt: ~4.3 pt a character of its longest unbreakable word (header or cell) plus 12 pt of padding. Fitted on the
+# Kafka pipeline table, whose 11 first columns fit and whose 12th did not; a wider table lost its right-hand
+# columns in the PDF without a word (report/layout.py's clipped-cells check now finds that).
+PAGE_WIDTH_PT, CHAR_PT, PAD_PT = 500.0, 4.3, 12.0
+
+
+def _column_pt(frame: pd.DataFrame, col, floatfmt: str) -> float:
+    def text(v) -> str:
+        if isinstance(v, float):
+            return "–" if v != v else floatfmt.format(v)
+        return str(v)
+    words = str(col).split() + [w for v in frame[col] for w in (text(v).split() or [""])]
+    return CHAR_PT * max(map(len, words), default=1) + PAD_PT
+
+
+def column_parts(frame: pd.DataFrame, floatfmt: str = "{:,.1f}") -> list[pd.DataFrame]:
+    """The table as page-wide parts: the leading columns that tell its rows apart (up to four, within half the
+    page) repeat in each part, the others follow in order while they fit PAGE_WIDTH_PT. One part when the whole
+    table fits."""
+    cols = list(frame.columns)
+    if len(cols) < 3:
+        return [frame]
+    width = {c: _column_pt(frame, c, floatfmt) for c in cols}
+    if sum(width.values()) <= PAGE_WIDTH_PT:
+        return [frame]
+    keys = cols[:1]
+    for k in range(1, min(4, len(cols) - 1) + 1):
+        if sum(width[c] for c in cols[:k]) > PAGE_WIDTH_PT / 2:
+            break
+        keys = cols[:k]
+        if not frame[keys].astype(str).duplicated().any():
+            break
+    key_pt = sum(width[c] for c in keys)
+    parts, part = [], []
+    for c in cols[len(keys):]:
+        if part and key_pt + sum(width[x] for x in part) + width[c] > PAGE_WIDTH_PT:
+            parts.append(part)
+            part = []
+        part.append(c)
+    parts.append(part)
+    return [frame[[*keys, *p]] for p in parts]
+
+
 def table_html(frame: pd.DataFrame, caption: str = "", floatfmt: str = "{:,.1f}") -> str:
-    # numbers in the columns after the first: keep each on one line (long text elsewhere may wrap at spaces)
-    numeric = len(frame.columns) > 1 and all(pd.api.types.is_numeric_dtype(frame[c]) for c in frame.columns[1:])
-    body = frame.to_html(index=False, classes="brief-table numeric" if numeric else "brief-table", border=0,
-                         na_rep="–", float_format=lambda v: floatfmt.format(v))
-    body = _wrap_at_spaces_only(body)
+    parts = column_parts(frame, floatfmt)
+    if len(parts) > 1:
+        caption = (caption + " " if caption else "") + (f"(In {len(parts)} parts to fit the page; the columns that "
+                                                         "name a row repeat.)")
+    body = "".join(_one_table(p, floatfmt) for p in parts)
     cap = f'<p class="caption">{html.escape(caption)}</p>' if caption else ""
     # a table longer than a page may break across pages (else it leaves its heading alone on a page)
     wrap = "table-wrap long" if len(frame) > LONG_TABLE_ROWS else "table-wrap"
     return f'<div class="{wrap}">{body}{cap}</div>'
+
+
+def _one_table(frame: pd.DataFrame, floatfmt: str) -> str:
+    # numbers in the columns after the first: keep each on one line (long text elsewhere may wrap at spaces)
+    numeric = len(frame.columns) > 1 and all(pd.api.types.is_numeric_dtype(frame[c]) for c in frame.columns[1:])
+    body = frame.to_html(index=False, classes="brief-table numeric" if numeric else "brief-table", border=0,
+                         na_rep="–", float_format=lambda v: floatfmt.format(v))
+    return _wrap_at_spaces_only(body)
 
 
 def show_table(frame: pd.DataFrame, caption: str = "", floatfmt: str = "{:,.1f}", body: bool = False) -> None:

@@ -6,6 +6,9 @@
   in the same column on the next line, is a split when F + G (or F + "-" + G) is a word of some cell
   while F or G alone is none, or when that word is found whole fewer times in the PDF than the cells
   hold it. Two whole values in consecutive rows ("12" above "8" where "128" is a cell too) are not.
+- clipped cells: every number a table cell holds is somewhere in the PDF's text. A table wider than the
+  page loses its right-hand columns in print with no error (the KV-cache study's H200 table lost its last
+  column so); numbers do not wrap, so a missing one is cut off, not split.
 - sparse pages: no page less than a quarter filled unless the next page starts a top-level section,
   or it is the last page.
 - page 1 holds the answers' "Accelerators supported" line of every target.
@@ -130,6 +133,19 @@ def split_cells(pages: list[str], cells: list[str]) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+NUMBER = re.compile(r"[-+−]?[\d.,]*\d[\d.,]*(?:e[-+]\d+)?%?")
+
+
+def clipped_cells(pages: list[str], cells: list[str], show: int = 5) -> list[str]:
+    """Numbers of table cells found nowhere in the PDF: '<n> table numbers not in the PDF (a column cut off?):
+    e.g. …'."""
+    printed = set(" ".join(pages).split())
+    missing = list(dict.fromkeys(c.strip() for c in cells if NUMBER.fullmatch(c.strip()) and c.strip() not in printed))
+    if not missing:
+        return []
+    return [f"{len(missing)} table number(s) not in the PDF (a column cut off?): e.g. {', '.join(missing[:show])}"]
+
+
 def _gray_rows(pdf: str | Path, page: int, dpi: int = 20) -> list[float]:
     """Per pixel row of one page: the share of non-white pixels (pdftoppm, binary PGM)."""
     raw = subprocess.run(["pdftoppm", "-gray", "-r", str(dpi), "-f", str(page), "-l", str(page), str(pdf)],
@@ -207,6 +223,7 @@ def check(pdf: str | Path, html_path: str | Path, targets: list[str] | None = No
     appendices = [h for h, cls in parsed.headings if "appendix" in cls.split()]
     body = body_pages(pages, appendices)
     out.update(pages=len(pages), body_pages=body, split_cells=split_cells(pages, parsed.cells),
+               clipped_cells=clipped_cells(pages, parsed.cells),
                sparse_pages=sparse_pages(pdf, pages, tops),
                page1_answers=[f"page 1 has no 'Accelerators supported' answer for {t}"
                               for t in missing_answers(pages[0] if pages else "", targets or [])],
@@ -221,5 +238,5 @@ def figure_problems(html_text: str) -> list[str]:
 
 
 def problems(result: dict) -> list[str]:
-    return [p for k in ("split_cells", "sparse_pages", "page1_answers", "body", "offline", "figures")
+    return [p for k in ("split_cells", "clipped_cells", "sparse_pages", "page1_answers", "body", "offline", "figures")
             for p in result.get(k, [])]

@@ -224,9 +224,16 @@ def _h200(study: dict) -> None:
     rows = study.get("h200_reproduction") or []
     if not rows:
         return
-    t = pd.DataFrame(rows)[["model", "context_tokens", "measured_tokens_per_s", "model_tokens_per_s", "relative_error",
-                            "measured_breakeven_read_gib_per_s", "model_breakeven_read_gib_per_s",
-                            "measured_effective_tflops"]]
+    r = pd.DataFrame(rows)
+    # short headers with units and whole tokens/s: with the raw column names the table ran past the page and the
+    # PDF lost its last column
+    t = pd.DataFrame({"model": r.model, "context (tokens)": r.context_tokens.map("{:,.0f}".format),
+                      "tokens/s measured": r.measured_tokens_per_s.map("{:,.0f}".format),
+                      "tokens/s model": r.model_tokens_per_s.map("{:,.0f}".format),
+                      "model vs measured": r.relative_error.map("{:+.1%}".format),
+                      "break-even read GiB/s, measured": r.measured_breakeven_read_gib_per_s,
+                      "break-even read GiB/s, model": r.model_breakeven_read_gib_per_s,
+                      "TFLOP/s measured": r.measured_effective_tflops})
     show_table(t, f"The catalogue's H200 (measured 2026-11-26): prefill tokens/s beside the FLOP model at one fitted "
                   f"rate per model ({', '.join(f'{r:,.0f}' for r in sorted(set(pd.DataFrame(rows).tflops)))} "
                   f"TFLOP/s); within ±{study.get('h200_tolerance', 0) * 100:.0f} % at every point. The read GiB/s at "
