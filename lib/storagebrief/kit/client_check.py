@@ -206,7 +206,7 @@ def sensitivity(base: dict[str, list[float]], confined: dict[str, list[float]]) 
     return {"figures": out, "client_bound": bound}
 
 
-def verdict_word(result: dict) -> str:
+def verdict_word(result: dict, short: bool = False) -> str:
     """client-bound when a figure (every figure is higher-is-better: AU, samples/s, GiB/s) fell beyond its spread
     on half the CPUs; a figure that only rose beyond it still depends on the client's CPUs, but not for want of
     them; else not client-sensitive."""
@@ -214,7 +214,8 @@ def verdict_word(result: dict) -> str:
         return "not client-sensitive"
     if any(v["moved_beyond_spread"] and v["moved"] < 0 for v in result["figures"].values()):
         return "client-bound"
-    return "client-sensitive (faster on half the CPUs: contention among the client's processes, or noise)"
+    return "client-sensitive (faster on half the CPUs" + (")" if short else
+                                                          ": contention among the client's processes, or noise)")
 
 
 def verdict_text(result: dict, cpus: int, of: int, point: str) -> str:
@@ -289,7 +290,7 @@ def verdicts(frame, keys: list[str], values, label) -> list[dict]:
     out = []
     if "client_check" not in frame:
         return out
-    kind = frame.client_check.fillna("").astype(str)
+    kind = frame.client_check.astype(str).where(frame.client_check.notna(), "")
     base, conf = frame[kind.isin(["", REFERENCE])], frame[kind == CHECK]
     for key, g in conf.groupby(keys, sort=False):
         key = key if isinstance(key, tuple) else (key,)
@@ -311,10 +312,13 @@ def verdicts(frame, keys: list[str], values, label) -> list[dict]:
 
 def short_note(check: dict, at: str = "") -> str:
     """What sits next to a headline: 'client check on 1 of 2 CPUs: client-bound (honest save GiB/s moved
-    -0.12 vs a repeat spread of 0.05)' (a verdicts() entry: its figures and client_bound)."""
-    moved = [f"{k} moved {v['moved']:+.3g} vs a repeat spread of {v['repeat_spread']:.3g}"
-             for k, v in check["figures"].items() if v["moved_beyond_spread"] or not check["client_bound"]]
-    head = verdict_word(check)
+    -0.12 vs a repeat spread of 0.05)' (a verdicts() entry): the figures beyond their spread, or when none, the
+    one closest to it."""
+    figs = check["figures"]
+    shown = [k for k, v in figs.items() if v["moved_beyond_spread"]] or \
+        [max(figs, key=lambda k: abs(figs[k]["moved"]) / (figs[k]["repeat_spread"] or 1e-12))] if figs else []
+    moved = [f"{k} moved {figs[k]['moved']:+.3g} vs a repeat spread of {figs[k]['repeat_spread']:.3g}" for k in shown]
+    head = verdict_word(check, short=True)
     return (f"client check{at} on {check['cpus_confined']} of {check['cpus_all']} CPUs: {head}"
             + (f" ({'; '.join(moved)})" if moved else ""))
 

@@ -72,7 +72,8 @@ def test_verdict_sits_beside_the_headline_and_on_page_1(tmp_path):
     note = brief.check_note(study, "fast")
     assert note.startswith("client check (m) on 1 of 2 CPUs: client-bound (honest save GiB/s moved -1")
     assert "repeat spread of 0.2" in note and brief.check_note(study, "other") == ""
-    (tmp_path / "study.json").write_text(json.dumps({**study, "intervals": [
+    ckpts.to_csv(tmp_path / "checkpoints.csv", index=False)        # the brief's verdict: from the study's files
+    (tmp_path / "study.json").write_text(json.dumps({"intervals": [
         {"target": "fast", "model": "llama3-8b", "ranks": 8, "checkpoint_bytes": 1 << 30, "checkpoint_gib": 1.0,
          "overhead_limit_percent": 5, "sync_interval_s": 20.0, "async_interval_s": 2.0, "restore_s": 1.0}]}))
     page1, = brief.answers(tmp_path, runs, ["fast"])

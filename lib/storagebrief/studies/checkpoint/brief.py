@@ -16,7 +16,7 @@ from ...kit.files import read_csv_or_none, read_json_or
 from ...kit.runs import ok_runs
 from ...report.display import analysis, show_figure, show_md, show_table, style
 from ...report.formatting import significant
-from . import framework_brief
+from . import framework_brief, metrics
 
 
 # Files beside runs.csv the section reads, and what is left out without each.
@@ -34,6 +34,7 @@ def section(study_dir: Path, frame, names: list[str]) -> None:
     cost = ok[ok.sweep == "cost"] if "sweep" in ok else ok.iloc[0:0]
     ok = ok[~ok.sweep.isin(["cost", "framework"])] if "sweep" in ok else ok
     _what_ran(ok, study)
+    study["client_checks"] = _checks(study_dir, frame)
     _versus(ok, names, study)
     _client_check(study)
     _directory_vs_s3(ok, study)
@@ -44,6 +45,11 @@ def section(study_dir: Path, frame, names: list[str]) -> None:
     framework_brief.section(study_dir, frame, names, study)
     _sizes(study)
     _limits(study)
+
+
+def _checks(study_dir, frame) -> list[dict]:
+    """The client check's verdicts from runs.csv and checkpoints.csv (study.json keeps the study's own copy)."""
+    return metrics.client_checks(frame, read_csv_or_none(Path(study_dir) / "checkpoints.csv"))
 
 
 def _scored(table):
@@ -362,6 +368,7 @@ def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
     """Page 1: for the largest llama3 model, the shortest checkpoint interval keeping training's overhead
     within the limit on each target (sync and async), and the restore time after a failure."""
     study = read_json_or(Path(study_dir) / "study.json") or {}
+    study["client_checks"] = _checks(study_dir, frame)
     rows = study.get("intervals") or []
     s3 = {n for n, t in (study.get("targets") or {}).items() if t.get("kind") == "s3"}
     if not rows:
