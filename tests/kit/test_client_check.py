@@ -93,3 +93,9 @@ def test_check_cpus_says_why_it_cannot_run():
         assert client_check.check_cpus(notes.append) == client_check.half_cpus() and len(notes) == 1
     cols = client_check.row_columns(None)
     assert set(cols) == {c.name for c in client_check.COLUMNS} and not any(cols.values())
+
+
+def test_no_move_within_a_wide_spread_is_inconclusive():
+    wide = client_check.sensitivity({"gib_per_s": [1.0, 2.0]}, {"gib_per_s": [1.2]})
+    assert not wide["client_bound"]
+    assert client_check.verdict_word(wide) == "inconclusive (the repeats of gib_per_s spread 67 % of their mean)"

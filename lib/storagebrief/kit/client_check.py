@@ -206,11 +206,23 @@ def sensitivity(base: dict[str, list[float]], confined: dict[str, list[float]]) 
     return {"figures": out, "client_bound": bound}
 
 
+# Repeats spread wider than this share of their mean: a move of that size would not show, so no move within
+# the spread says nothing (quick-scale checkpoints on a loaded 2-core machine spread 40-130 %).
+WIDE_SPREAD = 0.25
+
+
 def verdict_word(result: dict, short: bool = False) -> str:
     """client-bound when a figure (every figure is higher-is-better: AU, samples/s, GiB/s) fell beyond its spread
     on half the CPUs; a figure that only rose beyond it still depends on the client's CPUs, but not for want of
-    them; else not client-sensitive."""
+    them; no move beyond the spread is inconclusive when a spread is wider than WIDE_SPREAD of its mean, else
+    not client-sensitive."""
     if not result["client_bound"]:
+        figs = result["figures"]
+        wide = {k: v["repeat_spread"] / abs(v["base_mean"]) for k, v in figs.items()
+                if v["base_mean"] and v["repeat_spread"] > WIDE_SPREAD * abs(v["base_mean"])}
+        if wide:
+            k = max(wide, key=wide.get)
+            return f"inconclusive (the repeats of {k} spread {100 * wide[k]:.0f} % of their mean)"
         return "not client-sensitive"
     if any(v["moved_beyond_spread"] and v["moved"] < 0 for v in result["figures"].values()):
         return "client-bound"
@@ -330,5 +342,6 @@ def markdown(checked: list[dict], who: str, figures: str) -> str:
     return (f"**Client check** (what MLPerf Storage lacks): the point each answer rests on, re-run with {who} held "
             f"to half the CPUs. A point whose {figures} moves by more than the spread (max − min) of its own "
             "repeats is client-bound when it fell: its figure measures this machine's CPU as much as the storage; "
-            "one that only rose depends on the client's CPUs too (contention among its processes) or is noise.\n"
+            "one that only rose depends on the client's CPUs too (contention among its processes) or is noise; no "
+            f"move beyond a spread wider than {100 * WIDE_SPREAD:.0f} % of its mean is inconclusive.\n"
             + "\n".join(lines))
