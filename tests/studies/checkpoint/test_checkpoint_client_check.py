@@ -107,3 +107,30 @@ def test_a_small_run_with_the_check_on(tmp_path):
     assert row["save_gib_per_s"] == pytest.approx(scored.honest_save_gib_per_s.mean())
     from storagebrief.core import cgroups
     assert not [d for d in cgroups.leftover_dirs(os.getpid()) if "halfcpus" in d.name]
+
+
+@two_cpus
+def test_without_a_cgroup_the_ranks_pin_themselves(tmp_path, monkeypatch):
+    """Not root / no cpuset: the confined run's ranks pin every thread to the half (sched_setaffinity), and the
+    row and the notes say why no cgroup was used."""
+    from storagebrief.studies.checkpoint import ranks
+    half = client_check.half_cpus()
+    monkeypatch.setattr(client_check, "confine", lambda name, cpus, group=None: client_check.Confinement(
+        cpus, client_check.AFFINITY, reason="no cgroup: test", affinity=list(cpus)))
+    seen = tmp_path / "affinity"
+    seen.mkdir()
+
+    def pinned(cpus):
+        client_check.apply_affinity(cpus)
+        (seen / str(os.getpid())).write_text(",".join(str(c) for c in sorted(os.sched_getaffinity(0))))
+    monkeypatch.setattr(ranks, "apply_affinity", pinned)
+    params = config.validate({"targets": [{"name": "fast", "path": str(tmp_path / "fast")}],
+                              "run": {"cold_cache": True}, "checkpoint": SMALL}, root=REPO)
+    STUDY.run(params, tmp_path / "out", log=lambda *_: None, progress="off")
+    runs = pd.read_csv(tmp_path / "out" / "runs.csv")
+    check = runs[runs.client_check == client_check.CHECK]
+    assert check.cpu_confinement.iloc[0] == f"sched_setaffinity {','.join(map(str, half))} (no cgroup: test)"
+    got = {p.read_text() for p in seen.iterdir()}
+    assert ",".join(map(str, half)) in got and len(got) == 2     # the confined run's ranks; the others kept all
+    notes = json.loads((tmp_path / "out" / "notes.json").read_text())["warnings"]
+    assert any(n.startswith("client check: client processes confined by sched_setaffinity") for n in notes)

@@ -98,3 +98,30 @@ def test_a_small_run_with_the_check_on(tmp_path):
     lat = pd.read_csv(out / "latency.csv")
     assert set(lat.client_check.dropna()) == {client_check.REFERENCE, client_check.CHECK}
     assert not [d for d in cgroups.leftover_dirs(os.getpid()) if "halfcpus" in d.name]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="the check needs 2 CPUs to halve")
+def test_without_a_cgroup_the_clients_pin_themselves(tmp_path, monkeypatch):
+    """Not root / no cpuset: the confined run's clients pin every thread to the half (sched_setaffinity); the row
+    and the notes say why no cgroup was used."""
+    from storagebrief.studies.kv_cache import clients
+    half = client_check.half_cpus()
+    monkeypatch.setattr(client_check, "confine", lambda name, cpus, group=None: client_check.Confinement(
+        cpus, client_check.AFFINITY, reason="no cgroup: test", affinity=list(cpus)))
+    seen = tmp_path / "affinity"
+    seen.mkdir()
+
+    def pinned(cpus):
+        client_check.apply_affinity(cpus)
+        (seen / str(os.getpid())).write_text(",".join(str(c) for c in sorted(os.sched_getaffinity(0))))
+    monkeypatch.setattr(clients, "apply_affinity", pinned)
+    params = config.validate({"targets": [{"name": "t", "path": str(tmp_path / "t")}],
+                              "run": {"cold_cache": True, "trace": False}, "kv_cache": SMALL}, root=REPO)
+    STUDY.run(params, tmp_path / "out", log=lambda *_: None, progress="off")
+    runs = pd.read_csv(tmp_path / "out" / "runs.csv")
+    check = runs[runs.client_check == client_check.CHECK]
+    assert check.cpu_confinement.iloc[0] == f"sched_setaffinity {','.join(map(str, half))} (no cgroup: test)"
+    got = [p.read_text() for p in seen.iterdir()]
+    assert got.count(",".join(map(str, half))) == SMALL["clients"] and len(got) == 3 * SMALL["clients"]
+    notes = json.loads((tmp_path / "out" / "notes.json").read_text())["warnings"]
+    assert any(n.startswith("client check: client processes confined by sched_setaffinity") for n in notes)
