@@ -13,7 +13,7 @@ from storagebrief import studies
 from storagebrief.core import config
 from storagebrief.kit import client_check
 from storagebrief.studies.checkpoint import brief, metrics
-from conftest import REPO
+from conftest import REPO, pin_without_cgroup
 
 STUDY = studies.get("checkpoint")
 SMALL = {"models": ["llama3-8b"], "scale": 65536, "saves": 3, "restores": 2, "pause_s": 0.0, "retain": 2,
@@ -115,15 +115,8 @@ def test_without_a_cgroup_the_ranks_pin_themselves(tmp_path, monkeypatch):
     row and the notes say why no cgroup was used."""
     from storagebrief.studies.checkpoint import ranks
     half = client_check.half_cpus()
-    monkeypatch.setattr(client_check, "confine", lambda name, cpus, group=None: client_check.Confinement(
-        cpus, client_check.AFFINITY, reason="no cgroup: test", affinity=list(cpus)))
     seen = tmp_path / "affinity"
-    seen.mkdir()
-
-    def pinned(cpus):
-        client_check.apply_affinity(cpus)
-        (seen / str(os.getpid())).write_text(",".join(str(c) for c in sorted(os.sched_getaffinity(0))))
-    monkeypatch.setattr(ranks, "apply_affinity", pinned)
+    pin_without_cgroup(monkeypatch, ranks, seen)
     params = config.validate({"targets": [{"name": "fast", "path": str(tmp_path / "fast")}],
                               "run": {"cold_cache": True}, "checkpoint": SMALL}, root=REPO)
     STUDY.run(params, tmp_path / "out", log=lambda *_: None, progress="off")

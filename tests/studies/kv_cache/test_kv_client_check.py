@@ -14,7 +14,7 @@ from storagebrief.core import cgroups, config
 from storagebrief.kit import client_check
 from storagebrief.studies.kv_cache import brief, metrics
 from storagebrief.studies.kv_cache import params as kv_params, run as kv_run
-from conftest import REPO
+from conftest import REPO, pin_without_cgroup
 
 STUDY = studies.get("kv_cache")
 SMALL = {"run": ["w"], "workloads": {"w": {"model": "llama3.1-8b", "users_per_client": 2, "concurrency": 2}},
@@ -106,15 +106,8 @@ def test_without_a_cgroup_the_clients_pin_themselves(tmp_path, monkeypatch):
     and the notes say why no cgroup was used."""
     from storagebrief.studies.kv_cache import clients
     half = client_check.half_cpus()
-    monkeypatch.setattr(client_check, "confine", lambda name, cpus, group=None: client_check.Confinement(
-        cpus, client_check.AFFINITY, reason="no cgroup: test", affinity=list(cpus)))
     seen = tmp_path / "affinity"
-    seen.mkdir()
-
-    def pinned(cpus):
-        client_check.apply_affinity(cpus)
-        (seen / str(os.getpid())).write_text(",".join(str(c) for c in sorted(os.sched_getaffinity(0))))
-    monkeypatch.setattr(clients, "apply_affinity", pinned)
+    pin_without_cgroup(monkeypatch, clients, seen)
     params = config.validate({"targets": [{"name": "t", "path": str(tmp_path / "t")}],
                               "run": {"cold_cache": True, "trace": False}, "kv_cache": SMALL}, root=REPO)
     STUDY.run(params, tmp_path / "out", log=lambda *_: None, progress="off")
