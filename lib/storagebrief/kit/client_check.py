@@ -3,8 +3,9 @@
 A benchmark point that the storage limits does not move when the client loses CPU; one that the
 client limits does. The check re-runs a headline point with the client's processes confined to half
 of the CPUs they may use and compares AU and samples/s (or any figure) with the point's own repeats:
-a move larger than the repeats' spread (max − min) makes the point client-bound. MLPerf Storage has
-no such check (its client CPU still moves its metrics, mlcommons/storage#334).
+a figure that fell by more than the repeats' spread (max − min) makes the point client-bound (one that
+only rose: client-sensitive; no move within a spread wider than WIDE_SPREAD of the mean: inconclusive;
+else not client-sensitive). MLPerf Storage has no such check (its client CPU still moves its metrics, mlcommons/storage#334).
 
 Confinement, first that works:
   cgroup v1 cpuset   a child cgroup of our own cpuset cgroup (its own hierarchy: the run's memory /
@@ -281,8 +282,17 @@ def check_cpus(note, launcher: str = "fork") -> list[int]:
 
 def confine_run(run, group) -> Confinement:
     """A confined re-run's client processes held to half the CPUs (a cgroup, else their affinity; the reason
-    said in the notes). `group` is the run's own cgroup (the target's throttle), or None."""
-    conf = confine(f"{run.run_id}-cpuset", half_cpus(), group)
+    said in the notes). `group` is the run's own cgroup (the target's throttle), or None: then the run gets a
+    cgroup of its own for them to join (under cgroup v2 the half is set on it), removed with the run."""
+    own = None
+    if group is None:
+        try:
+            own = run.cgroup("clients")
+        except cgroups.CgroupUnavailable:
+            pass                          # confine() says why it fell back to affinity
+    conf = confine(f"{run.run_id}-cpuset", half_cpus(), group or own)
+    if own is not None:
+        conf.procs_files = own.procs_files + conf.procs_files
     if conf.reason:
         run.sweep.note(f"client check: client processes confined by {conf.describe()}")
     return conf
