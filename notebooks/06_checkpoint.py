@@ -56,6 +56,8 @@ checkpoint = {
         'oversubscribe': True,  # more ranks than cores on a host
         'extra_args': [],
     },
+    'client_check': True,  # re-run the largest model's protocol per directory target with the ranks on half the CPUs
+    'client_check_repeats': 1,  # confined runs per target (compared with every save / restore of the point's own runs)
     'cost': {  # what a checkpoint costs an emulated training loop (after the protocol runs)
         'modes': ['none', 'sync', 'async'],  # none: the baseline (always first); [] turns the cost sweep off
         'intervals_steps': [4, 16],  # a checkpoint after every k steps ([] turns the cost sweep off)

@@ -93,6 +93,8 @@ kv_cache = {
         'oversubscribe': True,
         'extra_args': [],
     },
+    'client_check': True,  # re-run the first workload on the first target with the clients on half the CPUs
+    'client_check_repeats': 1,  # confined runs (with repeats: 1, an unconfined re-run beside each: its spread)
     'prefill': {  # this machine's prefill rate: a small llama-shaped decoder in Keras, random weights
         'measure': True,  # False: no 'this-cpu' answer (and no TensorFlow start)
         'layers': 2,

@@ -271,3 +271,17 @@ def tiny_chain(tmp_path_factory):
     res = run("dvc", "repro")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     return SimpleNamespace(work=work, res=res, run=run)
+
+
+def pin_without_cgroup(monkeypatch, module, seen: Path) -> None:
+    """The client check as for a user who may not make cgroups: confinement falls back to sched_setaffinity, and
+    each client process of `module` (its apply_affinity) records the CPUs it ended up on in `seen`/<pid>."""
+    from storagebrief.kit import client_check
+    monkeypatch.setattr(client_check, "confine", lambda name, cpus, group=None: client_check.Confinement(
+        cpus, client_check.AFFINITY, reason="no cgroup: test", affinity=list(cpus)))
+    seen.mkdir()
+
+    def pinned(cpus):
+        client_check.apply_affinity(cpus)
+        (seen / str(os.getpid())).write_text(",".join(str(c) for c in sorted(os.sched_getaffinity(0))))
+    monkeypatch.setattr(module, "apply_affinity", pinned)

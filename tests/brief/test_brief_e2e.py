@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from storagebrief.kit.client_check import unchecked
 from storagebrief.report import formatting
 
 from conftest import TINY  # noqa: E402
@@ -73,6 +74,7 @@ def test_dvc_chain_renders_brief_with_recomputable_headlines(tiny_chain):
         runs = pd.read_csv(work / "reports" / study / "runs.csv")
         if study == "emulate":     # the sweep's scored rows: the client check's confined re-runs answer another question
             runs = emulate_rows(runs)
+        runs = unchecked(runs)     # checkpoint, kv_cache: their client checks' re-runs too (params.yaml turns them on)
         metric, pair = hid.split(":", 1)
         if study == "transfer_sweep" and "|" in pair:   # idle vs busy on one target
             target = pair.removesuffix("_vs_busy").split("|")[0]
@@ -124,6 +126,13 @@ def test_dvc_chain_renders_brief_with_recomputable_headlines(tiny_chain):
     assert len(pd.read_csv(work / "reports" / "preprocess" / "runs.csv")) == (2 + 1) * 2 * 2
     emulate = pd.read_csv(work / "reports" / "emulate" / "runs.csv")        # 2 counts x 3 targets (local-s3 too)
     assert len(emulate_rows(emulate)) == 2 * 3 and len(emulate) > 2 * 3      # + the client check's re-run
+    if len(os.sched_getaffinity(0)) >= 2:         # the client checks (one CPU: skipped, with a note)
+        ck = pd.read_csv(work / "reports" / "checkpoint" / "runs.csv")   # one per directory target, not S3
+        assert sorted(ck[ck.client_check == "half CPUs"].target) == ["hdd-emulated", "local"]
+        # kv_cache: the first target; tiny runs 2 repeats, so no unconfined re-run beside the confined one
+        kv = pd.read_csv(work / "reports" / "kv_cache" / "runs.csv")
+        assert (kv.client_check == "half CPUs").sum() == 1 and "all CPUs" not in set(kv.client_check)
+        assert set(kv.target[kv.client_check.notna()]) == {"local"}
     train = pd.read_csv(work / "reports" / "train_resnet50" / "runs.csv")
     assert len(train) == 4 and (train.status == "ok").all()  # K=1 reuses the memory runs
     capped = train[train.memory_setting == "2.5:1"]

@@ -49,3 +49,75 @@ def test_cpuset_cgroup_holds_a_process_and_is_removed():
         child.wait()
         conf.remove()
     assert not [d for d in cgroups.leftover_dirs(os.getpid()) if "t-cpuset" in d.name]
+
+
+def test_verdict_words_fell_rose_or_held():
+    base = {"gib_per_s": [2.0, 2.2]}
+    fell = client_check.sensitivity(base, {"gib_per_s": [1.0]})
+    rose = client_check.sensitivity(base, {"gib_per_s": [3.0]})
+    held = client_check.sensitivity(base, {"gib_per_s": [2.1]})
+    assert client_check.verdict_word(fell) == "client-bound"
+    assert rose["client_bound"] and client_check.verdict_word(rose).startswith("client-sensitive (faster")
+    assert client_check.verdict_word(held) == "not client-sensitive"
+
+
+def _rows():
+    import pandas as pd
+    return pd.DataFrame([
+        {"target": "a", "w": "x", "v": 2.0, "client_check": None},
+        {"target": "a", "w": "x", "v": 2.2, "client_check": client_check.REFERENCE},
+        {"target": "a", "w": "x", "v": 1.0, "client_check": client_check.CHECK, "cpus_confined": 1,
+         "cpus_available": 2, "cpu_confinement": "cgroup cpuset (v1) 0"},
+        {"target": "b", "w": "x", "v": 5.0, "client_check": None}])
+
+
+def test_rows_and_verdicts_shared_by_the_studies():
+    frame = _rows()
+    assert list(client_check.unchecked(frame).v) == [2.0, 5.0]
+    assert list(client_check.checks(frame).v) == [1.0]
+    assert list(client_check.checks(frame, client_check.REFERENCE).v) == [2.2]
+    c, = client_check.verdicts(frame, ["target", "w"], lambda r: {"v": list(r.v)}, lambda k: f"{k[0]}, {k[1]}")
+    assert (c["target"], c["w"], c["repeats"], c["confined_runs"], c["cpus_confined"], c["cpus_all"]) == \
+        ("a", "x", 2, 1, 1, 2)
+    assert c["client_bound"] and c["verdict"] == "client-bound" and c["text"].startswith("a, x with the client on 1 of 2")
+    assert client_check.short_note(c, " (x)") == \
+        "client check (x) on 1 of 2 CPUs: client-bound (v moved -1.1 vs a repeat spread of 0.2)"
+    assert "- a, x with the client" in client_check.markdown([c], "the clients", "GiB/s")
+    assert client_check.verdicts(frame.drop(columns="client_check"), ["target"], None, None) == []
+
+
+def test_check_cpus_says_why_it_cannot_run():
+    notes = []
+    assert client_check.check_cpus(notes.append, "mpi") == [] and "launcher mpi" in notes[0]
+    if len(os.sched_getaffinity(0)) >= 2:
+        assert client_check.check_cpus(notes.append) == client_check.half_cpus() and len(notes) == 1
+    cols = client_check.row_columns(None)
+    assert set(cols) == {c.name for c in client_check.COLUMNS} and not any(cols.values())
+
+
+def test_no_move_within_a_wide_spread_is_inconclusive():
+    wide = client_check.sensitivity({"gib_per_s": [1.0, 2.0]}, {"gib_per_s": [1.2]})
+    assert not wide["client_bound"]
+    assert client_check.verdict_word(wide) == "inconclusive (the repeats of gib_per_s spread 67 % of their mean)"
+
+
+def test_a_run_without_a_cgroup_gets_its_own_to_confine(monkeypatch):
+    """An unthrottled target's run has no cgroup: the check makes it one (under v2 the half is set on it) and its
+    processes join it beside any cpuset child; when none can be made, confine() falls back by itself."""
+    from types import SimpleNamespace
+    own = SimpleNamespace(procs_files=["/own/cgroup.procs"])
+    got = {}
+
+    def fake_confine(name, cpus, group=None):
+        got["group"] = group
+        return client_check.Confinement(cpus, client_check.CPUSET + " (v1)", procs_files=["/cpuset/cgroup.procs"])
+    monkeypatch.setattr(client_check, "confine", fake_confine)
+    notes = []
+    run = SimpleNamespace(run_id="r", cgroup=lambda suffix: own, sweep=SimpleNamespace(note=notes.append))
+    conf = client_check.confine_run(run, None)
+    assert got["group"] is own and conf.procs_files == ["/own/cgroup.procs", "/cpuset/cgroup.procs"] and not notes
+
+    def refuse(suffix):
+        raise cgroups.CgroupUnavailable("not root")
+    conf = client_check.confine_run(SimpleNamespace(run_id="r", cgroup=refuse, sweep=run.sweep), None)
+    assert got["group"] is None and conf.procs_files == ["/cpuset/cgroup.procs"]

@@ -9,12 +9,14 @@ from pathlib import Path
 
 import pandas as pd
 
+from ...kit import client_check
+from ...kit.client_check import unchecked
 from ...kit.figures import metric_vs
 from ...kit.files import read_csv_or_none, read_json_or
 from ...kit.runs import ok_runs
 from ...report.display import analysis, show_figure, show_md, show_table, style
 from ...report.formatting import significant
-from . import framework_brief
+from . import framework_brief, metrics
 
 
 # Files beside runs.csv the section reads, and what is left out without each.
@@ -28,19 +30,52 @@ def section(study_dir: Path, frame, names: list[str]) -> None:
     style()
     study = read_json_or(Path(study_dir) / "study.json") or {}
     _what_failed(frame, Path(study_dir))
-    ok = ok_runs(frame)
+    ok = ok_runs(unchecked(frame))          # the client check's re-runs count in no figure (their own paragraph)
     cost = ok[ok.sweep == "cost"] if "sweep" in ok else ok.iloc[0:0]
     ok = ok[~ok.sweep.isin(["cost", "framework"])] if "sweep" in ok else ok
     _what_ran(ok, study)
-    _versus(ok, names)
+    study["client_checks"] = _checks(study_dir, frame)
+    _versus(ok, names, study)
+    _client_check(study)
     _directory_vs_s3(ok, study)
-    _per_checkpoint(read_csv_or_none(Path(study_dir) / "checkpoints.csv"), names)
-    _latency(ok, read_csv_or_none(Path(study_dir) / "latency.csv"))
+    _per_checkpoint(_scored(read_csv_or_none(Path(study_dir) / "checkpoints.csv")), names)
+    _latency(ok, _scored(read_csv_or_none(Path(study_dir) / "latency.csv")))
     _cost(cost, names, study, _failed(frame, "cost"))
     _intervals(study)
     framework_brief.section(study_dir, frame, names, study)
     _sizes(study)
     _limits(study)
+
+
+def _checks(study_dir, frame) -> list[dict]:
+    """The client check's verdicts from runs.csv and checkpoints.csv (study.json keeps the study's own copy)."""
+    return metrics.client_checks(frame, read_csv_or_none(Path(study_dir) / "checkpoints.csv"))
+
+
+def _scored(table):
+    return table if table is None else unchecked(table)
+
+
+def _client_check(study: dict) -> None:
+    """The client-sensitivity check: the headline model's protocol re-run with the ranks on half the CPUs."""
+    checked = study.get("client_checks") or []
+    if checked:
+        show_md(client_check.markdown(checked, "the ranks", "honest save or restore GiB/s")
+                + "\n\nThe repeats here are the point's own checkpoints: every save and restore of its runs on all "
+                  "CPUs against every save and restore of the confined run(s).")
+
+
+def _model_note(study: dict, target: str, model: str) -> str:
+    return check_note(study, target) if any(c["target"] == target and c["model"] == model
+                                            for c in study.get("client_checks") or []) else ""
+
+
+def check_note(study: dict, target: str) -> str:
+    """What sits next to a target's checkpoint headline: the client check's verdict there, or ''."""
+    for c in study.get("client_checks") or []:
+        if c["target"] == target:
+            return client_check.short_note(c, f" ({c['model']})")
+    return ""
 
 
 def _failed(frame, sweep: str | None = None) -> pd.DataFrame:
@@ -94,7 +129,7 @@ def versus_table(ok) -> pd.DataFrame:
         "save skew s": g.save_rank_skew_s_mean.mean()}).reset_index()
 
 
-def _versus(ok, names: list[str]) -> None:
+def _versus(ok, names: list[str], study: dict | None = None) -> None:
     import matplotlib.pyplot as plt
 
     if ok.empty:
@@ -117,7 +152,8 @@ def _versus(ok, names: list[str]) -> None:
     show_figure(fig, "Save and restore GiB/s per target and model, MLPerf's way and ours (means over repeats).")
     lines = [f"- **{r.target}**, {r.model}: MLPerf's save figure is ×{r['save ×']:.2f} the honest one "
              f"({r['save MLPerf GiB/s']:.3f} vs {r['save honest GiB/s']:.3f} GiB/s), restore ×{r['restore ×']:.2f}; "
-             f"ranks finished saves {r['save skew s']:.3f} s apart on average."
+             f"ranks finished saves {r['save skew s']:.3f} s apart on average"
+             + "".join(f"; {n}" for n in [_model_note(study or {}, r.target, r.model)] if n) + "."
              for _, r in t.iterrows()]
     analysis(lines + ["- Where rank 0 is not the last rank to finish, a figure that stops on its clock counts bytes "
                       "other ranks are still writing (× > 1); the honest figure waits for every rank's fsync."])
@@ -316,7 +352,7 @@ def _limits(study: dict) -> None:
 def trace_workloads(frame, names: list[str]) -> list[tuple[str, str]]:
     """For the block-level characterization: on the reference target, first repeat, the first protocol run
     and every framework scenario (the Samsung SDC 2023 study's BERT rows)."""
-    ok = ok_runs(frame)
+    ok = ok_runs(unchecked(frame))
     if "sweep" not in ok:
         return []
     ref = ok[ok.target == names[0]].sort_values("repeat") if names else ok.iloc[0:0]
@@ -332,6 +368,7 @@ def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
     """Page 1: for the largest llama3 model, the shortest checkpoint interval keeping training's overhead
     within the limit on each target (sync and async), and the restore time after a failure."""
     study = read_json_or(Path(study_dir) / "study.json") or {}
+    study["client_checks"] = _checks(study_dir, frame)
     rows = study.get("intervals") or []
     s3 = {n for n, t in (study.get("targets") or {}).items() if t.get("kind") == "s3"}
     if not rows:
@@ -350,5 +387,6 @@ def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
                     "basis": f"restore {_duration(r.restore_s)}; one host's honest save rate extrapolated to the "
                              "whole job on this one target"
                              + ("; S3: multipart uploads, acknowledged not fsync'ed by a local gateway"
-                                if r.target in s3 else "") + "; checkpoint study"})
+                                if r.target in s3 else "")
+                             + "".join(f"; {n}" for n in [check_note(study, r.target)] if n) + "; checkpoint study"})
     return out

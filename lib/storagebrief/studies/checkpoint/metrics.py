@@ -21,7 +21,7 @@ import numpy as np
 
 from ...core.checkpoint_workloads import GIB, WORKLOADS, checkpoint_bytes, workload
 from ...core.columns import Column
-from ...kit import runs
+from ...kit import client_check, runs
 from ...kit.latency import add_histograms, bin_edges_us, histogram_percentile_us, new_histogram
 from ...kit.checkpoint_cost import restore_s, shortest_interval_for_overhead
 from ...report.headlines import versus_reference
@@ -108,6 +108,7 @@ COLUMNS: tuple[Column, ...] = (
                                        "CPU', 'machine CPU (N % busy)' (every CPU ≥ 90 % busy over the run), or empty",
                "text"))),
     *FRAMEWORK_COLUMNS,
+    *client_check.COLUMNS,
 )
 LATENCY_OPS = {"write": "save", "fsync": "save", "read": "load"}   # call -> the operation that makes it
 REQUIRED = ("model", "mode", "scale", "writers", "checkpoint_bytes", "mlperf_save_gib_per_s",
@@ -257,7 +258,7 @@ def mlperf_summary(ckpts) -> dict:
     if ckpts is None or ckpts.empty:
         return {}
     out: dict = {}
-    for (t, m), g in ckpts.groupby(["target", "model"]):
+    for (t, m), g in client_check.unchecked(ckpts).groupby(["target", "model"]):
         out.setdefault(t, {})[m] = _summary(g)
     return out
 
@@ -266,12 +267,15 @@ def best_write_gb_per_s(ckpts, target: str) -> float:
     """The target's fastest honest save (GB/s, 10^9), 0 when it has none."""
     if ckpts is None or ckpts.empty:
         return 0.0
+    ckpts = client_check.unchecked(ckpts)
     s = ckpts[(ckpts.target == target) & (ckpts.op == "save")]
     return float((s.bytes / s.max_rank_s).max() / 1e9) if len(s) else 0.0
 
 
 # --------------------------------------------------------------------------- headlines
 def _sweep(frame, name: str):
+    """The sweep's scored rows (the client check's re-runs left out)."""
+    frame = client_check.unchecked(frame)
     if "sweep" not in frame:
         return frame if name == "protocol" else frame.iloc[0:0]
     rows = frame[frame.sweep == name]
@@ -364,4 +368,22 @@ def intervals(frame, target_names: list[str], limit_percent: float) -> list[dict
 
 
 def metrics(frame, target_names: list[str]) -> dict:
-    return runs.metrics(frame, target_names, headlines, _per_target)
+    return runs.metrics(client_check.unchecked(frame), target_names, headlines, _per_target)
+
+
+# --------------------------------------------------------------------------- the client check
+def client_checks(frame, ckpts) -> list[dict]:
+    """Per model and directory target re-run with the ranks on half the CPUs (kit/client_check.py): the honest
+    save and restore GiB/s of every checkpoint of the confined run(s) against every checkpoint of the point's
+    own runs (each save and restore is a repeat of the operation, so a point run once has a spread)."""
+    if ckpts is None or ckpts.empty or "client_check" not in frame:
+        return []
+    ok = runs.ok_runs(frame)
+    ok = ok[ok.sweep == "protocol"] if "sweep" in ok else ok
+
+    def values(rows) -> dict:
+        c = ckpts[ckpts.run_id.isin(set(rows.run_id))]
+        return {f"honest {word} GiB/s": [float(x) for x in c[c.op == op].honest_gib_per_s]
+                for op, word in (("save", "save"), ("load", "restore"))}
+
+    return client_check.verdicts(ok, ["model", "target"], values, lambda k: f"{k[1]}, {k[0]}")

@@ -159,6 +159,10 @@ class CheckpointParams(Strict):
     shapes: dict[str, dict[str, Any]] = Field(default_factory=dict)
     launcher: Literal["fork", "mpi"] = "fork"            # fork: processes on this host; mpi: mpirun ranks
     mpi: MpiParams = Field(default_factory=MpiParams)    # used by launcher: mpi only (emulate's shape)
+    # the headline point (the largest model's protocol) re-run per directory target with the ranks on half the
+    # CPUs (kit/client_check.py); off unless params.yaml turns it on (it does)
+    client_check: bool = False
+    client_check_repeats: int = Field(1, ge=1, le=100)   # confined runs per target
 
     @field_validator("shapes")
     @classmethod
@@ -217,6 +221,11 @@ class CheckpointParams(Strict):
                 except Exception as exc:
                     raise ValueError(str(exc)) from None
         return self
+
+    @property
+    def headline_model(self) -> str:
+        """The model the client check re-runs: the largest checkpoint of `models` (page 1's intervals)."""
+        return max(self.models, key=self.checkpoint_bytes)
 
     @property
     def cost_bytes(self) -> int:

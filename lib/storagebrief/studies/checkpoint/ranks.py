@@ -1,7 +1,7 @@
 """The writing ranks: one forked process each on this host, living for one run (saves then restores).
 
 Each rank, before any clock: dies with its parent (PR_SET_PDEATHSIG), joins the run's cgroup (the
-target's throttle) and fills its write buffer once with incompressible bytes (kit.checkpoint), reused
+target's throttle; a client-check run's cpuset too, or pins itself to its half of the CPUs) and fills its write buffer once with incompressible bytes (kit.checkpoint), reused
 for every write, as DLIO does). Then per operation the parent sends it (op, folder, files) and all
 ranks and the parent meet at a barrier; from its release each rank saves or loads (rank_io.py, the
 primitives the MPI launcher's ranks run too: writes, fsync of every file and the folder, preads by
@@ -29,13 +29,14 @@ from ...core import cgroups
 from ...core.causes import EnvironmentFailure
 from ...core.procs import die_with_parent, reap
 from ...kit.checkpoint import incompressible
+from ...kit.client_check import apply_affinity
 from .rank_io import ONE_CLOCK, RankResult, RankStore, operate
 
 BARRIER_TIMEOUT_S = 600.0
 
 
 def _rank(rank: int, buf_bytes: int, procs_files: list[str], fault: dict | None, barrier, inbox, out_q,
-          s3: dict | None = None) -> None:
+          s3: dict | None = None, affinity: list[int] | None = None) -> None:
     """One rank (a forked process): buffer (and S3 client) once, then an operation per message until None."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # the parent handles Ctrl-C and stops us
     signal.signal(signal.SIGTERM, signal.SIG_DFL)    # not the parent's handler: stopped means gone
@@ -43,6 +44,7 @@ def _rank(rank: int, buf_bytes: int, procs_files: list[str], fault: dict | None,
     try:
         if procs_files:
             cgroups.join(procs_files)
+        apply_affinity(affinity or [])                 # client check without a cgroup: pinned instead
         buf = incompressible(buf_bytes)                # generated before any clock
         if s3:
             buf = memoryview(bytes(buf))               # as bytes, once: what botocore sends without a copy
@@ -63,14 +65,15 @@ class RankPool:
     launcher, clock = "fork", ONE_CLOCK
 
     def __init__(self, ranks: list[int], buf_bytes: int, procs_files: list[str] | None = None,
-                 fault: dict | None = None, start_timeout_s: float = 120.0, s3: dict | None = None):
+                 fault: dict | None = None, start_timeout_s: float = 120.0, s3: dict | None = None,
+                 affinity: list[int] | None = None):
         ctx = mp.get_context("fork")
         self.ranks = list(ranks)
         self.barrier = ctx.Barrier(len(self.ranks) + 1)       # the ranks and this process
         self.out_q = ctx.Queue()
         self.inboxes = {r: ctx.SimpleQueue() for r in self.ranks}
         self.procs = [ctx.Process(target=_rank, args=(r, buf_bytes, procs_files or [], fault, self.barrier,
-                                                      self.inboxes[r], self.out_q, s3),
+                                                      self.inboxes[r], self.out_q, s3, affinity),
                                   daemon=True, name=f"checkpoint-rank-{r}") for r in self.ranks]
         self.start_timeout_s = start_timeout_s
         self.ok = False

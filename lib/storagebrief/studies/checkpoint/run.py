@@ -21,6 +21,7 @@ own CheckpointManager on a BERT-shaped model, `mode` = its scenario) comes last,
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -29,8 +30,9 @@ from ...core import results
 from ...core.checkpoint_workloads import GIB, files_of_rank, size_table
 from ...core.config import ParamsError
 from ...core.sweep import Measurement, Point
-from ...kit import mpi as kit_mpi
+from ...kit import client_check, mpi as kit_mpi
 from ...kit.checkpoint import incompressible
+from ...kit.client_check import unchecked
 from ...kit.space import check_space, out_of_space
 from . import STUDY, cost, dataset, framework, metrics
 from . import objects
@@ -53,6 +55,7 @@ class Config:
     model: str
     mode: str = ""               # cost: none | sync | async; framework: its scenario
     interval_steps: int = 0      # cost: checkpoint every this many steps (0: none)
+    client_check: str = ""       # protocol: client_check.CHECK for the client check's confined re-run
 
 
 @dataclass
@@ -119,7 +122,24 @@ def plan(sweep) -> list[Point]:
     protocol = [Point(Config("protocol", m), r, f"{m}: {p.saves} saves, {p.restores} restores")
                 for r in range(1, p.repeats + 1) for m in p.models]
     frameworks = framework.points(p, p.repeats, Config, sweep.note) if p.framework.on else []
-    return protocol + cost.points(p, p.repeats, Config) + frameworks
+    return protocol + _check_points(sweep, p) + cost.points(p, p.repeats, Config) + frameworks
+
+
+def _check_points(sweep, p: CheckpointParams) -> list[Point]:
+    """The client check (checkpoint.client_check): the headline model's protocol once more per directory target,
+    the ranks on half the CPUs, right after the protocol runs. S3 targets are left out: their gateway shares
+    the CPUs with the ranks, so confining the ranks alone would not answer whether the client limits."""
+    cpus = client_check.check_cpus(sweep.note, p.launcher) if p.client_check else []
+    if not cpus:
+        return []
+    s3 = [t.name for t in sweep.targets if t.s3 is not None]
+    if s3:
+        sweep.note(f"client check: not on S3 target(s) {', '.join(s3)} (the local gateway shares the CPUs with the "
+                   "ranks; confining the ranks alone does not say whether the client limits)")
+    m, of = p.headline_model, len(os.sched_getaffinity(0))
+    return [Point(Config("protocol", m, client_check=client_check.CHECK), r,
+                  f"{m}: client check, the ranks on {len(cpus)} of {of} CPUs", targets=(t.name,))
+            for t in sweep.targets if t.s3 is None for r in range(1, p.client_check_repeats + 1)]
 
 
 def skip(sweep, point: Point, target) -> bool:
@@ -128,7 +148,7 @@ def skip(sweep, point: Point, target) -> bool:
 
 
 def run_id(config: Config, target, repeat: int) -> str:
-    what = config.model if config.sweep == "protocol" else \
+    what = config.model + ("-halfcpus" if config.client_check else "") if config.sweep == "protocol" else \
         f"{config.mode}" + (f"-every{config.interval_steps}" if config.interval_steps else "")
     return f"{STUDY.name}-{config.sweep}-{what}-{target.name}-r{repeat}"
 
@@ -236,18 +256,26 @@ def _protocol(run, config: Config) -> Measurement:
     group = run.throttle()
     buf = min(p.write_block, max(f.bytes for fs in files.values() for f in fs))
     procs_files = group.procs_files if group else None
-    pool = (MpiRankPool(sorted(files), buf, procs_files, FAULT, p.mpi, run.target.study_dir(STUDY.name) / "mpi")
-            if p.launcher == "mpi" else RankPool(sorted(files), buf, procs_files, FAULT))
-    with pool:
-        run.start_clock()
-        saved, kept, deletes = _saves(run, pool, p, model, root, files)
-        loaded = _restores(run, pool, p, kept, files)
-        run.stop_clock()
+    conf = client_check.confine_run(run, group) if config.client_check else None
+    try:
+        pool = (MpiRankPool(sorted(files), buf, procs_files, FAULT, p.mpi, run.target.study_dir(STUDY.name) / "mpi")
+                if p.launcher == "mpi" else
+                RankPool(sorted(files), buf, (procs_files or []) + (conf.procs_files if conf else []), FAULT,
+                         affinity=conf.affinity if conf else None))
+        with pool:
+            run.start_clock()
+            saved, kept, deletes = _saves(run, pool, p, model, root, files)
+            loaded = _restores(run, pool, p, kept, files)
+            run.stop_clock()
+    finally:
+        if conf:
+            conf.remove()
     ops = saved + loaded
     _note_outside_cgroup(run, pool, procs_files)
     for rank, host in getattr(pool, "rank_hosts", {}).items():
         run.sweep.add_host(host, "checkpoint: MPI ranks", pool.host_facts.get(host))
-    return _measurement(run, model, ops, deletes, pool, {"access": "files", "save_ends_at": "fsync returned"})
+    return _measurement(run, model, ops, deletes, pool, {"access": "files", "save_ends_at": "fsync returned",
+                                                         **client_check.row_columns(config.client_check, conf)})
 
 
 def _measurement(run, model: str, ops, deletes, pool, extra: dict) -> Measurement:
@@ -255,6 +283,8 @@ def _measurement(run, model: str, ops, deletes, pool, extra: dict) -> Measuremen
     checkpoints.csv, ranks.csv and latency.csv rows."""
     p: CheckpointParams = run.p
     keys = {"run_id": run.run_id, "target": run.target.name, "model": model, "repeat": run.repeat}
+    if extra.get("client_check"):          # a client-check re-run: its side-table rows say so too (left out of figures)
+        keys["client_check"] = extra["client_check"]
     busy = run.monitor.summary().get("cpu_busy_percent") if run.monitored else None
     row = {**metrics.run_row(p, model, ops, deletes, run.sweep.state.generator_gb_per_s, pool),
            **metrics.cpu_columns(ops, extra.pop("gateway_cpu", {}), busy), **extra}
@@ -284,7 +314,8 @@ def finish(sweep, frame) -> None:
 
     p: CheckpointParams = sweep.p
     state: CheckpointState = sweep.state
-    ckpts = pd.DataFrame(sweep.tables.get("checkpoints.csv", []))
+    all_ckpts = pd.DataFrame(sweep.tables.get("checkpoints.csv", []))
+    ckpts = unchecked(all_ckpts)
     for name, cols in ((cost.TABLE, cost.TABLE_COLUMNS), (LATENCY_TABLE, LATENCY_TABLE_COLUMNS)):
         if not sweep.tables.get(name):              # the stage's outputs exist even with a sweep off
             results.write_csv(sweep.out_dir / name, pd.DataFrame(columns=cols))
@@ -308,6 +339,7 @@ def finish(sweep, frame) -> None:
         "framework": p.framework.model_dump(),
         "cost": p.cost.model_dump(), "cost_checkpoint_bytes": p.cost_bytes if p.cost.on else None,
         "intervals": metrics.intervals(frame, sweep.target_names, p.cost.overhead_limit_percent),
+        "client_check": p.client_check, "client_checks": metrics.client_checks(frame, all_ckpts),
         **objects.targets_doc(sweep, state),
         "size_table": [{"model": r.model, "parameters": r.parameters, "model_gib": r.model_gib,
                         "optimizer_gib": r.optimizer_gib, "computed_gib": r.computed_gib,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ...kit import client_check
 from ...kit.figures import metric_vs
 from ...kit.files import read_csv_or_none, read_json_or
 from ...report.display import analysis, fmt_s, show_figure, show_md, show_table, style, target_colors
@@ -299,14 +300,8 @@ def _mlperf_rules(rules: list[dict]) -> None:
 
 def _client_check(checked: list[dict]) -> None:
     """The client-sensitivity check: the answer's point re-run with the emulator on half its CPUs."""
-    if not checked:
-        return
-    lines = [f"- {c['text']} ({c['repeats']} run(s) on all CPUs, {c['confined_runs']} confined by "
-             f"{c['confinement']})" for c in checked]
-    show_md("**Client check** (what MLPerf Storage lacks): the point each answer rests on, re-run with the emulator "
-            "held to half its CPUs. A point whose AU or samples/s moves by more than the spread (max − min) of its "
-            "own repeats is client-bound: its figure measures this machine's CPU as much as the storage.\n"
-            + "\n".join(lines))
+    if checked:
+        show_md(client_check.markdown(checked, "the emulator", "AU or samples/s"))
 
 
 def _analysis(frame, sup) -> None:

@@ -36,7 +36,8 @@ import math
 
 import pandas as pd
 
-from ...kit.client_check import sensitivity, verdict_text
+from ...kit import client_check
+from ...kit.client_check import CHECK, checks, unchecked  # noqa: F401  (the rows every reader filters)
 
 CPU_SATURATED_PERCENT = 90.0    # busier than this = no CPU headroom
 CORE_SATURATED_PERCENT = 95.0   # one core this busy queues whatever runs on it
@@ -233,27 +234,20 @@ def outcome_text(answer: int | None, limited_by: str, first_fail: int | None, el
 
 
 # --------------------------------------------------------------------------- client check (kit/client_check.py)
-CHECK = "half CPUs"          # the client_check column of a confined run
-
-
-def measured(frame):
-    """The sweep's own scored rows: the client check's confined re-runs (they answer another question) and,
-    under emulate.mlperf_rules, each point's warm-up run (mlperf.py) left out; failed runs (an S3 store
-    that failed: objects.py) too."""
+def _valid(frame):
+    """Rows that measured what they say: failed runs (an S3 store that failed: objects.py) and, under
+    emulate.mlperf_rules, each point's warm-up run (mlperf.py) left out."""
     if "status" in frame:
         frame = frame[frame.status.astype(str) != "failed"]
-    if "client_check" in frame:
-        frame = frame[frame.client_check.isna() | (frame.client_check.astype(str) == "")]
     if "mlperf_run" in frame:
         frame = frame[frame.mlperf_run.astype(str) != "warm-up"]
     return frame
 
 
-def checks(frame):
-    """The client check's confined re-runs alone."""
-    if "client_check" not in frame:
-        return frame.iloc[0:0]
-    return frame[frame.client_check.astype(str) == CHECK]
+def measured(frame):
+    """The sweep's own scored rows: valid ones (_valid) less the client check's confined re-runs (they answer
+    another question)."""
+    return unchecked(_valid(frame))
 
 
 # Each confined re-run against the same point's own repeats: a move beyond the repeats' spread makes the
@@ -263,27 +257,14 @@ FIGURES = ("au_percent", "samples_per_s")
 
 def client_checks(frame) -> list[dict]:
     """Per workload, target and N that was re-run confined: the verdict, the figures and one sentence."""
-    out = []
-    conf = checks(frame)
-    base = measured(frame)
-    for (w, t, n), g in conf.groupby(["workload", "target", "accelerators"], sort=False):
-        b = base[(base.workload == w) & (base.target == t) & (base.accelerators == n)]
-        if b.empty:
-            continue
-        res = sensitivity({k: list(b[k]) for k in FIGURES}, {k: list(g[k]) for k in FIGURES})
-        cpus, of = int(g.cpus_confined.iloc[0]), int(b.client_cores.max()) if "client_cores" in b else 0
-        out.append({"workload": w, "target": t, "accelerators": int(n), "client_bound": res["client_bound"],
-                    "cpus_confined": cpus, "cpus_all": of, "confinement": str(g.cpu_confinement.iloc[0]),
-                    "repeats": len(b), "confined_runs": len(g), "figures": res["figures"],
-                    "text": verdict_text(res, cpus, of, f"{t}, {w} at N = {int(n)}")})
-    return out
+    return client_check.verdicts(_valid(frame), ["workload", "target", "accelerators"],
+                                 lambda rows: {k: list(rows[k]) for k in FIGURES},
+                                 lambda k: f"{k[1]}, {k[0]} at N = {int(k[2])}")
 
 
 def answer_note(frame, workload: str, target: str) -> str:
     """What page 1 says next to the answer: the check's verdict on this workload and target, or ''."""
     for c in client_checks(frame):
         if c["workload"] == workload and c["target"] == target:
-            return (f"client check at N = {c['accelerators']} on {c['cpus_confined']} of {c['cpus_all']} CPUs: "
-                    + ("client-bound" if c["client_bound"]
-                       else "not client-sensitive"))
+            return client_check.short_note(c, f" at N = {c['accelerators']}")
     return ""

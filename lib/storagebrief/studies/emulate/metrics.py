@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from ...core.columns import Column
-from ...kit import runs
+from ...kit import client_check, runs
 from ...report.headlines import versus_reference
 from .mlperf import verdicts as mlperf_verdicts
 from .limits import client_checks, client_cpu_columns, plain_records, supported
@@ -101,9 +101,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("cpu_busy_percent_max_core", "%", "busiest core's busy share over the run (all processes)"),
     Column("cpu_busy_percent_min_core", "%", "least busy core's busy share over the run"),
     Column("device_read_latency_us_idle", "µs", "the idle device's mean read latency per request, before the sweep"),
-    Column("client_check", "", "'half CPUs': a client-check re-run (not part of the sweep's answer)", "text"),
-    Column("cpus_confined", "", "client check: CPUs the emulator was held to"),
-    Column("cpu_confinement", "", "client check: how (cgroup cpuset, cpu.max, or affinity and why)", "text"),
+    *client_check.COLUMNS,
     Column("mlperf_run", "", "emulate.mlperf_rules: warm-up (left out of every figure) or scored; empty otherwise", "text"),
     Column("cgroup_read_bytes", "bytes", "the run's own device reads (cgroup counters)"),
     Column("cgroup_read_requests", "", "the run's own device read requests"),

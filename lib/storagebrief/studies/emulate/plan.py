@@ -118,11 +118,10 @@ class ClientCheckPlan:
         return self.todo.pop(0) if self.todo else None
 
     def _points(self) -> list:
-        total = len(os.sched_getaffinity(0))
-        cpus = client_check.half_cpus()
-        if total < 2:
-            self.sweep.note("client check skipped: this process may run on 1 CPU, there is no half to confine it to")
+        cpus = client_check.check_cpus(self.sweep.note, self.p.launcher)
+        if not cpus:
             return []
+        total = len(os.sched_getaffinity(0))
         frame = measured(self.sweep.frame())
         ref = self.sweep.target_names[0]
         out = []
@@ -150,14 +149,11 @@ def confine_client(run, config: EmulateConfig, cfg: dict, group):
     """A client-check run: its accelerators held to half the CPUs (a cgroup, else their affinity)."""
     if not config.cpus_confined:
         return None
-    conf = client_check.confine(f"{run.run_id}-cpuset", client_check.half_cpus(), group)
+    conf = client_check.confine_run(run, group)
     cfg["cpu_affinity"] = conf.affinity
-    if conf.reason:
-        run.sweep.note(f"client check: emulator confined by {conf.describe()}")
     return conf
 
 
 def check_columns(config: EmulateConfig, conf) -> dict:
-    """client_check / cpus_confined / cpu_confinement of a run (empty on the sweep's own runs)."""
-    return {"client_check": CHECK if conf else None, "cpus_confined": len(conf.cpus) if conf else None,
-            "cpu_confinement": conf.describe() if conf else None}
+    """client_check / cpus_confined / cpus_available / cpu_confinement of a run (empty on the sweep's own runs)."""
+    return client_check.row_columns(CHECK if conf else None, conf)

@@ -9,10 +9,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ...kit import client_check
+from ...kit.client_check import unchecked
 from ...kit.files import read_csv_or_none, read_json_or
 from ...kit.runs import ok_runs
 from ...report.display import analysis, show_figure, show_md, show_table, style, target_colors
 from . import breakeven
+from .metrics import client_checks
 from .workload import GIB, KIB, MIB, ModelShape
 
 
@@ -20,10 +23,14 @@ def section(study_dir: Path, frame, names: list[str]) -> None:
     style()
     study_dir = Path(study_dir)
     study = read_json_or(study_dir / "study.json")
-    ok = ok_runs(frame)
+    ok = ok_runs(unchecked(frame))          # the client check's re-runs count in no figure (their own paragraph)
+    checked = client_checks(frame)
     _what_ran(ok, study)
-    _versus(ok)
-    _latency(ok, read_csv_or_none(study_dir / "latency.csv"))
+    _versus(ok, checked)
+    if checked:
+        show_md(client_check.markdown(checked, "the clients", "honest read or write GiB/s or reload rate"))
+    hist = read_csv_or_none(study_dir / "latency.csv")
+    _latency(ok, hist if hist is None else unchecked(hist))
     _tiers(ok)
     _breakeven(read_csv_or_none(study_dir / "breakeven.csv"), study, names)
     _prefill(read_csv_or_none(study_dir / "prefill.csv"), study)
@@ -63,7 +70,15 @@ def versus_table(ok) -> pd.DataFrame:
         "overrun s": g.overrun_s.mean(), "runs": g.size()}).reset_index()
 
 
-def _versus(ok) -> None:
+def check_note(checked: list[dict], target: str, workloads) -> str:
+    """What sits next to a headline: the client check's verdict on this target and one of `workloads`, or ''."""
+    for c in checked:
+        if c["target"] == target and c["workload"] in workloads:
+            return client_check.short_note(c, f" ({c['workload']})")
+    return ""
+
+
+def _versus(ok, checked: list[dict] | None = None) -> None:
     import matplotlib.pyplot as plt
 
     if ok.empty:
@@ -85,7 +100,9 @@ def _versus(ok) -> None:
     analysis([f"- **{r.target}**, {r.workload}: MLPerf's figure is ×{r['×']:.2f} the honest one (reads "
               f"{r['read MLPerf GiB/s']:.3f} vs {r['read honest GiB/s']:.3f} GiB/s): storage calls were in flight "
               f"{r['I/O in flight s']:.2f} s against a nominal {r['nominal s']:g} s, requests overran by "
-              f"{r['overrun s']:.2f} s." for _, r in t.iterrows()]
+              f"{r['overrun s']:.2f} s"
+              + "".join(f"; {n}" for n in [check_note(checked or [], r.target, {r.workload})] if n) + "."
+              for _, r in t.iterrows()]
              + ["- × > 1: requests ran past the nominal duration, whose bytes MLPerf still divides by it; × < 1: "
                 "storage sat idle part of the run (CPU-tier hits, client work)."])
 
@@ -255,7 +272,7 @@ def _limits(study: dict, frame) -> None:
 
 
 def trace_workloads(frame, names: list[str]) -> list[tuple[str, str]]:
-    ok = ok_runs(frame)
+    ok = ok_runs(unchecked(frame))
     ref = ok[ok.target == names[0]].sort_values("repeat") if names and len(ok) else ok.iloc[0:0]
     return [(f"KV cache {r.workload} ({r.model})", r.run_id) for _, r in ref.drop_duplicates("workload").iterrows()]
 
@@ -266,13 +283,17 @@ def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
     be = read_csv_or_none(Path(study_dir) / "breakeven.csv")
     if be is None:
         return []
+    checked = client_checks(frame)
     out = []
     for (t, m), g in be.groupby(["target", "model"], sort=False):
+        same_model = set(frame.workload[frame.model == m]) if "model" in frame else set()
         parts = [f"{r.accelerator}: {r.answer.replace('reloading beats recomputing ', '')} (needs "
                  f"{_gib(r.read_gib_per_s_needed)} at {int(r.need_at_tokens) // 1024}K)" for _, r in g.iterrows()]
         out.append({"question": f"KV cache ({m}): beyond how many tokens does reloading from storage beat "
                                 "recomputing?", "target": t, "answer": "; ".join(parts),
                     "basis": f"reload at {g.reload_read_gib_per_s.iloc[0]:.3f} GiB/s + "
                              f"{g.reload_latency_s.iloc[0] * 1e3:.1f} ms measured on this target (one request, "
-                             "cold); recompute from the prefill FLOP model; kv_cache study"})
+                             "cold); recompute from the prefill FLOP model"
+                             + "".join(f"; {n}" for n in [check_note(checked, t, same_model)] if n)
+                             + "; kv_cache study"})
     return out

@@ -1,7 +1,7 @@
 """The clients of one run as forked processes on this host (`kv_cache.launcher: fork`).
 
 Each client, before any clock: dies with its parent (PR_SET_PDEATHSIG), joins the run's cgroup (the
-target's throttle), fills its write buffer with incompressible bytes (kit.checkpoint) and says ready.
+target's throttle; a client-check run's cpuset too, or pins itself to its half of the CPUs), fills its write buffer with incompressible bytes (kit.checkpoint) and says ready.
 All clients and the parent then meet at a barrier; from its release each runs client.Client for the
 nominal duration and sends its records back. A client that fails or dies stops the run: the others are
 terminated and RuntimeError says who (an ENOSPC keeps its errno, so the run can say the target filled).
@@ -17,6 +17,7 @@ import traceback
 from ...core import cgroups
 from ...core.procs import die_with_parent, reap
 from ...kit.checkpoint import incompressible
+from ...kit.client_check import apply_affinity
 from .client import Client
 
 START_TIMEOUT_S = 120.0
@@ -29,6 +30,7 @@ def _client(rank: int, spec: dict, procs_files: list[str], barrier, out_q) -> No
     try:
         if procs_files:
             cgroups.join(procs_files)
+        apply_affinity(spec.get("cpu_affinity") or [])     # client check without a cgroup: pinned instead
         c = Client(spec, rank, incompressible(min(spec["write_block"], spec["largest_entry_bytes"])))
         out_q.put(("ready", rank, None))
         barrier.wait(START_TIMEOUT_S)

@@ -17,7 +17,7 @@ import os
 import numpy as np
 
 from ...core.columns import Column
-from ...kit import runs
+from ...kit import client_check, runs
 from ...kit.latency import bin_edges_us, log2_bin, new_histogram
 from ...report.headlines import versus_reference
 from .workload import GIB
@@ -70,6 +70,7 @@ COLUMNS: tuple[Column, ...] = (
                              "storage (a storage call in flight ≥ 80 % of the run) or the workload (storage idle "
                              "the rest: CPU-tier hits, client work between requests)", "text"),
     Column("read_cold_method", "", "how each read was made cold (posix_fadvise DONTNEED per entry)", "text"),
+    *client_check.COLUMNS,
 )
 REQUIRED = ("workload", "model", "duration_s", "io_busy_s", "overrun_s", "mlperf_read_gib_per_s", "honest_read_gib_per_s",
             "mlperf_write_gib_per_s", "honest_write_gib_per_s", "overstatement_ratio", "reload_read_gib_per_s",
@@ -181,7 +182,7 @@ def mlperf_summary(frame) -> dict:
     out: dict = {"note": "MLPerf's keys: bandwidth = bytes ÷ nominal duration; '_gbps' keys hold GiB/s (2^30 B/s) "
                          "as MLPerf's do; device P95 = the largest of the clients' P95s (read() span / fsync "
                          "span). honest_* = bytes ÷ the time any storage call was in flight.", "runs": {}}
-    ok = runs.ok_runs(frame) if len(frame) else frame
+    ok = runs.ok_runs(client_check.unchecked(frame)) if len(frame) else frame
     for _, r in ok.iterrows():
         out["runs"][r.run_id] = {
             "target": r.target, "workload": r.workload, "model": r.model, "duration_seconds": r.duration_s,
@@ -195,6 +196,7 @@ def mlperf_summary(frame) -> dict:
 
 
 def headlines(frame, target_names: list[str]) -> list[dict]:
+    frame = client_check.unchecked(frame)
     return versus_reference(runs.ok_runs(frame) if len(frame) else frame, target_names, ["workload"],
                             [("honest_read_gib_per_s", "higher", "KV-cache reload (honest read GiB/s)"),
                              ("honest_write_gib_per_s", "higher", "KV-cache offload (honest write GiB/s)"),
@@ -208,4 +210,23 @@ def _per_target(g) -> dict:
 
 
 def metrics(frame, target_names: list[str]) -> dict:
-    return runs.metrics(frame, target_names, headlines, _per_target)
+    out = runs.metrics(client_check.unchecked(frame), target_names, headlines, _per_target)
+    for c in client_checks(frame):
+        out.setdefault(c["target"], {}).setdefault(c["workload"], {})["client_check"] = {
+            k: c[k] for k in ("client_bound", "verdict", "cpus_confined", "cpus_all", "confinement", "text")}
+    return out
+
+
+# --------------------------------------------------------------------------- the client check
+# The figures the headline and page 1's break-even rest on, compared run by run (kit/client_check.py).
+CHECK_FIGURES = {"honest_read_gib_per_s": "honest read GiB/s", "honest_write_gib_per_s": "honest write GiB/s",
+                 "reload_read_gib_per_s": "reload GiB/s"}
+
+
+def client_checks(frame) -> list[dict]:
+    """Per workload and target re-run with the clients on half the CPUs: its confined runs against the point's
+    own runs on all CPUs (its repeats and the check's unconfined re-runs)."""
+    ok = runs.ok_runs(frame) if len(frame) else frame
+    return client_check.verdicts(ok, ["workload", "target"],
+                                 lambda rows: {w: [float(x) for x in rows[k].dropna()] for k, w in CHECK_FIGURES.items()},
+                                 lambda k: f"{k[1]}, {k[0]}")

@@ -78,6 +78,10 @@ class KvCacheParams(Strict):
     write_block_mib: int = Field(16, ge=1, le=1024)   # one write() call
     launcher: Literal["fork", "mpi"] = "fork"
     mpi: MpiParams = Field(default_factory=MpiParams)
+    # the first workload re-run on the first target with the clients on half the CPUs (kit/client_check.py),
+    # beside an unconfined re-run when repeats is 1; off unless params.yaml turns it on (it does)
+    client_check: bool = False
+    client_check_repeats: int = Field(1, ge=1, le=100)   # confined runs (and unconfined ones beside them)
     prefill: PrefillParams = Field(default_factory=PrefillParams)
     breakeven: BreakEvenParams = Field(default_factory=BreakEvenParams)
 

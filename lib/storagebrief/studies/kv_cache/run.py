@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from ...core import results
 from ...core.config import ParamsError
 from ...core.sweep import Measurement, Point
-from ...kit import mpi as kit_mpi
+from ...kit import client_check, mpi as kit_mpi
 from ...kit.space import check_space, out_of_space
 from . import STUDY, breakeven, dataset, metrics, prefill
 from .clients import run_forked
@@ -30,6 +30,7 @@ BREAKEVEN_COLUMNS = ["target", "model", "accelerator", "how", "tflops", "reload_
 @dataclass(frozen=True)
 class Config:
     workload: str
+    client_check: str = ""     # client_check.CHECK (confined) or REFERENCE (unconfined, beside it); "": the sweep
 
 
 @dataclass
@@ -79,11 +80,27 @@ def plan(sweep) -> list[Point]:
     p: KvCacheParams = sweep.p
     return [Point(Config(n), r, f"{n}: {p.workload(n).model}, {p.clients} clients × "
                                 f"{p.workload(n).users_per_client} users, {p.duration_s:g} s")
-            for r in range(1, p.repeats + 1) for n in p.run]
+            for r in range(1, p.repeats + 1) for n in p.run] + _check_points(sweep, p)
+
+
+def _check_points(sweep, p: KvCacheParams) -> list[Point]:
+    """The client check (kv_cache.client_check): the first workload on the first target once more with the
+    clients on half the CPUs, after the sweep; with one repeat, an unconfined re-run right before each confined
+    one, so the point has a spread of its own (both left out of every scored figure)."""
+    cpus = client_check.check_cpus(sweep.note, p.launcher) if p.client_check else []
+    if not cpus:
+        return []
+    w, t, of = p.run[0], sweep.target_names[0], len(os.sched_getaffinity(0))
+    kinds = ([client_check.REFERENCE] if p.repeats < 2 else []) + [client_check.CHECK]
+    return [Point(Config(w, kind), r, f"{w}: client check, the clients on "
+                                      + (f"{len(cpus)} of {of} CPUs" if kind == client_check.CHECK else "all CPUs"),
+                  targets=(t,))
+            for r in range(1, p.client_check_repeats + 1) for kind in kinds]
 
 
 def run_id(config: Config, target, repeat: int) -> str:
-    return f"{STUDY.name}-{config.workload}-{target.name}-r{repeat}"
+    check = {client_check.CHECK: "-halfcpus", client_check.REFERENCE: "-allcpus"}.get(config.client_check, "")
+    return f"{STUDY.name}-{config.workload}{check}-{target.name}-r{repeat}"
 
 
 def _columns(p: KvCacheParams, name: str) -> dict:
@@ -96,11 +113,16 @@ def _columns(p: KvCacheParams, name: str) -> dict:
 def run_one(run, config: Config) -> Measurement:
     p: KvCacheParams = run.p
     folder = dataset.fresh(run.target, run.run_id)
+    conf = None
     try:
         run.cold_cache([folder])
         group = run.throttle()
         spec = _spec(p, config.workload, folder)
         procs_files = group.procs_files if group else None
+        if config.client_check == client_check.CHECK:
+            conf = client_check.confine_run(run, group)
+            spec["cpu_affinity"] = conf.affinity
+            procs_files = (procs_files or []) + conf.procs_files
         if p.launcher == "mpi":
             from .mpi import run_mpi
             result = run_mpi(spec, p.clients, procs_files, p.mpi, dataset.mpi_dir(run.target),
@@ -117,12 +139,17 @@ def run_one(run, config: Config) -> Measurement:
         run.stop_clock()
         dataset.remove(folder)
         run.sweep.note(f"target '{run.target.name}' filled up during {run.run_id}: {why}")
-        return Measurement(_columns(p, config.workload), ok=False,
+        return Measurement({**_columns(p, config.workload), **client_check.row_columns(config.client_check, conf)},
+                           ok=False,
                            failure_reason=f"target full mid-run: {why}; this run's KV files were removed")
     finally:
         dataset.remove(folder)
-    keys = {"run_id": run.run_id, "target": run.target.name, "workload": config.workload, "repeat": run.repeat}
-    row = {**_columns(p, config.workload), **metrics.run_row(spec, result)}
+        if conf:
+            conf.remove()
+    keys = {"run_id": run.run_id, "target": run.target.name, "workload": config.workload, "repeat": run.repeat,
+            **({"client_check": config.client_check} if config.client_check else {})}
+    row = {**_columns(p, config.workload), **metrics.run_row(spec, result),
+           **client_check.row_columns(config.client_check, conf)}
     return Measurement(row, tables={"latency.csv": [{**keys, **r} for r in metrics.latency_rows(result)]})
 
 
@@ -154,7 +181,7 @@ def _prefill(sweep, p: KvCacheParams) -> tuple[float | None, dict]:
 def breakeven_rows(frame, names: list[str], p: KvCacheParams, cpu_tflops: float | None) -> list[dict]:
     """Per target, model and accelerator: the break-even L and the read rate needed at need_at_tokens, from
     the target's median reload rate and latency over its ok runs of that model."""
-    ok = metrics.runs.ok_runs(frame) if len(frame) else frame
+    ok = metrics.runs.ok_runs(client_check.unchecked(frame)) if len(frame) else frame
     cat = breakeven.with_measured_cpu(cpu_tflops)
     b = p.breakeven
     out = []
@@ -203,4 +230,5 @@ def finish(sweep, frame) -> None:
         "catalogue": {k: {"source": a.source, "how": a.how, "tflops_by_model": a.tflops_by_model}
                       for k, a in breakeven.with_measured_cpu(cpu_tflops).items()},
         "h200_reproduction": breakeven.h200_reproduction(), "h200_tolerance": breakeven.H200_TOLERANCE,
-        "removed_leftovers": sweep.state.removed if isinstance(sweep.state, KvState) else []})
+        "removed_leftovers": sweep.state.removed if isinstance(sweep.state, KvState) else [],
+        "client_check": p.client_check, "client_checks": metrics.client_checks(frame)})
