@@ -7,7 +7,11 @@ are kept as test artifacts in reports/test-artifacts/jupyterlab/ (override with 
 The project is a copy of this repository's tracked files in a temp folder (git init + commit) whose
 params.yaml is a tiny profile and whose notebooks show it (`storagebrief notebooks --write`, then
 `make notebooks`' `storagebrief notebooks --refresh`), so Run All takes seconds and `git status`,
-`dvc status` and `storagebrief notebooks` can be compared before and after."""
+`dvc status` and `storagebrief notebooks` can be compared before and after.
+
+One JupyterLab server and one Chromium serve the module (their start-up was half of each test's time);
+each test gets its own project folder under the server's root, opens its notebook in a JupyterLab
+workspace of its own, and has its kernels shut down after it, so the tests pass in either order."""
 from __future__ import annotations
 
 import json
@@ -91,11 +95,13 @@ def _status(proj: Path) -> tuple[str, str, str]:
     return git, dvc, f"exit {check.returncode}: {check.stdout}{check.stderr}"   # exit 1 when a cell drifted
 
 
-@pytest.fixture
-def lab(tmp_path):
-    proj = _project(tmp_path)
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """One JupyterLab for the module, serving a folder that holds each test's own project (see `lab`);
+    yields (that folder, url, token)."""
+    root = tmp_path_factory.mktemp("lab-root")
+    home = tmp_path_factory.mktemp("jupyter")
     port, token = _free_port(), "storagebrief-test"
-    home = tmp_path / "jupyter"
     settings = home / "settings" / "@jupyterlab" / "apputils-extension"
     settings.mkdir(parents=True)
     docmanager = home / "settings" / "@jupyterlab" / "docmanager-extension"
@@ -108,11 +114,12 @@ def lab(tmp_path):
     env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "JUPYTER_CONFIG_DIR": str(home / "config"),
            "JUPYTER_RUNTIME_DIR": str(home / "runtime"), "JUPYTERLAB_SETTINGS_DIR": str(home / "settings"),
            "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces")}
-    log = open(tmp_path / "jupyterlab.log", "w")
+    log_path = home / "jupyterlab.log"
+    log = open(log_path, "w")
     server = subprocess.Popen([str(BIN / "jupyter"), "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
                                f"--IdentityProvider.token={token}", "--allow-root",
-                               f"--ServerApp.root_dir={proj}"],
-                              cwd=proj, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                               f"--ServerApp.root_dir={root}"],
+                              cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
@@ -121,8 +128,8 @@ def lab(tmp_path):
                     break
             time.sleep(0.5)
         else:
-            pytest.fail(f"JupyterLab did not listen: {(tmp_path / 'jupyterlab.log').read_text()[-2000:]}")
-        yield proj, f"http://127.0.0.1:{port}", token
+            pytest.fail(f"JupyterLab did not listen: {log_path.read_text()[-2000:]}")
+        yield root, f"http://127.0.0.1:{port}", token
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         try:
@@ -133,7 +140,30 @@ def lab(tmp_path):
         log.close()
 
 
+def _api(url: str, token: str, path: str, method: str = "GET"):
+    import urllib.request
+    req = urllib.request.Request(f"{url}/api/{path}", method=method, headers={"Authorization": f"token {token}"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        body = r.read()
+    return json.loads(body) if body else None
+
+
 @pytest.fixture
+def lab(server, browser, request):
+    """The shared server and browser with this test's own project (built in its own folder under the
+    server's root, its notebook opened in a JupyterLab workspace of its own); afterwards its kernels
+    are shut down and the browser leaves the page, so nothing a test ran, edited or left open reaches
+    the next one. Yields (project, the notebook's URL)."""
+    root, url, token = server
+    proj = _project(root / request.node.name)
+    notebook = (proj / "notebooks" / "01_preprocess.ipynb").relative_to(root).as_posix()
+    yield proj, f"{url}/lab/workspaces/{request.node.name}/tree/{notebook}?token={token}"
+    for session in _api(url, token, "sessions"):
+        _api(url, token, f"sessions/{session['id']}", "DELETE")     # its kernel stops with it
+    _leave(browser)
+
+
+@pytest.fixture(scope="module")
 def browser():
     from selenium.webdriver.chrome.options import Options
     from selenium.webdriver.chrome.service import Service
@@ -147,6 +177,21 @@ def browser():
         yield driver
     finally:
         driver.quit()
+
+
+def _leave(driver) -> None:
+    """Leave the page even when JupyterLab asks to keep unsaved changes (a beforeunload prompt)."""
+    from selenium.common.exceptions import NoAlertPresentException, UnexpectedAlertPresentException
+
+    try:
+        driver.get("about:blank")
+    except UnexpectedAlertPresentException:
+        pass
+    try:
+        driver.switch_to.alert.accept()
+        driver.get("about:blank")
+    except NoAlertPresentException:
+        pass
 
 
 def _wait(driver, what, seconds: float, poll: float = 0.5):
@@ -167,10 +212,10 @@ def _shot(driver, name: str) -> None:
     driver.save_screenshot(str(ARTIFACTS / name))
 
 
-def _open(driver, url: str, token: str):
+def _open(driver, notebook_url: str):
     from selenium.webdriver.common.by import By
 
-    driver.get(f"{url}/lab/tree/notebooks/01_preprocess.ipynb?token={token}")
+    driver.get(notebook_url)
     _wait(driver, lambda: len(driver.find_elements(By.CSS_SELECTOR, ".jp-Notebook .jp-Cell")) > 4, 90)
 
     def kernel_idle():
@@ -230,10 +275,10 @@ def _outputs(nb: dict) -> str:
 def test_a_knob_edited_run_and_saved_in_jupyterlab_leaves_git_dvc_and_the_checks_as_they_were(lab, browser):
     from selenium.webdriver.common.by import By
 
-    proj, url, token = lab
+    proj, notebook_url = lab
     ipynb = proj / "notebooks" / "01_preprocess.ipynb"
     before = _status(proj)
-    _open(browser, url, token)
+    _open(browser, notebook_url)
     _shot(browser, "01-first-screen.png")
     _edit_parameters(browser, "'processes': [1, 2],", "'processes': [1],")
     # autosave (every AUTOSAVE_S here) writes the edit to disk without a save: wait for it
@@ -275,8 +320,8 @@ def test_a_typo_in_the_knobs_shows_one_short_message_in_jupyterlab(lab, browser)
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
-    proj, url, token = lab
-    _open(browser, url, token)
+    proj, notebook_url = lab
+    _open(browser, notebook_url)
     editor = browser.find_elements(By.CSS_SELECTOR, ".jp-Notebook .jp-CodeCell .cm-content")[0]
     editor.click()
     ActionChains(browser).key_down(Keys.CONTROL).send_keys(Keys.END).key_up(Keys.CONTROL).perform()

@@ -2,8 +2,11 @@
 read: <why>" in its section and every other part renders; a sweep cut short says so; `storagebrief brief`
 writes nothing into targets and works from any directory.
 
-Each test builds a tiny project by hand (params.yaml, dvc.yaml, reports/ with a good preprocess and a good
-stream_inference study) and renders the real brief through the CLI without the PDF.
+Every brief here is rendered from a tiny project built by hand (params.yaml, dvc.yaml, reports/ with a good
+preprocess and a good stream_inference study) through the CLI without the PDF. The unreadable-file faults,
+the sweep cut short and the deleted target share two renders (`shared`: each fault in its own study's
+folder, each test reading its own section); a test that needs its own project or its own command line
+(another directory, --params, every inventory bad, a real checkpoint run) renders its own.
 """
 from __future__ import annotations
 
@@ -26,10 +29,11 @@ from storagebrief.studies import REGISTRY
 
 from conftest import REPO  # noqa: E402
 TARGETS = ("fast", "slow")
+GOOD = ("preprocess", "stream_inference")     # every project here holds their results
 # Every test here renders a whole brief (papermill, nbconvert): end to end.
 pytestmark = pytest.mark.e2e
 
-TITLES = {k: REGISTRY[k].title for k in ("preprocess", "stream_inference", "emulate")}
+TITLES = {k: study.title for k, study in REGISTRY.items()}
 
 
 def _common(study: str, i: int, target: str, repeat: int) -> dict:
@@ -94,8 +98,7 @@ def write_study(reports: Path, study: str, rows: list[dict], tmp: Path) -> Path:
     return d
 
 
-@pytest.fixture
-def project(tmp_path):
+def make_project(tmp_path: Path) -> Path:
     """A project folder: params.yaml (target 'fast' under t/gone/, 'slow' under t/), dvc.yaml, the brief
     notebook, and reports/ with two good studies (preprocess, stream_inference)."""
     root = tmp_path / "proj"
@@ -112,6 +115,11 @@ def project(tmp_path):
     write_study(reports, "preprocess", preprocess_rows(), tmp_path)
     write_study(reports, "stream_inference", stream_rows(), tmp_path)
     return root
+
+
+@pytest.fixture
+def project(tmp_path):
+    return make_project(tmp_path)
 
 
 def brief(cwd: Path, *args: str) -> tuple[str, subprocess.CompletedProcess]:
@@ -138,7 +146,7 @@ def sections(page: str) -> dict[str, str]:
     return out
 
 
-def assert_brief(page: str, bad: str | None = None, why: str | None = None) -> None:
+def assert_brief(page: str, bad: str | None = None, why: str | None = None, good: tuple[str, ...] = GOOD) -> None:
     """Every part of the brief is there; the bad study's section says it could not be read and why; the
     good studies rendered their own content (a figure in the section, its tables in the section's
     appendix, linked from it) and have snapshot cards."""
@@ -154,97 +162,198 @@ def assert_brief(page: str, bad: str | None = None, why: str | None = None) -> N
             assert why in text and "brief:" not in text, (why, text[:2000])     # once, no terminal noise
             assert "<table" not in s[title] and f'href="#appendix-{study}"' not in s[title]
             assert not [c for c in re.findall(r'<div class="card"[^>]*>', page) if f'data-study="{study}"' in c]
-        elif study in ("preprocess", "stream_inference"):
+        elif study in good:
             assert "could not be read" not in s[title] and "<img" in s[title], title
             details = [t for t in s if t.startswith("Appendix ") and t.endswith(f"{title.split(':')[0]}: details")]
             assert details and "<table" in s[details[0]] and f'href="#appendix-{study}"' in s[title], (title, list(s))
             assert f'data-study="{study}"' in s["Test results snapshot"], study
 
 
-def _bad(project: Path, study: str = "emulate") -> Path:
-    d = project / "reports" / study
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+# --------------------------------------------------------------------------- unreadable files
+# Each fault goes into its own study's folder (a study holds one fault per render), and the faults of
+# a render share one brief: each test reads its fault's section in the shared render, as
+# strictly as when every fault had a brief of its own (the reason, no table, no card, no appendix link),
+# and the good studies still render. Two renders instead of thirteen (with the two tests below).
+def study_rows(study: str) -> list[dict]:
+    """Four runs the study's gate accepts: the engine's columns and every column its metrics room
+    declares (numbers where it declares numbers), so that the fault planted is the only reason."""
+    kinds = getattr(REGISTRY[study].room("metrics"), "RUNS_COLUMNS", {})
+    rows = []
+    for t in TARGETS:
+        for repeat in (1, 2):
+            row = _common(study, len(rows), t, repeat)
+            rows.append({**{c: "x" if k.startswith("text") else float(len(rows) + 1) for c, k in kinds.items()},
+                         **row})
+    return rows
 
 
-# --------------------------------------------------------------------------- unreadable runs.csv
-def test_empty_runs_csv(project):
-    (_bad(project) / "runs.csv").write_bytes(b"")
-    page, res = brief(project)
-    assert_brief(page, "emulate", "runs.csv is empty")
+def _write_runs(d: Path, rows: list[dict], encoding: str = "utf-8") -> None:
+    pd.DataFrame(rows).to_csv(d / "runs.csv", index=False, encoding=encoding)
+
+
+def empty_runs_csv(d: Path) -> str:
+    (d / "runs.csv").write_bytes(b"")
+    return "runs.csv is empty"
+
+
+def binary_runs_csv(d: Path) -> str:
+    (d / "runs.csv").write_bytes(gzip.compress(pd.DataFrame(preprocess_rows()).to_csv().encode()))
+    return "runs.csv is binary, not text"
+
+
+def runs_csv_not_utf8(d: Path) -> str:
+    rows = study_rows(d.name)
+    rows[1]["run_id"] += " café"
+    _write_runs(d, rows, encoding="latin-1")
+    return "runs.csv is not UTF-8 text (byte 0xe9"
+
+
+def runs_csv_text_where_numbers_belong(d: Path) -> str:
+    rows = study_rows(d.name)
+    rows[1]["latency_ms_p99"] = "fast"
+    _write_runs(d, rows)
+    return "column latency_ms_p99 holds text where numbers belong (1 value(s), e.g. 'fast' on line 3)"
+
+
+def runs_csv_missing_columns(d: Path) -> str:
+    _write_runs(d, [{k: v for k, v in r.items() if k not in ("latency_ms_p99", "cache_method")}
+                    for r in study_rows(d.name)])
+    return "runs.csv lacks column(s) cache_method, latency_ms_p99"
+
+
+def runs_csv_cut_fewer_fields(d: Path) -> str:
+    """The writer died after a few fields of the last row (and a newline)."""
+    text = (d / "runs.csv").read_text()
+    last = text.rstrip("\n").rsplit("\n", 1)[1]
+    text = text[: len(text) - len(last) - 1] + ",".join(last.split(",")[:5]) + "\n"
+    (d / "runs.csv").write_text(text)
+    return f"runs.csv was cut mid-row: line {text.count(chr(10))} has 5 of {len(last.split(','))} fields"
+
+
+def runs_csv_cut_no_newline(d: Path) -> str:
+    """Cut inside its last value: every field is there, one number is short."""
+    (d / "runs.csv").write_text((d / "runs.csv").read_text().rstrip("\n")[:-2])
+    return "runs.csv was cut mid-row (its last line has no newline)"
+
+
+def corrupt_metrics_json(d: Path) -> str:
+    (d / "metrics.json").write_text('{"runs": 4, "headl')
+    return "metrics.json is not valid JSON (line 1, column 13: Unterminated string"
+
+
+def corrupt_notes_json_and_inventory(d: Path) -> str:
+    (d / "notes.json").write_text('["not", "an object"]')
+    (d / "inventory.json").write_bytes(b"\x00\x01")
+    return "inventory.json is binary, not text"      # the first bad file read names the reason
+
+
+def runs_without_a_target(d: Path) -> str:
+    rows = study_rows(d.name)
+    rows[2]["target"] = None
+    _write_runs(d, rows)
+    return "runs.csv line 4 has no target"
+
+
+# fault -> (render, the study whose folder holds it); a study holds at most one fault per render.
+# object_sweep declares latency_ms_p99 a number and emulate reads inventory.json before notes.json, as
+# stream_inference does. In render B stream_inference is one of the bad (a good study's own section seen
+# unreadable too) and preprocess the one good.
+FAULTS = {
+    empty_runs_csv: ("A", "emulate"), binary_runs_csv: ("A", "train_resnet50"),
+    runs_csv_not_utf8: ("A", "transfer_sweep"), runs_csv_cut_fewer_fields: ("A", "checkpoint"),
+    corrupt_metrics_json: ("A", "kv_cache"), runs_csv_text_where_numbers_belong: ("A", "object_sweep"),
+    runs_csv_cut_no_newline: ("B", "train_resnet50"), corrupt_notes_json_and_inventory: ("B", "emulate"),
+    runs_without_a_target: ("B", "transfer_sweep"), runs_csv_missing_columns: ("B", "stream_inference"),
+}
+RENDER_GOOD = {"A": GOOD, "B": ("preprocess",)}
+
+
+def _cut_short_and_remove_a_target(root: Path, tmp: Path) -> dict:
+    """Render A: preprocess's sweep was stopped half way, stream_inference's finished
+    (test_status_incomplete_says_cut_short); target 'fast' and its parent are deleted before the brief
+    (test_deleted_target_is_not_touched)."""
+    (root / "reports" / "preprocess" / "status.json").write_text(json.dumps({
+        "complete": False, "runs_planned": 24, "runs_done": 12, "started_at": "2025-01-01T00:00:00+00:00",
+        "finished_at": None, "stopped_by": "SIGTERM"}))
+    (root / "reports" / "stream_inference" / "status.json").write_text(json.dumps({
+        "complete": True, "runs_planned": 4, "runs_done": 4, "started_at": "2025-01-01T00:00:00+00:00",
+        "finished_at": "2025-01-01T00:10:00+00:00", "stopped_by": None}))
+    shutil.rmtree(tmp / "t" / "gone")
+    return {"tmp": tmp, "slow_mtime_ns": (tmp / "t" / "slow").stat().st_mtime_ns}
+
+
+RENDER_SETUP = {"A": _cut_short_and_remove_a_target, "B": lambda root, tmp: {}}
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """render name -> (page, process, why by fault, what its set-up noted): the render's project is
+    built, its faults planted and the brief rendered on first use, so one test renders only its own."""
+    done: dict[str, tuple | Exception] = {}
+
+    def render(name: str) -> tuple:
+        if name not in done:
+            try:
+                tmp = tmp_path_factory.mktemp(f"faults-{name}")
+                root = make_project(tmp)
+                why = {plant: plant(write_study(root / "reports", study, study_rows(study), tmp))
+                       for plant, (r, study) in FAULTS.items() if r == name}
+                noted = RENDER_SETUP[name](root, tmp)
+                done[name] = (*brief(root), why, noted)
+            except Exception as exc:       # every test of a render that failed fails at once, not again
+                done[name] = exc
+        if isinstance(done[name], Exception):
+            raise done[name]
+        return done[name]
+
+    return render
+
+
+def assert_fault(shared, plant) -> tuple[str, subprocess.CompletedProcess]:
+    """The fault's study says it could not be read and why; every other part of its render is there."""
+    name, study = FAULTS[plant]
+    page, res, why, _ = shared(name)
+    assert_brief(page, study, why[plant], good=RENDER_GOOD[name])
+    return page, res
+
+
+def test_empty_runs_csv(shared):
+    _, res = assert_fault(shared, empty_runs_csv)
     assert "could not be read: runs.csv is empty" in res.stderr     # said on the terminal too
 
 
-def test_binary_runs_csv(project):
-    (_bad(project) / "runs.csv").write_bytes(gzip.compress(pd.DataFrame(preprocess_rows()).to_csv().encode()))
-    page, _ = brief(project)
-    assert_brief(page, "emulate", "runs.csv is binary, not text")
+def test_binary_runs_csv(shared):
+    assert_fault(shared, binary_runs_csv)
 
 
-def test_runs_csv_not_utf8(project):
-    d = project / "reports" / "stream_inference"
-    text = (d / "runs.csv").read_text().replace("144p@12", "144p@12 café")
-    (d / "runs.csv").write_bytes(text.encode("latin-1"))
-    page, _ = brief(project)
-    assert_brief(page, "stream_inference", "runs.csv is not UTF-8 text (byte 0xe9")
+def test_runs_csv_not_utf8(shared):
+    assert_fault(shared, runs_csv_not_utf8)
 
 
-def test_runs_csv_text_where_numbers_belong(project):
-    d = project / "reports" / "stream_inference"
-    rows = stream_rows()
-    rows[1]["latency_ms_p99"] = "fast"
-    pd.DataFrame(rows).to_csv(d / "runs.csv", index=False)
-    page, _ = brief(project)
-    assert_brief(page, "stream_inference", "column latency_ms_p99 holds text where numbers belong (1 value(s), "
-                                           "e.g. 'fast' on line 3)")
+def test_runs_csv_text_where_numbers_belong(shared):
+    assert_fault(shared, runs_csv_text_where_numbers_belong)
 
 
-def test_runs_csv_missing_columns(project):
-    d = project / "reports" / "stream_inference"
-    pd.DataFrame(stream_rows()).drop(columns=["latency_ms_p99", "cache_method"]).to_csv(d / "runs.csv", index=False)
-    page, _ = brief(project)
-    assert_brief(page, "stream_inference", "runs.csv lacks column(s) cache_method, latency_ms_p99")
+def test_runs_csv_missing_columns(shared):
+    assert_fault(shared, runs_csv_missing_columns)
 
 
-@pytest.mark.parametrize("cut", ["fewer fields", "no newline"])
-def test_runs_csv_cut_mid_row(project, cut):
-    d = project / "reports" / "stream_inference"
-    text = (d / "runs.csv").read_text()
-    last = text.rstrip("\n").rsplit("\n", 1)[1]
-    if cut == "fewer fields":    # the writer died after a few fields of the last row (and a newline)
-        text = text[: len(text) - len(last) - 1] + ",".join(last.split(",")[:5]) + "\n"
-        why = f"runs.csv was cut mid-row: line {text.count(chr(10))} has 5 of {len(last.split(','))} fields"
-    else:                        # cut inside its last value: every field is there, one number is short
-        text = text.rstrip("\n")[:-2]
-        why = "runs.csv was cut mid-row (its last line has no newline)"
-    (d / "runs.csv").write_text(text)
-    page, _ = brief(project)
-    assert_brief(page, "stream_inference", why)
+@pytest.mark.parametrize("cut", [runs_csv_cut_fewer_fields, runs_csv_cut_no_newline], ids=["fewer fields", "no newline"])
+def test_runs_csv_cut_mid_row(shared, cut):
+    assert_fault(shared, cut)
 
 
-# --------------------------------------------------------------------------- side files
-def test_corrupt_metrics_json(project):
-    (project / "reports" / "stream_inference" / "metrics.json").write_text('{"runs": 4, "headl')
-    page, _ = brief(project)
-    assert_brief(page, "stream_inference", "metrics.json is not valid JSON (line 1, column 13: Unterminated string")
+def test_corrupt_metrics_json(shared):
+    assert_fault(shared, corrupt_metrics_json)
 
 
-def test_corrupt_notes_json_and_inventory(project):
-    (project / "reports" / "stream_inference" / "notes.json").write_text('["not", "an object"]')
-    (project / "reports" / "stream_inference" / "inventory.json").write_bytes(b"\x00\x01")
-    page, _ = brief(project)
-    # the first bad file read names the reason; the appendix takes the other study's inventory
-    assert_brief(page, "stream_inference", "inventory.json is binary, not text")
-    assert "Test CPU" in sections(page)["Appendix A — System configuration"]
+def test_corrupt_notes_json_and_inventory(shared):
+    page, _ = assert_fault(shared, corrupt_notes_json_and_inventory)
+    assert "Test CPU" in sections(page)["Appendix A — System configuration"]   # another study's inventory
 
 
-def test_runs_without_a_target(project):
-    d = project / "reports" / "stream_inference"
-    rows = stream_rows()
-    rows[2]["target"] = None
-    pd.DataFrame(rows).to_csv(d / "runs.csv", index=False)
-    page, _ = brief(project)
-    assert_brief(page, "stream_inference", "runs.csv line 4 has no target")
+def test_runs_without_a_target(shared):
+    assert_fault(shared, runs_without_a_target)
 
 
 def test_an_error_in_one_part_is_a_note_not_a_lost_brief(project):
@@ -261,15 +370,8 @@ def test_an_error_in_one_part_is_a_note_not_a_lost_brief(project):
 
 
 # --------------------------------------------------------------------------- a sweep cut short
-def test_status_incomplete_says_cut_short(project):
-    d = project / "reports" / "preprocess"
-    (d / "status.json").write_text(json.dumps({
-        "complete": False, "runs_planned": 24, "runs_done": 12, "started_at": "2025-01-01T00:00:00+00:00",
-        "finished_at": None, "stopped_by": "SIGTERM"}))
-    (project / "reports" / "stream_inference" / "status.json").write_text(json.dumps({
-        "complete": True, "runs_planned": 4, "runs_done": 4, "started_at": "2025-01-01T00:00:00+00:00",
-        "finished_at": "2025-01-01T00:10:00+00:00", "stopped_by": None}))
-    page, _ = brief(project)
+def test_status_incomplete_says_cut_short(shared):
+    page = shared("A")[0]      # preprocess: 12 of 24 runs, stopped by SIGTERM; stream_inference: complete
     assert_brief(page)
     s = sections(page)
     note = "This sweep was cut short: 12 of 24 runs (stopped by SIGTERM); figures cover only those runs."
@@ -280,15 +382,13 @@ def test_status_incomplete_says_cut_short(project):
 
 
 # --------------------------------------------------------------------------- targets and directories
-def test_deleted_target_is_not_touched(project, tmp_path):
-    shutil.rmtree(tmp_path / "t" / "gone")           # target 'fast' and its parent are gone
-    slow = tmp_path / "t" / "slow"
-    before = slow.stat().st_mtime_ns
-    page, _ = brief(project)
+def test_deleted_target_is_not_touched(shared):
+    page, _, _, noted = shared("A")      # target 'fast' and its parent were deleted before the brief
+    tmp = noted["tmp"]
     assert_brief(page)
-    assert not (tmp_path / "t" / "gone").exists()    # nothing created where the old target was
-    assert slow.stat().st_mtime_ns == before         # no probe file written into the live one
-    assert str(tmp_path / "t" / "gone" / "fast") in sections(page)["Appendix A — System configuration"]
+    assert not (tmp / "t" / "gone").exists()    # nothing created where the old target was
+    assert (tmp / "t" / "slow").stat().st_mtime_ns == noted["slow_mtime_ns"]   # no probe file in the live one
+    assert str(tmp / "t" / "gone" / "fast") in sections(page)["Appendix A — System configuration"]
 
 
 def test_brief_from_a_subdirectory(project):
