@@ -23,7 +23,8 @@
 Every round is printed for both sides, with what the device itself wrote (/proc/diskstats of the
 folder's block device, sectors written × 512; device-wide, so other processes' writes count too):
 during the side's run and after it (until `sync`), so a rate whose bytes reached the device after its
-clock stopped shows. Two clocks for the ranks: the study's (all bytes ÷ the last rank's end, from the
+clock stopped shows. The side that goes first alternates from round to round (ranks, then fio, then fio, then
+ranks, ...): the device's rate swings from one side's run to the next. Two clocks for the ranks: the study's (all bytes ÷ the last rank's end, from the
 common barrier) and fio's (all bytes ÷ the slowest rank's own start-to-end); the save ratio compares
 fio with the ranks on fio's clock. The summary gives medians and ranges over rounds (ranks and fio
 alternate).
@@ -142,7 +143,7 @@ def print_rounds(ours: list[dict], theirs: list[dict]) -> None:
     print(f"{'round':<6}{'side':<7}{'save GB/s':>10}{'fio clock':>10}{'restore GB/s':>13}{'device MB in run':>17}"
           f"{'after (sync)':>13}")
     for i, (a, b) in enumerate(zip(ours, theirs), 1):
-        for side, r in (("ranks", a), ("fio", b)):
+        for side, r in (("ranks", a), ("fio", b)) if i % 2 else (("fio", b), ("ranks", a)):   # in run order
             print(f"{i:<6}{side:<7}{r['save']:>10.3f}{r['save_own_clock']:>10.3f}{r['restore']:>13.3f}"
                   f"{_mb(r['device_mb_during']):>17}{_mb(r['device_mb_after']):>13}")
 
@@ -168,9 +169,16 @@ def main() -> None:
     device = device_of(base)
     try:
         with RankPool(list(range(n)), min(wb, size)) as pool:
-            for _ in range(a.repeats):
-                ours.append(ranks_round(pool, base / "ranks", n, size, wb, rb, device))
-                theirs.append(fio_round(base / "fio", n, size, wb, rb, device))
+            for i in range(a.repeats):
+                # which side goes first alternates: this virtio disk's buffered-write rate swings 0.9-3.3 GB/s
+                # from one side's run to the next, and with a fixed order the side that went first was the
+                # slower one in most rounds (ranks first: 0.58x fio; fio first: 1.4-2.2x), whichever it was
+                if i % 2 == 0:
+                    ours.append(ranks_round(pool, base / "ranks", n, size, wb, rb, device))
+                    theirs.append(fio_round(base / "fio", n, size, wb, rb, device))
+                else:
+                    theirs.append(fio_round(base / "fio", n, size, wb, rb, device))
+                    ours.append(ranks_round(pool, base / "ranks", n, size, wb, rb, device))
         generator = _generator_gb_per_s()
     finally:
         shutil.rmtree(base, ignore_errors=True)
