@@ -72,3 +72,12 @@ def test_agreement_floors_a_lower_forecast_and_a_forecast_alone(tmp_path):
     # without the transfer-size study the measured answer stands alone
     only = accelerators.answers(emu, None)
     assert [r["answer"] for r in only] == ["≥ 4 (search budget reached)", "4 (storage-limited beyond)"]
+
+
+def test_a_client_checks_rerun_and_a_failed_run_are_not_averaged_into_the_answers_au(tmp_path):
+    runs = _runs("local", {8: 97.4, 16: 60.0}, {8: 380.0, 16: 500.0})
+    runs += [{**runs[0], "au_percent": 41.3, "client_check": "half CPUs"},      # the confined re-run of N = 8
+             {**runs[0], "au_percent": 0.0, "status": "failed"}]
+    emu = _emulate(tmp_path, [_rec("local", 8, 16, "storage")], runs)
+    row = accelerators.answers(emu, None)[0]
+    assert "8 passed (AU 97.4 %)" in row["basis"], row["basis"]
