@@ -140,9 +140,8 @@ def reconcile(e: dict, f: dict) -> str:
                     f"{by or 'run'} limited the emulation at {e['first_fail']} first.")
         drew = e["loader_mb_per_s"].get(e["first_fail"])
         drew_text = f" ({drew:,.0f} MB/s)" if drew is not None else ""
-        return (f"The forecast ({n}) is higher: fio's {used:,.0f} MB/s with direct reads at a fixed queue depth is "
-                f"more than the emulated loaders drew at {e['first_fail']}{drew_text}, so the measured count is "
-                "this loader's answer.")
+        return (f"The forecast ({n}) is higher: fio's {used:,.0f} MB/s (direct reads, fixed queue depth) is more "
+                f"than the loaders drew at {e['first_fail']}{drew_text}; the measured count stands.")
     drew = e["loader_mb_per_s"].get(lo)
     drew_text = f" drew {drew:,.0f} MB/s at {lo}" if drew is not None else f" sustained {lo}"
     return (f"The forecast ({n}) is lower: the emulated loaders{drew_text}, more than fio's {used:,.0f} MB/s "
