@@ -40,7 +40,7 @@ BIN = Path(sys.executable).parent
 TINY_PREPROCESS = {"image_count": 8, "image_counts": [4], "processes": [1, 2], "repeats": 1, "image_width": 640,
                    "image_height": 480, "num_classes": 2, "resize_width": 32, "resize_height": 32}
 ARTIFACTS = Path(os.environ.get("STORAGEBRIEF_ARTIFACTS", REPO / "reports" / "test-artifacts" / "jupyterlab"))
-AUTOSAVE_S = 10      # JupyterLab's autosave interval in this test (its default is 120 s)
+AUTOSAVE_S = 4       # JupyterLab's autosave interval in this test (its default is 120 s; 10 cost ~20 s of waits)
 # A library's own log line in a cell's output: absl/glog lines (I/W/E/F + MMDD time), TensorFlow's
 # pre-init notice and its Python logger's lines.
 LIBRARY_LOG = re.compile(r"^(?:[IWEF]\d{4} \d+:\d+:\d+|WARNING: All log messages before absl|.*oneDNN custom "
