@@ -165,8 +165,8 @@ class Run(RunLimits):
         return group
 
     def release(self, group: cgroups.Cgroup) -> None:
-        """Hand a cgroup to the study, which removes it later (a job kept for a later run); a group this
-        run does not own (made by a stand-in run) is the study's already."""
+        """Let a cgroup outlive this run (run.lasting_throttle hands it to sweep.jobs, which removes it); a group
+        this run does not own is left as it is."""
         if group in self._groups:
             self._groups.remove(group)
 

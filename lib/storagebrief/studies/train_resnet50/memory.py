@@ -65,15 +65,6 @@ def safe_stats(group) -> dict:
         return {}
 
 
-def cold_dataset(run, files: list[str]) -> str:
-    """Evict the dataset's pages only (sync + fadvise DONTNEED), the run's cache_method.
-
-    Not cache.cold_cache's drop_caches: dropping everything would also evict TensorFlow's
-    not-yet-mapped code pages, whose re-reads would then be charged to the training run.
-    """
-    return run.evict(files, "dataset files")
-
-
 def foreign_cache_drops() -> int:
     """Kernel count of drop_caches writes (another process dropping caches mid-run spoils hits)."""
     try:

@@ -36,7 +36,7 @@ from .dataset import Dataset, resolve_datasets
 from ...kit.ingest import IngestWriter
 from .cachecap import DatasetCacheCap
 from .jobs import Job, JobFailed, _poll, new_job
-from .memory import (anon_bytes, cold_dataset, final_stats, foreign_cache_drops, memory_need, reset_peak, safe_stats,
+from .memory import (anon_bytes, final_stats, foreign_cache_drops, memory_need, reset_peak, safe_stats,
                      total_memory_bytes)
 from ...core.longjob import memory_unavailable
 from .metrics import _rows
@@ -361,7 +361,9 @@ def execute_run(run, spec: RunSpec, ds: Dataset, need_hint: int | None = None) -
         _poll(jobs, "ready", p.stall_timeout_s, p.stall_timeout_s * 2)
         prestart.wait_ready(run, p.stall_timeout_s)
         writer = _ingest_writer(run, spec, ds, io) if spec.ingest_mb_per_s else None
-        cold_dataset(run, ds.files)
+        # the dataset's pages only: drop_caches would also evict TensorFlow's not-yet-mapped code pages,
+        # whose re-reads would then be charged to the training run
+        run.evict(ds.files, "dataset files")
         _arm(jobs, setting, ds)
         emulated = _throttle(run, jobs, io)
         drops0 = foreign_cache_drops()
