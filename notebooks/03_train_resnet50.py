@@ -31,6 +31,8 @@ train_resnet50 = {
     # normalises over a batch's 16 samples and a converged model's loss spiked to 5.4 on a
     # batch with a skewed class mix (docs/studies/train_resnet50.md); at 64 (2x2) none in 96 steps
     'batch_size': 16,  # quick: 4 steps an epoch (2/3 of the compute of 96 records at batch 32)
+    'class_balanced_batches': True,  # generated sets: batch_size / num_classes of each class a batch; skewed batches of
+    # 16 through batch norm spiked a converged model's loss to 2.3 (docs/studies/train_resnet50.md)
     'epochs': 2,  # >= 2: epochs after the first show the page-cache effect
     'learning_rate': 0.001,  # SGD, momentum 0.9 (0.01 diverged here: epoch loss 3.5-7.7 on 4 classes)
     'shuffle_buffer': 32,  # records (half the quick set)

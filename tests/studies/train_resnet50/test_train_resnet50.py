@@ -77,6 +77,7 @@ def shared(tmp_path_factory):
     ("train_resnet50.input_size=16", "input_size"),
     ("train_resnet50.unknown=1", "unknown key; allowed:"),
     ("train_resnet50.dataset_images=8", "smaller than batch_size"),
+    ("train_resnet50.num_classes=3", "batch_size=16 is not a multiple of num_classes=3"),
 ])
 def test_bad_params_name_the_key(tmp_path, override, needle):
     with pytest.raises(config.ParamsError) as exc:
@@ -271,6 +272,7 @@ def test_tiny_training_really_trains(memory_runs):
     assert base["status"] == "ok"
     assert base["loss_last_epoch"] < base["loss_first_epoch"]
     assert base["images"] == 2 * (96 // 16) * 16
+    assert base["batches"] == "class-balanced"
     assert base["tf_device"] in ("CPU",) or base["tf_device"].startswith("GPU")
     assert series and {"read_mb_per_s", "read_iops"} <= set(series[0])
     assert jobs[0]["memory_peak_bytes"] > 500 * trp.MIB       # TensorFlow + ResNet50 really ran in the group

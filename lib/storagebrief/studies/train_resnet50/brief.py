@@ -98,6 +98,13 @@ def section(study_dir: Path, frame, names: list[str]) -> None:
     _failed_runs(frame)
 
 
+def _batches(r0) -> str:
+    """How a batch was made, when the row says (rows from before the column: nothing)."""
+    if str(r0.get("batches", "")) != "class-balanced":
+        return ""
+    return f" (class-balanced: {int(r0.batch_size) // int(r0.num_classes)} records of each class)"
+
+
 def _what_ran(ok) -> None:
     if ok.empty:
         show_md("No training run succeeded; the failed runs and their reasons are listed below.")
@@ -106,9 +113,9 @@ def _what_ran(ok) -> None:
     show_md(
         f"**What ran.** `tf.keras.applications.ResNet50(weights=None)` trained from TFRecords "
         f"({int(r0.dataset_records)} records, {r0.dataset_bytes / 1e6:.1f} MB, source: {r0.dataset_source}) at "
-        f"{int(r0.input_size)}×{int(r0.input_size)} input, batch {int(r0.batch_size)}, {int(r0.epochs)} epochs "
-        f"on {r0.tf_device}, through a `tf.data` pipeline (parallel interleaved reads, parse, decode, random "
-        "crop + flip, batch, prefetch, AUTOTUNE). Every job ran in its own memory cgroup. A dataset:memory "
+        f"{int(r0.input_size)}×{int(r0.input_size)} input, batch {int(r0.batch_size)}{_batches(r0)}, "
+        f"{int(r0.epochs)} epochs on {r0.tf_device}, through a `tf.data` pipeline (parallel interleaved reads, parse, "
+        "decode, random crop + flip, batch, prefetch, AUTOTUNE). Every job ran in its own memory cgroup. A dataset:memory "
         "ratio caps the dataset's page cache at dataset × memory/dataset: every 50 ms the dataset pages "
         "over it are evicted, least recently read first. TensorFlow's own memory "
         "(1–2 GB here) is not capped, since a bare 2.5:1 of a small dataset would be far below it. An absolute size "

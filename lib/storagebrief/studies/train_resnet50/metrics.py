@@ -21,6 +21,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("dataset_bytes", _B, "bytes of the dataset's TFRecord files"),
     Column("input_size", "px", "ResNet50 input size (square)"),
     Column("batch_size", "", "images per training step"),
+    Column("batches", "", "class-balanced (batch_size / num_classes records of each class; generated sets) or "
+           "as read (the shuffled read order)", "text"),
     Column("epochs", "", "epochs each job trains"),
     Column("num_classes", "", "classes of the model's output"),
     Column("steps_per_epoch", "", "training steps per epoch (records / batch size)"),

@@ -67,6 +67,7 @@ class TrainParams(Strict):
     num_classes: int = Field(4, ge=2, le=100_000)
     input_size: int = Field(32, ge=RESNET50_MIN_INPUT, le=1024)
     batch_size: int = Field(32, ge=1, le=65_536)
+    class_balanced_batches: bool = True   # generated sets: batch_size / num_classes records of each class a batch
     epochs: int = Field(2, ge=1, le=10_000)
     learning_rate: float = Field(0.001, gt=0, le=10)
     shuffle_buffer: int = Field(64, ge=1, le=1_000_000)
@@ -112,6 +113,9 @@ class TrainParams(Strict):
         if self.dataset != "preprocess" and self.dataset_images < self.batch_size:
             raise ValueError(f"dataset_images={self.dataset_images} is smaller than batch_size="
                              f"{self.batch_size}: an epoch would have no full batch")
+        if self.class_balanced_batches and self.batch_size % self.num_classes:
+            raise ValueError(f"batch_size={self.batch_size} is not a multiple of num_classes={self.num_classes}: "
+                             "class_balanced_batches needs one (or set class_balanced_batches: false)")
         return self
 
 

@@ -180,6 +180,12 @@ def close(sweep) -> None:
 
 
 # --------------------------------------------------------------------------- one measured run
+def balanced_batches(p: TrainParams, ds: Dataset) -> bool:
+    """Class-balanced batches on a generated set only: its classes are equal by construction, so an epoch
+    still has records // batch_size steps; a preprocessed set's class counts are not known before reading."""
+    return p.class_balanced_batches and ds.source == "generated"
+
+
 def _base_row(run, spec: RunSpec, ds: Dataset, setting: MemorySetting, steps_per_epoch: int, cpus: int) -> dict:
     p: TrainParams = run.p
     t = run.target
@@ -188,6 +194,7 @@ def _base_row(run, spec: RunSpec, ds: Dataset, setting: MemorySetting, steps_per
             "models": spec.models,
             "memory_setting": setting.text, "dataset_source": ds.source, "dataset_records": ds.records,
             "dataset_bytes": ds.bytes, "input_size": p.input_size, "batch_size": p.batch_size,
+            "batches": "class-balanced" if balanced_batches(p, ds) else "as read",
             "epochs": p.epochs, "num_classes": p.num_classes, "steps_per_epoch": steps_per_epoch,
             "cpus_per_job": cpus, "ingest_target_mb_per_s": spec.ingest_mb_per_s,
             "checkpoint_every_steps": spec.checkpoint_every_steps,
@@ -218,6 +225,7 @@ def _make_jobs(run, spec: RunSpec, ds: Dataset, setting: MemorySetting, io, spli
         jobs.append(new_job(i, {"job": i, "input_size": p.input_size, "batch_size": p.batch_size,
                                 "num_classes": p.num_classes, "epochs": p.epochs,
                                 "steps_per_epoch": ds.records // p.batch_size,
+                                "balanced_batches": balanced_batches(p, ds),
                                 "learning_rate": p.learning_rate, "shuffle_buffer": p.shuffle_buffer,
                                 "read_parallelism": p.read_parallelism, "warmup_steps": p.warmup_steps,
                                 "threads": len(cpus), "cpus": cpus, **_per_run(run, spec, i, ds)},

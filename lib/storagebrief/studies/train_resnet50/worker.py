@@ -62,12 +62,48 @@ def build_dataset(files: list[str], spec: dict, tf, warmup: bool = False):
                            num_parallel_calls=auto, deterministic=False)
     ds = ds.shuffle(spec["shuffle_buffer"], seed=spec["seed"], reshuffle_each_iteration=True)
     ds = ds.map(parse, num_parallel_calls=auto, deterministic=False)
+    balanced = spec.get("balanced_batches", False)
+    if balanced and warmup:
+        # one record repeated has one label: cycle the labels so the balancer's buffers fill as in training
+        ds = ds.enumerate().map(lambda i, x: (x[0], i % spec["num_classes"], x[2]))
     # Batch then repeat: an epoch reads every record once; the partial last batch is dropped
     # so the train step is traced once.
-    ds = ds.batch(batch, drop_remainder=True).repeat().prefetch(auto)
+    ds = class_balanced_batches(ds, batch, spec["num_classes"], tf) if balanced \
+        else ds.batch(batch, drop_remainder=True)
+    ds = ds.repeat().prefetch(auto)
     opts = tf.data.Options()
     opts.threading.private_threadpool_size = max(1, spec["threads"])
     return ds.with_options(opts)
+
+
+def class_balanced_batches(ds, batch: int, classes: int, tf):
+    """Batches of batch // classes records of each class, in the order the records came (reads untouched).
+
+    Why: batch normalisation in training mode normalises over the batch, and a batch of 16 whose class mix
+    was skewed sent a converged model's loss from ~0.01 to 2.3-5.4 (docs/studies/train_resnet50.md).
+    Records are grouped into per-class chunks of `share`; a chunk's round is how many chunks of its class
+    came before it in this epoch, and a batch is round r's chunk of every class. Every record is read once
+    an epoch; what cannot fill a whole balanced batch at the epoch's end is dropped, as drop_remainder does.
+    On a set with equal classes that is records // batch batches (floor(floor(n / c) / k) = floor(n / ck))."""
+    share = batch // classes
+
+    def chunk(_label, window):
+        return window.batch(share)
+
+    def number(counts, item):
+        label = tf.minimum(tf.maximum(item[1][0], 0), classes - 1)   # a bad label is reported by _train
+        return tf.tensor_scatter_nd_add(counts, [[label]], [1]), (item, counts[label])
+
+    def whole(parts):   # [classes, share, ...] -> [batch, ...]
+        return tuple(tf.reshape(x, tf.concat([[batch], tf.shape(x)[2:]], 0)) for x in parts)
+
+    ds = ds.group_by_window(lambda _x, y, _n: y, chunk, window_size=share)
+    ds = ds.filter(lambda _x, y, _n: tf.shape(y)[0] == share)     # the epoch's last, partial chunks
+    ds = ds.scan(tf.zeros([classes], tf.int64), number)
+    ds = ds.group_by_window(lambda _item, rnd: rnd, lambda _r, w: w.map(lambda item, _rnd: item).batch(classes),
+                            window_size=classes)
+    ds = ds.filter(lambda _x, y, _n: tf.shape(y)[0] == classes)  # rounds some class never completed
+    return ds.map(lambda *parts: whole(parts))
 
 
 def _emit(fd: int, **event) -> None:
