@@ -11,7 +11,7 @@ STUDY = Study(
              "notes.json", "notebook.ipynb"),
     brief_inputs=("runs.csv", "points.csv", "forecast.csv", "study.json", "notes.json", "inventory.json"),
     upstream=("reports/emulate/study.json", "reports/emulate/mlperf_results.json", "reports/emulate/runs.csv"),
-    tiny={"block_sizes": ["4k", "64k"], "queue_depths": [1, 4], "repeats": 3, "file_mib": 8,
+    tiny={"block_sizes": ["4k", "64k"], "queue_depths": [1, 4], "repeats": 2, "file_mib": 8,
           "runtime_s": 0.5, "ramp_time_s": 0.05,
           "busy": {"peak_seconds": 0.5, "calibrate_seconds": 0.5, "settle_s": 0.1},
           "forecast": {"emulate_dir": "/nonexistent"}},
