@@ -125,6 +125,20 @@ def test_a_dying_mpi_rank_fails_the_run_with_its_message_and_leaves_no_rank(tmp_
     assert not [d for d in mpi_dir.iterdir() if d.is_dir()]            # Open MPI's session folder went too
 
 
+def test_mpirun_ending_in_the_pause_between_operations_ends_it_at_once(tmp_path):
+    """MpiRankPool.pause: mpirun exits when a rank dies; a 60 s pause then fails the run with mpirun's cause
+    within its first watch steps, not at the next operation."""
+    from types import SimpleNamespace
+    from storagebrief.core.causes import EnvironmentFailure
+    from storagebrief.studies.checkpoint.mpi import MpiRankPool
+    err = tmp_path / "mpirun.err"
+    err.write_text("mpirun noticed that process rank 3 with PID 123 on node h exited on signal 9 (Killed).\n")
+    pool = MpiRankPool([0, 1], 1 << 20, None, None, None, tmp_path)
+    pool.session = SimpleNamespace(proc=subprocess.Popen([sys.executable, "-c", "raise SystemExit(137)"]), err_file=err)
+    with pytest.raises(EnvironmentFailure, match=r"between operations \(mpirun exited with status 137\)"):
+        pool.pause(60)
+
+
 def test_missing_mpirun_is_a_clear_error_before_any_work(tmp_path):
     p = _validate(tmp_path, **RUN, launcher="mpi", mpi={"mpirun": "no-such-mpirun"})
     with pytest.raises(config.ParamsError, match="checkpoint.mpi.mpirun = 'no-such-mpirun' is not on PATH"):

@@ -126,7 +126,7 @@ def _run(run, pool, store, p, model: str, files, gw: dict):
     for i in range(p.saves):
         step = i + 1
         where = f"{root}/{checkpoint_folder(step)}"
-        time.sleep(p.pause_s)
+        pool.pause(p.pause_s)
         release, got = _operate(pool, store, gw, "save", i, store.key(where), plain, p.write_block)
         doc = {"model": model, "step": step, "scale": p.scale, "bytes": sum(f.bytes for fs in files.values() for f in fs),
                "files": [{"rank": f.rank, "name": f.name, "bytes": f.bytes} for fs in files.values() for f in fs]}
@@ -145,7 +145,7 @@ def _run(run, pool, store, p, model: str, files, gw: dict):
         where = kept[j % len(kept)]
         if not _complete(store, where, names):
             raise RuntimeError(f"s3://{store.bucket}/{store.key(where)}: not a complete checkpoint")
-        time.sleep(p.pause_s)
+        pool.pause(p.pause_s)
         if store.gateway is not None:
             run.cold_cache([store.gateway.root / store.bucket / store.key(where)])
         else:

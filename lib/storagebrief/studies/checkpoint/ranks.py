@@ -33,6 +33,7 @@ from ...kit.client_check import apply_affinity
 from .rank_io import ONE_CLOCK, RankResult, RankStore, operate
 
 BARRIER_TIMEOUT_S = 600.0
+WATCH_S = 0.2                 # how often a wait between operations looks for a dead rank
 
 
 def _rank(rank: int, buf_bytes: int, procs_files: list[str], fault: dict | None, barrier, inbox, out_q,
@@ -106,6 +107,15 @@ class RankPool:
                 " (from outside the run: the OOM killer, kill -9, or a limit of the host)" if code < 0 else "")
         return None
 
+    def pause(self, seconds: float) -> None:
+        """MLPerf's pause before an operation, watched: a rank that dies in it ends the run at once (a kill -9
+        in a 20 s pause was noticed only at the next barrier, 18 s later)."""
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            time.sleep(min(WATCH_S, left))
+            if (why := self._dead({})) is not None:
+                raise (EnvironmentFailure if "died: killed" in why else RuntimeError)(why)
+
     def _collect(self, want: str, timeout_s: float) -> dict:
         got: dict = {}
         deadline = time.monotonic() + timeout_s
@@ -142,7 +152,7 @@ class RankPool:
         stop, seen = threading.Event(), []
 
         def watch() -> None:
-            while not stop.wait(0.2):
+            while not stop.wait(WATCH_S):
                 if (why := self._dead({})) is not None:
                     seen.append(why)
                     self.barrier.abort()

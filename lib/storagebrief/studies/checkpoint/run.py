@@ -158,10 +158,6 @@ def _files(p: CheckpointParams, model: str) -> dict[int, list]:
     return {r: files_of_rank(w, r, p.scale) for r in p.writers(model)}
 
 
-def _pause(p: CheckpointParams) -> None:
-    time.sleep(p.pause_s)      # MLPerf's pause before every operation: off every clock
-
-
 def _saves(run, pool, p: CheckpointParams, model: str, root, files) -> tuple[list, list, list]:
     """`saves` checkpoints; returns (ops, retained folders, deletion seconds)."""
     ops, kept, deletes = [], [], []
@@ -171,7 +167,7 @@ def _saves(run, pool, p: CheckpointParams, model: str, root, files) -> tuple[lis
         where = dataset.folder(root, step)
         where.mkdir()
         dataset.fsync_dir(root)
-        _pause(p)
+        pool.pause(p.pause_s)      # MLPerf's pause before every operation: off every clock
         release, got = pool.operate("save", where, plain, p.write_block)
         dataset.write_manifest(where, model, step, p.scale, [f for fs in files.values() for f in fs])
         ops.append(("save", i, step, release, got))
@@ -193,7 +189,7 @@ def _restores(run, pool, p: CheckpointParams, kept, files) -> list:
         where = kept[j % len(kept)]
         if not dataset.complete(where):
             raise RuntimeError(f"{where}: not a complete checkpoint (manifest or files missing)")
-        _pause(p)
+        pool.pause(p.pause_s)
         run.cold_cache([where])
         release, got = pool.operate("load", where, plan_, p.read_block, p.readers_per_rank)
         ops.append(("load", j, int(where.name.rsplit("step", 1)[1]), release, got))
