@@ -323,13 +323,17 @@ def test_tiny_run_outputs(tiny_run):
         doc = json.loads((tiny_run / r.fio_json).read_text())
         assert fio.parse(doc, r.rw)["fio_bw_bytes"] == r.fio_bw_bytes      # we only parse
     busy = runs[runs.load == "busy"]
-    assert busy.load_memory_mb_per_s.gt(0).all() and busy.load_cpu_percent.gt(0).all()
+    notes = json.loads((tiny_run / "notes.json").read_text())["warnings"]
+    # a load that reported no memory rate (once, in a loaded full run) is named in the notes, never left silent
+    unmeasured = busy[busy.load_memory_mb_per_s.isna()]
+    assert len(unmeasured) <= 1 and all(any(f"{r}: the busy load reported no memory rate" in n for n in notes)
+                                        for r in unmeasured.run_id)
+    assert busy.load_memory_mb_per_s.dropna().gt(0).all() and busy.load_cpu_percent.gt(0).all()
     assert busy.cpu_busy_percent.mean() > runs[runs.load == "idle"].cpu_busy_percent.mean()
     pts = pd.read_csv(tiny_run / "points.csv")
     assert len(pts) == 2 * 2 * 2 and (pts.repeats == 2).all() and pts.clat_us_p99_merged.notna().all()
     fc = pd.read_csv(tiny_run / "forecast.csv")
     assert set(fc.load) == {"idle", "busy"} and fc.accelerators_forecast.ge(0).all()
-    notes = json.loads((tiny_run / "notes.json").read_text())["warnings"]
     if not gpu.detect()["available"]:
         assert any(n.startswith("no CUDA GPU visible: GPU path not measured") for n in notes)
     hs = metrics.headlines(runs, ["a"])

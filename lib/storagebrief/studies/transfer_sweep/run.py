@@ -319,6 +319,10 @@ def _measure(a: Attempt, row: dict) -> Measurement:
             running.stop()
             row.update(load_mod.measured(running, a.busy["peak_memory_mb_per_s"]))
             running.cleanup_files()
+            if row.get("load_memory_mb_per_s") is None:
+                # seen once in a loaded full test run: a 1.0 s load whose memory workers reported no rate
+                a.run.sweep.note(f"{a.run.run_id}: the busy load reported no memory rate ({running.tool} in "
+                                 f"{running.wall_s:.1f} s): its load_memory columns are empty")
     if a.config.path not in gpu.OURS:
         a.tmp.rename(a.final)
         row["fio_json"] = f"fio/{a.final.name}"
