@@ -331,3 +331,38 @@ def test_a_broker_dying_mid_run_fails_it_with_the_log_tail_and_leaves_nothing(tm
     assert all(kafka.port_free(p) for p in ports)
     runs = tmp_path / "out" / "runs.csv"
     assert not runs.exists() or len(pd.read_csv(runs)) == 0
+
+
+def test_topic_creation_retries_a_lost_request_and_takes_its_topic_as_created(monkeypatch):
+    """run._topics: a create request lost client-side (librdkafka's _DESTROY_BROKER, seen once in a quick study
+    on a cluster started seconds before) is sent again; 'already exists' on the retry is the first request's
+    topic; a real refusal is raised at once."""
+    from concurrent.futures import Future
+    from confluent_kafka import KafkaError, KafkaException
+    from storagebrief.studies.stream_inference import run as si_run
+
+    def done(code=None):
+        f = Future()
+        f.set_exception(KafkaException(KafkaError(code))) if code is not None else f.set_result(None)
+        return f
+
+    class Admin:
+        def __init__(self, answers):
+            self.answers, self.asked = answers, []
+
+        def create_topics(self, topics, operation_timeout):
+            self.asked.append([t.topic for t in topics])
+            return {t.topic: done(code) for t, code in zip(topics, self.answers.pop(0))}
+
+        def list_topics(self, timeout):
+            part = type("P", (), {"leader": 0})()
+            return type("M", (), {"topics": {n: type("T", (), {"partitions": {0: part}})() for n in ("a", "b")}})()
+
+    monkeypatch.setattr(si_run.time, "sleep", lambda s: None)
+    admin = Admin([[None, KafkaError._DESTROY_BROKER], [KafkaError.TOPIC_ALREADY_EXISTS]])
+    si_run._topics(admin, ["a", "b"], 1, 1)
+    assert admin.asked == [["a", "b"], ["b"]]
+    refused = Admin([[KafkaError.INVALID_REPLICATION_FACTOR, None]])
+    with pytest.raises(KafkaException):
+        si_run._topics(refused, ["a", "b"], 1, 3)
+    assert len(refused.asked) == 1

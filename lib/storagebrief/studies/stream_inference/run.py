@@ -322,13 +322,35 @@ def close(sweep) -> None:
 
 
 # -- one run -------------------------------------------------------------------------------------
+CREATE_ATTEMPTS = 3
+
+
 def _topics(admin, names: list[str], partitions: int, rf: int) -> None:
+    from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import NewTopic
 
-    futures = admin.create_topics([NewTopic(n, partitions, rf, config={"max.message.bytes": str(MAX_MESSAGE)})
-                                   for n in names], operation_timeout=30)
-    for f in futures.values():
-        f.result()
+    lost_request = {KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT, KafkaError._TIMED_OUT}
+    todo = list(names)
+    for attempt in range(1, CREATE_ATTEMPTS + 1):
+        futures = admin.create_topics([NewTopic(n, partitions, rf, config={"max.message.bytes": str(MAX_MESSAGE)})
+                                       for n in todo], operation_timeout=30)
+        failed = []
+        for name, f in futures.items():
+            try:
+                f.result()
+            except KafkaException as exc:
+                err = exc.args[0]
+                if attempt > 1 and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                    continue                  # the attempt before created it, and lost only the answer
+                # a client-side loss of the request (seen on a cluster started seconds before: the bootstrap
+                # broker's handle was replaced by the cluster's own while the request was in flight)
+                if attempt == CREATE_ATTEMPTS or not (err.retriable() or err.code() in lost_request):
+                    raise
+                failed.append(name)
+        if not failed:
+            break
+        todo = failed
+        time.sleep(0.5)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:      # every partition has a leader before producers start
         md = admin.list_topics(timeout=5)
