@@ -172,6 +172,8 @@ def answers(emulate_study, sweep_study, emulate_rows: list[dict] | None = None) 
         # the emulate study's own basis, less what the reconciled text already says (its search and cause)
         extra = re.sub(r"^search of N \(probed ([^)]*)\), limited by [^;]*", r"probed \1", own[0]) if own else ""
         extra = re.sub(r";? ?emulate study\.?$", "", extra).strip()
+        # the answer says "≥ N (no count tested failed)" already: three lines of page 1 a target (its 23-page budget)
+        extra = re.sub(r"^every count tested kept AU ≥ threshold: the largest tested is a floor;? ?", "", extra)
         if extra:
             basis += f"{'' if basis.endswith('.') else '.'} Emulate study: {extra}."
         rows.append({"question": question, "target": t, "answer": answer_text(e), "basis": basis})
