@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import socket
 import sys
-import time
 import traceback
 from pathlib import Path
 
@@ -30,7 +29,7 @@ from ...kit import mpi as kit_mpi
 from ...kit.checkpoint import incompressible
 from ...kit.mpi_session import open_session, serve
 from .rank_io import ONE_CLOCK, RankResult
-from .ranks import WATCH_S
+from .ranks import watched_sleep
 
 SECTION = "checkpoint"
 RANK_MODULE = "storagebrief.studies.checkpoint.mpi"
@@ -70,13 +69,12 @@ class MpiRankPool:
 
     def pause(self, seconds: float) -> None:
         """ranks.RankPool.pause: mpirun ends the job when a rank dies, so its exit ends the pause at once."""
-        end = time.monotonic() + seconds
-        while (left := end - time.monotonic()) > 0:
-            time.sleep(min(WATCH_S, left))
+        def check() -> None:
             proc = self.session.proc
             if proc.poll() is not None:
                 raise EnvironmentFailure(f"MPI ranks failed between operations (mpirun exited with status "
                                          f"{proc.returncode}): {kit_mpi._cause(self.session.err_file)}")
+        watched_sleep(seconds, check)
 
     def operate(self, op: str, folder: Path, files_by_rank: dict[int, tuple[int, list]], block: int,
                 readers: int = 1) -> tuple[float, list[RankResult]]:

@@ -60,6 +60,14 @@ def _rank(rank: int, buf_bytes: int, procs_files: list[str], fault: dict | None,
         out_q.put(("error", rank, traceback.format_exc()))
 
 
+def watched_sleep(seconds: float, check) -> None:
+    """Sleep `seconds`, calling check() every WATCH_S (it raises to end the wait)."""
+    end = time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0:
+        time.sleep(min(WATCH_S, left))
+        check()
+
+
 class RankPool:
     """The run's rank processes; use as a context manager (they are always reaped)."""
 
@@ -110,11 +118,10 @@ class RankPool:
     def pause(self, seconds: float) -> None:
         """MLPerf's pause before an operation, watched: a rank that dies in it ends the run at once (a kill -9
         in a 20 s pause was noticed only at the next barrier, 18 s later)."""
-        end = time.monotonic() + seconds
-        while (left := end - time.monotonic()) > 0:
-            time.sleep(min(WATCH_S, left))
+        def check() -> None:
             if (why := self._dead({})) is not None:
                 raise (EnvironmentFailure if "died: killed" in why else RuntimeError)(why)
+        watched_sleep(seconds, check)
 
     def _collect(self, want: str, timeout_s: float) -> dict:
         got: dict = {}
