@@ -162,3 +162,25 @@ def test_dvc_chain_renders_brief_with_recomputable_headlines(tiny_chain):
     assert res.returncode == 0
     assert (work / "reports" / "brief.html").stat().st_mtime == before
     print(f"no-op dvc repro: {elapsed:.2f} s")
+
+
+@pytest.mark.slow
+def test_every_studys_notebook_ran_in_the_chain_and_shows_its_runs(tiny_chain):
+    """Each stage's executed notebook (papermill, params.yaml as it is, both kinds of target): no error, the knobs
+    named as params.yaml's, the runs table and the study's results shown, the run complete, and no tracked
+    notebook or knob file changed. (The kernel started in notebooks/, as JupyterLab starts it, is
+    tests/test_notebooks.py's; these runs are the chain's own, not a second run of every study.)"""
+    from storagebrief import studies
+
+    work = tiny_chain.work
+    for study in studies.REGISTRY.values():
+        nb = json.loads((work / "reports" / study.name / "notebook.ipynb").read_text())
+        outputs = [o for c in nb["cells"] for o in c.get("outputs", [])]
+        assert not [o for o in outputs if o["output_type"] == "error"], study.name
+        text = "\n".join("".join(o.get("text", "")) + json.dumps(o.get("data", {})) for o in outputs)
+        for said in ("Knobs: as in", "measured runs (runs.csv)", "results go to", "runs complete"):
+            assert said in text, (study.name, said)
+        status = json.loads((work / "reports" / study.name / "status.json").read_text())
+        assert status["complete"] is True and status["runs_done"] > 0, study.name
+    changed = tiny_chain.run("git", "status", "--porcelain", "--", "notebooks", "params.yaml", "params", "dvc.yaml")
+    assert changed.returncode == 0 and changed.stdout == ""
