@@ -29,9 +29,12 @@ def external(tmp_path_factory):
     """A 3-broker cluster, one broker per client host, each in its own network namespace."""
     base = tmp_path_factory.mktemp("external")
     with nethosts.HostSet.up(3, base / "hosts") as hs:
-        with kafka.Cluster(base / "data", base / "logs", brokers=3, heap_mib=256, name="external",
-                           hosts=[(h.address, h.name) for h in hs.hosts]) as cl:
+        cl = kafka.Cluster(base / "data", base / "logs", brokers=3, heap_mib=256, name="external",
+                           hosts=[(h.address, h.name) for h in hs.hosts]).start()
+        try:
             yield hs, cl
+        finally:
+            cl.stop(grace_s=0)     # the test's own data: no controlled shutdown to wait for
 
 
 def _study(tmp_path, cl, consumers: int) -> pd.DataFrame:

@@ -70,7 +70,7 @@ def running(tmp_path_factory):
     base = tmp_path_factory.mktemp("kafka")
     cl = kafka.Cluster(base / "data", base / "logs", brokers=3, heap_mib=256).start()
     yield cl
-    cl.stop()
+    cl.stop(grace_s=0)     # its data is the test's: no controlled shutdown to wait for (that is test_stop_reaps')
 
 
 @pytest.mark.slow
