@@ -1,6 +1,7 @@
 """Shared fixtures: a small params file with targets inside the test's tmp dir."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -271,6 +272,14 @@ def tiny_chain(tmp_path_factory):
     res = run("dvc", "repro")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     return SimpleNamespace(work=work, res=res, run=run)
+
+
+def notebook_outputs(nb: dict) -> tuple[list[dict], str]:
+    """An executed notebook's (JSON) error outputs, and all its outputs' text as one string."""
+    outputs = [o for c in nb["cells"] for o in c.get("outputs", [])]
+    text = "\n".join("".join(o.get("text", "")) + json.dumps(o.get("data", {})) + "".join(o.get("traceback", []))
+                     for o in outputs)
+    return [o for o in outputs if o["output_type"] == "error"], text
 
 
 def pin_without_cgroup(monkeypatch, module, seen: Path) -> None:

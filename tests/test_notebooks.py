@@ -15,7 +15,7 @@ import yaml
 
 from storagebrief import cli, notebook, notebooks, studies
 from storagebrief.core import config
-from conftest import REPO
+from conftest import REPO, notebook_outputs
 
 jupytext = pytest.importorskip("jupytext")
 papermill = pytest.importorskip("papermill")
@@ -41,14 +41,6 @@ def _execute(study, tmp: Path, knobs: dict, **extra):
     papermill.execute_notebook(jupytext.read(REPO / study.notebook), str(out), parameters=params,
                                cwd=str(REPO / "notebooks"), kernel_name="python3", progress_bar=False)
     return json.loads(out.read_text())
-
-
-def _outputs(nb: dict) -> str:
-    texts = []
-    for cell in nb["cells"]:
-        for o in cell.get("outputs", []):
-            texts.append("".join(o.get("text", "")) + json.dumps(o.get("data", {})) + "".join(o.get("traceback", [])))
-    return "\n".join(texts)
 
 
 def test_every_notebook_shows_params_yaml_section_as_its_knobs():
@@ -119,8 +111,8 @@ def test_a_notebook_runs_as_opened_from_notebooks_folder(tmp_path):
     study = studies.get("kv_cache")
     before = _git_status()
     nb = _execute(study, tmp_path, study.tiny, out_dir=str(tmp_path / "out"), throttled=False)
-    text = _outputs(nb)
-    assert not [o for c in nb["cells"] for o in c.get("outputs", []) if o["output_type"] == "error"]
+    errors, text = notebook_outputs(nb)
+    assert not errors
     assert "Knobs changed here over" in text and "measured runs (runs.csv)" in text
     assert "results go to" in text and "runs complete" in text
     status = json.loads((tmp_path / "out" / "status.json").read_text())

@@ -14,7 +14,7 @@ import pytest
 from storagebrief.kit.client_check import unchecked
 from storagebrief.report import formatting
 
-from conftest import TINY  # noqa: E402
+from conftest import TINY, notebook_outputs  # noqa: E402
 from storagebrief.studies.emulate.limits import measured as emulate_rows  # noqa: E402
 # Keys over which each study matches configurations between targets.
 MATCH_KEYS = {"preprocess": ["sweep", "processes", "image_count"], "emulate": ["workload", "accelerators"],
@@ -175,9 +175,8 @@ def test_every_studys_notebook_ran_in_the_chain_and_shows_its_runs(tiny_chain):
     work = tiny_chain.work
     for study in studies.REGISTRY.values():
         nb = json.loads((work / "reports" / study.name / "notebook.ipynb").read_text())
-        outputs = [o for c in nb["cells"] for o in c.get("outputs", [])]
-        assert not [o for o in outputs if o["output_type"] == "error"], study.name
-        text = "\n".join("".join(o.get("text", "")) + json.dumps(o.get("data", {})) for o in outputs)
+        errors, text = notebook_outputs(nb)
+        assert not errors, study.name
         for said in ("Knobs: as in", "measured runs (runs.csv)", "results go to", "runs complete"):
             assert said in text, (study.name, said)
         status = json.loads((work / "reports" / study.name / "status.json").read_text())
