@@ -177,8 +177,8 @@ $(TOOLS)/bin/fio:
 	  exit 1; \
 	fi; \
 	src=$$(ls -d fio-*/ | head -1) && cd $$src && \
-	./configure --enable-libcufile --extra-cflags="-I$$cuda/include" >/dev/null && \
-	$(MAKE) -s -j$$(nproc) LDFLAGS="-L$$lib -Wl,-rpath,$$lib" fio >/dev/null && \
+	LDFLAGS="-L$$lib -Wl,-rpath,$$lib" ./configure --enable-libcufile --extra-cflags="-I$$cuda/include" >/dev/null && \
+	$(MAKE) -s -j$$(nproc) fio >/dev/null && \
 	mkdir -p $(CURDIR)/$(TOOLS)/bin && cp fio $(CURDIR)/$(TOOLS)/bin/fio && \
 	$(CURDIR)/$(TOOLS)/bin/fio --enghelp | grep -qx '[[:space:]]*libcufile' && echo "built $(TOOLS)/bin/fio with libcufile"
 

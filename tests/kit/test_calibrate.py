@@ -79,3 +79,21 @@ def test_calibrate_measures_on_this_cpu_and_the_emulate_study_accepts_it(tmp_pat
         assert p.spec("resnet50").compute_s["cpu-measured"] == e["compute_s"]
     finally:
         del os.environ[store.ENV]
+
+
+def test_auto_uses_pytorch_where_tensorflow_is_missing(monkeypatch):
+    """A GPU machine may carry PyTorch only (the H200 lent here has no TensorFlow): auto measures with PyTorch, and a
+    machine with neither framework gets one line, not an import traceback."""
+    class FakeTorch:
+        class cuda:
+            @staticmethod
+            def is_available():
+                return True
+    monkeypatch.setattr(calibrate, "_tensorflow", lambda: None)
+    monkeypatch.setattr(calibrate, "_torch", lambda: FakeTorch)
+    assert calibrate.choose("auto") == ("pytorch", "gpu")
+    with pytest.raises(ValueError, match="--framework tensorflow: tensorflow is not installed"):
+        calibrate.choose("tensorflow")
+    monkeypatch.setattr(calibrate, "_torch", lambda: None)
+    with pytest.raises(ValueError, match="neither TensorFlow nor PyTorch"):
+        calibrate.choose("auto")

@@ -35,6 +35,14 @@ def check(workload: str, batch_size: int, steps: int, warmup: int, image_size: i
         raise ValueError(f"--framework '{framework}': allowed {', '.join(FRAMEWORKS)}")
 
 
+def _tensorflow():
+    try:
+        import tensorflow as tf
+        return tf
+    except ImportError:
+        return None
+
+
 def _torch():
     try:
         import torch
@@ -46,9 +54,10 @@ def _torch():
 
 def choose(framework: str) -> tuple[str, str]:
     """(framework, device kind): tensorflow|pytorch, gpu|cpu."""
-    tf_gpu = False
-    if framework in ("auto", "tensorflow"):
-        import tensorflow as tf
+    tf = _tensorflow() if framework in ("auto", "tensorflow") else None
+    if framework == "tensorflow" and tf is None:
+        raise ValueError("--framework tensorflow: tensorflow is not installed")
+    if tf is not None:
         tf_gpu = bool(tf.config.list_physical_devices("GPU"))
         if tf_gpu or framework == "tensorflow":
             return "tensorflow", "gpu" if tf_gpu else "cpu"
@@ -57,6 +66,8 @@ def choose(framework: str) -> tuple[str, str]:
         return "pytorch", "gpu" if torch.cuda.is_available() else "cpu"
     if framework == "pytorch":
         raise ValueError("--framework pytorch: torch and torchvision are not installed")
+    if tf is None:      # a GPU machine with PyTorch only lacks TensorFlow; one with neither can measure nothing
+        raise ValueError("--framework auto: neither TensorFlow nor PyTorch (with torchvision) is installed")
     return "tensorflow", "cpu"
 
 

@@ -19,6 +19,11 @@ from storagebrief.studies.transfer_sweep import queue_engine as qe
 from conftest import REPO
 
 
+def _lib_first() -> str:
+    """PYTHONPATH with lib/ first, keeping the caller's (a GPU machine's wheels live in a --target folder)."""
+    return os.pathsep.join(filter(None, [str(REPO / "lib"), os.environ.get("PYTHONPATH")]))
+
+
 @pytest.fixture
 def data_file(tmp_path):
     f = tmp_path / "data.bin"
@@ -110,7 +115,7 @@ def test_worker_import_path_runs_without_cuda(data_file):
     with KVIKIO_NTHREADS set to the QD by the same env the GPU points get."""
     code = ("import sys, storagebrief.studies.transfer_sweep.gpu_worker as w; "
             "print(sorted(m for m in ('cupy', 'kvikio') if m in sys.modules))")
-    env = {**os.environ, "PYTHONPATH": str(REPO / "lib")}
+    env = {**os.environ, "PYTHONPATH": _lib_first()}
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert res.returncode == 0 and res.stdout.strip() == "[]", res.stderr
     point = gpu.GpuPoint("stand-in", str(data_file), 4096, 8, 0.3, 0.05, 1)
@@ -217,7 +222,7 @@ def test_sweep_runs_a_gpu_path_end_to_end_on_the_stand_in(tmp_path, monkeypatch)
     from storagebrief import studies
     from storagebrief.core import columns, config
     from storagebrief.studies.transfer_sweep import metrics
-    monkeypatch.setenv("PYTHONPATH", str(REPO / "lib"))
+    monkeypatch.setenv("PYTHONPATH", _lib_first())
     monkeypatch.setattr(gpu, "detect", lambda: {"available": True, "reason": "", "gpus": ["GPU 0: stand-in"],
                                                 "kvikio_gds_available": False})
     monkeypatch.setattr(gpu, "planned", lambda info, libcufile: ["stand-in"])
@@ -247,7 +252,7 @@ def test_sweep_runs_a_gpu_path_end_to_end_on_the_stand_in(tmp_path, monkeypatch)
 @pytest.mark.slow
 @pytest.mark.skipif(fio.fio_binary() is None, reason="fio is not installed")
 def test_gpu_vs_fio_benchmark_prints_ratios_or_says_what_it_needs(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(REPO / "lib")}
+    env = {**os.environ, "PYTHONPATH": _lib_first()}
     res = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_vs_fio.py"), "--dir", str(tmp_path),
                           "--sizes", "64k", "--qds", "2", "--rounds", "2", "--runtime", "0.3", "--file-mib", "16"],
                          capture_output=True, text=True, env=env, timeout=600)
