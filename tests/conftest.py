@@ -282,10 +282,10 @@ def notebook_outputs(nb: dict) -> tuple[list[dict], str]:
     return [o for o in outputs if o["output_type"] == "error"], text
 
 
-def pin_without_cgroup(monkeypatch, module, seen: Path) -> None:
+def pin_without_cgroup(monkeypatch, seen: Path) -> None:
     """The client check as for a user who may not make cgroups: confinement falls back to sched_setaffinity, and
-    each client process of `module` (its apply_affinity) records the CPUs it ended up on in `seen`/<pid>."""
-    from storagebrief.kit import client_check
+    each worker the launcher starts (kit.ranks, its apply_affinity) records the CPUs it ended up on in `seen`/<pid>."""
+    from storagebrief.kit import client_check, ranks
     monkeypatch.setattr(client_check, "confine", lambda name, cpus, group=None: client_check.Confinement(
         cpus, client_check.AFFINITY, reason="no cgroup: test", affinity=list(cpus)))
     seen.mkdir()
@@ -293,4 +293,4 @@ def pin_without_cgroup(monkeypatch, module, seen: Path) -> None:
     def pinned(cpus):
         client_check.apply_affinity(cpus)
         (seen / str(os.getpid())).write_text(",".join(str(c) for c in sorted(os.sched_getaffinity(0))))
-    monkeypatch.setattr(module, "apply_affinity", pinned)
+    monkeypatch.setattr(ranks, "apply_affinity", pinned)

@@ -46,13 +46,13 @@ class RankSession:
     def wait_ready(self, timeout_s: float) -> None:
         kit_mpi._wait_for(self.lines, self.proc, kit_mpi.READY, timeout_s, self.err_file, "before the first request")
 
-    def request(self, payload, timeout_s: float | None = None) -> list:
+    def request(self, payload, timeout_s: float | None = None, when: str = "during a request") -> list:
         try:
             self.proc.stdin.write(f"{kit_mpi.REQUEST} {_encode(payload)}\n")
             self.proc.stdin.flush()
         except BrokenPipeError:
             pass                        # mpirun is gone: _wait_for says why
-        line = kit_mpi._wait_for(self.lines, self.proc, kit_mpi.REPLY, timeout_s, self.err_file, "during a request")
+        line = kit_mpi._wait_for(self.lines, self.proc, kit_mpi.REPLY, timeout_s, self.err_file, when)
         return _decode(line.split(" ", 1)[1])
 
     def stop(self, timeout_s: float = 60.0) -> None:

@@ -113,10 +113,9 @@ def test_a_small_run_with_the_check_on(tmp_path):
 def test_without_a_cgroup_the_ranks_pin_themselves(tmp_path, monkeypatch):
     """Not root / no cpuset: the confined run's ranks pin every thread to the half (sched_setaffinity), and the
     row and the notes say why no cgroup was used."""
-    from storagebrief.studies.checkpoint import ranks
     half = client_check.half_cpus()
     seen = tmp_path / "affinity"
-    pin_without_cgroup(monkeypatch, ranks, seen)
+    pin_without_cgroup(monkeypatch, seen)
     params = config.validate({"targets": [{"name": "fast", "path": str(tmp_path / "fast")}],
                               "run": {"cold_cache": True}, "checkpoint": SMALL}, root=REPO)
     STUDY.run(params, tmp_path / "out", log=lambda *_: None, progress="off")

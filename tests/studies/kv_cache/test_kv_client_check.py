@@ -104,10 +104,9 @@ def test_a_small_run_with_the_check_on(tmp_path):
 def test_without_a_cgroup_the_clients_pin_themselves(tmp_path, monkeypatch):
     """Not root / no cpuset: the confined run's clients pin every thread to the half (sched_setaffinity); the row
     and the notes say why no cgroup was used."""
-    from storagebrief.studies.kv_cache import clients
     half = client_check.half_cpus()
     seen = tmp_path / "affinity"
-    pin_without_cgroup(monkeypatch, clients, seen)
+    pin_without_cgroup(monkeypatch, seen)
     params = config.validate({"targets": [{"name": "t", "path": str(tmp_path / "t")}],
                               "run": {"cold_cache": True, "trace": False}, "kv_cache": SMALL}, root=REPO)
     STUDY.run(params, tmp_path / "out", log=lambda *_: None, progress="off")

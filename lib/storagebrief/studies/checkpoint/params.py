@@ -9,7 +9,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from ...core.checkpoint_workloads import (CheckpointWorkload, CheckpointWorkloadError, WORKLOADS, layout,
                                           layout_bytes, workload, workload_from_dict, writing_ranks)
 from ...core.config import Strict, check_name
-from ...kit.mpi import MpiParams
+from ...kit.ranks import LaunchParams
 
 from .dataset import RESERVED
 
@@ -139,7 +139,7 @@ class FrameworkParams(Strict):
         return self.every_steps if scenario == "every" else self.default_every_steps
 
 
-class CheckpointParams(Strict):
+class CheckpointParams(LaunchParams):
     models: list[str] = Field(default_factory=lambda: ["llama3-8b"], min_length=1)
     scale: float = Field(2048, ge=1, le=1 << 30)         # divides every file (1 = MLPerf's sizes)
     mode: Literal["default", "subset"] = "default"       # subset: ranks 0..7 of the full layout
@@ -157,12 +157,8 @@ class CheckpointParams(Strict):
     # user-defined transformer shapes, usable in `models` and `cost.model` beside the llama3 catalogue:
     # name -> {layers, hidden, ffn, heads, kv_heads, vocab, tp, pp, dp, zero_stage[, ranks]}
     shapes: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    launcher: Literal["fork", "mpi"] = "fork"            # fork: processes on this host; mpi: mpirun ranks
-    mpi: MpiParams = Field(default_factory=MpiParams)    # used by launcher: mpi only (emulate's shape)
-    # the headline point (the largest model's protocol) re-run per directory target with the ranks on half the
-    # CPUs (kit/client_check.py); off unless params.yaml turns it on (it does)
-    client_check: bool = False
-    client_check_repeats: int = Field(1, ge=1, le=100)   # confined runs per target
+    # launcher, mpi, client_check_repeats and client_check (kit.ranks.LaunchParams): the check re-runs the headline
+    # point (the largest model's protocol) per directory target with the ranks on half the CPUs
 
     @field_validator("shapes")
     @classmethod

@@ -8,13 +8,13 @@ from pydantic import Field, field_validator, model_validator
 
 from ...core.config import Strict, check_names, sorted_counts
 from ...core.workloads import MLPERF_DATASET_FACTOR, WORKLOADS, WorkloadSpec, merged_spec, missing_compute_note
-from ...kit.mpi import MpiParams
+from ...kit.ranks import LaunchParams
 from .mlperf import RUNS  # the shared `mpi:` section (checkpoint has one too)
 
 __all__ = ["MLPERF_DATASET_FACTOR", "WORKLOADS", "WorkloadSpec", "merged_spec", "EmulateParams", "Params"]
 
 
-class EmulateParams(Strict):
+class EmulateParams(LaunchParams):
     workloads: list[str] = Field(default_factory=lambda: ["unet3d"], min_length=1)
     accelerator_type: str = "v100"                  # key of each workload's compute_s
     workload_overrides: dict[str, dict[str, Any]] = Field(default_factory=dict)
@@ -37,11 +37,8 @@ class EmulateParams(Strict):
     checkpoint_mib: float = Field(0, ge=0, le=1 << 20)
     seed: int = 0
     client_check: bool = True                       # re-run the answer's point on half the CPUs (kit/client_check.py)
-    client_check_repeats: int = Field(1, ge=1, le=100)
     mlperf_rules: bool = False                      # MLPerf Storage v3.0 run rules (mlperf.py)
     mlperf_hosts: int = Field(1, ge=1, le=10_000)   # mlperf_rules: client hosts in the dataset-size formula
-    launcher: Literal["fork", "mpi"] = "fork"       # fork: processes on this host; mpi: mpirun ranks
-    mpi: MpiParams = Field(default_factory=MpiParams)
 
     @field_validator("accelerators", mode="before")
     @classmethod

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from ...core.config import Strict
-from ...kit.mpi import MpiParams
+from ...kit.ranks import LaunchParams
 from .workload import GIB, MODELS, PRESETS, ModelShape, shape_from_dict
 
 
@@ -61,7 +61,7 @@ class BreakEvenParams(Strict):
     need_at_tokens: int = Field(8192, ge=1, le=1 << 24)           # the read GiB/s needed to win at this L
 
 
-class KvCacheParams(Strict):
+class KvCacheParams(LaunchParams):
     run: list[str] = Field(default_factory=lambda: ["quick-8b"], min_length=1)   # workloads, in order
     workloads: dict[str, Workload] = Field(default_factory=lambda: {"quick-8b": Workload()})
     shapes: dict[str, dict[str, Any]] = Field(default_factory=dict)   # user-defined models by name
@@ -76,12 +76,8 @@ class KvCacheParams(Strict):
     seed: int = Field(42, ge=0)
     repeats: int = Field(1, ge=1, le=100)
     write_block_mib: int = Field(16, ge=1, le=1024)   # one write() call
-    launcher: Literal["fork", "mpi"] = "fork"
-    mpi: MpiParams = Field(default_factory=MpiParams)
-    # the first workload re-run on the first target with the clients on half the CPUs (kit/client_check.py),
-    # beside an unconfined re-run when repeats is 1; off unless params.yaml turns it on (it does)
-    client_check: bool = False
-    client_check_repeats: int = Field(1, ge=1, le=100)   # confined runs (and unconfined ones beside them)
+    # launcher, mpi, client_check_repeats and client_check (kit.ranks.LaunchParams): the check re-runs the first
+    # workload on the first target with the clients on half the CPUs, beside an unconfined re-run when repeats is 1
     prefill: PrefillParams = Field(default_factory=PrefillParams)
     breakeven: BreakEvenParams = Field(default_factory=BreakEvenParams)
 

@@ -1,5 +1,5 @@
 """The KV-cache sweep on the shared engine (core.sweep): one measured run = one workload on one target at one
-repeat. The clients (clients.py forked, mpi.py under mpirun) join the run's cgroup (the target's throttle);
+repeat. The clients (clients.py, launched by kit.ranks: forked or under mpirun) join the run's cgroup (the target's throttle);
 run.start_clock()/stop_clock() bracket them (monitor, block trace); every run writes below
 <target>/storagebrief/kv_cache/<run_id>/ and removes that folder when it ends, whatever happened. A target
 that fills up mid-run gives a failed row with the reason, and the study goes on with the next run.
@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 from ...core import results
 from ...core.config import ParamsError
 from ...core.sweep import Measurement, Point
-from ...kit import client_check, mpi as kit_mpi
+from ...kit import client_check, ranks
 from ...kit.space import check_space, out_of_space
-from . import STUDY, breakeven, dataset, metrics, prefill
-from .clients import run_forked
+from . import STUDY, breakeven, clients, dataset, metrics, prefill
 from .params import KvCacheParams
 from .workload import GIB, MIB
 
@@ -61,13 +60,7 @@ def _space_needed(p: KvCacheParams) -> int:
 def prepare(sweep) -> None:
     p: KvCacheParams = sweep.p
     sweep.state = state = KvState()
-    if p.launcher == "mpi":
-        try:
-            kit_mpi.check_available(p.mpi.mpirun, STUDY.name)
-        except kit_mpi.MpiUnavailable as exc:
-            raise ParamsError(str(exc)) from None
-        sweep.status(f"checking that mpirun starts {p.clients} rank(s)")
-        kit_mpi.preflight(p.mpi, p.clients, sweep.out_dir, STUDY.name, ranks_knob="kv_cache.clients")
+    ranks.check_launch(p, p.clients, sweep.out_dir, STUDY.name, "kv_cache.clients", sweep.status)
     check_space(sweep.targets, lambda t: _space_needed(p),
                 f"every simulated user's largest KV cache at once ({p.longest_context:,} tokens at most)")
     for t in sweep.targets:
@@ -118,19 +111,19 @@ def run_one(run, config: Config) -> Measurement:
         run.cold_cache([folder])
         group = run.throttle()
         spec = _spec(p, config.workload, folder)
-        procs_files = group.procs_files if group else None
+        procs_files = group.procs_files if group else []
         if config.client_check == client_check.CHECK:
             conf = client_check.confine_run(run, group)
-            spec["cpu_affinity"] = conf.affinity
-            procs_files = (procs_files or []) + conf.procs_files
-        if p.launcher == "mpi":
-            from .mpi import run_mpi
-            result = run_mpi(spec, p.clients, procs_files, p.mpi, dataset.mpi_dir(run.target),
-                             on_start=run.start_clock)
+            procs_files = procs_files + conf.procs_files
+        with ranks.open_launch(clients.WORKER, range(p.clients), spec, params=p, section=STUDY.name,
+                               work_dir=dataset.mpi_dir(run.target), procs_files=procs_files,
+                               affinity=conf.affinity if conf else None) as launch:
+            # a nominal duration, then the requests in flight finish: allow generously for a slow target
+            release, done = launch.operate(on_start=run.start_clock, timeout_s=spec["duration_s"] * 20 + 600)
+        result = clients.result(launch, release, done)
+        if launch.launcher == "mpi":
             for h in result["hosts"]:
-                run.sweep.add_host(h, "kv_cache: MPI clients")
-        else:
-            result = run_forked(spec, p.clients, procs_files, on_start=run.start_clock)
+                run.sweep.add_host(h, "kv_cache: MPI clients", launch.host_facts.get(h))
         run.stop_clock()
     except (OSError, RuntimeError) as exc:
         why = out_of_space(exc)

@@ -1,0 +1,443 @@
+"""One launcher for a run's workers: N processes in the run's cgroup, forked on this host or MPI ranks on
+mpirun's hosts (the two ways DLIO and MLPerf Storage run theirs), behind one interface.
+
+A study supplies a `Worker`: `setup(rank, n, config)` makes a worker's state before any clock (buffers, clients,
+loaders) and `work(state, rank, msg, sync)` does one operation from the start line and returns its result
+(`sync()`: a barrier across the workers, a training step's all-reduce). The launcher owns the rest. Every worker
+dies with its parent, leaves Ctrl-C to the study (which stops it), joins the run's cgroup (the target's
+throttle, a page-cache cap, a client check's cpuset; on the launching host only: a cgroup lives on one host)
+or pins itself to the check's CPUs, and says ready. Per operation the workers and the launcher meet at a start
+line and the launcher's clock reads its release; results come back in rank order. A worker that fails stops
+the run with its own message (an OSError keeps its errno, so a full target is told apart); one that dies (kill
+-9, the OOM killer) or could not be forked is the environment's failure (EnvironmentFailure: one line, exit 2);
+nothing a launch starts outlives it.
+
+Clocks: CLOCK_MONOTONIC is system-wide on Linux, so forked workers and ranks on the launching host share the
+launcher's clock. A rank on another host reports its own reading at the release (`Done.release`);
+`Launch.offset(done)` puts its instants on the launcher's axis, to within the start barrier's latency: the one
+place remote clocks are rebased.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import multiprocessing as mp
+import os
+import queue
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+from pydantic import Field
+
+from ..core import cgroups
+from ..core.causes import EnvironmentFailure
+from ..core.config import Strict
+from ..core.procs import die_with_parent, reap
+from . import mpi as kit_mpi
+from .client_check import apply_affinity
+
+OP_TIMEOUT_S = 600.0          # one barrier wait (the start line, a step's sync)
+WATCH_S = 0.2                 # how often a wait looks for a dead worker
+FACTS = "storagebrief-host-facts"     # the request every MPI rank answers with its host's name and facts
+STOP = ("storagebrief-stop",)         # a forked worker's last message (None is a message like any other)
+
+
+class LaunchParams(Strict):
+    """The knobs every study that launches workers shares (its params model inherits them)."""
+    launcher: Literal["fork", "mpi"] = "fork"            # fork: processes on this host; mpi: mpirun ranks
+    mpi: kit_mpi.MpiParams = Field(default_factory=kit_mpi.MpiParams)   # used by launcher: mpi only
+    client_check: bool = False                           # re-run a point with the workers on half the CPUs
+    client_check_repeats: int = Field(1, ge=1, le=100)   # confined runs (kit/client_check.py)
+
+
+@dataclass(frozen=True)
+class Worker:
+    """What a study's worker does; the launcher does everything else."""
+    label: str                                # how messages name one: "accelerator", "checkpoint rank"
+    setup: Callable[[int, int, Any], Any]     # (rank, n, config) -> state, before any clock
+    work: Callable[[Any, int, Any, Callable[[], None]], Any]   # (state, rank, msg, sync) -> result
+    ref: str = ""                             # "package.module:NAME" where an MPI rank imports this Worker
+    setup_in_cgroup: bool = True              # False: set up first, then join (warm-ups not throttled)
+    on_failure: Callable[[Any], None] | None = None   # (state): tidy up when work raises (a rank's files)
+    exit_on_term: bool = False                # SIGTERM raises SystemExit, so the work's own cleanup runs
+
+
+@dataclass
+class Done:
+    """One worker's operation."""
+    rank: int
+    host: str
+    release: float            # the worker's CLOCK_MONOTONIC as it left the start line (its host's clock)
+    result: Any
+
+
+class WorkerTraceback(Exception):
+    """A worker's traceback, chained under the error the launcher raises for it (`--debug` shows it)."""
+
+
+def _how(code: int) -> str:
+    if code < 0:
+        return (f"killed by signal {-code} (from outside the run: the OOM killer, kill -9, or a limit of the "
+                "host)")
+    return f"exited with status {code}"
+
+
+class Launch:
+    """The interface both launchers give a study; use as a context manager."""
+    launcher = ""
+
+    def __init__(self, worker: Worker, ranks, config: Any = None, procs_files: list[str] | None = None,
+                 affinity: list[int] | None = None, peers: bool = False, start_timeout_s: float = 120.0):
+        self.worker, self.ranks, self.config = worker, list(ranks), config
+        self.procs_files, self.affinity, self.peers = list(procs_files or []), list(affinity or []), peers
+        self.start_timeout_s = start_timeout_s
+        self.launch_host = socket.gethostname()
+        self.host_facts: dict[str, dict] = {}
+
+    def operate(self, msgs: Any = None, on_start: Callable[[], None] | None = None,
+                timeout_s: float | None = None) -> tuple[float, list[Done]]:
+        """One operation by every worker from one start line: (the release on the launcher's clock, results by
+        rank). msgs: one message for all, or {rank: message}; on_start runs just before the release; timeout_s:
+        how long the operation may take (None: as long as every worker lives)."""
+        raise NotImplementedError
+
+    def pause(self, seconds: float) -> None:
+        """Sleep between operations, watched: a worker that dies meanwhile ends the run at once."""
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            time.sleep(min(WATCH_S, left))
+            self.check_alive()
+
+    def check_alive(self) -> None:
+        raise NotImplementedError
+
+    def offset(self, done: Done, release: float) -> float:
+        """Seconds to add to a worker's clock readings to put them on the launcher's axis."""
+        return 0.0 if done.host == self.launch_host else release - done.release
+
+    def hosts(self, done: list[Done]) -> list[str]:
+        return sorted({d.host for d in done})
+
+    def _msg(self, msgs, rank: int):
+        return msgs[rank] if isinstance(msgs, dict) else msgs
+
+    def __enter__(self) -> "Launch":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+
+# --------------------------------------------------------------------------- forked on this host
+def _forked_main(launch: "Forked", rank: int, inbox, out_q) -> None:
+    w = launch.worker
+    signal.signal(signal.SIGINT, signal.SIG_IGN)     # the study handles Ctrl-C and stops us
+    signal.signal(signal.SIGTERM, _exit if w.exit_on_term else signal.SIG_DFL)
+    die_with_parent()
+    state, host = None, socket.gethostname()
+    try:
+        if not w.setup_in_cgroup:
+            state = w.setup(rank, len(launch.ranks), launch.config)
+        if launch.procs_files:
+            cgroups.join(launch.procs_files)
+        apply_affinity(launch.affinity)               # a client check without a cgroup: pinned instead
+        if w.setup_in_cgroup:
+            state = w.setup(rank, len(launch.ranks), launch.config)
+        out_q.put(("ready", rank, None))
+        sync = (lambda: launch.peer_barrier.wait(OP_TIMEOUT_S)) if launch.peers else _no_sync
+        while (msg := inbox.get()) != STOP:
+            launch.start.wait(OP_TIMEOUT_S)
+            release = time.monotonic()
+            try:
+                result = w.work(state, rank, msg, sync)
+            except BaseException:
+                if launch.peers:
+                    launch.peer_barrier.abort()       # the others stop at their next sync, not after its timeout
+                if w.on_failure and state is not None:
+                    w.on_failure(state)
+                raise
+            out_q.put(("done", rank, Done(rank, host, release, result)))
+    except threading.BrokenBarrierError:
+        out_q.put(("aborted", rank, None))
+    except OSError as exc:
+        out_q.put(("error", rank, (traceback.format_exc(), exc.errno, exc.strerror or str(exc))))
+    except BaseException:
+        out_q.put(("error", rank, (traceback.format_exc(), None, None)))
+
+
+def _exit(*_) -> None:
+    raise SystemExit(143)
+
+
+def _no_sync() -> None:
+    pass
+
+
+class Forked(Launch):
+    """The workers as forked processes of this one."""
+    launcher = "fork"
+
+    def __enter__(self) -> "Forked":
+        ctx = mp.get_context("fork")
+        n = len(self.ranks)
+        self.start = ctx.Barrier(n + 1)                        # the workers and this process: the start line
+        self.peer_barrier = ctx.Barrier(n) if self.peers else None
+        self.out_q = ctx.Queue()
+        self.inboxes = {r: ctx.SimpleQueue() for r in self.ranks}
+        self.procs = [ctx.Process(target=_forked_main, args=(self, r, self.inboxes[r], self.out_q), daemon=True,
+                                  name=f"{self.worker.label.replace(' ', '-')}-{r}") for r in self.ranks]
+        self.host_facts = {}
+        try:
+            for i, pr in enumerate(self.procs):
+                try:
+                    pr.start()
+                except OSError as exc:                        # EAGAIN (pids / nproc limit), ENOMEM
+                    raise EnvironmentFailure(
+                        f"could not start {self.worker.label} {self.ranks[i]} ({i + 1} of {n}): fork failed: "
+                        f"{exc.strerror or exc}; the process, thread or memory limit of this host or user is "
+                        "reached (ulimit -u, the pids cgroup's pids.max): use fewer workers or launcher: mpi"
+                    ) from None
+            self._collect("ready", self.start_timeout_s)
+        except BaseException as exc:
+            self.__exit__(type(exc), exc, None)               # the workers already started go, without a hang
+            raise
+        return self
+
+    def _dead(self, have) -> str | None:
+        """Why a worker not in `have` is gone; one killed by a signal first (those it took down with a barrier
+        leave with status 0)."""
+        gone = [(r, pr.exitcode) for r, pr in zip(self.ranks, self.procs)
+                if r not in have and pr.pid is not None and pr.exitcode is not None]
+        for r, code in sorted(gone, key=lambda rc: rc[1] >= 0):
+            return f"{self.worker.label} {r} died: {_how(code)}"
+        return None
+
+    def _fail(self, why: str):
+        return (EnvironmentFailure if "died: killed" in why else RuntimeError)(why)
+
+    def check_alive(self) -> None:
+        if (why := self._dead({})) is not None:
+            raise self._fail(why)
+
+    def _collect(self, want: str, timeout_s: float) -> dict:
+        got: dict = {}
+        deadline, broken = time.monotonic() + timeout_s, None
+        while len(got) < len(self.ranks):
+            try:
+                kind, rank, payload = self.out_q.get(timeout=0.5)
+            except queue.Empty:
+                why = self._dead(got)
+                if why is None and time.monotonic() > deadline:
+                    why = (f"{self.worker.label} {broken}: its barrier was broken and no other {self.worker.label} "
+                           "said why" if broken is not None else
+                           f"{self.worker.label}s not {want} after {timeout_s:.0f} s")
+                if why:
+                    raise self._fail(why)
+                continue
+            if kind == "aborted":           # another worker broke a barrier: its reason or its death follows
+                broken, deadline = rank, min(deadline, time.monotonic() + 10)
+                continue
+            if kind == "error":
+                tb, errno, strerror = payload
+                if errno is not None:       # kept as an OSError: a full target is told apart from a bug
+                    raise OSError(errno, f"{self.worker.label} {rank}: {strerror}") from WorkerTraceback(tb)
+                raise RuntimeError(f"{self.worker.label} {rank} failed:\n{tb}")
+            if kind != want:
+                raise RuntimeError(f"{self.worker.label} {rank} sent {kind!r}, expected {want!r}")
+            got[rank] = payload
+        return got
+
+    def operate(self, msgs: Any = None, on_start: Callable[[], None] | None = None,
+                timeout_s: float | None = None) -> tuple[float, list[Done]]:
+        for r in self.ranks:
+            self.inboxes[r].put(self._msg(msgs, r))
+        if on_start:
+            on_start()
+        self._meet()
+        release = time.monotonic()
+        got = self._collect("done", float("inf") if timeout_s is None else timeout_s)
+        return release, [got[r] for r in self.ranks]
+
+    def _meet(self) -> None:
+        """The launcher's start-line wait, watched: a worker that dies before it arrives (kill -9, the OOM
+        killer) breaks the barrier at once instead of after OP_TIMEOUT_S."""
+        stop, seen = threading.Event(), []
+
+        def watch() -> None:
+            while not stop.wait(WATCH_S):
+                if (why := self._dead({})) is not None:
+                    seen.append(why)
+                    self.start.abort()
+                    return
+        watcher = threading.Thread(target=watch, daemon=True, name="launch-watch")
+        watcher.start()
+        try:
+            self.start.wait(OP_TIMEOUT_S)
+        except threading.BrokenBarrierError:
+            why = seen[0] if seen else self._dead({})
+            raise self._fail(why or f"{self.worker.label}s did not all reach the start line within "
+                                    f"{OP_TIMEOUT_S:.0f} s") from None
+        finally:
+            stop.set()
+            watcher.join()
+
+    def __exit__(self, *exc) -> None:
+        started = [pr for pr in self.procs if pr.pid is not None]
+        if exc[0] is None:
+            for r in self.ranks:
+                self.inboxes[r].put(STOP)
+        else:
+            self.start.abort()
+            if self.peer_barrier is not None:
+                self.peer_barrier.abort()
+            for pr in started:
+                if pr.is_alive():
+                    pr.terminate()
+        self._drain(started, 10)
+        reap(started, 10)
+        self.out_q.close()
+        self.out_q.cancel_join_thread()
+
+    def _drain(self, started, timeout_s: float) -> None:
+        """Read what the workers still write until they are gone, so none blocks on a full pipe."""
+        deadline = time.monotonic() + timeout_s
+        while any(pr.is_alive() for pr in started) and time.monotonic() < deadline:
+            try:
+                self.out_q.get(timeout=0.1)
+            except (queue.Empty, OSError, EOFError, ValueError):
+                pass
+
+
+# --------------------------------------------------------------------------- MPI ranks
+class Mpi(Launch):
+    """The workers as MPI ranks (`python -m storagebrief.kit.ranks`), serving one operation per request."""
+    launcher = "mpi"
+
+    def __init__(self, worker: Worker, ranks, config: Any = None, procs_files: list[str] | None = None,
+                 affinity: list[int] | None = None, peers: bool = False, start_timeout_s: float = 180.0, *,
+                 mpi, work_dir: Path, section: str):
+        super().__init__(worker, ranks, config, procs_files, affinity, peers, start_timeout_s)
+        if not worker.ref:
+            raise ValueError(f"{worker.label}: a Worker launched under MPI needs ref='module:NAME'")
+        self.mpi, self.work_dir, self.section = mpi, work_dir, section
+
+    def __enter__(self) -> "Mpi":
+        from .mpi_session import open_session
+        spec = {"worker": self.worker.ref, "ranks": self.ranks, "config": self.config,
+                "procs_files": self.procs_files, "affinity": self.affinity}
+        self._cm = open_session(__name__, spec, len(self.ranks), self.mpi, self.work_dir, self.section,
+                                self.start_timeout_s)
+        self.session = self._cm.__enter__()
+        try:
+            answers = self.session.request(FACTS)
+        except BaseException:
+            self._cm.__exit__(*sys.exc_info())
+            raise
+        self.rank_hosts = {a["rank"]: a["host"] for a in answers}
+        self.host_facts = {a["host"]: a["facts"] for a in answers}
+        self.in_cgroup = {a["rank"]: a["in_cgroup"] for a in answers}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._cm.__exit__(*exc)
+
+    def check_alive(self) -> None:
+        proc = self.session.proc
+        if proc.poll() is not None:
+            raise EnvironmentFailure(f"MPI ranks failed between operations (mpirun exited with status "
+                                     f"{proc.returncode}): {kit_mpi._cause(self.session.err_file)}")
+
+    def operate(self, msgs: Any = None, on_start: Callable[[], None] | None = None,
+                timeout_s: float | None = None) -> tuple[float, list[Done]]:
+        if on_start:
+            on_start()
+        sent = time.monotonic()
+        got = sorted(self.session.request({r: self._msg(msgs, r) for r in self.ranks}, timeout_s, "during the run"),
+                     key=lambda d: d.rank)
+        here = [d.release for d in got if d.host == self.launch_host]
+        return (min(here) if here else sent), got
+
+
+def _rank_main(config_file: str) -> None:
+    """An MPI rank: the Worker named in the config, served one operation per request (kit.mpi_session)."""
+    from mpi4py import MPI   # only ranks import MPI: the study process never initialises it
+
+    from storagebrief.kit.ranks import Done as Result   # not __main__.Done: the launcher unpickles it
+    from ..core.inventory import host_facts
+    from .mpi_session import serve
+
+    comm = MPI.COMM_WORLD
+    die_with_parent()        # the rank's parent is Open MPI's daemon: never outlive it
+    spec = json.loads(Path(config_file).read_text())
+    module, name = spec["worker"].split(":")
+    w: Worker = getattr(importlib.import_module(module), name)
+    rank, n, host = spec["ranks"][comm.Get_rank()], len(spec["ranks"]), socket.gethostname()
+    local = host == spec["launch_host"] and bool(spec["procs_files"])
+
+    def fail(when: str, code: int) -> None:
+        sys.stderr.write(f"rank {rank} on {host} failed{when}:\n{traceback.format_exc()}")
+        sys.stderr.flush()
+        comm.Abort(code)
+
+    state = None
+    try:
+        if not w.setup_in_cgroup:
+            state = w.setup(rank, n, spec["config"])
+        if local:
+            cgroups.join(spec["procs_files"])
+        apply_affinity(spec["affinity"] if host == spec["launch_host"] else [])
+        if w.setup_in_cgroup:
+            state = w.setup(rank, n, spec["config"])
+    except BaseException:
+        fail(" before the first step", 2)
+    barrier = kit_mpi.polite_barrier(comm)
+
+    def handle(msgs):
+        if msgs == FACTS:
+            return {"rank": rank, "host": host, "facts": host_facts(), "in_cgroup": local}
+        barrier()                                         # the start line: released together
+        release = time.monotonic()
+        try:
+            return Result(rank, host, release, w.work(state, rank, msgs[rank], barrier))
+        except BaseException:
+            if w.on_failure and state is not None:
+                w.on_failure(state)
+            fail("", 4)
+
+    serve(comm, barrier, handle)
+
+
+# --------------------------------------------------------------------------- one entry
+def check_launch(params: LaunchParams, ranks: int, work_dir: Path, section: str, ranks_knob: str,
+                 status: Callable[[str], None] | None = None) -> None:
+    """Before any work, with launcher: mpi: mpirun is there (else a ParamsError naming `section`.mpi.mpirun)
+    and starts `ranks` ranks on the given hosts (kit.mpi.preflight's one-line causes)."""
+    if params.launcher != "mpi":
+        return
+    from ..core.config import ParamsError
+    try:
+        kit_mpi.check_available(params.mpi.mpirun, section)
+    except kit_mpi.MpiUnavailable as exc:
+        raise ParamsError(str(exc)) from None
+    if status:
+        status(f"checking that mpirun starts {ranks} rank(s)")
+    kit_mpi.preflight(params.mpi, ranks, work_dir, section, ranks_knob=ranks_knob)
+
+
+def open_launch(worker: Worker, ranks, config: Any = None, *, params: LaunchParams | None = None,
+                work_dir: Path | None = None, section: str = "", **kw) -> Launch:
+    """The launcher `params.launcher` names (fork when params is None), not yet entered."""
+    if params is not None and params.launcher == "mpi":
+        return Mpi(worker, ranks, config, mpi=params.mpi, work_dir=work_dir, section=section, **kw)
+    return Forked(worker, ranks, config, **kw)
+
+
+if __name__ == "__main__":
+    _rank_main(sys.argv[1])
