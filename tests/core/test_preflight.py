@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from conftest import REPO
-from storagebrief.studies.emulate import mpi
+from storagebrief.kit import mpi
 from storagebrief.studies.stream_inference import cluster as kafka
 from conftest import mpi_missing
 

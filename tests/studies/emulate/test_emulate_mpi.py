@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from storagebrief.core import cgroups, config
-from storagebrief.studies.emulate import STUDY, mpi, run as emulate_run
+from storagebrief.studies.emulate import STUDY, run as emulate_run
 from storagebrief.studies.emulate.plan import measured
 from conftest import mpi_missing
 from test_emulate import SMALL, _descendants_alive, _root_blkio_memory, params_dict

@@ -1,4 +1,5 @@
-"""Emulated accelerators: one forked process each, with its own loader, meeting at a barrier every step.
+"""Emulated accelerators: one worker each (kit.ranks: forked, or MPI ranks), with its own loader, meeting at a
+barrier every step.
 
 Each step an accelerator
 
@@ -17,29 +18,20 @@ workers that prefetch the next epoch): with the scaled-down quick datasets a
 per-epoch restart would otherwise dominate the few steps an epoch has.
 
 A failed or killed accelerator stops the run: the barrier is broken, the other
-accelerators are terminated, and RuntimeError names who failed and why.
+accelerators are stopped, and the error names who failed and why (kit.ranks).
 """
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
-import queue
 import resource
-import signal
 import socket
-import threading
 import time
-import traceback
 from pathlib import Path
 
 import numpy as np
 
-from ...core import cgroups
-from ...core.procs import die_with_parent, reap
-from ...kit.client_check import apply_affinity
+from ...kit.ranks import Worker, open_launch
 from .loader import ALIGN, Loader, batch_plan
-
-BARRIER_TIMEOUT_S = 600.0
 
 
 def warm_up(block: int, odirect: bool) -> None:
@@ -64,7 +56,7 @@ def warm_up(block: int, odirect: bool) -> None:
 def setup_rank(cfg: dict, rank: int, n: int):
     """Everything an accelerator prepares before the clock starts: its batches and its loader.
 
-    Shared by the forked accelerators (below) and the MPI ranks (mpi_rank.py)."""
+    The launcher's Worker (below) runs it in every accelerator, forked or an MPI rank."""
     batches = batch_plan(cfg["spans"], len(cfg["files"]), n, rank, cfg["epochs"], cfg["seed"],
                          cfg["batch"], cfg["steps_per_epoch"])
     warm_up(cfg["block"], cfg["odirect"])
@@ -84,7 +76,7 @@ def train(cfg: dict, rank: int, loader: Loader, steps: int, sync) -> dict:
 
     Times are this host's perf_counter seconds (CLOCK_MONOTONIC: one axis for every process
     on the host); `release_t` is the instant this accelerator was released at the start, which
-    puts ranks of other hosts on the launcher's axis (rebase_remote)."""
+    puts ranks of other hosts on the launcher's axis (kit.ranks' offset, in run_once)."""
     ckpt_every, ckpt_bytes = cfg["checkpoint_every_steps"], cfg["checkpoint_bytes"]
     ckpt_buf = os.urandom(min(ckpt_bytes, 4 << 20)) if (rank == 0 and ckpt_bytes) else b""
     clock = time.perf_counter
@@ -117,25 +109,6 @@ def train(cfg: dict, rank: int, loader: Loader, steps: int, sync) -> dict:
             "checkpoint_s": ckpt_s, "checkpoints": ckpts}
 
 
-def _accelerator(rank: int, n: int, cfg: dict, procs_files: list[str], barrier, start, out_q) -> None:
-    """One emulated accelerator (a forked process)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)   # the parent handles Ctrl-C and stops us
-    die_with_parent()                              # no orphaned readers on the throttled disk
-    try:
-        batches, loader = setup_rank(cfg, rank, n)
-        if procs_files:
-            cgroups.join(procs_files)
-        apply_affinity(cfg.get("cpu_affinity") or [])   # client check without a cgroup: pinned instead
-        out_q.put(("ready", rank, None))
-        start.wait()
-        result = train(cfg, rank, loader, len(batches), lambda: barrier.wait(BARRIER_TIMEOUT_S))
-        out_q.put(("done", rank, result))
-    except threading.BrokenBarrierError:
-        out_q.put(("aborted", rank, "barrier broken (another accelerator failed)"))
-    except BaseException:
-        out_q.put(("error", rank, traceback.format_exc()))
-
-
 def cpu_seconds() -> float:
     """User + system CPU seconds of this process so far, all its threads (ended ones included)."""
     ru = resource.getrusage(resource.RUSAGE_SELF)
@@ -149,80 +122,35 @@ def write_checkpoint(directory: Path, nbytes: int, chunk: bytes) -> None:
     write_file(directory / "checkpoint-rank0.bin", nbytes, chunk)
 
 
-def run_once(cfg: dict, accelerators: int, procs_files: list[str] | None, on_start=None,
-             start_timeout_s: float = 120.0) -> dict:
-    """Run N emulated accelerators once; returns raw results or raises with the reason.
-
-    A failed or killed accelerator stops the run: the barrier is broken, the other
-    accelerators are terminated, and RuntimeError names who failed and why.
-    """
-    ctx = mp.get_context("fork")
-    barrier, start, out_q = ctx.Barrier(accelerators), ctx.Event(), ctx.Queue()
-    procs = [ctx.Process(target=_accelerator, args=(r, accelerators, cfg, procs_files or [], barrier, start, out_q),
-                         daemon=True, name=f"accelerator-{r}") for r in range(accelerators)]
-    for pr in procs:
-        pr.start()
-    done: dict[int, dict] = {}
-    failure = None
-    try:
-        ready, deadline = 0, time.monotonic() + start_timeout_s
-        while ready < accelerators and failure is None:
-            try:
-                kind, rank, payload = out_q.get(timeout=0.5)
-            except queue.Empty:
-                failure = _dead(procs, done) or (f"accelerators not ready after {start_timeout_s:.0f} s"
-                                                 if time.monotonic() > deadline else None)
-                continue
-            if kind == "ready":
-                ready += 1
-            else:
-                failure = f"accelerator {rank} failed before the first step:\n{payload}"
-        if failure is None:
-            if on_start:
-                on_start()
-            t_start = time.perf_counter()
-            start.set()
-            while len(done) < accelerators and failure is None:
-                try:
-                    kind, rank, payload = out_q.get(timeout=0.5)
-                except queue.Empty:
-                    failure = _dead(procs, done)
-                    continue
-                if kind == "done":
-                    done[rank] = payload
-                elif kind == "error":
-                    failure = f"accelerator {rank} failed:\n{payload}"
-                elif kind == "aborted":
-                    failure = failure or _dead(procs, done) or f"accelerator {rank}: {payload}"
-        if failure is not None:
-            raise RuntimeError(failure)
-    finally:
-        if failure is not None or len(done) < accelerators:
-            barrier.abort()
-            for pr in procs:
-                if pr.is_alive():
-                    pr.terminate()
-        reap(procs, 5)
-        out_q.close()
-        out_q.cancel_join_thread()
-    return {"t_start": t_start, "ranks": [done[r] for r in range(accelerators)]}
+def _setup(rank: int, n: int, cfg: dict) -> tuple:
+    cfg = {**cfg, "spans": [[tuple(s) for s in f] for f in cfg["spans"]]}    # an MPI rank's copy came as JSON
+    batches, loader = setup_rank(cfg, rank, n)
+    return cfg, len(batches), loader
 
 
-def rebase_remote(raw: dict, local_host: str) -> dict:
-    """Ranks of other hosts onto the launcher's clock: their release instant is the launcher's
-    start (`t_start`), to within the start barrier's latency."""
-    for r in raw["ranks"]:
-        if r.get("host") != local_host:
-            r["times"] = r["times"] - r["release_t"] + raw["t_start"]
-    return raw
+def _train(state: tuple, rank: int, msg, sync) -> dict:
+    cfg, steps, loader = state
+    return train(cfg, rank, loader, steps, sync)
 
 
-def _dead(procs, done) -> str | None:
-    """A reason when an accelerator exited without reporting its results."""
-    for r, pr in enumerate(procs):
-        if r not in done and pr.exitcode is not None:
-            code = pr.exitcode
-            how = f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
-            hint = " (SIGKILL: out of memory in the memory-capped cgroup?)" if code == -signal.SIGKILL else ""
-            return f"accelerator {r} died: {how}{hint} before reporting its results"
-    return None
+# set up before joining the cgroup: the warm-up's pages are not read through the throttle
+WORKER = Worker("accelerator", _setup, _train, ref=f"{__name__}:WORKER", setup_in_cgroup=False)
+
+
+def run_once(cfg: dict, accelerators: int, procs_files: list[str] | None, params, work_dir: Path,
+             affinity: list[int] | None = None, on_start=None) -> dict:
+    """N emulated accelerators once, forked or as MPI ranks (kit.ranks, `emulate.launcher`), every step ending at
+    their barrier; returns {t_start, ranks: [results with host and in_cgroup], launch_host, launcher}, every rank's
+    step times on the launcher's clock. A failed or killed accelerator stops the run with who and why."""
+    with open_launch(WORKER, range(accelerators), cfg, params=params, work_dir=work_dir, section="emulate",
+                     procs_files=procs_files, affinity=affinity, peers=True) as launch:
+        release, done = launch.operate(on_start=on_start)
+    ranks = []
+    for d in done:
+        r = {**d.result, "host": d.host,
+             "in_cgroup": bool(procs_files) and getattr(launch, "in_cgroup", {}).get(d.rank, True)}
+        if shift := launch.offset(d, release):
+            r["times"] = r["times"] + shift
+        ranks.append(r)
+    return {"t_start": release, "ranks": ranks, "launch_host": launch.launch_host, "launcher": launch.launcher,
+            "host_facts": launch.host_facts}

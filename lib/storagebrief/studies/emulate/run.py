@@ -38,18 +38,18 @@ from ...core import cgroups, results, targets as targets_mod
 from ...core.config import ParamsError
 from ...core.sweep import Measurement, Point
 from ...kit.cgroup_io import CgroupIoSampler, cgroup_read_stats
+from ...kit import ranks
 from ...kit.client_check import CoreBusy
 from ...kit import s3study
 from ...kit.space import check_space, existing_bytes
 from . import STUDY, mlperf, objects
-from .accelerators import rebase_remote, run_once
+from .accelerators import run_once
 from .dataset import generate_dataset, planned_files, study_description
 from .idle import idle_read_latency_us
 from .limits import limited_by
 from .loader import steps_per_epoch
 from .metrics import (host_roles, latency_histogram, mlperf_results, per_host, summarize, throttle_au_bound,
                       throttle_cap_mb_per_s)
-from .mpi import MpiUnavailable, check_available, preflight, run_once_mpi
 from .params import EmulateParams
 from .plan import ClientCheckPlan, EmulateConfig, SearchPlan, check_columns, confine_client, fixed_plan, measured
 
@@ -107,13 +107,9 @@ def prepare(sweep) -> None:
     if s3 and p.launcher == "mpi":
         raise ParamsError(f"emulate.launcher = mpi: S3 targets ({', '.join(s3)}) run with launcher: fork only "
                           "(MPI ranks would carry the store's credentials in their config file); use fork")
-    if p.launcher == "mpi":
-        try:
-            check_available(p.mpi.mpirun)
-        except MpiUnavailable as exc:
-            raise ParamsError(str(exc)) from None
-        sweep.status(f"checking that mpirun starts {p.max_accelerators} rank(s)")
-        preflight(p.mpi, p.max_accelerators, sweep.out_dir)   # hosts, hostfile, options: before any dataset
+    # hosts, hostfile, options: before any dataset
+    ranks.check_launch(p, p.max_accelerators, sweep.out_dir, STUDY.name,
+                       "the largest of emulate.accelerators (emulate.search_max with auto)", sweep.status)
     sizes = _dataset_sizes(p)
     check_space(sweep.targets, lambda t: _bytes_needed(p, sizes, t), f"the emulate datasets ({', '.join(p.workloads)})")
     memory_limit = p.memory_limit_mib * 2**20 if p.dataset_sizing == "memory_cap" and not p.odirect else None
@@ -321,20 +317,17 @@ def _row(run, config: EmulateConfig, data: dict, cfg: dict, summary: dict, reads
 def _launch(run, cfg: dict, n: int, procs: list[str] | None) -> dict:
     """The accelerators, forked or as MPI ranks; the clock runs from the first step to the last."""
     p, t = run.p, run.target
-    if p.launcher == "mpi":
-        raw = run_once_mpi(cfg, n, procs, p.mpi, t.study_dir(STUDY.name) / "mpi", on_start=run.start_clock)
-        run.stop_clock()
-        raw = rebase_remote(raw, raw["launch_host"])
-        for r in raw["ranks"]:
-            run.sweep.add_host(r.get("host", ""), "emulate: MPI ranks", r.get("host_facts"))
-        outside = sorted({r["host"] for r in raw["ranks"] if procs and not r.get("in_cgroup")})
+    raw = run_once(cfg, n, procs, p, t.study_dir(STUDY.name) / "mpi", affinity=cfg.get("cpu_affinity"),
+                   on_start=run.start_clock)
+    run.stop_clock()
+    if raw["launcher"] == "mpi":
+        for h in sorted({r["host"] for r in raw["ranks"]}):
+            run.sweep.add_host(h, "emulate: MPI ranks", raw["host_facts"].get(h))
+        outside = sorted({r["host"] for r in raw["ranks"] if procs and not r["in_cgroup"]})
         if outside:
             run.sweep.note(f"ranks on {', '.join(outside)} ran outside the run's cgroup (a cgroup lives on one "
                            "host): no throttle or page-cache cap there, and their device reads are not in the "
                            "cgroup counters; use real storage targets for multi-host runs")
-        return raw
-    raw = run_once(cfg, n, procs, on_start=run.start_clock)
-    run.stop_clock()
     return raw
 
 
