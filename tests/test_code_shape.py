@@ -153,3 +153,36 @@ def test_the_cgroup_rule_sees_what_the_studies_did_before():
     assert sorted(w.split(" ", 1)[1] for w in found) == sorted([
         "calls Cgroup()", "calls set_io()", "calls set_memory_limit()", "calls clear_io_limits()",
         "assigns cache_method", "assigns cache_method", "subclasses Cgroup"]), found
+
+
+# A run's workers are launched once (kit/ranks.py: forked or MPI, in the run's cgroup, start line, a dead worker's
+# reason): a study supplies the per-worker function and starts no processes of its own and joins no cgroup.
+def _launches_its_own_workers(path: Path, text: str | None = None) -> list[str]:
+    out = []
+    for node in ast.walk(ast.parse(path.read_text() if text is None else text)):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names] + ([node.module] if isinstance(node, ast.ImportFrom) else [])
+            if any(n and n.split(".")[0] == "multiprocessing" for n in names):
+                out.append(f"{path.name}:{node.lineno} imports multiprocessing")
+        elif isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+            owner = getattr(f.value, "id", "") if isinstance(f, ast.Attribute) else ""
+            if name in ("get_context", "Process", "fork", "ProcessPoolExecutor") or (name == "join" and owner == "cgroups"):
+                out.append(f"{path.name}:{node.lineno} calls {owner + '.' if owner else ''}{name}()")
+    return out
+
+
+def test_no_study_launches_its_own_workers_or_joins_a_cgroup():
+    bad = [f"{p.relative_to(REPO)}: {w}" for p in sorted((LIB / "studies").rglob("*.py"))
+           for w in _launches_its_own_workers(p)]
+    assert not bad, bad
+
+
+def test_the_launcher_rule_sees_the_pools_the_studies_had():
+    """What kv_cache, emulate, checkpoint and preprocess wrote before kit/ranks.py is caught."""
+    probe = ("import multiprocessing as mp\nctx = mp.get_context('fork')\np = ctx.Process(target=f)\n"
+             "cgroups.join(files)\npid = os.fork()\n")
+    found = [w.split(" ", 1)[1] for w in _launches_its_own_workers(LIB / "studies" / "probe.py", probe)]
+    assert sorted(found) == sorted(["imports multiprocessing", "calls mp.get_context()", "calls ctx.Process()",
+                                    "calls cgroups.join()", "calls os.fork()"]), found

@@ -1,12 +1,6 @@
-"""Ranks under mpirun, for any study: find mpirun, check the hosts before any work, launch N ranks of a
-module of the study, hold them at a start line until the clock starts, and collect what rank 0 gathered.
-
-The launcher (`run_ranks`, in the study process) writes the study's config to CONFIG and starts
-`mpirun -np N python -m <module> CONFIG RESULT`; the study's rank program (its own module's
-`__main__`) prepares, calls `start_line(comm)` (rank 0 prints `ready` once every rank is and waits
-for `go` on its stdin, which Open MPI forwards), runs, and hands its result to `finish_line(comm,
-result, RESULT)` (gathered to rank 0, which writes them and prints `done`). The launcher starts its
-clock and writes `go` once the ranks are ready.
+"""mpirun for any study: find it, check the hosts before any work, start N ranks of a module (mpirun's arguments,
+Open MPI's folders, the environment), read their lines, and say why mpirun failed in one line. kit.ranks runs a
+study's workers as such ranks through kit.mpi_session (one request per operation, replies gathered to rank 0).
 
 A rank that fails aborts the job (MPI_Abort); mpirun exits non-zero and the run fails with the
 ranks' own messages (`mpi_cause`). mpirun dies with the study (SIGTERM on the study's death: Open MPI
@@ -30,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 import queue
 import re
 import shutil
@@ -38,7 +31,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -49,7 +41,7 @@ from ..core import procs
 from ..core.causes import SEPARATOR, EnvironmentFailure, first_paragraph, known_cause, one_line
 from ..core.config import ProjectPath, Strict
 
-READY, GO, DONE = "storagebrief-mpi-ready", "go", "storagebrief-mpi-done"
+READY = "storagebrief-mpi-ready"
 REQUEST, REPLY = "storagebrief-mpi-request", "storagebrief-mpi-reply"
 
 
@@ -163,17 +155,6 @@ def open_mpi_folders(work_dir: Path, mpi):
         procs.remove_scratch(scratch)
 
 
-def run_ranks(module: str, config: dict, ranks: int, mpi, work_dir: Path, section: str, on_start=None,
-              start_timeout_s: float = 180.0) -> dict:
-    """`ranks` ranks of `python -m module CONFIG RESULT` under mpirun, once; `config` (JSON) is what
-    they read, with `launch_host` added. Returns {t_start (perf_counter when `go` was sent), ranks
-    (what rank 0 gathered), launch_host, command}."""
-    mpirun = check_available(mpi.mpirun, section)
-    with open_mpi_folders(work_dir, mpi) as folders:
-        cmd = launcher_args(mpirun, ranks, mpi) + [sys.executable, "-m", module]
-        return _run(cmd, config, work_dir, mpi_env(folders[0] / "session", folders[1]), on_start, start_timeout_s)
-
-
 def _start(scope, cmd: list[str], config: dict, work_dir: Path, env: dict) -> tuple:
     """mpirun started in `scope` with the config file; (proc, cmd, result file, stderr file, launch host)."""
     config_file, result_file, err_file = (work_dir / "mpi-config.json", work_dir / "mpi-result.pickle",
@@ -187,44 +168,6 @@ def _start(scope, cmd: list[str], config: dict, work_dir: Path, env: dict) -> tu
         proc = scope.popen(cmd, pdeathsig=signal.SIGTERM, env={**os.environ, **env},
                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True)
     return proc, cmd, result_file, err_file, launch_host
-
-
-def _run(cmd: list[str], config: dict, work_dir: Path, env: dict, on_start, start_timeout_s: float) -> dict:
-    scope = procs.Scope.tracked("mpi")
-    try:
-        proc, cmd, result_file, err_file, launch_host = _start(scope, cmd, config, work_dir, env)
-        return _talk(proc, cmd, result_file, err_file, launch_host, on_start, start_timeout_s)
-    finally:
-        scope.close()                                # no rank, daemon or helper outlives the run
-
-
-def _talk(proc, cmd, result_file: Path, err_file: Path, launch_host: str, on_start, start_timeout_s) -> dict:
-    lines: queue.Queue = queue.Queue()
-    threading.Thread(target=_lines, args=(proc.stdout, lines), daemon=True).start()
-    t_start, ok = None, False
-    try:
-        _wait_for(lines, proc, READY, start_timeout_s, err_file, "before the first step")
-        if on_start:
-            on_start()
-        t_start = time.perf_counter()
-        proc.stdin.write(GO + "\n")
-        proc.stdin.flush()
-        _wait_for(lines, proc, DONE, None, err_file, "during the run")
-        proc.wait(60)
-        if proc.returncode != 0:
-            raise EnvironmentFailure(f"mpirun exited with status {proc.returncode}: {_cause(err_file)}")
-        ranks = pickle.loads(result_file.read_bytes())
-        ok = True
-    finally:
-        if not ok:
-            _stop(proc)
-        for f in (proc.stdin, proc.stdout):
-            try:
-                f.close()
-            except OSError:
-                pass
-        result_file.unlink(missing_ok=True)
-    return {"t_start": t_start, "ranks": ranks, "launch_host": launch_host, "command": cmd}
 
 
 def _wait_for(lines: queue.Queue, proc, word: str, timeout_s: float | None, err_file: Path, when: str) -> str:
@@ -394,31 +337,3 @@ def polite_barrier(comm):
         while not req.Test():
             time.sleep(POLL_S)
     return wait
-
-
-def start_line(comm, barrier) -> None:
-    """Every rank ready; rank 0 says so and waits for the launcher's `go` (its clock started); then
-    everyone is released together."""
-    barrier()                                        # everyone ready
-    if comm.Get_rank() == 0:
-        print(READY, flush=True)
-        if sys.stdin.readline().strip() != GO:       # the launcher started its clock
-            comm.Abort(3)
-    barrier()                                        # released together
-
-
-def finish_line(comm, result, result_file: str) -> None:
-    """The ranks' results gathered to rank 0, which writes them for the launcher and says `done`.
-    The first rank on each host adds that host's facts (`host_facts`: the brief's inventory of every
-    client host), when its result is a dict."""
-    from ..core.inventory import host_facts
-
-    names = comm.allgather(socket.gethostname())
-    if isinstance(result, dict) and names.index(names[comm.Get_rank()]) == comm.Get_rank():
-        result = {**result, "host_facts": host_facts()}
-    gathered = comm.gather(result, root=0)
-    if comm.Get_rank() == 0:
-        tmp = Path(result_file + ".tmp")
-        tmp.write_bytes(pickle.dumps(gathered))
-        os.replace(tmp, result_file)
-        print(DONE, flush=True)

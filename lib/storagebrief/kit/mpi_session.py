@@ -1,8 +1,9 @@
-"""Ranks under mpirun that serve requests one at a time, for a study whose parent steps between rank
-operations (the checkpoint study: a manifest after every save, a cold cache before every restore).
+"""Ranks under mpirun that serve requests one at a time: kit.ranks' MPI launcher (one request per operation,
+so a study's parent can step between operations: checkpoint's manifest after every save, a cold cache before
+every restore).
 
 The launcher (`open_session`, in the study process) starts `mpirun -np N python -m <module> CONFIG
-RESULT` exactly as kit.mpi.run_ranks does (the same mpirun arguments, Open MPI's folders in the work
+RESULT` through kit.mpi (the same mpirun arguments, Open MPI's folders in the work
 folder, procs.Scope, death with the study); the rank program prepares and calls `serve(comm, barrier,
 handle)`: rank 0 says `ready` once every rank is, then reads each request from its stdin (Open MPI
 forwards the launcher's stdin to rank 0), every rank gets it (MPI broadcast) and runs `handle`, and

@@ -2,8 +2,10 @@
 mpirun's hosts (the two ways DLIO and MLPerf Storage run theirs), behind one interface.
 
 A study supplies a `Worker`: `setup(rank, n, config)` makes a worker's state before any clock (buffers, clients,
-loaders) and `work(state, rank, msg, sync)` does one operation from the start line and returns its result
-(`sync()`: a barrier across the workers, a training step's all-reduce). The launcher owns the rest. Every worker
+loaders) and `work(state, rank, msg, line)` does one operation from the start line and returns its result
+(`line`: what a worker sees of the launch, a `Line`: `sync()`, a barrier across the workers (a training step's
+all-reduce); `emit(x)`, a message to the launcher mid-operation; `tasks()`, a shared queue the workers take work
+from, forked only). The launcher owns the rest. Every worker
 dies with its parent, leaves Ctrl-C to the study (which stops it), joins the run's cgroup (the target's
 throttle, a page-cache cap, a client check's cpuset; on the launching host only: a cgroup lives on one host)
 or pins itself to the check's CPUs, and says ready. Per operation the workers and the launcher meet at a start
@@ -22,7 +24,6 @@ from __future__ import annotations
 import importlib
 import json
 import multiprocessing as mp
-import os
 import queue
 import signal
 import socket
@@ -62,11 +63,31 @@ class Worker:
     """What a study's worker does; the launcher does everything else."""
     label: str                                # how messages name one: "accelerator", "checkpoint rank"
     setup: Callable[[int, int, Any], Any]     # (rank, n, config) -> state, before any clock
-    work: Callable[[Any, int, Any, Callable[[], None]], Any]   # (state, rank, msg, sync) -> result
+    work: Callable[[Any, int, Any, "Line"], Any]   # (state, rank, msg, line) -> result
     ref: str = ""                             # "package.module:NAME" where an MPI rank imports this Worker
     setup_in_cgroup: bool = True              # False: set up first, then join (warm-ups not throttled)
+    warm_up: Callable[[Any], None] | None = None   # (config): before joining the cgroup (code pages not throttled)
     on_failure: Callable[[Any], None] | None = None   # (state): tidy up when work raises (a rank's files)
     exit_on_term: bool = False                # SIGTERM raises SystemExit, so the work's own cleanup runs
+
+
+class Line:
+    """What a worker's work sees of its launch: the peers' barrier, messages to the launcher, the shared tasks."""
+
+    def __init__(self, sync: Callable[[], None], emit: Callable[[Any], None] | None = None, task_q=None):
+        self.sync, self._emit, self._task_q = sync, emit, task_q
+
+    def emit(self, payload: Any) -> None:
+        if self._emit is None:
+            raise RuntimeError("Line.emit: this launcher takes no messages mid-operation (MPI ranks)")
+        self._emit(payload)
+
+    def tasks(self):
+        """The shared queue's items until the launcher's end marker (forked launches with tasks=True)."""
+        if self._task_q is None:
+            raise RuntimeError("Line.tasks: this launch has no shared task queue (Forked(..., tasks=True))")
+        while (item := self._task_q.get()) != STOP:
+            yield item
 
 
 @dataclass
@@ -94,18 +115,21 @@ class Launch:
     launcher = ""
 
     def __init__(self, worker: Worker, ranks, config: Any = None, procs_files: list[str] | None = None,
-                 affinity: list[int] | None = None, peers: bool = False, start_timeout_s: float = 120.0):
-        self.worker, self.ranks, self.config = worker, list(ranks), config
+                 affinity: list[int] | None = None, peers: bool = False, start_timeout_s: float = 120.0,
+                 tasks: bool = False):
+        self.worker, self.ranks, self.config, self.tasks = worker, list(ranks), config, tasks
         self.procs_files, self.affinity, self.peers = list(procs_files or []), list(affinity or []), peers
         self.start_timeout_s = start_timeout_s
         self.launch_host = socket.gethostname()
         self.host_facts: dict[str, dict] = {}
 
     def operate(self, msgs: Any = None, on_start: Callable[[], None] | None = None,
-                timeout_s: float | None = None) -> tuple[float, list[Done]]:
+                timeout_s: float | None = None, on_emit: Callable[[int, Any], None] | None = None
+                ) -> tuple[float, list[Done]]:
         """One operation by every worker from one start line: (the release on the launcher's clock, results by
         rank). msgs: one message for all, or {rank: message}; on_start runs just before the release; timeout_s:
-        how long the operation may take (None: as long as every worker lives)."""
+        how long the operation may take (None: as long as every worker lives); on_emit(rank, x): what a worker
+        emits meanwhile (forked)."""
         raise NotImplementedError
 
     def pause(self, seconds: float) -> None:
@@ -143,6 +167,8 @@ def _forked_main(launch: "Forked", rank: int, inbox, out_q) -> None:
     die_with_parent()
     state, host = None, socket.gethostname()
     try:
+        if w.warm_up:
+            w.warm_up(launch.config)
         if not w.setup_in_cgroup:
             state = w.setup(rank, len(launch.ranks), launch.config)
         if launch.procs_files:
@@ -151,12 +177,13 @@ def _forked_main(launch: "Forked", rank: int, inbox, out_q) -> None:
         if w.setup_in_cgroup:
             state = w.setup(rank, len(launch.ranks), launch.config)
         out_q.put(("ready", rank, None))
-        sync = (lambda: launch.peer_barrier.wait(OP_TIMEOUT_S)) if launch.peers else _no_sync
+        line = Line((lambda: launch.peer_barrier.wait(OP_TIMEOUT_S)) if launch.peers else _no_sync,
+                    lambda x: out_q.put(("emit", rank, x)), launch.task_q)
         while (msg := inbox.get()) != STOP:
             launch.start.wait(OP_TIMEOUT_S)
             release = time.monotonic()
             try:
-                result = w.work(state, rank, msg, sync)
+                result = w.work(state, rank, msg, line)
             except BaseException:
                 if launch.peers:
                     launch.peer_barrier.abort()       # the others stop at their next sync, not after its timeout
@@ -167,9 +194,9 @@ def _forked_main(launch: "Forked", rank: int, inbox, out_q) -> None:
     except threading.BrokenBarrierError:
         out_q.put(("aborted", rank, None))
     except OSError as exc:
-        out_q.put(("error", rank, (traceback.format_exc(), exc.errno, exc.strerror or str(exc))))
+        out_q.put(("error", rank, (traceback.format_exc(), exc.errno, exc.strerror or str(exc), exc.filename)))
     except BaseException:
-        out_q.put(("error", rank, (traceback.format_exc(), None, None)))
+        out_q.put(("error", rank, (traceback.format_exc(), None, None, None)))
 
 
 def _exit(*_) -> None:
@@ -189,6 +216,7 @@ class Forked(Launch):
         n = len(self.ranks)
         self.start = ctx.Barrier(n + 1)                        # the workers and this process: the start line
         self.peer_barrier = ctx.Barrier(n) if self.peers else None
+        self.task_q = ctx.Queue() if self.tasks else None
         self.out_q = ctx.Queue()
         self.inboxes = {r: ctx.SimpleQueue() for r in self.ranks}
         self.procs = [ctx.Process(target=_forked_main, args=(self, r, self.inboxes[r], self.out_q), daemon=True,
@@ -226,7 +254,7 @@ class Forked(Launch):
         if (why := self._dead({})) is not None:
             raise self._fail(why)
 
-    def _collect(self, want: str, timeout_s: float) -> dict:
+    def _collect(self, want: str, timeout_s: float, on_emit=None) -> dict:
         got: dict = {}
         deadline, broken = time.monotonic() + timeout_s, None
         while len(got) < len(self.ranks):
@@ -241,28 +269,41 @@ class Forked(Launch):
                 if why:
                     raise self._fail(why)
                 continue
+            if kind == "emit":
+                if on_emit is None:
+                    raise RuntimeError(f"{self.worker.label} {rank} emitted where nobody listens")
+                on_emit(rank, payload)
+                continue
             if kind == "aborted":           # another worker broke a barrier: its reason or its death follows
                 broken, deadline = rank, min(deadline, time.monotonic() + 10)
                 continue
             if kind == "error":
-                tb, errno, strerror = payload
+                tb, errno, strerror, filename = payload
                 if errno is not None:       # kept as an OSError: a full target is told apart from a bug
-                    raise OSError(errno, f"{self.worker.label} {rank}: {strerror}") from WorkerTraceback(tb)
+                    raise OSError(errno, f"{self.worker.label} {rank}: {strerror}", filename) from WorkerTraceback(tb)
                 raise RuntimeError(f"{self.worker.label} {rank} failed:\n{tb}")
             if kind != want:
                 raise RuntimeError(f"{self.worker.label} {rank} sent {kind!r}, expected {want!r}")
             got[rank] = payload
         return got
 
+    def put_tasks(self, items) -> None:
+        """Items for the shared task queue, then one end marker per worker (before operate)."""
+        for item in items:
+            self.task_q.put(item)
+        for _ in self.ranks:
+            self.task_q.put(STOP)
+
     def operate(self, msgs: Any = None, on_start: Callable[[], None] | None = None,
-                timeout_s: float | None = None) -> tuple[float, list[Done]]:
+                timeout_s: float | None = None, on_emit: Callable[[int, Any], None] | None = None
+                ) -> tuple[float, list[Done]]:
         for r in self.ranks:
             self.inboxes[r].put(self._msg(msgs, r))
         if on_start:
             on_start()
         self._meet()
         release = time.monotonic()
-        got = self._collect("done", float("inf") if timeout_s is None else timeout_s)
+        got = self._collect("done", float("inf") if timeout_s is None else timeout_s, on_emit)
         return release, [got[r] for r in self.ranks]
 
     def _meet(self) -> None:
@@ -302,8 +343,9 @@ class Forked(Launch):
                     pr.terminate()
         self._drain(started, 10)
         reap(started, 10)
-        self.out_q.close()
-        self.out_q.cancel_join_thread()
+        for q in filter(None, (self.out_q, self.task_q)):
+            q.close()
+            q.cancel_join_thread()
 
     def _drain(self, started, timeout_s: float) -> None:
         """Read what the workers still write until they are gone, so none blocks on a full pipe."""
@@ -355,7 +397,8 @@ class Mpi(Launch):
                                      f"{proc.returncode}): {kit_mpi._cause(self.session.err_file)}")
 
     def operate(self, msgs: Any = None, on_start: Callable[[], None] | None = None,
-                timeout_s: float | None = None) -> tuple[float, list[Done]]:
+                timeout_s: float | None = None, on_emit: Callable[[int, Any], None] | None = None
+                ) -> tuple[float, list[Done]]:
         if on_start:
             on_start()
         sent = time.monotonic()
@@ -388,6 +431,8 @@ def _rank_main(config_file: str) -> None:
 
     state = None
     try:
+        if w.warm_up:
+            w.warm_up(spec["config"])
         if not w.setup_in_cgroup:
             state = w.setup(rank, n, spec["config"])
         if local:
@@ -405,7 +450,7 @@ def _rank_main(config_file: str) -> None:
         barrier()                                         # the start line: released together
         release = time.monotonic()
         try:
-            return Result(rank, host, release, w.work(state, rank, msgs[rank], barrier))
+            return Result(rank, host, release, w.work(state, rank, msgs[rank], Line(barrier)))
         except BaseException:
             if w.on_failure and state is not None:
                 w.on_failure(state)

@@ -44,7 +44,7 @@ def test_a_target_that_fills_mid_write_is_a_failed_row_and_left_clean(tmp_path, 
     assert protocol.status == "failed"
     assert protocol.failure_reason.startswith("target full mid-write: No space left on device")
     assert "(errno 28)" in protocol.failure_reason and f"target 'fast' ({target})" in protocol.failure_reason
-    assert f"'{target}/storagebrief/checkpoint/llama3-8b/global_epoch1_step" in protocol.failure_reason   # the file
+    assert f"writing {target}/storagebrief/checkpoint/llama3-8b/global_epoch1_step" in protocol.failure_reason  # the file
     synced = runs[(runs.sweep == "cost") & (runs.save_mode == "sync")].iloc[0]
     assert synced.status == "failed" and "No space left on device" in synced.failure_reason
     assert (runs[(runs.sweep == "cost") & (runs.save_mode == "none")].status == "ok").all()   # it goes on

@@ -125,20 +125,6 @@ def test_a_dying_mpi_rank_fails_the_run_with_its_message_and_leaves_no_rank(tmp_
     assert not [d for d in mpi_dir.iterdir() if d.is_dir()]            # Open MPI's session folder went too
 
 
-def test_mpirun_ending_in_the_pause_between_operations_ends_it_at_once(tmp_path):
-    """MpiRankPool.pause: mpirun exits when a rank dies; a 60 s pause then fails the run with mpirun's cause
-    within its first watch steps, not at the next operation."""
-    from types import SimpleNamespace
-    from storagebrief.core.causes import EnvironmentFailure
-    from storagebrief.studies.checkpoint.mpi import MpiRankPool
-    err = tmp_path / "mpirun.err"
-    err.write_text("mpirun noticed that process rank 3 with PID 123 on node h exited on signal 9 (Killed).\n")
-    pool = MpiRankPool([0, 1], 1 << 20, None, None, None, tmp_path)
-    pool.session = SimpleNamespace(proc=subprocess.Popen([sys.executable, "-c", "raise SystemExit(137)"]), err_file=err)
-    with pytest.raises(EnvironmentFailure, match=r"between operations \(mpirun exited with status 137\)"):
-        pool.pause(60)
-
-
 def test_missing_mpirun_is_a_clear_error_before_any_work(tmp_path):
     p = _validate(tmp_path, **RUN, launcher="mpi", mpi={"mpirun": "no-such-mpirun"})
     with pytest.raises(config.ParamsError, match="checkpoint.mpi.mpirun = 'no-such-mpirun' is not on PATH"):
@@ -181,17 +167,14 @@ def test_kill_9_of_the_study_mid_checkpoint_leaves_no_mpi_rank_and_no_manifest(t
 
 
 def test_ranks_on_another_host_are_put_on_the_barriers_release_with_their_own_durations():
-    from types import SimpleNamespace
-
-    from storagebrief.studies.checkpoint.mpi import ONE_CLOCK, PER_RANK_CLOCK, MpiRankPool
+    from storagebrief.studies.checkpoint.ranks import ONE_CLOCK, PER_RANK_CLOCK, RankPool
     from storagebrief.studies.checkpoint.rank_io import RankResult
 
-    pool = MpiRankPool([0, 1, 2], 4096, None, None, None, None)
-    pool.session = SimpleNamespace(launch_host="a")
+    pool = RankPool([0, 1, 2], 4096)
     here = [RankResult(0, 0, 100.0, 101.0, 8, 1, 2, "a"), RankResult(1, 1, 100.2, 100.7, 8, 1, 2, "a")]
-    release, got = pool._one_clock(here)
+    release, got = pool.on_one_clock(100.0, [(r, 0.0) for r in here])
     assert release == 100.0 and got == here and pool.clock == ONE_CLOCK
     far = RankResult(2, 2, 5000.0, 5002.5, 8, 1, 2, "b")         # another host's CLOCK_MONOTONIC
-    release, got = pool._one_clock([*here, far])
+    release, got = pool.on_one_clock(100.0, [*((r, 0.0) for r in here), (far, 100.0 - 5000.0)])
     assert release == 100.0 and pool.clock == PER_RANK_CLOCK
     assert (got[2].start, got[2].end) == (100.0, 102.5) and got[:2] == here

@@ -3,21 +3,16 @@
 One measured run = one mode (none | sync | async) at one interval on one target: kit.checkpoint_cost's
 run_training, `cost.steps` steps of `cost.compute_s` emulated compute (the documented sleep), a
 checkpoint of cost.model's size at checkpoint.scale every `interval_steps` steps, written and fsync'ed
-under <target>/storagebrief/checkpoint/cost/. It runs in a forked child that dies with its parent
-(PR_SET_PDEATHSIG) and sits in the run's cgroup (the target's throttle), as the rank pool's ranks do;
-the CostResult comes back through a pipe. The baseline (mode none) runs first on every target, and
+under <target>/storagebrief/checkpoint/cost/. It runs in one forked worker of kit.ranks, in the run's
+cgroup (the target's throttle), as the rank pool's ranks do; the CostResult comes back from it. The baseline (mode none) runs first on every target, and
 each sync / async row's overhead is against the same target's baseline at the same repeat.
 """
 from __future__ import annotations
 
-import multiprocessing as mp
-import signal
-import traceback
 from pathlib import Path
 
-from ...core import cgroups
-from ...core.procs import die_with_parent, reap
 from ...core.sweep import Point
+from ...kit.ranks import Forked, Worker
 from ...kit.checkpoint_cost import CostResult, overhead_percent, run_training
 from . import dataset
 
@@ -67,50 +62,24 @@ def folder(target) -> Path:
     return target.study_dir("checkpoint") / "cost"
 
 
-def _exit(*_) -> None:
-    raise SystemExit(143)
+def _train(state: dict, rank: int, msg, line) -> CostResult:
+    return run_training(Path(state["where"]), **state["kwargs"])
 
 
-def _child(conn, procs_files: list[str], where: str, kwargs: dict) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)          # the parent handles Ctrl-C and stops us
-    signal.signal(signal.SIGTERM, _exit)                  # run_training's cleanup runs
-    die_with_parent()
-    try:
-        if procs_files:
-            cgroups.join(procs_files)
-        conn.send(("ok", run_training(Path(where), **kwargs)))
-    except BaseException:
-        conn.send(("error", traceback.format_exc()))
-    finally:
-        conn.close()
+# SIGTERM raises SystemExit in the child, so run_training's own cleanup runs
+WORKER = Worker("checkpoint cost run", lambda rank, n, cfg: cfg, _train, exit_on_term=True)
 
 
 def train(run, where: Path, **kwargs) -> CostResult:
-    """run_training in a forked child inside the run's throttle cgroup; the clock runs around it."""
-    ctx = mp.get_context("fork")
+    """run_training in one launched worker inside the run's throttle cgroup; the clock runs around it."""
     group = run.throttle()
-    recv, send = ctx.Pipe(duplex=False)
-    child = ctx.Process(target=_child, args=(send, group.procs_files if group else [], str(where), kwargs),
-                        daemon=True, name="checkpoint-cost")
-    run.start_clock()
-    child.start()
-    send.close()
-    try:
-        if not recv.poll(CHILD_TIMEOUT_S):
-            raise RuntimeError(f"checkpoint cost run gave no result in {CHILD_TIMEOUT_S:.0f} s")
-        kind, payload = recv.recv()
-    except EOFError:
-        child.join(5)
-        raise RuntimeError(f"checkpoint cost child died (exit {child.exitcode})") from None
-    finally:
-        run.stop_clock()
-        if child.is_alive() and child.exitcode is None:
-            child.terminate()
-        reap([child], 10)
-        recv.close()
-    if kind != "ok":
-        raise RuntimeError(f"checkpoint cost run failed:\n{payload}")
-    return payload
+    with Forked(WORKER, [0], {"where": str(where), "kwargs": kwargs},
+                procs_files=group.procs_files if group else None) as launch:
+        try:
+            _, done = launch.operate(on_start=run.start_clock, timeout_s=CHILD_TIMEOUT_S)
+        finally:
+            run.stop_clock()
+    return done[0].result
 
 
 def measure(run, p, config, baselines: dict) -> tuple[dict, list[dict]]:

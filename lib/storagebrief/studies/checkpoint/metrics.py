@@ -179,12 +179,12 @@ def host_roles(ops, pool) -> str:
         host = r.host or socket.gethostname()          # forked ranks: this host
         counts[host] = counts.get(host, 0) + 1
     ranks = "ranks " + ", ".join(f"{h} ×{n}" for h, n in counts.items())
-    launch = getattr(getattr(pool, "session", None), "launch_host", None)
+    launch = pool.launch_host if pool is not None and pool.launcher == "mpi" else None
     return f"launcher {launch}; {ranks}" if launch else ranks
 
 
 def run_row(p, model: str, ops, deletes: list[float], generator_gb_per_s: float, pool=None) -> dict:
-    """The protocol run's row; `pool` (ranks.RankPool or mpi.MpiRankPool) says the launcher and clock."""
+    """The protocol run's row; `pool` (ranks.RankPool) says the launcher and clock."""
     w = p.workload(model)
     rows = op_rows(ops)
     saves = [r for r in rows if r["op"] == "save"]

@@ -1,4 +1,4 @@
-"""What one checkpoint rank does, whichever launcher started it (ranks.py: forked; mpi.py: MPI ranks):
+"""What one checkpoint rank does, whichever launcher started it (ranks.py through kit.ranks: forked or MPI ranks):
 save its files (write, fsync each, then the folder) or load them (preads by reader threads), timing
 every write, fsync and read call into log2 histograms (kit.latency: a count per bin, not a list).
 

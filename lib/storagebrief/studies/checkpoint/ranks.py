@@ -1,206 +1,99 @@
-"""The writing ranks: one forked process each on this host, living for one run (saves then restores).
+"""The writing ranks of one run (saves then restores), as kit.ranks workers: forked on this host, or MPI ranks
+on mpirun's hosts (`checkpoint.launcher`), as MLPerf Storage runs them, so run.py's protocol (manifests, retain,
+cold cache, rank shift) is the same under both.
 
-Each rank, before any clock: dies with its parent (PR_SET_PDEATHSIG), joins the run's cgroup (the
-target's throttle; a client-check run's cpuset too, or pins itself to its half of the CPUs) and fills its write buffer once with incompressible bytes (kit.checkpoint), reused
-for every write, as DLIO does). Then per operation the parent sends it (op, folder, files) and all
-ranks and the parent meet at a barrier; from its release each rank saves or loads (rank_io.py, the
-primitives the MPI launcher's ranks run too: writes, fsync of every file and the folder, preads by
-reader threads, per-call latency histograms) and reports its start and end (CLOCK_MONOTONIC,
-system-wide on Linux, so the parent puts every rank on one clock from the earliest release), its bytes,
-files and fsync calls. A failed rank stops the run: the barrier is broken, the others are
-terminated, RuntimeError says who; a rank killed from outside (OOM killer, kill -9) or a fork the
-kernel refused (pids / nproc limits) is the environment: EnvironmentFailure, one line, exit 2, like
-the MPI launcher. Stopping never waits on the ranks' queue: ranks die on SIGTERM without writing to
-it, and the parent drains it while it reaps them (a rank flushing its last message never blocks).
+Before any clock each rank fills its write buffer once with incompressible bytes (kit.checkpoint), reused for
+every write as DLIO does, and makes its own S3 client on an S3 target. Per operation the pool sends every rank
+(op, folder, source rank, files, block, readers); from the start line's release each saves or loads (rank_io.py:
+writes, fsync of every file and the folder, preads by reader threads, per-call latency histograms) and reports
+its start and end (CLOCK_MONOTONIC), bytes, files and fsync calls. The launcher does the rest: the run's cgroup,
+a failed rank's message, a killed rank or a refused fork as one line (EnvironmentFailure), nothing left behind.
+
+Clocks: ranks on the launching host share one clock (the operation's release is the earliest start). A rank on
+another host has its own: kit.ranks' offset puts its start on the start line's release and its end that plus
+its own duration; `clock` says which applied.
 """
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
-import queue
 import resource
-import signal
-import threading
-import time
-import traceback
+import socket
+from dataclasses import replace
 from pathlib import Path
 
-from ...core import cgroups
-from ...core.causes import EnvironmentFailure
-from ...core.procs import die_with_parent, reap
 from ...kit.checkpoint import incompressible
-from ...kit.client_check import apply_affinity
+from ...kit.ranks import Worker, open_launch
 from .rank_io import ONE_CLOCK, RankResult, RankStore, operate
 
-BARRIER_TIMEOUT_S = 600.0
-WATCH_S = 0.2                 # how often a wait between operations looks for a dead rank
+PER_RANK_CLOCK = "per rank: CLOCK_MONOTONIC from the MPI barrier's release (ranks on other hosts)"
 
 
-def _rank(rank: int, buf_bytes: int, procs_files: list[str], fault: dict | None, barrier, inbox, out_q,
-          s3: dict | None = None, affinity: list[int] | None = None) -> None:
-    """One rank (a forked process): buffer (and S3 client) once, then an operation per message until None."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)     # the parent handles Ctrl-C and stops us
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)    # not the parent's handler: stopped means gone
-    die_with_parent()
-    try:
-        if procs_files:
-            cgroups.join(procs_files)
-        apply_affinity(affinity or [])                 # client check without a cgroup: pinned instead
-        buf = incompressible(buf_bytes)                # generated before any clock
-        if s3:
-            buf = memoryview(bytes(buf))               # as bytes, once: what botocore sends without a copy
-        store = RankStore(s3) if s3 else None          # its own client, made before any clock
-        out_q.put(("ready", rank, None))
-        while (msg := inbox.get()) is not None:
-            barrier.wait(BARRIER_TIMEOUT_S)
-            out_q.put(("done", rank, operate(rank, msg, buf, fault, store=store)))
-    except threading.BrokenBarrierError:
-        out_q.put(("aborted", rank, "barrier broken (another rank failed)"))
-    except BaseException:
-        out_q.put(("error", rank, traceback.format_exc()))
+def _setup(rank: int, n: int, cfg: dict) -> tuple:
+    buf = incompressible(cfg["buf_bytes"])             # generated before any clock
+    if cfg["s3"]:
+        buf = memoryview(bytes(buf))                   # as bytes, once: what botocore sends without a copy
+    store = RankStore(cfg["s3"]) if cfg["s3"] else None   # its own client, made before any clock
+    return buf, store, cfg["fault"], socket.gethostname()
 
 
-def watched_sleep(seconds: float, check) -> None:
-    """Sleep `seconds`, calling check() every WATCH_S (it raises to end the wait)."""
-    end = time.monotonic() + seconds
-    while (left := end - time.monotonic()) > 0:
-        time.sleep(min(WATCH_S, left))
-        check()
+def _operate(state: tuple, rank: int, msg: tuple, line) -> RankResult:
+    buf, store, fault, host = state
+    return operate(rank, msg, buf, fault, host, store=store)
+
+
+WORKER = Worker("checkpoint rank", _setup, _operate, ref=f"{__name__}:WORKER")
 
 
 class RankPool:
-    """The run's rank processes; use as a context manager (they are always reaped)."""
-
-    launcher, clock = "fork", ONE_CLOCK
+    """The run's ranks; use as a context manager (they are always reaped). params: the study's launcher knobs
+    (None: forked); work_dir: where Open MPI's files go under launcher: mpi."""
 
     def __init__(self, ranks: list[int], buf_bytes: int, procs_files: list[str] | None = None,
                  fault: dict | None = None, start_timeout_s: float = 120.0, s3: dict | None = None,
-                 affinity: list[int] | None = None):
-        ctx = mp.get_context("fork")
+                 affinity: list[int] | None = None, params=None, work_dir: Path | None = None):
         self.ranks = list(ranks)
-        self.barrier = ctx.Barrier(len(self.ranks) + 1)       # the ranks and this process
-        self.out_q = ctx.Queue()
-        self.inboxes = {r: ctx.SimpleQueue() for r in self.ranks}
-        self.procs = [ctx.Process(target=_rank, args=(r, buf_bytes, procs_files or [], fault, self.barrier,
-                                                      self.inboxes[r], self.out_q, s3, affinity),
-                                  daemon=True, name=f"checkpoint-rank-{r}") for r in self.ranks]
-        self.start_timeout_s = start_timeout_s
-        self.ok = False
+        self.launch = open_launch(WORKER, self.ranks, {"buf_bytes": buf_bytes, "fault": fault, "s3": s3},
+                                  params=params, work_dir=work_dir, section="checkpoint", procs_files=procs_files,
+                                  affinity=affinity, start_timeout_s=start_timeout_s)
+        self.launcher, self.clock = self.launch.launcher, ONE_CLOCK
+        self.hosts: set[str] = set()
 
     def __enter__(self) -> "RankPool":
-        try:
-            for i, pr in enumerate(self.procs):
-                try:
-                    pr.start()
-                except OSError as exc:        # EAGAIN (pids / nproc limit), ENOMEM
-                    raise EnvironmentFailure(
-                        f"could not start checkpoint rank {self.ranks[i]} ({i + 1} of {len(self.ranks)}): fork "
-                        f"failed: {exc.strerror or exc}; the process, thread or memory limit of this host or "
-                        "user is reached (ulimit -u, the pids cgroup's pids.max): use fewer ranks (mode: "
-                        "subset) or launcher: mpi") from None
-            self._collect("ready", self.start_timeout_s)
-        except BaseException as exc:
-            self.__exit__(type(exc), exc, None)      # the ranks already started go, without a hang
-            raise
+        self.launch.__enter__()
         return self
 
-    def _dead(self, have) -> str | None:
-        """Why a rank not in `have` is gone; a rank killed by a signal first (the others it took down
-        with the barrier leave with status 0)."""
-        gone = [(r, pr.exitcode) for r, pr in zip(self.ranks, self.procs)
-                if r not in have and pr.pid is not None and pr.exitcode is not None]
-        for r, code in sorted(gone, key=lambda rc: rc[1] >= 0):
-            how = f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
-            return f"checkpoint rank {r} died: {how}" + (
-                " (from outside the run: the OOM killer, kill -9, or a limit of the host)" if code < 0 else "")
-        return None
+    def __exit__(self, *exc) -> None:
+        self.launch.__exit__(*exc)
+
+    @property
+    def launch_host(self) -> str:
+        return self.launch.launch_host
+
+    @property
+    def host_facts(self) -> dict:
+        return self.launch.host_facts
 
     def pause(self, seconds: float) -> None:
         """MLPerf's pause before an operation, watched: a rank that dies in it ends the run at once (a kill -9
         in a 20 s pause was noticed only at the next barrier, 18 s later)."""
-        def check() -> None:
-            if (why := self._dead({})) is not None:
-                raise (EnvironmentFailure if "died: killed" in why else RuntimeError)(why)
-        watched_sleep(seconds, check)
-
-    def _collect(self, want: str, timeout_s: float) -> dict:
-        got: dict = {}
-        deadline = time.monotonic() + timeout_s
-        while len(got) < len(self.ranks):
-            try:
-                kind, rank, payload = self.out_q.get(timeout=0.5)
-            except queue.Empty:
-                why = self._dead(got) or (f"ranks not {want} after {timeout_s:.0f} s"
-                                          if time.monotonic() > deadline else None)
-                if why:
-                    raise (EnvironmentFailure if "died: killed" in why else RuntimeError)(why)
-                continue
-            if kind != want:
-                raise RuntimeError(f"checkpoint rank {rank} failed:\n{payload}")
-            got[rank] = payload
-        return got
+        self.launch.pause(seconds)
 
     def operate(self, op: str, folder: Path, files_by_rank: dict[int, tuple[int, list]], block: int,
                 readers: int = 1) -> tuple[float, list[RankResult]]:
-        """One save or load by every rank from one barrier; returns (release instant, results by rank).
+        """One save or load by every rank from one start line; returns (release instant, results by rank).
         files_by_rank: rank -> (source rank, [(file name, bytes)])."""
-        for r in self.ranks:
-            source, files = files_by_rank[r]
-            self.inboxes[r].put((op, str(folder), source, files, block, readers))
-        self._meet()
-        release = time.monotonic()
-        got = self._collect("done", BARRIER_TIMEOUT_S)
-        out = [got[r] for r in self.ranks]
-        return min([release, *(r.start for r in out)]), out
+        msgs = {r: (op, str(folder), *files_by_rank[r], block, readers) for r in self.ranks}
+        release, done = self.launch.operate(msgs)
+        return self.on_one_clock(release, [(d.result, self.launch.offset(d, release)) for d in done])
 
-    def _meet(self) -> None:
-        """The parent's barrier wait, watched: a rank that dies before it arrives (kill -9, the OOM killer)
-        breaks the barrier at once instead of after BARRIER_TIMEOUT_S."""
-        stop, seen = threading.Event(), []
-
-        def watch() -> None:
-            while not stop.wait(WATCH_S):
-                if (why := self._dead({})) is not None:
-                    seen.append(why)
-                    self.barrier.abort()
-                    return
-        watcher = threading.Thread(target=watch, daemon=True, name="checkpoint-rank-watch")
-        watcher.start()
-        try:
-            self.barrier.wait(BARRIER_TIMEOUT_S)
-        except threading.BrokenBarrierError:
-            why = seen[0] if seen else self._dead({})
-            if why is None:
-                raise RuntimeError(f"checkpoint ranks did not all reach the barrier within {BARRIER_TIMEOUT_S:.0f} s") \
-                    from None
-            raise (EnvironmentFailure if "died: killed" in why else RuntimeError)(why) from None
-        finally:
-            stop.set()
-            watcher.join()
-
-    def __exit__(self, *exc) -> None:
-        started = [pr for pr in self.procs if pr.pid is not None]
-        if exc[0] is None:
-            for r in self.ranks:
-                self.inboxes[r].put(None)
-        else:
-            self.barrier.abort()
-            for pr in started:
-                if pr.is_alive():
-                    pr.terminate()
-        self._drain(started, 10)
-        reap(started, 10)
-        self.out_q.close()
-        self.out_q.cancel_join_thread()
-
-    def _drain(self, started, timeout_s: float) -> None:
-        """Read what the ranks still write until they are gone, so none blocks on a full pipe."""
-        deadline = time.monotonic() + timeout_s
-        while any(pr.is_alive() for pr in started) and time.monotonic() < deadline:
-            try:
-                self.out_q.get(timeout=0.1)
-            except (queue.Empty, OSError, EOFError, ValueError):
-                pass
+    def on_one_clock(self, release: float, results: list[tuple[RankResult, float]]) -> tuple[float, list[RankResult]]:
+        """Results with other hosts' clocks moved onto the launcher's by their offsets (kit.ranks)."""
+        got = [replace(r, start=r.start + off, end=r.end + off) if off else r for r, off in results]
+        if any(off for _, off in results):
+            self.clock = PER_RANK_CLOCK
+        self.hosts |= {r.host for r in got}
+        here = [r.start for r, (_, off) in zip(got, results) if not off]
+        return min([release, *here]), got
 
 
 # --------------------------------------------------------------------------- the ranks' budget

@@ -28,15 +28,14 @@ from types import SimpleNamespace
 
 from ...core import results
 from ...core.checkpoint_workloads import GIB, files_of_rank, size_table
-from ...core.config import ParamsError
 from ...core.sweep import Measurement, Point
-from ...kit import client_check, mpi as kit_mpi
+from ...kit import client_check
+from ...kit.ranks import check_launch
 from ...kit.checkpoint import incompressible
 from ...kit.client_check import unchecked
 from ...kit.space import check_space, out_of_space
 from . import STUDY, cost, dataset, framework, metrics
 from . import objects
-from .mpi import MpiRankPool
 from .params import CheckpointParams
 from .ranks import RankPool, check_budget
 
@@ -86,8 +85,9 @@ def prepare(sweep) -> None:
     sweep.state = state = CheckpointState()
     cost.check_memory(p)
     check_budget(p, s3=any(t.s3 is not None for t in sweep.targets))   # the machine's limits now (validate too)
-    if p.launcher == "mpi":
-        _check_mpi(sweep, p)
+    # mpirun and mpi4py there, and mpirun starts the most ranks a model needs: before any checkpoint
+    check_launch(p, max(len(p.writers(m)) for m in p.models), sweep.out_dir, STUDY.name,
+                       "the models' rank counts", sweep.status)
     biggest = max(p.checkpoint_bytes(m) for m in p.models)
     c = p.cost
     cost_need = (c.steps // min(c.intervals_steps)) * p.cost_bytes if c.on and c.checkpointing_modes else 0
@@ -104,17 +104,6 @@ def prepare(sweep) -> None:
                 sweep.note(f"removed {gone}: a checkpoint without its manifest (a save cut short)")
     state.generator_gb_per_s = _generator_gb_per_s()
     objects.open_stores(sweep, state)
-
-
-def _check_mpi(sweep, p: CheckpointParams) -> None:
-    """mpirun and mpi4py there, and mpirun starts the most ranks a model needs: before any checkpoint."""
-    try:
-        kit_mpi.check_available(p.mpi.mpirun, STUDY.name)
-    except kit_mpi.MpiUnavailable as exc:
-        raise ParamsError(str(exc)) from None
-    most = max(len(p.writers(m)) for m in p.models)
-    sweep.status(f"checking that mpirun starts {most} rank(s)")
-    kit_mpi.preflight(p.mpi, most, sweep.out_dir, STUDY.name, ranks_knob="the models' rank counts")
 
 
 def plan(sweep) -> list[Point]:
@@ -254,10 +243,9 @@ def _protocol(run, config: Config) -> Measurement:
     procs_files = group.procs_files if group else None
     conf = client_check.confine_run(run, group) if config.client_check else None
     try:
-        pool = (MpiRankPool(sorted(files), buf, procs_files, FAULT, p.mpi, run.target.study_dir(STUDY.name) / "mpi")
-                if p.launcher == "mpi" else
-                RankPool(sorted(files), buf, (procs_files or []) + (conf.procs_files if conf else []), FAULT,
-                         affinity=conf.affinity if conf else None))
+        pool = RankPool(sorted(files), buf, (procs_files or []) + (conf.procs_files if conf else []), FAULT,
+                        affinity=conf.affinity if conf else None, params=p,
+                        work_dir=run.target.study_dir(STUDY.name) / "mpi")
         with pool:
             run.start_clock()
             saved, kept, deletes = _saves(run, pool, p, model, root, files)
@@ -268,8 +256,9 @@ def _protocol(run, config: Config) -> Measurement:
             conf.remove()
     ops = saved + loaded
     _note_outside_cgroup(run, pool, procs_files)
-    for rank, host in getattr(pool, "rank_hosts", {}).items():
-        run.sweep.add_host(host, "checkpoint: MPI ranks", pool.host_facts.get(host))
+    if pool.launcher == "mpi":
+        for host in sorted(pool.hosts):
+            run.sweep.add_host(host, "checkpoint: MPI ranks", pool.host_facts.get(host))
     return _measurement(run, model, ops, deletes, pool, {"access": "files", "save_ends_at": "fsync returned",
                                                          **client_check.row_columns(config.client_check, conf)})
 
@@ -291,8 +280,7 @@ def _measurement(run, model: str, ops, deletes, pool, extra: dict) -> Measuremen
 
 
 def _note_outside_cgroup(run, pool, procs_files) -> None:
-    here = getattr(getattr(pool, "session", None), "launch_host", None)
-    outside = sorted(h for h in getattr(pool, "hosts", ()) if here and h != here)
+    outside = sorted(h for h in pool.hosts if h != pool.launch_host)
     if outside and procs_files:
         run.sweep.note(f"checkpoint ranks on {', '.join(outside)} ran outside the run's cgroup (a cgroup lives "
                        "on one host): no throttle there; their times are per rank from the MPI barrier")

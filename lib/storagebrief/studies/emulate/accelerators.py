@@ -128,9 +128,9 @@ def _setup(rank: int, n: int, cfg: dict) -> tuple:
     return cfg, len(batches), loader
 
 
-def _train(state: tuple, rank: int, msg, sync) -> dict:
+def _train(state: tuple, rank: int, msg, line) -> dict:
     cfg, steps, loader = state
-    return train(cfg, rank, loader, steps, sync)
+    return train(cfg, rank, loader, steps, line.sync)
 
 
 # set up before joining the cgroup: the warm-up's pages are not read through the throttle

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ...core.config import Strict, check_names, sorted_counts
+from ...core.config import check_names, sorted_counts
 from ...core.workloads import MLPERF_DATASET_FACTOR, WORKLOADS, WorkloadSpec, merged_spec, missing_compute_note
 from ...kit.ranks import LaunchParams
 from .mlperf import RUNS  # the shared `mpi:` section (checkpoint has one too)

@@ -6,7 +6,7 @@ V100s, and MLPerf Storage's rule: a storage system supports the largest number o
 accelerators whose utilization (AU) stays at or above a threshold (90 % unet3d/resnet50,
 70 % cosmoflow, 85 % retinanet). An emulated accelerator is one process with its own loader
 (loader.py, accelerators.py): forked on this host (`launcher: fork`, the default) or an MPI
-rank on the hosts mpirun is given (`launcher: mpi`, mpi.py); AU arithmetic is in metrics.py,
+rank on the hosts mpirun is given (`launcher: mpi`, kit.ranks); AU arithmetic is in metrics.py,
 what limited a run in limits.py.
 
 Per workload, accelerator counts x repeats in run order, targets interleaved. Each run:
@@ -38,7 +38,7 @@ from ...core import cgroups, results, targets as targets_mod
 from ...core.config import ParamsError
 from ...core.sweep import Measurement, Point
 from ...kit.cgroup_io import CgroupIoSampler, cgroup_read_stats
-from ...kit import ranks
+from ...kit.ranks import check_launch
 from ...kit.client_check import CoreBusy
 from ...kit import s3study
 from ...kit.space import check_space, existing_bytes
@@ -108,7 +108,7 @@ def prepare(sweep) -> None:
         raise ParamsError(f"emulate.launcher = mpi: S3 targets ({', '.join(s3)}) run with launcher: fork only "
                           "(MPI ranks would carry the store's credentials in their config file); use fork")
     # hosts, hostfile, options: before any dataset
-    ranks.check_launch(p, p.max_accelerators, sweep.out_dir, STUDY.name,
+    check_launch(p, p.max_accelerators, sweep.out_dir, STUDY.name,
                        "the largest of emulate.accelerators (emulate.search_max with auto)", sweep.status)
     sizes = _dataset_sizes(p)
     check_space(sweep.targets, lambda t: _bytes_needed(p, sizes, t), f"the emulate datasets ({', '.join(p.workloads)})")

@@ -17,7 +17,7 @@ def _setup(rank: int, n: int, spec: dict) -> Client:
     return Client(spec, rank, incompressible(min(spec["write_block"], spec["largest_entry_bytes"])))
 
 
-def _work(c: Client, rank: int, msg, sync) -> dict:
+def _work(c: Client, rank: int, msg, line) -> dict:
     return c.run(time.monotonic())
 
 

@@ -8,7 +8,7 @@ count from `turns`; every later turn adds `turn_tokens` tokens and reloads the p
 """
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 

@@ -14,9 +14,9 @@ import shutil
 from dataclasses import dataclass, field
 
 from ...core import results
-from ...core.config import ParamsError
 from ...core.sweep import Measurement, Point
-from ...kit import client_check, ranks
+from ...kit import client_check
+from ...kit.ranks import check_launch, open_launch
 from ...kit.space import check_space, out_of_space
 from . import STUDY, breakeven, clients, dataset, metrics, prefill
 from .params import KvCacheParams
@@ -60,7 +60,7 @@ def _space_needed(p: KvCacheParams) -> int:
 def prepare(sweep) -> None:
     p: KvCacheParams = sweep.p
     sweep.state = state = KvState()
-    ranks.check_launch(p, p.clients, sweep.out_dir, STUDY.name, "kv_cache.clients", sweep.status)
+    check_launch(p, p.clients, sweep.out_dir, STUDY.name, "kv_cache.clients", sweep.status)
     check_space(sweep.targets, lambda t: _space_needed(p),
                 f"every simulated user's largest KV cache at once ({p.longest_context:,} tokens at most)")
     for t in sweep.targets:
@@ -115,7 +115,7 @@ def run_one(run, config: Config) -> Measurement:
         if config.client_check == client_check.CHECK:
             conf = client_check.confine_run(run, group)
             procs_files = procs_files + conf.procs_files
-        with ranks.open_launch(clients.WORKER, range(p.clients), spec, params=p, section=STUDY.name,
+        with open_launch(clients.WORKER, range(p.clients), spec, params=p, section=STUDY.name,
                                work_dir=dataset.mpi_dir(run.target), procs_files=procs_files,
                                affinity=conf.affinity if conf else None) as launch:
             # a nominal duration, then the requests in flight finish: allow generously for a slow target

@@ -1,4 +1,5 @@
-"""The ingest pipeline: P worker processes, each read -> decode + resize -> encode + write.
+"""The ingest pipeline: P worker processes (kit.ranks, sharing one queue of images), each read -> decode +
+resize -> encode + write.
 
 Per image, timed separately so a reader sees what bound the run:
   read          the file's bytes (open + read; the storage part)
@@ -14,20 +15,16 @@ is dropped. OpenCV's BGR order is converted to RGB.
 """
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
-import queue
 import shutil
 import time
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from ...core import cgroups
-from ...core.procs import die_with_parent, reap
 from ...formats.tfrecord import count_records, image_example
+from ...kit.ranks import Forked, Worker
 from .dataset import label_for
 from .params import INTERPOLATIONS, PreprocessParams
 
@@ -176,69 +173,65 @@ class IngestJob:
     size: tuple[int, int]            # resize (width, height)
     interp: str                      # params interpolation
     root: str                        # the dataset folder (labels from class subfolders)
-    procs_files: list[str]           # the throttle cgroup's procs files to join; [] none
 
 
-def _worker(wid: int, job: IngestJob, tasks, out_q) -> None:
-    """One ingest process: warm up, join the throttle cgroup, then take images until None."""
-    die_with_parent()
+def _open(wid: int, workers: int, job: IngestJob) -> tuple:
+    """A worker's shard writer (sharded mode), opened in the run's cgroup before the clock."""
+    if job.mode != "sharded":
+        return None, None
+    import tensorflow as tf
+    shard = Path(job.out_dir) / f"part-{wid:05d}-of-{job.workers:05d}.tfrecord"
+    return tf.io.TFRecordWriter(str(shard)), shard
+
+
+def _ingest(state: tuple, wid: int, msg, line) -> dict:
+    """One ingest worker's run: images from the shared queue until it ends; skips and (single mode) records go
+    to the launcher as they happen; returns the worker's stage times and counts."""
+    writer, shard = state
+    job: IngestJob = msg
     size, interp, root = job.size, job.interp, job.root
-    try:
-        warm_up(size, interp)
-        if job.procs_files:
-            cgroups.join(job.procs_files)
-        writer, shard = None, None
-        if job.mode == "sharded":
-            import tensorflow as tf
-            shard = Path(job.out_dir) / f"part-{wid:05d}-of-{job.workers:05d}.tfrecord"
-            writer = tf.io.TFRecordWriter(str(shard))
-        out_q.put(("ready", wid, None))
-        stats = {"read": 0.0, "decode": 0.0, "encode": 0.0, "ok": 0, "bytes": 0, "out": 0, "skipped_bytes": 0}
-        while True:
-            item = tasks.get()
-            if item is None:
-                break
-            path = item
-            t0 = time.perf_counter()
-            try:
-                with open(path, "rb") as fh:
-                    data = fh.read()
-            except OSError as exc:
-                out_q.put(("skip", wid, (path, f"unreadable: {exc.strerror}")))
-                continue
-            t1 = time.perf_counter()
-            stats["read"] += t1 - t0
-            try:
-                rgb = decode_resize(data, size, interp)
-                t2 = time.perf_counter()
-                record = encode_example(rgb, label_for(Path(path), Path(root)), Path(path).name)
-            except Exception as exc:   # one bad image never ends the run: skipped with its reason
-                stats["decode"] += time.perf_counter() - t1
-                stats["skipped_bytes"] += len(data)
-                reason = str(exc) if isinstance(exc, BadImage) else f"{type(exc).__name__}: {exc}"[:300]
-                out_q.put(("skip", wid, (path, reason)))
-                continue
-            stats["bytes"] += len(data)
-            if writer is not None:
-                writer.write(record)
-                payload = None
-            else:
-                payload = record
-            t3 = time.perf_counter()
-            stats["decode"] += t2 - t1
-            stats["encode"] += t3 - t2
-            stats["ok"] += 1
-            stats["out"] += len(record)
-            if payload is not None:
-                out_q.put(("record", wid, payload))
+    stats = {"read": 0.0, "decode": 0.0, "encode": 0.0, "ok": 0, "bytes": 0, "out": 0, "skipped_bytes": 0}
+    for path in line.tasks():
+        t0 = time.perf_counter()
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read()
+        except OSError as exc:
+            line.emit(("skip", (path, f"unreadable: {exc.strerror}")))
+            continue
+        t1 = time.perf_counter()
+        stats["read"] += t1 - t0
+        try:
+            rgb = decode_resize(data, size, interp)
+            t2 = time.perf_counter()
+            record = encode_example(rgb, label_for(Path(path), Path(root)), Path(path).name)
+        except Exception as exc:   # one bad image never ends the run: skipped with its reason
+            stats["decode"] += time.perf_counter() - t1
+            stats["skipped_bytes"] += len(data)
+            reason = str(exc) if isinstance(exc, BadImage) else f"{type(exc).__name__}: {exc}"[:300]
+            line.emit(("skip", (path, reason)))
+            continue
+        stats["bytes"] += len(data)
         if writer is not None:
-            t = time.perf_counter()
-            writer.close()
-            fsync_path(shard)
-            stats["encode"] += time.perf_counter() - t
-        out_q.put(("done", wid, stats))
-    except BaseException:  # report, never hang the parent
-        out_q.put(("error", wid, traceback.format_exc()))
+            writer.write(record)
+        t3 = time.perf_counter()
+        stats["decode"] += t2 - t1
+        stats["encode"] += t3 - t2
+        stats["ok"] += 1
+        stats["out"] += len(record)
+        if writer is None:
+            line.emit(("record", record))
+    if writer is not None:
+        t = time.perf_counter()
+        writer.close()
+        fsync_path(shard)
+        stats["encode"] += time.perf_counter() - t
+    return stats
+
+
+# Warmed up before joining the throttle cgroup: the libraries' code pages are not read through it.
+WORKER = Worker("ingest worker", lambda wid, n, job: _open(wid, n, job), _ingest,
+                warm_up=lambda job: warm_up(job.size, job.interp))
 
 
 def warm_up(size, interp: str) -> None:
@@ -259,93 +252,48 @@ def warm_up(size, interp: str) -> None:
             encode_example(rgb, 0, "warm-up")
 
 
-def _start_workers(ctx, workers: list, job: IngestJob, tasks, out_q) -> None:
-    """Start the workers (into `workers`, so the caller reaps them even if one fails) and wait until ready."""
-    processes = job.workers
-    for w in range(processes):
-        proc = ctx.Process(target=_worker, args=(w, job, tasks, out_q), daemon=True)
-        proc.start()
-        workers.append(proc)
-    ready = 0
-    while ready < processes:
-        kind, wid, payload = out_q.get(timeout=120)
-        if kind == "error":
-            raise RuntimeError(f"ingest worker {wid} failed to start:\n{payload}")
-        ready += 1
-
-
-def _collect(out_q, workers, single_writer) -> tuple[list, list, float]:
-    """Results of every worker: (skipped files, per-worker stats, parent write seconds)."""
-    skipped, done, parent_write = [], [], 0.0
-    while len(done) < len(workers):
-        try:
-            kind, wid, payload = out_q.get(timeout=5)
-        except queue.Empty:
-            dead = [w.pid for w in workers if not w.is_alive() and w.exitcode not in (0, None)]
-            if dead:
-                raise RuntimeError(f"ingest workers {dead} died (killed or out of memory)")
-            continue
-        if kind == "record":
-            t = time.perf_counter()
-            single_writer.write(payload)
-            parent_write += time.perf_counter() - t
-        elif kind == "skip":
-            skipped.append({"file": payload[0], "reason": payload[1]})
-        elif kind == "done":
-            done.append(payload)
-        elif kind == "error":
-            raise RuntimeError(f"ingest worker {wid} failed:\n{payload}")
-    return skipped, done, parent_write
-
-
 def run_pipeline(files: list[Path], root: Path, out_dir: Path, processes: int, p: PreprocessParams,
                  procs_files: list[str] | None = None, on_start=None) -> dict:
-    """Ingest `files` with `processes` workers into out_dir; returns measurements.
+    """Ingest `files` with `processes` workers (kit.ranks, in the run's cgroup) into out_dir; returns measurements.
 
-    on_start() is called right before the first image is handed out (the clock starts).
+    on_start() is called right before the workers' start line (the clock starts). An interrupted or failed ingest
+    stops its workers at once (the launcher's exit).
     """
-    ctx = mp.get_context("fork")
     if out_dir.exists():
         shutil.rmtree(out_dir)
     out_dir.mkdir(parents=True)
-    tasks, out_q = ctx.Queue(), ctx.Queue()
-    workers: list = []
+    job = IngestJob(processes, str(out_dir), p.output_mode, (p.resize_width, p.resize_height), p.interpolation,
+                    str(root))
     single_writer = single_path = None
+    skipped, parent_write = [], [0.0]
+
+    def heard(wid: int, what: tuple) -> None:
+        kind, payload = what
+        if kind == "record":
+            t = time.perf_counter()
+            single_writer.write(payload)
+            parent_write[0] += time.perf_counter() - t
+        else:
+            skipped.append({"file": payload[0], "reason": payload[1]})
     try:
-        job = IngestJob(processes, str(out_dir), p.output_mode, (p.resize_width, p.resize_height), p.interpolation,
-                        str(root), list(procs_files or []))
-        _start_workers(ctx, workers, job, tasks, out_q)
-        if p.output_mode == "single":
-            import tensorflow as tf
-            single_path = out_dir / "data.tfrecord"
-            single_writer = tf.io.TFRecordWriter(str(single_path))
-        if on_start:
-            on_start()
-        t_start = time.perf_counter()
-        for f in files:
-            tasks.put(str(f))
-        for _ in workers:
-            tasks.put(None)
-        skipped, done, parent_write = _collect(out_q, workers, single_writer)
+        with Forked(WORKER, range(processes), job, procs_files=procs_files, tasks=True) as launch:
+            if p.output_mode == "single":
+                import tensorflow as tf
+                single_path = out_dir / "data.tfrecord"
+                single_writer = tf.io.TFRecordWriter(str(single_path))
+            launch.put_tasks(str(f) for f in files)
+            release, got = launch.operate(job, on_start=on_start, on_emit=heard)
         if single_writer is not None:
             t = time.perf_counter()
             single_writer.close()
             single_writer = None
             fsync_path(single_path)
-            parent_write += time.perf_counter() - t
-        elapsed = time.perf_counter() - t_start
-    except BaseException:
-        # interrupted or failed: the workers' images are not wanted. Joined as they were, workers still warming
-        # up (no None queued for them yet) held a Ctrl-C for 10 s each (21.5 s with 2 workers, measured)
-        for w in workers:
-            if w.is_alive():
-                w.terminate()
-        raise
+            parent_write[0] += time.perf_counter() - t
+        elapsed = time.monotonic() - release          # from the workers' start line
     finally:
         if single_writer is not None:
             single_writer.close()
-        reap(workers, 10)
-    return _measurements(out_dir, skipped, done, parent_write, elapsed)
+    return _measurements(out_dir, skipped, [d.result for d in got], parent_write[0], elapsed)
 
 
 def _measurements(out_dir: Path, skipped: list, done: list, parent_write: float, elapsed: float) -> dict:
