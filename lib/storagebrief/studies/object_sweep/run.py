@@ -70,7 +70,7 @@ def prepare(sweep) -> None:
         raise ParamsError("object_sweep.loads has 'busy' but stress-ng is not installed (`make system-deps`); "
                           "install it or drop 'busy'")
     sweep.state = ObjectState()
-    local = [t for t in sweep.targets if t.s3 is None or not t.s3.external]
+    local = [t for t in sweep.targets if t.on_this_machine]
     space.check_space(local, lambda t: dataset.needed_bytes(p, p.ops), "the object sweep's objects")
     for t in sweep.targets:
         dataset.write(t, _store(sweep, t), p, sweep.status)
