@@ -128,7 +128,8 @@ class S3Calls(StoreBase):
         the completed upload). S3 needs every part but the last to be at least 5 MiB."""
         import time
         if part_bytes < 5 << 20:
-            raise ValueError(f"multipart part size {part_bytes} bytes is below S3's 5 MiB minimum (write_block_mib >= 5)")
+            raise ValueError(f"multipart part size {part_bytes} bytes is below S3's 5 MiB minimum "
+                             "(write_block_mib >= 5)")
         c, bucket, full = self.client, self.bucket, self._own(key)
         t0 = time.perf_counter()
         up = self._call(c.create_multipart_upload, Bucket=bucket, Key=full)["UploadId"]

@@ -102,8 +102,11 @@ class DirStore(StoreBase):
         self.root = Path(root)
 
     def path(self, key: str) -> Path:
-        from .outdir import check_inside
-        return check_inside(self.root / key, self.root)
+        """The file of `key`; a key that leaves the folder ('..', absolute) is refused."""
+        rel = Path(key)
+        if rel.is_absolute() or ".." in rel.parts:
+            raise ValueError(f"refusing key '{key}': outside {self.root}, the folder this store owns")
+        return self.root / rel
 
     def put(self, key: str, body) -> None:
         f = self.path(key)
@@ -141,9 +144,10 @@ class DirStore(StoreBase):
                       if p.is_file() and not p.name.endswith(".tmp"))
 
     def delete(self, keys: Iterable[str]) -> int:
+        from .outdir import check_inside
         n = 0
         for k in keys:
-            p = self.path(k)
+            p = check_inside(self.path(k), self.root)        # no symlinked folder leads out either
             if p.exists() or p.is_symlink():
                 p.unlink()
                 n += 1

@@ -1,5 +1,6 @@
-"""How a study opens and closes the object store of one S3 target, and what the object path costs (the
-gateway's CPU, the `limited_by` rule, same-device pairs): shared by the object sweep, emulate and checkpoint.
+"""How a study makes each target's store (core.store: `store_for`, once per target; an S3 target's opened and
+closed here), and what the object path costs (the `limited_by` rule, same-device pairs): shared by the object
+sweep, emulate and checkpoint.
 
 The local gateway (versitygw) starts inside a cgroup holding the target's throttle (or one that only
 counts its I/O), so the device reads it does are the emulated device's and are counted per run; an
@@ -79,7 +80,8 @@ def client_group(run, store: store_mod.Store):
 
 
 def close_all(stores, groups) -> list[str]:
-    """Every store closed (a DirStore: nothing to stop) (gateway stopped, what the study wrote removed), then the cgroups; the failures."""
+    """Every store closed (an S3 store: its gateway stopped, what the study wrote removed; a DirStore: nothing to
+    stop), then the cgroups; the failures."""
     errors = []
     for store in stores:
         try:

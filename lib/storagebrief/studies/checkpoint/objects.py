@@ -49,13 +49,12 @@ def check(sweep, p) -> None:
 
 
 def open_stores(sweep, state) -> None:
-    """Every S3 target's store open (its local gateway in the target's cgroup), kept in state for close."""
+    """Every target's store (core.store), kept in state for close: an S3 target's open (its local gateway in the
+    target's cgroup); a directory's is its study folder (the directory protocol writes it through its ranks)."""
     p = sweep.p
     pool = p.readers_per_rank * max(len(p.writers(m)) for m in p.models)
-    for t in [t for t in sweep.targets if t.s3 is not None]:
-        state.stores[t.name], group = s3study.open_store(sweep, t, STUDY.name, "ckpt", pool)
-        if group is not None:
-            state.groups[t.name] = group
+    for t in sweep.targets:
+        s3study.store_for(sweep, t, STUDY.name, "ckpt", pool, state, t.study_dir(STUDY.name))
 
 
 def close(sweep, state) -> None:
@@ -84,9 +83,9 @@ def targets_doc(sweep, state) -> dict:
     pairs on one block device with one profile: the brief's "directory vs S3 on the same device"."""
     out = {}
     for t in sweep.targets:
-        store = state.stores.get(t.name)
-        where = store.describe() if store else {}
-        out[t.name] = {"kind": t.kind, "access": store.access if store else "files",
+        store = state.stores[t.name]
+        where = store.describe()
+        out[t.name] = {"kind": t.kind, "access": store.access,
                        "device": t.device.name if t.device else None, "profile": t.profile_name,
                        **{k: where[k] for k in ("endpoint", "gateway") if k in where}}
     return {"targets": out, "same_device_pairs": same_device_pairs(sweep.targets)}

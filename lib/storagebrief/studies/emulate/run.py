@@ -131,8 +131,9 @@ def prepare(sweep) -> None:
     datasets = state.datasets
     sweep.out_dir.mkdir(parents=True, exist_ok=True)
     results.write_json(sweep.out_dir / "study.json", {**study_description(p, datasets, sweep.targets),
-                                                       "object_targets": {n: s.describe() for n, s in state.stores.items()
-                                                                          if not s.client_reads_device},
+                                                       "object_targets": {
+                                                           n: s.describe() for n, s in state.stores.items()
+                                                           if not s.client_reads_device},
                                                        "s3_pairs": s3study.same_device_pairs(sweep.targets)})
 
 
@@ -396,7 +397,8 @@ def _run_one(run, config: EmulateConfig, store) -> Measurement:
     else:
         cgroup, evict = _object_run(run, store, data, memory_limit)
     group = cgroup.group
-    cfg = run_config(p, name, data, n, evict and store.client_reads_device, t.study_dir(STUDY.name) / "checkpoints", cgroup.capped)
+    cfg = run_config(p, name, data, n, evict and store.client_reads_device, t.study_dir(STUDY.name) / "checkpoints",
+                     cgroup.capped)
     if not store.client_reads_device:
         cfg["s3"] = objects.client_config(store, data, evict)
     if p.mlperf_rules:

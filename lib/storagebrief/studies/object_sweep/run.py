@@ -1,10 +1,11 @@
 """The object sweep on the shared engine (core.sweep): GET and PUT at object size x concurrency, idle
 vs busy, on every S3 target and, with the same client code path, on every directory target.
 
-S3 targets: prepare() opens one ObjectStore per target (core.s3store): the local gateway (versitygw)
-starts inside a cgroup holding the target's throttle (or one that only holds it), so the device I/O it
-does is the emulated device's; an external endpoint gets its own run prefix. Directory targets: the same
-batches read and write whole files, in a worker inside the run's throttle cgroup. Each run is one
+prepare() makes one store per target (core.store, through kit.s3study.store_for) and every call goes through it.
+S3 targets: an ObjectStore (core.s3store): the local gateway (versitygw) starts inside a cgroup holding the
+target's throttle (or one that only holds it), so the device I/O it does is the emulated device's; an external
+endpoint gets its own run prefix. Directory targets: a DirStore on the study's folder; the same batches read and
+write whole files, in a worker inside the run's throttle cgroup. Each run is one
 worker process (worker.py: the client's CPU is its own), started before the clock; the busy load
 (stress-ng at busy.cpu_percent of every CPU) runs beside it, outside every cgroup. GET reads the
 objects dataset.py wrote in prepare, from a cold cache where the files are on this machine; PUT writes
