@@ -24,18 +24,52 @@ def _s3_target(tmp: Path) -> targets.Target:
     return targets.resolve_all(config.validate(data, root=tmp), create=True)[0]
 
 
-@pytest.fixture(params=["dir", "s3"])
-def store(request, tmp_path):
+def _theirs(c) -> dict[str, bytes]:
+    keys = [o["Key"] for o in c.list_objects_v2(Bucket="theirs").get("Contents", [])]
+    return {k: c.get_object(Bucket="theirs", Key=k)["Body"].read() for k in keys}
+
+
+@pytest.fixture(params=["dir", "s3", "s3-external"])
+def store(request, tmp_path, monkeypatch):
+    """The same contract on a directory, the local gateway, and an external endpoint (a second versitygw standing
+    in for the user's store: a bucket holding their objects, which must be byte for byte as they were after)."""
     if request.param == "dir":
         yield DirStore(tmp_path / "dir" / "storagebrief" / "study")
         return
     if NO_GATEWAY is not None:
         pytest.skip(NO_GATEWAY)
-    st = s3store.ObjectStore(_s3_target(tmp_path), tmp_path / "logs").open()
+    if request.param == "s3":
+        st = s3store.ObjectStore(_s3_target(tmp_path), tmp_path / "logs").open()
+        try:
+            yield st
+        finally:
+            st.close()
+        return
+    gw = s3gateway.Gateway(tmp_path / "their-store", tmp_path / "their.log").start()
     try:
-        yield st
+        c = s3store.client(gw.endpoint, "us-east-1", gw.credentials)
+        c.create_bucket(Bucket="theirs")
+        c.put_object(Bucket="theirs", Key="bench-their-file", Body=b"their bytes")
+        c.put_object(Bucket="theirs", Key="datasets/ckpt/keep.bin", Body=b"theirs too")
+        before = _theirs(c)
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", gw.access_key)
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", gw.secret_key)
+        monkeypatch.delenv("AWS_PROFILE", raising=False)
+        data = {"targets": [{"name": "ext", "path": str(tmp_path / "ext"), "kind": "s3",
+                             "s3": {"endpoint": gw.endpoint, "bucket": "theirs", "prefix": "bench"}}]}
+        t = targets.resolve_all(config.validate(data, root=tmp_path), create=True)[0]
+        st = s3store.ObjectStore(t, tmp_path / "logs").open()
+        try:
+            yield st
+            with pytest.raises(AssertionError, match="refusing"):
+                st.delete(["datasets/ckpt/keep.bin"])
+            with pytest.raises(AssertionError, match="refusing"):
+                st.delete_under("datasets/")
+        finally:
+            st.close()
+        assert _theirs(c) == before            # everything of ours gone, theirs as it was
     finally:
-        st.close()
+        gw.stop()
 
 
 class FakeRun:
@@ -75,11 +109,11 @@ def test_the_contract(store):
     run = FakeRun()
     store.evict_cold(run, [k], "the data")
     store.evict_cold(run, [k], drop=True)
-    assert [c[0] for c in run.calls] == ["evict", "cold_cache"]
+    assert [c[0] for c in run.calls] == (["not controlled"] * 2 if files is None else ["evict", "cold_cache"])
     assert store.delete([store.key("other/x")]) == 1
     assert store.delete_under(store.key("ckpt/")) == 2
     assert store.list(store.key("ckpt/")) == [] and store.list(store.key("other/")) == []
-    assert isinstance(store.describe(), dict) and store.access in ("files", "S3 local gateway")
+    assert isinstance(store.describe(), dict) and store.access in ("files", "S3 local gateway", "S3 external")
     assert store.server_cpu_seconds() is None or store.server_cpu_seconds() >= 0
 
 

@@ -37,6 +37,7 @@ class Store(Protocol):
     def delete(self, keys: Iterable[str]) -> int: ...
     def delete_under(self, prefix: str) -> int: ...
     def files(self, keys: Iterable[str]) -> list[Path] | None: ...
+    files_here: bool
     def evict_cold(self, run, keys: Iterable[str], what: str = "", drop: bool = False) -> str: ...
     def describe(self) -> dict: ...
     def child_config(self) -> dict: ...
@@ -58,6 +59,11 @@ class StoreBase:
     def files(self, keys: Iterable[str]) -> list[Path] | None:
         """The files behind these keys on this machine (a cold cache evicts them); None: not here."""
         return None
+
+    @property
+    def files_here(self) -> bool:
+        """Its data are files on this machine (a directory, a local gateway's): their page cache is ours to drop."""
+        return self.files([]) is not None
 
     def evict_cold(self, run, keys: Iterable[str], what: str = "", drop: bool = False) -> str:
         """The next reads of `keys` come from the device: the run's `evict` (these files' pages) or, with

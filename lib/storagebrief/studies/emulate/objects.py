@@ -142,7 +142,7 @@ def store_failure(store) -> str | None:
 
 def sizing(store, evict: bool) -> str:
     """The dataset_sizing of an S3 run."""
-    if store.files([]) is None:
+    if not store.files_here:
         return "remote store: page cache not controlled"
     return ("memory_cap->fadvise_evict of the gateway's files (S3)" if evict else
             "gateway's files: cold cache per run, not capped")

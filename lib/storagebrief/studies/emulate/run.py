@@ -347,7 +347,7 @@ def _object_run(run, store, data: dict, memory_limit: int | None) -> tuple[RunCg
     throttled = io is not None and store.group is not None
     if throttled:
         run.emulated = True
-    return RunCgroup(None, throttled, False), memory_limit is not None and store.files([]) is not None
+    return RunCgroup(None, throttled, False), memory_limit is not None and store.files_here
 
 
 def _delta(a: tuple[int, int] | None, b: tuple[int, int] | None) -> tuple[int, int] | None:
