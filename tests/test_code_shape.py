@@ -3,6 +3,7 @@ beside the def says why, and layers that import one way."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -186,3 +187,43 @@ def test_the_launcher_rule_sees_the_pools_the_studies_had():
     found = [w.split(" ", 1)[1] for w in _launches_its_own_workers(LIB / "studies" / "probe.py", probe)]
     assert sorted(found) == sorted(["imports multiprocessing", "calls mp.get_context()", "calls ctx.Process()",
                                     "calls cgroups.join()", "calls os.fork()"]), found
+
+
+# --------------------------------------------------------------------------- one storage face (issue 43)
+STORE_MODULES = ("core/store.py", "core/s3store.py")    # the only places a store's private _call is made
+STORE_BRANCH = re.compile(r"\b(store|s3)\b is (not )?None")
+# "directory or S3?" lines still allowed, per file. What is left only picks which targets take part (a rule of the
+# study: no MPI launcher, cost or framework sweep or client check on S3; space is checked on this machine's
+# disk; a rank's store or its folder), never how data is read, written or removed: that goes
+# through the target's core.store.Store. Lower a number when a line goes; never raise one.
+STORE_BRANCHES_ALLOWED = {
+    "studies/emulate/run.py": 2,           # MPI refused on S3; the profile check's files
+    "studies/checkpoint/objects.py": 3,    # MPI refused; which targets open a gateway; sweeps that skip S3
+    "studies/checkpoint/run.py": 6,        # budget, space, stale folders, client check (x2), the S3 protocol
+    "studies/checkpoint/rank_io.py": 2,    # a rank's operate(): save / load on its own store or its folder
+    "kit/s3study.py": 2,                   # same-device pairs: directory vs local gateway
+}
+
+
+def _store_branches(text: str) -> int:
+    return sum(1 for line in text.splitlines() if STORE_BRANCH.search(line))
+
+
+def test_no_private_store_call_outside_the_store_modules():
+    bad = [f"{p.relative_to(REPO)}:{i}" for p in _modules() if p.relative_to(LIB).as_posix() not in STORE_MODULES
+           for i, line in enumerate(p.read_text().splitlines(), 1) if "._call(" in line]
+    assert not bad, f"use core.store's public Store methods (put, get, list, delete, ...), not ._call: {bad}"
+
+
+def test_directory_or_s3_branches_do_not_grow():
+    over = {}
+    for p in sorted((LIB / "studies").rglob("*.py")) + sorted((LIB / "kit").rglob("*.py")):
+        rel = p.relative_to(LIB).as_posix()
+        n = _store_branches(p.read_text())
+        if n > STORE_BRANCHES_ALLOWED.get(rel, 0):
+            over[rel] = f"{n} lines, allowed {STORE_BRANCHES_ALLOWED.get(rel, 0)}"
+    assert not over, f"'store is None' / 's3 is None' branches grew: call the target's core.store.Store: {over}"
+
+
+def test_the_store_rules_see_what_the_studies_did_before():
+    assert _store_branches("if store is None:\n    x\nelif t.s3 is not None:\n    y\nstore_is = None\n") == 2

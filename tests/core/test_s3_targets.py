@@ -238,7 +238,7 @@ def test_a_full_device_under_the_gateway_is_one_line(tmp_path):
         pid = st.gateway.proc.pid
         try:
             with pytest.raises(s3store.S3Error) as e:
-                st._call(st.client.put_object, Bucket=st.bucket, Key="big", Body=b"x" * (4 << 20))
+                st.put("big", b"x" * (4 << 20))
             assert "No space left on device" in str(e.value) and "\n" not in str(e.value)
         finally:
             st.close()

@@ -23,8 +23,9 @@ def test_limited_by_names_the_cpu_that_limited_and_nothing_else():
     assert s3study.limited_by({"wall_seconds": 0, "client_cpu_seconds": 1.0}) == ""
 
 
-def test_no_gateway_no_gateway_cpu():
-    assert s3study.gateway_cpu(None) is None
+def test_no_gateway_no_gateway_cpu(tmp_path):
+    from storagebrief.core.store import DirStore
+    assert DirStore(tmp_path).server_cpu_seconds() is None
 
 
 def test_pairs_match_only_a_local_gateway_on_the_same_device_and_profile(tmp_path):

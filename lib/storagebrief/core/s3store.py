@@ -8,6 +8,9 @@
     (one with a marker) is someone else's, and the target is refused; a run folder whose owner (on
     this host) is dead is a killed run's, and its objects are removed. At the end only the run's own
     keys are deleted, by listing its run prefix.
+`S3Calls` holds the object calls (core.store's public face: put, multipart put, whole and ranged get,
+list, delete in batches); `ObjectStore` is the run's store (open, ownership, close), `S3Client` a child
+process's own client built from `ObjectStore.child_config()`.
 Every failure to reach the store is one line naming the key and the cause (S3Error, exit 2):
 wrong endpoint, refused credentials, missing bucket, clock skew, a gateway that died.
 """
@@ -22,6 +25,7 @@ from pathlib import Path
 from . import procs
 from .causes import EnvironmentFailure, one_line
 from .s3gateway import Gateway, GatewayDied
+from .store import StoreBase, batches
 
 RUN_FOLDER = "storagebrief-run-"
 MARKER = ".storagebrief-run.json"
@@ -83,7 +87,128 @@ def _marker_doc() -> dict:
     return {"host": socket.gethostname(), "owner": procs.owner_token(), "tool": "storagebrief"}
 
 
-class ObjectStore:
+class S3Calls(StoreBase):
+    """The object calls on one bucket below one key prefix (core.store.Store). Keys are full keys
+    (`key(name)`); a write or delete outside `prefix` is refused."""
+    client = None
+    bucket = ""
+    prefix = ""            # the run's own prefix: every key it writes starts with it
+    endpoint = ""
+    gateway: Gateway | None = None
+
+    def key(self, name: str) -> str:
+        return self.prefix + name
+
+    def url(self, key: str) -> str:
+        return f"s3://{self.bucket}/{key}"
+
+    def _own(self, key: str) -> str:
+        if not key.startswith(self.prefix) or not key:
+            raise AssertionError(f"refusing to write or delete '{key}': outside this run's prefix '{self.prefix}'")
+        return key
+
+    def _call(self, fn, **kw):
+        """fn(**kw) with S3 failures as one line; a dead gateway is named as the cause."""
+        from botocore import exceptions as bx
+        try:
+            return fn(**kw)
+        except (bx.BotoCoreError, bx.ClientError) as exc:
+            self.check()
+            raise S3Error(explain(exc, self.endpoint, self.bucket)) from None
+
+    def put(self, key: str, body) -> None:
+        """One object, whole (bytes or a file open for reading)."""
+        key = self._own(key)
+        self._call(self.client.put_object, Bucket=self.bucket, Key=key, Body=body)
+
+    def put_parts(self, key: str, parts, part_bytes: int) -> dict:
+        """The byte chunks of `parts` (each exactly part_bytes, the last one at most) as one multipart upload,
+        as MLPerf Storage v3.0's s3 checkpoint writers do; an interrupted upload is aborted (no invisible
+        parts left). Returns {"bytes", "parts", "seconds", "part_seconds": [...]} (from the first request to
+        the completed upload). S3 needs every part but the last to be at least 5 MiB."""
+        import time
+        if part_bytes < 5 << 20:
+            raise ValueError(f"multipart part size {part_bytes} bytes is below S3's 5 MiB minimum "
+                             "(write_block_mib >= 5)")
+        c, bucket, full = self.client, self.bucket, self._own(key)
+        t0 = time.perf_counter()
+        up = self._call(c.create_multipart_upload, Bucket=bucket, Key=full)["UploadId"]
+        done, times, total = [], [], 0
+        try:
+            for n, chunk in enumerate(parts, start=1):
+                if len(chunk) > part_bytes:
+                    raise ValueError(f"part {n} is {len(chunk)} bytes, more than part_bytes = {part_bytes}")
+                p0 = time.perf_counter()
+                etag = self._call(c.upload_part, Bucket=bucket, Key=full, UploadId=up, PartNumber=n, Body=chunk)["ETag"]
+                times.append(time.perf_counter() - p0)
+                done.append({"ETag": etag, "PartNumber": n})
+                total += len(chunk)
+            self._call(c.complete_multipart_upload, Bucket=bucket, Key=full, UploadId=up,
+                       MultipartUpload={"Parts": done})
+        except BaseException:
+            try:
+                c.abort_multipart_upload(Bucket=bucket, Key=full, UploadId=up)
+            except Exception:   # noqa: BLE001 -- the store is gone; the run's close() lists and aborts again
+                pass
+            raise
+        return {"bytes": total, "parts": len(done), "seconds": time.perf_counter() - t0, "part_seconds": times}
+
+    def get(self, key: str, offset: int = 0, length: int | None = None) -> bytes:
+        """An object whole, or bytes [offset, offset + length) of it (HTTP Range)."""
+        extra = {} if offset == 0 and length is None else \
+            {"Range": f"bytes={offset}-" + ("" if length is None else f"{offset + length - 1}")}
+        return self._call(self.client.get_object, Bucket=self.bucket, Key=key, **extra)["Body"].read()
+
+    def open_read(self, key: str):
+        return self._call(self.client.get_object, Bucket=self.bucket, Key=key)["Body"]
+
+    def list(self, prefix: str) -> list[str]:
+        """Every key below `prefix` (full keys)."""
+        out, token = [], None
+        while True:
+            kw = {"Bucket": self.bucket, "Prefix": prefix, **({"ContinuationToken": token} if token else {})}
+            page = self._call(self.client.list_objects_v2, **kw)
+            out += [o["Key"] for o in page.get("Contents", [])]
+            if not page.get("IsTruncated"):
+                return out
+            token = page["NextContinuationToken"]
+
+    def delete(self, keys) -> int:
+        """These keys of this run's, in DeleteObjects batches of 1,000; returns the count."""
+        return self._delete_keys([self._own(k) for k in keys])
+
+    def _delete_keys(self, keys: list[str]) -> int:
+        for chunk in batches(keys):
+            self._call(self.client.delete_objects, Bucket=self.bucket,
+                       Delete={"Objects": [{"Key": k} for k in chunk], "Quiet": True})
+        return len(keys)
+
+    def delete_under(self, prefix: str) -> int:
+        """Every key below `prefix` (inside this run's own prefix); returns the count."""
+        return self._delete_keys(self.list(self._own(prefix)))
+
+    def describe(self) -> dict:
+        """For study.json and the inventory (no credentials)."""
+        return {"endpoint": self.endpoint, "gateway": "versitygw posix" if self.gateway else "",
+                "bucket": self.bucket, "prefix": self.prefix}
+
+
+class S3Client(S3Calls):
+    """A child process's own client (a rank's, after the fork) on the run's bucket, from
+    ObjectStore.child_config(); keys arrive whole (the run's prefix included). Its failures are raised as
+    the store raised them: the parent's ObjectStore.failure names the cause."""
+
+    def __init__(self, cfg: dict):
+        self.bucket, self.endpoint = cfg["bucket"], cfg["endpoint"]
+        self.client = client(cfg["endpoint"], cfg["region"], cfg.get("credentials"), cfg.get("profile"),
+                             pool=cfg.get("pool", 10), verify_tls=cfg.get("verify_tls", True),
+                             addressing=cfg.get("addressing", "path"))
+
+    def _call(self, fn, **kw):
+        return fn(**kw)
+
+
+class ObjectStore(S3Calls):
     """The bucket and key prefix one run owns on an S3 target; `open()` then `close()`."""
 
     def __init__(self, target, log_dir: Path, procs_files: list[str] | None = None, pool: int = 16, tag: str = "run"):
@@ -101,8 +226,34 @@ class ObjectStore:
     def external(self) -> bool:
         return self.s3.external
 
-    def key(self, name: str) -> str:
-        return self.prefix + name
+    @property
+    def access(self) -> str:
+        return "S3 " + ("local gateway" if self.gateway is not None else "external")
+
+    def files(self, keys) -> list[Path] | None:
+        """The gateway's plain files behind these keys; None on an external store (its cache is its own)."""
+        if self.gateway is None:
+            return None
+        return [self.gateway.root / self.bucket / k for k in keys]
+
+    def child_config(self) -> dict:
+        """What a child process needs for its own client (S3Client): in memory only, never written anywhere
+        (the local gateway's credentials are in it)."""
+        s = self.s3
+        return {"endpoint": self.endpoint, "bucket": self.bucket, "region": s.region, "profile": s.profile,
+                "verify_tls": s.verify_tls, "addressing": s.addressing,
+                "credentials": self.gateway.credentials if self.gateway is not None else None}
+
+    def server_cpu_seconds(self) -> float | None:
+        """The local gateway's CPU seconds so far (user + system, /proc/<pid>/stat); None: no local gateway."""
+        proc = self.gateway.proc if self.gateway is not None else None
+        if proc is None:
+            return None
+        try:
+            f = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
     # -- open --------------------------------------------------------------------------------------
     def open(self) -> "ObjectStore":
@@ -138,7 +289,7 @@ class ObjectStore:
 
     def _check_ownership(self, base: str) -> None:
         """Refuse a prefix holding objects storagebrief did not write; remove dead runs' folders."""
-        keys = self.list_keys(base)
+        keys = self.list(base)
         runs = {k[len(base):].split("/", 1)[0] for k in keys if k[len(base):].startswith(RUN_FOLDER) and "/" in k[len(base):]}
         ours = {r for r in runs if f"{base}{r}/{MARKER}" in keys}
         foreign = [k for k in keys if k[len(base):].split("/", 1)[0] not in ours]
@@ -161,15 +312,6 @@ class ObjectStore:
             return {}
 
     # -- calls ---------------------------------------------------------------------------------------
-    def _call(self, fn, **kw):
-        """fn(**kw) with S3 failures as one line; a dead gateway is named as the cause."""
-        from botocore import exceptions as bx
-        try:
-            return fn(**kw)
-        except (bx.BotoCoreError, bx.ClientError) as exc:
-            self.check()
-            raise S3Error(explain(exc, self.endpoint, self.bucket)) from None
-
     def check(self) -> None:
         """Raise GatewayDied when the local gateway has exited."""
         if self.gateway is not None:
@@ -186,31 +328,18 @@ class ObjectStore:
             return S3Failed(explain(exc, self.endpoint, self.bucket))
         return exc
 
-    def list_keys(self, prefix: str) -> list[str]:
-        out, token = [], None
-        while True:
-            kw = {"Bucket": self.bucket, "Prefix": prefix, **({"ContinuationToken": token} if token else {})}
-            page = self._call(self.client.list_objects_v2, **kw)
-            out += [o["Key"] for o in page.get("Contents", [])]
-            if not page.get("IsTruncated"):
-                return out
-            token = page["NextContinuationToken"]
-
     def _delete_under(self, prefix: str) -> int:
         """Delete every key below `prefix` (and abort its multipart uploads); returns the count."""
         if not prefix or (self.external and not prefix.startswith(f"{self.s3.prefix}/" if self.s3.prefix else "")):
             raise AssertionError(f"refusing to delete below '{prefix}'")
-        keys = self.list_keys(prefix)
-        for i in range(0, len(keys), 1000):
-            self._call(self.client.delete_objects, Bucket=self.bucket,
-                       Delete={"Objects": [{"Key": k} for k in keys[i:i + 1000]], "Quiet": True})
+        n = self._delete_keys(self.list(prefix))
         try:
             ups = self.client.list_multipart_uploads(Bucket=self.bucket, Prefix=prefix).get("Uploads", [])
             for u in ups:
                 self.client.abort_multipart_upload(Bucket=self.bucket, Key=u["Key"], UploadId=u["UploadId"])
         except Exception:   # noqa: BLE001 -- a store without multipart listing: nothing of ours to abort
             pass
-        return len(keys)
+        return n
 
     # -- close ---------------------------------------------------------------------------------------
     def close(self) -> None:

@@ -204,6 +204,11 @@ class Target:
     def kind(self) -> str:
         return "directory" if self.s3 is None else "s3"
 
+    @property
+    def on_this_machine(self) -> bool:
+        """Its data sits on this machine's disk (a directory, or a local S3 gateway's files): space is checked here."""
+        return self.s3 is None or not self.s3.external
+
     def study_dir(self, study: str) -> Path:
         """Everything a study writes on this target lives below here."""
         return self.path / "storagebrief" / study

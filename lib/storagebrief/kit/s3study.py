@@ -1,5 +1,6 @@
-"""How a study opens and closes the object store of one S3 target, and what the object path costs (the
-gateway's CPU, the `limited_by` rule, same-device pairs): shared by the object sweep, emulate and checkpoint.
+"""How a study makes each target's store (core.store: `store_for`, once per target; an S3 target's opened and
+closed here), and what the object path costs (the `limited_by` rule, same-device pairs): shared by the object
+sweep, emulate and checkpoint.
 
 The local gateway (versitygw) starts inside a cgroup holding the target's throttle (or one that only
 counts its I/O), so the device reads it does are the emulated device's and are counted per run; an
@@ -9,9 +10,8 @@ everything the study wrote (external: only its run prefix), then the gateways' c
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
-from ..core import cgroups, targets as targets_mod
+from ..core import cgroups, store as store_mod, targets as targets_mod
 from ..core.s3store import ObjectStore
 
 CLIENT_LIMIT_PERCENT = 80     # the client used this share of all CPUs or more: it, not the store, limited
@@ -45,6 +45,7 @@ def open_store(sweep, t, study: str, tag: str, pool: int) -> tuple[ObjectStore, 
         if group is not None:
             group.remove()
         raise
+    store.group = group
     for line in store.removed_stale:
         sweep.log(line)
         sweep.note(line)
@@ -54,25 +55,33 @@ def open_store(sweep, t, study: str, tag: str, pool: int) -> tuple[ObjectStore, 
     return store, group
 
 
-def describe(store: ObjectStore) -> dict:
-    """A target's store for study.json (no credentials)."""
-    return {"endpoint": store.endpoint, "gateway": "versitygw posix" if store.gateway else "",
-            "bucket": store.bucket, "prefix": store.prefix}
+def store_for(sweep, t, study: str, tag: str, pool: int, state, root) -> store_mod.Store:
+    """The target's store (core.store), made once and kept in `state.stores` (a local gateway's cgroup in
+    `state.groups`, for close_all): a DirStore at `root` on a directory target, else the S3 target's store, open."""
+    if t.name not in state.stores:
+        def open_s3() -> ObjectStore:
+            store, group = open_store(sweep, t, study, tag, pool)
+            if group is not None:
+                state.groups[t.name] = group
+            return store
+        state.stores[t.name] = store_mod.for_target(t, root, open_s3)
+    return state.stores[t.name]
 
 
-def gateway_cpu(store: ObjectStore | None) -> float | None:
-    """The local gateway's CPU seconds so far (user + system, /proc/<pid>/stat); None: no local gateway."""
-    if store is None or store.gateway is None or store.gateway.proc is None:
-        return None
-    try:
-        f = Path(f"/proc/{store.gateway.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+def client_group(run, store: store_mod.Store):
+    """The cgroup a run's client goes in: the target's throttle where the client reads the device itself (a
+    directory); none where a server does (a local gateway, in its own cgroup holding the throttle: the run is
+    emulated when that cgroup is there), or the device is elsewhere (an external store)."""
+    if store.client_reads_device:
+        return run.throttle()
+    if store.group is not None and run.target.emulated:
+        run.emulated = True
+    return None
 
 
 def close_all(stores, groups) -> list[str]:
-    """Every store closed (gateway stopped, what the study wrote removed), then the cgroups; the failures."""
+    """Every store closed (an S3 store: its gateway stopped, what the study wrote removed; a DirStore: nothing to
+    stop), then the cgroups; the failures."""
     errors = []
     for store in stores:
         try:

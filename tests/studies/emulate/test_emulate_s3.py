@@ -152,8 +152,9 @@ def test_the_gateway_counts_with_the_client_when_cpu_limits():
 
 def test_gateway_columns_per_gb_and_share_of_the_machine():
     from types import SimpleNamespace
-    store = SimpleNamespace(gateway=object())
+    store = SimpleNamespace(gateway=object(), access="S3 local gateway")
     cols = objects.gateway_columns(store, 1.0, 3.0, {"loader_bytes": 2e9, "total_time_s": 10.0, "client_cpu_s": 4.0})
     assert cols["access"] == "S3 local gateway" and cols["gateway_cpu_s"] == 2.0 and cols["gateway_cpu_s_per_gb"] == 1.0
     assert cols["client_gateway_cpu_percent_of_machine"] == pytest.approx(100 * 6.0 / (10.0 * (os.cpu_count() or 1)))
-    assert objects.gateway_columns(None, None, None, {})["access"] == "files"
+    from storagebrief.core.store import DirStore
+    assert objects.gateway_columns(DirStore("/nonexistent"), None, None, {})["access"] == "files"

@@ -21,10 +21,10 @@ from ...core.causes import EnvironmentFailure, one_line
 from ...core.checkpoint_workloads import checkpoint_folder
 from ...core.config import ParamsError
 from ...core.s3gateway import GatewayDied
-from ...core.s3store import ObjectStore
+from ...core.store import Store
 from ...core.sweep import Measurement
 from ...kit import s3study
-from ...kit.s3study import gateway_cpu as _gateway_cpu, same_device_pairs
+from ...kit.s3study import client_group, same_device_pairs
 from . import STUDY, dataset, metrics
 from .ranks import RankPool
 
@@ -49,13 +49,12 @@ def check(sweep, p) -> None:
 
 
 def open_stores(sweep, state) -> None:
-    """Every S3 target's store open (its local gateway in the target's cgroup), kept in state for close."""
+    """Every target's store (core.store), kept in state for close: an S3 target's open (its local gateway in the
+    target's cgroup); a directory's is its study folder (the directory protocol writes it through its ranks)."""
     p = sweep.p
     pool = p.readers_per_rank * max(len(p.writers(m)) for m in p.models)
-    for t in [t for t in sweep.targets if t.s3 is not None]:
-        state.stores[t.name], group = s3study.open_store(sweep, t, STUDY.name, "ckpt", pool)
-        if group is not None:
-            state.groups[t.name] = group
+    for t in sweep.targets:
+        s3study.store_for(sweep, t, STUDY.name, "ckpt", pool, state, t.study_dir(STUDY.name))
 
 
 def close(sweep, state) -> None:
@@ -79,40 +78,29 @@ def skip(sweep, which: str, target) -> bool:
     return True
 
 
-def access(store) -> str:
-    return "S3 " + ("local gateway" if store.gateway is not None else "external")
-
-
 def targets_doc(sweep, state) -> dict:
     """study.json's targets (kind, access, device, profile, endpoint) and the (directory, local-gateway S3)
     pairs on one block device with one profile: the brief's "directory vs S3 on the same device"."""
     out = {}
     for t in sweep.targets:
-        store = state.stores.get(t.name)
-        out[t.name] = {"kind": t.kind, "access": access(store) if store else "files",
+        store = state.stores[t.name]
+        where = store.describe()
+        out[t.name] = {"kind": t.kind, "access": store.access,
                        "device": t.device.name if t.device else None, "profile": t.profile_name,
-                       **({"endpoint": store.endpoint, "gateway": "versitygw posix" if store.gateway else ""}
-                          if store else {})}
+                       **{k: where[k] for k in ("endpoint", "gateway") if k in where}}
     return {"targets": out, "same_device_pairs": same_device_pairs(sweep.targets)}
 
 
 # --------------------------------------------------------------------------- one protocol run
-def _delete(store, prefix: str) -> None:
-    keys = store.list_keys(store.key(prefix))
-    for i in range(0, len(keys), 1000):
-        store._call(store.client.delete_objects, Bucket=store.bucket,
-                    Delete={"Objects": [{"Key": k} for k in keys[i:i + 1000]], "Quiet": True})
-
-
 def _complete(store, prefix: str, names: list[str]) -> bool:
-    have = set(store.list_keys(store.key(prefix + "/")))
+    have = set(store.list(store.key(prefix + "/")))
     return all(store.key(f"{prefix}/{n}") in have for n in [*names, dataset.MANIFEST])
 
 
 def _operate(pool, store, gw: dict, op: str, index: int, *args):
-    g0 = _gateway_cpu(store)
+    g0 = store.server_cpu_seconds()
     release, got = pool.operate(op, *args)
-    g1 = _gateway_cpu(store)
+    g1 = store.server_cpu_seconds()
     if g0 is not None and g1 is not None:
         gw[(op, index)] = g1 - g0
     return release, got
@@ -130,13 +118,12 @@ def _run(run, pool, store, p, model: str, files, gw: dict):
         release, got = _operate(pool, store, gw, "save", i, store.key(where), plain, p.write_block)
         doc = {"model": model, "step": step, "scale": p.scale, "bytes": sum(f.bytes for fs in files.values() for f in fs),
                "files": [{"rank": f.rank, "name": f.name, "bytes": f.bytes} for fs in files.values() for f in fs]}
-        store._call(store.client.put_object, Bucket=store.bucket, Key=store.key(f"{where}/{dataset.MANIFEST}"),
-                    Body=json.dumps(doc).encode())
+        store.put(store.key(f"{where}/{dataset.MANIFEST}"), json.dumps(doc).encode())
         ops.append(("save", i, step, release, got))
         kept.append(where)
         while len(kept) > p.retain:
             t = time.perf_counter()
-            _delete(store, kept.pop(0) + "/")
+            store.delete_under(store.key(kept.pop(0) + "/"))
             deletes.append(time.perf_counter() - t)
     ranks = sorted(files)
     shifted = {r: ranks[(i + p.rank_shift) % len(ranks)] for i, r in enumerate(ranks)}
@@ -144,31 +131,20 @@ def _run(run, pool, store, p, model: str, files, gw: dict):
     for j in range(p.restores):
         where = kept[j % len(kept)]
         if not _complete(store, where, names):
-            raise RuntimeError(f"s3://{store.bucket}/{store.key(where)}: not a complete checkpoint")
+            raise RuntimeError(f"{store.url(store.key(where))}: not a complete checkpoint")
         pool.pause(p.pause_s)
-        if store.gateway is not None:
-            run.cold_cache([store.gateway.root / store.bucket / store.key(where)])
-        else:
-            run.cache_not_controlled()
+        store.evict_cold(run, [store.key(where)], drop=True)
         release, got = _operate(pool, store, gw, "load", j, store.key(where), plan_, p.read_block, p.readers_per_rank)
         ops.append(("load", j, int(where.rsplit("step", 1)[1]), release, got))
     return ops, deletes
-
-
-def _rank_cfg(store, t, p) -> dict:
-    return {"endpoint": store.endpoint, "bucket": store.bucket, "region": t.s3.region,
-            "credentials": store.gateway.credentials if store.gateway is not None else None,
-            "profile": t.s3.profile, "verify_tls": t.s3.verify_tls, "addressing": t.s3.addressing,
-            "pool": p.readers_per_rank}
 
 
 def protocol(run, config, files: dict, measurement, fault: dict | None) -> Measurement:
     """One protocol run on an S3 target; `measurement` (run._measurement) makes the row and tables; `fault` is
     run.FAULT (the test hook; {"kill_gateway": True} kills the local gateway after rank 0's first part)."""
     p, t = run.p, run.target
-    store: ObjectStore = run.sweep.state.stores[t.name]
-    if t.name in run.sweep.state.groups and t.emulated:
-        run.emulated = True
+    store: Store = run.sweep.state.stores[t.name]
+    client_group(run, store)           # none: the ranks read no device; the gateway's cgroup holds the throttle
     root = f"checkpoint/{config.model}/"
     buf = min(p.write_block, max(f.bytes for fs in files.values() for f in fs))
     if fault and fault.get("kill_gateway") and store.gateway is not None:
@@ -176,8 +152,8 @@ def protocol(run, config, files: dict, measurement, fault: dict | None) -> Measu
     gw: dict = {}
     try:
         store.check()
-        _delete(store, root)
-        with RankPool(sorted(files), buf, None, fault, s3=_rank_cfg(store, t, p)) as pool:
+        store.delete_under(store.key(root))
+        with RankPool(sorted(files), buf, None, fault, s3={**store.child_config(), "pool": p.readers_per_rank}) as pool:
             run.start_clock()
             ops, deletes = _run(run, pool, store, p, config.model, files, gw)
             run.stop_clock()
@@ -190,16 +166,16 @@ def protocol(run, config, files: dict, measurement, fault: dict | None) -> Measu
         reason = one_line(str(why).strip().splitlines()[-1] if str(why).strip() else type(why).__name__, 300)
         run.sweep.note(f"target '{t.name}': {run.run_id} failed: {reason}")
         row = metrics.run_row(p, config.model, [], [], run.sweep.state.generator_gb_per_s, pool=None)
-        return Measurement({**row, "access": access(store)}, ok=False,
+        return Measurement({**row, "access": store.access}, ok=False,
                            failure_reason=f"{reason}; this run's objects were removed")
     _remove_quietly(store, root)      # space stays bounded: the next model starts from an empty prefix
     end = "upload completed (versitygw does not fsync)" if store.gateway is not None else "upload completed"
     return measurement(run, config.model, ops, deletes, pool,
-                       {"access": access(store), "save_ends_at": end, "gateway_cpu": gw})
+                       {"access": store.access, "save_ends_at": end, "gateway_cpu": gw})
 
 
 def _remove_quietly(store, prefix: str) -> None:
     try:
-        _delete(store, prefix)
+        store.delete_under(store.key(prefix))
     except Exception:   # noqa: BLE001 -- a dead gateway: close() removes the bucket's folder
         pass

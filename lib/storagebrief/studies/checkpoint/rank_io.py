@@ -3,7 +3,7 @@ save its files (write, fsync each, then the folder) or load them (preads by read
 every write, fsync and read call into log2 histograms (kit.latency: a count per bin, not a list).
 
 On an S3 target (forked ranks only) each file is an object: saved as one multipart upload of
-`write_block` parts (kit.s3objects.multipart_put; "write" counts the part PUTs, "fsync" the upload's
+`write_block` parts (core.store's put_parts; "write" counts the part PUTs, "fsync" the upload's
 create + complete requests: the save ends when the store acknowledged the completed upload) and loaded
 by ranged GETs of `read_block` bytes, `readers` in flight ("read" counts the GETs). Every rank has its
 own boto3 client (RankStore), made after the fork. Each result carries the rank's CPU seconds (all its
@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...core.s3store import S3Client
 from ...kit.latency import add_histograms, log2_bin, new_histogram
 
 CALLS = ("write", "fsync", "read")     # the calls whose latencies are counted
@@ -44,22 +45,9 @@ def cpu_seconds() -> float:
     return r.ru_utime + r.ru_stime
 
 
-class RankStore:
-    """A rank's own S3 client (made in the rank, after the fork: a boto3 client is not fork-safe) with the
-    calls kit.s3objects makes; keys arrive whole (the run's prefix included)."""
-
-    def __init__(self, cfg: dict):
-        from ...core import s3store
-        self.bucket, self.endpoint = cfg["bucket"], cfg["endpoint"]
-        self.client = s3store.client(cfg["endpoint"], cfg["region"], cfg.get("credentials"), cfg.get("profile"),
-                                     pool=cfg["pool"], verify_tls=cfg.get("verify_tls", True),
-                                     addressing=cfg.get("addressing", "path"))
-
-    def key(self, name: str) -> str:
-        return name
-
-    def _call(self, fn, **kw):
-        return fn(**kw)
+class RankStore(S3Client):
+    """A rank's own S3 client (core.s3store.S3Client, made in the rank, after the fork: a boto3 client is not
+    fork-safe) from the run's store's child_config; keys arrive whole (the run's prefix included)."""
 
 
 def _timed(hist: list[int], call, *args):
@@ -154,8 +142,6 @@ def save_s3(store: RankStore, prefix: str, files: list[tuple[str, int]], buf: me
             kill_pid: int | None = None) -> tuple[int, int, dict]:
     """Every file as one multipart upload of `block` parts; returns (bytes, 0 fsyncs, histograms).
     kill_pid: the test hook's gateway, killed once the first part is stored (a store dying mid-save)."""
-    from ...kit.s3objects import multipart_put
-
     # botocore takes bytes: a full part is the buffer's own bytes object (ranks.py makes it so), no copy per part
     whole = buf.obj if isinstance(buf.obj, bytes) and len(buf.obj) == len(buf) else bytes(buf)
     puts, ends = new_histogram(), new_histogram()
@@ -172,7 +158,7 @@ def save_s3(store: RankStore, prefix: str, files: list[tuple[str, int]], buf: me
 
     for name, nbytes in files:
         # a one-part object may be below S3's 5 MiB part minimum (the prepare check refuses the rest)
-        got = multipart_put(store, f"{prefix}/{name}", parts(nbytes), max(block, 5 << 20))
+        got = store.put_parts(f"{prefix}/{name}", parts(nbytes), max(block, 5 << 20))
         for t in got["part_seconds"]:
             puts[log2_bin(int(t * 1e9))] += 1
         ends[log2_bin(int((got["seconds"] - sum(got["part_seconds"])) * 1e9))] += 1
@@ -182,8 +168,6 @@ def save_s3(store: RankStore, prefix: str, files: list[tuple[str, int]], buf: me
 
 def load_s3(store: RankStore, prefix: str, files: list[tuple[str, int]], block: int, readers: int) -> tuple[int, dict]:
     """Every object read whole in `block` ranged GETs, `readers` in flight; returns (bytes, histograms)."""
-    from ...kit.s3objects import ranged_get
-
     chunks = [(name, off, min(block, size - off)) for name, size in files for off in range(0, size, block)]
     local = threading.local()
     hists: list[list[int]] = []
@@ -193,7 +177,7 @@ def load_s3(store: RankStore, prefix: str, files: list[tuple[str, int]], block: 
         if getattr(local, "hist", None) is None:
             local.hist = new_histogram()
             hists.append(local.hist)
-        got = len(_timed(local.hist, ranged_get, store, f"{prefix}/{name}", off, n))
+        got = len(_timed(local.hist, store.get, f"{prefix}/{name}", off, n))
         if got != n:
             raise OSError(f"s3 {prefix}/{name}: {got} bytes at {off}, expected {n}")
         return got

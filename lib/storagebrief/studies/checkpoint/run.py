@@ -92,7 +92,7 @@ def prepare(sweep) -> None:
     c = p.cost
     cost_need = (c.steps // min(c.intervals_steps)) * p.cost_bytes if c.on and c.checkpointing_modes else 0
     objects.check(sweep, p)
-    local = [t for t in sweep.targets if t.s3 is None or not t.s3.external]
+    local = [t for t in sweep.targets if t.on_this_machine]
     check_space(local, lambda t: (p.retain + 1) * biggest + (cost_need if t.s3 is None else 0),
                 f"{p.retain + 1} checkpoints (checkpoint.retain + the one being written) of "
                 f"{biggest / GIB:.2f} GiB at checkpoint.scale = {p.scale:g}"

@@ -49,24 +49,20 @@ def generate_objects(store, staging: Path, name: str, spec, num_files: int, seed
 
         def put(i: int) -> None:
             with open(data["files"][i], "rb") as fh:
-                store._call(store.client.put_object, Bucket=store.bucket, Key=keys[i], Body=fh)
+                store.put(keys[i], fh)
         with ThreadPoolExecutor(UPLOAD_THREADS) as pool:
             list(pool.map(put, range(len(keys))))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    backing = store.gateway.root / store.bucket / store.key(f"{name}/data") if store.gateway else None
+    backing = store.files([store.key(f"{name}/data")])
     log(f"PUT {len(keys)} {spec.format} objects for {name} ({data['bytes'] / 1e6:.1f} MB) to "
-        f"s3://{store.bucket}/{store.key(name + '/data/')}")
-    return {**data, "files": keys, "sizes": sizes, "backing": str(backing) if backing else None}
+        f"{store.url(store.key(name + '/data/'))}")
+    return {**data, "files": keys, "sizes": sizes, "backing": str(backing[0]) if backing else None}
 
 
 def client_config(store, data: dict, evict: bool) -> dict:
     """What an accelerator's ObjectLoader needs (in memory only: forked, never written anywhere)."""
-    s = store.s3
-    return {"endpoint": store.endpoint, "bucket": store.bucket, "region": s.region, "profile": s.profile,
-            "verify_tls": s.verify_tls, "addressing": s.addressing, "sizes": data["sizes"],
-            "credentials": store.gateway.credentials if store.gateway else None,
-            "backing": data["backing"] if evict else None}
+    return {**store.child_config(), "sizes": data["sizes"], "backing": data["backing"] if evict else None}
 
 
 class ObjectLoader(Loader):
@@ -75,10 +71,9 @@ class ObjectLoader(Loader):
 
     def __init__(self, keys: list[str], batches: list, threads: int, prefetch: int, block: int, s3: dict):
         super().__init__(keys, batches, threads, prefetch, block)
-        from ...core.s3store import client
+        from ...core.s3store import S3Client
         self.s3 = s3
-        self.client = client(s3["endpoint"], s3["region"], s3["credentials"], s3["profile"], pool=self.threads,
-                             verify_tls=s3["verify_tls"], addressing=s3["addressing"])
+        self.client = S3Client({**s3, "pool": self.threads}).client
         self.client.head_object(Bucket=s3["bucket"], Key=keys[0])
 
     def read_sample(self, k: int, f: int, offset: int, length: int) -> int:
@@ -112,22 +107,21 @@ def warm_gateway(store, data: dict) -> None:
     """After a cold cache: one small GET pages the gateway's code back in before the clock (drop_caches evicts
     it too, and its page-ins would count as the run's device reads); the object's file is evicted again."""
     key = data["files"][0]
-    store._call(store.client.get_object, Bucket=store.bucket, Key=key, Range="bytes=0-0")["Body"].read()
+    store.get(key, 0, 1)
     fadvise_dontneed([Path(data["backing"]) / key.rsplit("/", 1)[-1]])
 
 
 def gateway_columns(store, cpu_before: float | None, cpu_after: float | None, summary: dict) -> dict:
     """The local gateway's CPU over the run, per GB the loaders read, and with the client's as a share of the
     machine (limits.py: the two share this machine's CPUs)."""
-    access = "files" if store is None else "S3 " + ("local gateway" if store.gateway else "external")
     cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
     gb = summary.get("loader_bytes", 0) / 1e9
     wall, ncpu = summary.get("total_time_s") or 0, os.cpu_count() or 1
     both = (summary.get("client_cpu_s") or 0) + (cpu or 0)
-    return {"access": access, "gateway_cpu_s": cpu,
+    return {"access": store.access, "gateway_cpu_s": cpu,
             "gateway_cpu_s_per_gb": cpu / gb if cpu is not None and gb > 0 else None,
             "client_gateway_cpu_percent_of_machine":
-                100 * both / (wall * ncpu) if store is not None and store.gateway and wall > 0 else None}
+                100 * both / (wall * ncpu) if cpu_before is not None and wall > 0 else None}
 
 
 def failed_row(config, reason: str) -> dict:
@@ -139,8 +133,6 @@ def failed_row(config, reason: str) -> dict:
 def store_failure(store) -> str | None:
     """One line when the run failed because the local gateway died; None otherwise (not a store failure)."""
     from ...core.s3gateway import GatewayDied
-    if store is None:
-        return None
     try:
         store.check()
     except GatewayDied as exc:
@@ -150,12 +142,12 @@ def store_failure(store) -> str | None:
 
 def sizing(store, evict: bool) -> str:
     """The dataset_sizing of an S3 run."""
-    if store.gateway is None:
+    if not store.files_here:
         return "remote store: page cache not controlled"
     return ("memory_cap->fadvise_evict of the gateway's files (S3)" if evict else
             "gateway's files: cold cache per run, not capped")
 
 
 def close(state) -> list[str]:
-    """Every store closed (objects removed, gateway stopped), the gateways' cgroups removed."""
+    """Every store closed (an S3 target's objects removed, its gateway stopped), the gateways' cgroups removed."""
     return s3study.close_all(state.stores.values(), state.groups.values())

@@ -68,7 +68,7 @@ class EmulateState:
     search: SearchPlan | None = None                              # accelerators: auto
     last_n: dict[str, int] = field(default_factory=dict)         # workload -> the accelerator count last planned
     idle_latency_us: dict[str, float | None] = field(default_factory=dict)   # target -> idle device read latency
-    stores: dict = field(default_factory=dict)      # S3 target -> its ObjectStore (objects.py)
+    stores: dict = field(default_factory=dict)      # target -> its store (core.store: DirStore, ObjectStore)
     groups: dict = field(default_factory=dict)      # S3 target -> its local gateway's cgroup
     dead: dict[str, str] = field(default_factory=dict)   # S3 target -> why its store failed mid-sweep
 
@@ -96,7 +96,7 @@ def _bytes_needed(p: EmulateParams, sizes: dict[str, int], t) -> int:
         spec = p.spec(name)
         existing = existing_bytes(t.study_dir(STUDY.name) / name / "data")
         need += max(0, int(sizes[name] * spec.samples_per_file * (spec.record_bytes + 64)) - existing)
-    local_s3 = t.s3 is not None and not t.s3.external
+    local_s3 = t.kind == "s3" and t.on_this_machine
     return need * (2 if local_s3 else 1) + int(p.checkpoint_mib * 2**20)
 
 
@@ -127,8 +127,9 @@ def prepare(sweep) -> None:
     datasets = state.datasets
     sweep.out_dir.mkdir(parents=True, exist_ok=True)
     results.write_json(sweep.out_dir / "study.json", {**study_description(p, datasets, sweep.targets),
-                                                       "object_targets": {n: s3study.describe(s)
-                                                                          for n, s in state.stores.items()},
+                                                       "object_targets": {
+                                                           n: s.describe() for n, s in state.stores.items()
+                                                           if not s.client_reads_device},
                                                        "s3_pairs": s3study.same_device_pairs(sweep.targets)})
 
 
@@ -136,16 +137,11 @@ def _dataset(sweep, t, name: str, files: int) -> dict:
     """A workload's dataset on one target: files in its study folder, or objects through its store."""
     p: EmulateParams = sweep.p
     folder = t.study_dir(STUDY.name) / name
-    if t.s3 is None:
+    pool = p.max_accelerators * (p.read_threads or max(p.spec(w).read_threads for w in p.workloads))
+    store = s3study.store_for(sweep, t, STUDY.name, "emulate", pool, sweep.state, t.study_dir(STUDY.name))
+    if store.client_reads_device:      # generated in place
         return generate_dataset(folder / "data", name, p.spec(name), files, p.seed, sweep.log)
-    st: EmulateState = sweep.state
-    if t.name not in st.stores:
-        pool = p.max_accelerators * (p.read_threads or max(p.spec(w).read_threads for w in p.workloads))
-        st.stores[t.name], group = s3study.open_store(sweep, t, STUDY.name, "emulate", pool)
-        if group is not None:
-            st.groups[t.name] = group
-    return objects.generate_objects(st.stores[t.name], folder / "staging", name, p.spec(name), files, p.seed,
-                                    sweep.log)
+    return objects.generate_objects(store, folder / "staging", name, p.spec(name), files, p.seed, sweep.log)
 
 
 # --------------------------------------------------------------------------- plan
@@ -341,10 +337,10 @@ def _object_run(run, store, data: dict, memory_limit: int | None) -> tuple[RunCg
     else:
         run.cache_not_controlled()
     io = targets_mod.io_limits(t)
-    throttled = io is not None and t.name in run.sweep.state.groups
+    throttled = io is not None and store.group is not None
     if throttled:
         run.emulated = True
-    return RunCgroup(None, throttled, False), memory_limit is not None and store.gateway is not None
+    return RunCgroup(None, throttled, False), memory_limit is not None and store.files_here
 
 
 def _delta(a: tuple[int, int] | None, b: tuple[int, int] | None) -> tuple[int, int] | None:
@@ -365,7 +361,7 @@ def run_one(run, config: EmulateConfig) -> Measurement:
     """N emulated accelerators on run.target. On an S3 target whose gateway died (in this run or before): a
     failed row saying so, and every later point on that target is one too."""
     state: EmulateState = run.sweep.state
-    store, t = state.stores.get(run.target.name), run.target
+    store, t = state.stores[run.target.name], run.target
     if t.name in state.dead:
         why = f"not run: {state.dead[t.name]}"
         return Measurement(objects.failed_row(config, why), ok=False, failure_reason=why)
@@ -387,23 +383,25 @@ def _run_one(run, config: EmulateConfig, store) -> Measurement:
     t, p = run.target, run.p
     state: EmulateState = run.sweep.state
     data, memory_limit = state.datasets[(t.name, name)], state.memory_limit
-    if store is None:
+    if store.client_reads_device:
         run.cold_cache([Path(data["files"][0]).parent])
         cgroup = _run_cgroup(run, memory_limit)
         evict = memory_limit is not None and not cgroup.capped
     else:
         cgroup, evict = _object_run(run, store, data, memory_limit)
     group = cgroup.group
-    cfg = run_config(p, name, data, n, evict and store is None, t.study_dir(STUDY.name) / "checkpoints", cgroup.capped)
-    if store is not None:
+    cfg = run_config(p, name, data, n, evict and store.client_reads_device, t.study_dir(STUDY.name) / "checkpoints",
+                     cgroup.capped)
+    if not store.client_reads_device:
         cfg["s3"] = objects.client_config(store, data, evict)
     if p.mlperf_rules:
         cfg["seed"] = p.seed + run.repeat     # the rules: the shuffle seed changes every run
     if FAULT:
         cfg.update(FAULT)
-    io_group = group if store is None else state.groups.get(t.name)    # S3: the gateway reads the device
+    io_group = group if store.client_reads_device else store.group    # S3: the gateway reads the device
     cgio, cores = CgroupIoSampler(io_group, t.device, run.params.run.monitor_interval_s), CoreBusy()
-    io_before, gw_cpu_before = cgroup_read_stats(io_group, t.device) if store else None, s3study.gateway_cpu(store)
+    io_before = None if store.client_reads_device else cgroup_read_stats(io_group, t.device)
+    gw_cpu_before = store.server_cpu_seconds()
     run.add_sampler(cgio)
     run.add_sampler(cores)
     procs = group.procs_files if group else None
@@ -413,18 +411,18 @@ def _run_one(run, config: EmulateConfig, store) -> Measurement:
     finally:
         if confined:
             confined.remove()
-    gw_cpu_after = s3study.gateway_cpu(store)
+    gw_cpu_after = store.server_cpu_seconds()
     mem_stats = group.memory_stats() if cgroup.capped else {}
     summary, per, lat = summarize(raw, cfg, n)
-    reads = CgroupReads(_delta(io_before, cgroup_read_stats(io_group, t.device)) if store else
-                        cgroup_read_stats(group, t.device), cgio.window(*summary.pop("window_t")))
+    reads = CgroupReads(cgroup_read_stats(group, t.device) if store.client_reads_device else
+                        _delta(io_before, cgroup_read_stats(io_group, t.device)), cgio.window(*summary.pop("window_t")))
     row = {**_row(run, config, data, cfg, summary, reads, cgroup), **cgio.summary(), **mem_stats,
            **cores.summary(), "device_read_latency_us_idle": run.sweep.state.idle_latency_us.get(t.name),
            "host_roles": host_roles(per, raw.get("launch_host") or socket.gethostname()),
            **check_columns(config, confined),
            "mlperf_run": mlperf.run_kind(run.repeat) if p.mlperf_rules and not config.cpus_confined else None,
            **objects.gateway_columns(store, gw_cpu_before, gw_cpu_after, summary)}
-    if store is not None:
+    if not store.client_reads_device:
         row["dataset_sizing"] = objects.sizing(store, evict)
     row.update(_limit_columns(run, row))
     row.update(_search_columns(p, config, time.perf_counter() - began, p.budget_s(t)))

@@ -27,33 +27,14 @@ def needed_bytes(p, ops) -> int:
     return data + put
 
 
-def write_dir(target, p, log=print) -> None:
-    root = dir_root(target)
+def write(target, store, p, log=print) -> None:
+    """Every GET object through the target's store (core.store): the ones already there are kept (a directory
+    target's files persist across sweeps; a run's bucket or prefix starts empty)."""
+    have = set(store.list(store.key("data/")))
     for size in p.object_sizes:
         body = payload(size, p.seed)
         for n in names(size, p.objects_for(size)):
-            f = root / n
-            if f.exists() and f.stat().st_size == size:
-                continue
-            f.parent.mkdir(parents=True, exist_ok=True)
-            tmp = f.with_name(f".{f.name}.tmp")
-            tmp.write_bytes(body)
-            tmp.rename(f)
-    log(f"object_sweep: GET objects ready on '{target.name}' (files below {root / 'data'})")
+            if store.key(n) not in have:
+                store.put(store.key(n), body)
+    log(f"object_sweep: GET objects ready on '{target.name}' ({store.url(store.key('data/'))})")
 
-
-def write_s3(store, p, log=print) -> None:
-    for size in p.object_sizes:
-        body = payload(size, p.seed)
-        for n in names(size, p.objects_for(size)):
-            store._call(store.client.put_object, Bucket=store.bucket, Key=store.key(n), Body=body)
-    log(f"object_sweep: GET objects ready on '{store.target.name}' (s3://{store.bucket}/{store.prefix}data/)")
-
-
-def object_files(target, store, size: int, count: int) -> list[Path]:
-    """The files behind the GET objects of one size (cold cache), or [] on an external store."""
-    if store is None:
-        return [dir_root(target) / n for n in names(size, count)]
-    if store.gateway is None:
-        return []
-    return [store.gateway.root / store.bucket / store.key(n) for n in names(size, count)]

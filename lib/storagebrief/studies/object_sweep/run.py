@@ -1,10 +1,11 @@
 """The object sweep on the shared engine (core.sweep): GET and PUT at object size x concurrency, idle
 vs busy, on every S3 target and, with the same client code path, on every directory target.
 
-S3 targets: prepare() opens one ObjectStore per target (core.s3store): the local gateway (versitygw)
-starts inside a cgroup holding the target's throttle (or one that only holds it), so the device I/O it
-does is the emulated device's; an external endpoint gets its own run prefix. Directory targets: the same
-batches read and write whole files, in a worker inside the run's throttle cgroup. Each run is one
+prepare() makes one store per target (core.store, through kit.s3study.store_for) and every call goes through it.
+S3 targets: an ObjectStore (core.s3store): the local gateway (versitygw) starts inside a cgroup holding the
+target's throttle (or one that only holds it), so the device I/O it does is the emulated device's; an external
+endpoint gets its own run prefix. Directory targets: a DirStore on the study's folder; the same batches read and
+write whole files, in a worker inside the run's throttle cgroup. Each run is one
 worker process (worker.py: the client's CPU is its own), started before the clock; the busy load
 (stress-ng at busy.cpu_percent of every CPU) runs beside it, outside every cgroup. GET reads the
 objects dataset.py wrote in prepare, from a cold cache where the files are on this machine; PUT writes
@@ -24,7 +25,8 @@ from pathlib import Path
 
 from ...core import cgroups, procs, results
 from ...core.config import ParamsError
-from ...core.s3store import ObjectStore, S3Failed
+from ...core.s3store import S3Failed
+from ...core.store import Store
 from ...core.sweep import Measurement, Point
 from ...kit import s3study, space
 from ...kit.s3study import CLIENT_LIMIT_PERCENT, limited_by
@@ -48,18 +50,14 @@ class Config:
 
 @dataclass
 class ObjectState:
-    stores: dict[str, ObjectStore] = field(default_factory=dict)       # S3 target name -> its store
+    stores: dict[str, Store] = field(default_factory=dict)             # target name -> its store (core.store)
     groups: dict[str, cgroups.Cgroup] = field(default_factory=dict)    # S3 target name -> its gateway's cgroup
 
 
 # --------------------------------------------------------------------------- prepare
-def _open_store(sweep, t) -> ObjectStore:
-    st: ObjectState = sweep.state
-    store, group = s3study.open_store(sweep, t, STUDY.name, "osweep", max(sweep.p.concurrency))
-    st.stores[t.name] = store
-    if group is not None:
-        st.groups[t.name] = group
-    return store
+def _store(sweep, t) -> Store:
+    return s3study.store_for(sweep, t, STUDY.name, "osweep", max(sweep.p.concurrency), sweep.state,
+                             dataset.dir_root(t))
 
 
 def prepare(sweep) -> None:
@@ -73,13 +71,10 @@ def prepare(sweep) -> None:
         raise ParamsError("object_sweep.loads has 'busy' but stress-ng is not installed (`make system-deps`); "
                           "install it or drop 'busy'")
     sweep.state = ObjectState()
-    local = [t for t in sweep.targets if t.s3 is None or not t.s3.external]
+    local = [t for t in sweep.targets if t.on_this_machine]
     space.check_space(local, lambda t: dataset.needed_bytes(p, p.ops), "the object sweep's objects")
     for t in sweep.targets:
-        if t.s3 is None:
-            dataset.write_dir(t, p, sweep.status)
-        else:
-            dataset.write_s3(_open_store(sweep, t), p, sweep.status)
+        dataset.write(t, _store(sweep, t), p, sweep.status)
     results.write_json(sweep.out_dir / "study.json", _study_json(sweep))
 
 
@@ -89,7 +84,7 @@ def _study_json(sweep) -> dict:
     return {"client": p.client, "client_limit_percent": CLIENT_LIMIT_PERCENT, "cpus": os.cpu_count(),
             "objects": {size_label(s): p.objects_for(s) for s in p.object_sizes},
             "busy_cpu_percent": p.busy.cpu_percent if "busy" in p.loads else None,
-            "targets": {t.name: {"kind": t.kind, **(s3study.describe(st.stores[t.name]) if t.name in st.stores else {}),
+            "targets": {t.name: {"kind": t.kind, **st.stores[t.name].describe(),
                                  "device": t.device.name if t.device else None}
                         for t in sweep.targets}}
 
@@ -107,18 +102,15 @@ def run_id(config: Config, target, repeat: int) -> str:
 
 
 # --------------------------------------------------------------------------- one run
-def _worker_cfg(run, c: Config, keys: list[str], store: ObjectStore | None) -> tuple[dict, dict]:
-    p, t = run.p, run.target
-    cfg = {"op": c.op, "size": c.object_bytes, "concurrency": c.concurrency, "seed": p.seed, "keys": keys}
-    env = {}
-    if store is None:
-        cfg["folder"] = str(dataset.dir_root(t))
-    else:
-        cfg.update({"endpoint": store.endpoint, "bucket": store.bucket, "region": t.s3.region,
-                    "profile": t.s3.profile, "verify_tls": t.s3.verify_tls, "addressing": t.s3.addressing})
-        if store.gateway is not None:
-            env = {"STORAGEBRIEF_S3_ACCESS": store.gateway.access_key, "STORAGEBRIEF_S3_SECRET": store.gateway.secret_key}
-    return cfg, env
+def _worker_cfg(run, c: Config, keys: list[str], store: Store) -> tuple[dict, dict]:
+    """The worker's configuration (stdin) and environment: credentials never go on stdin, argv or a file."""
+    p = run.p
+    reach = store.child_config()
+    creds = reach.pop("credentials", None) or {}
+    env = {"STORAGEBRIEF_S3_ACCESS": creds["aws_access_key_id"],
+           "STORAGEBRIEF_S3_SECRET": creds["aws_secret_access_key"]} if creds else {}
+    return {"op": c.op, "size": c.object_bytes, "concurrency": c.concurrency, "seed": p.seed, "keys": keys,
+            **reach}, env
 
 
 def _busy_load(run, scope: procs.Scope) -> subprocess.Popen:
@@ -136,16 +128,14 @@ def _keys(c: Config, run, store) -> list[str]:
     n = p.objects_for(c.object_bytes)
     names = dataset.names(c.object_bytes, n) if c.op == "get" else \
         dataset.names(c.object_bytes, n, "put", f"c{c.concurrency}-r{run.repeat}")
-    return [store.key(k) for k in names] if store is not None else names
+    return [store.key(k) for k in names]
 
 
 def run_one(run, config: Config) -> Measurement:
     t = run.target
-    store: ObjectStore | None = run.sweep.state.stores.get(t.name)
+    store: Store = run.sweep.state.stores[t.name]
     keys = _keys(config, run, store)
-    group = run.throttle() if store is None else None
-    if store is not None and t.name in run.sweep.state.groups and t.emulated:
-        run.emulated = True
+    group = s3study.client_group(run, store)
     cfg, env = _worker_cfg(run, config, keys, store)
     scope = procs.Scope(run.run_id, group)
     busy = procs.Scope(f"{run.run_id}-busy")
@@ -160,11 +150,8 @@ def _cold_cache(run, c: Config, store) -> None:
     """The objects' own files evicted (after os.sync: earlier runs' dirty pages are not written back inside this
     one), not drop_caches: that would also drop the worker's code pages, and a worker in a throttled cgroup
     re-reading them at the profile's IOPS took 17-18 s per run under hdd_7200 (measured), none of it measured."""
-    files = dataset.object_files(run.target, store, c.object_bytes, run.p.objects_for(c.object_bytes))
-    if files:
-        run.evict(files, "the objects' files")
-    else:
-        run.cache_not_controlled()
+    store.evict_cold(run, [store.key(n) for n in dataset.names(c.object_bytes, run.p.objects_for(c.object_bytes))],
+                     "the objects' files")
 
 
 def _measure(run, c: Config, store, scope, busy, cfg: dict, env: dict, keys: list[str]) -> Measurement:  # long: one worker run, start to row
@@ -179,27 +166,27 @@ def _measure(run, c: Config, store, scope, busy, cfg: dict, env: dict, keys: lis
     _cold_cache(run, c, store)
     if c.load == "busy":
         _busy_load(run, busy)
-    g0 = s3study.gateway_cpu(store)
+    g0 = store.server_cpu_seconds()
     run.start_clock()
     w.stdin.write("go\n")
     w.stdin.flush()
     line = w.stdout.readline()
     run.stop_clock()
-    g1 = s3study.gateway_cpu(store)
+    g1 = store.server_cpu_seconds()
     busy.kill()
     w.wait(timeout=60)
     if not line:
         _raise_worker(store, w)
     row = json.loads(line)
     if "error" in row:
-        store.check() if store is not None else None
+        store.check()
         raise S3Failed(f"target '{run.target.name}' {c.label}: {row['error']}")
     if c.op == "put":
-        _remove_put(run.target, store, keys)
+        store.delete(keys)          # a PUT point's objects go after the run (outside the clock): space stays bounded
     gb = row["bytes_moved"] / 1e9
     row.update({"load": c.load, "op": c.op, "object_bytes": c.object_bytes, "object_label": size_label(c.object_bytes),
                 "concurrency": c.concurrency, "kind": run.target.kind,
-                "access": ("S3 " + ("external" if store.gateway is None else "local gateway")) if store else "files",
+                "access": store.access,
                 "gateway_cpu_seconds": None if g0 is None or g1 is None else g1 - g0,
                 "gateway_cpu_s_per_gb": None if g0 is None or g1 is None or gb <= 0 else (g1 - g0) / gb,
                 "throttled": bool(run.emulated)})
@@ -208,22 +195,10 @@ def _measure(run, c: Config, store, scope, busy, cfg: dict, env: dict, keys: lis
 
 
 def _raise_worker(store, w) -> None:
-    if store is not None:
-        store.check()
+    store.check()
     w.kill()
     err = w.stderr.read() if w.stderr else ""
     raise RuntimeError(f"the object-sweep worker failed (status {w.wait()}): {err[-500:]}")
-
-
-def _remove_put(t, store, keys: list[str]) -> None:
-    """A PUT point's objects go after the run (outside the clock): space stays bounded."""
-    if store is None:
-        for k in keys:
-            (dataset.dir_root(t) / k).unlink(missing_ok=True)
-        return
-    for i in range(0, len(keys), 1000):
-        store._call(store.client.delete_objects, Bucket=store.bucket,
-                    Delete={"Objects": [{"Key": k} for k in keys[i:i + 1000]], "Quiet": True})
 
 
 # --------------------------------------------------------------------------- finish / close

@@ -19,13 +19,12 @@ def main() -> int:
 
     body = s3ops.payload(cfg["size"], cfg["seed"]) if cfg["op"] == "put" else b"\0" * cfg["size"]
     client = None
-    if cfg.get("endpoint"):
-        from ...core import s3store
+    if cfg.get("endpoint"):      # the run's store's child_config (core.store): this process's own client
+        from ...core.s3store import S3Client
         creds = ({"aws_access_key_id": os.environ.pop("STORAGEBRIEF_S3_ACCESS"),
                   "aws_secret_access_key": os.environ.pop("STORAGEBRIEF_S3_SECRET")}
                  if "STORAGEBRIEF_S3_ACCESS" in os.environ else None)
-        client = s3store.client(cfg["endpoint"], cfg["region"], creds, cfg.get("profile"), pool=cfg["concurrency"],
-                                verify_tls=cfg.get("verify_tls", True), addressing=cfg.get("addressing", "path"))
+        client = S3Client({**cfg, "credentials": creds, "pool": cfg["concurrency"]}).client
     print("ready", flush=True)
     if sys.stdin.readline().strip() != "go":
         return 1
