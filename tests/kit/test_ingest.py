@@ -6,6 +6,14 @@ import time
 from storagebrief.kit.ingest import IngestWriter
 
 
+def _size(path) -> int:
+    """Bytes on disk so far (the writer flushes at least twice a second)."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
 def test_writes_the_sources_frames_never_ahead_of_its_rate_and_leaves_nothing(tmp_path):
     source = tmp_path / "data.tfrecord"
     source.write_bytes(bytes(range(256)) * 64)                   # 16 KiB of "records"
@@ -14,9 +22,9 @@ def test_writes_the_sources_frames_never_ahead_of_its_rate_and_leaves_nothing(tm
     assert writer.payload == source.read_bytes()                 # the dataset's own first frames
     writer.start()
     deadline = time.monotonic() + 60                              # counts, not clocks: wait for 3 frames
-    while writer.counter.value < 3 * len(writer.payload) and time.monotonic() < deadline:
-        time.sleep(0.05)
     shard = out / "ingest-000.tfrecord"
+    while _size(shard) < 3 * len(writer.payload) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert shard.read_bytes()[:len(writer.payload)] == writer.payload
     elapsed_before_stop = time.monotonic() - writer.t0
     got = writer.stop()
@@ -24,14 +32,15 @@ def test_writes_the_sources_frames_never_ahead_of_its_rate_and_leaves_nothing(tm
     # the writer only writes what its schedule has made due: at most rate × (time it ran) + one frame
     assert got["ingest_bytes"] <= 0.5e6 * (time.monotonic() - writer.t0) + len(writer.payload)
     assert got["ingest_mb_per_s"] > 0 and elapsed_before_stop > 0
-    assert not out.exists() and not writer.proc.is_alive()
+    assert not out.exists() and not writer.launch.procs[0].is_alive()
+    assert writer.stop() == got and writer.error is None          # again (a cleanup path): the same, no error
 
 
 def test_a_given_payload_is_written_instead_of_the_sources(tmp_path):
     writer = IngestWriter(tmp_path / "w", [], mb_per_s=1.0, procs_files=[], payload=b"x" * 1000)
     writer.start()
     deadline = time.monotonic() + 60
-    while writer.counter.value < 2000 and time.monotonic() < deadline:
+    while _size(tmp_path / "w" / "ingest-000.tfrecord") < 2000 and time.monotonic() < deadline:
         time.sleep(0.02)
     assert (tmp_path / "w" / "ingest-000.tfrecord").read_bytes()[:1000] == b"x" * 1000
     assert writer.stop()["ingest_bytes"] >= 2000

@@ -5,16 +5,13 @@ from __future__ import annotations
 import errno
 import os
 import signal
-import subprocess
-import sys
 import time
-from types import SimpleNamespace
 
 import pytest
 
 from storagebrief.core.causes import EnvironmentFailure
 from storagebrief.kit import ranks
-from storagebrief.kit.ranks import Forked, Mpi, Worker
+from storagebrief.kit.ranks import Forked, Worker
 
 
 def _setup(rank, n, config):
@@ -97,26 +94,6 @@ def test_a_pause_ends_when_a_worker_dies():
         assert time.monotonic() - t0 < 10
 
 
-def test_mpirun_ending_in_a_pause_ends_it_at_once(tmp_path):
-    """Under MPI a dead rank ends mpirun: a 60 s pause then fails with mpirun's cause at once."""
-    err = tmp_path / "mpirun.err"
-    err.write_text("mpirun noticed that process rank 3 with PID 123 on node h exited on signal 9 (Killed).\n")
-    launch = Mpi(Worker("w", _setup, _work, ref="x:W"), [0, 1], mpi=None, work_dir=tmp_path, section="t")
-    launch.session = SimpleNamespace(proc=subprocess.Popen([sys.executable, "-c", "raise SystemExit(137)"]),
-                                     err_file=err)
-    with pytest.raises(EnvironmentFailure, match=r"between operations \(mpirun exited with status 137\)"):
-        launch.pause(60)
-
-
-def test_an_mpi_worker_needs_an_importable_name_and_other_hosts_are_offset():
-    with pytest.raises(ValueError, match="needs ref='module:NAME'"):
-        Mpi(W, [0], mpi=None, work_dir=None, section="t")
-    launch = Forked(W, [0, 1])
-    far = ranks.Done(1, "elsewhere", 5000.0, None)
-    assert launch.offset(far, 100.0) == 100.0 - 5000.0
-    assert launch.offset(ranks.Done(0, launch.launch_host, 99.0, None), 100.0) == 0.0
-
-
 def test_workers_share_a_task_queue_and_emit_while_they_work():
     """preprocess's shape: every item taken by exactly one worker, messages streamed to the launcher."""
     seen = []
@@ -130,3 +107,10 @@ def test_workers_share_a_task_queue_and_emit_while_they_work():
         with Forked(W, [0], {}, tasks=True) as launch:
             launch.put_tasks([1])
             launch.operate("tasks")
+
+
+def test_other_hosts_are_offset_onto_the_launchers_clock():
+    launch = Forked(W, [0, 1])
+    assert launch.offset(ranks.Done(1, "elsewhere", 5000.0, None), 100.0) == 100.0 - 5000.0
+    assert launch.offset(ranks.Done(0, launch.launch_host, 99.0, None), 100.0) == 0.0
+    assert not launch.joined_cgroup(0) and Forked(W, [0], procs_files=["/x/cgroup.procs"]).joined_cgroup(0)

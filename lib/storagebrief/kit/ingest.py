@@ -1,35 +1,30 @@
 """An ingest job beside a training job: appends real TFRecord frames at a set rate, fsync'ed twice a
-second, rolling to a new shard every 256 MiB, in a forked child inside the run's (throttled) cgroup
-that dies with its parent. Used by train_resnet50 (frames of its dataset) and checkpoint's framework
-sweep (BERT-shaped frames)."""
+second, rolling to a new shard every 256 MiB, as one kit.ranks worker inside the run's (throttled) cgroup that
+dies with its parent. Used by train_resnet50 (frames of its dataset) and checkpoint's framework sweep
+(BERT-shaped frames). A write that fails (a full target) ends the job early: it reports what it wrote and why."""
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import shutil
 import time
 from pathlib import Path
 
-from ..core import cgroups
-from ..core.procs import die_with_parent
+from .ranks import Forked, Worker
 
 
-def _ingest_loop(path: str, payload: bytes, rate: float, stop, counter, procs_files: list[str]) -> None:
-    """Append TFRecord frames at `rate` bytes/s, fsync twice a second (runs in a forked child)."""
-    die_with_parent()
+def _append(cfg: dict, rank: int, msg, line) -> dict:
+    """Append frames at cfg's rate until the launcher asks to stop; fsync twice a second."""
+    path, payload, rate = cfg["path"], cfg["payload"], cfg["rate"]
+    written, error = 0, None
     try:
-        if procs_files:
-            cgroups.join(procs_files)
         start = last_sync = time.monotonic()
-        written = 0
         shard = 0
         fh = open(f"{path}-{shard:03d}.tfrecord", "wb")
-        while not stop.is_set():
+        while not line.stopping():
             due = rate * (time.monotonic() - start) - written
             if due >= len(payload):
                 fh.write(payload)
                 written += len(payload)
-                counter.value = written
                 if fh.tell() > (256 << 20):   # roll files like an ingest job writing shards
                     fh.close()
                     shard += 1
@@ -43,8 +38,12 @@ def _ingest_loop(path: str, payload: bytes, rate: float, stop, counter, procs_fi
         fh.flush()
         os.fsync(fh.fileno())
         fh.close()
-    except BaseException:
-        os._exit(1)
+    except OSError as exc:
+        error = f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
+    return {"written": written, "error": error}
+
+
+WORKER = Worker("ingest writer", lambda rank, n, cfg: cfg, _append)
 
 
 class IngestWriter:
@@ -60,25 +59,33 @@ class IngestWriter:
                 payload = fh.read(4 << 20)
         self.payload = payload
         self.rate = mb_per_s * 1e6
-        ctx = mp.get_context("fork")
-        self.stop_event = ctx.Event()
-        self.counter = ctx.Value("q", 0)
-        self.proc = ctx.Process(target=_ingest_loop, daemon=True,
-                                args=(str(directory / "ingest"), self.payload, self.rate, self.stop_event,
-                                      self.counter, procs_files))
+        self.launch = Forked(WORKER, [0], {"path": str(directory / "ingest"), "payload": payload, "rate": self.rate},
+                             procs_files=procs_files)
         self.t0 = 0.0
+        self.running, self.result, self.error = False, None, None
 
     def start(self) -> None:
-        self.t0 = time.monotonic()
-        self.proc.start()
+        self.launch.__enter__()
+        try:
+            self.t0 = self.launch.begin()
+        except BaseException as exc:
+            self.launch.__exit__(type(exc), exc, None)
+            raise
+        self.running = True
 
     def stop(self) -> dict:
-        self.stop_event.set()
-        self.proc.join(timeout=30)
-        if self.proc.is_alive():
-            self.proc.kill()
-            self.proc.join()
-        elapsed = max(time.monotonic() - self.t0, 1e-9)
-        out = {"ingest_bytes": int(self.counter.value), "ingest_mb_per_s": self.counter.value / elapsed / 1e6}
+        """What it wrote (ingest_bytes, ingest_mb_per_s); its folder removed. Safe to call again (a cleanup path)."""
+        if self.running:
+            self.running = False
+            self.launch.ask_stop()
+            try:
+                _, done = self.launch.end(timeout_s=30)
+            except BaseException as exc:
+                self.launch.__exit__(type(exc), exc, None)
+                raise
+            self.launch.__exit__(None, None, None)
+            elapsed = max(time.monotonic() - self.t0, 1e-9)
+            written, self.error = done[0].result["written"], done[0].result["error"]
+            self.result = {"ingest_bytes": int(written), "ingest_mb_per_s": written / elapsed / 1e6}
         shutil.rmtree(self.directory, ignore_errors=True)
-        return out
+        return self.result or {"ingest_bytes": 0, "ingest_mb_per_s": 0.0}

@@ -1,5 +1,6 @@
-"""One launcher for a run's workers: N processes in the run's cgroup, forked on this host or MPI ranks on
-mpirun's hosts (the two ways DLIO and MLPerf Storage run theirs), behind one interface.
+"""One launcher for a run's workers: N processes in the run's cgroup, forked on this host (`Forked`, here) or
+MPI ranks on mpirun's hosts (`kit.ranks_mpi.Mpi`) — the two ways DLIO and MLPerf Storage run theirs — behind one
+interface (`Launch`); kit.launch.open_launch picks the one a study's knobs name.
 
 A study supplies a `Worker`: `setup(rank, n, config)` makes a worker's state before any clock (buffers, clients,
 loaders) and `work(state, rank, msg, line)` does one operation from the start line and returns its result
@@ -21,41 +22,25 @@ place remote clocks are rebased.
 """
 from __future__ import annotations
 
-import importlib
-import json
 import multiprocessing as mp
 import queue
 import signal
 import socket
-import sys
 import threading
 import time
 import traceback
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Callable
 
-from pydantic import Field
 
 from ..core import cgroups
 from ..core.causes import EnvironmentFailure
-from ..core.config import Strict
 from ..core.procs import die_with_parent, reap
-from . import mpi as kit_mpi
 from .client_check import apply_affinity
 
 OP_TIMEOUT_S = 600.0          # one barrier wait (the start line, a step's sync)
 WATCH_S = 0.2                 # how often a wait looks for a dead worker
-FACTS = "storagebrief-host-facts"     # the request every MPI rank answers with its host's name and facts
 STOP = ("storagebrief-stop",)         # a forked worker's last message (None is a message like any other)
-
-
-class LaunchParams(Strict):
-    """The knobs every study that launches workers shares (its params model inherits them)."""
-    launcher: Literal["fork", "mpi"] = "fork"            # fork: processes on this host; mpi: mpirun ranks
-    mpi: kit_mpi.MpiParams = Field(default_factory=kit_mpi.MpiParams)   # used by launcher: mpi only
-    client_check: bool = False                           # re-run a point with the workers on half the CPUs
-    client_check_repeats: int = Field(1, ge=1, le=100)   # confined runs (kit/client_check.py)
 
 
 @dataclass(frozen=True)
@@ -74,8 +59,13 @@ class Worker:
 class Line:
     """What a worker's work sees of its launch: the peers' barrier, messages to the launcher, the shared tasks."""
 
-    def __init__(self, sync: Callable[[], None], emit: Callable[[Any], None] | None = None, task_q=None):
-        self.sync, self._emit, self._task_q = sync, emit, task_q
+    def __init__(self, sync: Callable[[], None], emit: Callable[[Any], None] | None = None, task_q=None,
+                 stop=None):
+        self.sync, self._emit, self._task_q, self._stop = sync, emit, task_q, stop
+
+    def stopping(self) -> bool:
+        """True once the launcher asked an open-ended operation to end (Forked.ask_stop)."""
+        return self._stop is not None and self._stop.is_set()
 
     def emit(self, payload: Any) -> None:
         if self._emit is None:
@@ -146,6 +136,10 @@ class Launch:
         """Seconds to add to a worker's clock readings to put them on the launcher's axis."""
         return 0.0 if done.host == self.launch_host else release - done.release
 
+    def joined_cgroup(self, rank: int) -> bool:
+        """Whether the worker is in the run's cgroup (an MPI rank on another host cannot be)."""
+        return bool(self.procs_files)
+
     def hosts(self, done: list[Done]) -> list[str]:
         return sorted({d.host for d in done})
 
@@ -178,7 +172,7 @@ def _forked_main(launch: "Forked", rank: int, inbox, out_q) -> None:
             state = w.setup(rank, len(launch.ranks), launch.config)
         out_q.put(("ready", rank, None))
         line = Line((lambda: launch.peer_barrier.wait(OP_TIMEOUT_S)) if launch.peers else _no_sync,
-                    lambda x: out_q.put(("emit", rank, x)), launch.task_q)
+                    lambda x: out_q.put(("emit", rank, x)), launch.task_q, launch.stop_flag)
         while (msg := inbox.get()) != STOP:
             launch.start.wait(OP_TIMEOUT_S)
             release = time.monotonic()
@@ -217,6 +211,7 @@ class Forked(Launch):
         self.start = ctx.Barrier(n + 1)                        # the workers and this process: the start line
         self.peer_barrier = ctx.Barrier(n) if self.peers else None
         self.task_q = ctx.Queue() if self.tasks else None
+        self.stop_flag = ctx.Event()
         self.out_q = ctx.Queue()
         self.inboxes = {r: ctx.SimpleQueue() for r in self.ranks}
         self.procs = [ctx.Process(target=_forked_main, args=(self, r, self.inboxes[r], self.out_q), daemon=True,
@@ -297,14 +292,28 @@ class Forked(Launch):
     def operate(self, msgs: Any = None, on_start: Callable[[], None] | None = None,
                 timeout_s: float | None = None, on_emit: Callable[[int, Any], None] | None = None
                 ) -> tuple[float, list[Done]]:
+        self.begin(msgs, on_start)
+        return self.end(timeout_s, on_emit)
+
+    def begin(self, msgs: Any = None, on_start: Callable[[], None] | None = None) -> float:
+        """operate's first half: the workers released from the start line, working while the launcher goes on
+        (a job beside a measured one); returns the release. end() collects, ask_stop() ends open-ended work."""
+        self.stop_flag.clear()
         for r in self.ranks:
             self.inboxes[r].put(self._msg(msgs, r))
         if on_start:
             on_start()
         self._meet()
-        release = time.monotonic()
+        self.release = time.monotonic()
+        return self.release
+
+    def ask_stop(self) -> None:
+        self.stop_flag.set()
+
+    def end(self, timeout_s: float | None = None, on_emit: Callable[[int, Any], None] | None = None
+            ) -> tuple[float, list[Done]]:
         got = self._collect("done", float("inf") if timeout_s is None else timeout_s, on_emit)
-        return release, [got[r] for r in self.ranks]
+        return self.release, [got[r] for r in self.ranks]
 
     def _meet(self) -> None:
         """The launcher's start-line wait, watched: a worker that dies before it arrives (kill -9, the OOM
@@ -355,134 +364,3 @@ class Forked(Launch):
                 self.out_q.get(timeout=0.1)
             except (queue.Empty, OSError, EOFError, ValueError):
                 pass
-
-
-# --------------------------------------------------------------------------- MPI ranks
-class Mpi(Launch):
-    """The workers as MPI ranks (`python -m storagebrief.kit.ranks`), serving one operation per request."""
-    launcher = "mpi"
-
-    def __init__(self, worker: Worker, ranks, config: Any = None, procs_files: list[str] | None = None,
-                 affinity: list[int] | None = None, peers: bool = False, start_timeout_s: float = 180.0, *,
-                 mpi, work_dir: Path, section: str):
-        super().__init__(worker, ranks, config, procs_files, affinity, peers, start_timeout_s)
-        if not worker.ref:
-            raise ValueError(f"{worker.label}: a Worker launched under MPI needs ref='module:NAME'")
-        self.mpi, self.work_dir, self.section = mpi, work_dir, section
-
-    def __enter__(self) -> "Mpi":
-        from .mpi_session import open_session
-        spec = {"worker": self.worker.ref, "ranks": self.ranks, "config": self.config,
-                "procs_files": self.procs_files, "affinity": self.affinity}
-        self._cm = open_session(__name__, spec, len(self.ranks), self.mpi, self.work_dir, self.section,
-                                self.start_timeout_s)
-        self.session = self._cm.__enter__()
-        try:
-            answers = self.session.request(FACTS)
-        except BaseException:
-            self._cm.__exit__(*sys.exc_info())
-            raise
-        self.rank_hosts = {a["rank"]: a["host"] for a in answers}
-        self.host_facts = {a["host"]: a["facts"] for a in answers}
-        self.in_cgroup = {a["rank"]: a["in_cgroup"] for a in answers}
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._cm.__exit__(*exc)
-
-    def check_alive(self) -> None:
-        proc = self.session.proc
-        if proc.poll() is not None:
-            raise EnvironmentFailure(f"MPI ranks failed between operations (mpirun exited with status "
-                                     f"{proc.returncode}): {kit_mpi._cause(self.session.err_file)}")
-
-    def operate(self, msgs: Any = None, on_start: Callable[[], None] | None = None,
-                timeout_s: float | None = None, on_emit: Callable[[int, Any], None] | None = None
-                ) -> tuple[float, list[Done]]:
-        if on_start:
-            on_start()
-        sent = time.monotonic()
-        got = sorted(self.session.request({r: self._msg(msgs, r) for r in self.ranks}, timeout_s, "during the run"),
-                     key=lambda d: d.rank)
-        here = [d.release for d in got if d.host == self.launch_host]
-        return (min(here) if here else sent), got
-
-
-def _rank_main(config_file: str) -> None:
-    """An MPI rank: the Worker named in the config, served one operation per request (kit.mpi_session)."""
-    from mpi4py import MPI   # only ranks import MPI: the study process never initialises it
-
-    from storagebrief.kit.ranks import Done as Result   # not __main__.Done: the launcher unpickles it
-    from ..core.inventory import host_facts
-    from .mpi_session import serve
-
-    comm = MPI.COMM_WORLD
-    die_with_parent()        # the rank's parent is Open MPI's daemon: never outlive it
-    spec = json.loads(Path(config_file).read_text())
-    module, name = spec["worker"].split(":")
-    w: Worker = getattr(importlib.import_module(module), name)
-    rank, n, host = spec["ranks"][comm.Get_rank()], len(spec["ranks"]), socket.gethostname()
-    local = host == spec["launch_host"] and bool(spec["procs_files"])
-
-    def fail(when: str, code: int) -> None:
-        sys.stderr.write(f"rank {rank} on {host} failed{when}:\n{traceback.format_exc()}")
-        sys.stderr.flush()
-        comm.Abort(code)
-
-    state = None
-    try:
-        if w.warm_up:
-            w.warm_up(spec["config"])
-        if not w.setup_in_cgroup:
-            state = w.setup(rank, n, spec["config"])
-        if local:
-            cgroups.join(spec["procs_files"])
-        apply_affinity(spec["affinity"] if host == spec["launch_host"] else [])
-        if w.setup_in_cgroup:
-            state = w.setup(rank, n, spec["config"])
-    except BaseException:
-        fail(" before the first step", 2)
-    barrier = kit_mpi.polite_barrier(comm)
-
-    def handle(msgs):
-        if msgs == FACTS:
-            return {"rank": rank, "host": host, "facts": host_facts(), "in_cgroup": local}
-        barrier()                                         # the start line: released together
-        release = time.monotonic()
-        try:
-            return Result(rank, host, release, w.work(state, rank, msgs[rank], Line(barrier)))
-        except BaseException:
-            if w.on_failure and state is not None:
-                w.on_failure(state)
-            fail("", 4)
-
-    serve(comm, barrier, handle)
-
-
-# --------------------------------------------------------------------------- one entry
-def check_launch(params: LaunchParams, ranks: int, work_dir: Path, section: str, ranks_knob: str,
-                 status: Callable[[str], None] | None = None) -> None:
-    """Before any work, with launcher: mpi: mpirun is there (else a ParamsError naming `section`.mpi.mpirun)
-    and starts `ranks` ranks on the given hosts (kit.mpi.preflight's one-line causes)."""
-    if params.launcher != "mpi":
-        return
-    from ..core.config import ParamsError
-    try:
-        kit_mpi.check_available(params.mpi.mpirun, section)
-    except kit_mpi.MpiUnavailable as exc:
-        raise ParamsError(str(exc)) from None
-    if status:
-        status(f"checking that mpirun starts {ranks} rank(s)")
-    kit_mpi.preflight(params.mpi, ranks, work_dir, section, ranks_knob=ranks_knob)
-
-
-def open_launch(worker: Worker, ranks, config: Any = None, *, params: LaunchParams | None = None,
-                work_dir: Path | None = None, section: str = "", **kw) -> Launch:
-    """The launcher `params.launcher` names (fork when params is None), not yet entered."""
-    if params is not None and params.launcher == "mpi":
-        return Mpi(worker, ranks, config, mpi=params.mpi, work_dir=work_dir, section=section, **kw)
-    return Forked(worker, ranks, config, **kw)
-
-
-if __name__ == "__main__":
-    _rank_main(sys.argv[1])

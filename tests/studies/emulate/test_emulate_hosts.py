@@ -107,7 +107,7 @@ def test_kill_9_of_the_study_leaves_no_orted_or_rank_on_any_host(tmp_path, two_h
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, **two_hosts.mpi_env()})
     try:
-        assert wait_for(lambda: len([x for x in _in_hosts(two_hosts) if "storagebrief.kit.ranks" in x]) >= 4
+        assert wait_for(lambda: len([x for x in _in_hosts(two_hosts) if "storagebrief.kit.ranks_mpi" in x]) >= 4
                         or proc.poll() is not None, 120), "the ranks never started on both hosts"
         assert proc.poll() is None, proc.stdout.read()
         time.sleep(1.0)

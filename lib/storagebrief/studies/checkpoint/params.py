@@ -9,7 +9,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from ...core.checkpoint_workloads import (CheckpointWorkload, CheckpointWorkloadError, WORKLOADS, layout,
                                           layout_bytes, workload, workload_from_dict, writing_ranks)
 from ...core.config import Strict, check_name
-from ...kit.ranks import LaunchParams
+from ...kit.launch import LaunchParams
 
 from .dataset import RESERVED
 

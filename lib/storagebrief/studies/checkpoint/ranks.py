@@ -22,7 +22,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from ...kit.checkpoint import incompressible
-from ...kit.ranks import Worker, open_launch
+from ...kit.launch import open_launch
+from ...kit.ranks import Worker
 from .rank_io import ONE_CLOCK, RankResult, RankStore, operate
 
 PER_RANK_CLOCK = "per rank: CLOCK_MONOTONIC from the MPI barrier's release (ranks on other hosts)"

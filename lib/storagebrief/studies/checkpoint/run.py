@@ -30,7 +30,7 @@ from ...core import results
 from ...core.checkpoint_workloads import GIB, files_of_rank, size_table
 from ...core.sweep import Measurement, Point
 from ...kit import client_check
-from ...kit.ranks import check_launch
+from ...kit.launch import check_launch
 from ...kit.checkpoint import incompressible
 from ...kit.client_check import unchecked
 from ...kit.space import check_space, out_of_space

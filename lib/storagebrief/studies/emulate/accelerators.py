@@ -30,7 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ...kit.ranks import Worker, open_launch
+from ...kit.launch import open_launch
+from ...kit.ranks import Worker
 from .loader import ALIGN, Loader, batch_plan
 
 
@@ -147,8 +148,7 @@ def run_once(cfg: dict, accelerators: int, procs_files: list[str] | None, params
         release, done = launch.operate(on_start=on_start)
     ranks = []
     for d in done:
-        r = {**d.result, "host": d.host,
-             "in_cgroup": bool(procs_files) and getattr(launch, "in_cgroup", {}).get(d.rank, True)}
+        r = {**d.result, "host": d.host, "in_cgroup": launch.joined_cgroup(d.rank)}
         if shift := launch.offset(d, release):
             r["times"] = r["times"] + shift
         ranks.append(r)

@@ -8,7 +8,7 @@ from pydantic import Field, field_validator, model_validator
 
 from ...core.config import check_names, sorted_counts
 from ...core.workloads import MLPERF_DATASET_FACTOR, WORKLOADS, WorkloadSpec, merged_spec, missing_compute_note
-from ...kit.ranks import LaunchParams
+from ...kit.launch import LaunchParams
 from .mlperf import RUNS  # the shared `mpi:` section (checkpoint has one too)
 
 __all__ = ["MLPERF_DATASET_FACTOR", "WORKLOADS", "WorkloadSpec", "merged_spec", "EmulateParams", "Params"]

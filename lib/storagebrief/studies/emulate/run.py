@@ -38,7 +38,7 @@ from ...core import cgroups, results, targets as targets_mod
 from ...core.config import ParamsError
 from ...core.sweep import Measurement, Point
 from ...kit.cgroup_io import CgroupIoSampler, cgroup_read_stats
-from ...kit.ranks import check_launch
+from ...kit.launch import check_launch
 from ...kit.client_check import CoreBusy
 from ...kit import s3study
 from ...kit.space import check_space, existing_bytes

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from ...core.config import Strict
-from ...kit.ranks import LaunchParams
+from ...kit.launch import LaunchParams
 from .workload import GIB, MODELS, PRESETS, ModelShape, shape_from_dict
 
 

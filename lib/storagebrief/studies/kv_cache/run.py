@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from ...core import results
 from ...core.sweep import Measurement, Point
 from ...kit import client_check
-from ...kit.ranks import check_launch, open_launch
+from ...kit.launch import check_launch, open_launch
 from ...kit.space import check_space, out_of_space
 from . import STUDY, breakeven, clients, dataset, metrics, prefill
 from .params import KvCacheParams

@@ -1,0 +1,49 @@
+"""The one entry to a run's workers: `open_launch` gives the launcher a study's knobs name (`launcher: fork`, kit.ranks'
+Forked; `launcher: mpi`, kit.ranks_mpi's Mpi), `check_launch` checks mpirun and the hosts before any work, and
+`LaunchParams` are the knobs every launching study shares (its params model inherits them).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+from pydantic import Field
+
+from ..core.config import Strict
+from . import mpi as kit_mpi
+from .ranks import Forked, Launch, Worker
+from .ranks_mpi import Mpi
+
+
+class LaunchParams(Strict):
+    """The knobs every study that launches workers shares (its params model inherits them)."""
+    launcher: Literal["fork", "mpi"] = "fork"            # fork: processes on this host; mpi: mpirun ranks
+    mpi: kit_mpi.MpiParams = Field(default_factory=kit_mpi.MpiParams)   # used by launcher: mpi only
+    client_check: bool = False                           # re-run a point with the workers on half the CPUs
+    client_check_repeats: int = Field(1, ge=1, le=100)   # confined runs (kit/client_check.py)
+
+
+def check_launch(params: LaunchParams, ranks: int, work_dir: Path, section: str, ranks_knob: str,
+                 status: Callable[[str], None] | None = None) -> None:
+    """Before any work, with launcher: mpi: mpirun is there (else a ParamsError naming `section`.mpi.mpirun)
+    and starts `ranks` ranks on the given hosts (kit.mpi.preflight's one-line causes)."""
+    if params.launcher != "mpi":
+        return
+    from ..core.config import ParamsError
+    try:
+        kit_mpi.check_available(params.mpi.mpirun, section)
+    except kit_mpi.MpiUnavailable as exc:
+        raise ParamsError(str(exc)) from None
+    if status:
+        status(f"checking that mpirun starts {ranks} rank(s)")
+    kit_mpi.preflight(params.mpi, ranks, work_dir, section, ranks_knob=ranks_knob)
+
+
+def open_launch(worker: Worker, ranks, config: Any = None, *, params: LaunchParams | None = None,
+                work_dir: Path | None = None, section: str = "", **kw) -> Launch:
+    """The launcher `params.launcher` names (fork when params is None), not yet entered: a context manager."""
+    if params is not None and params.launcher == "mpi":
+        return Mpi(worker, ranks, config, mpi=params.mpi, work_dir=work_dir, section=section, **kw)
+    return Forked(worker, ranks, config, **kw)
+
+
