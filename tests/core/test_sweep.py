@@ -36,6 +36,8 @@ def _study(**hooks) -> FakeStudy:
         plan=lambda sw: [sweep.Point(c, r, f"config {c}") for c in ("a", "b") for r in (1, 2)],
         run_id=lambda c, t, r: f"fake-{c}-{t.name}-r{r}",
         run_one=lambda run, c: sweep.Measurement({"config": c, "value_s": 1.0}),
+        configure=None, skip=None, finish=None, close=None,      # optional hooks: declared (core/contract.py)
+        COLUMNS=(),                                              # the metrics room's (the same object here)
     )
     defaults.update(hooks)
     return FakeStudy(name="fake", command="fake", title="Fake", notebook="", outputs=(), brief_inputs=(),

@@ -5,7 +5,8 @@
          one atomic row in runs.csv, cleanup (even on an exception or a signal)
       -> notes.json, metrics.json, the study's finish()
 
-A study's `run` room supplies the hooks (module-level functions):
+A study's `run` room supplies the hooks (module-level functions; typed once in core/contract.py, where
+an optional hook the study has not is declared None):
   prepare(sweep)            datasets and prechecks, before any measured work; may narrow
                             sweep.targets and keep anything it needs in sweep.state
   plan(sweep) -> [Point]    configurations and repeats in run order, or an adaptive plan whose next
@@ -26,35 +27,17 @@ core/run_limits.py), progress, notes.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import cgroups, characterize, columns, inventory, leftovers, longjob, outdir, plans, results, targets as targets_mod
+from . import (cgroups, characterize, columns, contract, inventory, leftovers, longjob, outdir, plans, results,
+               targets as targets_mod)
 from .config import check_name
+from .contract import Measurement, Point
 from .engine_outputs import CHARACTERIZATION, TRACES
 from .lock import TargetLocks
 from .measured_run import Run
 from .progress import Progress
-
-
-@dataclass(frozen=True)
-class Point:
-    """One configuration at one repeat; it runs on every target (or `targets` only)."""
-    config: Any
-    repeat: int
-    label: str
-    targets: tuple[str, ...] | None = None
-
-
-@dataclass
-class Measurement:
-    """What run_one returns: the study's columns and anything that goes beside runs.csv."""
-    row: dict
-    ok: bool = True                                    # False: a failed run
-    failure_reason: str = ""                           # why it failed (the engine writes both columns)
-    tables: dict[str, list[dict]] = field(default_factory=dict)   # file name -> rows to append
-    series: dict[str, Any] = field(default_factory=dict)          # suffix -> rows of timeseries/<run_id><suffix>.csv
 
 
 class Sweep:
@@ -76,7 +59,7 @@ class Sweep:
 
     def _leave_out_object_targets(self) -> None:
         """A study that measures directories only runs without S3 targets (noted); with nothing else, refuses."""
-        if getattr(self.study, "object_targets", False) or all(t.s3 is None for t in self.targets):
+        if self.study.object_targets or all(t.s3 is None for t in self.targets):
             return
         left = [t.name for t in self.targets if t.s3 is not None]
         self.targets = [t for t in self.targets if t.s3 is None]
@@ -219,14 +202,13 @@ def run(study, params, out_dir: str | Path | None, log=print, progress: str = "a
         final = check_out_dir(out_dir if out_dir is not None else _default_out_dir(study, params))
         folder = outdir.OutputFolder(final, study.name, study.stage_outputs, params.run.on_busy_target,
                                      say).check()      # locks it (one writer), writes nothing in it yet
-        hooks = study.room("run")
+        hooks: contract.RunRoom = contract.checked(study.room("run"), contract.RunRoom, f"{study.package}.run")
         cgroups.install_handlers()
         sweep = Sweep(study, params, folder.work, log if bar.mode != "bar" else bar.message)
         sweep.progress = bar
         for line in leftovers.remove_leftovers():
             sweep.log(line)
             sweep.note(line)
-        close = getattr(hooks, "close", None)
         with TargetLocks(sweep.targets, params.run.on_busy_target, sweep.log) as locks:
             folder.create()
             where = f"results go to {final}" + (f" (written in {folder.work} until the study completes)"
@@ -239,8 +221,8 @@ def run(study, params, out_dir: str | Path | None, log=print, progress: str = "a
                 frame = _sweep(sweep, hooks, bar, folder)
             finally:
                 try:
-                    if close is not None:
-                        close(sweep)
+                    if hooks.close is not None:
+                        hooks.close(sweep)
                 finally:
                     sweep.jobs.end_all()     # however the sweep ended: no long-lived job outlives it
         folder.complete()
@@ -285,7 +267,7 @@ def _why_stopped(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _sweep(sweep: Sweep, hooks, bar: Progress, folder: outdir.OutputFolder):
+def _sweep(sweep: Sweep, hooks: contract.RunRoom, bar: Progress, folder: outdir.OutputFolder):
     study, log = sweep.study, sweep.log
     sweep.out_dir.mkdir(parents=True, exist_ok=True)
     (sweep.out_dir / "timeseries").mkdir(exist_ok=True)
@@ -294,19 +276,17 @@ def _sweep(sweep: Sweep, hooks, bar: Progress, folder: outdir.OutputFolder):
     results.write_json(sweep.out_dir / "inventory.json", inventory.collect(sweep.params, sweep.targets))
     sweep.table = results.RunTable(sweep.out_dir / "runs.csv")
     results.write_json(sweep.out_dir / columns.SCHEMA_FILE,
-                       columns.schema(study.name, getattr(study.room("metrics"), "COLUMNS", ())))
+                       columns.schema(study.name, study.room("metrics").COLUMNS))
     plan = plans.as_plan(hooks.plan(sweep), sweep.target_names)
     by_name = {t.name: t for t in sweep.targets}
     bar.start(plan.runs_left(), plan.kind)
     folder.progress(0, plan.runs_left())
-    skip = getattr(hooks, "skip", None)
-    configure = getattr(hooks, "configure", None)
     while (item := plan.next()) is not None:
         pt, target = item[0], by_name[item[1]]
-        if skip is not None and plan.kind == "plan" and skip(sweep, pt, target):
+        if hooks.skip is not None and plan.kind == "plan" and hooks.skip(sweep, pt, target):
             bar.skip()
             continue
-        cfg = configure(sweep, pt.config, target) if configure is not None else pt.config
+        cfg = hooks.configure(sweep, pt.config, target) if hooks.configure is not None else pt.config
         run_id = check_name(hooks.run_id(cfg, target, pt.repeat), "run id", 200)   # timeseries/<run_id>.csv
         bar.begin(target.name, pt.label, pt.repeat)
         if bar.mode != "bar":
@@ -325,10 +305,9 @@ def _sweep(sweep: Sweep, hooks, bar: Progress, folder: outdir.OutputFolder):
         bar.end("ok" if m.ok else "failed", runs_left=plan.runs_left())
         folder.progress(len(sweep.table.rows), bar.total)   # a search's total: done + at most what is left
     frame = sweep.frame()
-    finish = getattr(hooks, "finish", None)
     try:
-        if finish is not None:
-            finish(sweep, frame)
+        if hooks.finish is not None:
+            hooks.finish(sweep, frame)
     finally:
         results.write_json(sweep.out_dir / "notes.json", {"warnings": sweep.all_notes()})
         results.write_json(sweep.out_dir / "metrics.json", study.metrics(frame, sweep.target_names))

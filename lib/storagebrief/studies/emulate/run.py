@@ -466,3 +466,7 @@ def close(sweep) -> None:
         errors = objects.close(sweep.state)
         if errors:
             sweep.note("emulate: cleaning up an object target failed: " + "; ".join(errors))
+
+
+# The engine's optional hooks this study does not have (core/contract.py RunRoom).
+configure = None

@@ -413,3 +413,7 @@ def execute_run(run, spec: RunSpec, ds: Dataset, need_hint: int | None = None) -
     summary, series = run.monitor.summary(), run.monitor.timeseries()
     row, job_rows, epoch_rows = _rows(base, jobs, elapsed, summary, series, ingest, emulated, ds)
     return Measurement(row, tables={"jobs.csv": job_rows, "epochs.csv": epoch_rows}, series={"-memory": trace})
+
+
+# The engine's optional hooks this study does not have (core/contract.py RunRoom).
+configure = skip = None
