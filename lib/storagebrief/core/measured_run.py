@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import blocktrace, cache, cgroups, monitor, results, targets as targets_mod
+from . import blocktrace, cache, cgroups, cpu_confine, monitor, results, targets as targets_mod
 from .engine_outputs import TRACES
 from .run_limits import RunLimits
 
 
-def _limits_set(io) -> bool:
+def limits_set(io) -> bool:
     return io is not None and any((io.read_bps, io.write_bps, io.read_iops, io.write_iops))
 
 
@@ -24,7 +24,7 @@ class Run(RunLimits):
         self.params, self.p, self.log = sweep.params, sweep.p, sweep.log
         self.started_at = results.utc_now()
         self.cache_method = ""
-        self.emulated = False
+        self.emulated = sweep.throttled(target.name)     # a held cgroup (a gateway, brokers) has its profile on
         self.monitor = monitor.Monitor(target.device.name if target.device else None,
                                        sweep.params.run.monitor_interval_s)
         self._samplers: list = []
@@ -45,7 +45,7 @@ class Run(RunLimits):
         name = f"{self.run_id}-{suffix}" if suffix else self.run_id
         group = cgroups.Cgroup(name, memory_limit_bytes=memory_limit_bytes, io=io).create()
         self._groups.append(group)
-        if _limits_set(io):
+        if limits_set(io):
             self.emulated = True
         if group.inherited_io:
             caps = ", ".join(f"{k.rsplit('.', 1)[-1].removesuffix('_device')} {v:,}"
@@ -54,6 +54,14 @@ class Run(RunLimits):
                             f"target's device ({caps}); the run's cgroups carry that limit too, so its figures are "
                             "capped by it")
         return group
+
+    def confine_cpus(self, cpus: list[int], group: cgroups.Cgroup | None = None) -> cpu_confine.Confinement:
+        """This run's processes held to `cpus` (core/cpu_confine.py): a v1 cpuset cgroup, removed when the run
+        ends; else cpuset.cpus or cpu.max on `group` (this run's own v2 cgroup); else their affinity, said why."""
+        conf = cpu_confine.confine(f"{self.run_id}-cpuset", cpus, group)
+        if conf.group is not None:
+            self._groups.append(conf.group)
+        return conf
 
     def release(self, group: cgroups.Cgroup) -> None:
         """Let a cgroup outlive this run (run.lasting_throttle hands it to sweep.jobs, which removes it); a group

@@ -67,7 +67,7 @@ class RunLimits:
         group = self.throttle(suffix)
         if group is not None:
             self.release(group)
-            self.sweep.jobs.hold(group)
+            self.sweep.hold(group, self.target)    # the target's later runs are emulated while it lives
         return group
 
     # -- cache methods (the row's cache_method) ------------------------------------------------

@@ -30,13 +30,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from . import (cgroups, characterize, columns, contract, inventory, leftovers, longjob, outdir, plans, results,
-               targets as targets_mod)
+from . import (cgroups, characterize, columns, config, contract, inventory, leftovers, longjob, outdir, plans,
+               results, targets as targets_mod)
 from .config import check_name
 from .contract import Measurement, Point
 from .engine_outputs import CHARACTERIZATION, TRACES
 from .lock import TargetLocks
-from .measured_run import Run
+from .measured_run import Run, limits_set
 from .progress import Progress
 
 
@@ -55,7 +55,37 @@ class Sweep:
         self.progress: Progress | None = None
         self.hosts: dict[str, dict] = {}      # client hosts of multi-host runs: name -> role, facts
         self.jobs = longjob.Jobs()            # processes that outlive a run: ended by the engine (core/longjob.py)
+        self._throttles: dict[str, list[cgroups.Cgroup]] = {}   # target -> held cgroups holding its profile
+        self._plan = None                     # what the engine runs (set_plan)
+        self._only_the_section_targets()
         self._leave_out_object_targets()
+
+    def _only_the_section_targets(self) -> None:
+        """A section with `targets` (config.OnSomeTargets) runs on those only; an unknown name is a ParamsError."""
+        if isinstance(self.p, config.OnSomeTargets) and self.p.targets:
+            for name in self.p.targets:
+                self.params.target(name)      # unknown -> ParamsError naming the allowed ones
+            self.targets = [t for t in self.targets if t.name in self.p.targets]
+
+    def cgroup(self, name: str, target=None, io=None, kill_on_remove: bool = False) -> cgroups.Cgroup:
+        """A cgroup for processes that serve several runs (an S3 gateway, brokers): removed when the sweep ends, or
+        earlier by the study (group.remove()). With io limits of `target`'s profile, every run on that target is
+        recorded `emulated` while it lives. Raises CgroupUnavailable with the reason."""
+        group = cgroups.Cgroup(name, io=io).create()
+        group.kill_on_remove = kill_on_remove
+        return self.hold(group, target if limits_set(io) else None)
+
+    def hold(self, group: cgroups.Cgroup, target=None) -> cgroups.Cgroup:
+        """Own a cgroup that outlives a run (sweep.cgroup, run.lasting_throttle); `target`: it holds that target's
+        emulated profile."""
+        self.jobs.hold(group)
+        if target is not None:
+            self._throttles.setdefault(target.name, []).append(group)
+        return group
+
+    def throttled(self, target_name: str) -> bool:
+        """A cgroup the sweep holds throttles this target's processes (its runs are emulated)."""
+        return any(g.dirs for g in self._throttles.get(target_name, []))
 
     def _leave_out_object_targets(self) -> None:
         """A study that measures directories only runs without S3 targets (noted); with nothing else, refuses."""
@@ -69,6 +99,31 @@ class Sweep:
         for name in left:
             self.note(f"target '{name}' is an S3 target; {self.study.name} measures directories only, so it ran "
                       "without it")
+
+    # -- the plan, as far as it is known -------------------------------------------------------
+    def set_plan(self, planned):
+        """The plan hook's answer as the plan the engine walks (core/plans.py); a test sets one as the engine does."""
+        self._plan = plans.as_plan(planned, self.target_names)
+        return self._plan
+
+    def planned(self) -> list[plans.PlannedRun]:
+        """A fixed plan's runs in the engine's order, each with its run id; [] before the plan, or for an adaptive
+        plan (its next run depends on rows not measured yet)."""
+        if not isinstance(self._plan, plans.FixedPlan):
+            return []
+        by_name, run_id = {t.name: t for t in self.targets}, self.study.room("run").run_id
+        return [plans.PlannedRun(pt.config, by_name[n], pt.repeat, run_id(pt.config, by_name[n], pt.repeat))
+                for pt, n in self._plan.todo]
+
+    def runs_after(self, run_id: str) -> list[plans.PlannedRun]:
+        """The runs the engine starts after `run_id`, in order (a skip hook may still leave one out)."""
+        runs = self.planned()
+        ids = [r.run_id for r in runs]
+        return runs[ids.index(run_id) + 1:] if run_id in ids else []
+
+    def ahead(self, planned: plans.PlannedRun) -> Run:
+        """A Run for work started ahead of a later run (its jobs, their cgroups and limits); the caller closes it."""
+        return Run(self, planned.target, planned.repeat, planned.run_id)
 
     def add_host(self, name: str, role: str, facts: dict | None = None) -> None:
         """A host that took part (e.g. MPI ranks on another client): inventory.json lists it with its
@@ -277,7 +332,7 @@ def _sweep(sweep: Sweep, hooks: contract.RunRoom, bar: Progress, folder: outdir.
     sweep.table = results.RunTable(sweep.out_dir / "runs.csv")
     results.write_json(sweep.out_dir / columns.SCHEMA_FILE,
                        columns.schema(study.name, study.room("metrics").COLUMNS))
-    plan = plans.as_plan(hooks.plan(sweep), sweep.target_names)
+    plan = sweep.set_plan(hooks.plan(sweep))
     by_name = {t.name: t for t in sweep.targets}
     bar.start(plan.runs_left(), plan.kind)
     folder.progress(0, plan.runs_left())

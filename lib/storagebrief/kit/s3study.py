@@ -23,14 +23,12 @@ def gateway_group(sweep, t, study: str) -> cgroups.Cgroup | None:
     io = targets_mod.io_limits(t, accounting=True)
     if io is None:
         return None
-    try:
-        g = cgroups.Cgroup(f"{study}-{t.name}-gateway", io=io).create()
+    try:       # the engine's: removed when the sweep ends at the latest; its profile makes the target's runs emulated
+        return sweep.cgroup(f"{study}-{t.name}-gateway", t, io=io, kill_on_remove=True)
     except cgroups.CgroupUnavailable as exc:
         if t.emulated:
             sweep.note(f"target '{t.name}': emulated profile not applied to its S3 gateway: {exc}")
         return None
-    g.kill_on_remove = True
-    return g
 
 
 def open_store(sweep, t, study: str, tag: str, pool: int) -> tuple[ObjectStore, cgroups.Cgroup | None]:

@@ -348,9 +348,7 @@ def _object_run(run, store, data: dict, memory_limit: int | None) -> tuple[RunCg
     else:
         run.cache_not_controlled()
     io = targets_mod.io_limits(t)
-    throttled = io is not None and t.name in run.sweep.state.groups
-    if throttled:
-        run.emulated = True
+    throttled = io is not None and t.name in run.sweep.state.groups     # the engine records the run emulated
     return RunCgroup(None, throttled, False), memory_limit is not None and store.gateway is not None
 
 

@@ -64,11 +64,6 @@ def _open_store(sweep, t) -> ObjectStore:
 
 def prepare(sweep) -> None:
     p: ObjectSweepParams = sweep.p
-    if p.targets:
-        unknown = sorted(set(p.targets) - set(sweep.target_names))
-        if unknown:
-            raise ParamsError(f"object_sweep.targets = {p.targets}: unknown {unknown}; allowed: {sweep.target_names}")
-        sweep.targets = [t for t in sweep.targets if t.name in p.targets]
     if "busy" in p.loads and shutil.which("stress-ng") is None:
         raise ParamsError("object_sweep.loads has 'busy' but stress-ng is not installed (`make system-deps`); "
                           "install it or drop 'busy'")
