@@ -21,8 +21,10 @@ an optional hook the study has not is declared None):
                             what prepare or run_one left running for later runs (servers, clusters)
 The engine owns what every study shares: the run table, common columns, the
 monitor and its time series, block traces (run.trace) and characterization.csv, cgroups
-created through the Run, long-lived jobs (sweep.jobs, their limits per run: core/longjob.py,
-core/run_limits.py), progress, notes.
+created through the Run (run.cgroup, run.throttle, run.confine_cpus) or the sweep (sweep.cgroup: a
+server's, for several runs), `emulated` (set whenever it applied a profile), a section's `targets`
+(config.OnSomeTargets), the run order (sweep.runs_after), long-lived jobs (sweep.jobs, their limits per
+run: core/longjob.py, core/run_limits.py), progress, notes.
 """
 from __future__ import annotations
 
