@@ -285,9 +285,10 @@ def notebook_outputs(nb: dict) -> tuple[list[dict], str]:
 def pin_without_cgroup(monkeypatch, seen: Path) -> None:
     """The client check as for a user who may not make cgroups: confinement falls back to sched_setaffinity, and
     each worker the launcher starts (kit.ranks, its apply_affinity) records the CPUs it ended up on in `seen`/<pid>."""
+    from storagebrief.core import cpu_confine      # the engine's (run.confine_cpus)
     from storagebrief.kit import client_check, ranks
-    monkeypatch.setattr(client_check, "confine", lambda name, cpus, group=None: client_check.Confinement(
-        cpus, client_check.AFFINITY, reason="no cgroup: test", affinity=list(cpus)))
+    monkeypatch.setattr(cpu_confine, "confine", lambda name, cpus, group=None: cpu_confine.Confinement(
+        cpus, cpu_confine.AFFINITY, reason="no cgroup: test", affinity=list(cpus)))
     seen.mkdir()
 
     def pinned(cpus):

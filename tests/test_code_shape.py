@@ -112,9 +112,11 @@ def test_test_modules_have_unique_names():
     assert not {n: fs for n, fs in seen.items() if len(fs) > 1}
 
 
-# What outlives a run and the limits on it are the engine's (core/longjob.py, core/run_limits.py): a study
-# asks the Run (run.cgroup, run.throttle, run.limit_job, run.lasting_throttle) and the sweep (sweep.jobs).
+# What outlives a run and the limits on it are the engine's (core/longjob.py, core/run_limits.py): a study or a kit
+# module asks the Run (run.cgroup, run.throttle, run.confine_cpus, run.limit_job, run.lasting_throttle) and the
+# sweep (sweep.cgroup, sweep.jobs); `emulated` is the engine's record of a profile it applied.
 CGROUP_CALLS = ("Cgroup", "set_io", "set_memory_limit", "clear_io_limits")
+RECORDED = ("cache_method", "emulated")
 
 
 def _touches_cgroups_or_cache_method(path: Path, text: str | None = None) -> list[str]:
@@ -134,26 +136,29 @@ def _touches_cgroups_or_cache_method(path: Path, text: str | None = None) -> lis
         elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
             for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
                 for t in ast.walk(target):
-                    if isinstance(t, ast.Attribute) and t.attr == "cache_method":
-                        out.append(f"{path.name}:{node.lineno} assigns cache_method")
+                    if isinstance(t, ast.Attribute) and t.attr in RECORDED:
+                        out.append(f"{path.name}:{node.lineno} assigns {t.attr}")
     return out
 
 
-def test_no_study_touches_cgroups_or_cache_method_itself():
-    bad = [f"{p.relative_to(REPO)}: {w}" for p in sorted((LIB / "studies").rglob("*.py"))
-           for w in _touches_cgroups_or_cache_method(p)]
+def test_no_study_or_kit_module_touches_cgroups_or_what_the_engine_records():
+    files = sorted([*(LIB / "studies").rglob("*.py"), *(LIB / "kit").rglob("*.py")])
+    bad = [f"{p.relative_to(REPO)}: {w}" for p in files for w in _touches_cgroups_or_cache_method(p)]
     assert not bad, bad
 
 
 def test_the_cgroup_rule_sees_what_the_studies_did_before():
-    """What train_resnet50 and checkpoint wrote before the engine owned their jobs is caught."""
+    """What train_resnet50 and checkpoint wrote before the engine owned their jobs is caught, and what kit and five
+    studies wrote before the engine owned the gateway's cgroup and `emulated`."""
     probe = ("group = cgroups.Cgroup('framework-tensorflow', io=io).create()\njob.group.set_io(io)\n"
              "job.group.set_memory_limit(limit)\ng.clear_io_limits(io)\nrun.cache_method = _settle(where)\n"
-             "a.cache_method, b = 'x', 1\nclass C(cgroups.Cgroup):\n    pass\n")
-    found = _touches_cgroups_or_cache_method(LIB / "studies" / "probe.py", probe)
+             "a.cache_method, b = 'x', 1\nclass C(cgroups.Cgroup):\n    pass\nrun.emulated = applied\n"
+             "g = cgroups.Cgroup(f'{study}-{t.name}-gateway', io=io).create()\n")
+    found = _touches_cgroups_or_cache_method(LIB / "kit" / "probe.py", probe)
     assert sorted(w.split(" ", 1)[1] for w in found) == sorted([
         "calls Cgroup()", "calls set_io()", "calls set_memory_limit()", "calls clear_io_limits()",
-        "assigns cache_method", "assigns cache_method", "subclasses Cgroup"]), found
+        "assigns cache_method", "assigns cache_method", "subclasses Cgroup", "assigns emulated",
+        "calls Cgroup()"]), found
 
 
 # A run's workers are launched once (kit/ranks.py: forked or MPI, in the run's cgroup, start line, a dead worker's

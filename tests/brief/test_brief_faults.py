@@ -177,7 +177,7 @@ def assert_brief(page: str, bad: str | None = None, why: str | None = None, good
 def study_rows(study: str) -> list[dict]:
     """Four runs the study's gate accepts: the engine's columns and every column its metrics room
     declares (numbers where it declares numbers), so that the fault planted is the only reason."""
-    kinds = getattr(REGISTRY[study].room("metrics"), "RUNS_COLUMNS", {})
+    kinds = REGISTRY[study].room("metrics").RUNS_COLUMNS
     rows = []
     for t in TARGETS:
         for repeat in (1, 2):

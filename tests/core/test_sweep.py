@@ -36,6 +36,8 @@ def _study(**hooks) -> FakeStudy:
         plan=lambda sw: [sweep.Point(c, r, f"config {c}") for c in ("a", "b") for r in (1, 2)],
         run_id=lambda c, t, r: f"fake-{c}-{t.name}-r{r}",
         run_one=lambda run, c: sweep.Measurement({"config": c, "value_s": 1.0}),
+        configure=None, skip=None, finish=None, close=None,      # optional hooks: declared (core/contract.py)
+        COLUMNS=(),                                              # the metrics room's (the same object here)
     )
     defaults.update(hooks)
     return FakeStudy(name="fake", command="fake", title="Fake", notebook="", outputs=(), brief_inputs=(),
@@ -204,3 +206,52 @@ def test_an_adaptive_plan_gets_each_recorded_row_and_decides_the_next_run(params
     assert plans[0].seen == [(t, c, "ok") for t, c in zip(frame.target, frame.config)] and skipped == []
     status = json.loads((tmp_path / "out" / "status.json").read_text())
     assert status["runs_done"] == 6 and status["runs_planned"] == 6     # done + what the plan said was left
+
+
+class SubsetParams(config.OnSomeTargets):
+    pass
+
+
+def test_a_section_with_targets_runs_on_those_only_narrowed_by_the_engine(params, tmp_path):
+    """config.OnSomeTargets: the engine narrows the targets before prepare; an unknown name is a ParamsError."""
+    config.register_section("fake", lambda: SubsetParams)
+    data = yaml.safe_load((tmp_path / "params.yaml").read_text())
+    for names, want in ((["two"], {"two"}), ([], {"one", "two"})):
+        data["fake"] = {"targets": names}
+        (tmp_path / "params.yaml").write_text(yaml.safe_dump(data))
+        frame = sweep.run(_study(), config.load(tmp_path / "params.yaml"), tmp_path / f"out{len(names)}",
+                          log=lambda *_: None, progress="off")
+        assert set(frame.target) == want
+    data["fake"] = {"targets": ["nope"]}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(config.ParamsError, match="unknown target 'nope'; allowed: one, two"):
+        sweep.run(_study(), config.load(tmp_path / "params.yaml"), tmp_path / "out9", log=lambda *_: None,
+                  progress="off")
+
+
+def test_the_engine_shows_the_runs_after_one_and_a_run_ahead_of_it(params, tmp_path):
+    """sweep.runs_after / sweep.ahead: the fixed plan's order as the engine runs it, not rebuilt by a study."""
+    study = _study()
+    sw = sweep.Sweep(study, params, tmp_path / "out", log=lambda *_: None)
+    assert sw.planned() == [] and sw.runs_after("fake-a-one-r1") == []          # no plan yet
+    sw.set_plan(study.room("run").plan(sw))
+    assert [r.run_id for r in sw.runs_after("fake-a-two-r2")] == ["fake-b-one-r1", "fake-b-two-r1",
+                                                                   "fake-b-one-r2", "fake-b-two-r2"]
+    assert sw.runs_after("fake-b-two-r2") == [] and sw.runs_after("not-planned") == []
+    nxt = sw.runs_after("fake-a-one-r1")[0]
+    ahead = sw.ahead(nxt)
+    assert (nxt.config, nxt.target.name, nxt.repeat, ahead.run_id) == ("a", "two", 1, "fake-a-two-r1")
+    ahead.close()
+
+
+def test_a_held_cgroup_with_the_targets_profile_makes_its_runs_emulated(params, tmp_path):
+    """A sweep-scoped cgroup holding a target's profile (an S3 gateway's, brokers') makes every run on that
+    target `emulated` while it lives: the engine records it, the study does not."""
+    sw = sweep.Sweep(_study(), params, tmp_path / "out", log=lambda *_: None)
+    one, two = sw.targets
+    group = types.SimpleNamespace(dirs={"blkio": (1, tmp_path)}, remove=lambda: group.dirs.clear())
+    sw.hold(group, two)
+    assert sweep.Run(sw, two, 1, "r1").emulated and not sweep.Run(sw, one, 1, "r2").emulated
+    group.remove()
+    assert not sweep.Run(sw, two, 1, "r3").emulated
+    sw.jobs.end_all()

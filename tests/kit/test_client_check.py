@@ -101,23 +101,25 @@ def test_no_move_within_a_wide_spread_is_inconclusive():
     assert client_check.verdict_word(wide) == "inconclusive (the repeats of gib_per_s spread 67 % of their mean)"
 
 
-def test_a_run_without_a_cgroup_gets_its_own_to_confine(monkeypatch):
+def test_a_run_without_a_cgroup_gets_its_own_to_confine():
     """An unthrottled target's run has no cgroup: the check makes it one (under v2 the half is set on it) and its
-    processes join it beside any cpuset child; when none can be made, confine() falls back by itself."""
+    processes join it beside any cpuset child (the engine's run.confine_cpus makes that: core/cpu_confine.py); when
+    none can be made, the confinement falls back by itself."""
     from types import SimpleNamespace
     own = SimpleNamespace(procs_files=["/own/cgroup.procs"])
     got = {}
 
-    def fake_confine(name, cpus, group=None):
+    def confine_cpus(cpus, group=None):
         got["group"] = group
         return client_check.Confinement(cpus, client_check.CPUSET + " (v1)", procs_files=["/cpuset/cgroup.procs"])
-    monkeypatch.setattr(client_check, "confine", fake_confine)
     notes = []
-    run = SimpleNamespace(run_id="r", cgroup=lambda suffix: own, sweep=SimpleNamespace(note=notes.append))
+    run = SimpleNamespace(run_id="r", cgroup=lambda suffix: own, confine_cpus=confine_cpus,
+                          sweep=SimpleNamespace(note=notes.append))
     conf = client_check.confine_run(run, None)
     assert got["group"] is own and conf.procs_files == ["/own/cgroup.procs", "/cpuset/cgroup.procs"] and not notes
 
     def refuse(suffix):
         raise cgroups.CgroupUnavailable("not root")
-    conf = client_check.confine_run(SimpleNamespace(run_id="r", cgroup=refuse, sweep=run.sweep), None)
+    conf = client_check.confine_run(SimpleNamespace(run_id="r", cgroup=refuse, confine_cpus=confine_cpus,
+                                                    sweep=run.sweep), None)
     assert got["group"] is None and conf.procs_files == ["/cpuset/cgroup.procs"]

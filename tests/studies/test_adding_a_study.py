@@ -74,6 +74,9 @@ TOY = {
             run.stop_clock()
             return Measurement({"size_kib": size_kib, "write_s": seconds,
                                 "write_mb_per_s": size_kib * 1024 / seconds / 1e6})
+
+
+        configure = skip = finish = close = None      # the optional hooks it has not
         ''',
     "metrics.py": '''
         from ...core.columns import Column
@@ -100,6 +103,9 @@ TOY = {
 
         def section(study_dir, frame, names):
             show_table(frame[["target", "size_kib", "write_mb_per_s"]], "toy writes")
+
+
+        answers = trace_workloads = None
         ''',
 }
 

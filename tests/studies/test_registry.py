@@ -84,3 +84,26 @@ def test_cli_commands_and_params_sections_come_from_the_registry():
     assert studies.get("train-resnet50") is studies.get("train_resnet50")
     with pytest.raises(KeyError, match="registered"):
         studies.get("nope")
+
+
+def _cross_study_reads(study) -> list[tuple[str, str]]:
+    """(where, reports/<other>/<file>) for every `... / "<other study>" / "<file>"` in the study's package."""
+    others = {s.name for s in STUDIES} - {study.name}
+    out = []
+    for path in sorted((REPO / study.source_dir).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and isinstance(node.right, ast.Constant)
+                    and isinstance(node.left, ast.BinOp) and isinstance(node.left.right, ast.Constant)
+                    and node.left.right.value in others):
+                out.append((f"{path.name}:{node.lineno}", f"reports/{node.left.right.value}/{node.right.value}"))
+    return out
+
+
+def test_every_cross_study_read_is_a_declared_dependency():
+    """A study that reads another study's output declares it (Study.upstream, a dep of its DVC stage), so DVC runs
+    that stage first and re-runs this one when it changes."""
+    found = {s.name: _cross_study_reads(s) for s in STUDIES}
+    assert "reports/transfer_sweep/points.csv" in [d for _, d in found["object_sweep"]]     # the rule sees it
+    bad = [f"{name}: {where} reads {dep}" for name, reads in found.items() for where, dep in reads
+           if dep not in studies.REGISTRY[name].upstream]
+    assert not bad, bad

@@ -18,8 +18,8 @@ import pandas as pd
 
 from ..core import config as config_mod
 from ..studies import get as get_study
-from ..report import accelerators, formatting
-from . import inputs
+from ..report import formatting
+from . import accelerators, inputs
 from ..report.display import Appendix, details_to, limits_box, set_target_order, show_html, show_md, show_table
 
 
@@ -191,7 +191,7 @@ def answers(reports_dir: str | Path) -> None:
     rows = []
     studies = inputs.readable(reports_dir)
     found_by = {s.key: _study_answers(s) for s in studies}
-    # "How many accelerators": one reconciled row per target (report/accelerators.py) in place of the emulate
+    # "How many accelerators": one reconciled row per target (brief/accelerators.py) in place of the emulate
     # and transfer-size studies' own rows, placed where the first of them stood
     by_key = {s.key: s for s in studies}
     both = ("emulate", "transfer_sweep")

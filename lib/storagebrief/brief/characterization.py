@@ -53,7 +53,7 @@ def workloads(study, runs: pd.DataFrame, chz: pd.DataFrame, names: list[str]) ->
     """(label, run_id) of the representative runs of a study that have a characterization row."""
     have = set(chz.run_id)
     try:
-        pick = getattr(study.room("brief"), "trace_workloads", None)
+        pick = study.room("brief").trace_workloads
     except ImportError:
         pick = None
     chosen = [(lab, rid) for lab, rid in (pick(runs, names) if pick else []) if rid in have]

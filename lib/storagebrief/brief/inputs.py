@@ -198,7 +198,7 @@ def read_study(key: str, study_dir: str | Path) -> StudyInput:
         frame = read_csv(d / RUNS)
         if frame.empty:
             raise Unreadable(f"{RUNS} holds no runs (a header line only)")
-        _check_columns(frame, {**COMMON_KINDS, **getattr(study.room("metrics"), "RUNS_COLUMNS", {})})
+        _check_columns(frame, {**COMMON_KINDS, **study.room("metrics").RUNS_COLUMNS})
         for col in ("run_id", "target", "repeat"):     # every row the engine writes has them
             blank = frame[col].isna().to_numpy().nonzero()[0]
             if len(blank):

@@ -49,10 +49,12 @@ ENGINE_COLUMNS: tuple[Column, ...] = (
 REQUIRED_COLUMNS: tuple[str, ...] = ("study", "run_id", "target", "repeat", "started_at", "cache_method")
 
 
-def kinds(names, declared: tuple[Column, ...] = ENGINE_COLUMNS) -> dict[str, str]:
-    """name -> kind ("text" | "number" | "bool") for `names`, from their declarations."""
+def kinds(names, declared: tuple[Column, ...] = ENGINE_COLUMNS, may_be_absent=()) -> dict[str, str]:
+    """name -> kind ("text" | "number" | "bool") for `names`, from their declarations; a name in
+    `may_be_absent` gets "?" after its kind (the brief's gate: absent when every run failed, else that kind).
+    A metrics room's RUNS_COLUMNS is kinds(REQUIRED, COLUMNS): an undeclared name is a KeyError."""
     by_name = {c.name: c.kind for c in declared}
-    return {n: by_name[n] for n in names}
+    return {**{n: by_name[n] for n in names}, **{n: by_name[n] + "?" for n in may_be_absent}}
 
 
 MONITOR_COLUMNS: tuple[Column, ...] = (

@@ -128,6 +128,12 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class OnSomeTargets(Strict):
+    """A study section that may run on some of the targets: the engine (core.sweep.Sweep) narrows the sweep's
+    targets to `targets` before the study's prepare; an unknown name is a ParamsError naming the allowed ones."""
+    targets: list[str] = Field(default_factory=list)   # subset of target names; [] = every target
+
+
 class TargetParams(Strict):
     name: str
 

@@ -14,7 +14,19 @@ Either way every run is a normal run of the engine (cold cache, cgroups, monitor
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """A run of a fixed plan as the engine will start it (Sweep.planned, Sweep.runs_after): for a study that
+    starts work for a later run ahead of it (train_resnet50's jobs). Its config is the plan's: a study's
+    configure hook, if any, settles it only when the run starts."""
+    config: Any
+    target: Any           # core.targets.Target
+    repeat: int
+    run_id: str
 
 
 class FixedPlan:

@@ -1,5 +1,5 @@
 """What a Run does to things beyond its own cgroups: a long-lived job's limits for this run, and how the
-run's cache was made cold. Mixed into core.sweep.Run, so a study sets neither a cgroup limit nor
+run's cache was made cold. Mixed into core.measured_run.Run (core.sweep.Run), so a study sets neither a cgroup limit nor
 `cache_method` itself (tests/test_code_shape.py holds the studies to it).
 
 Limits: `run.limit_job(job)` puts the target's emulated profile (and, if asked, a memory limit) on a
@@ -23,7 +23,7 @@ TARGET = object()       # limit_job's default io: the run's target's emulated pr
 
 
 class RunLimits:
-    """Mixed into core.sweep.Run (which sets target, params, emulated, cache_method and unthrottled())."""
+    """Mixed into core.measured_run.Run (which sets target, params, emulated, cache_method and unthrottled())."""
 
     # -- a long-lived job's limits -------------------------------------------------------------
     def limit_job(self, job, io=TARGET, memory_limit_bytes: int | None = None) -> bool:
@@ -67,7 +67,7 @@ class RunLimits:
         group = self.throttle(suffix)
         if group is not None:
             self.release(group)
-            self.sweep.jobs.hold(group)
+            self.sweep.hold(group, self.target)    # the target's later runs are emulated while it lives
         return group
 
     # -- cache methods (the row's cache_method) ------------------------------------------------

@@ -6,6 +6,7 @@ A study is a package `storagebrief.studies.<name>` with the same rooms:
   run      the sweep hooks the engine (core.sweep) calls: prepare, plan, run_one, finish
   metrics  arithmetic on runs.csv: headlines() and metrics() (metrics.json)
   brief    its section of the brief: section(study_dir, frame, target_names)
+(what run, metrics and brief hold is typed once: core/contract.py)
 plus worker modules of its own. The rooms are found by name, so the registry
 entry holds only what the CLI, the brief, DVC and the tests need to know, and
 importing the registry never imports a study's heavy libraries (TensorFlow).
@@ -79,6 +80,6 @@ class Study:
 
     def answers(self, study_dir, frame, target_names: list[str]) -> list[dict]:
         """The questions this study answers on the brief's first page: rows of {question, target,
-        answer, basis} from its own outputs (a study without `answers` in its brief room has none)."""
-        fn = getattr(self.room("brief"), "answers", None)
+        answer, basis} from its own outputs (a study whose brief room has `answers = None` has none)."""
+        fn = self.room("brief").answers
         return fn(Path(study_dir), frame, target_names) if fn is not None else []

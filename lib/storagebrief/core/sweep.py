@@ -5,7 +5,8 @@
          one atomic row in runs.csv, cleanup (even on an exception or a signal)
       -> notes.json, metrics.json, the study's finish()
 
-A study's `run` room supplies the hooks (module-level functions):
+A study's `run` room supplies the hooks (module-level functions; typed once in core/contract.py, where
+an optional hook the study has not is declared None):
   prepare(sweep)            datasets and prechecks, before any measured work; may narrow
                             sweep.targets and keep anything it needs in sweep.state
   plan(sweep) -> [Point]    configurations and repeats in run order, or an adaptive plan whose next
@@ -20,46 +21,25 @@ A study's `run` room supplies the hooks (module-level functions):
                             what prepare or run_one left running for later runs (servers, clusters)
 The engine owns what every study shares: the run table, common columns, the
 monitor and its time series, block traces (run.trace) and characterization.csv, cgroups
-created through the Run, long-lived jobs (sweep.jobs, their limits per run: core/longjob.py,
-core/run_limits.py), progress, notes.
+created through the Run (run.cgroup, run.throttle, run.confine_cpus) or the sweep (sweep.cgroup: a
+server's, for several runs), `emulated` (set whenever it applied a profile), a section's `targets`
+(config.OnSomeTargets), the run order (sweep.runs_after), long-lived jobs (sweep.jobs, their limits per
+run: core/longjob.py, core/run_limits.py), progress, notes.
 """
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import (blocktrace, cache, cgroups, characterize, columns, inventory, leftovers, longjob, monitor, outdir, plans,
+from . import (cgroups, characterize, columns, config, contract, inventory, leftovers, longjob, outdir, plans,
                results, targets as targets_mod)
 from .config import check_name
+from .contract import Measurement, Point
 from .engine_outputs import CHARACTERIZATION, TRACES
 from .lock import TargetLocks
+from .measured_run import Run, limits_set
 from .progress import Progress
-from .run_limits import RunLimits
-
-
-@dataclass(frozen=True)
-class Point:
-    """One configuration at one repeat; it runs on every target (or `targets` only)."""
-    config: Any
-    repeat: int
-    label: str
-    targets: tuple[str, ...] | None = None
-
-
-@dataclass
-class Measurement:
-    """What run_one returns: the study's columns and anything that goes beside runs.csv."""
-    row: dict
-    ok: bool = True                                    # False: a failed run
-    failure_reason: str = ""                           # why it failed (the engine writes both columns)
-    tables: dict[str, list[dict]] = field(default_factory=dict)   # file name -> rows to append
-    series: dict[str, Any] = field(default_factory=dict)          # suffix -> rows of timeseries/<run_id><suffix>.csv
-
-
-def _limits_set(io) -> bool:
-    return io is not None and any((io.read_bps, io.write_bps, io.read_iops, io.write_iops))
 
 
 class Sweep:
@@ -77,11 +57,41 @@ class Sweep:
         self.progress: Progress | None = None
         self.hosts: dict[str, dict] = {}      # client hosts of multi-host runs: name -> role, facts
         self.jobs = longjob.Jobs()            # processes that outlive a run: ended by the engine (core/longjob.py)
+        self._throttles: dict[str, list[cgroups.Cgroup]] = {}   # target -> held cgroups holding its profile
+        self._plan = None                     # what the engine runs (set_plan)
+        self._only_the_section_targets()
         self._leave_out_object_targets()
+
+    def _only_the_section_targets(self) -> None:
+        """A section with `targets` (config.OnSomeTargets) runs on those only; an unknown name is a ParamsError."""
+        if isinstance(self.p, config.OnSomeTargets) and self.p.targets:
+            for name in self.p.targets:
+                self.params.target(name)      # unknown -> ParamsError naming the allowed ones
+            self.targets = [t for t in self.targets if t.name in self.p.targets]
+
+    def cgroup(self, name: str, target=None, io=None, kill_on_remove: bool = False) -> cgroups.Cgroup:
+        """A cgroup for processes that serve several runs (an S3 gateway, brokers): removed when the sweep ends, or
+        earlier by the study (group.remove()). With io limits of `target`'s profile, every run on that target is
+        recorded `emulated` while it lives. Raises CgroupUnavailable with the reason."""
+        group = cgroups.Cgroup(name, io=io).create()
+        group.kill_on_remove = kill_on_remove
+        return self.hold(group, target if limits_set(io) else None)
+
+    def hold(self, group: cgroups.Cgroup, target=None) -> cgroups.Cgroup:
+        """Own a cgroup that outlives a run (sweep.cgroup, run.lasting_throttle); `target`: it holds that target's
+        emulated profile."""
+        self.jobs.hold(group)
+        if target is not None:
+            self._throttles.setdefault(target.name, []).append(group)
+        return group
+
+    def throttled(self, target_name: str) -> bool:
+        """A cgroup the sweep holds throttles this target's processes (its runs are emulated)."""
+        return any(g.dirs for g in self._throttles.get(target_name, []))
 
     def _leave_out_object_targets(self) -> None:
         """A study that measures directories only runs without S3 targets (noted); with nothing else, refuses."""
-        if getattr(self.study, "object_targets", False) or all(t.s3 is None for t in self.targets):
+        if self.study.object_targets or all(t.s3 is None for t in self.targets):
             return
         left = [t.name for t in self.targets if t.s3 is not None]
         self.targets = [t for t in self.targets if t.s3 is None]
@@ -91,6 +101,31 @@ class Sweep:
         for name in left:
             self.note(f"target '{name}' is an S3 target; {self.study.name} measures directories only, so it ran "
                       "without it")
+
+    # -- the plan, as far as it is known -------------------------------------------------------
+    def set_plan(self, planned):
+        """The plan hook's answer as the plan the engine walks (core/plans.py); a test sets one as the engine does."""
+        self._plan = plans.as_plan(planned, self.target_names)
+        return self._plan
+
+    def planned(self) -> list[plans.PlannedRun]:
+        """A fixed plan's runs in the engine's order, each with its run id; [] before the plan, or for an adaptive
+        plan (its next run depends on rows not measured yet)."""
+        if not isinstance(self._plan, plans.FixedPlan):
+            return []
+        by_name, run_id = {t.name: t for t in self.targets}, self.study.room("run").run_id
+        return [plans.PlannedRun(pt.config, by_name[n], pt.repeat, run_id(pt.config, by_name[n], pt.repeat))
+                for pt, n in self._plan.todo]
+
+    def runs_after(self, run_id: str) -> list[plans.PlannedRun]:
+        """The runs the engine starts after `run_id`, in order (a skip hook may still leave one out)."""
+        runs = self.planned()
+        ids = [r.run_id for r in runs]
+        return runs[ids.index(run_id) + 1:] if run_id in ids else []
+
+    def ahead(self, planned: plans.PlannedRun) -> Run:
+        """A Run for work started ahead of a later run (its jobs, their cgroups and limits); the caller closes it."""
+        return Run(self, planned.target, planned.repeat, planned.run_id)
 
     def add_host(self, name: str, role: str, facts: dict | None = None) -> None:
         """A host that took part (e.g. MPI ranks on another client): inventory.json lists it with its
@@ -123,147 +158,6 @@ class Sweep:
 
     def all_notes(self) -> list[str]:
         return list(dict.fromkeys([w for t in self.targets for w in t.warnings] + self.notes))
-
-
-class Run(RunLimits):
-    """One measured run: its target, cold cache, cgroups, monitor, a long-lived job's limits; closed by the engine."""
-
-    def __init__(self, sweep: Sweep, target, repeat: int, run_id: str):
-        self.sweep, self.target, self.repeat, self.run_id = sweep, target, repeat, run_id
-        self.params, self.p, self.log = sweep.params, sweep.p, sweep.log
-        self.started_at = results.utc_now()
-        self.cache_method = ""
-        self.emulated = False
-        self.monitor = monitor.Monitor(target.device.name if target.device else None,
-                                       sweep.params.run.monitor_interval_s)
-        self._samplers: list = []
-        self._groups: list[cgroups.Cgroup] = []
-        self._clock = False
-        self._trace: blocktrace.BlockTrace | None = None
-        self.trace: blocktrace.TraceResult | None = None
-
-    # -- cold cache --------------------------------------------------------------------------
-    def cold_cache(self, paths) -> str:
-        """Make the next reads of `paths` come from the device; the method becomes cache_method."""
-        self.cache_method = cache.cold_cache(paths, self.params.run.cold_cache)
-        return self.cache_method
-
-    # -- cgroups -----------------------------------------------------------------------------
-    def cgroup(self, suffix: str = "", memory_limit_bytes: int | None = None, io=None) -> cgroups.Cgroup:
-        """A child cgroup removed when the run ends; raises CgroupUnavailable with the reason."""
-        name = f"{self.run_id}-{suffix}" if suffix else self.run_id
-        group = cgroups.Cgroup(name, memory_limit_bytes=memory_limit_bytes, io=io).create()
-        self._groups.append(group)
-        if _limits_set(io):
-            self.emulated = True
-        if group.inherited_io:
-            caps = ", ".join(f"{k.rsplit('.', 1)[-1].removesuffix('_device')} {v:,}"
-                             for k, v in group.inherited_io.items())
-            self.sweep.note(f"target '{self.target.name}': this process's own cgroup (or an ancestor) throttles the "
-                            f"target's device ({caps}); the run's cgroups carry that limit too, so its figures are "
-                            "capped by it")
-        return group
-
-    def release(self, group: cgroups.Cgroup) -> None:
-        """Let a cgroup outlive this run (run.lasting_throttle hands it to sweep.jobs, which removes it); a group
-        this run does not own is left as it is."""
-        if group in self._groups:
-            self._groups.remove(group)
-
-    def throttle(self, suffix: str = "") -> cgroups.Cgroup | None:
-        """A cgroup holding the target's emulated profile, or None (unthrottled target, or the
-        capability is missing: the reason goes to the target's warnings)."""
-        io = targets_mod.io_limits(self.target)
-        if io is None:
-            return None
-        try:
-            return self.cgroup(suffix, io=io)
-        except cgroups.CgroupUnavailable as exc:
-            self.unthrottled(exc)
-            return None
-
-    def unthrottled(self, reason) -> None:
-        msg = f"target '{self.target.name}': emulated profile not applied: {reason}"
-        if msg not in self.target.warnings:
-            self.target.warnings.append(msg)
-
-    # -- clock -------------------------------------------------------------------------------
-    def add_sampler(self, sampler) -> None:
-        """Anything with start()/stop() that samples alongside the monitor."""
-        self._samplers.append(sampler)
-
-    def start_clock(self) -> None:
-        """The measured interval begins: block trace (run.trace), device/CPU monitor and samplers start."""
-        self._start_trace()
-        self.monitor.start()
-        for s in self._samplers:
-            s.start()
-        self._clock = True
-
-    def stop_clock(self) -> None:
-        if not self._clock:
-            return
-        self._clock = False
-        for s in self._samplers:
-            s.stop()
-        self.monitor.stop()
-        self._stop_trace()
-
-    # -- block trace -------------------------------------------------------------------------
-    def trace_path(self) -> Path:
-        return self.sweep.out_dir / TRACES / f"{self.run_id}.tracefs-raw.gz"
-
-    def _start_trace(self) -> None:
-        """Block events of the target's device while the clock runs (tracefs instance of our own)."""
-        sweep, dev = self.sweep, self.target.device
-        if not self.params.run.trace or self._trace is not None:
-            return
-        if sweep.trace_off is None and (dev is None or dev.major is None):
-            self.sweep.note(f"target '{self.target.name}': no block device to trace "
-                            f"({dev.reason if dev else 'unresolved'}); characterization from diskstats only")
-            return
-        if sweep.trace_off is not None:
-            return
-        try:
-            self._trace = blocktrace.BlockTrace((dev.major, dev.minor), self.trace_path(),
-                                                self.params.run.trace_buffer_kib).start()
-        except blocktrace.TraceUnavailable as exc:
-            self._trace = None
-            sweep.trace_off = str(exc)
-            sweep.note(f"block tracing off: {exc}; characterization.csv holds what diskstats gives "
-                       "(read %, IOPS, mean request size), no per-request statistics")
-
-    def _stop_trace(self) -> None:
-        t, self._trace = self._trace, None
-        if t is not None:
-            self.trace = t.stop()
-
-    def discard_trace(self) -> None:
-        """An interrupted run leaves no row, so no trace either."""
-        if self._trace is not None:
-            self._trace.close()
-            self._trace = None
-        self.trace_path().unlink(missing_ok=True)
-
-    @property
-    def monitored(self) -> bool:
-        return bool(self.monitor.snapshots)
-
-    def close(self) -> None:
-        """Always runs: samplers, monitor and block trace stopped (tracing switched off, its
-        instance removed), every cgroup of this run removed, every long-lived job's limits lifted."""
-        try:
-            try:
-                self.stop_clock()
-            finally:
-                if self._trace is not None:
-                    self._trace.close()
-                    self._trace = None
-        finally:
-            for g in reversed(self._groups):
-                g.remove()
-            self._groups.clear()
-            self.lift_job_limits()
 
 
 def _common(run: Run) -> dict:
@@ -365,14 +259,13 @@ def run(study, params, out_dir: str | Path | None, log=print, progress: str = "a
         final = check_out_dir(out_dir if out_dir is not None else _default_out_dir(study, params))
         folder = outdir.OutputFolder(final, study.name, study.stage_outputs, params.run.on_busy_target,
                                      say).check()      # locks it (one writer), writes nothing in it yet
-        hooks = study.room("run")
+        hooks: contract.RunRoom = contract.checked(study.room("run"), contract.RunRoom, f"{study.package}.run")
         cgroups.install_handlers()
         sweep = Sweep(study, params, folder.work, log if bar.mode != "bar" else bar.message)
         sweep.progress = bar
         for line in leftovers.remove_leftovers():
             sweep.log(line)
             sweep.note(line)
-        close = getattr(hooks, "close", None)
         with TargetLocks(sweep.targets, params.run.on_busy_target, sweep.log) as locks:
             folder.create()
             where = f"results go to {final}" + (f" (written in {folder.work} until the study completes)"
@@ -385,8 +278,8 @@ def run(study, params, out_dir: str | Path | None, log=print, progress: str = "a
                 frame = _sweep(sweep, hooks, bar, folder)
             finally:
                 try:
-                    if close is not None:
-                        close(sweep)
+                    if hooks.close is not None:
+                        hooks.close(sweep)
                 finally:
                     sweep.jobs.end_all()     # however the sweep ended: no long-lived job outlives it
         folder.complete()
@@ -431,7 +324,7 @@ def _why_stopped(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _sweep(sweep: Sweep, hooks, bar: Progress, folder: outdir.OutputFolder):
+def _sweep(sweep: Sweep, hooks: contract.RunRoom, bar: Progress, folder: outdir.OutputFolder):
     study, log = sweep.study, sweep.log
     sweep.out_dir.mkdir(parents=True, exist_ok=True)
     (sweep.out_dir / "timeseries").mkdir(exist_ok=True)
@@ -440,19 +333,17 @@ def _sweep(sweep: Sweep, hooks, bar: Progress, folder: outdir.OutputFolder):
     results.write_json(sweep.out_dir / "inventory.json", inventory.collect(sweep.params, sweep.targets))
     sweep.table = results.RunTable(sweep.out_dir / "runs.csv")
     results.write_json(sweep.out_dir / columns.SCHEMA_FILE,
-                       columns.schema(study.name, getattr(study.room("metrics"), "COLUMNS", ())))
-    plan = plans.as_plan(hooks.plan(sweep), sweep.target_names)
+                       columns.schema(study.name, study.room("metrics").COLUMNS))
+    plan = sweep.set_plan(hooks.plan(sweep))
     by_name = {t.name: t for t in sweep.targets}
     bar.start(plan.runs_left(), plan.kind)
     folder.progress(0, plan.runs_left())
-    skip = getattr(hooks, "skip", None)
-    configure = getattr(hooks, "configure", None)
     while (item := plan.next()) is not None:
         pt, target = item[0], by_name[item[1]]
-        if skip is not None and plan.kind == "plan" and skip(sweep, pt, target):
+        if hooks.skip is not None and plan.kind == "plan" and hooks.skip(sweep, pt, target):
             bar.skip()
             continue
-        cfg = configure(sweep, pt.config, target) if configure is not None else pt.config
+        cfg = hooks.configure(sweep, pt.config, target) if hooks.configure is not None else pt.config
         run_id = check_name(hooks.run_id(cfg, target, pt.repeat), "run id", 200)   # timeseries/<run_id>.csv
         bar.begin(target.name, pt.label, pt.repeat)
         if bar.mode != "bar":
@@ -471,10 +362,9 @@ def _sweep(sweep: Sweep, hooks, bar: Progress, folder: outdir.OutputFolder):
         bar.end("ok" if m.ok else "failed", runs_left=plan.runs_left())
         folder.progress(len(sweep.table.rows), bar.total)   # a search's total: done + at most what is left
     frame = sweep.frame()
-    finish = getattr(hooks, "finish", None)
     try:
-        if finish is not None:
-            finish(sweep, frame)
+        if hooks.finish is not None:
+            hooks.finish(sweep, frame)
     finally:
         results.write_json(sweep.out_dir / "notes.json", {"warnings": sweep.all_notes()})
         results.write_json(sweep.out_dir / "metrics.json", study.metrics(frame, sweep.target_names))

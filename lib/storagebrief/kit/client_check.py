@@ -7,15 +7,9 @@ a figure that fell by more than the repeats' spread (max − min) makes the poin
 only rose: client-sensitive; no move within a spread wider than WIDE_SPREAD of the mean: inconclusive;
 else not client-sensitive). MLPerf Storage has no such check (its client CPU still moves its metrics, mlcommons/storage#334).
 
-Confinement, first that works:
-  cgroup v1 cpuset   a child cgroup of our own cpuset cgroup (its own hierarchy: the run's memory /
-                     blkio cgroups stay as they are), `cpuset.cpus` = the half, `cpuset.mems` copied;
-  cgroup v2 cpuset   `cpuset.cpus` on the run's own v2 cgroup (a process is in one v2 cgroup only),
-                     the controller enabled in its parent; else `cpu.max` = half the CPUs' time;
-  sched_setaffinity  no cgroup could be had (not root, no delegation): every thread of each client
-                     process pins itself to the half (needs no privilege); the reason is recorded.
-The cgroup is a cgroups.Cgroup: removed when the run ends, at exit, on a signal, and after kill -9 by
-the leftovers sweep (its name carries our PID).
+Confinement is the engine's (run.confine_cpus, core/cpu_confine.py): a v1 cpuset child cgroup, else
+cpuset.cpus or cpu.max on the run's own v2 cgroup, else every client thread's affinity (the reason kept);
+a cgroup it makes is removed when the run ends.
 
 Rows (every study that runs the check): a confined re-run's row says `client_check = "half CPUs"`, an
 unconfined re-run made beside it (so a point measured once has a spread: kv_cache) `"all CPUs"`; both are
@@ -28,110 +22,17 @@ can say how busy the busiest core was (a machine 60 % busy on average can have o
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
-from pathlib import Path
 
 from ..core import cgroups
 from ..core.columns import Column
-
-CPUSET, QUOTA, AFFINITY = "cgroup cpuset", "cgroup cpu.max quota", "sched_setaffinity"
+# the engine's confinement, in the check's words (its rows' cpu_confinement, the tests)
+from ..core.cpu_confine import AFFINITY, CPUSET, Confinement, confine  # noqa: F401
 
 
 def half_cpus(cpus: list[int] | None = None) -> list[int]:
     """The first half (at least one) of the CPUs this process may run on."""
     cpus = sorted(cpus if cpus is not None else os.sched_getaffinity(0))
     return cpus[: max(1, len(cpus) // 2)]
-
-
-def cpu_list(cpus: list[int]) -> str:
-    return ",".join(str(c) for c in cpus)
-
-
-class CpusetCgroup(cgroups.Cgroup):
-    """A v1 cpuset child cgroup of our own cpuset cgroup (removed like every Cgroup)."""
-
-    def __init__(self, name: str, cpus: list[int]):
-        super().__init__(name)
-        self.cpus = cpus
-
-    def create(self) -> "CpusetCgroup":
-        try:
-            version, parent = cgroups.controller_dir("cpuset")
-            if version != 1:
-                raise cgroups.CgroupUnavailable("the cpuset controller is in the v2 hierarchy")
-            d = parent / self.name
-            d.mkdir(exist_ok=True)
-            self.dirs["cpuset"] = (1, d)
-            cgroups._live[self.name] = self
-            cgroups.install_handlers()
-            (d / "cpuset.mems").write_text((parent / "cpuset.mems").read_text().strip() or "0")
-            (d / "cpuset.cpus").write_text(cpu_list(self.cpus))
-        except PermissionError as exc:
-            self.remove()
-            raise cgroups.CgroupUnavailable(f"cpuset cgroup: permission denied ({exc.filename}; not root?)") from None
-        except OSError as exc:
-            self.remove()
-            raise cgroups.CgroupUnavailable(f"cpuset cgroup: {exc}") from None
-        return self
-
-
-@dataclass
-class Confinement:
-    """How a run's client processes are held to `cpus`; `procs_files` are joined like the run's own cgroup's,
-    `affinity` (when not empty) is applied by each process to all its threads (apply_affinity)."""
-    cpus: list[int]
-    method: str
-    reason: str = ""                                 # why no cgroup was used, when none was
-    procs_files: list[str] = field(default_factory=list)
-    affinity: list[int] = field(default_factory=list)
-    group: cgroups.Cgroup | None = None
-
-    def describe(self) -> str:
-        how = f"{self.method} {cpu_list(self.cpus)}"
-        return f"{how} ({self.reason})" if self.reason else how
-
-    def remove(self) -> None:
-        if self.group is not None:
-            self.group.remove()
-
-
-def _v2_run_dir(run_group) -> Path | None:
-    for version, d in (run_group.dirs.values() if run_group is not None else ()):
-        if version == 2:
-            return d
-    return None
-
-
-def _v2_confine(d: Path, cpus: list[int], total: int) -> str:
-    """cpuset.cpus on a v2 cgroup, else cpu.max; returns the method used (raises OSError/CgroupUnavailable)."""
-    try:
-        cgroups.Cgroup._enable_v2(d.parent, "cpuset")
-        (d / "cpuset.cpus").write_text(cpu_list(cpus))
-        return CPUSET + " (v2)"
-    except (OSError, cgroups.CgroupUnavailable):
-        cgroups.Cgroup._enable_v2(d.parent, "cpu")
-        period = 100_000
-        (d / "cpu.max").write_text(f"{period * len(cpus)} {period}")
-        return QUOTA + f" (v2, {len(cpus)} of {total} CPUs' time)"
-
-
-def confine(name: str, cpus: list[int], run_group=None) -> Confinement:
-    """Hold a run's client processes to `cpus`: a cgroup when one can be had, else their affinity (reason kept)."""
-    total = len(os.sched_getaffinity(0))
-    reasons = []
-    d = _v2_run_dir(run_group)
-    if d is not None:
-        try:
-            return Confinement(cpus, _v2_confine(d, cpus, total))
-        except (OSError, cgroups.CgroupUnavailable) as exc:
-            reasons.append(f"v2: {exc}")
-    else:
-        try:
-            group = CpusetCgroup(name, cpus).create()
-            return Confinement(cpus, CPUSET + " (v1)", procs_files=group.procs_files, group=group)
-        except cgroups.CgroupUnavailable as exc:
-            reasons.append(str(exc))
-    return Confinement(cpus, AFFINITY, reason="no cgroup: " + "; ".join(reasons), affinity=list(cpus))
 
 
 def apply_affinity(cpus: list[int]) -> None:
@@ -290,7 +191,7 @@ def confine_run(run, group) -> Confinement:
             own = run.cgroup("clients")
         except cgroups.CgroupUnavailable:
             pass                          # confine() says why it fell back to affinity
-    conf = confine(f"{run.run_id}-cpuset", half_cpus(), group or own)
+    conf = run.confine_cpus(half_cpus(), group or own)        # the engine's: a cpuset cgroup ends with the run
     if own is not None:
         conf.procs_files = own.procs_files + conf.procs_files
     if conf.reason:

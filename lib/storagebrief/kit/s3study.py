@@ -23,14 +23,12 @@ def gateway_group(sweep, t, study: str) -> cgroups.Cgroup | None:
     io = targets_mod.io_limits(t, accounting=True)
     if io is None:
         return None
-    try:
-        g = cgroups.Cgroup(f"{study}-{t.name}-gateway", io=io).create()
+    try:       # the engine's: removed when the sweep ends at the latest; its profile makes the target's runs emulated
+        return sweep.cgroup(f"{study}-{t.name}-gateway", t, io=io, kill_on_remove=True)
     except cgroups.CgroupUnavailable as exc:
         if t.emulated:
             sweep.note(f"target '{t.name}': emulated profile not applied to its S3 gateway: {exc}")
         return None
-    g.kill_on_remove = True
-    return g
 
 
 def open_store(sweep, t, study: str, tag: str, pool: int) -> tuple[ObjectStore, cgroups.Cgroup | None]:
@@ -70,13 +68,11 @@ def store_for(sweep, t, study: str, tag: str, pool: int, state, root) -> store_m
 
 def client_group(run, store: store_mod.Store):
     """The cgroup a run's client goes in: the target's throttle where the client reads the device itself (a
-    directory); none where a server does (a local gateway, in its own cgroup holding the throttle: the run is
-    emulated when that cgroup is there), or the device is elsewhere (an external store)."""
+    directory); none where a server does (a local gateway, in its own cgroup holding the throttle: the engine
+    records the run emulated while that cgroup is there), or the device is elsewhere (an external store)."""
     if store.client_reads_device:
         return run.throttle()
-    if store.group is not None and run.target.emulated:
-        run.emulated = True
-    return None
+    return None         # a gateway's cgroup is the sweep's (sweep.cgroup): the engine records the run emulated
 
 
 def close_all(stores, groups) -> list[str]:

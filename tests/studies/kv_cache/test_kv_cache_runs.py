@@ -184,7 +184,7 @@ def test_the_cpu_tier_holds_whole_caches_and_evicts_them_to_storage_at_full_size
     assert moved["tier"] == "storage" and os.path.getsize(moved["path"]) == 40 * bpt
     assert c.tier.used == 48 * bpt and list(c.tier.entries) == ["b"]
     c._reload(a, 0)                                               # read back from storage, cold
-    reads = [r for r in c.records if r[0] == "read"]
-    assert [(r[1], r[4], r[5]) for r in reads] == [("storage", 40 * bpt, 40)]
+    reads = [r for r in c.records if r.op == "read"]
+    assert [(r.tier, r.nbytes, r.tokens) for r in reads] == [("storage", 40 * bpt, 40)]
     c._drop(a)
     assert not os.path.exists(moved["path"])

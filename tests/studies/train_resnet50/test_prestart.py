@@ -34,7 +34,14 @@ def _sweep(tmp_path, **train):
     sw = sweep.Sweep(STUDY, params, tmp_path / "out", log=lambda *a: None)
     sw.targets = targets_mod.resolve_all(params)
     sw.state = trr.TrainState(datasets={"a": None, "b": None}, memory_unavailable=None)
-    return sw, trr.plan(sw)
+    points = trr.plan(sw)
+    sw.set_plan(points)                              # as the engine does: sweep.runs_after reads it
+    return sw, points
+
+
+def _order(sw) -> list[tuple]:
+    """(config, target, repeat) of every run, in the engine's order (sweep.planned)."""
+    return [(r.config, r.target, r.repeat) for r in sw.planned()]
 
 
 def _make(made):
@@ -45,20 +52,19 @@ def _make(made):
 
 
 def _run(sw, k: int) -> sweep.Run:
-    spec, target, repeat = sw.state.order[k]
-    return sweep.Run(sw, target, repeat, trr.run_id_for(spec, target.name, repeat))
+    return sw.ahead(sw.planned()[k])
 
 
 def test_a_cold_run_starts_the_next_runs_jobs_when_it_cannot_pass_on_its_own(tmp_path):
     sw, points = _sweep(tmp_path, memory_limits=["2GiB"], parallel_models=[2])
-    order = sw.state.order
+    order = _order(sw)
     assert [(s.sweep, s.models, t.name) for s, t, _ in order] == [
         ("memory", 1, "a"), ("memory", 1, "b"), ("parallel", 2, "a"), ("parallel", 2, "b")]
     made = []
-    prestart.start_next(_run(sw, 0), _make(made), trr.run_id_for, trr.cpu_split)
+    prestart.start_next(_run(sw, 0), _order(sw)[0][0], _make(made), trr.cpu_split)
     assert made == [] and sw.state.early is None        # the next run limits by size: it may be refused
     assert prestart.take(sw.state, _run(sw, 1).run_id) is None
-    prestart.start_next(_run(sw, 1), _make(made), trr.run_id_for, trr.cpu_split)
+    prestart.start_next(_run(sw, 1), _order(sw)[1][0], _make(made), trr.cpu_split)
     third = _run(sw, 2)
     assert made == [(third.run_id, 2)] and all(j.started for j in sw.state.early.jobs)   # K = 2: both early
     assert prestart.take(sw.state, _run(sw, 3).run_id) is None      # not that run's jobs: kept
@@ -66,19 +72,19 @@ def test_a_cold_run_starts_the_next_runs_jobs_when_it_cannot_pass_on_its_own(tmp
     assert len(jobs) == 2 and sw.state.early is None
     assert prestart.take(sw.state, third.run_id) is None              # taken once
     # the K = 2 run on 'a' leaves its jobs to the one on 'b' (reuse.py): nothing starts early
-    prestart.start_next(third, _make(made), trr.run_id_for, trr.cpu_split)
-    prestart.start_next(_run(sw, 3), _make(made), trr.run_id_for, trr.cpu_split)   # the last run
+    prestart.start_next(third, _order(sw)[2][0], _make(made), trr.cpu_split)
+    prestart.start_next(_run(sw, 3), _order(sw)[3][0], _make(made), trr.cpu_split)   # the last run
     assert made == [(third.run_id, 2)] and sw.state.early is None
 
 
 def test_no_early_start_for_a_size_limit_and_an_interrupt_kills_early_jobs(tmp_path):
     sw, _ = _sweep(tmp_path, memory_limits=["none", "2GiB"], parallel_models=[1])
     made = []
-    prestart.start_next(_run(sw, 1), _make(made), trr.run_id_for, trr.cpu_split)   # next: 2GiB on 'a'
+    prestart.start_next(_run(sw, 1), _order(sw)[1][0], _make(made), trr.cpu_split)   # next: 2GiB on 'a'
     assert made == [] and sw.state.early is None                       # it may be refused: not started
-    prestart.start_next(_run(sw, 0), _make(made), trr.run_id_for, trr.cpu_split)
+    prestart.start_next(_run(sw, 0), _order(sw)[0][0], _make(made), trr.cpu_split)
     assert made == [] and sw.state.early is None                       # run 0 passes its job on instead
-    prestart.start_next(_run(sw, 3), _make(made), trr.run_id_for, trr.cpu_split)   # 2GiB 'b' -> 2.5:1 'a'
+    prestart.start_next(_run(sw, 3), _order(sw)[3][0], _make(made), trr.cpu_split)   # 2GiB 'b' -> 2.5:1 'a'
     early = sw.state.early.jobs
     prestart.drop(sw.state)
     assert all(j.killed for j in early) and sw.state.early is None
@@ -108,25 +114,25 @@ class Reusable(StandIn):
 
 def test_jobs_are_kept_for_the_next_run_with_as_many_models_on_any_target(tmp_path):
     sw, _ = _sweep(tmp_path, memory_limits=["none", "2.5:1", "2GiB"], parallel_models=[1, 2])
-    order = sw.state.order
+    order = _order(sw)
     assert [(s.sweep, s.memory, s.models, t.name) for s, t, _ in order] == [
         ("memory", "none", 1, "a"), ("memory", "none", 1, "b"), ("memory", "2.5:1", 1, "a"),
         ("memory", "2.5:1", 1, "b"), ("memory", "2GiB", 1, "a"), ("memory", "2GiB", 1, "b"),
         ("parallel", "2.5:1", 2, "a"), ("parallel", "2.5:1", 2, "b")]
     first = _run(sw, 0)
     job = Reusable(0, first.run_id)
-    assert reuse.keep(sw.state, first, order[0][0], [job], trr.run_id_for)
+    assert reuse.keep(sw.state, first, order[0][0], [job])
     made = []
-    prestart.start_next(first, _make(made), trr.run_id_for, trr.cpu_split)
+    prestart.start_next(first, order[0][0], _make(made), trr.cpu_split)
     assert made == []                                # the next run (on 'b') takes the kept job: none started
     second = _run(sw, 1)
     assert reuse.take(sw.state, second, order[1][0], [{"seed": 7}]) == [job]
     assert job.armed == [(second.run_id, {"seed": 7})] and sw.state.kept == {}
     # a size limit (made with the cgroup) never takes kept jobs; K = 2 takes K = 2 jobs; the last run keeps none
     assert not reuse.compatible(order[4][0]) and reuse.compatible(order[-1][0])
-    assert not reuse.keep(sw.state, _run(sw, 7), order[7][0], [Reusable(0, "x"), Reusable(1, "x")], trr.run_id_for)
+    assert not reuse.keep(sw.state, _run(sw, 7), order[7][0], [Reusable(0, "x"), Reusable(1, "x")])
     pair = [Reusable(0, _run(sw, 6).run_id), Reusable(1, _run(sw, 6).run_id)]
-    assert reuse.keep(sw.state, _run(sw, 6), order[6][0], pair, trr.run_id_for)
+    assert reuse.keep(sw.state, _run(sw, 6), order[6][0], pair)
     assert not reuse.available(sw.state, order[2][0], None)          # K = 1 finds no K = 2 jobs
     assert not reuse.available(sw.state, order[7][0], object())      # a throttled target needs their io group
     assert reuse.take(sw.state, _run(sw, 7), order[7][0], [{"seed": 1}, {"seed": 2}]) == pair
@@ -138,27 +144,27 @@ def test_jobs_are_kept_for_the_next_run_with_as_many_models_on_any_target(tmp_pa
 
 def test_jobs_wait_idle_across_other_runs_only_while_they_need_little_memory(tmp_path):
     sw, _ = _sweep(tmp_path, memory_limits=["none", "2.5:1"], parallel_models=[1, 2], ingest_mb_per_s=20)
-    order = sw.state.order
+    order = _order(sw)
     assert [(s.sweep, s.models) for s, _, _ in order][3:7] == [("memory", 1), ("parallel", 2), ("parallel", 2),
                                                                ("ingest", 1)]
     ram = trr.total_memory_bytes()
     big = Reusable(0, _run(sw, 0).run_id)
     big.need_bytes = ram // 4
-    assert reuse.keep(sw.state, _run(sw, 0), order[0][0], [big], trr.run_id_for)   # the next run takes it
+    assert reuse.keep(sw.state, _run(sw, 0), order[0][0], [big])   # the next run takes it
     sw.state.kept.clear()
     # after run 3 the K = 1 job would sit idle through both K = 2 runs: only if it needs <= RAM / 8
-    assert not reuse.keep(sw.state, _run(sw, 3), order[3][0], [big], trr.run_id_for)
+    assert not reuse.keep(sw.state, _run(sw, 3), order[3][0], [big])
     small = Reusable(0, _run(sw, 3).run_id)
     small.need_bytes = ram // 16
-    assert reuse.keep(sw.state, _run(sw, 3), order[3][0], [small], trr.run_id_for)
+    assert reuse.keep(sw.state, _run(sw, 3), order[3][0], [small])
     assert reuse.available(sw.state, order[6][0], None) and not reuse.available(sw.state, order[4][0], None)
 
 
 def test_a_kept_job_that_does_not_re_arm_is_killed_and_the_run_starts_its_own(tmp_path):
     sw, _ = _sweep(tmp_path, memory_limits=["none", "2.5:1"], parallel_models=[1])
-    order = sw.state.order
+    order = _order(sw)
     job = Reusable(0, _run(sw, 0).run_id)
-    assert reuse.keep(sw.state, _run(sw, 0), order[0][0], [job], trr.run_id_for)
+    assert reuse.keep(sw.state, _run(sw, 0), order[0][0], [job])
 
     def stalls(jobs, until, stall_s, timeout_s):
         raise RuntimeError("job 0 made no progress")
@@ -179,7 +185,7 @@ def test_the_study_close_ends_kept_and_early_jobs_even_after_an_error_between_ru
     def make_jobs(owner, spec, ds, setting, io, splits, jobs):
         jobs.extend(StandIn(i) for i in range(len(splits)))
         started.extend(jobs)
-    prestart.start_next(_run(sw, 1), make_jobs, trr.run_id_for, trr.cpu_split)   # the K = 2 run's, early
+    prestart.start_next(_run(sw, 1), _order(sw)[1][0], make_jobs, trr.cpu_split)   # the K = 2 run's, early
     assert len(started) == 2 and all(j.started for j in started)
     trr.close(sw)
     assert job.killed and job.group.removed and sw.state.kept == {}

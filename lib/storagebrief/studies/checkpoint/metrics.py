@@ -20,6 +20,7 @@ import socket
 import numpy as np
 
 from ...core.checkpoint_workloads import GIB, WORKLOADS, checkpoint_bytes, workload
+from ...core import columns
 from ...core.columns import Column
 from ...kit import client_check, runs
 from ...kit.latency import add_histograms, bin_edges_us, histogram_percentile_us, new_histogram
@@ -114,7 +115,7 @@ LATENCY_OPS = {"write": "save", "fsync": "save", "read": "load"}   # call -> the
 REQUIRED = ("model", "mode", "scale", "writers", "checkpoint_bytes", "mlperf_save_gib_per_s",
             "honest_save_gib_per_s", "save_overstatement_ratio", "save_duration_s_mean", "save_rank_skew_s_mean",
             "mlperf_load_gib_per_s", "honest_load_gib_per_s", "load_overstatement_ratio")
-RUNS_COLUMNS = {n: "text" if c.kind == "text" else "number" for n in REQUIRED for c in COLUMNS if c.name == n}
+RUNS_COLUMNS = columns.kinds(REQUIRED, COLUMNS)
 
 
 # --------------------------------------------------------------------------- per operation

@@ -328,3 +328,7 @@ def finish(sweep, frame) -> None:
         "size_table": [{"model": r.model, "parameters": r.parameters, "model_gib": r.model_gib,
                         "optimizer_gib": r.optimizer_gib, "computed_gib": r.computed_gib,
                         "published_gib": r.published_gib} for r in size_table()]})
+
+
+# The engine's optional hooks this study does not have (core/contract.py RunRoom).
+configure = None

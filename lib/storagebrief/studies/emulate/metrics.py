@@ -18,6 +18,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from ...core import columns
 from ...core.columns import Column
 from ...kit import client_check, runs
 from ...report.headlines import versus_reference
@@ -118,7 +119,7 @@ COLUMNS: tuple[Column, ...] = (
 REQUIRED = ("workload", "accelerators", "steps", "epochs", "num_files", "dataset_bytes", "batch_size", "compute_s",
             "read_threads", "prefetch", "au_percent", "au_threshold_percent", "samples_per_s", "total_time_s",
             "demand_mb_per_s_per_accelerator", "loader_read_mb_per_s")
-RUNS_COLUMNS = {n: "text" if c.kind == "text" else "number" for n in REQUIRED for c in COLUMNS if c.name == n}
+RUNS_COLUMNS = columns.kinds(REQUIRED, COLUMNS)
 
 
 # --------------------------------------------------------------------------- one run

@@ -1,5 +1,5 @@
 """One client: simulated users whose conversations write their KV caches to a CPU tier or to storage and read
-them back at the next turn. The same function runs in a forked process (clients.py) and in an MPI rank (mpi.py).
+them back at the next turn. The same function runs in every launched client (clients.py, through kit.launch: forked or MPI ranks).
 
 Per request (a user's turn): (1) a later turn reloads the previous turn's cache: from the CPU tier when it is
 there (a memory copy), else from storage, cold (posix_fadvise DONTNEED before the read: its pages leave
@@ -24,8 +24,23 @@ import threading
 import time
 from collections import OrderedDict
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
+
+
+class Call(NamedTuple):
+    """One recorded call. A tuple underneath: it travels as a plain tuple (or a JSON list) from a forked client or
+    an MPI rank, and its readers name it again with Call(*record) (metrics.calls)."""
+    op: str              # read | write
+    tier: str            # cpu | storage
+    start: float         # CLOCK_MONOTONIC seconds (one clock for every process on the host)
+    end: float
+    nbytes: int
+    tokens: int
+    device_s: float      # the device span (read: the read() calls; write: the fsync)
+    rank: int            # the client that made it
+    user: int            # the user whose request it served; -1: an eviction from the CPU tier to storage
 
 
 class _Tier:
@@ -46,7 +61,7 @@ class Client:
         self.rng = random.Random(spec["seed"] * 1009 + rank)
         self.lock = threading.Lock()
         self.tier = _Tier(spec["cpu_tier_bytes"])
-        self.records: list[tuple] = []
+        self.records: list[Call] = []
         self.users = [self._new_conversation(u) for u in range(spec["users"])]
         self.idle = list(range(spec["users"]))
         self.written = 0
@@ -100,7 +115,7 @@ class Client:
 
     def _record(self, op, tier, t0, t1, nbytes, tokens, device_s, user) -> None:
         with self.lock:
-            self.records.append((op, tier, t0, t1, nbytes, tokens, device_s, self.rank, user))
+            self.records.append(Call(op, tier, t0, t1, nbytes, tokens, device_s, self.rank, user))
 
     def _to_storage(self, key: str, nbytes: int, tokens: int, user: int) -> dict:
         path = self.folder / f"{key}.kv"

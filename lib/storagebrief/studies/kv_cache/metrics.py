@@ -16,10 +16,12 @@ import os
 
 import numpy as np
 
+from ...core import columns
 from ...core.columns import Column
 from ...kit import client_check, runs
 from ...kit.latency import bin_edges_us, log2_bin, new_histogram
 from ...report.headlines import versus_reference
+from .client import Call
 from .workload import GIB
 
 CLIENT_CPU_LIMIT_PERCENT = 85      # the clients' CPU this busy: they, not the storage, set the pace
@@ -75,7 +77,7 @@ COLUMNS: tuple[Column, ...] = (
 REQUIRED = ("workload", "model", "duration_s", "io_busy_s", "overrun_s", "mlperf_read_gib_per_s", "honest_read_gib_per_s",
             "mlperf_write_gib_per_s", "honest_write_gib_per_s", "overstatement_ratio", "reload_read_gib_per_s",
             "reload_latency_ms", "limited_by")
-RUNS_COLUMNS = {n: "text" if c.kind == "text" else "number" for n in REQUIRED for c in COLUMNS if c.name == n}
+RUNS_COLUMNS = columns.kinds(REQUIRED, COLUMNS)
 LATENCY_TABLE_COLUMNS = ["run_id", "target", "workload", "repeat", "op", "span", "bin_low_us", "bin_high_us", "count"]
 
 
@@ -116,23 +118,28 @@ def limited_by(client_cpu_percent: float, io_busy_percent: float) -> str:
     return f"workload (I/O in flight {io_busy_percent:.0f} %)"
 
 
+def calls(rank: dict) -> list[Call]:
+    """A client's call records, named (they arrive as plain tuples or JSON lists: client.Call)."""
+    return [Call(*r) for r in rank["records"]]
+
+
 def run_row(spec: dict, result: dict) -> dict:
     """The run's figures from every client's records ({t_start, ranks: [{records, cpu_s, rank}]})."""
-    recs = [r for c in result["ranks"] for r in c["records"]]
+    recs = [r for c in result["ranks"] for r in calls(c)]
     t0, nominal = result["t_start"], spec["duration_s"]
-    st = [r for r in recs if r[1] == "storage"]
-    reads = [r for r in st if r[0] == "read"]
-    writes = [r for r in st if r[0] == "write"]
-    busy = union_s([(r[2], r[3]) for r in st])
-    t_end = max([r[3] for r in recs], default=t0)
+    st = [r for r in recs if r.tier == "storage"]
+    reads = [r for r in st if r.op == "read"]
+    writes = [r for r in st if r.op == "write"]
+    busy = union_s([(r.start, r.end) for r in st])
+    t_end = max([r.end for r in recs], default=t0)
     wall = max(t_end - t0, 1e-9)
-    rbytes, wbytes = sum(r[4] for r in reads), sum(r[4] for r in writes)
-    all_reads = [r for r in recs if r[0] == "read"]
-    req_writes = [r for r in recs if r[0] == "write" and r[8] >= 0]
+    rbytes, wbytes = sum(r.nbytes for r in reads), sum(r.nbytes for r in writes)
+    all_reads = [r for r in recs if r.op == "read"]
+    req_writes = [r for r in recs if r.op == "write" and r.user >= 0]
     cpu_s = sum(c["cpu_s"] for c in result["ranks"])
     cpu_pct = cpu_s / (wall * (os.cpu_count() or 1)) * 100
-    rate, lat = reload_fit([r[4] for r in reads], [r[3] - r[2] for r in reads])
-    tokens = sum(r[5] for r in reads)
+    rate, lat = reload_fit([r.nbytes for r in reads], [r.end - r.start for r in reads])
+    tokens = sum(r.tokens for r in reads)
     row = {"duration_s": nominal, "wall_s": wall, "overrun_s": max(0.0, t_end - (t0 + nominal)),
            "requests": len(req_writes), "storage_reads": len(reads), "storage_writes": len(writes),
            "storage_read_bytes": rbytes, "storage_write_bytes": wbytes, "io_busy_s": busy,
@@ -143,20 +150,20 @@ def run_row(spec: dict, result: dict) -> dict:
            "overstatement_ratio": busy / nominal if busy else None,
            "cpu_tier_read_hit_ratio": (len(all_reads) - len(reads)) / len(all_reads) if all_reads else None,
            "storage_read_hit_ratio": len(reads) / len(all_reads) if all_reads else None,
-           "cpu_tier_write_ratio": (sum(1 for r in req_writes if r[1] == "cpu") / len(req_writes)
+           "cpu_tier_write_ratio": (sum(1 for r in req_writes if r.tier == "cpu") / len(req_writes)
                                     if req_writes else None),
            "storage_tokens": tokens, "honest_storage_tokens_per_s": tokens / busy if busy else None,
            "mlperf_storage_tokens_per_s": tokens / nominal,
            "reload_read_gib_per_s": rate / GIB if rate else None, "reload_latency_ms": lat * 1e3,
            "client_cpu_percent": cpu_pct, "limited_by": limited_by(cpu_pct, busy / wall * 100),
            "read_cold_method": "posix_fadvise DONTNEED per entry (after its fsync and before its read)"}
-    for op, calls in (("read", reads), ("write", writes)):
-        host = [r[3] - r[2] for r in calls]
-        dev = [r[6] for r in calls]
+    for op, done in (("read", reads), ("write", writes)):
+        host = [r.end - r.start for r in done]
+        dev = [r.device_s for r in done]
         for q in (50, 95, 99):
             row[f"{op}_host_ms_p{q}"] = _pct(host, q)
             row[f"{op}_device_ms_p{q}"] = _pct(dev, q)
-        per_client = [_pct([r[6] for r in calls if r[7] == c["rank"]], 95) for c in result["ranks"]]
+        per_client = [_pct([r.device_s for r in done if r.rank == c["rank"]], 95) for c in result["ranks"]]
         per_client = [p for p in per_client if p is not None]
         row[f"mlperf_device_{op}_p95_ms"] = max(per_client) if per_client else None
     return row
@@ -166,11 +173,11 @@ def latency_rows(result: dict) -> list[dict]:
     """log2 histograms (kit.latency) of every storage call's host and device span, per op."""
     hists: dict = {}
     for c in result["ranks"]:
-        for r in c["records"]:
-            if r[1] != "storage":
+        for r in calls(c):
+            if r.tier != "storage":
                 continue
-            for span, s in (("host", r[3] - r[2]), ("device", r[6])):
-                h = hists.setdefault((r[0], span), new_histogram())
+            for span, s in (("host", r.end - r.start), ("device", r.device_s)):
+                h = hists.setdefault((r.op, span), new_histogram())
                 h[log2_bin(int(s * 1e9))] += 1
     return [{"op": op, "span": span, "bin_low_us": bin_edges_us(i)[0], "bin_high_us": bin_edges_us(i)[1],
              "count": n} for (op, span), h in sorted(hists.items()) for i, n in enumerate(h) if n]

@@ -225,3 +225,7 @@ def finish(sweep, frame) -> None:
         "h200_reproduction": breakeven.h200_reproduction(), "h200_tolerance": breakeven.H200_TOLERANCE,
         "removed_leftovers": sweep.state.removed if isinstance(sweep.state, KvState) else [],
         "client_check": p.client_check, "client_checks": metrics.client_checks(frame)})
+
+
+# The engine's optional hooks this study does not have (core/contract.py RunRoom).
+configure = skip = close = None

@@ -10,6 +10,7 @@ STUDY = Study(
     outputs=("runs.csv", "points.csv", "pairs.csv", "study.json", "logs", "timeseries", "inventory.json",
              "notes.json", "notebook.ipynb"),
     brief_inputs=("runs.csv", "points.csv", "pairs.csv", "study.json", "notes.json", "inventory.json"),
+    upstream=("reports/transfer_sweep/points.csv",),    # its brief section's fio column (brief.py _fio_like)
     object_targets=True,
     tiny={"targets": [], "object_sizes": ["64k", "1m"], "concurrency": [1, 2], "repeats": 1, "mib_per_point": 2,
           "min_objects": 4, "max_objects": 16, "loads": ["idle", "busy"], "busy": {"settle_s": 0.05}},

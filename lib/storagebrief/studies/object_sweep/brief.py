@@ -182,3 +182,7 @@ def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
         out.append({"question": "Object store throughput (S3 GET / PUT)", "target": name, "answer": answer,
                     "basis": basis + "; object sweep"})
     return out
+
+
+# The brief's optional parts this study does not have (core/contract.py BriefRoom).
+trace_workloads = None

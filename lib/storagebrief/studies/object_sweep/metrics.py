@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ...core import columns
 from ...core.columns import Column
 from ...kit import runs as kit_runs
 from ...report.headlines import versus_reference
@@ -39,9 +40,9 @@ COLUMNS: tuple[Column, ...] = (
     Column("errors", "", "failed requests (a failure stops the run, so 0 in a written row)"),
     Column("throttled", "", "True when the device I/O ran inside the target's throttle cgroup", "bool"),
 )
-RUNS_COLUMNS = {c.name: c.kind for c in COLUMNS if c.name in (
+RUNS_COLUMNS = columns.kinds((
     "load", "op", "object_bytes", "concurrency", "kind", "throughput_mb_per_s", "objects_per_s",
-    "latency_ms_p50", "latency_ms_p99", "client_cpu_s_per_gb", "limited_by")}
+    "latency_ms_p50", "latency_ms_p99", "client_cpu_s_per_gb", "limited_by"), COLUMNS)
 
 
 def headlines(frame, target_names: list[str]) -> list[dict]:

@@ -5,7 +5,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ...core.config import Strict, sorted_counts
+from ...core.config import OnSomeTargets, Strict, sorted_counts
 from ...kit.sizes import parse_size
 
 
@@ -14,8 +14,7 @@ class BusyParams(Strict):
     settle_s: float = Field(0.2, ge=0, le=30)        # the load runs this long before the point starts
 
 
-class ObjectSweepParams(Strict):
-    targets: list[str] = Field(default_factory=list)     # subset of target names; [] = every target
+class ObjectSweepParams(OnSomeTargets):     # targets (a subset of the target names) and how the engine uses it: core.config
     client: Literal["boto3"] = "boto3"                   # docs/targets.md: why boto3, not s3dlio
     ops: list[Literal["put", "get"]] = Field(default_factory=lambda: ["put", "get"], min_length=1)
     object_sizes: list[int | str] = Field(default_factory=lambda: ["64k", "1m"], min_length=1, validate_default=True)

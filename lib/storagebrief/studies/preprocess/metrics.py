@@ -1,6 +1,7 @@
 """preprocess arithmetic on runs.csv: headline deltas and metrics.json."""
 from __future__ import annotations
 
+from ...core import columns
 from ...core.columns import Column
 from ...kit import runs
 from ...report.headlines import versus_reference
@@ -34,7 +35,7 @@ COLUMNS: tuple[Column, ...] = (
 # brief's gate (brief/inputs.py) refuses a runs.csv without them, so the code below may assume them.
 REQUIRED = ("sweep", "processes", "image_count", "input_bytes", "input_mb_per_s", "completion_time_s", "images_per_s",
             "images_skipped", "read_share_percent", "decode_resize_share_percent", "encode_write_share_percent")
-RUNS_COLUMNS = {n: "text" if c.kind == "text" else "number" for n in REQUIRED for c in COLUMNS if c.name == n}
+RUNS_COLUMNS = columns.kinds(REQUIRED, COLUMNS)
 
 
 def headlines(frame, target_names: list[str]) -> list[dict]:

@@ -153,3 +153,7 @@ def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
                         "basis": f"{int(best.streams)} streams, p99 latency {best.latency_ms_p99:,.0f} ms; "
                                  "streaming study (the consumers' CPU, not the disk, usually limits it)"})
     return out
+
+
+# The brief's optional parts this study does not have (core/contract.py BriefRoom).
+trace_workloads = None

@@ -1,6 +1,7 @@
 """stream_inference arithmetic on runs.csv: the study's columns, headline deltas and metrics.json."""
 from __future__ import annotations
 
+from ...core import columns
 from ...core.columns import Column
 from ...kit import latency, runs
 from ...kit.runs import ok_runs
@@ -72,12 +73,11 @@ COLUMNS: tuple[Column, ...] = (
     Column("write_amplification", "", "device write bytes / (bytes produced x RF)"),
     Column("monitor_seconds", "s", "seconds between the monitor's first and last sample"),
 )
-_KIND = {c.name: c.kind for c in COLUMNS}
 # The runs.csv columns this study's brief and arithmetic use unconditionally, and what they hold; the
 # brief's gate (brief/inputs.py) refuses a runs.csv without them, so the code below may assume them.
-RUNS_COLUMNS = {n: _KIND[n] for n in (
+RUNS_COLUMNS = columns.kinds((
     "sweep", "video", "streams", "topics", "partitions", "replication_factor", "classified_frames_per_s",
-    "latency_ms_p99", "frames_dropped", "streams_below_fps", "produce_mb_per_s")}
+    "latency_ms_p99", "frames_dropped", "streams_below_fps", "produce_mb_per_s"), COLUMNS)
 
 
 def headlines(frame, target_names: list[str]) -> list[dict]:

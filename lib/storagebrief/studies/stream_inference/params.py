@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pydantic import Field, field_validator, model_validator
 
-from ...core.config import ProjectPath, Strict, sorted_counts
+from ...core.config import OnSomeTargets, ProjectPath, Strict, sorted_counts
 
 GEOMETRIES = {"144p": (256, 144), "240p": (426, 240), "360p": (640, 360), "480p": (854, 480),
               "720p": (1280, 720), "1080p": (1920, 1080), "1440p": (2560, 1440), "2160p": (3840, 2160)}
@@ -56,8 +56,7 @@ def parse_video(text) -> Video:
     return Video(geometry, *GEOMETRIES[geometry], fps)
 
 
-class StreamParams(Strict):
-    targets: list[str] = Field(default_factory=list)        # subset of target names; [] = every target
+class StreamParams(OnSomeTargets):     # targets (a subset of the target names) and how the engine uses it: core.config
     bootstrap_servers: list[str] = Field(default_factory=list)   # an external cluster: no brokers started
     kafka_lib: ProjectPath | None = None          # folder of Kafka jars; null = <repo>/.kafka/lib (`make kafka`)
     brokers: int = Field(3, ge=1, le=9)   # combined broker+controller nodes started per target

@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 
+from ...core import columns
 from ...core.columns import Column
 from ...kit import runs
 from ...kit.disk_metrics import mib_per_s
@@ -74,13 +75,11 @@ COLUMNS: tuple[Column, ...] = (
     Column("device_read_iops_active", "IO/s", "device reads per second, mean over intervals with reads"),
     Column("device_read_per_consumed", "", "device read bytes / pipeline_bytes"),
 )
-_KIND = {c.name: c.kind for c in COLUMNS}
 # The runs.csv columns this study's brief and arithmetic use unconditionally, and what they hold; the
 # brief's gate (brief/inputs.py) refuses a runs.csv without them, so the code below may assume them.
-RUNS_COLUMNS = {**{n: _KIND[n] for n in ("sweep", "memory_setting", "models", "ingest_target_mb_per_s",
-                                         "checkpoint_every_steps")},
-                # absent when every run failed (a failed run's row has no measurements)
-                **{n: _KIND[n] + "?" for n in ("training_time_s", "images_per_s", "job_read_bytes")}}
+RUNS_COLUMNS = columns.kinds(("sweep", "memory_setting", "models", "ingest_target_mb_per_s", "checkpoint_every_steps"),
+                             # absent when every run failed (a failed run's row has no measurements)
+                             COLUMNS, may_be_absent=("training_time_s", "images_per_s", "job_read_bytes"))
 
 
 # --------------------------------------------------------------------------- one run's rows

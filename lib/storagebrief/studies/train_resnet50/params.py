@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ...core.config import ProjectPath, Strict, sorted_counts
+from ...core.config import OnSomeTargets, ProjectPath, Strict, sorted_counts
 
 
 MIB = 1 << 20
@@ -57,8 +57,7 @@ def parse_memory(text) -> MemorySetting:
                      "'1:5', nor a size such as '2GiB', '1500MiB' or '3G'")
 
 
-class TrainParams(Strict):
-    targets: list[str] = Field(default_factory=list)   # subset of target names; [] = every target
+class TrainParams(OnSomeTargets):     # targets (a subset of the target names) and how the engine uses it: core.config
     dataset: Literal["auto", "preprocess", "generated"] = "auto"
     dataset_images: int = Field(160, ge=1, le=50_000_000)  # generated set size (auto: if > preprocess)
     preprocess_outputs: ProjectPath = Field("reports/preprocess/outputs.json", validate_default=True)

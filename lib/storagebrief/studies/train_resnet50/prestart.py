@@ -7,8 +7,9 @@ a size limit, another model count), also starts that run's jobs, waits until bot
 (blocked on stdin, no record read, nothing computed) while this run is measured. The next run
 finds its jobs ready and starts none early, so no start-up ever overlaps a measured phase.
 
-The early jobs are made for a stand-in core.sweep.Run of the next run (its name, its target's io
-device, unthrottled until go like every job) and owned by the engine (sweep.jobs) like every job;
+The next run is the engine's (sweep.runs_after: the fixed plan's order); the early jobs are made for the
+Run the engine gives for work ahead of it (sweep.ahead: its name, its target's io device, unthrottled until
+go like every job) and owned by the engine (sweep.jobs) like every job;
 a failure while starting them only drops them (the next run starts its own), an interrupt ends them
 with this run's jobs.
 """
@@ -17,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...core import targets as targets_mod
-from ...core.sweep import Run
+from ...core.measured_run import Run
 from . import reuse
 from .jobs import Job, JobFailed, _poll
 from .params import parse_memory
@@ -25,7 +26,7 @@ from .params import parse_memory
 
 @dataclass
 class Early:
-    """Jobs started ahead of their run, with the stand-in Run they were made for."""
+    """Jobs started ahead of their run, with the Run they were made for (sweep.ahead)."""
     run_id: str
     owner: Run
     jobs: list[Job]
@@ -38,13 +39,6 @@ class Early:
             self.owner.close()
 
 
-def run_order(sweep, points) -> list[tuple]:
-    """(config, target, repeat) in the engine's order: each point on each of its targets."""
-    by_name = {t.name: t for t in sweep.targets}
-    return [(pt.config, by_name[n], pt.repeat) for pt in points
-            for n in (pt.targets or sweep.target_names) if n in by_name]
-
-
 def take(state, run_id: str) -> list[Job] | None:
     """This run's jobs if an earlier run started them (they are ready or nearly)."""
     early = state.early
@@ -54,26 +48,25 @@ def take(state, run_id: str) -> list[Job] | None:
     return early.jobs
 
 
-def start_next(run, make_jobs, run_id_for, cpu_split) -> None:
-    """Start the jobs of the run after `run` (unless it limits memory by size: it may be refused; or it
-    takes jobs kept from an earlier run or from this one: reuse.py)."""
-    state = run.sweep.state
-    ids = [run_id_for(spec, t.name, rep) for spec, t, rep in state.order]
-    if run.run_id not in ids or ids.index(run.run_id) + 1 >= len(ids):
+def start_next(run, spec, make_jobs, cpu_split) -> None:
+    """Start the jobs of the run after `run` (with `spec`), unless it limits memory by size (it may be refused)
+    or takes jobs kept from an earlier run or from this one (reuse.py)."""
+    sweep, state = run.sweep, run.sweep.state
+    after = sweep.runs_after(run.run_id)
+    if not after:
         return
-    i = ids.index(run.run_id) + 1
-    spec, target, repeat = state.order[i]
-    setting = parse_memory(spec.memory)
-    io = targets_mod.io_limits(target)
-    if (setting.kind == "bytes" or reuse.available(state, spec, io)
-            or reuse.passes_on(state, state.order[i - 1][0], spec, run.run_id, run_id_for)):
+    nxt = after[0]
+    setting = parse_memory(nxt.config.memory)
+    io = targets_mod.io_limits(nxt.target)
+    if (setting.kind == "bytes" or reuse.available(state, nxt.config, io)
+            or reuse.passes_on(sweep, spec, nxt.config, run.run_id)):
         return
-    owner = Run(run.sweep, target, repeat, ids[i])
-    early = Early(ids[i], owner, [])
+    owner = sweep.ahead(nxt)
+    early = Early(nxt.run_id, owner, [])
     state.early = early
     try:
-        make_jobs(owner, spec, state.datasets[target.name], setting, io,
-                  cpu_split(spec.models), early.jobs)
+        make_jobs(owner, nxt.config, state.datasets[nxt.target.name], setting, io,
+                  cpu_split(nxt.config.models), early.jobs)
         for j in early.jobs:
             j.start()
     except Exception as exc:    # the next run starts its own jobs and meets the same error there

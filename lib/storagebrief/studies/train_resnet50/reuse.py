@@ -26,38 +26,36 @@ def compatible(spec) -> bool:
     return parse_memory(spec.memory).kind != "bytes"
 
 
-def _after(state, run_id: str, run_id_for) -> list:
-    """The specs of the runs after `run_id` in the study's order ([] outside a study: tests)."""
-    order = getattr(state, "order", None) or []
-    ids = [run_id_for(spec, t.name, rep) for spec, t, rep in order]
-    return [spec for spec, _, _ in order[ids.index(run_id) + 1:]] if run_id in ids else []
+def _after(sweep, run_id: str) -> list:
+    """The specs of the runs after `run_id` in the engine's order (sweep.runs_after)."""
+    return [r.config for r in sweep.runs_after(run_id)]
 
 
-def later_wants(state, run_id: str, models: int, run_id_for) -> bool:
+def later_wants(sweep, run_id: str, models: int) -> bool:
     """Whether a run after `run_id` could take `models` jobs."""
-    return any(compatible(spec) and spec.models == models for spec in _after(state, run_id, run_id_for))
+    return any(compatible(spec) and spec.models == models for spec in _after(sweep, run_id))
 
 
-def next_wants(state, run_id: str, models: int, run_id_for) -> bool:
+def next_wants(sweep, run_id: str, models: int) -> bool:
     """Whether the very next run could take `models` jobs (none would wait idle across other runs)."""
-    after = _after(state, run_id, run_id_for)
+    after = _after(sweep, run_id)
     return bool(after) and compatible(after[0]) and after[0].models == models
 
 
-def passes_on(state, spec, next_spec, run_id: str, run_id_for) -> bool:
+def passes_on(sweep, spec, next_spec, run_id: str) -> bool:
     """Whether the run `run_id` (with `spec`) will leave its jobs to a run like `next_spec` (prestart.py)."""
     return (compatible(spec) and compatible(next_spec) and spec.models == next_spec.models
-            and later_wants(state, run_id, spec.models, run_id_for))
+            and later_wants(sweep, run_id, spec.models))
 
 
-def keep(state, run, spec, jobs, run_id_for) -> bool:
+def keep(state, run, spec, jobs) -> bool:
     """After a successful run: keep its jobs for a later run (True), or let them end."""
     if not (compatible(spec) and jobs and all(j.group is not None for j in jobs)
             and spec.models not in getattr(state, "kept", {})
-            and later_wants(state, run.run_id, len(jobs), run_id_for)):
+            and later_wants(run.sweep, run.run_id, len(jobs))):
         return False
     idle = sum(j.need_bytes or 0 for j in jobs)
-    if not next_wants(state, run.run_id, len(jobs), run_id_for) and idle * IDLE_MEMORY_SHARE > total_memory_bytes():
+    if not next_wants(run.sweep, run.run_id, len(jobs)) and idle * IDLE_MEMORY_SHARE > total_memory_bytes():
         return False
     state.kept[len(jobs)] = list(jobs)
     return True

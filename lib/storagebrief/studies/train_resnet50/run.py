@@ -102,17 +102,13 @@ class TrainState:
     memory_unavailable: str | None          # why memory cgroups are unavailable; None: they work
     # per target, the most memory a job held that reclaim cannot take (refuses smaller sizes)
     need: dict[str, int] = field(default_factory=dict)
-    order: list = field(default_factory=list)   # (config, target, repeat) as the engine runs them
     early: prestart.Early | None = None         # the next run's jobs, started with this run's
     kept: dict = field(default_factory=dict)    # models -> jobs kept for a later run (reuse.py)
 
 
 def prepare(sweep) -> None:
-    """Targets (train_resnet50.targets), fresh output folders, datasets, warm libraries, capability."""
+    """Fresh output folders, datasets, warm libraries, capability."""
     p: TrainParams = sweep.p
-    for name in p.targets:
-        sweep.params.target(name)   # unknown name -> ParamsError naming the allowed ones
-    sweep.targets = [t for t in sweep.targets if not p.targets or t.name in p.targets]
     sweep.out_dir.mkdir(parents=True, exist_ok=True)
     for sub in ("timeseries", "logs", "jobs"):     # the engine's working folder is fresh: nothing to clear
         (sweep.out_dir / sub).mkdir(exist_ok=True)
@@ -144,7 +140,6 @@ def plan(sweep) -> list[Point]:
                    f"{', '.join(sorted({r.memory for r in skipped}))}): memory cgroups unavailable: {reason}")
     points = [Point(spec, repeat, f"{spec.sweep}: {spec.models} model(s), memory {spec.memory}")
               for repeat in range(1, p.repeats + 1) for spec in runs]
-    sweep.state.order = prestart.run_order(sweep, points)
     return points
 
 
@@ -252,7 +247,7 @@ def _start_jobs(run, spec: RunSpec, ds: Dataset, setting: MemorySetting, io, job
     for j in jobs:
         j.start()
     if paired:
-        prestart.start_next(run, _make_jobs, run_id_for, cpu_split)
+        prestart.start_next(run, spec, _make_jobs, cpu_split)
 
 
 def _ingest_writer(run, spec: RunSpec, ds: Dataset, io) -> IngestWriter:
@@ -296,8 +291,7 @@ def _throttle(run, jobs: list[Job], io) -> bool:
         except cgroups.CgroupUnavailable as exc:
             run.unthrottled(exc)
             return False
-    run.emulated = applied
-    return applied
+    return applied           # run.limit_job set run.emulated where it applied the profile
 
 
 def _no_rows() -> dict:
@@ -388,7 +382,7 @@ def execute_run(run, spec: RunSpec, ds: Dataset, need_hint: int | None = None) -
         ingest = writer.stop() if writer else {}
         for j in jobs:
             j.stats = final_stats(j.group)
-        if reuse.keep(run.sweep.state, run, spec, jobs, run_id_for):
+        if reuse.keep(run.sweep.state, run, spec, jobs):
             kept = list(jobs)               # not cleaned up with this run: a later run takes it
         else:
             for j in jobs:
@@ -413,3 +407,7 @@ def execute_run(run, spec: RunSpec, ds: Dataset, need_hint: int | None = None) -
     summary, series = run.monitor.summary(), run.monitor.timeseries()
     row, job_rows, epoch_rows = _rows(base, jobs, elapsed, summary, series, ingest, emulated, ds)
     return Measurement(row, tables={"jobs.csv": job_rows, "epochs.csv": epoch_rows}, series={"-memory": trace})
+
+
+# The engine's optional hooks this study does not have (core/contract.py RunRoom).
+configure = skip = None

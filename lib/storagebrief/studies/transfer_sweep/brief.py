@@ -205,3 +205,7 @@ def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
                        f"{r.throughput_used_mb_per_s:,.0f} MB/s (worse repeat) at QD {int(r.queue_depth_used)} ÷ "
                        f"{r.demand_mb_per_s_per_accelerator:,.1f} MB/s per accelerator; transfer-size study")}
             for _, r in idle.iterrows()]
+
+
+# The brief's optional parts this study does not have (core/contract.py BriefRoom).
+trace_workloads = None

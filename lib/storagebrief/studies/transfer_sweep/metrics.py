@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ...core import columns
 from ...core.columns import Column
 from ...kit import files as kit_files, runs as kit_runs
 from ...report import formatting
@@ -111,7 +112,7 @@ COLUMNS: tuple[Column, ...] = CONFIG_COLUMNS + FIO_COLUMNS + LOAD_COLUMNS + GPU_
 # brief's gate (brief/inputs.py) refuses a runs.csv without them, so the code below may assume them.
 REQUIRED = ("load", "path", "rw", "block_size_bytes", "queue_depth", "iodepth", "numjobs", "throughput_mb_per_s",
             "iops", "lat_us_mean", "clat_us_p99")
-RUNS_COLUMNS = {c.name: c.kind for name in REQUIRED for c in COLUMNS if c.name == name}
+RUNS_COLUMNS = columns.kinds(REQUIRED, COLUMNS)
 TARGET_METRICS = [("throughput_mb_per_s", "higher", "Throughput, busy system (MB/s)"),
                   ("lat_us_mean", "lower", "Mean latency, busy system (µs)"),
                   ("clat_us_p99", "lower", "p99 latency, busy system (µs)")]

@@ -348,3 +348,7 @@ def finish(sweep, frame) -> None:
     profiles = {t.name: t.profile.model_dump() for t in sweep.targets if t.emulated}   # its caps bound the forecast
     fc = forecast.forecast(pts, p.forecast, ctx, profiles)
     results.write_csv(sweep.out_dir / "forecast.csv", fc)
+
+
+# The engine's optional hooks this study does not have (core/contract.py RunRoom).
+configure = skip = None

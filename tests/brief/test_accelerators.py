@@ -1,11 +1,11 @@
 """Page 1's one accelerators answer per target: the measured count, its range, what limited it beyond,
-and the fio forecast reconciled with it or the gap said (report/accelerators.py)."""
+and the fio forecast reconciled with it or the gap said (brief/accelerators.py)."""
 import json
 from types import SimpleNamespace
 
 import pandas as pd
 
-from storagebrief.report import accelerators
+from storagebrief.brief import accelerators
 
 
 def _emulate(tmp_path, recs, runs):
