@@ -1,5 +1,6 @@
 """One client: simulated users whose conversations write their KV caches to a CPU tier or to storage and read
-them back at the next turn. The same function runs in every launched client (clients.py, through kit.launch: forked or MPI ranks).
+them back at the next turn. The same function runs in every launched client (clients.py, through kit.launch:
+forked or MPI ranks).
 
 Per request (a user's turn): (1) a later turn reloads the previous turn's cache: from the CPU tier when it is
 there (a memory copy), else from storage, cold (posix_fadvise DONTNEED before the read: its pages leave
