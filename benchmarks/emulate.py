@@ -36,7 +36,8 @@ from pathlib import Path
 import numpy as np
 
 from storagebrief.core import config
-from storagebrief.studies.emulate import STUDY, mpi
+from storagebrief.kit import mpi
+from storagebrief.studies.emulate import STUDY
 from storagebrief.studies.emulate.accelerators import run_once
 from storagebrief.studies.emulate.metrics import summarize
 
@@ -63,7 +64,7 @@ def emulator_read(path: Path, size: int, threads: int, block: int, direct: bool 
            "batch": 1, "steps_per_epoch": samples, "compute_s": 1e-6, "read_threads": threads, "prefetch": 4,
            "block": block, "odirect": direct, "evict": False, "readahead": True,
            "checkpoint_every_steps": 0, "checkpoint_bytes": 0, "checkpoint_dir": str(path.parent)}
-    raw = run_once(cfg, 1, None)
+    raw = run_once(cfg, 1, None, None, path.parent)
     row, _, _ = summarize(raw, cfg, 1)
     return row["loader_bytes"] / row["total_time_s"] / 1e6
 
@@ -189,7 +190,7 @@ def main() -> int:
     cap = client_capacity(d / "capacity", a.compute_s, [int(x) for x in a.capacity_counts.split(",")])
     print_capacity(cap, a.compute_s, time.perf_counter() - t)
     try:
-        mpi.check_available("mpirun")
+        mpi.check_available("mpirun", "emulate")
     except mpi.MpiUnavailable as exc:
         print(f"launchers: MPI part skipped: {exc}")
         return 0
