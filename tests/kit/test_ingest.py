@@ -44,3 +44,13 @@ def test_a_given_payload_is_written_instead_of_the_sources(tmp_path):
         time.sleep(0.02)
     assert (tmp_path / "w" / "ingest-000.tfrecord").read_bytes()[:1000] == b"x" * 1000
     assert writer.stop()["ingest_bytes"] >= 2000
+
+
+def test_kill_ends_a_running_writer_at_once_and_is_a_no_op_after_stop(tmp_path):
+    writer = IngestWriter(tmp_path / "k", [], mb_per_s=1.0, procs_files=[], payload=b"y" * 1000)
+    writer.kill()                                                  # never started: nothing to do
+    writer.start()
+    proc = writer.launch.procs[0]
+    writer.kill()
+    assert not proc.is_alive() and writer.stop() == {"ingest_bytes": 0, "ingest_mb_per_s": 0.0}
+    assert not (tmp_path / "k").exists()

@@ -73,6 +73,12 @@ class IngestWriter:
             raise
         self.running = True
 
+    def kill(self) -> None:
+        """End the writer at once, whatever it was doing (a failed run's cleanup); its folder stays for the caller."""
+        if self.running:
+            self.running = False
+            self.launch.__exit__(RuntimeError, RuntimeError("ingest writer killed"), None)
+
     def stop(self) -> dict:
         """What it wrote (ingest_bytes, ingest_mb_per_s); its folder removed. Safe to call again (a cleanup path)."""
         if self.running:

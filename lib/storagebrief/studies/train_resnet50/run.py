@@ -320,10 +320,10 @@ def _clean_up(target, jobs: list[Job], writer: IngestWriter | None) -> None:
     """Every job killed, its cgroup removed (the engine's end would remove them too), scratch files gone."""
     for j in jobs:
         j.end()
-    if writer is not None and getattr(writer, "group", None) is not None:
-        writer.group.remove()
-    if writer is not None and writer.proc.is_alive():
-        writer.proc.kill()
+    if writer is not None:
+        writer.kill()                       # before its cgroup goes (a no-op once stopped)
+        if writer.group is not None:
+            writer.group.remove()
     shutil.rmtree(target.study_dir(STUDY.name) / "checkpoints", ignore_errors=True)
     shutil.rmtree(target.study_dir(STUDY.name) / "ingest", ignore_errors=True)
 
