@@ -49,7 +49,6 @@ class Mpi(Launch):
         except BaseException:
             self._cm.__exit__(*sys.exc_info())
             raise
-        self.rank_hosts = {a["rank"]: a["host"] for a in answers}
         self.host_facts = {a["host"]: a["facts"] for a in answers}
         self.joined = {a["rank"]: a["in_cgroup"] for a in answers}
         return self
