@@ -366,3 +366,33 @@ def test_topic_creation_retries_a_lost_request_and_takes_its_topic_as_created(mo
     with pytest.raises(KafkaException):
         si_run._topics(refused, ["a", "b"], 1, 3)
     assert len(refused.asked) == 1
+
+
+def test_a_broker_dying_under_an_admin_request_fails_the_run_at_once(monkeypatch):
+    """CI, 2026-11-28: a broker killed while topics were being created left each create future open for
+    librdkafka's request timeout, three attempts over, and the run outlived the test's 180 s. Every admin wait
+    checks the cluster now."""
+    from concurrent.futures import Future
+    from storagebrief.studies.stream_inference import run as si_run
+
+    class Admin:
+        def create_topics(self, topics, operation_timeout):
+            return {t.topic: Future() for t in topics}            # never answered
+
+        def delete_topics(self, names, operation_timeout):
+            return {n: Future() for n in names}
+
+    calls = []
+
+    def check():
+        calls.append(1)
+        if len(calls) > 2:
+            raise kafka.BrokerDied("Kafka node 1 (pid 7) exited with status -9 (killed by SIGKILL)")
+
+    t0 = time.monotonic()
+    with pytest.raises(kafka.BrokerDied, match="node 1"):
+        si_run._topics(Admin(), ["a"], 1, 3, check)
+    calls.clear()
+    with pytest.raises(kafka.BrokerDied, match="node 1"):
+        si_run._delete(Admin(), ["a"], check)
+    assert time.monotonic() - t0 < 30

@@ -317,7 +317,22 @@ def close(sweep) -> None:
 CREATE_ATTEMPTS = 3
 
 
-def _topics(admin, names: list[str], partitions: int, rf: int) -> None:
+def _answer(future, check):
+    """A Kafka admin future's result, with the cluster checked twice a second while it is awaited: a broker that
+    died under a request leaves its future open for librdkafka's full request timeout (60 s, three times over in
+    _topics' retries), and the run must fail at once with the node's own cause."""
+    from concurrent.futures import TimeoutError as Pending
+
+    while True:
+        if check is not None:
+            check()
+        try:
+            return future.result(timeout=0.5)
+        except Pending:
+            continue
+
+
+def _topics(admin, names: list[str], partitions: int, rf: int, check=None) -> None:
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import NewTopic
 
@@ -329,7 +344,7 @@ def _topics(admin, names: list[str], partitions: int, rf: int) -> None:
         failed = []
         for name, f in futures.items():
             try:
-                f.result()
+                _answer(f, check)
             except KafkaException as exc:
                 err = exc.args[0]
                 if attempt > 1 and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
@@ -345,6 +360,8 @@ def _topics(admin, names: list[str], partitions: int, rf: int) -> None:
         time.sleep(0.5)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:      # every partition has a leader before producers start
+        if check is not None:
+            check()
         md = admin.list_topics(timeout=5)
         if all(n in md.topics and len(md.topics[n].partitions) == partitions and
                all(pm.leader >= 0 for pm in md.topics[n].partitions.values()) for n in names):
@@ -353,10 +370,12 @@ def _topics(admin, names: list[str], partitions: int, rf: int) -> None:
     raise RuntimeError(f"topics {names} got no leaders within 30 s")
 
 
-def _delete(admin, names: list[str]) -> None:
+def _delete(admin, names: list[str], check=None) -> None:
     try:
         for f in admin.delete_topics(names, operation_timeout=30).values():
-            f.result()
+            _answer(f, check)
+    except kafka.BrokerDied:
+        raise
     except Exception:   # noqa: BLE001 -- a cluster stopped next anyway; leftover topics are in its data
         pass
 
@@ -430,11 +449,12 @@ def run_one(run, c: Config) -> Measurement:
     bootstrap, cl = _cluster(run)
     admin = AdminClient({"bootstrap.servers": bootstrap, "logger": kafka._quiet_logger()})
     topics = [f"{run.run_id}-topic{k}"[:240] for k in range(c.topics)]
-    _delete(admin, topics)                                   # a killed earlier run of the same id
-    _topics(admin, topics, c.partitions, c.replication_factor)
+    check = cl.check if cl is not None else None
+    _delete(admin, topics, check)                            # a killed earlier run of the same id
+    _topics(admin, topics, c.partitions, c.replication_factor, check)
     jobs = _stream_jobs(run, c, bootstrap, topics)
     _cold_videos(run, jobs)
-    played = _play(run, c, bootstrap, topics, jobs, cl.check if cl is not None else None)
+    played = _play(run, c, bootstrap, topics, jobs, check)
     log_bytes = kafka.partition_bytes(cl.log_dirs(), topics) if cl is not None else None
     _delete(admin, topics)
     summary = run.monitor.summary()
