@@ -105,9 +105,26 @@ def _doctor(args) -> int:
         from .core.leftovers import remove_leftovers, remove_mpi_segments
         print("\n".join(remove_leftovers() + remove_mpi_segments()) or "no leftovers of killed storagebrief runs (cgroups, processes, "
                                                 "tracefs instances, temporary folders)")
+    print("\n".join(_runtime_lines()))
     from .studies.transfer_sweep.gpu import doctor_line as gpu_line
     print("\n".join(doctor_lines() + [f"{'GPU ':.<23} {gpu_line()}"]))
     return 0
+
+
+def _runtime_lines() -> list[str]:
+    """Where registries and locks live, why a candidate folder was passed over, and old registry files ignored."""
+    from .core import runtime_dir, s3gateway
+    try:
+        lines = [f"{'runtime folder ':.<23} {runtime_dir.path()} (registries, locks; private to this user)"]
+    except runtime_dir.RuntimeDirError as exc:
+        return [f"{'runtime folder ':.<23} {exc}"]
+    lines += [f"{'':23} passed over: {why}" for why in runtime_dir.skipped()]
+    old = s3gateway.legacy_entries()
+    if old:
+        lines.append(f"{'':23} ignored {len(old)} S3 gateway registry file(s) of an older storagebrief in "
+                     f"{s3gateway.LEGACY_REGISTRY} (e.g. {old[0].name}): anyone could have written them, so the "
+                     "sweep never reads them; remove yours by hand")
+    return lines
 
 
 def _characterize(args) -> int:

@@ -3,7 +3,11 @@
 (`storagebrief-trace-<pid>-<nonce>`, blocktrace) whose creating process is dead, processes
 started by a run that is gone, temporary folders of dead runs, and test hosts (nethosts: network
 namespaces with their sshd) whose creator is dead, and S3 gateways (versitygw) of dead runs with the
-buckets those runs created (core.s3gateway's registry in /dev/shm).
+buckets those runs created (core.s3gateway's registry in this user's private runtime folder,
+core.runtime_dir: entries another user wrote are never read).
+
+What the sweep removes or kills is this user's: a scratch folder must be a real folder owned by this
+user (in /dev/shm a name of our shape may be another user's), a marked process must run as this user.
 
 Cgroup names carry the creator's PID (cgroups.Cgroup), so a live run's cgroups are never
 touched; processes still inside a dead run's cgroup (orphaned workers, training jobs, fio's

@@ -7,15 +7,30 @@ dies, kill -9 included, so a crashed run never leaves a target locked; the file 
 stays (deleting lock files races with the next run). An output folder's lock lies beside it,
 `.<folder>.storagebrief.lock` in its parent (where its `.incomplete-`/`.previous-` siblings go too):
 the folder itself is swapped whole when a study completes, a lock inside would move with it.
+
+Lock files may sit in folders other users can write (issue 44): every lock is opened with O_NOFOLLOW
+(a planted symlink is refused, never followed to a file it would truncate) and O_CLOEXEC, created with
+O_EXCL, and must be a regular file. When the output folder's parent is writable by others (/tmp, a
+group folder) or not ours, its lock lives in this user's private runtime folder instead (core.runtime_dir;
+named from the folder's real path), so nobody can plant it; an output-folder lock file that exists and is
+not this user's is refused with one line naming it and its owner, never waited on. A target's lock stays
+shared between users on purpose (one run per target, whoever runs it) and names the lock file's owner
+when it is someone else.
 """
 from __future__ import annotations
 
+import errno
 import fcntl
+import hashlib
 import json
 import os
+import pwd
+import stat
 import sys
 import time
 from pathlib import Path
+
+from . import runtime_dir
 
 LOCK_NAME = ".storagebrief.lock"
 
@@ -28,18 +43,60 @@ class FolderBusy(TargetBusy):
     """Another run writes the output folder and run.on_busy_target is 'refuse'."""
 
 
+def _user(uid: int) -> str:
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
 def _holder(fd: int) -> str:
     try:
         info = json.loads(os.pread(fd, 4096, 0) or b"{}")
-    except (OSError, ValueError):
-        return "another storagebrief run"
-    return f"PID {info.get('pid', '?')} ({info.get('command', '?')}, since {info.get('since', '?')})"
+        who = f"PID {info.get('pid', '?')} ({info.get('command', '?')}, since {info.get('since', '?')})"
+    except (OSError, ValueError, AttributeError):
+        who = "another storagebrief run"
+    uid = os.fstat(fd).st_uid
+    return who if uid == os.geteuid() else f"{who}, as its lock file's owner {_user(uid)} says"
 
 
-def lock_file(path: Path, what: str, on_busy: str, log, busy=TargetBusy) -> int:
+def _open_lock(path: Path, what: str, busy, own_only: bool) -> int:
+    """The lock file, created (O_EXCL) or opened, never through a symlink; a regular file (of this user when
+    own_only), else `busy` with one line."""
+    flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    for _ in range(100):
+        try:
+            fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644 if own_only else 0o666)
+            break
+        except FileExistsError:
+            pass
+        try:
+            fd = os.open(path, flags)
+            break
+        except FileNotFoundError:
+            continue                  # removed between the two opens: create it again
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise busy(f"{what}: its lock file {path} is a symbolic link, which storagebrief never follows "
+                           "(someone may have planted it); remove it") from None
+            raise
+    else:
+        raise busy(f"{what}: its lock file {path} keeps appearing and vanishing; try again")
+    st = os.fstat(fd)
+    why = ("is not a regular file" if not stat.S_ISREG(st.st_mode) else
+           f"belongs to {_user(st.st_uid)}, not to this user" if own_only and st.st_uid != os.geteuid() else None)
+    if why:
+        os.close(fd)
+        raise busy(f"{what}: its lock file {path} {why}; storagebrief does not wait on a lock it did not make: "
+                   "remove it (or choose another --out)")
+    return fd
+
+
+def lock_file(path: Path, what: str, on_busy: str, log, busy=TargetBusy, own_only: bool = False) -> int:
     """An exclusive flock on `path` (created if missing), naming this process as its holder; when held
-    elsewhere: wait (saying for whom) or raise `busy` naming the holder. Returns the open fd."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    elsewhere: wait (saying for whom) or raise `busy` naming the holder. own_only: a lock file another user
+    made is refused (`busy`), never waited on. Returns the open fd."""
+    fd = _open_lock(Path(path), what, busy, own_only)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -60,8 +117,22 @@ def lock_file(path: Path, what: str, on_busy: str, log, busy=TargetBusy) -> int:
         raise
 
 
+def _others_can_write(folder: Path) -> bool:
+    """Someone other than this user may create names in `folder` (world- or group-writable, or not ours)."""
+    try:
+        st = os.stat(folder)
+    except OSError:
+        return False
+    return bool(st.st_mode & 0o022) or st.st_uid not in (os.geteuid(), 0)
+
+
 def folder_lock_path(folder: Path) -> Path:
+    """Beside the folder; in this user's runtime folder when the parent is one others can write."""
     folder = Path(folder)
+    if _others_can_write(folder.parent):
+        real = os.path.realpath(folder)
+        digest = hashlib.sha256(real.encode()).hexdigest()[:24]
+        return runtime_dir.path() / f"out-{digest}{LOCK_NAME}"
     return folder.with_name(f".{folder.name}{LOCK_NAME}")
 
 
@@ -75,7 +146,7 @@ class FolderLock:
     def acquire(self) -> "FolderLock":
         if self.fd is None:
             self.fd = lock_file(folder_lock_path(self.folder), f"output folder '{self.folder}'", self.on_busy,
-                                self.log, FolderBusy)
+                                self.log, FolderBusy, own_only=True)
         return self
 
     def release(self) -> None:

@@ -9,7 +9,8 @@ them three nets, strongest first:
   * an owner marker in the environment, STORAGEBRIEF_OWNER=<pid>:<start ticks>:<scope>,
     inherited by every descendant and readable in /proc/<pid>/environ by the same user: without
     cgroups the sweep still finds a dead run's processes, even those that left the process group
-    (fio's job process calls setsid(), so killing fio's group misses it);
+    (fio's job process calls setsid(), so killing fio's group misses it); the sweep kills only
+    processes of this user (another user can put any marker in their own environment);
   * PR_SET_PDEATHSIG on the direct child and a session of its own (the engine decides its end).
     PDEATHSIG alone is not enough: it is not inherited across fork, and a fio job forked just
     before fio was killed waits on fio's start-up futex forever (issue 20).
@@ -25,6 +26,7 @@ import ctypes
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import time
 from pathlib import Path
@@ -124,13 +126,20 @@ def kill_all(pids) -> int:
     return n
 
 
+def _same_user(pid: int) -> bool:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid == os.geteuid()
+    except OSError:
+        return False
+
+
 def kill_orphans() -> list[str]:
     """Kill processes whose owner marker names a run that is gone (kill -9, crash): they were
     started by that run, so nothing else will end them. One line per process, for notes."""
     lines = []
     for pid, token in marked_processes().items():
-        if owner_alive(token):
-            continue
+        if owner_alive(token) or not _same_user(pid):
+            continue              # a live run's, or another user's (who can set any environment)
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:120]
         except OSError:
@@ -269,8 +278,19 @@ def remove_scratch(d: Path | None) -> None:
     _scratch.pop(Path(d), None)
 
 
+def _own_folder(d: Path) -> bool:
+    """A real folder (not a symlink) of this user: in a shared parent (/dev/shm) a name of our shape may be
+    another user's."""
+    try:
+        st = d.lstat()
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
+
+
 def remove_dead_scratch(parent: Path) -> list[str]:
-    """Remove the scratch folders below `parent` whose creating process is gone (kill -9)."""
+    """Remove the scratch folders below `parent` whose creating process is gone (kill -9): only real
+    folders owned by this user."""
     lines = []
     try:
         entries = list(Path(parent).glob(f"{SCRATCH_PREFIX}*"))
@@ -278,7 +298,7 @@ def remove_dead_scratch(parent: Path) -> list[str]:
         return lines
     for d in sorted(entries):
         pid = _name_owner(d.name)
-        if pid is None or not d.is_dir() or running(pid):
+        if pid is None or running(pid) or not _own_folder(d):
             continue
         shutil.rmtree(d, ignore_errors=True)
         lines.append(f"removed leftover temporary folder {d} of dead process {pid}")

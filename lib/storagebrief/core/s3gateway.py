@@ -8,29 +8,51 @@ Lifecycle, like the Kafka brokers of the streaming study: the port is checked (o
 start; the gateway joins the target's cgroup before exec (procs_files), dies with the process that
 started it (PR_SET_PDEATHSIG), carries the run's owner marker (procs.OWNER_ENV) and writes its log to
 a file that is kept. Its credentials are random per start and reach it through its environment, never
-its command line, a file or a log. A registry entry in /dev/shm names the gateway and the buckets the
-run created, so after a kill -9 the next run's leftovers sweep (core.leftovers) ends the gateway and
-removes those buckets (objects only storagebrief wrote).
+its command line, a file or a log. A registry entry names the gateway and the buckets the run created,
+so after a kill -9 the next run's leftovers sweep (core.leftovers) ends the gateway and removes those
+buckets (objects only storagebrief wrote).
+
+Nothing another user wrote steers that sweep (issue 44): the registry lives in this user's private runtime
+folder (core.runtime_dir, 0700), entries are written with mkstemp + os.replace and read with O_NOFOLLOW, and
+an entry not owned by this user is ignored. Even then the sweep checks what an entry names: a gateway is
+killed only when it is versitygw, runs as this user and carries the dead run's owner marker; a bucket folder
+is removed only when it has a bucket name of ours (`sb-...`), is a real folder owned by this user, and lies
+in the very gateway root the run made (device and inode recorded at start, opened without following a
+symlink). Entries of earlier versions (/dev/shm/storagebrief-s3gw-*.json, writable by anyone's planting)
+are ignored; `legacy_entries()` lists them for doctor.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
 import socket
+import stat
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
-from . import procs
+from . import procs, runtime_dir
 from .causes import EnvironmentFailure, last_meaningful, one_line
 
 REPO = Path(__file__).resolve().parents[3]
-REGISTRY = Path("/dev/shm")
+LEGACY_REGISTRY = Path("/dev/shm")       # before round 4: shared, so never read any more
 REGISTRY_PREFIX = "storagebrief-s3gw-"
 BINARY_ENV = "STORAGEBRIEF_VERSITYGW"
+BUCKET_NAME = re.compile(r"^sb-[a-z0-9-]{1,60}$")     # the buckets core.s3store makes for a run
+# versitygw's start-up info lines: never the cause of a death.
+INFO_LINES = re.compile(r"No IAM service configured|enabling single account mode")
+
+
+def __getattr__(name: str):
+    # REGISTRY: the folder entries live in (this user's runtime folder), found when asked.
+    if name == "REGISTRY":
+        return runtime_dir.path()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class GatewaySetupError(ValueError):
@@ -42,10 +64,23 @@ class GatewayDied(EnvironmentFailure):
 
 
 def binary() -> Path:
-    """versitygw: $STORAGEBRIEF_VERSITYGW, else the project's .tools/bin, else PATH."""
-    for cand in (os.environ.get(BINARY_ENV), REPO / ".tools" / "bin" / "versitygw", shutil.which("versitygw")):
-        if cand and os.access(cand, os.X_OK) and Path(cand).is_file():
-            return Path(cand)
+    """versitygw: $STORAGEBRIEF_VERSITYGW (when set, that file and no other), else the project's .tools/bin,
+    else PATH. A file that is there but not executable is named as such, not as missing."""
+    chosen = os.environ.get(BINARY_ENV)
+    cands = [Path(chosen)] if chosen else [REPO / ".tools" / "bin" / "versitygw"]
+    if not chosen and shutil.which("versitygw"):
+        cands.append(Path(shutil.which("versitygw")))
+    for cand in cands:
+        if cand.is_file() and os.access(cand, os.X_OK):
+            return cand
+    for cand in cands:
+        if cand.is_file():
+            raise GatewaySetupError(f"the local S3 gateway versitygw at {cand} is not executable (mode "
+                                    f"{stat.S_IMODE(cand.stat().st_mode):o}): chmod +x it, or rebuild it with "
+                                    f"`make s3`" + (f" (it is {BINARY_ENV})" if chosen else ""))
+    if chosen:
+        raise GatewaySetupError(f"{BINARY_ENV} = {chosen}: no such file (or not a file); point it at a versitygw "
+                                "binary, or unset it to use the project's (`make s3`)")
     raise GatewaySetupError("the local S3 gateway versitygw is not built: run `make s3` (it installs Go when "
                             f"missing and builds versitygw into {REPO / '.tools' / 'bin'}), or set {BINARY_ENV}")
 
@@ -74,7 +109,10 @@ def _log_cause(path: Path) -> str:
         text = path.read_text(errors="replace")[-(1 << 20):]
     except OSError as exc:
         return f"(its log {path} cannot be read: {exc.strerror})"
-    return last_meaningful(text) or "(its log is empty)"
+    if not text.strip():
+        return "(its log is empty)"
+    cause = last_meaningful("\n".join(ln for ln in text.splitlines() if not INFO_LINES.search(ln)))
+    return cause or "(its log names no cause)"
 
 
 class Gateway:
@@ -91,6 +129,8 @@ class Gateway:
         self.registry: Path | None = None
         self.buckets: list[str] = []
         self.startup_s: float | None = None
+        self.marker = ""                       # STORAGEBRIEF_OWNER of the gateway process
+        self.root_id: list[int] | None = None  # (st_dev, st_ino) of root as made: the sweep removes only there
 
     @property
     def endpoint(self) -> str:
@@ -118,7 +158,8 @@ class Gateway:
         self.port = self.port or free_port()
         self.root.mkdir(parents=True, exist_ok=True)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, procs.OWNER_ENV: f"{procs.owner_token()}:s3gw-{self.port}",
+        self.marker = f"{procs.owner_token()}:s3gw-{self.port}"
+        env = {**os.environ, procs.OWNER_ENV: self.marker,
                "ROOT_ACCESS_KEY_ID": self.access_key, "ROOT_SECRET_ACCESS_KEY": self.secret_key}
         argv = [str(exe), "--port", f"127.0.0.1:{self.port}", "--region", self.region, "--keep-alive",
                 "--quiet", "posix", str(self.root)]
@@ -159,16 +200,24 @@ class Gateway:
 
     # -- the registry the leftovers sweep reads after a kill -9 ----------------------------------------
     def _register(self) -> None:
-        self.registry = REGISTRY / f"{REGISTRY_PREFIX}{os.getpid()}-{self.port}.json"
+        st = os.lstat(self.root)
+        self.root_id = [st.st_dev, st.st_ino]
+        self.registry = runtime_dir.path() / f"{REGISTRY_PREFIX}{os.getpid()}-{self.port}.json"
         self._write_registry()
 
     def _write_registry(self) -> None:
         if self.registry is None or self.proc is None:
             return
-        doc = {"owner": procs.owner_token(), "pid": self.proc.pid, "root": str(self.root), "buckets": self.buckets}
-        tmp = self.registry.with_suffix(".tmp")
-        tmp.write_text(json.dumps(doc))
-        tmp.rename(self.registry)
+        doc = {"owner": procs.owner_token(), "pid": self.proc.pid, "marker": self.marker, "root": str(self.root),
+               "root_id": self.root_id, "buckets": self.buckets}
+        fd, tmp = tempfile.mkstemp(prefix=".s3gw-", suffix=".tmp", dir=self.registry.parent)
+        try:
+            with os.fdopen(fd, "w") as fh:
+                fh.write(json.dumps(doc))
+            os.replace(tmp, self.registry)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
 
     def own_bucket(self, name: str) -> None:
         """Record a bucket this run created: removed with its objects by remove_buckets() or, after a
@@ -179,7 +228,7 @@ class Gateway:
 
     def remove_buckets(self) -> None:
         for b in self.buckets:
-            shutil.rmtree(self.root / b, ignore_errors=True)
+            remove_bucket(self.root, self.root_id, b)
         self.buckets = []
         self._write_registry()
 
@@ -213,24 +262,86 @@ def _is_versitygw(pid: int) -> bool:
         return False
 
 
+def _ours(pid: int, marker: str, owner: str) -> bool:
+    """pid is versitygw, runs as this user and carries the marker a run with `owner` gave its gateway."""
+    try:
+        uid = os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return False
+    return (bool(marker) and marker.startswith(f"{owner}:s3gw-") and uid == os.geteuid()
+            and procs.marker(pid) == marker and _is_versitygw(pid))
+
+
+def remove_bucket(root: Path, root_id, name: str) -> str | None:
+    """Remove bucket folder `name` below the gateway root a run made: only a bucket name of ours, a real folder
+    of this user, in the root whose (device, inode) is `root_id` (no symlink followed, none swapped in).
+    Returns the removed path, or None."""
+    if not isinstance(name, str) or not BUCKET_NAME.match(name) or not root_id or len(root_id) != 2:
+        return None
+    try:
+        rfd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        rst = os.fstat(rfd)
+        if [rst.st_dev, rst.st_ino] != list(root_id) or rst.st_uid != os.geteuid():
+            return None
+        try:
+            bst = os.lstat(name, dir_fd=rfd)
+        except OSError:
+            return None
+        if not stat.S_ISDIR(bst.st_mode) or bst.st_uid != os.geteuid():
+            return None
+        shutil.rmtree(name, dir_fd=rfd, ignore_errors=True)      # fd-based: no symlink below is followed
+        return str(Path(root) / name)
+    finally:
+        os.close(rfd)
+
+
+def _entries() -> list[Path]:
+    found = []
+    for folder in runtime_dir.usable():
+        found += sorted(folder.glob(f"{REGISTRY_PREFIX}*.json"))
+    return found
+
+
+def _read_own(entry: Path) -> dict | None:
+    fd = runtime_dir.open_own(entry)
+    if fd is None:
+        return None
+    try:
+        with os.fdopen(fd, "rb") as fh:
+            doc = json.loads(fh.read(1 << 20))
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
 def leftovers() -> list[str]:
     """Gateways of dead runs (their registry's owner gone) killed, and the buckets those runs created
-    removed with their objects; one line each, for notes and doctor."""
+    removed with their objects; one line each, for notes and doctor. Reads only this user's runtime folder."""
     lines = []
-    for entry in sorted(REGISTRY.glob(f"{REGISTRY_PREFIX}*.json")):
-        try:
-            doc = json.loads(entry.read_text())
-        except (OSError, ValueError):
+    for entry in _entries():
+        doc = _read_own(entry)
+        owner = doc.get("owner", "") if doc else ""
+        if not isinstance(owner, str) or not owner or procs.owner_alive(owner):
             continue
-        if procs.owner_alive(doc.get("owner", "")):
-            continue
-        pid = int(doc.get("pid", 0))
-        if pid and procs.running(pid) and _is_versitygw(pid) and procs.kill_all([pid]):
-            lines.append(f"killed leftover S3 gateway versitygw (pid {pid}) of dead process {doc['owner'].split(':')[0]}")
-        root = Path(doc.get("root", ""))
-        for b in doc.get("buckets", []):
-            if b and "/" not in b and (root / b).is_dir():
-                shutil.rmtree(root / b, ignore_errors=True)
-                lines.append(f"removed bucket {root / b} (objects a killed run wrote through its S3 gateway)")
+        pid = doc.get("pid", 0)
+        if isinstance(pid, int) and pid > 0 and procs.running(pid) and _ours(pid, doc.get("marker", ""), owner) \
+                and procs.kill_all([pid]):
+            lines.append(f"killed leftover S3 gateway versitygw (pid {pid}) of dead process {owner.split(':')[0]}")
+        buckets = doc.get("buckets", [])
+        for b in buckets if isinstance(buckets, list) else []:
+            gone = remove_bucket(Path(str(doc.get("root", ""))), doc.get("root_id"), b)
+            if gone:
+                lines.append(f"removed bucket {gone} (objects a killed run wrote through its S3 gateway)")
         entry.unlink(missing_ok=True)
     return lines
+
+
+def legacy_entries() -> list[Path]:
+    """Registry files of versions before round 4 in /dev/shm: ignored (anyone could have written them)."""
+    try:
+        return sorted(LEGACY_REGISTRY.glob(f"{REGISTRY_PREFIX}*.json"))
+    except OSError:
+        return []

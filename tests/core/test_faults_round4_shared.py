@@ -1,0 +1,314 @@
+"""Issue 44, defect 1 and the S3 set-up minors: nothing another user wrote steers a run.
+
+Every forged file here is planted by another uid (65534, "nobody": a child that setuid()s to it, or a
+file chown()ed to it), as the probe did; those tests need root and are skipped otherwise. The folders
+stand in for /tmp and /dev/shm: world-writable and sticky, made for the test.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from storagebrief.core import config, lock, procs, runtime_dir, s3gateway, targets
+from conftest import needs_gateway, process_alive, wait_for
+
+NOBODY = 65534
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="planting a file as another uid (65534) needs root")
+
+
+def _as_nobody() -> None:
+    os.setgroups([])
+    os.setgid(NOBODY)
+    os.setuid(NOBODY)
+
+
+def _plant(fn) -> None:
+    """Run fn() in a child that is uid 65534 (another local user)."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            _as_nobody()
+            fn()
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    assert os.waitpid(pid, 0)[1] == 0, "the planting child failed"
+
+
+@pytest.fixture
+def shared():
+    """A folder like /tmp: mode 1777, every user may create names in it."""
+    d = Path(tempfile.mkdtemp(prefix="sb-r4-shared-", dir="/tmp"))
+    d.chmod(0o1777)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def precious(tmp_path):
+    """A user's folder inside a mode-700 directory, and a root-owned file: what a forged entry points at."""
+    vault = tmp_path / "vault"
+    vault.mkdir(mode=0o700)
+    (vault / "precious").mkdir()
+    (vault / "precious" / "keep.txt").write_text("mine")
+    victim = vault / "victim.conf"
+    victim.write_text("root's own file\n")
+    return vault
+
+
+def _dead_pid() -> int:
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
+
+
+def _versitygw(root: Path, log: Path, env: dict | None = None) -> subprocess.Popen:
+    """A versitygw storagebrief did not start (no owner marker, or the one in `env`)."""
+    root.mkdir(parents=True, exist_ok=True)
+    port = s3gateway.free_port()
+    base = {k: v for k, v in os.environ.items() if k != procs.OWNER_ENV}
+    return subprocess.Popen([str(s3gateway.binary()), "--port", f"127.0.0.1:{port}", "--quiet", "posix", str(root)],
+                            stdout=log.open("wb"), stderr=subprocess.STDOUT,
+                            env={**base, "ROOT_ACCESS_KEY_ID": "AKIATEST", "ROOT_SECRET_ACCESS_KEY": "secret-test",
+                                 **(env or {})})
+
+
+def _stop(p: subprocess.Popen) -> None:
+    if p.poll() is None:
+        p.kill()
+    p.wait()
+
+
+# --------------------------------------------------------------------------- the gateway registry
+@as_root
+@needs_gateway
+def test_a_registry_entry_another_user_wrote_in_dev_shm_steers_nothing(tmp_path, precious):
+    """The probe's 3-line file in /dev/shm, written by uid 65534: no bucket removed, no gateway killed."""
+    gw = _versitygw(tmp_path / "gwroot", tmp_path / "gw.log")
+    forged = Path("/dev/shm") / f"{s3gateway.REGISTRY_PREFIX}{_dead_pid()}-{secrets.token_hex(4)}.json"
+    doc = {"owner": f"{_dead_pid()}:1", "pid": gw.pid, "root": str(precious), "buckets": ["precious"]}
+    try:
+        assert wait_for(lambda: process_alive(gw.pid), 10)
+        time.sleep(0.3)
+        _plant(lambda: forged.write_text(json.dumps(doc)))
+        assert forged.stat().st_uid == NOBODY
+        lines = s3gateway.leftovers()
+        assert (precious / "precious" / "keep.txt").read_text() == "mine", lines
+        assert gw.poll() is None and process_alive(gw.pid), f"a gateway storagebrief never started was killed: {lines}"
+        assert forged in s3gateway.legacy_entries()        # doctor names it as ignored
+    finally:
+        forged.unlink(missing_ok=True)
+        _stop(gw)
+
+
+@as_root
+@needs_gateway
+def test_registry_entries_in_the_runtime_folder_are_judged_before_anything_goes(tmp_path, precious):
+    """Even in our private folder: a file of another owner is ignored; our own entry kills only a versitygw that
+    carries the dead run's marker, and removes only a bucket folder in the very root that run made."""
+    reg = runtime_dir.path()
+    dead = f"{_dead_pid()}:1"
+    unmarked = _versitygw(tmp_path / "gwroot", tmp_path / "gw.log")
+    marked = _versitygw(tmp_path / "gwroot2", tmp_path / "gw2.log", {procs.OWNER_ENV: f"{dead}:s3gw-1"})
+    gwroot = tmp_path / "gwroot"
+    (gwroot / "sb-run-1-aaaaaa").mkdir()
+    root_id = [gwroot.lstat().st_dev, gwroot.lstat().st_ino]
+    entries = {
+        # not ours: its file belongs to another uid
+        "foreign": ({"owner": dead, "pid": marked.pid, "marker": f"{dead}:s3gw-1", "root": str(gwroot),
+                     "root_id": root_id, "buckets": ["sb-run-1-aaaaaa"]}, NOBODY),
+        # ours, but naming a gateway without the marker and a root it did not make (the vault)
+        "steered": ({"owner": dead, "pid": unmarked.pid, "marker": f"{dead}:s3gw-1", "root": str(precious),
+                     "root_id": root_id, "buckets": ["precious", "../vault"]}, 0),
+    }
+    paths = []
+    try:
+        assert wait_for(lambda: process_alive(unmarked.pid) and process_alive(marked.pid), 10)
+        time.sleep(0.3)
+        for name, (doc, uid) in entries.items():
+            f = reg / f"{s3gateway.REGISTRY_PREFIX}{_dead_pid()}-{name}.json"
+            f.write_text(json.dumps(doc))
+            os.chown(f, uid, uid)
+            paths.append(f)
+        lines = s3gateway.leftovers()
+        assert (precious / "precious" / "keep.txt").read_text() == "mine", lines
+        assert unmarked.poll() is None and marked.poll() is None, lines
+        assert (gwroot / "sb-run-1-aaaaaa").is_dir(), lines
+        # the same entry, ours and naming the marked gateway and its root: both go
+        doc = {**entries["foreign"][0]}
+        own = reg / f"{s3gateway.REGISTRY_PREFIX}{_dead_pid()}-own.json"
+        own.write_text(json.dumps(doc))
+        paths.append(own)
+        lines = s3gateway.leftovers()
+        assert not (gwroot / "sb-run-1-aaaaaa").exists() and wait_for(lambda: marked.poll() is not None, 10), lines
+        assert any(f"pid {marked.pid}" in ln for ln in lines) and unmarked.poll() is None
+    finally:
+        for f in paths:
+            f.unlink(missing_ok=True)
+        _stop(unmarked)
+        _stop(marked)
+
+
+@as_root
+@needs_gateway
+def test_the_registrys_temporary_file_follows_no_planted_symlink(tmp_path, precious):
+    """The old `<entry>.tmp` in /dev/shm: a symlink planted there by uid 65534 made root write JSON into its
+    target. Now entries are made by mkstemp in a 0700 folder of ours."""
+    port = s3gateway.free_port()
+    planted = [Path("/dev/shm") / f"{s3gateway.REGISTRY_PREFIX}{os.getpid()}-{port}.tmp",
+               runtime_dir.path() / f"{s3gateway.REGISTRY_PREFIX}{os.getpid()}-{port}.tmp"]
+    victim = precious / "victim.conf"
+    _plant(lambda: os.symlink(victim, planted[0]))
+    planted[1].symlink_to(victim)          # even in our folder (only we could), nothing follows it
+    gw = s3gateway.Gateway(tmp_path / "gw", tmp_path / "gw.log", port=port)
+    try:
+        gw.start()
+        gw.own_bucket("sb-run-1-bbbbbb")
+        assert victim.read_text() == "root's own file\n"
+        st = os.lstat(gw.registry.parent)
+        assert gw.registry.parent == runtime_dir.path() and st.st_uid == os.geteuid() and not st.st_mode & 0o077
+    finally:
+        gw.stop()
+        for f in planted:
+            f.unlink(missing_ok=True)
+
+
+# --------------------------------------------------------------------------- the runtime folder
+@as_root
+def test_a_squatted_runtime_folder_is_never_used(tmp_path, shared, monkeypatch):
+    """Another user made /dev/shm/storagebrief-<uid> first: it is passed over (and said why), never trusted."""
+    monkeypatch.setattr(runtime_dir, "SHM", shared)
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    squat = shared / f"storagebrief-{os.geteuid()}"
+    _plant(lambda: os.mkdir(squat, 0o777))
+    got = runtime_dir.path()
+    assert got == tmp_path / "home" / ".cache" / "storagebrief" / "runtime"
+    assert any(str(squat) in why and f"uid {NOBODY}" in why for why in runtime_dir.skipped())
+    assert squat not in runtime_dir.usable() and got in runtime_dir.usable()
+    assert not os.lstat(got).st_mode & 0o077
+    # a symlink at the name is passed over too
+    os.rmdir(squat)
+    _plant(lambda: os.symlink(tmp_path, squat))
+    assert runtime_dir.path() == got and any("symbolic link" in why for why in runtime_dir.skipped())
+
+
+# --------------------------------------------------------------------------- locks
+@as_root
+def test_an_output_folder_lock_in_a_shared_folder_follows_no_planted_symlink(shared, precious):
+    out = shared / "out"
+    victim = precious / "victim.conf"
+    _plant(lambda: os.symlink(victim, shared / f".out{lock.LOCK_NAME}"))
+    held = lock.FolderLock(out, "refuse").acquire()
+    try:
+        assert victim.read_text() == "root's own file\n"
+        assert lock.folder_lock_path(out).parent == runtime_dir.path()
+    finally:
+        held.release()
+
+
+@as_root
+def test_a_lock_file_another_user_holds_beside_a_shared_out_is_not_waited_on(shared):
+    """A plain file planted at the lock name, flock()ed by uid 65534: the run neither waits nor refuses on it."""
+    planted = shared / f".out{lock.LOCK_NAME}"
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:          # uid 65534: plants the file and holds a flock on it
+        try:
+            _as_nobody()
+            fd = os.open(planted, os.O_RDWR | os.O_CREAT, 0o644)
+            os.write(fd, b'{"pid": 1, "command": "forged"}')
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.write(w, b"held")
+            time.sleep(60)
+        finally:
+            os._exit(0)
+    os.close(w)
+    try:
+        assert os.read(r, 4) == b"held"
+        held = lock.FolderLock(shared / "out", "refuse").acquire()      # would raise FolderBusy naming "forged"
+        held.release()
+    finally:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        os.close(r)
+
+
+@as_root
+def test_an_output_folder_lock_file_not_ours_is_refused_naming_its_owner(tmp_path):
+    out = tmp_path / "out"
+    f = lock.folder_lock_path(out)
+    f.write_text("")
+    os.chown(f, NOBODY, NOBODY)
+    with pytest.raises(lock.FolderBusy, match=f"lock file {f} belongs to .*uid {NOBODY}.*does not wait") as e:
+        lock.FolderLock(out, "wait").acquire()
+    assert "\n" not in str(e.value)
+
+
+@as_root
+def test_a_symlink_planted_at_a_target_lock_is_refused_not_followed(shared, precious):
+    victim = precious / "victim.conf"
+    _plant(lambda: os.symlink(victim, shared / lock.LOCK_NAME))
+    t = targets.resolve(config.TargetParams(name="x", path=str(shared)), targets.DEVICE_PROFILES)
+    with pytest.raises(lock.TargetBusy, match="is a symbolic link"):
+        lock.TargetLocks([t], "wait").acquire()
+    assert victim.read_text() == "root's own file\n"
+
+
+# --------------------------------------------------------------------------- the sweep kills and deletes only ours
+@as_root
+def test_the_sweep_removes_no_scratch_folder_and_kills_no_process_of_another_user(shared):
+    dead = _dead_pid()
+    theirs = shared / f"{procs.SCRATCH_PREFIX}mpi-{dead}-1"
+    _plant(lambda: (theirs.mkdir(), (theirs / "data").write_text("theirs")))
+    mine = shared / f"{procs.SCRATCH_PREFIX}mpi-{dead}-2"
+    mine.mkdir()
+    lines = procs.remove_dead_scratch(shared)
+    assert (theirs / "data").read_text() == "theirs" and not mine.exists(), lines
+    other = subprocess.Popen(["sleep", "60"], preexec_fn=_as_nobody,
+                             env={**os.environ, procs.OWNER_ENV: f"{dead}:1:forged"})
+    try:
+        assert wait_for(lambda: procs.marker(other.pid) is not None, 10)
+        lines = procs.kill_orphans()
+        assert other.poll() is None and not any(f"process {other.pid} " in ln for ln in lines), lines
+    finally:
+        _stop(other)
+
+
+# --------------------------------------------------------------------------- the S3 set-up minors
+def test_a_versitygw_that_is_not_executable_is_named_so(tmp_path, monkeypatch):
+    exe = tmp_path / "versitygw"
+    exe.write_bytes(b"\x7fELF")
+    exe.chmod(0o644)
+    monkeypatch.setenv(s3gateway.BINARY_ENV, str(exe))
+    with pytest.raises(s3gateway.GatewaySetupError, match=f"versitygw at {exe} is not executable") as e:
+        s3gateway.binary()
+    assert "not built" not in str(e.value)
+    monkeypatch.setenv(s3gateway.BINARY_ENV, str(tmp_path / "absent"))
+    with pytest.raises(s3gateway.GatewaySetupError, match="absent: no such file"):
+        s3gateway.binary()
+
+
+@pytest.mark.parametrize("log, cause", [
+    ("No IAM service configured, enabling single account mode\n", "(its log names no cause)"),
+    ("No IAM service configured, enabling single account mode\nlisten tcp: bind: address already in use\n"
+     "No IAM service configured, enabling single account mode\n", "listen tcp: bind: address already in use"),
+])
+def test_a_gateway_death_never_quotes_the_iam_info_line_as_its_cause(tmp_path, log, cause):
+    gw = s3gateway.Gateway(tmp_path / "gw", tmp_path / "gw.log")
+    gw.log_path.write_text(log)
+    gw.proc = subprocess.Popen(["sh", "-c", "exit 3"])
+    gw.proc.wait()
+    with pytest.raises(s3gateway.GatewayDied) as e:
+        gw.check()
+    assert cause in str(e.value) and "IAM" not in str(e.value)
