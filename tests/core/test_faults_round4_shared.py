@@ -286,6 +286,14 @@ def test_the_sweep_removes_no_scratch_folder_and_kills_no_process_of_another_use
 
 
 # --------------------------------------------------------------------------- the S3 set-up minors
+def test_a_secret_in_an_endpoint_url_is_refused_without_echoing_it(tmp_path):
+    data = {"targets": [{"name": "o", "path": str(tmp_path / "o"), "kind": "s3",
+                         "s3": {"endpoint": "http://alice:hunter2secret@s3.example.com:9000", "bucket": "abc"}}]}
+    with pytest.raises(config.ParamsError, match="holds credentials") as e:
+        config.validate(data, root=tmp_path, check_targets=False)
+    assert "hunter2secret" not in str(e.value) and "alice" not in str(e.value) and "***@s3.example.com" in str(e.value)
+
+
 def test_a_versitygw_that_is_not_executable_is_named_so(tmp_path, monkeypatch):
     exe = tmp_path / "versitygw"
     exe.write_bytes(b"\x7fELF")
@@ -312,3 +320,36 @@ def test_a_gateway_death_never_quotes_the_iam_info_line_as_its_cause(tmp_path, l
     with pytest.raises(s3gateway.GatewayDied) as e:
         gw.check()
     assert cause in str(e.value) and "IAM" not in str(e.value)
+
+
+def _s3_params(tmp_path: Path, **sections) -> dict:
+    return {"targets": [{"name": "dir", "path": str(tmp_path / "dir")},
+                        {"name": "obj", "path": str(tmp_path / "obj"), "kind": "s3", "s3": {}}], **sections}
+
+
+@needs_gateway
+@pytest.mark.parametrize("sections, says", [
+    ({"checkpoint": {"launcher": "mpi"}}, "checkpoint.launcher = mpi: S3 targets (obj) run with forked ranks only"),
+    ({"checkpoint": {"write_block_mib": 1}}, "checkpoint.write_block_mib = 1: S3 targets (obj) upload every file"),
+    ({"emulate": {"launcher": "mpi"}}, "emulate.launcher = mpi: S3 targets (obj) run with launcher: fork only"),
+])
+def test_validate_refuses_what_the_run_refuses_on_s3_targets(tmp_path, sections, says):
+    data = _s3_params(tmp_path, **sections)
+    with pytest.raises(config.ParamsError) as e:
+        config.validate(data, root=tmp_path)
+    assert says in str(e.value) and "\n" not in str(e.value)
+    config.validate(data, root=tmp_path, check_targets=False)          # readers of results: not refused
+    config.validate({**data, "targets": data["targets"][:1]}, root=tmp_path)    # no S3 target: fine
+
+
+def test_validate_refuses_a_local_gateway_target_without_versitygw(tmp_path, monkeypatch, capsys):
+    from storagebrief import cli
+    monkeypatch.setenv(s3gateway.BINARY_ENV, str(tmp_path / "no-versitygw"))
+    f = tmp_path / "params.yaml"
+    f.write_text(json.dumps(_s3_params(tmp_path, emulate={})))
+    assert cli.main(["validate", "--params", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert "S3 target(s) obj (local gateway): " in err and "no-versitygw: no such file" in err and err.count("\n") == 1
+    config.load(f)                      # a run of a study that measures no S3 target does not need versitygw
+    f.write_text(json.dumps(_s3_params(tmp_path)))                     # no study measures it: nothing to refuse
+    assert cli.main(["validate", "--params", str(f)]) == 0

@@ -21,18 +21,22 @@ import yaml
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
                       model_validator)
 
-from .s3target import S3TargetParams, check_kind
+from .s3target import S3TargetParams, check_kind, redact_url
 from .targets import DEVICE_PROFILES, DeviceProfile, check_target_path, check_target_usable
 
 # Study sections are registered by the studies registry (storagebrief.studies, imported by the
 # package's __init__), so core never imports a study. A section's model loads lazily: its heavy
 # imports (TensorFlow) are paid only by the study that runs.
 _SECTIONS: dict[str, Callable[[], type]] = {}
+_OBJECT_SECTIONS: set[str] = set()      # sections of studies that measure S3 targets (Study.object_targets)
 
 
-def register_section(name: str, model: Callable[[], type]) -> None:
-    """A study's params section: `model()` returns its pydantic model (loaded on first use)."""
+def register_section(name: str, model: Callable[[], type], object_targets: bool = False) -> None:
+    """A study's params section: `model()` returns its pydantic model (loaded on first use); object_targets:
+    the study measures S3 targets, so validate checks what its run would refuse on them."""
     _SECTIONS[name] = model
+    if object_targets:
+        _OBJECT_SECTIONS.add(name)
 
 
 def study_sections() -> tuple[str, ...]:
@@ -353,7 +357,7 @@ def _format_error(section: str, exc: ValidationError, model=None) -> str:
     for err in exc.errors():
         loc = ".".join(str(p) for p in (section, *err["loc"]) if p != "")
         value = err.get("input")
-        shown = json.dumps(value, default=str) if not isinstance(value, dict) else "{...}"
+        shown = redact_url(json.dumps(value, default=str)) if not isinstance(value, dict) else "{...}"
         if err.get("type") == "extra_forbidden":
             lines.append(f"{loc}: {explain_error(model, err)}")
         else:
@@ -410,6 +414,8 @@ def validate(data: dict, root: Path | None = None, changes: dict | None = None,
     names = [t.name for t in params.targets]
     if len(set(names)) != len(names):
         raise ParamsError(f"targets: names must be unique, got {names}")
+    if check_targets:
+        _check_object_sections(params)
     catalogue = params.profile_catalogue()
     for i, t in enumerate(params.targets):
         if t.profile is not None and t.profile not in catalogue:
@@ -418,6 +424,36 @@ def validate(data: dict, root: Path | None = None, changes: dict | None = None,
                 f"allowed: {sorted(catalogue)} (or define it under 'profiles:')"
             )
     return params
+
+
+def s3_targets_of_sections(params: Params) -> dict[str, list[TargetParams]]:
+    """For each section of a study that measures S3 targets, the S3 targets it would run on (none: left out)."""
+    out = {}
+    for name, section in params.sections.items():
+        if name in _OBJECT_SECTIONS:
+            chosen = set(section.targets) if isinstance(section, OnSomeTargets) and section.targets else None
+            s3 = [t for t in params.targets if t.s3 is not None and (chosen is None or t.name in chosen)]
+            if s3:
+                out[name] = s3
+    return out
+
+
+def _check_object_sections(params: Params) -> None:
+    """What a study's run refuses on the S3 targets it would measure, refused here first with the same line (the
+    section's `check_s3_targets(names)`). Not for readers of results (check_targets off)."""
+    for name, s3 in s3_targets_of_sections(params).items():
+        hook = getattr(params.sections[name], "check_s3_targets", None)
+        if hook is not None:
+            hook([t.name for t in s3])
+
+
+def check_tools(params: Params) -> None:
+    """What this machine must have for the S3 targets the sections would measure: versitygw for a local gateway.
+    For `storagebrief validate`; a study's run checks its own when it starts the gateway, and a study that
+    measures no S3 target never needs it (so a plain load does not ask)."""
+    from .s3target import check_gateway
+    local = {t.name for s3 in s3_targets_of_sections(params).values() for t in s3 if not t.s3.external}
+    check_gateway(sorted(local))
 
 
 def read_yaml(path: str | Path) -> dict:

@@ -23,6 +23,14 @@ CREDENTIAL_KEYS = ("access_key", "secret_key", "aws_access_key_id", "aws_secret_
                    "aws_session_token", "password", "secret", "access")
 
 
+USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#@\s]*@")
+
+
+def redact_url(text: str) -> str:
+    """`text` with the user:password part of any URL in it replaced by ***: an error line may quote the value."""
+    return USERINFO.sub(r"\1***@", text)
+
+
 class S3TargetParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     endpoint: str | None = None        # None: the local gateway over the target's path
@@ -110,3 +118,16 @@ def check_kind(name: str, kind: str, s3: S3TargetParams | None, profile: str | N
 
 def refuse_object_target(target, study: str) -> None:
     raise TargetError(f"target '{target.name}' is an S3 target; {study} measures directories only")
+
+
+def check_gateway(local_targets: list[str]) -> None:
+    """Local-gateway targets need versitygw: else the line the gateway's start gives, naming the targets
+    (a ParamsError, before any work)."""
+    if not local_targets:
+        return
+    from .config import ParamsError
+    from .s3gateway import GatewaySetupError, binary
+    try:
+        binary()
+    except GatewaySetupError as exc:
+        raise ParamsError(f"S3 target(s) {', '.join(local_targets)} (local gateway): {exc}") from None

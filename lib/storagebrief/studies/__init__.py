@@ -32,7 +32,7 @@ def _discover() -> dict[str, Study]:
 REGISTRY: dict[str, Study] = _discover()
 
 for _study in REGISTRY.values():
-    config.register_section(_study.name, _study.params_model)
+    config.register_section(_study.name, _study.params_model, _study.object_targets)
 
 
 def get(name: str) -> Study:

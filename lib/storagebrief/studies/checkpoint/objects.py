@@ -19,7 +19,6 @@ import time
 
 from ...core.causes import EnvironmentFailure, one_line
 from ...core.checkpoint_workloads import checkpoint_folder
-from ...core.config import ParamsError
 from ...core.s3gateway import GatewayDied
 from ...core.store import Store
 from ...core.sweep import Measurement
@@ -28,24 +27,10 @@ from ...kit.s3study import client_group, same_device_pairs
 from . import STUDY, dataset, metrics
 from .ranks import RankPool
 
-PART_MIN = 5 << 20       # S3's smallest part but the last
-
-
 def check(sweep, p) -> None:
-    """Before any work: what S3 targets cannot do with these settings, one line each."""
-    s3 = [t.name for t in sweep.targets if t.s3 is not None]
-    if not s3:
-        return
-    if p.launcher != "fork":
-        raise ParamsError(f"checkpoint.launcher = {p.launcher}: S3 targets ({', '.join(s3)}) run with forked ranks "
-                          "only (launcher: fork); drop them from targets or use launcher: fork")
-    if p.write_block < PART_MIN:
-        from ...core.checkpoint_workloads import files_of_rank
-        big = max(f.bytes for m in p.models for r in p.writers(m) for f in files_of_rank(p.workload(m), r, p.scale))
-        if big > p.write_block:
-            raise ParamsError(f"checkpoint.write_block_mib = {p.write_block_mib:g}: S3 targets ({', '.join(s3)}) "
-                              f"upload every file in parts of write_block_mib, and S3 needs parts of at least 5 MiB "
-                              f"(the largest file is {big / (1 << 20):.1f} MiB); use write_block_mib >= 5")
+    """Before any work: what S3 targets cannot do with these settings (Params.check_s3_targets, which validate
+    runs too)."""
+    p.check_s3_targets([t.name for t in sweep.targets if t.s3 is not None])
 
 
 def open_stores(sweep, state) -> None:

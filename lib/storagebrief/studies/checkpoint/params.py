@@ -6,14 +6,15 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from ...core.checkpoint_workloads import (CheckpointWorkload, CheckpointWorkloadError, WORKLOADS, layout,
-                                          layout_bytes, workload, workload_from_dict, writing_ranks)
-from ...core.config import Strict, check_name
+from ...core.checkpoint_workloads import (CheckpointWorkload, CheckpointWorkloadError, WORKLOADS, files_of_rank,
+                                          layout, layout_bytes, workload, workload_from_dict, writing_ranks)
+from ...core.config import ParamsError, Strict, check_name
 from ...kit.launch import LaunchParams
 
 from .dataset import RESERVED
 
 MIB = 1 << 20
+PART_MIN = 5 * MIB       # S3's smallest part but the last
 COST_MODES = ("none", "sync", "async")
 
 
@@ -242,6 +243,23 @@ class CheckpointParams(LaunchParams):
     @property
     def write_block(self) -> int:
         return self.write_block_mib * MIB
+
+    def check_s3_targets(self, s3: list[str]) -> None:
+        """What S3 targets (names `s3`) cannot do with these settings, one line each: by validate
+        (core.config) and again by the run's prepare (objects.check)."""
+        if not s3:
+            return
+        if self.launcher != "fork":
+            raise ParamsError(f"checkpoint.launcher = {self.launcher}: S3 targets ({', '.join(s3)}) run with forked "
+                              "ranks only (launcher: fork); drop them from targets or use launcher: fork")
+        if self.write_block < PART_MIN:
+            big = max(f.bytes for m in self.models for r in self.writers(m)
+                      for f in files_of_rank(self.workload(m), r, self.scale))
+            if big > self.write_block:
+                raise ParamsError(f"checkpoint.write_block_mib = {self.write_block_mib:g}: S3 targets "
+                                  f"({', '.join(s3)}) upload every file in parts of write_block_mib, and S3 needs "
+                                  f"parts of at least 5 MiB (the largest file is {big / MIB:.1f} MiB); use "
+                                  "write_block_mib >= 5")
 
     @property
     def read_block(self) -> int:

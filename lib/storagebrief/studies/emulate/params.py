@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ...core.config import check_names, sorted_counts
+from ...core.config import ParamsError, check_names, sorted_counts
 from ...core.workloads import MLPERF_DATASET_FACTOR, WORKLOADS, WorkloadSpec, merged_spec, missing_compute_note
 from ...kit.launch import LaunchParams
 from .mlperf import RUNS  # the shared `mpi:` section (checkpoint has one too)
@@ -129,6 +129,12 @@ class EmulateParams(LaunchParams):
 
     def spec(self, name: str) -> WorkloadSpec:
         return merged_spec(name, self.workload_overrides)
+
+    def check_s3_targets(self, s3: list[str]) -> None:
+        """What S3 targets (names `s3`) cannot do with these settings: by validate (core.config) and prepare."""
+        if s3 and self.launcher == "mpi":
+            raise ParamsError(f"emulate.launcher = mpi: S3 targets ({', '.join(s3)}) run with launcher: fork only "
+                              "(MPI ranks would carry the store's credentials in their config file); use fork")
 
 
 Params = EmulateParams   # the name core.study looks for

@@ -103,10 +103,7 @@ def _bytes_needed(p: EmulateParams, sizes: dict[str, int], t) -> int:
 def prepare(sweep) -> None:
     """Everything that can be wrong is checked before any measured work; then the datasets, and study.json."""
     p: EmulateParams = sweep.p
-    s3 = [t.name for t in sweep.targets if t.s3 is not None]
-    if s3 and p.launcher == "mpi":
-        raise ParamsError(f"emulate.launcher = mpi: S3 targets ({', '.join(s3)}) run with launcher: fork only "
-                          "(MPI ranks would carry the store's credentials in their config file); use fork")
+    p.check_s3_targets([t.name for t in sweep.targets if t.s3 is not None])      # validate checked it too
     # hosts, hostfile, options: before any dataset
     check_launch(p, p.max_accelerators, sweep.out_dir, STUDY.name,
                        "the largest of emulate.accelerators (emulate.search_max with auto)", sweep.status)
