@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ...kit import budget
 # the room's readers by name here, so that a test can stand in for the machine (monkeypatch)
-from ...kit.budget import MEMORY_SHARE, MIB, files_left, memory_left, nproc_left, pids_left  # noqa: F401
+from ...kit.budget import MIB, files_left, memory_left, nproc_left, pids_left
 from ...kit.checkpoint import incompressible
 from ...kit.launch import open_launch
 from ...kit.ranks import Worker
@@ -104,6 +104,7 @@ class RankPool:
 # buffer, and on restore `readers_per_rank` reader threads each with a read buffer; the parent keeps a few pipes
 # per rank. Measured on the 2-core VM (a rank with a 1 MiB buffer, pandas imported in the parent): 3.0-4.5 open
 # files in the parent and 4.0 MiB private dirty memory per rank; the budget takes 5 files and 8 MiB.
+MEMORY_SHARE = budget.MEMORY_SHARE
 RANK_OWN_BYTES = budget.PROCESS_OWN_BYTES
 PARENT_FILES_PER_RANK = budget.FILES_PER_WORKER
 TASKS_PER_RANK_BESIDE_READERS = budget.TASKS_PER_WORKER   # the rank's main thread and its queue's feeder thread
