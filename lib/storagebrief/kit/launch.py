@@ -26,8 +26,10 @@ class LaunchParams(Strict):
 def check_launch(params: LaunchParams, ranks: int, work_dir: Path, section: str, ranks_knob: str,
                  status: Callable[[str], None] | None = None) -> None:
     """Before any work, with launcher: mpi: mpirun is there (else a ParamsError naming `section`.mpi.mpirun)
-    and starts `ranks` ranks on the given hosts (kit.mpi.preflight's one-line causes)."""
+    and starts `ranks` ranks on the given hosts (kit.mpi.preflight's one-line causes); with launcher: fork, the
+    launch's own share of the one budget (check_fork)."""
     if params.launcher != "mpi":
+        check_fork(ranks, section, ranks_knob)
         return
     from ..core.config import ParamsError
     try:
@@ -37,6 +39,22 @@ def check_launch(params: LaunchParams, ranks: int, work_dir: Path, section: str,
     if status:
         status(f"checking that mpirun starts {ranks} rank(s)")
     kit_mpi.preflight(params.mpi, ranks, work_dir, section, ranks_knob=ranks_knob)
+
+
+def check_fork(workers: int, section: str, knob: str) -> None:
+    """Refuse before any work (ValueError, one line with the numbers) `workers` forked workers the machine's
+    process, file or memory limits cannot hold (kit.budget): each is a process and its queue's feeder thread, a
+    few pipes in the parent and its own memory. A study adds its own threads and buffers to the budget in its
+    params' validation; this is the part every forking study inherits from the launcher."""
+    from . import budget
+    n, what = workers, f"{section}: {workers:,} forked workers ({knob})"
+    budget.check(f"{what},", tasks=n * budget.TASKS_PER_WORKER, how=f"{n:,} × {budget.TASKS_PER_WORKER}",
+                 lower=f"lower {knob}, use launcher: mpi, or raise the limit")
+    budget.check(f"{what},", files=n * budget.FILES_PER_WORKER, how=f"{n:,} × {budget.FILES_PER_WORKER} pipes",
+                 lower=f"lower {knob}, use launcher: mpi, or raise the limit")
+    budget.check(what, memory=n * budget.PROCESS_OWN_BYTES,
+                 how=f"{n:,} × {budget.PROCESS_OWN_BYTES // budget.MIB} MiB per process",
+                 lower=f"lower {knob} or use launcher: mpi")
 
 
 def open_launch(worker: Worker, ranks, config: Any = None, *, params: LaunchParams | None = None,

@@ -30,16 +30,19 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 
 from ..core import cgroups
 from ..core.causes import EnvironmentFailure
 from ..core.procs import die_with_parent, reap
+from . import budget
 from .client_check import apply_affinity
 
 OP_TIMEOUT_S = 600.0          # one barrier wait (the start line, a step's sync)
 WATCH_S = 0.2                 # how often a wait looks for a dead worker
+STOPPED_S = 10.0              # a worker stopped this long (SIGSTOP, a debugger) ends the run: it cannot finish
 STOP = ("storagebrief-stop",)         # a forked worker's last message (None is a message like any other)
 
 
@@ -93,11 +96,22 @@ class WorkerTraceback(Exception):
     """A worker's traceback, chained under the error the launcher raises for it (`--debug` shows it)."""
 
 
-def _how(code: int) -> str:
+def _how(code: int, oom: str | None = None) -> str:
+    """How a worker ended; `oom`: the OOM killer that killed since the launch began (kit.budget.oom_cause)."""
+    if code == -signal.SIGKILL and oom:
+        return f"killed by signal 9 (SIGKILL) by {oom}"
     if code < 0:
         return (f"killed by signal {-code} (from outside the run: the OOM killer, kill -9, or a limit of the "
                 "host)")
     return f"exited with status {code}"
+
+
+def _state(pid: int | None) -> str:
+    """The process's state letter in /proc ('T': stopped, 't': traced), '' when gone or unknown."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
 
 
 class Launch:
@@ -214,6 +228,8 @@ class Forked(Launch):
         self.stop_flag = ctx.Event()
         self.out_q = ctx.Queue()
         self.inboxes = {r: ctx.SimpleQueue() for r in self.ranks}
+        self.oom_before = budget.oom_kills([Path(f).parent for f in self.procs_files])
+        self.stopped_since: dict[int, float] = {}
         self.procs = [ctx.Process(target=_forked_main, args=(self, r, self.inboxes[r], self.out_q), daemon=True,
                                   name=f"{self.worker.label.replace(' ', '-')}-{r}") for r in self.ranks]
         self.host_facts = {}
@@ -225,7 +241,8 @@ class Forked(Launch):
                     raise EnvironmentFailure(
                         f"could not start {self.worker.label} {self.ranks[i]} ({i + 1} of {n}): fork failed: "
                         f"{exc.strerror or exc}; the process, thread or memory limit of this host or user is "
-                        "reached (ulimit -u, the pids cgroup's pids.max): use fewer workers or launcher: mpi"
+                        f"reached (ulimit -u, the pids cgroup's pids.max; now: {budget.process_limits()}): use "
+                        "fewer workers or launcher: mpi"
                     ) from None
             self._collect("ready", self.start_timeout_s)
         except BaseException as exc:
@@ -239,11 +256,27 @@ class Forked(Launch):
         gone = [(r, pr.exitcode) for r, pr in zip(self.ranks, self.procs)
                 if r not in have and pr.pid is not None and pr.exitcode is not None]
         for r, code in sorted(gone, key=lambda rc: rc[1] >= 0):
-            return f"{self.worker.label} {r} died: {_how(code)}"
+            oom = budget.oom_cause(self.oom_before) if code == -signal.SIGKILL else None
+            return f"{self.worker.label} {r} died: {_how(code, oom)}"
+        return self._stopped(have)
+
+    def _stopped(self, have) -> str | None:
+        """A worker not in `have` stopped (state T: SIGSTOP, SIGTSTP; t: a debugger) for STOPPED_S: it would hold
+        the run until its operation's timeout in silence (a kv client: 20 × duration + 600 s)."""
+        now = time.monotonic()
+        for r, pr in zip(self.ranks, self.procs):
+            if r in have or pr.pid is None or _state(pr.pid) not in ("T", "t"):
+                self.stopped_since.pop(r, None)
+                continue
+            since = self.stopped_since.setdefault(r, now)
+            if now - since >= STOPPED_S:
+                return (f"{self.worker.label} {r} (pid {pr.pid}) is stopped (state T in /proc: SIGSTOP, Ctrl-Z or a "
+                        f"debugger) for {STOPPED_S:.0f} s; the run cannot finish without it and ends: continue it "
+                        f"(kill -CONT {pr.pid}) within {STOPPED_S:.0f} s to keep a run going")
         return None
 
     def _fail(self, why: str):
-        return (EnvironmentFailure if "died: killed" in why else RuntimeError)(why)
+        return (EnvironmentFailure if "died: killed" in why or "is stopped" in why else RuntimeError)(why)
 
     def check_alive(self) -> None:
         if (why := self._dead({})) is not None:
@@ -350,6 +383,8 @@ class Forked(Launch):
             for pr in started:
                 if pr.is_alive():
                     pr.terminate()
+                    if _state(pr.pid) in ("T", "t"):
+                        pr.kill()                     # a stopped worker takes SIGTERM only once continued
         self._drain(started, 10)
         reap(started, 10)
         for q in filter(None, (self.out_q, self.task_q)):

@@ -117,6 +117,8 @@ def test_a_target_that_fills_mid_run_is_a_failed_row_and_left_clean(tmp_path, sm
     plain = runs[runs.workload != "tiered"]
     assert (plain.status == "failed").all()
     assert plain.failure_reason.str.startswith("target full mid-run: No space left on device (errno 28)").all()
+    for why in plain.failure_reason:          # round 4: it names the target and the file (a KV file of the run)
+        assert f"target 'fast' ({small_fs / 'fast'})" in why and f" writing {small_fs / 'fast'}/storagebrief/" in why
     assert _files(small_fs / "fast") == []
     notes = json.loads((out / "notes.json").read_text())["warnings"]
     assert any("filled up during" in n for n in notes)

@@ -91,6 +91,8 @@ class Client:
             os.fsync(fd)
             f1 = time.monotonic()
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        except OSError as exc:           # write()/fsync() name no file: a full target's message names it
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
         finally:
             os.close(fd)
         return t0, time.monotonic(), f1 - f0

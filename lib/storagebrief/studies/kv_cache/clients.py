@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 
+from ...kit import budget
 from ...kit.checkpoint import incompressible
 from ...kit.ranks import Done, Launch, Worker
 from .client import Client
@@ -41,3 +42,35 @@ def result(launch: Launch, release: float, done: list[Done]) -> dict:
             r = {**r, "records": [_shifted(x, shift) for x in r["records"]], "t_end": r["t_end"] + shift}
         ranks.append({**r, "host": d.host})
     return {"t_start": release, "ranks": ranks, "hosts": launch.hosts(done)}
+
+
+# --------------------------------------------------------------------------- the clients' budget
+def check_budget(p, room: budget.Room | None = None) -> None:
+    """Refuse (ValueError, one line with the numbers) forked clients this machine cannot hold (kit.budget), for the
+    heaviest workload of `run`: per client a process, its queue's feeder and `concurrency` threads; its memory as
+    client.Client allocates it: the write buffer (a block, at most the largest cache), the host buffer reads land
+    in (the largest cache), a read chunk per thread, the CPU tier's budget and, while a thread adds an entry and
+    its evictions are written, up to one more cache per thread beside it; and the process's own memory."""
+    if p.launcher != "fork":
+        return          # MPI clients live on their hosts: mpirun's preflight starts them there
+    room = room or budget.Room.now()
+    n, MIB, GIB = p.clients, budget.MIB, budget.GIB
+    for name in p.run:
+        w, largest = p.workload(name), p.largest_entry_bytes(name)
+        block, tier = min(p.write_block_mib * MIB, largest), p.cpu_tier_bytes(name)
+        in_flight = w.concurrency * largest if tier else 0
+        per = block + largest + w.concurrency * block + tier + in_flight + budget.PROCESS_OWN_BYTES
+        what = f"kv_cache.clients = {n:,} (workload {name})"
+        budget.check(f"{what},", tasks=n * (budget.TASKS_PER_WORKER + w.concurrency), room=room,
+                     how=f"{n:,} × ({budget.TASKS_PER_WORKER} + concurrency {w.concurrency})",
+                     lower="lower kv_cache.clients or the workload's concurrency, use launcher: mpi, or raise the limit")
+        budget.check(f"{what},", files=n * budget.FILES_PER_WORKER, room=room, how="pipes in the parent",
+                     lower="lower kv_cache.clients, use launcher: mpi, or raise the limit")
+        budget.check(what, memory=n * per, room=room,
+                     how=f"{n:,} × ({block / MIB:,.0f} MiB write buffer + {largest / MIB:,.0f} MiB host buffer (the "
+                         f"largest cache) + concurrency {w.concurrency} × {block / MIB:,.0f} MiB read chunks"
+                         + (f" + cpu_tier_gib {tier / GIB:g} GiB + {w.concurrency} × {largest / MIB:,.0f} MiB "
+                            "caches in flight" if tier else "")
+                         + f" + {budget.PROCESS_OWN_BYTES / MIB:.0f} MiB per process)",
+                     lower=f"lower kv_cache.clients, workloads.{name}.cpu_tier_gib or concurrency, shorten the "
+                           "contexts, or use launcher: mpi across hosts")

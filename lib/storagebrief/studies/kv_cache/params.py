@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from ...core.config import Strict
 from ...kit.launch import LaunchParams
@@ -118,6 +118,15 @@ class KvCacheParams(LaunchParams):
             if a not in breakeven.CATALOGUE:
                 raise ValueError(f"breakeven.accelerators: {a!r} is not allowed: one of "
                                  f"{', '.join(breakeven.CATALOGUE)}")
+        return self
+
+    @model_validator(mode="after")
+    def _fits_this_machine(self, info: ValidationInfo):
+        """Forked clients within the machine's process, file and memory limits (clients.check_budget); not for
+        readers of results (the brief validates with check_targets off)."""
+        if (info.context or {}).get("check_targets", True):
+            from .clients import check_budget
+            check_budget(self)
         return self
 
     def workload(self, name: str) -> Workload:

@@ -60,6 +60,7 @@ def _space_needed(p: KvCacheParams) -> int:
 def prepare(sweep) -> None:
     p: KvCacheParams = sweep.p
     sweep.state = state = KvState()
+    clients.check_budget(p)         # the machine's limits now (validate too)
     check_launch(p, p.clients, sweep.out_dir, STUDY.name, "kv_cache.clients", sweep.status)
     check_space(sweep.targets, lambda t: _space_needed(p),
                 f"every simulated user's largest KV cache at once ({p.longest_context:,} tokens at most)")
@@ -134,7 +135,8 @@ def run_one(run, config: Config) -> Measurement:
         run.sweep.note(f"target '{run.target.name}' filled up during {run.run_id}: {why}")
         return Measurement({**_columns(p, config.workload), **client_check.row_columns(config.client_check, conf)},
                            ok=False,
-                           failure_reason=f"target full mid-run: {why}; this run's KV files were removed")
+                           failure_reason=f"target full mid-run: {why}; target '{run.target.name}' "
+                                          f"({run.target.path}); this run's KV files were removed")
     finally:
         dataset.remove(folder)
         if conf:

@@ -32,9 +32,10 @@ def write(target, store, p, log=print) -> None:
     target's files persist across sweeps; a run's bucket or prefix starts empty)."""
     have = set(store.list(store.key("data/")))
     for size in p.object_sizes:
-        body = payload(size, p.seed)
-        for n in names(size, p.objects_for(size)):
-            if store.key(n) not in have:
-                store.put(store.key(n), body)
+        missing = [store.key(n) for n in names(size, p.objects_for(size)) if store.key(n) not in have]
+        body = payload(size, p.seed) if missing else b""      # one size's body at a time (the budget's arithmetic)
+        for key in missing:
+            store.put(key, body)
+        del body
     log(f"object_sweep: GET objects ready on '{target.name}' ({store.url(store.key('data/'))})")
 

@@ -33,6 +33,7 @@ from ...kit.s3study import CLIENT_LIMIT_PERCENT, limited_by
 from ...kit.sizes import size_label
 from . import STUDY, dataset
 from .params import ObjectSweepParams
+from .worker import check_budget
 
 
 
@@ -65,6 +66,7 @@ def prepare(sweep) -> None:
     if "busy" in p.loads and shutil.which("stress-ng") is None:
         raise ParamsError("object_sweep.loads has 'busy' but stress-ng is not installed (`make system-deps`); "
                           "install it or drop 'busy'")
+    check_budget(p)                 # the machine's limits now (validate too)
     sweep.state = ObjectState()
     local = [t for t in sweep.targets if t.on_this_machine]
     space.check_space(local, lambda t: dataset.needed_bytes(p, p.ops), "the object sweep's objects")

@@ -17,7 +17,9 @@ def main() -> int:
     cfg = json.loads(sys.stdin.readline())
     from ...kit import s3ops
 
-    body = s3ops.payload(cfg["size"], cfg["seed"]) if cfg["op"] == "put" else b"\0" * cfg["size"]
+    # a PUT's body made once, the one copy its threads all send; a GET holds none (only its size: it was a
+    # zeroed copy of the object, never read)
+    body = s3ops.payload(cfg["size"], cfg["seed"]) if cfg["op"] == "put" else cfg["size"]
     client = None
     if cfg.get("endpoint"):      # the run's store's child_config (core.store): this process's own client
         from ...core.s3store import S3Client
@@ -40,6 +42,34 @@ def main() -> int:
         return 0
     print(json.dumps(batch.row()), flush=True)
     return 0
+
+
+# --------------------------------------------------------------------------- the sweep's budget
+WORKER_OWN_BYTES = 128 << 20   # the worker's Python, numpy and boto3 client (measured 48 MiB on a directory; ×2 for S3)
+READ_CHUNK = 1 << 20           # a GET's read per request in flight (s3ops)
+
+
+def check_budget(p, room=None) -> None:
+    """Refuse (ValueError, one line with the numbers) a sweep this machine cannot hold (kit.budget). One worker
+    runs at a time, with `concurrency` threads, beside the busy load (stress-ng: a process per CPU and its
+    parent); its memory: the largest PUT body, made once and sent by every thread (s3ops.payload, one copy:
+    measured 320 MiB peak for a 256 MiB PUT, 48 MiB for a GET), a read chunk per thread and its own. The study's
+    process makes the GET objects' body too, one size at a time, before any worker: the same largest size."""
+    from ...kit import budget
+    conc, largest = max(p.concurrency), max(p.object_sizes)
+    busy = (os.cpu_count() or 1) + 1 if "busy" in p.loads else 0
+    what = f"object_sweep: concurrency {conc:,}, object_sizes up to {largest / budget.MIB:,.1f} MiB:"
+    room = room or budget.Room.now()
+    budget.check(what, tasks=1 + conc + busy, room=room,
+                 how=f"the worker and its {conc:,} threads" + (f" + the busy load's {busy:,}" if busy else ""),
+                 lower="lower object_sweep.concurrency, drop 'busy' from loads, or raise the limit")
+    budget.check(what, files=conc + 16, room=room, how=f"{conc:,} requests in flight + 16 of the worker's own",
+                 lower="lower object_sweep.concurrency or raise the limit")
+    budget.check(what, memory=largest + conc * READ_CHUNK + WORKER_OWN_BYTES, room=room,
+                 how=f"the largest object {largest / budget.MIB:,.1f} MiB, made once + {conc:,} × "
+                     f"{READ_CHUNK / budget.MIB:.0f} MiB read chunks + {WORKER_OWN_BYTES / budget.MIB:.0f} MiB for "
+                     "the worker",
+                 lower="lower object_sweep.object_sizes or concurrency")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,78 @@
+"""Faults, round 4 (issue 44), object-sweep side: the payload is one copy (it was three: numpy, `.tobytes()`, a GET
+worker's zeroed body), so the budget's arithmetic holds; an object beyond the memory the run may use is refused by
+`validate` and the run, with the numbers; one that fits runs where it was OOM-killed. Each failed on the code as
+found (fdbeda7)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import yaml
+
+from child_cgroup import ENV, child_cgroup, cli_in
+from conftest import REPO
+
+MIB = 1 << 20
+OBJECT = 256 * MIB
+
+
+def _peak_kib(code: str, stdin: str = "") -> int:
+    """The peak RSS (KiB) of a fresh Python running `code` (ru_maxrss: its own, not this test's)."""
+    probe = code + "\nimport resource, sys; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)"
+    res = subprocess.run([sys.executable, "-c", probe], input=stdin, capture_output=True, text=True, env=ENV,
+                         cwd=REPO, timeout=120)
+    assert res.returncode == 0, res.stderr
+    return int(res.stderr.strip().splitlines()[-1])
+
+
+def test_the_payload_is_made_once_as_one_copy():
+    """256 MiB: 518 MiB above the interpreter before (an array and its .tobytes()), 278 MiB now."""
+    base = _peak_kib("from storagebrief.kit import s3ops")
+    peak = _peak_kib(f"from storagebrief.kit import s3ops; b = s3ops.payload({OBJECT}, 0); assert len(b) == {OBJECT}")
+    assert (peak - base) * 1024 < 1.2 * OBJECT, f"{(peak - base) / 1024:.0f} MiB for a 256 MiB payload"
+
+
+def test_a_get_worker_holds_no_body_and_a_put_worker_one(tmp_path):
+    """The worker as the study starts it, on a directory: a GET held a zeroed copy of the object (304 MiB peak
+    for 256 MiB), a PUT the array and its bytes (559 MiB)."""
+    cfg = {"size": OBJECT, "concurrency": 2, "seed": 0, "keys": ["a", "b"], "folder": str(tmp_path)}
+    run = "import runpy, sys; sys.argv = ['w']\ntry:\n    runpy.run_module('storagebrief.studies.object_sweep.worker', " \
+          "run_name='__main__')\nexcept SystemExit:\n    pass"
+    put = _peak_kib(run, json.dumps({**cfg, "op": "put"}) + "\ngo\n") * 1024
+    get = _peak_kib(run, json.dumps({**cfg, "op": "get"}) + "\ngo\n") * 1024
+    assert (tmp_path / "a").stat().st_size == OBJECT
+    assert get < 128 * MIB, f"GET worker peak {get / MIB:.0f} MiB"
+    assert put < OBJECT + 128 * MIB, f"PUT worker peak {put / MIB:.0f} MiB"
+
+
+def _params(tmp_path, size: str) -> str:
+    f = tmp_path / "params.yaml"
+    f.write_text(yaml.safe_dump({"targets": [{"name": "dir", "path": str(tmp_path / "dir")}],
+                                 "run": {"trace": False, "cold_cache": False},
+                                 "object_sweep": {"ops": ["put", "get"], "object_sizes": [size], "concurrency": [2],
+                                                  "mib_per_point": 1, "min_objects": 1, "max_objects": 1,
+                                                  "loads": ["idle"], "repeats": 1}}))
+    return str(f)
+
+
+def test_an_object_beyond_the_memory_the_run_may_use_is_refused_by_validate_and_the_run(tmp_path):
+    """The probe's 1 GiB object in an 800 MB cgroup: the study process was OOM-killed (exit 137, no line)."""
+    f = _params(tmp_path, "1g")
+    with child_cgroup("memory", {"memory.limit_in_bytes": 800 << 20}) as d:
+        checked = cli_in(d, "validate", "--params", f)
+        ran = cli_in(d, "object-sweep", "--params", f, "--out", str(tmp_path / "out"), "--progress", "off")
+    for res in (checked, ran):
+        assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+        assert "object_sizes up to 1,024.0 MiB: need 1.13 GiB (the largest object 1,024.0 MiB, made once" in res.stderr
+        assert f"GiB this run may use (the memory cgroup {d} (limit 0.78 GiB" in res.stderr
+    assert not (tmp_path / "dir").exists()                   # refused before any object was written
+
+
+def test_a_256_mib_object_runs_where_its_copies_were_oom_killed(tmp_path):
+    """560 MiB: the study process peaked at 619 MiB making the GET objects' body (killed); now 377 MiB."""
+    f = _params(tmp_path, "256m")
+    with child_cgroup("memory", {"memory.limit_in_bytes": 560 << 20}) as d:
+        res = cli_in(d, "object-sweep", "--params", f, "--out", str(tmp_path / "out"), "--progress", "off")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "2 runs complete" in res.stdout + res.stderr
