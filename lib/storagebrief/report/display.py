@@ -3,9 +3,9 @@
 Escaping is a rule here, not a habit of each caller: every string a user can name (targets, workloads, shapes,
 videos, buckets, failure reasons quoting them) reaches the page through one of three doors, each of which escapes
 it — show_md (markdown rendered with raw HTML escaped: markdown never carries HTML), show_table / table_html
-(cells and captions escaped) and figure captions. show_html takes HTML this package builds itself, and puts
-every value into it through `esc` (tests/brief/test_escaping.py renders a brief whose every named knob is
-markup)."""
+(cells and captions escaped) and figure captions. show_html takes HTML this package builds itself (brief/
+assemble.py, brief/characterization.py, here), every value in it through html.escape; no study calls it
+(tests/brief/test_escaping.py holds both, and renders a brief whose every named knob is markup)."""
 from __future__ import annotations
 
 import html
@@ -15,11 +15,8 @@ from contextlib import contextmanager
 import pandas as pd
 
 
-esc = html.escape          # the one escape for a value put into HTML this package builds (show_html)
-
-
 def show_html(text: str) -> None:
-    """HTML this package built, every value in it through `esc`; text from elsewhere goes through show_md."""
+    """HTML this package built, every value in it through html.escape; text from elsewhere goes through show_md."""
     from IPython.display import HTML, display
     display(HTML(text))
 
