@@ -193,7 +193,8 @@ def test_unknown_model_is_refused_naming_the_known_ones():
     ({"layers": 0}, r"layers=0 .*whole number >= 1"),
     ({"tp": True}, r"tp=True .*whole number >= 1"),
     ({"hidden": 4.0}, r"hidden=4.0 .*whole number >= 1"),
-    ({"name": ""}, r"name='' .*non-empty string"),
+    ({"name": ""}, r"name = '' is not allowed: a name used in file paths"),
+    ({"name": "../x"}, r"name = '../x' is not allowed: a name used in file paths"),
 ])
 def test_user_shape_refusals_name_key_value_and_what_is_allowed(change, message):
     with pytest.raises(CheckpointWorkloadError, match=message):

@@ -479,6 +479,19 @@ def appendix_procedure(reports_dir: str | Path, params_file: str | Path) -> None
         "notebook, which calls `storagebrief`). Before every measured run the page cache was made cold "
         "(the method is the `cache_method` column of runs.csv); device counters and CPU were sampled "
         f"every {params.run.monitor_interval_s} s while the run was in flight. Runs repeat and "
-        "interleave targets so drift affects all targets alike. The parameters that ran:")
+        "interleave targets so drift affects all targets alike. " + _which_params(reports_dir, params, params_file))
     text = yaml.safe_dump(config_mod.raw_params(params), sort_keys=False)
     show_html(f"<pre class='params'>{html.escape(text)}</pre>")
+
+
+def _which_params(reports_dir, params, params_file) -> str:
+    """The sentence above the parameters: they are the ones that ran only when every study's results recorded
+    this file's hash (results keep the hash of the params that made them, with any -S changes, not a copy)."""
+    name = Path(params_file).name
+    other = {t: h for t, h in inputs.params_hashes(reports_dir).items() if h != params.source_hash}
+    if not other:
+        return f"The parameters that ran (`{name}`, hash {params.source_hash}):"
+    runs = "; ".join(f"{t}: hash {h}" for t, h in other.items())
+    return (f"**These results were not made with `{name}`** (hash {params.source_hash}): {runs}. Other "
+            "parameters (another params file or `-S` changes) made them; each section's 'What ran' states the "
+            f"settings it used. Below is `{name}` as it is now, not what ran:")

@@ -142,7 +142,7 @@ def _check_side_files(study, d: Path) -> dict[str, dict]:
             continue
         if name.endswith(".json"):
             out[name] = read_json(f)
-        elif name.endswith(".csv"):
+        elif name.endswith(".csv") and not _no_rows(f):
             read_csv(f)
     inv = out.get("inventory.json", {})
     if not isinstance(inv.get("targets", []), list) or not all(
@@ -152,6 +152,13 @@ def _check_side_files(study, d: Path) -> dict[str, dict]:
     if not isinstance(warnings, list) or not all(isinstance(w, str) for w in warnings):
         raise Unreadable("notes.json: warnings is not a list of texts")
     return out
+
+
+def _no_rows(f: Path) -> bool:
+    """A side table written with no rows (results.write_csv of an empty frame leaves a bare newline, atomically):
+    a sweep part that did not run (kv_cache's prefill off), for its section to say, not an unreadable result.
+    runs.csv never passes here: an empty runs.csv stays unreadable."""
+    return f.stat().st_size <= 2 and not f.read_bytes().strip()
 
 
 def target_order(frame: pd.DataFrame, inventory: dict) -> list[str]:
@@ -223,9 +230,22 @@ def studies(reports_dir: str | Path) -> list[StudyInput]:
     return out
 
 
+def params_hashes(reports_dir: str | Path) -> dict[str, str]:
+    """Study title -> the params hash its results recorded (inventory.json), where they recorded one."""
+    out = {}
+    for s in studies(reports_dir):
+        try:
+            h = read_json(s.dir / "inventory.json").get("params_hash")
+        except (Unreadable, OSError):
+            continue
+        if isinstance(h, str) and h:
+            out[s.title] = h
+    return out
+
+
 def readable(reports_dir: str | Path) -> list[StudyInput]:
     return [s for s in studies(reports_dir) if s.ok]
 
 
-__all__ = ["StudyInput", "Unreadable", "read_csv", "read_json", "read_study", "readable", "studies",
+__all__ = ["StudyInput", "Unreadable", "params_hashes", "read_csv", "read_json", "read_study", "readable", "studies",
            "target_order"]

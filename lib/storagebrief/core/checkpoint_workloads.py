@@ -39,6 +39,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
+from .config import check_name
+
 MODEL_DTYPE_BYTES = 2        # fp16 weights
 OPTIMIZER_DTYPE_BYTES = 4    # fp32 optimizer groups
 OPTIMIZER_GROUPS = 3         # DLIO writes three groups per rank (master weights, two moments)
@@ -93,8 +95,10 @@ class CheckpointWorkload:
 
 
 def _check_shape(w: CheckpointWorkload) -> None:
-    if not isinstance(w.name, str) or not w.name:
-        raise _refuse("name", w.name, "a non-empty string")
+    try:
+        check_name(w.name, "name")          # names a folder of the study and stands in the brief
+    except ValueError as exc:
+        raise CheckpointWorkloadError(str(exc)) from None
     for f in fields(w):
         if f.name == "name":
             continue

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationError, field_validator
 
-from .config import Strict, explain_error
+from .config import Strict, check_name, explain_error
 from .measured_accelerators import with_measured
 
 MLPERF_DATASET_FACTOR = 5    # dataset >= 5 x memory available to the run
@@ -115,7 +115,9 @@ def missing_compute_note(name: str, accelerator: str) -> str:
 
 
 def merged_spec(name: str, overrides: dict[str, dict]) -> WorkloadSpec:
-    """Built-in reference values with the user's overrides on top (or a new workload)."""
+    """Built-in reference values with the user's overrides on top (or a new workload). A workload's name becomes
+    a folder (<name>/data) and stands in the brief: the name rule of targets applies (core/config.check_name)."""
+    check_name(name, "workload_overrides: a workload's name")
     base = dict(WORKLOADS.get(name, {}))
     base = with_measured(name, base)        # + accelerators measured here (calibrate-accelerator)
     extra = overrides.get(name) or {}

@@ -1,6 +1,8 @@
-"""The run table as studies read it: the runs that measured, and metrics.json's common part."""
+"""The run table as studies read it: the runs that measured, and metrics.json's common part; for a brief
+section, what failed and which side files are missing."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable
 
 import pandas as pd
@@ -31,4 +33,31 @@ def metrics(frame: pd.DataFrame, target_names: list[str], headlines: Callable[[p
                 node = node.setdefault(k, {})
             node[keys[-1]] = per_target(g)
     out["headlines"] = as_metrics(headlines(frame, target_names))
+    return out
+
+
+def failed_runs(frame: pd.DataFrame) -> pd.DataFrame:
+    """The runs that did not measure (status other than ok)."""
+    if "status" not in frame:
+        return frame.iloc[0:0]
+    return frame[frame.status.fillna("ok") != "ok"]
+
+
+def what_failed(frame: pd.DataFrame, study_dir: Path, side_files: dict[str, str], group: str = "sweep") -> list[str]:
+    """Markdown paragraphs a section opens with: how many runs failed of how many and why (grouped by `group`
+    when the table has it, then the reason), and each side file of `side_files` (name -> what it holds) that is
+    not in the result folder, so nothing absent reads as "none measured"."""
+    bad, lines, out = failed_runs(frame), [], []
+    if len(bad):
+        reasons = bad.get("failure_reason", pd.Series("", index=bad.index)).fillna("").astype(str)
+        where = bad.get(group, pd.Series("run", index=bad.index)).fillna("run").astype(str)
+        for (kind, why), g in bad.groupby([where, reasons], sort=False):
+            lines.append(f"- {len(g)} {kind} run(s) on {', '.join(sorted(set(g.target.astype(str))))}: "
+                         f"{why or 'no reason recorded'}")
+        out.append(f"**What failed.** {len(bad)} of {len(frame)} run(s) failed; their figures are left out of every "
+                   "table below:\n\n" + "\n".join(lines))
+    missing = [f"- missing: {name} ({what} left out)" for name, what in side_files.items()
+               if not (Path(study_dir) / name).is_file()]
+    if missing:
+        out.append("**Files missing from the result folder:**\n\n" + "\n".join(missing))
     return out

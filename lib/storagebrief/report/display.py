@@ -1,4 +1,11 @@
-"""Small shared pieces every brief section is built from: HTML, markdown, tables, figures, analysis."""
+"""Small shared pieces every brief section is built from: HTML, markdown, tables, figures, analysis.
+
+Escaping is a rule here, not a habit of each caller: every string a user can name (targets, workloads, shapes,
+videos, buckets, failure reasons quoting them) reaches the page through one of three doors, each of which escapes
+it — show_md (markdown rendered with raw HTML escaped: markdown never carries HTML), show_table / table_html
+(cells and captions escaped) and figure captions. show_html takes HTML this package builds itself (brief/
+assemble.py, brief/characterization.py, here), every value in it through html.escape; no study calls it
+(tests/brief/test_escaping.py holds both, and renders a brief whose every named knob is markup)."""
 from __future__ import annotations
 
 import html
@@ -9,8 +16,22 @@ import pandas as pd
 
 
 def show_html(text: str) -> None:
+    """HTML this package built, every value in it through html.escape; text from elsewhere goes through show_md."""
     from IPython.display import HTML, display
     display(HTML(text))
+
+
+_MARKDOWN = None
+
+
+def markdown_html(text: str) -> str:
+    """Markdown as HTML with any raw HTML in it escaped: a name holding `<script>` shows as text. The same
+    markdown flavour nbconvert renders (tables, strikethrough, bare URLs); harmful link schemes are dropped."""
+    global _MARKDOWN
+    if _MARKDOWN is None:
+        import mistune
+        _MARKDOWN = mistune.create_markdown(escape=True, plugins=["strikethrough", "table", "url"])
+    return _MARKDOWN(text)
 
 
 def show_md(text: str, detail: bool = False) -> None:
@@ -19,8 +40,7 @@ def show_md(text: str, detail: bool = False) -> None:
     if detail and _DETAILS:
         _DETAILS[-1].items.append(("md", text))
         return
-    from IPython.display import Markdown, display
-    display(Markdown(text))
+    show_html(markdown_html(text))
 
 
 LONG_TABLE_ROWS = 6    # more rows may break across pages (rows stay whole, the header repeats): a tall table

@@ -13,7 +13,7 @@ from ...kit import client_check
 from ...kit.client_check import unchecked
 from ...kit.figures import metric_vs
 from ...kit.files import read_csv_or_none, read_json_or
-from ...kit.runs import ok_runs
+from ...kit.runs import failed_runs, ok_runs, what_failed
 from ...report.display import analysis, show_figure, show_md, show_table, style
 from ...report.formatting import significant
 from . import framework_brief, metrics
@@ -79,28 +79,14 @@ def check_note(study: dict, target: str) -> str:
 
 
 def _failed(frame, sweep: str | None = None) -> pd.DataFrame:
-    if "status" not in frame:
-        return frame.iloc[0:0]
-    bad = frame[frame.status.fillna("ok") != "ok"]
+    bad = failed_runs(frame)
     return bad[bad.sweep == sweep] if sweep is not None and "sweep" in bad else bad
 
 
 def _what_failed(frame, study_dir: Path) -> None:
     """Failed runs (how many of how many, and why) and missing side files, before any table."""
-    bad, lines = _failed(frame), []
-    if len(bad):
-        reasons = bad.get("failure_reason", pd.Series("", index=bad.index)).fillna("").astype(str)
-        where = bad.get("sweep", pd.Series("run", index=bad.index)).fillna("run").astype(str)
-        for (sweep, why), g in bad.groupby([where, reasons], sort=False):
-            lines.append(f"- {len(g)} {sweep} run(s) on {', '.join(sorted(set(g.target.astype(str))))}: "
-                         f"{why or 'no reason recorded'}")
-    missing = [f"- missing: {name} ({what} left out)" for name, what in SIDE_FILES.items()
-               if not (study_dir / name).is_file()]
-    if lines:
-        show_md(f"**What failed.** {len(bad)} of {len(frame)} run(s) failed; their figures are left out of every "
-                "table below:\n\n" + "\n".join(lines))
-    if missing:
-        show_md("**Files missing from the result folder:**\n\n" + "\n".join(missing))
+    for text in what_failed(frame, study_dir, SIDE_FILES):
+        show_md(text)
 
 
 def _what_ran(ok, study: dict) -> None:

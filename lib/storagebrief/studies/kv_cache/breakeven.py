@@ -85,8 +85,10 @@ def prefill_tokens_per_s(shape: ModelShape, tokens: float, tflops: float) -> flo
     return tokens / recompute_s(shape, tokens, tflops)
 
 
-def break_even_tokens(shape: ModelShape, tflops: float, read_bytes_per_s: float, latency_s: float = 0.0) -> int:
-    """The smallest whole L from which reloading is faster than recomputing (for every longer context too)."""
+def break_even_tokens(shape: ModelShape, tflops: float, read_bytes_per_s: float,
+                      latency_s: float = 0.0) -> int | None:
+    """The smallest whole L from which reloading is faster than recomputing (for every longer context too);
+    None when that L is beyond what a float counts (a read rate near zero): no context reaches it."""
     F = tflops * TFLOP
     b = shape.kv_bytes_per_token
     c = 2.0 * shape.layers * shape.heads * shape.head_dim / F
@@ -96,6 +98,8 @@ def break_even_tokens(shape: ModelShape, tflops: float, read_bytes_per_s: float,
     if a == 0 and e < 0:
         return 1
     root = (e + math.sqrt(e * e + 4 * c * a)) / (2 * c)
+    if not math.isfinite(root):
+        return None
     return max(1, math.floor(root) + 1)
 
 

@@ -12,19 +12,28 @@ import pandas as pd
 from ...kit import client_check
 from ...kit.client_check import unchecked
 from ...kit.files import read_csv_or_none, read_json_or
-from ...kit.runs import ok_runs
+from ...kit.runs import ok_runs, what_failed
 from ...report.display import analysis, show_figure, show_md, show_table, style, target_colors
 from . import breakeven
 from .metrics import client_checks
 from .workload import GIB, KIB, MIB, ModelShape
 
 
+# The side files the section reads, and what goes missing with each (said, never shown as "none measured").
+SIDE_FILES = {"study.json": "what ran, the models and the prefill summary",
+              "breakeven.csv": "the reload-or-recompute break-even", "latency.csv": "the latency histograms",
+              "prefill.csv": "this machine's prefill measurement"}
+NOT_RECORDED = "(not recorded)"
+
+
 def section(study_dir: Path, frame, names: list[str]) -> None:
     style()
     study_dir = Path(study_dir)
     study = read_json_or(study_dir / "study.json")
+    for text in what_failed(frame, study_dir, SIDE_FILES, group="workload"):
+        show_md(text)
     ok = ok_runs(unchecked(frame))          # the client check's re-runs count in no figure (their own paragraph)
-    checked = client_checks(frame)
+    checked = client_checks(frame) if len(ok) else []
     _what_ran(ok, study)
     _versus(ok, checked)
     if checked:
@@ -32,30 +41,41 @@ def section(study_dir: Path, frame, names: list[str]) -> None:
     hist = read_csv_or_none(study_dir / "latency.csv")
     _latency(ok, hist if hist is None else unchecked(hist))
     _tiers(ok)
-    _breakeven(read_csv_or_none(study_dir / "breakeven.csv"), study, names)
-    _prefill(read_csv_or_none(study_dir / "prefill.csv"), study)
+    if (study_dir / "breakeven.csv").is_file():         # missing: named above, no "no break-even" claim
+        _breakeven(read_csv_or_none(study_dir / "breakeven.csv"), study, names, measured=len(ok) > 0)
+    if (study_dir / "prefill.csv").is_file() and study:
+        _prefill(read_csv_or_none(study_dir / "prefill.csv"), study, read_json_or(study_dir / "notes.json"))
     _h200(study)
     _limits(study, frame)
 
 
+def _rec(study: dict, key: str, fmt: str = "{}") -> str:
+    """A value study.json records, formatted, or NOT_RECORDED (an older or partial study.json)."""
+    return fmt.format(study[key]) if study.get(key) is not None else NOT_RECORDED
+
+
 def _what_ran(ok, study: dict) -> None:
+    if not study:
+        return                              # study.json missing: said with the missing files
     models = "; ".join(f"**{m}**: {s['formula']}" for m, s in study.get("models", {}).items())
     wl = ", ".join(f"{n} ({w['model']}, {w['users_per_client']} users per client, "
                    + (f"a {w['cpu_tier_gib']:g} GiB CPU tier per client" if w.get("cpu_tier_gib") else "no CPU tier")
                    + f", {w['concurrency']} requests in flight per client)" for n, w in study.get("workloads", {}).items())
     ctx = ", ".join(f"{c['tokens']:,}" for c in study.get("contexts", []))
     turns = ", ".join(f"{t['tokens']}" for t in study.get("turns", []))
+    models, wl, ctx, turns = (x or NOT_RECORDED for x in (models, wl, ctx, turns))
     show_md(
         "**What ran.** MLPerf Storage v3.0's KV-cache workload, measured on each target: "
-        f"{study.get('clients', '?')} client " + ("MPI ranks" if study.get("launcher") == "mpi" else "processes")
-        + f" of simulated users for a nominal {study.get('duration_s', '?')} s per run (requests in flight at the "
+        f"{_rec(study, 'clients')} client " + ("MPI ranks" if study.get("launcher") == "mpi" else "processes")
+        + f" of simulated users for a nominal {_rec(study, 'duration_s', '{} s')} per run (requests in flight at the "
         f"end finish). Workloads: {wl}. KV bytes per token (fp16, grouped-query attention): {models}. A "
         f"conversation starts with {ctx} tokens (weighted draw), runs {turns} turns, and each later turn adds "
-        f"{study.get('turn_tokens', '?')} tokens and first reloads the previous turn's cache; below "
-        f"{study.get('prefill_only_tokens', 0):,} tokens a new cache is also read back {study.get('decode_reads', 0)} "
+        f"{_rec(study, 'turn_tokens')} tokens and first reloads the previous turn's cache; below "
+        f"{_rec(study, 'prefill_only_tokens', '{:,}')} tokens a new cache is also read back "
+        f"{_rec(study, 'decode_reads')} "
         "time(s) right after its write (MLPerf's prefill + decode). Every cache is one file "
         "per request (MLPerf's layout, so MLPerf's figure and ours count the same I/O), written with write() calls "
-        f"of {study.get('write_block_mib', '?')} MiB of incompressible bytes and fsync'ed, then read back cold "
+        f"of {_rec(study, 'write_block_mib', '{} MiB')} of incompressible bytes and fsync'ed, then read back cold "
         "(posix_fadvise DONTNEED before the read; drop_caches as root before each run). The quick profile keeps the "
         "real bytes per token and cuts users, contexts and time; MLPerf's closed options (300 s, 3 trials, seed 42) "
         "are the paper-scale presets `mlperf-closed-1..3`. GiB = 2³⁰ bytes (MLPerf's `gbps` keys hold GiB/s).")
@@ -82,7 +102,8 @@ def _versus(ok, checked: list[dict] | None = None) -> None:
     import matplotlib.pyplot as plt
 
     if ok.empty:
-        show_md("No KV-cache run measured.")
+        show_md("No KV-cache run measured: every run failed (what failed and why is above), so no bandwidth, "
+                "latency, tier or break-even figure exists for this result.")
         return
     t = versus_table(ok)
     show_table(t, "MLPerf-style (bytes ÷ the nominal duration) beside honest (bytes ÷ the time any client had a "
@@ -160,11 +181,12 @@ def _shape(study: dict, model: str) -> ModelShape:
                                            "context_window")})
 
 
-def _breakeven(be, study: dict, names: list[str]) -> None:
+def _breakeven(be, study: dict, names: list[str], measured: bool = True) -> None:
     import matplotlib.pyplot as plt
 
     if be is None or be.empty:
-        show_md("**Reload or recompute.** No target measured a reload rate: no break-even.")
+        if measured:
+            show_md("**Reload or recompute.** No target measured a reload rate: no break-even.")
         return
     need_at = int(be.need_at_tokens.iloc[0])
     t = be.assign(answer=be.answer.str.replace("reloading beats recomputing ", "", regex=False))[
@@ -181,23 +203,29 @@ def _breakeven(be, study: dict, names: list[str]) -> None:
                   f"recomputing it, and the read GiB/s a reload would need to win at {need_at:,} tokens (latency "
                   "included).",
                floatfmt="{:,.3g}")
-    models = list(dict.fromkeys(be.model))
-    Ls = np.unique(np.geomspace(256, study.get("breakeven", {}).get("answer_within_tokens", 131072), 40).astype(int))
-    colors = target_colors(names)
-    fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 3.4), squeeze=False)
-    for ax, m in zip(axes[0], models):
-        shape = _shape(study, m)
-        g = be[be.model == m]
-        for _, r in g.drop_duplicates("target").iterrows():
-            reload, _ = _curves(shape, r.reload_read_gib_per_s, r.reload_latency_s, 1.0, Ls)
-            ax.plot(Ls, reload, color=colors.get(r.target), label=f"reload, {r.target}")
-        for style_, (_, r) in zip(("--", ":", "-."), g.drop_duplicates("accelerator").iterrows()):
-            _, rec = _curves(shape, 1.0, 0.0, r.tflops, Ls)
-            ax.plot(Ls, rec, color="black", linestyle=style_, label=f"recompute, {r.accelerator}")
-        ax.set(xscale="log", yscale="log", xlabel="context L (tokens)", ylabel="seconds", title=m)
-        ax.legend(fontsize=7)
-    show_figure(fig, "Reload time (per target, its measured reload rate and latency) and recompute time (per "
-                     "accelerator) against the context length: reloading wins to the right of a crossing.")
+    models = [m for m in dict.fromkeys(be.model) if m in (study.get("models") or {})]
+    unshaped = [m for m in dict.fromkeys(be.model) if m not in models]
+    if unshaped:
+        show_md(f"study.json does not record the shape of {', '.join(map(str, unshaped))}: no reload-vs-recompute "
+                "curve is drawn for it.")
+    if models:
+        within = study.get("breakeven", {}).get("answer_within_tokens", 131072)
+        Ls = np.unique(np.geomspace(256, within, 40).astype(int))
+        colors = target_colors(names)
+        fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 3.4), squeeze=False)
+        for ax, m in zip(axes[0], models):
+            shape = _shape(study, m)
+            g = be[be.model == m]
+            for _, r in g.drop_duplicates("target").iterrows():
+                reload, _ = _curves(shape, r.reload_read_gib_per_s, r.reload_latency_s, 1.0, Ls)
+                ax.plot(Ls, reload, color=colors.get(r.target), label=f"reload, {r.target}")
+            for style_, (_, r) in zip(("--", ":", "-."), g.drop_duplicates("accelerator").iterrows()):
+                _, rec = _curves(shape, 1.0, 0.0, r.tflops, Ls)
+                ax.plot(Ls, rec, color="black", linestyle=style_, label=f"recompute, {r.accelerator}")
+            ax.set(xscale="log", yscale="log", xlabel="context L (tokens)", ylabel="seconds", title=m)
+            ax.legend(fontsize=7)
+        show_figure(fig, "Reload time (per target, its measured reload rate and latency) and recompute time (per "
+                         "accelerator) against the context length: reloading wins to the right of a crossing.")
     lines = []
     for (target, model), g in be.groupby(["target", "model"], sort=False):
         r0 = g.iloc[0]
@@ -213,9 +241,13 @@ def _gib(v) -> str:
     return "more than any rate (the latency alone exceeds the prefill)" if pd.isna(v) else f"{v:,.3g} GiB/s"
 
 
-def _prefill(pf, study: dict) -> None:
+def _prefill(pf, study: dict, notes: dict) -> None:
     s = study.get("prefill") or {}
     if pf is None or pf.empty or not s:
+        why = [w for w in notes.get("warnings", []) if w.startswith("prefill ")]
+        why = [w[0].upper() + w[1:] for w in why]
+        show_md("**This machine's prefill.** " + ("; ".join(why) if why else "Not measured (the result records no "
+                                                  "reason): the break-even has no 'this-cpu' answer") + ".")
         return
     t = pf.groupby("context_tokens").agg(**{"best s": ("best_seconds", "first"), "sd s": ("seconds", "std"),
                                              "passes": ("seconds", "size"), "model s": ("predicted_seconds", "first"),

@@ -74,10 +74,11 @@ COLUMNS: tuple[Column, ...] = (
     Column("read_cold_method", "", "how each read was made cold (posix_fadvise DONTNEED per entry)", "text"),
     *client_check.COLUMNS,
 )
-REQUIRED = ("workload", "model", "duration_s", "io_busy_s", "overrun_s", "mlperf_read_gib_per_s", "honest_read_gib_per_s",
-            "mlperf_write_gib_per_s", "honest_write_gib_per_s", "overstatement_ratio", "reload_read_gib_per_s",
-            "reload_latency_ms", "limited_by")
-RUNS_COLUMNS = columns.kinds(REQUIRED, COLUMNS)
+REQUIRED = ("workload", "model", "duration_s")      # a failed run's row has these too (run._columns)
+MEASURED = ("io_busy_s", "overrun_s", "mlperf_read_gib_per_s", "honest_read_gib_per_s", "mlperf_write_gib_per_s",
+            "honest_write_gib_per_s", "overstatement_ratio", "reload_read_gib_per_s", "reload_latency_ms",
+            "limited_by")                            # absent when every run failed: the brief says why each failed
+RUNS_COLUMNS = columns.kinds(REQUIRED, COLUMNS, may_be_absent=MEASURED)
 LATENCY_TABLE_COLUMNS = ["run_id", "target", "workload", "repeat", "op", "span", "bin_low_us", "bin_high_us", "count"]
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from ...core.config import Strict
+from ...core.config import Strict, check_name, check_names
 from ...kit.launch import LaunchParams
 from .workload import GIB, MODELS, PRESETS, ModelShape, shape_from_dict
 
@@ -85,8 +85,14 @@ class KvCacheParams(LaunchParams):
     @classmethod
     def _shapes(cls, v: dict) -> dict:
         for name, raw in v.items():
+            check_name(name, "shapes: a shape's name")     # shown in the brief, named in files
             shape_from_dict(name, raw)
         return v
+
+    @field_validator("workloads")
+    @classmethod
+    def _workload_names(cls, v: dict) -> dict:
+        return check_names(v, "workloads: a workload's name")    # it becomes part of every run id (file names)
 
     @model_validator(mode="after")
     def _check(self):

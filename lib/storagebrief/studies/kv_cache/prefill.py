@@ -134,7 +134,8 @@ def analyse(p: dict, measured: dict, clock: str = "seconds") -> tuple[list[dict]
 
 
 def run_subprocess(p: dict, work_dir: Path, timeout_s: float) -> dict:
-    """measure() in a child Python (dies with us); RuntimeError with its last lines when it fails."""
+    """measure() in a child Python (dies with us); RuntimeError with its last lines when it fails, or saying
+    it ran past timeout_s (the child is killed): the sweep then notes that prefill was not measured."""
     from ...core.procs import die_with_parent
 
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -143,8 +144,12 @@ def run_subprocess(p: dict, work_dir: Path, timeout_s: float) -> dict:
     dst.unlink(missing_ok=True)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     try:
-        res = subprocess.run([sys.executable, "-m", __name__, str(src), str(dst)], capture_output=True, text=True,
-                             timeout=timeout_s, env=env, preexec_fn=die_with_parent)
+        try:
+            res = subprocess.run([sys.executable, "-m", __name__, str(src), str(dst)], capture_output=True,
+                                 text=True, timeout=timeout_s, env=env, preexec_fn=die_with_parent)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"it ran past kv_cache.prefill.timeout_s = {timeout_s:g} s and was stopped (raise "
+                               "the timeout, or measure fewer or shorter prefill.contexts)") from None
         if res.returncode != 0 or not dst.exists():
             tail = " ".join((res.stderr or "").strip().splitlines()[-3:])
             raise RuntimeError(f"the prefill measurement failed (exit {res.returncode}): {tail}")

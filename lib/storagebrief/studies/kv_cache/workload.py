@@ -75,6 +75,12 @@ MODELS: dict[str, ModelShape] = {
 }
 
 SHAPE_KEYS = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "context_window")
+# What a user-defined shape may hold: room above every real decoder (llama3.1-405b: 126 layers, hidden 16,384,
+# 128 heads, 8 KV heads, head_dim 128, ffn 53,248, a 128K window; head_dim 256 in gemma; 10M-token windows exist),
+# far below where the break-even's arithmetic leaves floats (a 10^200-layer shape raised OverflowError there).
+# At these maxima a token's KV cache is 8 GiB and a 16M-token prefill 1e27 FLOPs: floats hold both.
+SHAPE_BOUNDS = {"layers": 1024, "hidden": 1 << 18, "heads": 1024, "kv_heads": 1024, "head_dim": 2048,
+                "ffn": 1 << 20, "context_window": 1 << 24}
 
 
 def shape_from_dict(name: str, raw: dict) -> ModelShape:
@@ -89,6 +95,10 @@ def shape_from_dict(name: str, raw: dict) -> ModelShape:
         raise ValueError(f"shapes.{name}: " + (f"missing {', '.join(missing)}" if missing else
                                                f"unknown key(s) {', '.join(extra)}")
                          + f" (keys: {', '.join(SHAPE_KEYS)})")
+    for k, most in SHAPE_BOUNDS.items():
+        v = raw[k]
+        if isinstance(v, int) and not isinstance(v, bool) and v > most:
+            raise ValueError(f"shapes.{name}.{k} = {v!r} is not allowed: a whole number from 1 to {most:,}")
     try:
         return ModelShape(name=name, **{k: raw[k] for k in SHAPE_KEYS})
     except ValueError as exc:

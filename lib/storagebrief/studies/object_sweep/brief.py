@@ -8,16 +8,26 @@ from pathlib import Path
 import pandas as pd
 
 from ...kit.files import read_csv_or_none, read_json_or
+from ...kit.runs import what_failed
 from ...kit.sizes import size_label
 from ...report.display import analysis, show_figure, show_md, show_table, style, target_colors
 
 
+# The side files the section reads, and what goes missing with each (said, never shown as "none ran").
+SIDE_FILES = {"study.json": "what ran and the object targets", "points.csv": "every point's figures",
+              "pairs.csv": "directory vs S3 on the same device"}
+
+
 def section(study_dir: Path, frame, names: list[str]) -> None:
     style()
+    study_dir = Path(study_dir)
+    for text in what_failed(frame, study_dir, SIDE_FILES):
+        show_md(text)
     study = read_json_or(study_dir / "study.json", {})
     pts = read_csv_or_none(study_dir / "points.csv")
     if pts is None or pts.empty:
-        show_md("No object points were measured.")
+        if (study_dir / "points.csv").is_file():
+            show_md("No object points were measured.")
         return
     _what_ran(frame, study, pts)
     _targets(study)
@@ -32,7 +42,8 @@ def section(study_dir: Path, frame, names: list[str]) -> None:
                "client and gateway CPU seconds per GB moved; limited_by names the CPU where it, not the storage, "
                "set the figure")
     pairs = read_csv_or_none(study_dir / "pairs.csv")
-    _pairs(pairs, study_dir)
+    if (study_dir / "pairs.csv").is_file():             # missing: named above, not "no pair ran"
+        _pairs(pairs, study_dir)
     _analysis(pts, pairs, study)
 
 
