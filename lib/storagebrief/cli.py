@@ -196,6 +196,7 @@ def _docs(args) -> int:
 
 def _validate(args) -> int:
     params = config.load(args.params, args.overrides)
+    config.check_machine(params)        # every section's processes, files and memory against this machine's limits
     config.check_tools(params)          # versitygw for local-gateway S3 targets, as the object studies' runs need
     shown = args.params or config.default_params_file()
     print(f"ok: {shown} is valid (sections: {', '.join(params.sections) or 'none'})")

@@ -136,3 +136,15 @@ def test_a_stopped_client_is_named_and_ends_the_run_in_bounded_time(tmp_path):
 
 
 # a full target names the target and the file: test_kv_cache_runs.py::test_a_target_that_fills_mid_run_is_a_failed_row_and_left_clean
+
+
+def test_a_section_beyond_this_machine_loads_and_stops_only_its_own_run(tmp_path, monkeypatch):
+    """Paper-scale KV caches need ~29 GiB available; on this 24 GiB machine that refusal stopped every study's
+    load (the budget was a section validator). It is `validate`'s and the KV run's, not another study's."""
+    monkeypatch.setattr(budget, "memory_left", lambda: (512 << 20, "a test's 512 MiB"))
+    data = {"targets": [{"name": "t", "path": str(tmp_path / "t")}], "kv_cache": HEAVY,
+            "object_sweep": {"object_sizes": ["4k"], "concurrency": [1], "loads": ["idle"]}}
+    p = config.validate(data)                                  # loads: another study's run is not stopped
+    config.check_machine(p, ["object_sweep"])
+    with pytest.raises(config.ParamsError, match=r"kv_cache.clients = 4 \(workload w\) need .*a test's 512 MiB"):
+        config.check_machine(p)

@@ -204,13 +204,16 @@ class CheckpointParams(LaunchParams):
                 raise ValueError(f"cost.files={self.cost.files} is more than the checkpoint's bytes")
         return self
 
+    def check_machine(self) -> None:
+        """Forked ranks within the pids/nproc/open-file limits and their buffers within the memory the run may
+        use (config.check_machine: `validate` and this study's run, not a load of another study's params)."""
+        from .ranks import check_budget
+        check_budget(self)
+
     @model_validator(mode="after")
-    def _fits_this_machine(self, info: ValidationInfo):
-        """Forked ranks within the pids/nproc/open-file limits and their buffers within the memory the run
-        may use (ranks.check_budget); not for readers of results (the brief validates with check_targets off)."""
+    def _hostfile_exists(self, info: ValidationInfo):
+        """Not for readers of results (the brief validates with check_targets off)."""
         if (info.context or {}).get("check_targets", True):
-            from .ranks import check_budget
-            check_budget(self)
             if self.launcher == "mpi" and self.mpi.hostfile:
                 from ...kit.mpi import check_hostfile
                 try:

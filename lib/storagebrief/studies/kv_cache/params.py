@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from ...core.config import Strict, check_name, check_names
 from ...kit.launch import LaunchParams
@@ -126,14 +126,11 @@ class KvCacheParams(LaunchParams):
                                  f"{', '.join(breakeven.CATALOGUE)}")
         return self
 
-    @model_validator(mode="after")
-    def _fits_this_machine(self, info: ValidationInfo):
-        """Forked clients within the machine's process, file and memory limits (clients.check_budget); not for
-        readers of results (the brief validates with check_targets off)."""
-        if (info.context or {}).get("check_targets", True):
-            from .clients import check_budget
-            check_budget(self)
-        return self
+    def check_machine(self) -> None:
+        """Forked clients within the machine's process, file and memory limits (config.check_machine: `validate`
+        and this study's run, not a load of another study's params)."""
+        from .clients import check_budget
+        check_budget(self)
 
     def workload(self, name: str) -> Workload:
         return self.workloads[name] if name in self.workloads else Workload(**PRESETS[name])

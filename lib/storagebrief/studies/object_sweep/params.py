@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from ...core.config import OnSomeTargets, Strict, sorted_counts
 from ...kit.sizes import parse_size
@@ -52,14 +52,11 @@ class ObjectSweepParams(OnSomeTargets):     # targets (a subset of the target na
             raise ValueError(f"min_objects = {self.min_objects} is above max_objects = {self.max_objects}")
         return self
 
-    @model_validator(mode="after")
-    def _fits_this_machine(self, info: ValidationInfo):
-        """The worker, its threads and the largest object within the machine's limits (worker.check_budget); not
-        for readers of results (the brief validates with check_targets off)."""
-        if (info.context or {}).get("check_targets", True):
-            from .worker import check_budget
-            check_budget(self)
-        return self
+    def check_machine(self) -> None:
+        """The worker, its threads and the largest object within the machine's limits (config.check_machine:
+        `validate` and this study's run, not a load of another study's params)."""
+        from .worker import check_budget
+        check_budget(self)
 
     def objects_for(self, size: int) -> int:
         return max(self.min_objects, min(self.max_objects, int(self.mib_per_point * 2**20 // size)))
