@@ -265,7 +265,7 @@ class ObjectStore(S3Calls):
         return self
 
     def _open_local(self) -> None:
-        root = self.target.path / "storagebrief" / "s3gw"
+        root = self.target.study_dir("s3gw")         # no symlink leads the gateway's files off the target
         self.gateway = Gateway(root, self.log_dir / f"{self.target.name}-versitygw.log", port=self.s3.port,
                                procs_files=self.procs_files, region=self.s3.region,
                                port_key=f"target '{self.target.name}' s3.port").start()
