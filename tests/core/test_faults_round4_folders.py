@@ -4,17 +4,20 @@ shared S3 store never take each other for dead (a lease by the store's clock, or
 namespace), against a real store (a second local versitygw standing in for the user's)."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from storagebrief import studies
-from storagebrief.core import outdir, targets
+from storagebrief.core import config, outdir, runlease, s3store, targets
 from storagebrief.studies.kv_cache import dataset as kv_dataset
-from conftest import REPO
+from conftest import REPO, needs_gateway
+from test_s3_targets import external  # noqa: F401  (the fixture: a second versitygw standing in for the user's store)
 
 
 def _victim(tmp: Path) -> tuple[Path, dict]:
@@ -128,6 +131,105 @@ def test_a_directory_store_never_writes_through_a_symlinked_folder_or_file(tmp_p
     st.put("put/obj-00000", b"ours")           # whole-object put: the link alone is replaced by our file
     assert (root / "put" / "obj-00000").read_bytes() == b"ours"
     _unchanged(victim, files)
+
+
+# --------------------------------------------------------------------------- 3. liveness across hosts and namespaces
+def _store(tmp: Path, gw) -> s3store.ObjectStore:
+    data = {"targets": [{"name": "ext", "path": str(tmp / "ext"), "kind": "s3",
+                         "s3": {"endpoint": gw.endpoint, "bucket": "theirs", "prefix": "bench"}}]}
+    return s3store.ObjectStore(targets.resolve_all(config.validate(data, root=tmp), create=True)[0], tmp / "logs")
+
+
+def _keys(c) -> set[str]:
+    return {o["Key"] for o in c.list_objects_v2(Bucket="theirs").get("Contents", [])}
+
+
+def _dead_pid() -> str:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return f"{proc.pid}:1"          # a PID that ran here and ended
+
+
+def _plant(c, gw, run: str, doc: dict, age_s: float = 0) -> str:
+    """A run folder with its marker and one object; an `age_s` old marker: its file's mtime on the store's disk
+    (versitygw's posix backend reports it as LastModified), so the store itself says how old it is."""
+    folder = f"bench/storagebrief-run-{run}/"
+    c.put_object(Bucket="theirs", Key=folder + s3store.MARKER, Body=json.dumps(doc).encode())
+    c.put_object(Bucket="theirs", Key=folder + "obj-0", Body=b"live bytes")
+    if age_s:
+        f = gw.root / "theirs" / folder / s3store.MARKER
+        os.utime(f, (time.time() - age_s, time.time() - age_s))
+    return folder
+
+
+@needs_gateway
+def test_a_live_run_in_another_pid_namespace_or_host_of_the_same_name_is_kept(tmp_path, external):
+    """Markers with this hostname and a PID that is not running here, freshly renewed: another PID namespace
+    (same machine and boot), another machine of the same name, and an old marker without identity. All kept.
+    Before: each was taken for a killed run and its live objects deleted (the first run died with NoSuchKey)."""
+    gw, c = external
+    mine, dead = runlease.identity(), _dead_pid()
+    folders = [_plant(c, gw, "other-ns", {**runlease.marker_doc(dead), "pid_ns": "0:1"}),
+               _plant(c, gw, "other-host", {**runlease.marker_doc(dead), "machine_id": "f" * 32}),
+               _plant(c, gw, "old", {"host": __import__("socket").gethostname(), "owner": dead})]
+    assert mine["boot_id"] and mine["pid_ns"]
+    st = _store(tmp_path, gw).open()
+    try:
+        assert st.removed_stale == []
+        assert all(f + "obj-0" in _keys(c) for f in folders)
+    finally:
+        st.close()
+    assert all(f + "obj-0" in _keys(c) for f in folders) and "datasets/keep.bin" in _keys(c)
+
+
+@needs_gateway
+def test_an_expired_lease_and_a_dead_run_of_this_namespace_are_removed(tmp_path, external):
+    """A marker not renewed for longer than the lease (by the store's clock; from another host, even one whose
+    process might run) goes; so does a fresh one written in this machine, boot and PID namespace whose process
+    has ended. Their neighbours and the user's object stay."""
+    gw, c = external
+    alive_elsewhere = {**runlease.marker_doc(f"{os.getpid()}:1"), "machine_id": "f" * 32}
+    expired = _plant(c, gw, "expired", alive_elsewhere, age_s=runlease.LEASE_S + 120)
+    same_ns_dead = _plant(c, gw, "dead-here", runlease.marker_doc(_dead_pid()))
+    fresh_elsewhere = _plant(c, gw, "fresh", alive_elsewhere, age_s=runlease.LEASE_S - 120)
+    st = _store(tmp_path, gw).open()
+    try:
+        said = " ".join(st.removed_stale)
+        assert "lease expired" in said and "on this machine has ended" in said, st.removed_stale
+    finally:
+        st.close()
+    keys = _keys(c)
+    assert not [k for k in keys if k.startswith((expired, same_ns_dead))]
+    assert fresh_elsewhere + "obj-0" in keys and "datasets/keep.bin" in keys
+
+
+@needs_gateway
+def test_the_lease_is_renewed_while_the_run_lives_and_never_after_it_closed(tmp_path, external, monkeypatch):
+    gw, c = external
+    monkeypatch.setattr(runlease, "RENEW_S", 0.3)
+    st = _store(tmp_path, gw).open()
+    key = st.prefix + s3store.MARKER
+    first = c.head_object(Bucket="theirs", Key=key)["LastModified"]
+    time.sleep(2.2)                 # LastModified has one-second resolution
+    assert c.head_object(Bucket="theirs", Key=key)["LastModified"] > first
+    doc = json.loads(c.get_object(Bucket="theirs", Key=key)["Body"].read())
+    assert doc["lease_s"] == runlease.LEASE_S and doc["pid_ns"] == runlease.identity()["pid_ns"]
+    st.close()
+    assert not st.lease.alive
+    time.sleep(1)
+    assert not [k for k in _keys(c) if k.startswith(st.prefix)]      # no renewal wrote it back
+
+
+def test_liveness_rules_without_a_store():
+    dead = _dead_pid()
+    here = runlease.marker_doc(dead)
+    assert runlease.why_dead(here, 5) and runlease.why_dead({**here, "pid_ns": "x"}, 5) is None
+    assert runlease.why_dead(runlease.marker_doc(f"{os.getpid()}:999"), 5)         # the PID reused by a later one
+    assert runlease.why_dead(runlease.marker_doc(f"{os.getpid()}:{runlease.start_ticks(os.getpid())}"), 5) is None
+    assert runlease.why_dead({"owner": dead}, None) is None                       # old, age unknown: kept
+    assert runlease.why_dead({"owner": dead}, runlease.LEASE_S + 1)
+    assert runlease.why_dead({**here, "pid_ns": "x", "lease_s": 10 * runlease.LEASE_S}, 2 * runlease.LEASE_S) is None
+    assert runlease.why_dead({"owner": "1:1", "machine_id": "", "boot_id": "", "pid_ns": ""}, 5) is None
 
 
 # --------------------------------------------------------------------------- minor: a killed run's own trace
