@@ -182,6 +182,41 @@ def test_a_live_run_in_another_pid_namespace_or_host_of_the_same_name_is_kept(tm
     assert all(f + "obj-0" in _keys(c) for f in folders) and "datasets/keep.bin" in _keys(c)
 
 
+SECOND_RUN = """
+import sys
+from pathlib import Path
+from storagebrief.core import config, targets, s3store
+data = {"targets": [{"name": "ext", "path": sys.argv[1], "kind": "s3",
+                     "s3": {"endpoint": sys.argv[2], "bucket": "theirs", "prefix": "bench"}}]}
+st = s3store.ObjectStore(targets.resolve_all(config.validate(data, root=Path(sys.argv[1]).parent), create=True)[0],
+                         Path(sys.argv[3])).open()
+print(len(st.removed_stale), flush=True)
+st.close()
+"""
+
+
+@needs_gateway
+@pytest.mark.skipif(os.geteuid() != 0, reason="a PID namespace of its own (unshare --pid) needs root")
+def test_a_second_run_in_its_own_pid_namespace_keeps_the_first_runs_live_objects(tmp_path, external):
+    """The case as found: a live run on the external store, a second run with the same hostname in a PID namespace
+    of its own (its /proc shows none of ours). The first run's objects stay and it reads them after. Before: the
+    second deleted them as a killed run's, the first died with NoSuchKey."""
+    gw, c = external
+    first = _store(tmp_path, gw).open()
+    try:
+        first.put(first.key("obj-0"), b"live bytes")
+        res = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", SECOND_RUN,
+                              str(tmp_path / "ext2"), gw.endpoint, str(tmp_path / "logs2")],
+                             capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "PYTHONPATH": str(REPO / "lib")})
+        if res.returncode and "unshare" in res.stderr and "Traceback" not in res.stderr:
+            pytest.skip(f"no PID namespace here: {res.stderr.strip()}")
+        assert res.returncode == 0 and res.stdout.strip() == "0", res.stderr[-2000:]
+        assert first.get(first.key("obj-0")) == b"live bytes"
+    finally:
+        first.close()
+
+
 @needs_gateway
 def test_an_expired_lease_and_a_dead_run_of_this_namespace_are_removed(tmp_path, external):
     """A marker not renewed for longer than the lease (by the store's clock; from another host, even one whose
