@@ -71,6 +71,35 @@ def test_a_symlinked_study_folder_is_refused_in_one_line_by_every_study(study, w
     assert link.is_symlink()
 
 
+# A folder below the study folder reached by a plain join, not folder_below: allowed only where a symlink there loses
+# just the link (round 3: a checkpoint model's folder is removed through remove_tree before it is made again).
+PLAIN_JOINS = {("checkpoint", "dataset.py", "model_dir")}
+
+
+@pytest.mark.parametrize("study", list(studies.REGISTRY.values()), ids=lambda s: s.name)
+def test_every_study_reaches_its_run_folders_through_folder_below(study):
+    """In each registered study's package, `study_dir(...) / name` (a run folder reached without the lstat check)
+    appears only as the path a remove_tree deletes, or in PLAIN_JOINS: a new study cannot forget the guard."""
+    import ast
+    bad = []
+    for f in sorted((REPO / "lib" / "storagebrief" / "studies" / study.name).glob("*.py")):
+        tree = ast.parse(f.read_text())
+        parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "study_dir"):
+                continue
+            up = parents.get(node)
+            if not (isinstance(up, ast.BinOp) and isinstance(up.op, ast.Div) and up.left is node):
+                continue
+            call, fn = parents.get(up), up
+            while fn is not None and not isinstance(fn, ast.FunctionDef):
+                fn = parents.get(fn)
+            deleting = isinstance(call, ast.Call) and getattr(call.func, "id", "") == "remove_tree"
+            if not deleting and (study.name, f.name, getattr(fn, "name", "")) not in PLAIN_JOINS:
+                bad.append(f"{f.name}:{node.lineno}")
+    assert not bad, f"{study.name}: run folders joined below study_dir without folder_below: {bad}"
+
+
 def test_every_access_to_a_study_folder_goes_through_the_guard(tmp_path):
     """Target.study_dir, the one accessor, refuses a symlink at storagebrief/ or storagebrief/<study>, even one
     staying inside the target, and a file where a folder belongs."""

@@ -95,7 +95,7 @@ def _bytes_needed(p: EmulateParams, sizes: dict[str, int], t) -> int:
     need = 0
     for name in p.workloads:
         spec = p.spec(name)
-        existing = existing_bytes(t.study_dir(STUDY.name) / name / "data")
+        existing = existing_bytes(folder_below(t.study_dir(STUDY.name), name, "data", create=False))
         need += max(0, int(sizes[name] * spec.samples_per_file * (spec.record_bytes + 64)) - existing)
     local_s3 = t.kind == "s3" and t.on_this_machine
     return need * (2 if local_s3 else 1) + int(p.checkpoint_mib * 2**20)
