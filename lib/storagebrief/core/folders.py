@@ -20,7 +20,7 @@ class UnsafeFolder(UnsafeDelete):
     """A folder between a target and a run's files is a symlink (or not a folder): nothing was written there."""
 
 
-def _real_folder(folder: Path, top: Path) -> None:
+def _real_folder(folder: Path, top: Path, top_is: str = "the target") -> None:
     """Refuse `folder` when it is a symlink or something other than a folder (lstat: never followed)."""
     try:
         st = os.lstat(folder)
@@ -28,7 +28,7 @@ def _real_folder(folder: Path, top: Path) -> None:
         return
     if stat.S_ISLNK(st.st_mode):
         real, real_top = os.path.realpath(folder), os.path.realpath(top)
-        where = "" if real.startswith(real_top.rstrip("/") + "/") else f", outside the target {real_top}"
+        where = "" if real.startswith(real_top.rstrip("/") + "/") else f", outside {top_is} {real_top}"
         raise UnsafeFolder(f"{folder} is a symlink (it resolves to {real}{where}): storagebrief writes and deletes "
                            "only in real folders below the target; remove the symlink")
     if not stat.S_ISDIR(st.st_mode):
@@ -56,10 +56,10 @@ def folder_below(base: str | Path, *parts: str, create: bool = True) -> Path:
         if not part or part in (".", "..") or "/" in part:
             raise UnsafeFolder(f"refusing folder name '{part}' below {base}")
         folder = folder / part
-        _real_folder(folder, Path(base))
+        _real_folder(folder, Path(base), "the study folder")
         if create:
             try:
                 os.mkdir(folder)
             except FileExistsError:
-                _real_folder(folder, Path(base))     # made meanwhile: still no symlink
+                _real_folder(folder, Path(base), "the study folder")     # made meanwhile: still no symlink
     return folder
