@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from storagebrief.core import config, leftovers, s3gateway, s3store, targets
+from storagebrief.core import config, leftovers, runlease, s3gateway, s3store, targets
 from conftest import REPO, needs_gateway, process_alive, wait_for
 
 
@@ -182,8 +182,8 @@ def test_a_prefix_holding_foreign_objects_is_refused_and_left_as_it_was(tmp_path
 def test_a_killed_runs_folder_is_removed_but_only_it(tmp_path, external):
     gw, c = external
     dead = "bench/storagebrief-run-x-1-abc/"
-    c.put_object(Bucket="theirs", Key=dead + s3store.MARKER,
-                 Body=json.dumps({"host": socket.gethostname(), "owner": "999999999:1"}).encode())
+    c.put_object(Bucket="theirs", Key=dead + s3store.MARKER,      # written here (machine, boot, PID namespace)
+                 Body=json.dumps(runlease.marker_doc("999999999:1")).encode())
     c.put_object(Bucket="theirs", Key=dead + "obj-0", Body=b"partial")
     st = s3store.ObjectStore(_target(tmp_path, endpoint=gw.endpoint, bucket="theirs", prefix="bench"),
                              tmp_path / "logs").open()

@@ -381,6 +381,7 @@ def _read_loop(instance: Path, out: Path, parent: int) -> int:
     orphan = False
     with gzip.open(out, "wb", compresslevel=1) as gz:
         gz.write(file_start(header))
+        gz.flush()          # the magic on disk at once: a killed run's trace is still recognised as ours (outdir)
         sys.stderr.write("ready\n")
         sys.stderr.flush()
         stdin_open = True

@@ -30,7 +30,8 @@ import time
 from pathlib import Path
 
 from . import results
-from .engine_outputs import ENGINE_OUTPUTS, STATUS
+from .engine_outputs import ENGINE_OUTPUTS, STATUS, TRACES
+from .folders import UnsafeDelete, UnsafeFolder, folder_below, study_folder  # noqa: F401  (outdir's names stay)
 from .lock import FolderLock
 from .procs import SCRATCH_PREFIX
 
@@ -88,11 +89,20 @@ def read_status(folder: Path) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
+def our_trace(folder: Path, rel: str) -> bool:
+    """A raw block trace a run of ours wrote in traces/ (its content proves it: our magic line, which the trace
+    reader writes out at once), listed or not: a run killed while tracing leaves one its status.json never saw."""
+    from .characterize.tracefs_raw import is_raw
+    parts = Path(rel).parts
+    return len(parts) == 2 and parts[0] == TRACES and is_raw(Path(folder) / rel)
+
+
 def foreign_files(folder: Path, study_name: str) -> list[str]:
-    """Files in `folder` that no storagebrief run of this study wrote (by status.json's list)."""
+    """Files in `folder` that no storagebrief run of this study wrote (by status.json's list, or by content)."""
     status = read_status(folder) or {}
     ours = set(status.get("files") or []) if status.get("study") == study_name else set()
-    return [f for f in files_in(folder) if f not in ours and f not in FOREIGN_BUT_EXPECTED and not is_temp(f)]
+    return [f for f in files_in(folder) if f not in ours and f not in FOREIGN_BUT_EXPECTED and not is_temp(f)
+            and not (status.get("study") == study_name and our_trace(folder, f))]
 
 
 def _exchange(a: Path, b: Path) -> None:
@@ -259,10 +269,6 @@ class OutputFolder:
 # itself unless asked. A symlink is never followed: the link alone is removed, never what it points at.
 # The owner itself must not be a system directory (targets.check_target_path). A refusal is an
 # UnsafeDelete (a ValueError: one line, exit 2) and nothing is deleted.
-class UnsafeDelete(ValueError):
-    """A delete would leave the folder storagebrief owns; nothing was deleted."""
-
-
 def check_inside(path: str | Path, owner: str | Path, allow_owner: bool = False) -> Path:
     """`path` (absolute, or relative to `owner`) if it provably lies inside `owner`; else UnsafeDelete."""
     from .targets import check_target_path
@@ -292,29 +298,23 @@ def check_inside(path: str | Path, owner: str | Path, allow_owner: bool = False)
     return Path(text)
 
 
-def remove_tree(path: str | Path, owner: str | Path, allow_owner: bool = False, missing_ok: bool = True) -> bool:
+def remove_tree(path: str | Path, owner: str | Path, allow_owner: bool = False, missing_ok: bool = True,
+                ignore_errors: bool = False) -> bool:
     """Remove `path` (a folder, a file or a symlink, which alone goes) once check_inside proves it is
     ours; True when something was removed. Errors of the removal itself are raised (a folder that
-    cannot be emptied is the user's to know about), except a path already gone."""
+    cannot be emptied is the user's to know about), except a path already gone, or all of them with
+    ignore_errors (a clean-up after a failure, whose own error says more); a refusal always is."""
     path = check_inside(path, owner, allow_owner)
-    if path.is_symlink() or (path.exists() and not path.is_dir()):
-        path.unlink(missing_ok=True)
-        return True
-    if not path.exists():
-        if missing_ok:
-            return False
-        raise FileNotFoundError(path)
-    shutil.rmtree(path)
+    try:
+        if path.is_symlink() or (path.exists() and not path.is_dir()):
+            path.unlink(missing_ok=True)
+            return True
+        if not path.exists():
+            if missing_ok:
+                return False
+            raise FileNotFoundError(path)
+        shutil.rmtree(path)
+    except OSError:
+        if not ignore_errors:
+            raise
     return True
-
-
-def study_folder(target_path: str | Path, study: str) -> Path:
-    """<target>/storagebrief/<study>, the folder a study owns on a target, after proving that neither
-    it nor storagebrief/ is a symlink leading out of the target (a delete below it stays on the target)."""
-    target = Path(os.path.abspath(target_path))
-    folder = target / "storagebrief" / study
-    real_target, real = os.path.realpath(target), os.path.realpath(folder)
-    if not real.startswith(real_target.rstrip("/") + "/"):
-        raise UnsafeDelete(f"{folder} resolves to {real}, outside the target {real_target} (a symlink out): "
-                           "storagebrief deletes only below the target; remove the symlink")
-    return folder

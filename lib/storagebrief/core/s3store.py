@@ -4,10 +4,11 @@
     cgroup the caller names; the run creates its own bucket and removes it, objects and all.
   * external endpoint: the bucket must exist (storagebrief never creates or deletes buckets there);
     the run writes only below <prefix>/storagebrief-run-<host>-<pid>-<nonce>/ and first puts an owner
-    marker there. Before any work it lists <prefix>/: an object outside a storagebrief run folder
-    (one with a marker) is someone else's, and the target is refused; a run folder whose owner (on
-    this host) is dead is a killed run's, and its objects are removed. At the end only the run's own
-    keys are deleted, by listing its run prefix.
+    marker there, which it renews while it runs (a lease, core.runlease). Before any work it lists
+    <prefix>/: an object outside a storagebrief run folder (one with a marker) is someone else's, and
+    the target is refused; a run folder whose lease expired by the store's clock, or whose process ran
+    in this machine, boot and PID namespace and is gone, is a killed run's, and its objects are
+    removed. At the end only the run's own keys are deleted, by listing its run prefix.
 `S3Calls` holds the object calls (core.store's public face: put, multipart put, whole and ranged get,
 list, delete in batches); `ObjectStore` is the run's store (open, ownership, close), `S3Client` a child
 process's own client built from `ObjectStore.child_config()`.
@@ -20,9 +21,10 @@ import json
 import os
 import secrets
 import socket
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 
-from . import procs
+from . import procs, runlease
 from .causes import EnvironmentFailure, one_line
 from .s3gateway import Gateway, GatewayDied
 from .store import StoreBase, batches
@@ -81,10 +83,6 @@ def explain(exc: Exception, endpoint: str, bucket: str, key: str = "s3.endpoint"
     if isinstance(exc, bx.NoCredentialsError):
         return f"no S3 credentials for {endpoint}: set them in the environment or name an AWS profile (s3.profile)"
     return f"{endpoint}: {type(exc).__name__}: {one_line(str(exc), 200)}"
-
-
-def _marker_doc() -> dict:
-    return {"host": socket.gethostname(), "owner": procs.owner_token(), "tool": "storagebrief"}
 
 
 class S3Calls(StoreBase):
@@ -164,13 +162,23 @@ class S3Calls(StoreBase):
 
     def list(self, prefix: str) -> list[str]:
         """Every key below `prefix` (full keys)."""
-        out, token = [], None
+        return list(self.listing(prefix)[0])
+
+    def listing(self, prefix: str) -> tuple[dict, object]:
+        """Every key below `prefix` with its LastModified, and the store's own time of the last answer (its
+        Date header; None when it sends none)."""
+        out, token, now = {}, None, None
         while True:
             kw = {"Bucket": self.bucket, "Prefix": prefix, **({"ContinuationToken": token} if token else {})}
             page = self._call(self.client.list_objects_v2, **kw)
-            out += [o["Key"] for o in page.get("Contents", [])]
+            out.update((o["Key"], o.get("LastModified")) for o in page.get("Contents", []))
+            date = page.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
+            try:
+                now = parsedate_to_datetime(date) if date else now
+            except (TypeError, ValueError):
+                pass
             if not page.get("IsTruncated"):
-                return out
+                return out, now
             token = page["NextContinuationToken"]
 
     def delete(self, keys) -> int:
@@ -221,6 +229,7 @@ class ObjectStore(S3Calls):
         self.prefix = ""            # the run's own prefix: every key it writes starts with it
         self.endpoint = ""
         self.removed_stale: list[str] = []
+        self.lease: runlease.Renewal | None = None     # rewrites the run's marker while it runs (external store)
 
     @property
     def external(self) -> bool:
@@ -265,7 +274,7 @@ class ObjectStore(S3Calls):
         return self
 
     def _open_local(self) -> None:
-        root = self.target.path / "storagebrief" / "s3gw"
+        root = self.target.study_dir("s3gw")         # no symlink leads the gateway's files off the target
         self.gateway = Gateway(root, self.log_dir / f"{self.target.name}-versitygw.log", port=self.s3.port,
                                procs_files=self.procs_files, region=self.s3.region,
                                port_key=f"target '{self.target.name}' s3.port").start()
@@ -284,12 +293,18 @@ class ObjectStore(S3Calls):
         base = f"{s.prefix}/" if s.prefix else ""
         self._check_ownership(base)
         self.prefix = f"{base}{RUN_FOLDER}{socket.gethostname()[:20]}-{os.getpid()}-{secrets.token_hex(3)}/"
-        self._call(self.client.put_object, Bucket=self.bucket, Key=self.prefix + MARKER,
-                   Body=json.dumps(_marker_doc()).encode())
+        self._marker_body = json.dumps(runlease.marker_doc(procs.owner_token())).encode()
+        self._call(self._write_marker)
+        self.lease = runlease.Renewal(self._write_marker)
+
+    def _write_marker(self) -> None:
+        """The run's marker, written again: its LastModified is the lease's last renewal, by the store's clock."""
+        self.client.put_object(Bucket=self.bucket, Key=self.prefix + MARKER, Body=self._marker_body)
 
     def _check_ownership(self, base: str) -> None:
         """Refuse a prefix holding objects storagebrief did not write; remove dead runs' folders."""
-        keys = self.list(base)
+        stamps, now = self.listing(base)
+        keys = list(stamps)
         runs = {k[len(base):].split("/", 1)[0] for k in keys if k[len(base):].startswith(RUN_FOLDER) and "/" in k[len(base):]}
         ours = {r for r in runs if f"{base}{r}/{MARKER}" in keys}
         foreign = [k for k in keys if k[len(base):].split("/", 1)[0] not in ours]
@@ -299,11 +314,14 @@ class ObjectStore(S3Calls):
                           f"object(s) storagebrief did not write (e.g. '{foreign[0]}'); refusing to write beside "
                           "them: set s3.prefix to an empty prefix of your own")
         for r in sorted(ours):
-            doc = self._marker(f"{base}{r}/{MARKER}")
-            if doc.get("host") == socket.gethostname() and not procs.owner_alive(doc.get("owner", "")):
+            key = f"{base}{r}/{MARKER}"
+            written = stamps.get(key)
+            age = (now - written).total_seconds() if now is not None and written is not None else None
+            why = runlease.why_dead(self._marker(key), age)
+            if why is not None:
                 n = self._delete_under(f"{base}{r}/")
                 self.removed_stale.append(f"removed {n} object(s) of a killed storagebrief run in "
-                                          f"s3://{self.bucket}/{base}{r}/")
+                                          f"s3://{self.bucket}/{base}{r}/: {why}")
 
     def _marker(self, key: str) -> dict:
         try:
@@ -345,6 +363,8 @@ class ObjectStore(S3Calls):
     def close(self) -> None:
         """Everything this run wrote goes (external: its run prefix only); the gateway stops."""
         try:
+            if self.lease is not None:
+                self.lease.stop()           # first: no renewal writes the marker again once the prefix is gone
             if self.external and self.client is not None and self.prefix:
                 self._delete_under(self.prefix)
         finally:

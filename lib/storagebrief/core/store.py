@@ -14,6 +14,7 @@ of DELETE_BATCH (DeleteObjects' limit), in one place.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Iterable, Protocol, runtime_checkable
 
@@ -114,19 +115,26 @@ class DirStore(StoreBase):
             raise ValueError(f"refusing key '{key}': outside {self.root}, the folder this store owns")
         return self.root / rel
 
+    def _new_file(self, key: str):
+        """`key`'s file open for writing, its folders real ones below the root (outdir.folder_below: a symlink
+        there is refused) and the file itself never opened through a symlink."""
+        from .folders import folder_below
+        rel = Path(key)
+        folder = folder_below(self.root, *rel.parts[:-1])
+        return open(os.open(folder / rel.name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o666), "wb")
+
     def put(self, key: str, body) -> None:
         f = self.path(key)
-        f.parent.mkdir(parents=True, exist_ok=True)
-        tmp = f.with_name(f".{f.name}.tmp")
-        tmp.write_bytes(body if isinstance(body, (bytes, bytearray, memoryview)) else body.read())
-        tmp.rename(f)
+        tmp = f"{key[:-len(f.name)]}.{f.name}.tmp"
+        with self._new_file(tmp) as fh:
+            fh.write(body if isinstance(body, (bytes, bytearray, memoryview)) else body.read())
+        os.rename(self.path(tmp), f)
 
     def put_parts(self, key: str, parts: Iterable[bytes], part_bytes: int) -> dict:
         import time
-        f = self.path(key)
-        f.parent.mkdir(parents=True, exist_ok=True)
+        self.path(key)
         t0, times, total = time.perf_counter(), [], 0
-        with open(f, "wb") as fh:
+        with self._new_file(key) as fh:
             for chunk in parts:
                 p0 = time.perf_counter()
                 fh.write(chunk)

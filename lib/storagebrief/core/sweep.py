@@ -61,6 +61,8 @@ class Sweep:
         self._plan = None                     # what the engine runs (set_plan)
         self._only_the_section_targets()
         self._leave_out_object_targets()
+        for t in self.targets:
+            t.study_dir(study.name)          # a symlinked study folder is refused before any work (core.outdir)
 
     def _only_the_section_targets(self) -> None:
         """A section with `targets` (config.OnSomeTargets) runs on those only; an unknown name is a ParamsError."""

@@ -24,6 +24,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
+from .folders import study_folder
+
 # Directories a target may never be, nor lie under (a study writes there).
 FORBIDDEN_TREES = ("/dev", "/proc", "/sys", "/boot", "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib64")
 FORBIDDEN_EXACT = ("/", "/home", "/root", "/tmp", "/var", "/mnt", "/media", "/opt", "/srv", "/run")
@@ -210,8 +212,10 @@ class Target:
         return self.s3 is None or not self.s3.external
 
     def study_dir(self, study: str) -> Path:
-        """Everything a study writes on this target lives below here."""
-        return self.path / "storagebrief" / study
+        """Everything a study writes on this target lives below here: <path>/storagebrief/<study>, refused in one
+        line (core.folders.UnsafeFolder) when it or storagebrief/ is a symlink; a run's own folders below it come
+        from folders.folder_below."""
+        return study_folder(self.path, study)
 
     def describe(self) -> dict:
         d = asdict(self)

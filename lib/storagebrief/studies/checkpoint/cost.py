@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ...core.folders import folder_below
 from ...core.sweep import Point
 from ...kit.ranks import Forked, Worker
 from ...kit.checkpoint_cost import CostResult, overhead_percent, run_training
@@ -59,7 +60,7 @@ def check_memory(p) -> None:
 
 
 def folder(target) -> Path:
-    return target.study_dir("checkpoint") / "cost"
+    return folder_below(target.study_dir("checkpoint"), "cost", create=False)
 
 
 def _train(state: dict, rank: int, msg, line) -> CostResult:

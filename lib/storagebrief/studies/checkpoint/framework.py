@@ -28,6 +28,7 @@ import numpy as np
 from ...core import cgroups, longjob, targets as targets_mod
 from ...core.columns import Column
 from ...core.longjob import JobDied, LongJob
+from ...core.folders import folder_below
 from ...core.sweep import Measurement, Point
 from ...formats.tfrecord import frame
 from ...kit.ingest import IngestWriter
@@ -101,7 +102,7 @@ def memory_unavailable() -> str | None:
 
 
 def folder(target) -> Path:
-    return target.study_dir("checkpoint") / "framework"
+    return folder_below(target.study_dir("checkpoint"), "framework", create=False)
 
 
 def _new_job(run, f) -> LongJob:

@@ -28,6 +28,7 @@ from types import SimpleNamespace
 
 from ...core import results
 from ...core.checkpoint_workloads import GIB, files_of_rank, size_table
+from ...core.folders import folder_below
 from ...core.sweep import Measurement, Point
 from ...kit import client_check
 from ...kit.launch import check_launch
@@ -245,7 +246,7 @@ def _protocol(run, config: Config) -> Measurement:
     try:
         pool = RankPool(sorted(files), buf, (procs_files or []) + (conf.procs_files if conf else []), FAULT,
                         affinity=conf.affinity if conf else None, params=p,
-                        work_dir=run.target.study_dir(STUDY.name) / "mpi")
+                        work_dir=folder_below(run.target.study_dir(STUDY.name), "mpi", create=False))
         with pool:
             run.start_clock()
             saved, kept, deletes = _saves(run, pool, p, model, root, files)

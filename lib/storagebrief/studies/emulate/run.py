@@ -28,7 +28,6 @@ Two ways to keep reads on the device (recorded per run, `dataset_sizing`):
 """
 from __future__ import annotations
 
-import shutil
 import socket
 import time
 from dataclasses import dataclass, field
@@ -36,6 +35,8 @@ from pathlib import Path
 
 from ...core import cgroups, results, targets as targets_mod
 from ...core.config import ParamsError
+from ...core.folders import folder_below
+from ...core.outdir import remove_tree
 from ...core.sweep import Measurement, Point
 from ...kit.cgroup_io import CgroupIoSampler, cgroup_read_stats
 from ...kit.launch import check_launch
@@ -94,7 +95,7 @@ def _bytes_needed(p: EmulateParams, sizes: dict[str, int], t) -> int:
     need = 0
     for name in p.workloads:
         spec = p.spec(name)
-        existing = existing_bytes(t.study_dir(STUDY.name) / name / "data")
+        existing = existing_bytes(folder_below(t.study_dir(STUDY.name), name, "data", create=False))
         need += max(0, int(sizes[name] * spec.samples_per_file * (spec.record_bytes + 64)) - existing)
     local_s3 = t.kind == "s3" and t.on_this_machine
     return need * (2 if local_s3 else 1) + int(p.checkpoint_mib * 2**20)
@@ -133,7 +134,7 @@ def prepare(sweep) -> None:
 def _dataset(sweep, t, name: str, files: int) -> dict:
     """A workload's dataset on one target: files in its study folder, or objects through its store."""
     p: EmulateParams = sweep.p
-    folder = t.study_dir(STUDY.name) / name
+    folder = folder_below(t.study_dir(STUDY.name), name, create=False)
     pool = p.max_accelerators * (p.read_threads or max(p.spec(w).read_threads for w in p.workloads))
     store = s3study.store_for(sweep, t, STUDY.name, "emulate", pool, sweep.state, t.study_dir(STUDY.name))
     if store.client_reads_device:      # generated in place
@@ -310,8 +311,8 @@ def _row(run, config: EmulateConfig, data: dict, cfg: dict, summary: dict, reads
 def _launch(run, cfg: dict, n: int, procs: list[str] | None) -> dict:
     """The accelerators, forked or as MPI ranks; the clock runs from the first step to the last."""
     p, t = run.p, run.target
-    raw = run_once(cfg, n, procs, p, t.study_dir(STUDY.name) / "mpi", affinity=cfg.get("cpu_affinity"),
-                   on_start=run.start_clock)
+    raw = run_once(cfg, n, procs, p, folder_below(t.study_dir(STUDY.name), "mpi", create=False),
+                   affinity=cfg.get("cpu_affinity"), on_start=run.start_clock)
     run.stop_clock()
     if raw["launcher"] == "mpi":
         for h in sorted({r["host"] for r in raw["ranks"]}):
@@ -385,8 +386,8 @@ def _run_one(run, config: EmulateConfig, store) -> Measurement:
     else:
         cgroup, evict = _object_run(run, store, data, memory_limit)
     group = cgroup.group
-    cfg = run_config(p, name, data, n, evict and store.client_reads_device, t.study_dir(STUDY.name) / "checkpoints",
-                     cgroup.capped)
+    cfg = run_config(p, name, data, n, evict and store.client_reads_device,
+                     folder_below(t.study_dir(STUDY.name), "checkpoints", create=False), cgroup.capped)
     if not store.client_reads_device:
         cfg["s3"] = objects.client_config(store, data, evict)
     if p.mlperf_rules:
@@ -433,7 +434,7 @@ def _run_one(run, config: EmulateConfig, store) -> Measurement:
 def finish(sweep, frame) -> None:
     """Checkpoints removed from every target; the MLPerf-Storage-like summary."""
     for t in sweep.targets:
-        shutil.rmtree(t.study_dir(STUDY.name) / "checkpoints", ignore_errors=True)
+        remove_tree(t.study_dir(STUDY.name) / "checkpoints", t.study_dir(STUDY.name), ignore_errors=True)
     ml = mlperf_results(frame)
     results.write_json(sweep.out_dir / "mlperf_results.json", ml)
     mlperf.export(sweep.out_dir, frame)

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...core import results, targets as targets_mod
 from ...core.config import ParamsError
+from ...core.folders import folder_below
+from ...core.outdir import remove_tree
 from ...core.sweep import Measurement, Point
 from ...kit.space import check_space
 from . import STUDY
@@ -59,7 +60,7 @@ def _source(p: PreprocessParams) -> Dataset:
 
 def _bytes_needed(p: PreprocessParams, t) -> int:
     """New bytes the generated TIFFs (less those already there) and their resized output need on a target."""
-    root = t.study_dir(STUDY.name) / "images"
+    root = folder_below(t.study_dir(STUDY.name), "images", create=False)
     needed = p.image_count * (p.image_bytes + 4096) + p.image_count * p.resize_width * p.resize_height * 4
     existing = sum(f.stat().st_size for f in root.rglob("*.tif")) if root.exists() else 0
     return max(0, needed - existing)
@@ -67,7 +68,7 @@ def _bytes_needed(p: PreprocessParams, t) -> int:
 
 def _generated(sweep, t) -> Dataset:
     p: PreprocessParams = sweep.p
-    root = t.study_dir(STUDY.name) / "images"
+    root = folder_below(t.study_dir(STUDY.name), "images", create=False)
     files = generate_dataset(root, p, p.image_count, sweep.log, sweep.status)
     return Dataset(root, files[: p.image_count])
 
@@ -120,7 +121,7 @@ def run_one(run, config: PreprocessConfig) -> Measurement:
     t, p = run.target, run.p
     state: PreprocessState = run.sweep.state
     root, files = state.datasets[t.name].root, state.datasets[t.name].files
-    out = t.study_dir(STUDY.name) / "tfrecords" / "current"
+    out = folder_below(t.study_dir(STUDY.name), "tfrecords", create=False) / "current"
     run.cold_cache([root])
     group = run.throttle()
     m = run_pipeline(files[:count], root, out, procs, p, group.procs_files if group else None,
@@ -131,9 +132,8 @@ def run_one(run, config: PreprocessConfig) -> Measurement:
     state.skipped += [{"run_id": run.run_id, "target": t.name, **s} for s in m["skipped"]]
     # The last run's output waits in 'pending'; it replaces the kept 'final' only when the whole
     # study completed (finish), so an interrupted study leaves final and outputs.json consistent.
-    pending = t.study_dir(STUDY.name) / "tfrecords" / "pending"
-    if pending.exists():
-        shutil.rmtree(pending)
+    pending = folder_below(t.study_dir(STUDY.name), "tfrecords", create=False) / "pending"
+    remove_tree(pending, pending.parent)
     out.rename(pending)
     state.pending[t.name] = [Path(f).name for f in m["outputs"]]
     row = {"sweep": name, "processes": procs, "image_count": count, "output_mode": p.output_mode,
@@ -153,10 +153,9 @@ def finish(sweep, frame) -> None:
     for t in sweep.targets:
         if t.name not in state.pending:
             continue
-        kept = t.study_dir(STUDY.name) / "tfrecords" / "final"
-        if kept.exists():
-            shutil.rmtree(kept)
-        (t.study_dir(STUDY.name) / "tfrecords" / "pending").rename(kept)
+        kept = folder_below(t.study_dir(STUDY.name), "tfrecords", create=False) / "final"
+        remove_tree(kept, kept.parent)
+        (folder_below(t.study_dir(STUDY.name), "tfrecords", create=False) / "pending").rename(kept)
         final[t.name] = [str(kept / f) for f in state.pending[t.name]]
     size = (p.resize_width, p.resize_height)
     checks = {name: verify_tfrecords(paths, int(frame[frame.target == name].iloc[-1].images_ok), size)

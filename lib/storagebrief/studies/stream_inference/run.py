@@ -25,6 +25,7 @@ from typing import Any
 
 from ...core import results
 from ...core.config import ParamsError
+from ...core.folders import folder_below
 from ...core.procs import die_with_parent
 from ...core.sweep import Measurement, Point
 from ...kit import latency
@@ -213,7 +214,7 @@ def prepare(sweep) -> None:
     _check_space(sweep, own)                   # every space check before any video is written
     for t in sweep.targets:
         st.videos[t.name] = {"own": own} if own else generate_videos(
-            t.study_dir(STUDY.name) / "videos", p.video_list, p.duration_s, p.jpeg_quality, p.seed, sweep.log)
+            folder_below(t.study_dir(STUDY.name), "videos", create=False), p.video_list, p.duration_s, p.jpeg_quality, p.seed, sweep.log)
     _start_consumers(sweep, st)
 
 
@@ -278,7 +279,7 @@ def _cluster(run):
     props = {"message.max.bytes": MAX_MESSAGE, "replica.fetch.max.bytes": MAX_MESSAGE}
     if p.flush_messages is not None:
         props["log.flush.interval.messages"] = p.flush_messages
-    data = t.study_dir(STUDY.name) / "kafka"
+    data = folder_below(t.study_dir(STUDY.name), "kafka", create=False)
     if data.exists():
         kafka.shutil.rmtree(data, ignore_errors=True)             # a killed run's leftovers
     cl = kafka.Cluster(data, sweep.out_dir / "logs", brokers=p.brokers,
@@ -402,7 +403,7 @@ def _play(run, c: Config, bootstrap: str, topics: list[str], jobs: list[dict], c
     import numpy as np
 
     p, t = run.p, run.target
-    work = t.study_dir(STUDY.name) / "work"
+    work = folder_below(t.study_dir(STUDY.name), "work", create=False)
     work.mkdir(parents=True, exist_ok=True)
     logs = run.sweep.out_dir / "logs"
     producers: list[Worker] = []

@@ -11,6 +11,7 @@ import numpy as np
 
 from ...core import results
 from ...core.config import Params as AllParams, ParamsError
+from ...core.folders import folder_below
 from ...formats.images import class_pattern
 from ...formats.tfrecord import image_example, record_lengths
 from ...kit.space import check_space
@@ -74,7 +75,7 @@ def shard_of(i: int, num_classes: int, shards: int) -> int:
 
 def generation_bytes(target, p: TrainParams, name: str = "dataset") -> int:
     """Bytes generate_dataset will write on the target: none when a matching set is kept there."""
-    if _reuse(target.study_dir(STUDY.name) / name, _spec(p)) is not None:
+    if _reuse(folder_below(target.study_dir(STUDY.name), name, create=False), _spec(p)) is not None:
         return 0
     return int(p.dataset_images * p.record_kib * 1024 * 1.1)
 
@@ -83,7 +84,7 @@ def generate_dataset(target, p: TrainParams, log=print, name: str = "dataset") -
     """ImageNet-like TFRecords (JPEG, ~record_kib each, class-dependent content) on the target."""
     import cv2
 
-    directory = target.study_dir(STUDY.name) / name
+    directory = folder_below(target.study_dir(STUDY.name), name, create=False)
     kept = _reuse(directory, _spec(p))
     if kept is not None:
         return kept

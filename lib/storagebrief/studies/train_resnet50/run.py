@@ -29,6 +29,8 @@ from pathlib import Path
 import numpy as np
 
 from ...core import cgroups, targets as targets_mod
+from ...core.folders import folder_below
+from ...core.outdir import remove_tree
 from ...core.procs import die_with_parent
 from ...core.sweep import Measurement, Point
 from . import STUDY, prestart, reuse
@@ -199,8 +201,8 @@ def _base_row(run, spec: RunSpec, ds: Dataset, setting: MemorySetting, steps_per
 def _per_run(run, spec: RunSpec, index: int, ds: Dataset) -> dict:
     """What a job's spec takes from its run (all kept jobs change when a later run re-arms them)."""
     p: TrainParams = run.p
-    ckdir = run.target.study_dir(STUDY.name) / "checkpoints" / f"{run.run_id}-j{index}"
-    shutil.rmtree(ckdir, ignore_errors=True)
+    ckdir = folder_below(run.target.study_dir(STUDY.name), "checkpoints", f"{run.run_id}-j{index}", create=False)
+    remove_tree(ckdir, ckdir.parent, ignore_errors=True)
     return {"files": ds.files, "seed": p.seed + 1000 * run.repeat, "checkpoint_dir": str(ckdir),
             "checkpoint_every_steps": spec.checkpoint_every_steps,
             "checkpoint_interval_s": p.checkpoint_default_interval_s}
@@ -258,7 +260,7 @@ def _ingest_writer(run, spec: RunSpec, ds: Dataset, io) -> IngestWriter:
             group = run.cgroup("ingest", io=io)
         except cgroups.CgroupUnavailable:
             group = None
-    writer = IngestWriter(run.target.study_dir(STUDY.name) / "ingest" / run.run_id, ds.files, spec.ingest_mb_per_s,
+    writer = IngestWriter(folder_below(run.target.study_dir(STUDY.name), "ingest", run.run_id, create=False), ds.files, spec.ingest_mb_per_s,
                           group.procs_files if group else [])
     writer.group = group
     return writer
@@ -324,8 +326,8 @@ def _clean_up(target, jobs: list[Job], writer: IngestWriter | None) -> None:
         writer.kill()                       # before its cgroup goes (a no-op once stopped)
         if writer.group is not None:
             writer.group.remove()
-    shutil.rmtree(target.study_dir(STUDY.name) / "checkpoints", ignore_errors=True)
-    shutil.rmtree(target.study_dir(STUDY.name) / "ingest", ignore_errors=True)
+    for folder in ("checkpoints", "ingest"):
+        remove_tree(target.study_dir(STUDY.name) / folder, target.study_dir(STUDY.name), ignore_errors=True)
 
 
 def _refusal(base: dict, setting: MemorySetting, need_hint: int, margin_mib: int, io) -> Measurement:

@@ -8,12 +8,13 @@ from pathlib import Path
 import numpy as np
 
 from ...core import results, targets as targets_mod
+from ...core.folders import folder_below
 
 CHUNK = 4 << 20
 
 
 def data_file(target, study: str) -> Path:
-    return target.study_dir(study) / "data" / "transfer.bin"
+    return folder_below(target.study_dir(study), "data", create=False) / "transfer.bin"
 
 
 def needed_bytes(path: Path, size: int) -> int:
