@@ -353,3 +353,42 @@ def test_validate_refuses_a_local_gateway_target_without_versitygw(tmp_path, mon
     config.load(f)                      # a run of a study that measures no S3 target does not need versitygw
     f.write_text(json.dumps(_s3_params(tmp_path)))                     # no study measures it: nothing to refuse
     assert cli.main(["validate", "--params", str(f)]) == 0
+
+
+# --------------------------------------------------------------------------- the output folder in a shared folder
+def _earlier_result(out: Path) -> None:
+    """An earlier complete result of study 's' in `out`: the next run works in an `.incomplete-` sibling."""
+    from storagebrief.core import outdir
+    f = outdir.OutputFolder(out, "s", ("runs.csv",), "refuse", lambda *_: None).check().create()
+    (out / "runs.csv").write_text("a\n1\n")
+    f.complete()
+    f.release()
+
+
+@as_root
+def test_a_folder_planted_at_the_working_siblings_name_is_never_used(shared, precious, monkeypatch):
+    """`<out>.incomplete-<time>-<pid>` has a predictable name: a symlink to a user's folder planted there by uid
+    65534 was taken as the working folder (mkdir exist_ok) and the run wrote into the user's folder."""
+    from storagebrief.core import outdir
+    out = shared / "out"
+    _earlier_result(out)
+    monkeypatch.setattr(outdir, "stamp", lambda: "20261128-000000")
+    name = f"out.incomplete-20261128-000000-{os.getpid()}"
+    _plant(lambda: os.symlink(precious / "precious", shared / name))
+    f = outdir.OutputFolder(out, "s", ("runs.csv",), "refuse", lambda *_: None).check().create()
+    try:
+        assert f.work != shared / name and f.work.is_dir() and not f.work.is_symlink()
+        assert sorted(os.listdir(precious / "precious")) == ["keep.txt"]
+        assert os.lstat(shared / name).st_uid == NOBODY           # the planted link is left as it was
+    finally:
+        f.abandon()
+        f.release()
+
+
+@as_root
+def test_an_out_folder_another_user_made_in_a_shared_folder_is_refused(shared):
+    from storagebrief.core import outdir
+    out = shared / "out"
+    _plant(lambda: os.mkdir(out))
+    with pytest.raises(outdir.OutDirError, match=r"belongs to uid 65534, not to this user.*folder others can write"):
+        outdir.OutputFolder(out, "s", ("runs.csv",), "refuse", lambda *_: None).check()

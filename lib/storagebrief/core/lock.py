@@ -117,7 +117,7 @@ def lock_file(path: Path, what: str, on_busy: str, log, busy=TargetBusy, own_onl
         raise
 
 
-def _others_can_write(folder: Path) -> bool:
+def others_can_write(folder: Path) -> bool:
     """Someone other than this user may create names in `folder` (world- or group-writable, or not ours)."""
     try:
         st = os.stat(folder)
@@ -129,7 +129,7 @@ def _others_can_write(folder: Path) -> bool:
 def folder_lock_path(folder: Path) -> Path:
     """Beside the folder; in this user's runtime folder when the parent is one others can write."""
     folder = Path(folder)
-    if _others_can_write(folder.parent):
+    if others_can_write(folder.parent):
         real = os.path.realpath(folder)
         digest = hashlib.sha256(real.encode()).hexdigest()[:24]
         return runtime_dir.path() / f"out-{digest}{LOCK_NAME}"

@@ -32,7 +32,7 @@ from pathlib import Path
 from . import results
 from .engine_outputs import ENGINE_OUTPUTS, STATUS, TRACES
 from .folders import UnsafeDelete, UnsafeFolder, folder_below, study_folder  # noqa: F401  (outdir's names stay)
-from .lock import FolderLock
+from .lock import FolderLock, others_can_write
 from .procs import SCRATCH_PREFIX
 
 SCHEMA = 1
@@ -123,6 +123,31 @@ def _exchange(a: Path, b: Path) -> None:
     os.rename(parked, b)
 
 
+def _refuse_others_folder(final: Path) -> None:
+    """An --out in a folder others can write (/tmp) that another user made (or planted as a symlink) is theirs:
+    storagebrief neither writes into it nor replaces it."""
+    if not others_can_write(final.parent):
+        return
+    try:
+        st = os.lstat(final)
+    except FileNotFoundError:
+        return
+    if st.st_uid != os.geteuid():
+        raise OutDirError(f"output folder '{final}' belongs to uid {st.st_uid}, not to this user, in '{final.parent}', "
+                          "a folder others can write: choose an output folder of your own")
+
+
+def _free_sibling(work: Path) -> Path:
+    """`<name>.incomplete-<time>-<pid>`, or the first `-<k>` after it that no file, folder or symlink holds: in a
+    folder others can write the name is predictable, and what is planted there is never used (create() makes the
+    folder with mkdir, not exist_ok)."""
+    for k in range(100):
+        cand = work if k == 0 else work.with_name(f"{work.name}-{k}")
+        if not os.path.lexists(cand):
+            return cand
+    raise OutDirError(f"cannot choose a working folder beside '{work.parent}': 100 names taken ('{work.name}-…')")
+
+
 class OutputFolder:
     """Where one study run writes; `work` is the folder the engine and the study write into."""
 
@@ -148,6 +173,7 @@ class OutputFolder:
             raise OutDirError(f"output folder '{final}' is a file, not a directory")
         if final.parent.is_dir():
             self.lock.acquire()        # released by release(), which the engine calls however the run ends
+            _refuse_others_folder(final)
         if final.is_dir() and [f for f in files_in(final) if f not in FOREIGN_BUT_EXPECTED and not is_temp(f)]:
             status = read_status(final) or {}
             if status.get("study") != self.study_name:
@@ -158,7 +184,7 @@ class OutputFolder:
                     f"('{foreign[0]}'{more}); storagebrief replaces only its own results: move them "
                     "or choose another output folder")
             # an earlier run's folder: it stays untouched until this run completes
-            self.work = final.with_name(f"{final.name}.incomplete-{stamp()}-{os.getpid()}")
+            self.work = _free_sibling(final.with_name(f"{final.name}.incomplete-{stamp()}-{os.getpid()}"))
         return self
 
     def release(self) -> None:
@@ -172,7 +198,15 @@ class OutputFolder:
         self._made = not self.work.exists() or self.work in _CLAIMED
         self._before = set(files_in(self.work)) if not self._made else set()
         try:
-            self.work.mkdir(parents=True, exist_ok=True)
+            if self.work != self.final:
+                try:
+                    os.mkdir(self.work)          # never one that appeared since check(): not ours
+                except FileExistsError:
+                    raise OutDirError(f"'{self.work}' appeared between the output folder's check and its creation "
+                                      "(another process made it); it is not used: run again") from None
+                self._made, self._before = True, set()
+            else:
+                self.work.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             hint = results.os_error_hint(exc)
             raise OutDirError(f"cannot create output folder '{self.work}': {exc.strerror}"
