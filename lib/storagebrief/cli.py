@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from . import studies
-from .core import config
+from .core import config, machine_fit
 from .core.characterize.model import FORMATS
 from .core.progress import MODES
 from .errors import error_line, expected  # noqa: F401  (cli.error_line: the old name stays)
@@ -196,8 +196,8 @@ def _docs(args) -> int:
 
 def _validate(args) -> int:
     params = config.load(args.params, args.overrides)
-    config.check_machine(params)        # every section's processes, files and memory against this machine's limits
-    config.check_tools(params)          # versitygw for local-gateway S3 targets, as the object studies' runs need
+    machine_fit.check_machine(params)        # every section's processes, files and memory against this machine's limits
+    machine_fit.check_tools(params)          # versitygw for local-gateway S3 targets, as the object studies' runs need
     shown = args.params or config.default_params_file()
     print(f"ok: {shown} is valid (sections: {', '.join(params.sections) or 'none'})")
     return 0

@@ -447,28 +447,6 @@ def _check_object_sections(params: Params) -> None:
             hook([t.name for t in s3])
 
 
-def check_machine(params: Params, names: list[str] | None = None) -> None:
-    """Each section's `check_machine()` (its processes, files and memory against this machine's limits: kit.budget),
-    for `storagebrief validate` (every section) and a study's run (its own). Not part of a load: a section beyond
-    this machine (paper-scale KV caches on 24 GiB) must not stop another study, nor a reader of results."""
-    for name in params.sections if names is None else names:
-        hook = getattr(params.sections.get(name), "check_machine", None)
-        if hook is not None:
-            try:
-                hook()
-            except ValueError as exc:
-                raise ParamsError(str(exc)) from None
-
-
-def check_tools(params: Params) -> None:
-    """What this machine must have for the S3 targets the sections would measure: versitygw for a local gateway.
-    For `storagebrief validate`; a study's run checks its own when it starts the gateway, and a study that
-    measures no S3 target never needs it (so a plain load does not ask)."""
-    from .s3target import check_gateway
-    local = {t.name for s3 in s3_targets_of_sections(params).values() for t in s3 if not t.s3.external}
-    check_gateway(sorted(local))
-
-
 def read_yaml(path: str | Path) -> dict:
     """params.yaml as plain data, before overrides and validation."""
     path = Path(path)

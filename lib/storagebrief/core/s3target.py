@@ -118,16 +118,3 @@ def check_kind(name: str, kind: str, s3: S3TargetParams | None, profile: str | N
 
 def refuse_object_target(target, study: str) -> None:
     raise TargetError(f"target '{target.name}' is an S3 target; {study} measures directories only")
-
-
-def check_gateway(local_targets: list[str]) -> None:
-    """Local-gateway targets need versitygw: else the line the gateway's start gives, naming the targets
-    (a ParamsError, before any work)."""
-    if not local_targets:
-        return
-    from .config import ParamsError
-    from .s3gateway import GatewaySetupError, binary
-    try:
-        binary()
-    except GatewaySetupError as exc:
-        raise ParamsError(f"S3 target(s) {', '.join(local_targets)} (local gateway): {exc}") from None

@@ -32,8 +32,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from . import (cgroups, characterize, columns, config, contract, inventory, leftovers, longjob, outdir, plans,
-               results, targets as targets_mod)
+from . import (cgroups, characterize, columns, config, contract, inventory, leftovers, longjob, machine_fit, outdir,
+               plans, results, targets as targets_mod)
 from .config import check_name
 from .contract import Measurement, Point
 from .engine_outputs import CHARACTERIZATION, TRACES
@@ -258,7 +258,7 @@ def run(study, params, out_dir: str | Path | None, log=print, progress: str = "a
     folder = None
     try:
         bar.message("starting: checking the output folder and targets")
-        config.check_machine(params, [study.name])     # its processes and memory fit, before anything is made
+        machine_fit.check_machine(params, [study.name])     # its processes and memory fit, before anything is made
         final = check_out_dir(out_dir if out_dir is not None else _default_out_dir(study, params))
         folder = outdir.OutputFolder(final, study.name, study.stage_outputs, params.run.on_busy_target,
                                      say).check()      # locks it (one writer), writes nothing in it yet

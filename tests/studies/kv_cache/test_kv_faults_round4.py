@@ -14,7 +14,7 @@ import time
 import pytest
 import yaml
 
-from storagebrief.core import config
+from storagebrief.core import config, machine_fit
 from storagebrief.kit import budget
 from storagebrief.studies.kv_cache import clients
 from child_cgroup import ENV, child_cgroup, cli_in, run_in
@@ -145,6 +145,6 @@ def test_a_section_beyond_this_machine_loads_and_stops_only_its_own_run(tmp_path
     data = {"targets": [{"name": "t", "path": str(tmp_path / "t")}], "kv_cache": HEAVY,
             "object_sweep": {"object_sizes": ["4k"], "concurrency": [1], "loads": ["idle"]}}
     p = config.validate(data)                                  # loads: another study's run is not stopped
-    config.check_machine(p, ["object_sweep"])
+    machine_fit.check_machine(p, ["object_sweep"])
     with pytest.raises(config.ParamsError, match=r"kv_cache.clients = 4 \(workload w\) need .*a test's 512 MiB"):
-        config.check_machine(p)
+        machine_fit.check_machine(p)

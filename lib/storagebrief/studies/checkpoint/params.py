@@ -206,7 +206,7 @@ class CheckpointParams(LaunchParams):
 
     def check_machine(self) -> None:
         """Forked ranks within the pids/nproc/open-file limits and their buffers within the memory the run may
-        use (config.check_machine: `validate` and this study's run, not a load of another study's params)."""
+        use (machine_fit.check_machine: `validate` and this study's run, not a load of another study's params)."""
         from .ranks import check_budget
         check_budget(self)
 

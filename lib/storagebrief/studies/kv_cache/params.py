@@ -127,7 +127,7 @@ class KvCacheParams(LaunchParams):
         return self
 
     def check_machine(self) -> None:
-        """Forked clients within the machine's process, file and memory limits (config.check_machine: `validate`
+        """Forked clients within the machine's process, file and memory limits (machine_fit.check_machine: `validate`
         and this study's run, not a load of another study's params)."""
         from .clients import check_budget
         check_budget(self)

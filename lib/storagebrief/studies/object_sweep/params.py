@@ -53,7 +53,7 @@ class ObjectSweepParams(OnSomeTargets):     # targets (a subset of the target na
         return self
 
     def check_machine(self) -> None:
-        """The worker, its threads and the largest object within the machine's limits (config.check_machine:
+        """The worker, its threads and the largest object within the machine's limits (machine_fit.check_machine:
         `validate` and this study's run, not a load of another study's params)."""
         from .worker import check_budget
         check_budget(self)
