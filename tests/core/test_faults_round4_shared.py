@@ -392,3 +392,17 @@ def test_an_out_folder_another_user_made_in_a_shared_folder_is_refused(shared):
     _plant(lambda: os.mkdir(out))
     with pytest.raises(outdir.OutDirError, match=r"belongs to uid 65534, not to this user.*folder others can write"):
         outdir.OutputFolder(out, "s", ("runs.csv",), "refuse", lambda *_: None).check()
+
+
+def test_an_output_folder_lock_in_the_runtime_folder_goes_with_its_run(shared):
+    """Locks of --out folders in /tmp piled up in /dev/shm/storagebrief-<uid> (one per folder, forever): released,
+    the file goes; a killed run's, unheld, goes with the next leftovers sweep; a held one stays."""
+    held = lock.FolderLock(shared / "a", "refuse").acquire()
+    path = lock.folder_lock_path(shared / "a")
+    assert path.parent == runtime_dir.path() and path.exists()
+    assert str(path) not in lock.stale_runtime_locks()          # held: a live run's
+    held.release()
+    assert not path.exists()
+    again = lock.FolderLock(shared / "a", "refuse").acquire()      # as after a kill -9: the fd closes unreleased
+    os.close(again.fd)
+    assert path.exists() and str(path) in lock.stale_runtime_locks() and not path.exists()

@@ -24,7 +24,7 @@ import os
 import time
 from pathlib import Path
 
-from . import blocktrace, nethosts, procs, s3gateway
+from . import blocktrace, lock, nethosts, procs, s3gateway
 from .cgroups import PREFIX, own_dirs
 
 SHM = Path("/dev/shm")
@@ -61,6 +61,7 @@ def remove_leftovers(folders=()) -> list[str]:
     Tracing in a leftover instance is switched off before it is removed. Returns one line per
     removed cgroup, instance, process or folder, for notes and doctor."""
     removed = s3gateway.leftovers()      # before the marker sweep: it also removes the dead run's buckets
+    lock.stale_runtime_locks()           # out-folder locks of killed runs (no line: an empty file, not a result)
     for inst in blocktrace.instances():
         pid = blocktrace.owner_pid(inst.name)
         if pid is not None and not _alive(pid):

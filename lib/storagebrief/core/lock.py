@@ -142,20 +142,66 @@ class FolderLock:
     def __init__(self, folder: Path, on_busy: str = "wait", log=print):
         self.folder, self.on_busy, self.log = Path(folder), on_busy, log
         self.fd: int | None = None
+        self.path = self.folder
 
     def acquire(self) -> "FolderLock":
-        if self.fd is None:
-            self.fd = lock_file(folder_lock_path(self.folder), f"output folder '{self.folder}'", self.on_busy,
-                                self.log, FolderBusy, own_only=True)
-        return self
+        for _ in range(100):
+            if self.fd is not None:
+                return self
+            path = folder_lock_path(self.folder)
+            try:
+                fd = lock_file(path, f"output folder '{self.folder}'", self.on_busy, self.log, FolderBusy,
+                               own_only=True)
+            except FileNotFoundError:
+                continue                   # the runtime folder went with its last lock: made again next try
+            if path.parent == self.folder.parent or _names(fd, path):
+                self.fd, self.path = fd, path
+            else:
+                os.close(fd)               # its last holder removed it before we locked it: take the new one
+        raise FolderBusy(f"output folder '{self.folder}': its lock file kept changing; try again")
 
     def release(self) -> None:
+        """Unlocked; a lock in the runtime folder is removed first (nothing of a finished run stays in /dev/shm),
+        which a waiter notices by its inode (acquire)."""
         fd, self.fd = self.fd, None
         if fd is not None:
             try:
+                if self.path.parent != self.folder.parent and _names(fd, self.path):
+                    self.path.unlink()
+            finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
+
+
+def _names(fd: int, path: Path) -> bool:
+    """`path` still names the file open on `fd`."""
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    own = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino)
+
+
+def stale_runtime_locks() -> list[str]:
+    """Output-folder locks in the runtime folders that no process holds (a run killed with -9 left them):
+    removed, each under its own lock, so a waiting run takes a new file."""
+    gone = []
+    for folder in runtime_dir.usable():
+        for path in folder.glob(f"out-*{LOCK_NAME}"):
+            fd = runtime_dir.open_own(path, os.O_RDWR)
+            if fd is None:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                if _names(fd, path):
+                    path.unlink()
+                    gone.append(str(path))
+            except BlockingIOError:
+                pass                       # held: a live run's
             finally:
                 os.close(fd)
+    return gone
 
 
 class TargetLocks:
