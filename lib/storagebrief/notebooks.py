@@ -73,7 +73,7 @@ brief.study_section("{name}", runs.attrs["out_dir"])
 def new_notebook(study, params_file: str | Path) -> str:
     """A new study's notebook (Jupytext percent), thin: parameters cell, run_study, the runs table
     (the first columns its metrics room declares), its brief section."""
-    declared = [c for c in getattr(study.room("metrics"), "COLUMNS", ()) if "*" not in c.name]
+    declared = [c for c in study.room("metrics").COLUMNS if "*" not in c.name]      # MetricsRoom: every study has them
     # what identifies a run, then what was measured (columns with a unit): a reader came for the latter
     columns = ["target", "repeat", *[c.name for c in declared if not c.unit][:3],
                *[c.name for c in declared if c.unit][:6], "cache_method"]

@@ -22,7 +22,8 @@ QUESTION = "Accelerators supported"   # the page-1 layout check looks for it on 
 # The per-study answers this replaces (emulate's and the transfer-size study's own page-1 rows).
 REPLACES_PREFIX = "Accelerators supported"
 # What stopped an emulate search without a failing count the storage or client caused.
-FLOORS = {"budget": "search budget reached", "cap": "search cap reached", "none": "no count tested failed",
+FLOORS = {"budget": "search budget reached", "cap": "search cap reached", "memory": "page-cache cap reached",
+          "none": "no count tested failed",
           "": "no count tested failed"}
 
 
@@ -97,7 +98,7 @@ def forecasts(study) -> dict[tuple[str, str], dict]:
 def answer_text(e: dict) -> str:
     """'8 (range 8–15; client-limited beyond)', '3 (storage-limited beyond)', '≥ 4 (search budget reached)'."""
     lo, hi, by = e["low"], e["high"], e["limited_by"]
-    if e["first_fail"] is None or by in ("budget", "cap"):
+    if e["first_fail"] is None or by in ("budget", "cap", "memory"):
         return f"≥ {lo} ({FLOORS.get(by, by + '-limited beyond')})"
     span = f"range {lo}–{hi}; " if hi > lo else ""
     return f"{lo} ({span}{by}-limited beyond)"

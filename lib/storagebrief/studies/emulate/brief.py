@@ -83,8 +83,9 @@ def _search_what_ran(frame) -> None:
             "the largest passing and the first failing count until they are neighbours (the answer, storage-limited). "
             "A failing count the client limited ends the search (client-limited at N). The search also stops at its "
             f"time budget ({frame.search_budget_s.max():.0f} s of its own runs per workload and target; a new count "
-            "starts only when its repeats are expected to fit) or at N = "
-            f"{int(frame.search_max.max())} (`emulate.search_max`): the answer is then a floor, \"≥ N\". Each count "
+            "starts only when its repeats are expected to fit) or at its largest count: N = "
+            f"{int(frame.search_max.max())} (`emulate.search_max`){_memory_caps(frame)}: the answer is then a floor, "
+            "\"≥ N\". Each count "
             f"probed runs {int(frame.repeat.max())} repeat(s) and is judged on their mean AU, as a fixed list is, so "
             "one run's spread near the threshold does not steer the search; every probe is a row of runs.csv "
             "(`search_step`, `search_phase`, `search_elapsed_s`).")
@@ -233,7 +234,9 @@ def _supported_table(sup) -> None:
                     "storage earned no number there); 'none': every count tried passed, so the target may support more."
                + (" A search (accelerators: auto) says why it stopped: storage (the boundary found: N passes, N + 1 "
                   "fails), client, budget ('≥ N (search budget reached after T s)': time ran out before the boundary "
-                  "was found, so N is a floor) or cap ('≥ N': the search's largest count, emulate.search_max, passed)."
+                  "was found, so N is a floor), cap ('≥ N': the search's largest count, emulate.search_max, passed) "
+                  "or memory ('≥ N (page-cache cap)': the most accelerators whose reads fit emulate.memory_limit_mib "
+                  "passed; more would measure the cap's thrash, not the storage)."
                   if searched else ""),
                body=True)     # the study's answer: a key table
 
@@ -390,6 +393,18 @@ def _failing_cause(frame, r) -> str:
               & (frame.accelerators == int(r.first_failing_accelerators))]
     cause = point_cause(g.limited_by)
     return f"cause at {int(r.first_failing_accelerators)} {cause}" if cause.startswith("uncertain") else ""
+
+
+def _memory_caps(frame) -> str:
+    """', or fewer where the page-cache cap holds fewer accelerators' reads (local: 10)' from the rows, or ''."""
+    if "search_max_by" not in frame:
+        return ""
+    mem = frame[frame.search_max_by.astype(str) == "memory"]
+    if mem.empty:
+        return ""
+    caps = mem.groupby("target", sort=False).search_max.max()
+    return (", or fewer where the page-cache cap holds fewer accelerators' reads ("
+            + ", ".join(f"{t}: {int(n)}" for t, n in caps.items()) + "; emulate.memory_limit_mib)")
 
 
 def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:

@@ -26,6 +26,8 @@ AU further below its bound always carries a cause from the evidence, never "none
   when both sides show evidence, the side that explains more of the lost time wins
              (delays = client, data waits = storage) and the reason names both;
   unexplained  the accelerators waited for data while neither the device nor the CPU shows load.
+A run under the page-cache cap whose device read >= memory.THRASH_RATIO × the loaders' bytes is `client`
+whatever else it shows: the cap (a client setting) thrashed, and the device's load was its re-reads.
 A client-limited run says nothing about the storage: "accelerators supported"
 reports `client-limited at N` when the first failing accelerator count was
 client-limited, instead of a number the storage did not earn.
@@ -37,6 +39,7 @@ import math
 import pandas as pd
 
 from ...kit import client_check
+from .memory import thrashed
 from ...kit.client_check import CHECK, checks, unchecked  # noqa: F401  (the rows every reader filters)
 
 CPU_SATURATED_PERCENT = 90.0    # busier than this = no CPU headroom
@@ -104,6 +107,8 @@ def _evidence(r: dict, bound: float) -> tuple[list[str], list[str], float]:
 def limited_by(row: dict) -> tuple[str, str]:
     """(none | storage | client | unexplained, the evidence in words) for one run's row (module docstring)."""
     au = float(row["au_percent"])
+    if (thrash := thrashed(row)) is not None:      # the cap's own reads, whatever the device showed
+        return "client", thrash + f" (AU {au:.1f} %)"
     tb = row.get("throttle_au_bound_percent")
     bound = float(tb) if _known(tb) else 100.0
     if au >= bound - MARGIN_POINTS:
@@ -171,7 +176,9 @@ def _searched(g, verdicts: dict[int, str]) -> tuple[str, int | None, int, str]:
     elif fails:
         limit, n = ("storage" if fails[0] - best <= 1 else "budget"), best
     else:
-        limit, n = ("cap" if best >= int(g.search_max.max()) else "budget"), best
+        capped = best >= int(g.search_max.max())
+        by_memory = "search_max_by" in g and (g.search_max_by.astype(str) == "memory").any()
+        limit, n = ("memory" if capped and by_memory else "cap" if capped else "budget"), best
     return limit, n, best, outcome_text(n, limit, fails[0] if fails else None, elapsed)
 
 
@@ -183,7 +190,7 @@ def supported(frame) -> pd.DataFrame:
     when the first failing N was client-limited, the storage earned no number: `accelerators_supported`
     is empty and the text says `client-limited at N` (`accelerators_supported_at_least` = the largest
     passing N below it). A search (rows with `search_step`): what stopped it — storage (the boundary
-    found), client, budget or cap (the answer is then a floor, "≥ N").
+    found), client, budget, cap or memory (the answer is then a floor, "≥ N").
     """
     rows = []
     for (w, t), g in frame.groupby(["workload", "target"], sort=False):
@@ -229,6 +236,8 @@ def outcome_text(answer: int | None, limited_by: str, first_fail: int | None, el
         return f"{answer} (storage-limited)"
     if limited_by == "cap":
         return f"≥ {answer} (search cap: emulate.search_max)"
+    if limited_by == "memory":
+        return f"≥ {answer} (page-cache cap: more accelerators' reads would not fit emulate.memory_limit_mib)"
     fails = f"; fails at {first_fail}" if first_fail is not None else ""
     return f"≥ {answer} (search budget reached after {elapsed_s:.0f} s{fails})"
 

@@ -37,7 +37,10 @@ COLUMNS: tuple[Column, ...] = (
     Column("search_phase", "", "accelerators: auto: doubling (1, 2, 4, ...) or bisect (between pass and fail)", "text"),
     Column("search_elapsed_s", "s", "accelerators: auto: seconds of this search's runs so far, this one included"),
     Column("search_budget_s", "s", "accelerators: auto: the search's time budget (emulate.search_budget_s)"),
-    Column("search_max", "", "accelerators: auto: the largest N the search probes (emulate.search_max)"),
+    Column("search_max", "", "accelerators: auto: the largest N the search probes on this target (emulate.search_max, "
+                             "or fewer: search_max_by)"),
+    Column("search_max_by", "", "what set search_max: search_max (the parameter) or memory (the most accelerators "
+                                "whose reads fit the page-cache cap, emulate/memory.py)", "text"),
     Column("launcher", "", "fork: processes on this host; mpi: MPI ranks on mpirun's hosts", "text"),
     Column("hosts", "", "client hosts the accelerators ran on"),
     Column("host_roles", "", "every host of the run and its role: 'launcher <host>; ranks <host> ×N, …'", "text"),

@@ -9,6 +9,7 @@ from pydantic import Field, field_validator, model_validator
 from ...core.config import ParamsError, check_names, sorted_counts
 from ...core.workloads import MLPERF_DATASET_FACTOR, WORKLOADS, WorkloadSpec, merged_spec, missing_compute_note
 from ...kit.launch import LaunchParams
+from . import memory
 from .mlperf import RUNS  # the shared `mpi:` section (checkpoint has one too)
 
 __all__ = ["MLPERF_DATASET_FACTOR", "WORKLOADS", "WorkloadSpec", "merged_spec", "EmulateParams", "Params"]
@@ -65,6 +66,25 @@ class EmulateParams(LaunchParams):
         """The largest N a run may have: search_max under auto, else the list's largest."""
         return self.search_max if self.search else max(self.accelerators)
 
+    @property
+    def page_cache_capped(self) -> bool:
+        """The accelerators run under the page-cache cap (a directory target's memory cgroup)."""
+        return self.dataset_sizing == "memory_cap" and not self.odirect
+
+    def memory_max_accelerators(self, name: str) -> int | None:
+        """The most accelerators of workload `name` whose reads fit the page-cache cap (memory.py); None: no cap."""
+        if not self.page_cache_capped:
+            return None
+        spec = self.spec(name)
+        return memory.max_accelerators(self.memory_limit_mib * 2**20, self.read_threads or spec.read_threads,
+                                       self.read_block_kib * 1024, spec.record_bytes)
+
+    def search_cap(self, name: str, target) -> tuple[int, str]:
+        """The largest N a search of `name` on `target` probes, and what sets it: search_max, or on a directory
+        target under the page-cache cap the most accelerators whose reads fit it (`memory`)."""
+        mem = None if getattr(target, "s3", None) is not None else self.memory_max_accelerators(name)
+        return (mem, "memory") if mem is not None and mem < self.search_max else (self.search_max, "cap")
+
     @field_validator("read_block_kib")
     @classmethod
     def _block(cls, v: int) -> int:
@@ -116,6 +136,7 @@ class EmulateParams(LaunchParams):
                         f"{MLPERF_DATASET_FACTOR} x memory_limit_mib ({MLPERF_DATASET_FACTOR * cap / 1e6:.0f} MB), "
                         f"so page-cache hits could exceed 20 %; raise num_files to >= {need} or lower "
                         "memory_limit_mib")
+        self._check_memory_cap()
         if self.mlperf_rules and self.repeats != RUNS:
             raise ValueError(f"mlperf_rules = true needs repeats = {RUNS} (1 warm-up + 5 scored runs, MLPerf Storage "
                              f"rules 6.6), got repeats = {self.repeats}")
@@ -126,6 +147,24 @@ class EmulateParams(LaunchParams):
             raise ValueError("checkpoints need both checkpoint_every_steps > 0 and checkpoint_mib > 0 "
                              "(or both 0 to disable)")
         return self
+
+    def _check_memory_cap(self) -> None:
+        """The readers' own memory must fit the page-cache cap (memory.py), or the runs measure its thrash."""
+        for name in self.workloads:
+            most = self.memory_max_accelerators(name)
+            if most is None:
+                continue
+            spec, cap = self.spec(name), self.memory_limit_mib * 2**20
+            args = (cap, self.read_threads or spec.read_threads, self.read_block_kib * 1024, spec.record_bytes)
+            n = 1 if most < 1 or self.search else max(self.accelerators)
+            if n > most:
+                field = "memory_limit_mib" if most < 1 else "accelerators"
+                raise ValueError(f"{field}: workload '{name}': {memory.explain(n, *args)}; "
+                                 + ("raise memory_limit_mib (num_files with it: the dataset stays >= "
+                                    f"{MLPERF_DATASET_FACTOR} x the cap) or lower read_threads / read_block_kib"
+                                    if most < 1 else
+                                    f"use counts up to {most}, raise memory_limit_mib (num_files with it) or lower "
+                                    "read_threads / read_block_kib"))
 
     def spec(self, name: str) -> WorkloadSpec:
         return merged_spec(name, self.workload_overrides)

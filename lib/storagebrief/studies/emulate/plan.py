@@ -43,11 +43,15 @@ class SearchPlan:
     def __init__(self, p: EmulateParams, targets: list):
         self.workloads, self.targets = list(p.workloads), [getattr(t, "name", t) for t in targets]
         warmup = 1 if p.mlperf_rules else 0       # the rules' warm-up run is not judged
-        self.searches = {(w, getattr(t, "name", t)): Search(p.spec(w).au_threshold_percent, p.repeats,
-                                                            p.budget_s(t), p.search_max, warmup=warmup)
+        self.searches = {(w, getattr(t, "name", t)): self._search(p, w, t, warmup)
                          for w in self.workloads for t in targets}
         self._w, self._last = 0, -1
         self._out: dict[tuple[str, str], Probe] = {}
+
+    @staticmethod
+    def _search(p: EmulateParams, w: str, t, warmup: int) -> Search:
+        cap, cap_by = p.search_cap(w, t)
+        return Search(p.spec(w).au_threshold_percent, p.repeats, p.budget_s(t), cap, warmup=warmup, cap_by=cap_by)
 
     def _target(self, w: str) -> str | None:
         """The next target whose search of `w` goes on, after the last one that ran (round robin)."""

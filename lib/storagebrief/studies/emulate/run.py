@@ -343,14 +343,16 @@ def _delta(a: tuple[int, int] | None, b: tuple[int, int] | None) -> tuple[int, i
     return (b[0] - a[0], b[1] - a[1]) if a and b else None
 
 
-def _search_columns(p: EmulateParams, config: EmulateConfig, seconds: float, budget_s: float) -> dict:
+def _search_columns(p: EmulateParams, config: EmulateConfig, seconds: float, target) -> dict:
     """A search's probe (accelerators: auto): which step, and the search's own seconds so far (its budget's
     clock, this run included); nothing for a fixed list."""
     if config.search_step is None:
         return {}
+    cap, cap_by = p.search_cap(config.workload, target)
     return {"search_step": config.search_step, "search_phase": config.search_phase,
             "search_elapsed_s": config.search_elapsed_before_s + seconds,
-            "search_budget_s": budget_s, "search_max": p.search_max}
+            "search_budget_s": p.budget_s(target), "search_max": cap,
+            "search_max_by": "memory" if cap_by == "memory" else "search_max"}
 
 
 def run_one(run, config: EmulateConfig) -> Measurement:
@@ -421,7 +423,7 @@ def _run_one(run, config: EmulateConfig, store) -> Measurement:
     if not store.client_reads_device:
         row["dataset_sizing"] = objects.sizing(store, evict)
     row.update(_limit_columns(run, row))
-    row.update(_search_columns(p, config, time.perf_counter() - began, p.budget_s(t)))
+    row.update(_search_columns(p, config, time.perf_counter() - began, t))
     ids = {"run_id": run.run_id, "target": t.name, "workload": name, "accelerators": n, "repeat": run.repeat}
     hosts = per_host(per, summary["total_time_s"])
     return Measurement(row, tables={"accelerators.csv": [{**ids, **r} for r in per],

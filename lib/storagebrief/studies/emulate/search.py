@@ -13,7 +13,9 @@ It stops early when
              the time so far plus `repeats` x the longest run of the largest count probed below it
              fits — a run's time falls with N while compute-bound, as the dataset is split among
              more accelerators, and stays about data ÷ bandwidth once storage-bound): "≥ lo";
-  cap        N = search_max passed: "≥ search_max".
+  cap        N = search_max passed: "≥ search_max";
+  memory     on a directory target under the page-cache cap, the most accelerators whose reads fit it
+             (memory.py) passed: "≥ N (page-cache cap)" — more would measure the cap's thrash.
 Repeats: every probed N runs `repeats` times (targets interleaved run by run) and is judged on
 the mean AU of its repeats, the rule a fixed list's "accelerators supported" uses (limits.judge),
 so a probe near the threshold is not steered by one run's spread. A probe, once started, always
@@ -31,7 +33,7 @@ from dataclasses import dataclass, field
 from .limits import judge, outcome_text
 
 DOUBLING, BISECT = "doubling", "bisect"
-STOPS = ("storage", "client", "budget", "cap")     # why a search ends (its `limited_by`)
+STOPS = ("storage", "client", "budget", "cap", "memory")     # why a search ends (its `limited_by`)
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,7 @@ class Probe:
 class Outcome:
     """A finished search: the answer (a floor when stopped by budget or cap; None when client-limited)."""
     answer: int | None
-    limited_by: str             # storage | client | budget | cap
+    limited_by: str             # storage | client | budget | cap | memory
     first_fail: int | None      # smallest failing N probed (None: none failed)
     elapsed_s: float
     budget_s: float
@@ -66,6 +68,7 @@ class Search:
     budget_s: float
     cap: int
     warmup: int = 0                      # the first runs of each probe that are not judged (MLPerf's warm-up)
+    cap_by: str = "cap"                  # what sets `cap`: search_max (cap) or the page-cache cap (memory)
     lo: int = 0                          # largest passing N
     hi: int | None = None                # smallest failing N (storage)
     elapsed_s: float = 0.0
@@ -128,7 +131,7 @@ class Search:
     def _advance(self) -> None:
         if self.hi is None:
             if self.lo >= self.cap:
-                self.stop = "cap"
+                self.stop = self.cap_by
                 return
             nxt, phase = min(2 * self.lo, self.cap), DOUBLING
         elif self.hi - self.lo <= 1:

@@ -164,9 +164,9 @@ def forecast(points: pd.DataFrame, fp, emulate: dict | None = None, profiles: di
             measured = float(used[col].iloc[0]) if len(used) else None
             emu = emulate.get("supported", {}).get((name, target)) if from_emulate else None
             emu_n = emu.get("accelerators_supported") if emu else None
-            # a floor ("≥ N": every count passed, or the search ran out of budget or hit its cap) is no answer
+            # a floor ("≥ N": every count passed, or the search ran out of budget or hit a cap) is no answer
             # to subtract from; the text column still shows it
-            floor = emu is not None and emu.get("supported_limited_by") in ("none", "budget", "cap")
+            floor = emu is not None and emu.get("supported_limited_by") in ("none", "budget", "cap", "memory")
             rows.append({
                 "target": target, "load": load, "workload": name, "accelerator_type": acc,
                 "workload_spec_source": "emulate study.json" if from_emulate else "params (core.workloads)",
