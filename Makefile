@@ -38,7 +38,7 @@ study: env kafka s3
 	@ls -l reports/brief.html reports/brief.pdf
 
 test: env kafka s3 test-hosts-deps
-	pytest -q -ra tests
+	pytest -q -ra --durations=40 tests
 
 # The tier to run while developing: unit and small integration tests, no whole study, no browser, no
 # DVC chain (markers: not slow and not e2e). Minutes, not half an hour; CI still runs `make test`.
