@@ -239,6 +239,9 @@ def test_sweep_runs_a_gpu_path_end_to_end_on_the_stand_in(tmp_path, monkeypatch)
     assert len(g) == 4 and (g.max_in_flight == 4).all() and (g.kvikio_nthreads == 4).all()
     assert (g.requests_issued == g.requests_completed).all() and (g.slots_used == 4).all()
     assert runs.cpu_cores_per_gb_per_s.gt(0).all() and runs.tree_cpu_s.gt(0).all()      # every path, fio's too
+    if "device_bytes_per_delivered_byte" in runs:       # a monitored device (not tmpfs): O_DIRECT reads its bytes
+        assert runs.device_bytes_per_delivered_byte.ge(0.9).all(), runs.device_bytes_per_delivered_byte
+        assert "not_the_storage" not in runs or runs.not_the_storage.isna().all()
     pts = pd.read_csv(out / "points.csv")
     sp = pts[pts.path == "stand-in"]
     assert len(sp) == 2 and sp.clat_us_p99_merged.notna().all() and (sp.repeats == 2).all()
@@ -282,3 +285,44 @@ def test_detect_and_doctor_read_the_driver_and_name_the_wheels_it_needs(tmp_path
     assert info["available"] is False and "kvikio-cu13 + cupy-cuda13x" in info["reason"]
     line = gpu.doctor_line()
     assert line.startswith("1 GPU(s), driver CUDA 13.0;") and "make gpu" in line
+
+
+# --------------------------------------------------------------------------- the device's bytes vs the path's
+def test_a_read_point_the_page_cache_served_says_so():
+    """The H200 machine's legacy path at 1M × 8: 8,369 MB/s delivered in 3 s while the device read 781 MB/s."""
+    from storagebrief.studies.transfer_sweep import served
+    row = {"rw": "randread", "io_bytes": 8369e6 * 3, "ramp_io_bytes": 8369e6 * 0.5}
+    out = served.columns(row, {"device_read_bytes": int(781e6 * 3.5)})
+    assert out["device_bytes_per_delivered_byte"] == pytest.approx(781 / 8369)
+    assert out["not_the_storage"] == ("page cache: the device read 2,734 MB of the 29,292 MB this path delivered "
+                                      "(9%); the rest came from memory")
+    direct = served.columns(row, {"device_read_bytes": int(8400e6 * 3.5)})     # O_DIRECT: all from the device
+    assert "not_the_storage" not in direct and direct["device_bytes_per_delivered_byte"] > 1
+    assert served.columns({**row, "rw": "randwrite"}, {"device_read_bytes": 0}) == {}
+    assert served.columns(row, {}) == {}                                       # no device monitored: no claim
+    assert served.columns({"rw": "read", "io_bytes": float("nan")}, {"device_read_bytes": 5}) == {}
+
+
+def test_points_and_the_gpu_section_name_a_point_memory_served(monkeypatch):
+    from storagebrief.studies.transfer_sweep import metrics
+    runs = pd.DataFrame([{"run_id": f"r{i}", "target": "a", "load": "idle", "path": "legacy", "rw": "randread",
+                          "block_size_bytes": 1 << 20, "queue_depth": 8, "iodepth": 1, "numjobs": 8, "status": "ok",
+                          "throughput_mb_per_s": mbs, "iops": 1.0, "lat_us_mean": 1.0, "clat_us_p99": 1.0,
+                          "device_bytes_per_delivered_byte": ratio, "not_the_storage": why}
+                         for i, (mbs, ratio, why) in enumerate([(8369, 0.09, "page cache: 9%"),
+                                                                (7257, 0.11, "page cache: 11%")])])
+    pts = metrics.points(runs, None)
+    assert pts.not_the_storage.iloc[0] == "2 of 2 repeats: page cache: 9%"
+    assert pts.device_bytes_per_delivered_byte_mean.iloc[0] == pytest.approx(0.10)
+    ok = metrics.points(runs.assign(not_the_storage=None, device_bytes_per_delivered_byte=1.0), None)
+    assert ok.not_the_storage.isna().all()
+    said = []
+    monkeypatch.setattr(gpu_brief, "show_md", said.append)
+    monkeypatch.setattr(gpu_brief, "show_table", lambda *a, **k: None)
+    g = gpu_fio.add_ratios(pd.concat([_pts(), pts.assign(path="legacy", throughput_mb_per_s_mean=7813.0)]))
+    info = {"available": True, "gpus": ["GPU 0: H200"]}
+    gpu_brief.section({"gpu": info}, g)
+    text = "\n".join(said)
+    assert ("**Not the storage's figure.** At 1 point(s) the page cache served part of the reads, so their MB/s is "
+            "part memory: legacy 1M × 8 (idle): the device read 10% of the bytes delivered") in text
+    assert "legacy ÷ legacy-fio: 0.80–0.80×" in text          # the cached point's 7.8× is left out

@@ -23,6 +23,8 @@ def section(study: dict, pts: pd.DataFrame) -> None:
         show_md(f"**GPU path.** Not measured: {why}.")
         return
     show_md(_what_ran(info, study, set(g.path)))
+    if memory := _memory_served(g):
+        show_md(memory)
     show_md(_gds_vs_legacy(info, g))
     _table(_pivot(g[g.path.isin(gpu.OURS)], "throughput_mb_per_s_mean"),
            "GPU paths: throughput MB/s per path (means over repeats).")
@@ -55,7 +57,7 @@ def _gds_vs_legacy(info: dict, g: pd.DataFrame) -> str:
                 f"{'available' if info.get('kvikio_gds_available') else 'not available'}, compat mode "
                 f"{'preferred' if info.get('kvikio_compat_mode_preferred') else 'not preferred'}), so no row is "
                 "labelled gds.")
-    m = g[g.path.isin(["gds", "legacy"])].pivot_table(index=["load", "block_size_bytes", "queue_depth"],
+    m = g[g.path.isin(["gds", "legacy"]) & ~_served(g)].pivot_table(index=["load", "block_size_bytes", "queue_depth"],
                                                       columns="path", values="throughput_mb_per_s_mean")
     m = m.dropna()
     if m.empty:
@@ -83,11 +85,30 @@ def _idle_busy(g: pd.DataFrame) -> pd.DataFrame:
                          "busy ÷ idle": m.busy / m.idle})
 
 
+def _served(g: pd.DataFrame) -> pd.Series:
+    """The points memory served part of (served.py), as a mask."""
+    return g.not_the_storage.notna() if "not_the_storage" in g else pd.Series(False, index=g.index)
+
+
+def _memory_served(g: pd.DataFrame) -> str:
+    """One sentence naming every point whose figure the page cache made, or ''."""
+    bad = g[_served(g)]
+    if bad.empty:
+        return ""
+    where = "; ".join(f"{r.path} {size_label(int(r.block_size_bytes))} × {int(r.queue_depth)} ({r.load}): "
+                      f"the device read {r.device_bytes_per_delivered_byte_mean:.0%} of the bytes delivered"
+                      for r in bad.itertuples())
+    return (f"**Not the storage's figure.** At {len(bad)} point(s) the page cache served part of the reads, so "
+            f"their MB/s is part memory: {where}. Their ratios to fio are left out below.")
+
+
 def _reference(g: pd.DataFrame) -> str:
     if "throughput_ratio_to_fio" not in g or g.throughput_ratio_to_fio.dropna().empty:
         return ("**Ours ÷ fio.** Not measured: this fio build has no libcufile engine (`fio --enghelp`); "
                 "`make gpu` builds one where CUDA's headers and libcufile are present.")
-    r = g.dropna(subset=["throughput_ratio_to_fio"])
+    r = g[~_served(g)].dropna(subset=["throughput_ratio_to_fio"])
+    if r.empty:
+        return "**Ours ÷ fio.** Every point with a fio reference was served in part by the page cache (above)."
     parts = [f"{p} ÷ {r[r.path == p].reference_path.iloc[0]}: {r[r.path == p].throughput_ratio_to_fio.min():.2f}–"
              f"{r[r.path == p].throughput_ratio_to_fio.max():.2f}×" for p in sorted(set(r.path))]
     return ("**Ours ÷ fio (libcufile, same points, same file).** " + "; ".join(parts)

@@ -107,7 +107,14 @@ GPU_COLUMNS: tuple[Column, ...] = (
     _t("latency_bins_json", "our GPU paths: per-request latency histogram (fio's buckets), fio/<run_id>.json"),
     _t("cuda_io", "fio's libcufile cuda_io (cufile | posix) on gds-fio / legacy-fio"),
 )
-COLUMNS: tuple[Column, ...] = CONFIG_COLUMNS + FIO_COLUMNS + LOAD_COLUMNS + GPU_COLUMNS + cpu_cost.COLUMNS
+SERVED_COLUMNS: tuple[Column, ...] = (
+    _n("device_bytes_per_delivered_byte", "", "read points: the device's bytes over the run (diskstats, ramp "
+                                              "included) ÷ the bytes the path delivered (served.py)"),
+    _t("not_the_storage", "read points: why the figure is not the storage's (the page cache served part of it); "
+                          "empty: the device read what was delivered"),
+)
+COLUMNS: tuple[Column, ...] = (CONFIG_COLUMNS + FIO_COLUMNS + LOAD_COLUMNS + GPU_COLUMNS + SERVED_COLUMNS
+                                + cpu_cost.COLUMNS)
 # The runs.csv columns this study's brief and arithmetic use unconditionally, and what they hold; the
 # brief's gate (brief/inputs.py) refuses a runs.csv without them, so the code below may assume them.
 REQUIRED = ("load", "path", "rw", "block_size_bytes", "queue_depth", "iodepth", "numjobs", "throughput_mb_per_s",
@@ -215,9 +222,13 @@ def points(frame: pd.DataFrame, fio_dir: Path | None) -> pd.DataFrame:
         ios = g.total_ios if "total_ios" in g else None
         if ios is not None and ios.notna().all() and ios.sum() > 0:
             row["lat_us_mean_all_ios"] = float((g.lat_us_mean * ios).sum() / ios.sum())
-        for c in ("cpu_busy_percent", "load_cpu_percent", "load_memory_share_percent", "cpu_cores_per_gb_per_s"):
+        for c in ("cpu_busy_percent", "load_cpu_percent", "load_memory_share_percent", "cpu_cores_per_gb_per_s",
+                  "device_bytes_per_delivered_byte"):
             if c in g:
                 row[f"{c}_mean"] = float(pd.to_numeric(g[c], errors="coerce").mean())
+        caveats = g.not_the_storage.dropna().astype(str) if "not_the_storage" in g else pd.Series(dtype=str)
+        row["not_the_storage"] = (f"{len(caveats)} of {len(g)} repeats: {caveats.iloc[0]}"
+                                  if len(caveats) else None)      # a point any repeat of which memory served
         merged = _merged_bins(g, fio_dir) if fio_dir is not None else None
         if merged:
             pct = fio.percentiles_from_bins(merged)

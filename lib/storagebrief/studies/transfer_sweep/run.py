@@ -24,7 +24,7 @@ from ...core import cgroups, procs, results, targets as targets_mod
 from ...core.config import ParamsError
 from ...core.sweep import Measurement, Point
 from ...kit import space
-from . import STUDY, cpu_cost, dataset, fio, forecast, gpu, gpu_fio, load as load_mod, metrics
+from . import STUDY, cpu_cost, dataset, fio, forecast, gpu, gpu_fio, load as load_mod, metrics, served
 from .params import TransferSweepParams, size_label
 
 
@@ -323,6 +323,7 @@ def _measure(a: Attempt, row: dict) -> Measurement:
                 # seen once in a loaded full test run: a 1.0 s load whose memory workers reported no rate
                 a.run.sweep.note(f"{a.run.run_id}: the busy load reported no memory rate ({running.tool} in "
                                  f"{running.wall_s:.1f} s): its load_memory columns are empty")
+    row.update(served.columns(row, a.run.monitor.summary() if a.run.monitored else {}))
     if a.config.path not in gpu.OURS:
         a.tmp.rename(a.final)
         row["fio_json"] = f"fio/{a.final.name}"
