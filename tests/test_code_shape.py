@@ -196,6 +196,55 @@ def test_the_launcher_rule_sees_the_pools_the_studies_had():
                                     "calls cgroups.join()", "calls os.fork()"]), found
 
 
+# A worker that must start from a fresh interpreter (TensorFlow's or librdkafka's state does not survive a fork) is
+# a kit.child.Child (JSON lines, dies with us, a dead child's reason, stop then kill): a study starts no
+# `python` children of its own. Exceptions, by file or by file:function, each with why it stays:
+FRESH_PYTHON_ALLOWED = {
+    "studies/object_sweep/run.py": "moves to kit.child with the object client rewrite (issue 45)",
+    "studies/train_resnet50/run.py:warm_libraries": "imports TensorFlow once to read its libraries into the page "
+                                                    "cache; it says nothing and serves nothing: no worker",
+}
+
+
+def _starts_python_children(path: Path, text: str | None = None) -> list[tuple[str, str]]:
+    """(function, 'line calls X.Popen([sys.executable, ...])') for every Popen / popen of a fresh interpreter."""
+    out = []
+
+    def visit(node, function: str) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            function = node.name
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("Popen", "popen") \
+                and node.args and isinstance(node.args[0], (ast.List, ast.Tuple)) and node.args[0].elts:
+            first = node.args[0].elts[0]
+            if isinstance(first, ast.Attribute) and first.attr == "executable" and getattr(first.value, "id", "") == "sys":
+                owner = getattr(node.func.value, "id", "?")
+                out.append((function, f"{node.lineno} calls {owner}.{node.func.attr}([sys.executable, ...])"))
+        for sub in ast.iter_child_nodes(node):
+            visit(sub, function)
+    visit(ast.parse(path.read_text() if text is None else text), "")
+    return out
+
+
+def test_no_study_starts_python_children_of_its_own():
+    bad = []
+    for p in sorted((LIB / "studies").rglob("*.py")):
+        rel = p.relative_to(LIB).as_posix()
+        bad += [f"{rel}:{where} in {fn or 'the module'}" for fn, where in _starts_python_children(p)
+                if rel not in FRESH_PYTHON_ALLOWED and f"{rel}:{fn}" not in FRESH_PYTHON_ALLOWED]
+    assert not bad, f"start a worker in a fresh interpreter with kit.child.Child: {bad}"
+
+
+def test_the_fresh_python_rule_sees_the_workers_stream_inference_had():
+    """stream_inference's own Worker class (before kit.child) and object_sweep's worker are caught."""
+    probe = ("class Worker:\n    def __init__(self, module):\n"
+             "        self.proc = subprocess.Popen([sys.executable, '-m', f'{PKG}.{module}'], stdin=PIPE)\n"
+             "def _measure(scope):\n    w = scope.popen([sys.executable, '-m', 'x.worker'], env=env)\n"
+             "ok = subprocess.run([sys.executable, '-c', 'import x'])\n")
+    assert _starts_python_children(Path("probe.py"), probe) == [
+        ("__init__", "3 calls subprocess.Popen([sys.executable, ...])"),
+        ("_measure", "5 calls scope.popen([sys.executable, ...])")]
+
+
 # --------------------------------------------------------------------------- one storage face (issue 43)
 STORE_MODULES = ("core/store.py", "core/s3store.py")    # the only places a store's private _call is made
 STORE_BRANCH = re.compile(r"\b(store|s3)\b is (not )?None")

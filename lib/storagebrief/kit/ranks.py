@@ -96,7 +96,7 @@ class WorkerTraceback(Exception):
     """A worker's traceback, chained under the error the launcher raises for it (`--debug` shows it)."""
 
 
-def _how(code: int, oom: str | None = None) -> str:
+def how_ended(code: int, oom: str | None = None) -> str:
     """How a worker ended; `oom`: the OOM killer that killed since the launch began (kit.budget.oom_cause)."""
     if code == -signal.SIGKILL and oom:
         return f"killed by signal 9 (SIGKILL) by {oom}"
@@ -257,7 +257,7 @@ class Forked(Launch):
                 if r not in have and pr.pid is not None and pr.exitcode is not None]
         for r, code in sorted(gone, key=lambda rc: rc[1] >= 0):
             oom = budget.oom_cause(self.oom_before) if code == -signal.SIGKILL else None
-            return f"{self.worker.label} {r} died: {_how(code, oom)}"
+            return f"{self.worker.label} {r} died: {how_ended(code, oom)}"
         return self._stopped(have)
 
     def _stopped(self, have) -> str | None:

@@ -12,12 +12,7 @@ keep_data. A broker that dies during a run fails it naming the cause found in it
 """
 from __future__ import annotations
 
-import json
 import os
-import queue
-import subprocess
-import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,9 +21,9 @@ from typing import Any
 from ...core import results
 from ...core.config import ParamsError
 from ...core.folders import folder_below
-from ...core.procs import die_with_parent
 from ...core.sweep import Measurement, Point
 from ...kit import latency
+from ...kit.child import Child
 from ...kit.space import check_space
 from . import STUDY, cluster as kafka
 from .dataset import VIDEO_EXTENSIONS, generate_videos, list_videos, sample_jpeg_bytes
@@ -39,74 +34,10 @@ PKG = "storagebrief.studies.stream_inference"
 MAX_MESSAGE = 33554432
 
 
-class Worker:
-    """A child Python process speaking JSON lines; dies with us; stdout read by a thread."""
-
-    def __init__(self, module: str, arg: dict, log_file: Path, env: dict | None = None):
-        self.log = open(log_file, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", f"{PKG}.{module}", json.dumps(arg)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
-                                     text=True, preexec_fn=die_with_parent, env=env or _child_env())
-        self.lines: queue.Queue = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            line = line.strip()
-            if line.startswith("{"):
-                try:
-                    self.lines.put(json.loads(line))
-                except ValueError:
-                    pass
-        self.lines.put(None)                                   # EOF: the process ended
-
-    def send(self, obj) -> None:
-        self.proc.stdin.write((obj if isinstance(obj, str) else json.dumps(obj)) + "\n")
-        self.proc.stdin.flush()
-
-    def expect(self, event: str, timeout_s: float, check=None, what: str = "") -> dict:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if check is not None:
-                check()
-            try:
-                msg = self.lines.get(timeout=0.2)
-            except queue.Empty:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{what or 'worker'} (pid {self.proc.pid}) sent no '{event}' within "
-                                       f"{timeout_s:.0f} s") from None
-                continue
-            if msg is None:
-                raise RuntimeError(f"{what or 'worker'} (pid {self.proc.pid}) exited ({self.proc.wait()}) "
-                                   f"before '{event}'; see {self.log.name}")
-            if msg.get("event") == "error":
-                raise RuntimeError(f"{what or 'worker'}: {msg.get('error')}")
-            if msg.get("event") == event:
-                return msg
-
-    def stop(self, timeout_s: float = 5.0) -> None:
-        try:
-            if self.proc.poll() is None:
-                try:
-                    self.send({"cmd": "exit"})
-                    self.proc.stdin.close()
-                except (BrokenPipeError, OSError, ValueError):
-                    pass
-                try:
-                    self.proc.wait(timeout=timeout_s)
-                except subprocess.TimeoutExpired:
-                    self.proc.kill()
-                    self.proc.wait()
-        finally:
-            self.log.close()
-
-
-def _child_env() -> dict:
-    env = dict(os.environ)
-    lib = str(Path(__file__).resolve().parents[3])          # .../lib: the code that is running
-    env["PYTHONPATH"] = os.pathsep.join([lib, *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]])
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    return env
+def _child(module: str, arg: dict, log_file: Path, label: str) -> Child:
+    """A consumer or producer in a fresh interpreter: TensorFlow's and librdkafka's state does not survive a fork."""
+    return Child(f"{PKG}.{module}", arg, log_file, label,
+                 env={"TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "3")})
 
 
 # -- prepare -------------------------------------------------------------------------------------
@@ -142,7 +73,7 @@ class StreamState:
     kafka: dict | None = None               # mode started (version, lib, java) or external (bootstrap)
     brokers: int | None = None
     videos: dict = field(default_factory=dict)          # target -> generated videos, or {"own": [...]}
-    consumers: list = field(default_factory=list)       # the consumer group's Workers
+    consumers: list = field(default_factory=list)       # the consumer group's kit.child.Child processes
     tf_device: str | None = None
     consumer_startup_s: float | None = None
     cluster: Any = None                     # the running kafka.Cluster (one target at a time)
@@ -197,9 +128,10 @@ def _start_consumers(sweep, st: StreamState) -> None:
     logs = sweep.out_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    st.consumers = [Worker("consumer", {"input_size": p.input_size, "batch_size": p.batch_size},
-                           logs / f"consumer-{i}.log") for i in range(p.consumers)]
-    ready = [w.expect("ready", 600, what=f"consumer {i}") for i, w in enumerate(st.consumers)]
+    for i in range(p.consumers):
+        st.consumers.append(_child("consumer", {"input_size": p.input_size, "batch_size": p.batch_size},
+                                   logs / f"consumer-{i}.log", f"consumer {i}"))
+    ready = [w.expect("ready", 600) for w in st.consumers]
     st.tf_device = ready[0]["tf_device"]
     st.consumer_startup_s = time.monotonic() - t0
     sweep.log(f"consumer group ready: {p.consumers} process(es), ResNet50 {p.input_size}x{p.input_size} on "
@@ -406,29 +338,30 @@ def _play(run, c: Config, bootstrap: str, topics: list[str], jobs: list[dict], c
     work = folder_below(t.study_dir(STUDY.name), "work", create=False)
     work.mkdir(parents=True, exist_ok=True)
     logs = run.sweep.out_dir / "logs"
-    producers: list[Worker] = []
-    consumers: list[Worker] = run.sweep.state.consumers
+    producers: list[Child] = []
+    consumers: list[Child] = run.sweep.state.consumers
     parts = [(tp, k) for tp in topics for k in range(c.partitions)]
     lat_files = [work / f"latency-{i}.npy" for i in range(len(consumers))]
     try:
-        producers = [Worker("producer", j, logs / f"{run.run_id}-producers.log") for j in jobs]
-        for i, w in enumerate(producers):
-            w.expect("ready", 120, check, what=f"producer {i}")
+        for i, j in enumerate(jobs):
+            producers.append(_child("producer", j, logs / f"{run.run_id}-producers.log", f"producer {i}"))
+        for w in producers:
+            w.expect("ready", 120, check)
         for i, w in enumerate(consumers):
             w.send({"cmd": "run", "bootstrap": bootstrap, "group": run.run_id, "partitions": parts[i::len(consumers)],
                     "latency_file": str(lat_files[i])})
-        for i, w in enumerate(consumers):
-            w.expect("assigned", 60, check, what=f"consumer {i}")
+        for w in consumers:
+            w.expect("assigned", 60, check)
         run.start_clock()
         go = time.time()
         for w in producers:
             w.send("go")
         budget = p.duration_s * 3 + 120
-        streams = [w.expect("done", budget, check, what=f"producer {i}") for i, w in enumerate(producers)]
+        streams = [w.expect("done", budget, check) for w in producers]
         produced_at = time.time()
         for w in consumers:
             w.send({"cmd": "drain", "deadline_s": p.drain_timeout_s})
-        cons = [w.expect("done", p.drain_timeout_s + 120, check, what=f"consumer {i}") for i, w in enumerate(consumers)]
+        cons = [w.expect("done", p.drain_timeout_s + 120, check) for w in consumers]
         if check is not None:
             check()
         run.stop_clock()
