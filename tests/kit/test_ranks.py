@@ -3,6 +3,7 @@ message, a killed worker as the environment's failure, nothing left behind) and 
 from __future__ import annotations
 
 import errno
+import multiprocessing as mp
 import os
 import signal
 import time
@@ -29,6 +30,10 @@ def _work(state, rank, msg, line):
         os.kill(os.getpid(), signal.SIGKILL)
     if msg == "sync":
         line.sync()
+    if msg == "hold":                    # the last rank keeps its peers waiting at the sync until asked to stop
+        while rank == state["n"] - 1 and not line.stopping():
+            time.sleep(0.01)
+        line.sync()
     if msg == "tasks":
         got = list(line.tasks())
         line.emit(len(got))
@@ -48,6 +53,78 @@ def _children() -> set[int]:
         except (OSError, IndexError, ValueError):
             pass
     return out
+
+
+def _waiting(pids, timeout_s: float = 60) -> None:
+    """Until every pid's main thread sleeps on a futex (a barrier's, a semaphore's) three looks in a row."""
+    deadline, seen = time.monotonic() + timeout_s, 0
+    while seen < 3:
+        if time.monotonic() > deadline:
+            pytest.fail(f"workers {pids} never waited on a futex")
+        asleep = []
+        for pid in pids:
+            try:
+                asleep.append("futex" in open(f"/proc/{pid}/wchan").read())
+            except OSError:
+                asleep.append(False)
+        seen = seen + 1 if all(asleep) else 0
+        time.sleep(0.02)
+
+
+def _outcome_in_a_child(scenario, timeout_s: float = 120):
+    """scenario()'s outcome, run in a forked child so that a launcher that hangs fails the test instead of the
+    suite: ("ok", its result) or (the exception's type name, its message)."""
+    ctx = mp.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+
+    def child():
+        try:
+            send.send(("ok", scenario()))
+        except BaseException as exc:
+            send.send((type(exc).__name__, str(exc)))
+    pr = ctx.Process(target=child)           # not daemonic: it forks the workers
+    pr.start()
+    send.close()
+    try:
+        if not recv.poll(timeout_s):
+            pytest.fail(f"the launcher hung: no outcome after {timeout_s:.0f} s")
+        return recv.recv()
+    finally:
+        if pr.is_alive():
+            pr.kill()                        # its workers die with it (die_with_parent)
+        pr.join()
+
+
+def _ends_without_a_hang(ranks_: list[int], peers: bool, kill_rank_1) -> None:
+    """A launch whose worker 1 is SIGKILLed by kill_rank_1(launch) ends with that worker's death, in a child
+    with a deadline, and leaves no worker behind."""
+    def scenario():
+        with pytest.raises(EnvironmentFailure, match=r"^test worker 1 died: killed by signal 9") as exc:
+            with Forked(W, ranks_, {}, peers=peers) as launch:
+                kill_rank_1(launch)
+        return str(exc.value), sorted(_children())
+    kind, got = _outcome_in_a_child(scenario)
+    assert kind == "ok", got
+    assert got[0].startswith("test worker 1 died") and got[1] == []
+
+
+def test_a_worker_killed_at_the_start_line_ends_the_run_with_its_reason_and_no_hang():
+    """The OOM killer took an accelerator waiting at the start line: the launcher hung in the barrier's abort."""
+    def kill_at_the_line(launch):
+        def kill_one():
+            _waiting([pr.pid for pr in launch.procs])
+            os.kill(launch.procs[1].pid, signal.SIGKILL)
+        launch.operate("plain", on_start=kill_one)
+    _ends_without_a_hang([0, 1], False, kill_at_the_line)
+
+
+def test_a_worker_killed_while_its_peers_wait_at_a_sync_ends_the_run_and_nothing_hangs():
+    def kill_at_the_sync(launch):
+        launch.begin("hold")
+        _waiting([launch.procs[0].pid, launch.procs[1].pid])
+        os.kill(launch.procs[1].pid, signal.SIGKILL)
+        launch.end()
+    _ends_without_a_hang([0, 1, 2], True, kill_at_the_sync)
 
 
 def test_workers_meet_at_the_start_line_and_answer_in_rank_order():

@@ -9,8 +9,9 @@ all-reduce); `emit(x)`, a message to the launcher mid-operation; `tasks()`, a sh
 from, forked only). The launcher owns the rest. Every worker
 dies with its parent, leaves Ctrl-C to the study (which stops it), joins the run's cgroup (the target's
 throttle, a page-cache cap, a client check's cpuset; on the launching host only: a cgroup lives on one host)
-or pins itself to the check's CPUs, and says ready. Per operation the workers and the launcher meet at a start
-line and the launcher's clock reads its release; results come back in rank order. A worker that fails stops
+or pins itself to the check's CPUs, and says ready. Per operation each worker says it arrived and waits at a start
+line the launcher opens once all have, its clock reading the release; results come back in rank order. The start
+line and the peers' barrier are kit.lines's: no wait or abort there waits on a dead worker. A worker that fails stops
 the run with its own message (an OSError keeps its errno, so a full target is told apart); one that dies (kill
 -9, the OOM killer) or could not be forked is the environment's failure (EnvironmentFailure: one line, exit 2);
 nothing a launch starts outlives it.
@@ -39,6 +40,7 @@ from ..core.causes import EnvironmentFailure
 from ..core.procs import die_with_parent, reap
 from . import budget
 from .client_check import apply_affinity
+from .lines import Flag, PeerBarrier, StartLine
 
 OP_TIMEOUT_S = 600.0          # one barrier wait (the start line, a step's sync)
 WATCH_S = 0.2                 # how often a wait looks for a dead worker
@@ -188,6 +190,7 @@ def _forked_main(launch: "Forked", rank: int, inbox, out_q) -> None:
         line = Line((lambda: launch.peer_barrier.wait(OP_TIMEOUT_S)) if launch.peers else _no_sync,
                     lambda x: out_q.put(("emit", rank, x)), launch.task_q, launch.stop_flag)
         while (msg := inbox.get()) != STOP:
+            out_q.put(("arrived", rank, None))       # the launcher opens the line once all have arrived
             launch.start.wait(OP_TIMEOUT_S)
             release = time.monotonic()
             try:
@@ -222,10 +225,10 @@ class Forked(Launch):
     def __enter__(self) -> "Forked":
         ctx = mp.get_context("fork")
         n = len(self.ranks)
-        self.start = ctx.Barrier(n + 1)                        # the workers and this process: the start line
-        self.peer_barrier = ctx.Barrier(n) if self.peers else None
+        self.start = StartLine(ctx, n)                         # the workers wait, this process opens it
+        self.peer_barrier = PeerBarrier(ctx, n) if self.peers else None
         self.task_q = ctx.Queue() if self.tasks else None
-        self.stop_flag = ctx.Event()
+        self.stop_flag = Flag(ctx)
         self.out_q = ctx.Queue()
         self.inboxes = {r: ctx.SimpleQueue() for r in self.ranks}
         self.oom_before = budget.oom_kills([Path(f).parent for f in self.procs_files])
@@ -282,7 +285,7 @@ class Forked(Launch):
         if (why := self._dead({})) is not None:
             raise self._fail(why)
 
-    def _collect(self, want: str, timeout_s: float, on_emit=None) -> dict:
+    def _collect(self, want: str, timeout_s: float, on_emit=None, late: str | None = None) -> dict:
         got: dict = {}
         deadline, broken = time.monotonic() + timeout_s, None
         while len(got) < len(self.ranks):
@@ -293,7 +296,7 @@ class Forked(Launch):
                 if why is None and time.monotonic() > deadline:
                     why = (f"{self.worker.label} {broken}: its barrier was broken and no other {self.worker.label} "
                            "said why" if broken is not None else
-                           f"{self.worker.label}s not {want} after {timeout_s:.0f} s")
+                           late or f"{self.worker.label}s not {want} after {timeout_s:.0f} s")
                 if why:
                     raise self._fail(why)
                 continue
@@ -336,8 +339,7 @@ class Forked(Launch):
             self.inboxes[r].put(self._msg(msgs, r))
         if on_start:
             on_start()
-        self._meet()
-        self.release = time.monotonic()
+        self.release = self._meet()
         return self.release
 
     def ask_stop(self) -> None:
@@ -348,28 +350,15 @@ class Forked(Launch):
         got = self._collect("done", float("inf") if timeout_s is None else timeout_s, on_emit)
         return self.release, [got[r] for r in self.ranks]
 
-    def _meet(self) -> None:
-        """The launcher's start-line wait, watched: a worker that dies before it arrives (kill -9, the OOM
-        killer) breaks the barrier at once instead of after OP_TIMEOUT_S."""
-        stop, seen = threading.Event(), []
-
-        def watch() -> None:
-            while not stop.wait(WATCH_S):
-                if (why := self._dead({})) is not None:
-                    seen.append(why)
-                    self.start.abort()
-                    return
-        watcher = threading.Thread(target=watch, daemon=True, name="launch-watch")
-        watcher.start()
-        try:
-            self.start.wait(OP_TIMEOUT_S)
-        except threading.BrokenBarrierError:
-            why = seen[0] if seen else self._dead({})
-            raise self._fail(why or f"{self.worker.label}s did not all reach the start line within "
-                                    f"{OP_TIMEOUT_S:.0f} s") from None
-        finally:
-            stop.set()
-            watcher.join()
+    def _meet(self) -> float:
+        """The start line: every worker's "arrived" read from the watched queue (a worker that dies or stops
+        before it arrives ends the run at once, with its reason), then the line opened; returns the release."""
+        self._collect("arrived", OP_TIMEOUT_S, late=f"{self.worker.label}s did not all reach the start line "
+                                                    f"within {OP_TIMEOUT_S:.0f} s")
+        self.check_alive()                  # one that arrived and died since: its reason now, not a release
+        release = time.monotonic()
+        self.start.open()
+        return release
 
     def __exit__(self, *exc) -> None:
         started = [pr for pr in self.procs if pr.pid is not None]
