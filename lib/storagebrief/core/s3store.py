@@ -153,12 +153,17 @@ class S3Calls(StoreBase):
 
     def get(self, key: str, offset: int = 0, length: int | None = None) -> bytes:
         """An object whole, or bytes [offset, offset + length) of it (HTTP Range)."""
+        return self.open_read(key, offset, length).read()
+
+    def open_read(self, key: str, offset: int = 0, length: int | None = None):
+        """The object's body as it arrives (read(n) until b""), whole or bytes [offset, offset + length)."""
         extra = {} if offset == 0 and length is None else \
             {"Range": f"bytes={offset}-" + ("" if length is None else f"{offset + length - 1}")}
-        return self._call(self.client.get_object, Bucket=self.bucket, Key=key, **extra)["Body"].read()
+        return self._call(self.client.get_object, Bucket=self.bucket, Key=key, **extra)["Body"]
 
-    def open_read(self, key: str):
-        return self._call(self.client.get_object, Bucket=self.bucket, Key=key)["Body"]
+    def head(self, key: str) -> int:
+        """The object's size (one HEAD: also opens a connection before a clock starts)."""
+        return int(self._call(self.client.head_object, Bucket=self.bucket, Key=key)["ContentLength"])
 
     def list(self, prefix: str) -> list[str]:
         """Every key below `prefix` (full keys)."""

@@ -73,16 +73,15 @@ class ObjectLoader(Loader):
         super().__init__(keys, batches, threads, prefetch, block)
         from ...core.s3store import S3Client
         self.s3 = s3
-        self.client = S3Client({**s3, "pool": self.threads}).client
-        self.client.head_object(Bucket=s3["bucket"], Key=keys[0])
+        self.store = S3Client({**s3, "pool": self.threads})
+        self.store.head(keys[0])
 
     def read_sample(self, k: int, f: int, offset: int, length: int) -> int:
         lat, block, clock = self.latencies[k], self.block, time.perf_counter
         whole = offset == 0 and length == self.s3["sizes"][f]
-        extra = {} if whole else {"Range": f"bytes={offset}-{offset + length - 1}"}
         got_total = 0
         t0 = clock()
-        body = self.client.get_object(Bucket=self.s3["bucket"], Key=self.files[f], **extra)["Body"]
+        body = self.store.open_read(self.files[f], offset, None if whole else length)
         while True:
             chunk = body.read(min(block, length - got_total)) if got_total < length else b""
             lat.append(clock() - t0)
