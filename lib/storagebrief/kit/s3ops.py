@@ -3,8 +3,9 @@
 One call moves a list of keys with `concurrency` requests in flight (a thread pool over boto3, whose
 urllib3 pool holds one connection per thread), timing every request (start of the call to the last
 body byte read or sent), and reads this process's CPU time (user + system, all threads) around the
-whole batch: CPU seconds per GB is the client's cost, and CPU busy ÷ (wall × cores) says whether
-the client, not the store, was the limit. The payload is random bytes made once (incompressible,
+whole batch: CPU seconds per GB is the client's cost, and CPU busy (and run-queue wait) ÷ (wall × the
+cores this process can use: one for an interpreter-bound client, kit/client_bound) says whether the
+client, not the store, was the limit. The payload is random bytes made once (incompressible,
 as in warp and elbencho); GET bodies are read and dropped.
 
 `s3dlio_batch` does the same with s3dlio (Rust, the library MLPerf Storage v3.0 uses for object
@@ -20,6 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from .client_bound import ProcessCPU, SelfMeter
 
 
 PAYLOAD_CHUNK = 16 << 20
@@ -59,6 +62,7 @@ class Batch:
     cpu_s: float                  # this process (the client), user + system
     latencies_s: list[float] = field(default_factory=list)
     errors: int = 0
+    process: ProcessCPU | None = None   # this process over the batch (kit/client_bound), where measured
 
     @property
     def bytes(self) -> int:
@@ -76,6 +80,7 @@ class Batch:
                 "client_cpu_seconds": self.cpu_s,
                 "client_cpu_s_per_gb": self.cpu_s / gb if gb > 0 else np.nan,
                 "client_cpu_percent_of_machine": 100 * self.cpu_s / (self.wall_s * ncpu) if self.wall_s > 0 else np.nan,
+                "client_processes": [self.process.as_dict()] if self.process else [],
                 "errors": self.errors}
 
 
@@ -92,11 +97,17 @@ def boto3_batch(client, bucket: str, op: str, keys: list[str], body: bytes | int
                 pass
         return time.perf_counter() - t0
 
-    cpu0, t0 = cpu_seconds(), time.perf_counter()
+    return _timed(one, keys, op, body, concurrency, interpreter_bound=True)
+
+
+def _timed(one, keys: list[str], op: str, body, concurrency: int, interpreter_bound: bool) -> Batch:
+    """`one` over every key, `concurrency` threads; the process measured before its threads end (their
+    run-queue wait goes with them)."""
+    meter = SelfMeter().start()
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         lats = list(pool.map(one, keys))
-    wall, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
-    return Batch(op, len(keys), _length(body), concurrency, wall, cpu, lats)
+        proc = meter.stop(concurrency, interpreter_bound, label=f"{op} worker pid {os.getpid()}")
+    return Batch(op, len(keys), _length(body), concurrency, proc.wall_seconds, proc.cpu_seconds, lats, process=proc)
 
 
 def file_batch(folder, op: str, names: list[str], body: bytes | int, concurrency: int) -> Batch:
@@ -118,11 +129,7 @@ def file_batch(folder, op: str, names: list[str], body: bytes | int, concurrency
     if op == "put":      # the folders exist before the clock, as a bucket does
         for d in {(folder / n).parent for n in names}:
             d.mkdir(parents=True, exist_ok=True)
-    cpu0, t0 = cpu_seconds(), time.perf_counter()
-    with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        lats = list(pool.map(one, names))
-    wall, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
-    return Batch(op, len(names), _length(body), concurrency, wall, cpu, lats)
+    return _timed(one, names, op, body, concurrency, interpreter_bound=True)
 
 
 def s3dlio_batch(bucket: str, op: str, keys: list[str], body: bytes, concurrency: int) -> Batch:

@@ -29,7 +29,8 @@ from ...core.s3store import S3Failed
 from ...core.store import Store
 from ...core.sweep import Measurement, Point
 from ...kit import s3study, space
-from ...kit.s3study import CLIENT_LIMIT_PERCENT, limited_by
+from ...kit.client_bound import BOUND_FRACTION
+from ...kit.s3study import CLIENT_LIMIT_PERCENT, judge_row
 from ...kit.sizes import size_label
 from . import STUDY, dataset
 from .params import ObjectSweepParams
@@ -79,6 +80,7 @@ def _study_json(sweep) -> dict:
     p: ObjectSweepParams = sweep.p
     st: ObjectState = sweep.state
     return {"client": p.client, "client_limit_percent": CLIENT_LIMIT_PERCENT, "cpus": os.cpu_count(),
+            "client_bound_percent_of_usable_cores": round(100 * BOUND_FRACTION),
             "objects": {size_label(s): p.objects_for(s) for s in p.object_sizes},
             "busy_cpu_percent": p.busy.cpu_percent if "busy" in p.loads else None,
             "targets": {t.name: {"kind": t.kind, **st.stores[t.name].describe(),
@@ -187,8 +189,19 @@ def _measure(run, c: Config, store, scope, busy, cfg: dict, env: dict, keys: lis
                 "gateway_cpu_seconds": None if g0 is None or g1 is None else g1 - g0,
                 "gateway_cpu_s_per_gb": None if g0 is None or g1 is None or gb <= 0 else (g1 - g0) / gb,
                 "throttled": bool(run.emulated)})
-    row["limited_by"] = limited_by(row, run.monitor.summary().get("cpu_busy_percent") if run.monitored else None)
-    return Measurement(row)
+    return Measurement(_judged(row, run.monitor.summary().get("cpu_busy_percent") if run.monitored else None))
+
+
+def _judged(row: dict, machine_busy_percent: float | None) -> dict:
+    """The row with what limited it (kit/s3study, per client process) and that evidence; the processes flattened
+    into columns (runs.csv holds scalars)."""
+    row["limited_by"], row["limited_by_reason"] = judge_row(row, machine_busy_percent)
+    procs_ = row.pop("client_processes", None) or []
+    row["client_processes"] = len(procs_)
+    row["client_cores_used_max"] = max((p["cpu_seconds"] / p["wall_seconds"] for p in procs_
+                                        if p["wall_seconds"] > 0), default=None)
+    row["client_usable_cores"] = sum(p["usable_cores"] for p in procs_) if procs_ else None
+    return row
 
 
 def _raise_worker(store, w) -> None:
