@@ -3,12 +3,14 @@
 A rule that waits for the client to fill every CPU of the machine never fires for a Python client: one
 interpreter runs Python code on one core at a time (the interpreter lock), so a boto3 worker tops out near
 one core (measured 0.65-0.97 of one on 2 cores while a compiled client on the same gateway moved 2.3-10x the
-bytes). So each client process is measured on its own - its CPU seconds over the batch's wall time, and the
-time its threads were ready to run but waited for a CPU (the kernel's run-queue delay, /proc/.../schedstat) -
-and compared with the cores it can use: one for an interpreter-bound process, else its threads, capped by the
-CPUs it may run on (affinity) and its cgroup's CPU quota. At >= BOUND_FRACTION of those it is client-bound:
-busy (it used them) or starved (it wanted them; other work on the machine had them): either way a CPU, not the
-storage, set the figure.
+bytes). So each client process is measured on its own - its CPU seconds over the batch's wall time - and
+compared with the cores it can use: one for an interpreter-bound process, else its threads, capped by the CPUs it
+may run on (affinity) and its cgroup's CPU quota. At >= BOUND_FRACTION of those it is client-bound (busy). A
+process on a loaded machine may want its core and not get it: its busiest thread's time ready to run (on a CPU
+or in the kernel's run queue, /proc/.../task/*/schedstat) over the wall time says that (starved) - per thread,
+as the run-queue waits of many threads overlap and their sum overstates what the process wanted (measured:
+32 boto3 threads at 0.5 of a core summed 1.5-3 s of waits in 0.5 s). Either way a CPU, not the storage, set
+the figure.
 
 Shared by every study whose client is Python (the object sweep now; emulate, checkpoint and the KV cache can
 hand their own process measurements to `judge`). The worker measures itself (`SelfMeter`); the judgement runs
@@ -31,7 +33,8 @@ class ProcessCPU:
     cpu_seconds: float         # user + system, every thread
     wall_seconds: float        # the batch's wall time (the measured clock)
     usable_cores: float        # what it could use (usable_cores())
-    waited_seconds: float = 0.0   # its threads' time ready to run but waiting for a CPU (run-queue delay)
+    thread_runnable_seconds: float = 0.0   # its busiest thread's time on a CPU or waiting in the run queue
+    waited_seconds: float = 0.0            # all its threads' run-queue waits, summed (evidence only: they overlap)
     label: str = "client"
 
     @property
@@ -40,9 +43,10 @@ class ProcessCPU:
 
     @property
     def cores_wanted(self) -> float:
-        """Busy or ready to run: what it would have used had the CPUs been free (not above its usable cores)."""
-        want = (self.cpu_seconds + self.waited_seconds) / self.wall_seconds if self.wall_seconds > 0 else 0.0
-        return min(want, self.usable_cores)
+        """What it used, or what its busiest thread alone wanted (on a CPU or ready for one), whichever is more;
+        never above its usable cores."""
+        thread = self.thread_runnable_seconds / self.wall_seconds if self.wall_seconds > 0 else 0.0
+        return min(max(self.cores_used, thread), self.usable_cores)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -71,46 +75,51 @@ def usable_cores(threads: int, interpreter_bound: bool, pid: int = 0) -> float:
     return min(cores, quota) if quota else cores
 
 
-def run_queue_seconds(pid: int | str = "self") -> float:
-    """Seconds every present thread of a process spent ready to run but waiting for a CPU (schedstat's second
-    field, summed over /proc/PID/task/*); 0.0 where the kernel does not keep it."""
-    total = 0
+def thread_sched(pid: int | str = "self") -> dict[str, tuple[int, int]]:
+    """Per present thread of a process: (ns on a CPU, ns ready but waiting for one), from schedstat; empty where
+    the kernel does not keep it."""
+    out = {}
     for task in Path(f"/proc/{pid}/task").glob("*"):
         try:
-            total += int((task / "schedstat").read_text().split()[1])
-        except (OSError, IndexError, ValueError):
+            run, wait = (int(x) for x in (task / "schedstat").read_text().split()[:2])
+        except (OSError, ValueError):
             continue
-    return total / 1e9
+        out[task.name] = (run, wait)
+    return out
 
 
 class SelfMeter:
-    """This process's CPU and run-queue wait between start() and stop(): call stop() while the batch's threads
-    are still alive (a thread that has exited takes its run-queue time with it)."""
+    """This process's CPU and its threads' run-queue time between start() and stop(): call stop() while the
+    batch's threads are still alive (a thread that has exited takes its schedstat with it)."""
 
     def start(self) -> "SelfMeter":
         r = resource.getrusage(resource.RUSAGE_SELF)
-        self._cpu0, self._wait0, self._t0 = r.ru_utime + r.ru_stime, run_queue_seconds(), time.perf_counter()
+        self._cpu0, self._sched0, self._t0 = r.ru_utime + r.ru_stime, thread_sched(), time.perf_counter()
         return self
 
     def stop(self, threads: int, interpreter_bound: bool, label: str = "client") -> ProcessCPU:
         wall = time.perf_counter() - self._t0
         r = resource.getrusage(resource.RUSAGE_SELF)
+        now = thread_sched()
+        delta = [(run - self._sched0.get(tid, (0, 0))[0], wait - self._sched0.get(tid, (0, 0))[1])
+                 for tid, (run, wait) in now.items()]
         return ProcessCPU(r.ru_utime + r.ru_stime - self._cpu0, wall, usable_cores(threads, interpreter_bound),
-                          max(run_queue_seconds() - self._wait0, 0.0), label)
+                          max((run + wait for run, wait in delta), default=0) / 1e9,
+                          sum(wait for _, wait in delta) / 1e9, label)
 
 
 def evidence(p: ProcessCPU) -> str:
     """One process in words: its CPU over the wall time, against its usable cores."""
     text = (f"{p.label} {p.cpu_seconds:.2f} CPU-s / {p.wall_seconds:.2f} s wall = {p.cores_used:.2f} of "
             f"{p.usable_cores:g} usable core{'s' if p.usable_cores != 1 else ''}")
-    if p.waited_seconds >= 0.05 * max(p.wall_seconds, 1e-9):
-        text += f" (+ {p.waited_seconds:.2f} s waiting for a CPU)"
+    if p.cores_wanted > p.cores_used + 0.05:
+        text += f" (its busiest thread ready to run {p.cores_wanted:.2f} of the time)"
     return text
 
 
 def judge(processes: list[ProcessCPU]) -> tuple[bool, str]:
-    """(client-bound, the evidence per process): bound when any process used, or was ready to use,
-    BOUND_FRACTION of its usable cores - the slowest process sets a batch split among them."""
+    """(client-bound, the evidence per process): bound when any process used, or wanted, BOUND_FRACTION of its
+    usable cores - the slowest process sets a batch split among them."""
     if not processes:
         return False, ""
     bound = [p for p in processes if p.cores_wanted >= BOUND_FRACTION * p.usable_cores]
@@ -118,7 +127,7 @@ def judge(processes: list[ProcessCPU]) -> tuple[bool, str]:
     words = "; ".join(evidence(p) for p in processes)
     if not bound:
         return False, words
-    why = "waited for a CPU held by other work" if len(starved) == len(bound) else "busy"
+    why = "starved: ready to run, the CPUs held by other work" if len(starved) == len(bound) else "busy"
     return True, f"{words}: ≥ {BOUND_FRACTION:.0%} of its usable cores ({why})"
 
 
