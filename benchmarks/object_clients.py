@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -119,9 +118,8 @@ def main() -> int:
     from storagebrief.kit.sizes import size_label
 
     Path(args.dir).mkdir(parents=True, exist_ok=True)
-    root = Path(tempfile.mkdtemp(prefix=".object-clients-", dir=args.dir))
-    gw = s3gateway.Gateway(root / "gw", root / "versitygw.log").start()
-    try:
+    with tempfile.TemporaryDirectory(prefix=".object-clients-", dir=args.dir) as tmp, \
+            s3gateway.Gateway(Path(tmp) / "gw", Path(tmp) / "versitygw.log") as gw:
         admin = s3store.client(gw.endpoint, "us-east-1", gw.credentials)
         admin.create_bucket(Bucket="bench")
         get_keys = {s: [f"get/{size_label(s)}/obj-{i:06d}" for i in range(max(1, (args.mib << 20) // s))]
@@ -131,36 +129,39 @@ def main() -> int:
         print(f"versitygw on {args.dir}; {os.cpu_count()} CPUs; {args.mib} MiB per point and side; GET objects in "
               "the page cache for both sides; study = the object sweep's worker (boto3), reference = s3ref (Go, "
               "minio-go)", flush=True)
-        print(f"{'round':>5} {'point':>14} {'side':>9} {'MB/s':>8} {'client CPU s/GB':>15} {'gw CPU s/GB':>11}  "
-              "study limited_by", flush=True)
-        ratios: dict = {}
-        for r in range(1, args.rounds + 1):
-            for s in sizes:
-                for c in concs:
-                    for op in ("get", "put"):
-                        point = f"{op.upper()} {size_label(s)} c{c}"
-                        got = {}
-                        for side in (("study", "reference") if r % 2 else ("reference", "study")):
-                            keys = get_keys[s] if op == "get" else \
-                                [f"put/{side}/{size_label(s)}/obj-{i:06d}" for i in range(len(get_keys[s]))]
-                            got[side] = row = batch(side, gw, op, s, c, keys)
-                            if op == "put":
-                                _delete(admin, keys)
-                            print(f"{r:>5} {point:>14} {side:>9} {row['mb_per_s']:>8.1f} {row['cpu_s_per_gb']:>15.2f} "
-                                  f"{row['gateway_cpu_s_per_gb']:>11.2f}  "
-                                  + (f"{row['limited_by'] or '-'} ({row['limited_by_reason']})" if side == "study"
-                                     else ""), flush=True)
-                        ratio = got["study"]["mb_per_s"] / got["reference"]["mb_per_s"]
-                        ratios.setdefault(point, []).append((ratio, got["study"]["limited_by"]))
-                        print(f"{r:>5} {point:>14} study ÷ reference = {ratio:.2f}", flush=True)
-        print("\npoint           study ÷ reference per round   study rows' limited_by")
-        for point, rs in ratios.items():
-            print(f"{point:<15} {', '.join(f'{x:.2f}' for x, _ in rs):<29} "
-                  f"{', '.join(by or '-' for _, by in rs)}")
-    finally:
-        gw.stop()
-        shutil.rmtree(root, ignore_errors=True)
+        ratios = _rounds(gw, admin, get_keys, concs, args.rounds)
+    print("\npoint           study ÷ reference per round   study rows' limited_by")
+    for point, rs in ratios.items():
+        print(f"{point:<15} {', '.join(f'{x:.2f}' for x, _ in rs):<29} {', '.join(by or '-' for _, by in rs)}")
     return 0
+
+
+def _rounds(gw, admin, get_keys: dict, concs: list[int], rounds: int) -> dict:
+    """Every round, size, concurrency and op, both sides alternating; each batch printed; the ratios."""
+    from storagebrief.kit.sizes import size_label
+    print(f"{'round':>5} {'point':>14} {'side':>9} {'MB/s':>8} {'client CPU s/GB':>15} {'gw CPU s/GB':>11}  "
+          "study limited_by", flush=True)
+    ratios: dict = {}
+    for r in range(1, rounds + 1):
+        for s in get_keys:
+            for c in concs:
+                for op in ("get", "put"):
+                    point = f"{op.upper()} {size_label(s)} c{c}"
+                    got = {}
+                    for side in (("study", "reference") if r % 2 else ("reference", "study")):
+                        keys = get_keys[s] if op == "get" else \
+                            [f"put/{side}/{size_label(s)}/obj-{i:06d}" for i in range(len(get_keys[s]))]
+                        got[side] = row = batch(side, gw, op, s, c, keys)
+                        if op == "put":
+                            _delete(admin, keys)
+                        print(f"{r:>5} {point:>14} {side:>9} {row['mb_per_s']:>8.1f} {row['cpu_s_per_gb']:>15.2f} "
+                              f"{row['gateway_cpu_s_per_gb']:>11.2f}  "
+                              + (f"{row['limited_by'] or '-'} ({row['limited_by_reason']})" if side == "study"
+                                 else ""), flush=True)
+                    ratio = got["study"]["mb_per_s"] / got["reference"]["mb_per_s"]
+                    ratios.setdefault(point, []).append((ratio, got["study"]["limited_by"]))
+                    print(f"{r:>5} {point:>14} study ÷ reference = {ratio:.2f}", flush=True)
+    return ratios
 
 
 if __name__ == "__main__":
