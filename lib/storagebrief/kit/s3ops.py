@@ -62,7 +62,7 @@ class Batch:
     cpu_s: float                  # this process (the client), user + system
     latencies_s: list[float] = field(default_factory=list)
     errors: int = 0
-    process: ProcessCPU | None = None   # this process over the batch (kit/client_bound), where measured
+    processes: list[ProcessCPU] = field(default_factory=list)   # each client process (kit/client_bound)
 
     @property
     def bytes(self) -> int:
@@ -80,8 +80,25 @@ class Batch:
                 "client_cpu_seconds": self.cpu_s,
                 "client_cpu_s_per_gb": self.cpu_s / gb if gb > 0 else np.nan,
                 "client_cpu_percent_of_machine": 100 * self.cpu_s / (self.wall_s * ncpu) if self.wall_s > 0 else np.nan,
-                "client_processes": [self.process.as_dict()] if self.process else [],
+                "client_processes": [p.as_dict() for p in self.processes],
                 "errors": self.errors}
+
+    def part(self) -> dict:
+        """What a merge needs from one process's share: its row, plus every request's latency."""
+        return {**self.row(), "op": self.op, "object_bytes": self.object_bytes, "concurrency": self.concurrency,
+                "latencies_s": list(self.latencies_s)}
+
+
+def merged(parts: list[dict]) -> Batch:
+    """One batch from the shares of several client processes that ran at once (Batch.part of each): objects,
+    CPU and latencies summed or pooled, concurrency summed, wall the longest share's (they start together on
+    one 'go'), each process kept for the client-bound judgement."""
+    first = parts[0]
+    return Batch(first["op"], sum(p["objects"] for p in parts), first["object_bytes"],
+                 sum(p["concurrency"] for p in parts), max(p["wall_seconds"] for p in parts),
+                 sum(p["client_cpu_seconds"] for p in parts), [x for p in parts for x in p["latencies_s"]],
+                 sum(p["errors"] for p in parts),
+                 [ProcessCPU(**q) for p in parts for q in p["client_processes"]])
 
 
 def boto3_batch(client, bucket: str, op: str, keys: list[str], body: bytes | int, concurrency: int) -> Batch:
@@ -107,7 +124,8 @@ def _timed(one, keys: list[str], op: str, body, concurrency: int, interpreter_bo
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         lats = list(pool.map(one, keys))
         proc = meter.stop(concurrency, interpreter_bound, label=f"{op} worker pid {os.getpid()}")
-    return Batch(op, len(keys), _length(body), concurrency, proc.wall_seconds, proc.cpu_seconds, lats, process=proc)
+    return Batch(op, len(keys), _length(body), concurrency, proc.wall_seconds, proc.cpu_seconds, lats,
+                 processes=[proc])
 
 
 def file_batch(folder, op: str, names: list[str], body: bytes | int, concurrency: int) -> Batch:
