@@ -165,16 +165,21 @@ def _analysis(pts, pairs, study: dict) -> None:
         if len(cpu):
             lines.append(f"- Client CPU per GB through S3: {cpu.min():.2f}–{cpu.max():.2f} s/GB (directory: "
                          f"{pairs.directory_client_cpu_s_per_gb.min():.2f}–{pairs.directory_client_cpu_s_per_gb.max():.2f}).")
-    lim = pts[pts.limited_by.fillna("") != ""]
+    lim = pts[_texts(pts.limited_by) != ""]
     lines.append(f"- {len(lim)} of {len(pts)} points were limited by the CPU, not the storage"
                  + (f" ({', '.join(sorted(set(lim.target)))}): their figures are the client's ceiling on this "
                     "machine, not the store's." if len(lim) else "."))
     analysis(lines)
 
 
+def _texts(column) -> pd.Series:
+    """A text column as read back from CSV (all-empty: floats, NaN) as strings, '' for empty."""
+    return column.map(lambda x: x if isinstance(x, str) else "")
+
+
 def _client_bound_note(pairs) -> str:
     """Where the S3 side's client was the limit, the ratio is the client's, not the object path's: say so."""
-    bound = pairs.limited_by.fillna("").str.contains("S3: client CPU", regex=False) if "limited_by" in pairs else []
+    bound = _texts(pairs.limited_by).str.contains("S3: client CPU", regex=False) if "limited_by" in pairs else []
     n = int(sum(bound))
     return (f"; in {n} of {len(pairs)} of them the S3 client's CPU was the limit (a Python client tops out near one "
             "core): those ratios are the client's ceiling, not the object path's cost") if n else ""
@@ -199,7 +204,7 @@ def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
             ratio = p.s3_vs_directory.dropna()
             basis += (f"; {ratio.min():.2f}–{ratio.max():.2f} × the directory '{p.directory_target.iloc[0]}' on the "
                       "same device" + _client_bound_note(p))
-        lim = g[g.limited_by.fillna("") != ""]
+        lim = g[_texts(g.limited_by) != ""]
         if len(lim):
             basis += f"; {len(lim)} of {len(g)} points limited by the CPU, not the storage"
         out.append({"question": "Object store throughput (S3 GET / PUT)", "target": name, "answer": answer,
