@@ -130,18 +130,31 @@ $(KAFKA_LIB)/.installed: $(KAFKA_POM)
 	mvn -q -B -f $(KAFKA_POM) -Dkafka.lib=$(CURDIR)/$(KAFKA_LIB) dependency:copy-dependencies
 	@touch $@
 
-# The local S3 gateway (versitygw) for object-storage targets; Go installed into $(TOOLS)/go when missing.
-s3: $(TOOLS)/.versitygw-$(VERSITYGW_VERSION)
+# The local S3 gateway (versitygw) for object-storage targets, and the compiled reference S3 client
+# (benchmarks/s3ref, minio-go: benchmarks/object_clients.py); Go installed into $(TOOLS)/go when missing.
+s3: $(TOOLS)/.versitygw-$(VERSITYGW_VERSION) $(TOOLS)/bin/s3ref
 
-$(TOOLS)/.versitygw-$(VERSITYGW_VERSION):
-	@go=$$(command -v go || true); \
+# sets $$go to a Go >= GO_MIN: the one on PATH, else $(TOOLS)/go, installed there when missing
+FIND_GO = go=$$(command -v go || true); \
 	if [ -z "$$go" ] || ! python3 lib/storagebrief/core/gotool.py ok "$$go" $(GO_MIN); then \
 	  go=$(CURDIR)/$(TOOLS)/go/bin/go; \
 	  if ! python3 lib/storagebrief/core/gotool.py ok "$$go" $(GO_MIN); then \
 	    echo "installing Go $(GO_VERSION) into $(TOOLS)/go (no Go >= $(GO_MIN) on PATH)"; \
 	    python3 lib/storagebrief/core/gotool.py install $(TOOLS)/go $(GO_VERSION) >/dev/null || exit 1; \
 	  fi; \
-	fi; \
+	fi
+
+# go.sum pins every module the reference client uses (checked by the go command on download)
+$(TOOLS)/bin/s3ref: benchmarks/s3ref/main.go benchmarks/s3ref/go.mod benchmarks/s3ref/go.sum
+	@$(FIND_GO); \
+	echo "building the reference S3 client (benchmarks/s3ref) with $$($$go env GOVERSION) into $(TOOLS)/bin"; \
+	cd benchmarks/s3ref && GOPATH=$(CURDIR)/$(TOOLS)/gopath GOCACHE=$(CURDIR)/$(TOOLS)/go-build \
+	  GOFLAGS="-modcacherw -mod=readonly" GOTOOLCHAIN=local CGO_ENABLED=0 \
+	  $$go build -trimpath -o $(CURDIR)/$@ .
+	rm -rf $(TOOLS)/gopath $(TOOLS)/go-build
+
+$(TOOLS)/.versitygw-$(VERSITYGW_VERSION):
+	@$(FIND_GO); \
 	echo "building versitygw $(VERSITYGW_VERSION) with $$($$go env GOVERSION) into $(TOOLS)/bin"; \
 	GOBIN=$(CURDIR)/$(TOOLS)/bin GOPATH=$(CURDIR)/$(TOOLS)/gopath GOCACHE=$(CURDIR)/$(TOOLS)/go-build \
 	  GOFLAGS=-modcacherw GOTOOLCHAIN=local CGO_ENABLED=0 \

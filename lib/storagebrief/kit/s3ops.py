@@ -3,8 +3,9 @@
 One call moves a list of keys with `concurrency` requests in flight (a thread pool over boto3, whose
 urllib3 pool holds one connection per thread), timing every request (start of the call to the last
 body byte read or sent), and reads this process's CPU time (user + system, all threads) around the
-whole batch: CPU seconds per GB is the client's cost, and CPU busy ÷ (wall × cores) says whether
-the client, not the store, was the limit. The payload is random bytes made once (incompressible,
+whole batch: CPU seconds per GB is the client's cost, and CPU busy (and run-queue wait) ÷ (wall × the
+cores this process can use: one for an interpreter-bound client, kit/client_bound) says whether the
+client, not the store, was the limit. The payload is random bytes made once (incompressible,
 as in warp and elbencho); GET bodies are read and dropped.
 
 `s3dlio_batch` does the same with s3dlio (Rust, the library MLPerf Storage v3.0 uses for object
@@ -20,6 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from .client_bound import ProcessCPU, SelfMeter
 
 
 PAYLOAD_CHUNK = 16 << 20
@@ -59,6 +62,7 @@ class Batch:
     cpu_s: float                  # this process (the client), user + system
     latencies_s: list[float] = field(default_factory=list)
     errors: int = 0
+    processes: list[ProcessCPU] = field(default_factory=list)   # each client process (kit/client_bound)
 
     @property
     def bytes(self) -> int:
@@ -76,7 +80,25 @@ class Batch:
                 "client_cpu_seconds": self.cpu_s,
                 "client_cpu_s_per_gb": self.cpu_s / gb if gb > 0 else np.nan,
                 "client_cpu_percent_of_machine": 100 * self.cpu_s / (self.wall_s * ncpu) if self.wall_s > 0 else np.nan,
+                "client_processes": [p.as_dict() for p in self.processes],
                 "errors": self.errors}
+
+    def part(self) -> dict:
+        """What a merge needs from one process's share: its row, plus every request's latency."""
+        return {**self.row(), "op": self.op, "object_bytes": self.object_bytes, "concurrency": self.concurrency,
+                "latencies_s": list(self.latencies_s)}
+
+
+def merged(parts: list[dict]) -> Batch:
+    """One batch from the shares of several client processes that ran at once (Batch.part of each): objects,
+    CPU and latencies summed or pooled, concurrency summed, wall the longest share's (they start together on
+    one 'go'), each process kept for the client-bound judgement."""
+    first = parts[0]
+    return Batch(first["op"], sum(p["objects"] for p in parts), first["object_bytes"],
+                 sum(p["concurrency"] for p in parts), max(p["wall_seconds"] for p in parts),
+                 sum(p["client_cpu_seconds"] for p in parts), [x for p in parts for x in p["latencies_s"]],
+                 sum(p["errors"] for p in parts),
+                 [ProcessCPU(**q) for p in parts for q in p["client_processes"]])
 
 
 def boto3_batch(client, bucket: str, op: str, keys: list[str], body: bytes | int, concurrency: int) -> Batch:
@@ -92,11 +114,18 @@ def boto3_batch(client, bucket: str, op: str, keys: list[str], body: bytes | int
                 pass
         return time.perf_counter() - t0
 
-    cpu0, t0 = cpu_seconds(), time.perf_counter()
+    return _timed(one, keys, op, body, concurrency, interpreter_bound=True)
+
+
+def _timed(one, keys: list[str], op: str, body, concurrency: int, interpreter_bound: bool) -> Batch:
+    """`one` over every key, `concurrency` threads; the process measured before its threads end (their
+    run-queue wait goes with them)."""
+    meter = SelfMeter().start()
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         lats = list(pool.map(one, keys))
-    wall, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
-    return Batch(op, len(keys), _length(body), concurrency, wall, cpu, lats)
+        proc = meter.stop(concurrency, interpreter_bound, label=f"{op} worker pid {os.getpid()}")
+    return Batch(op, len(keys), _length(body), concurrency, proc.wall_seconds, proc.cpu_seconds, lats,
+                 processes=[proc])
 
 
 def file_batch(folder, op: str, names: list[str], body: bytes | int, concurrency: int) -> Batch:
@@ -118,11 +147,7 @@ def file_batch(folder, op: str, names: list[str], body: bytes | int, concurrency
     if op == "put":      # the folders exist before the clock, as a bucket does
         for d in {(folder / n).parent for n in names}:
             d.mkdir(parents=True, exist_ok=True)
-    cpu0, t0 = cpu_seconds(), time.perf_counter()
-    with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        lats = list(pool.map(one, names))
-    wall, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
-    return Batch(op, len(names), _length(body), concurrency, wall, cpu, lats)
+    return _timed(one, names, op, body, concurrency, interpreter_bound=True)
 
 
 def s3dlio_batch(bucket: str, op: str, keys: list[str], body: bytes, concurrency: int) -> Batch:

@@ -1,6 +1,6 @@
 """How a study makes each target's store (core.store: `store_for`, once per target; an S3 target's opened and
-closed here), and what the object path costs (the `limited_by` rule, same-device pairs): shared by the object
-sweep, emulate and checkpoint.
+closed here), and what the object path costs (the `limited_by` rule, per client process through
+kit/client_bound; same-device pairs): shared by the object sweep, emulate and checkpoint.
 
 The local gateway (versitygw) starts inside a cgroup holding the target's throttle (or one that only
 counts its I/O), so the device reads it does are the emulated device's and are counted per run; an
@@ -13,6 +13,7 @@ import os
 
 from ..core import cgroups, store as store_mod, targets as targets_mod
 from ..core.s3store import ObjectStore
+from . import client_bound
 
 CLIENT_LIMIT_PERCENT = 80     # the client used this share of all CPUs or more: it, not the store, limited
 MACHINE_BUSY_PERCENT = 90     # every CPU this busy (monitor, /proc/stat) during the batch: the CPU limited
@@ -105,18 +106,40 @@ def same_device_pairs(targets) -> list[tuple[str, str]]:
 
 
 def limited_by(row: dict, machine_busy_percent: float | None = None) -> str:
-    """'client CPU' when the client alone used CLIENT_LIMIT_PERCENT of all CPUs, 'client + gateway CPU'
-    when the two together did, 'machine CPU' when every CPU was busy (MACHINE_BUSY_PERCENT: the busy load,
-    or other work on the machine): then the figure is the CPU's, not the storage's. '' otherwise."""
+    """The label of `judge_row` alone (emulate and checkpoint read this)."""
+    return judge_row(row, machine_busy_percent)[0]
+
+
+def gateway_words(row: dict) -> str:
+    """The gateway's CPU in words: measured for the local gateway, 'not measured (external)' for an external
+    endpoint, nothing for a directory (no server)."""
+    if row.get("access") == "S3 external":
+        return "gateway CPU not measured (external)"
+    gw, wall = row.get("gateway_cpu_seconds"), row.get("wall_seconds") or 0
+    if gw is None or gw != gw or not wall:
+        return "" if row.get("access") in (None, "files") else "gateway CPU not measured"
+    return f"gateway {gw:.2f} CPU-s = {gw / wall:.2f} cores"
+
+
+def judge_row(row: dict, machine_busy_percent: float | None = None) -> tuple[str, str]:
+    """(limited_by, its evidence). 'client CPU' when a client process used, or was ready to use, ≥ 85 % of the
+    cores it can use (kit/client_bound: `client_processes` in the row), or the client alone used
+    CLIENT_LIMIT_PERCENT of all CPUs; 'client + gateway CPU' when the two together did; 'machine CPU' when every
+    CPU was busy (MACHINE_BUSY_PERCENT: the busy load, or other work on the machine): then the figure is the
+    CPU's, not the storage's. '' otherwise; the evidence names each process's share and the gateway's either way."""
     ncpu, wall = os.cpu_count() or 1, row.get("wall_seconds") or 0
     if not wall:
-        return ""
+        return "", ""
+    bound, words = client_bound.judge(client_bound.from_row(row))
     client = 100 * row["client_cpu_seconds"] / (wall * ncpu)
     both = 100 * (row["client_cpu_seconds"] + (row.get("gateway_cpu_seconds") or 0)) / (wall * ncpu)
+    words = "; ".join(x for x in (words or f"client {client:.0f} % of {ncpu} CPUs", gateway_words(row)) if x)
+    if bound:
+        return "client CPU", words
     if client >= CLIENT_LIMIT_PERCENT:
-        return "client CPU"
+        return "client CPU", f"{words}: the client ≥ {CLIENT_LIMIT_PERCENT} % of all {ncpu} CPUs"
     if both >= CLIENT_LIMIT_PERCENT:
-        return "client + gateway CPU"
+        return "client + gateway CPU", f"{words}: together {both:.0f} % of all {ncpu} CPUs"
     if machine_busy_percent is not None and machine_busy_percent >= MACHINE_BUSY_PERCENT:
-        return f"machine CPU ({machine_busy_percent:.0f} % busy)"
-    return ""
+        return f"machine CPU ({machine_busy_percent:.0f} % busy)", f"{words}; every CPU {machine_busy_percent:.0f} % busy"
+    return "", words

@@ -58,9 +58,12 @@ def _what_ran(frame, study: dict, pts) -> None:
         "target's device, inside the target's throttle; directory targets: the same client threads read or "
         "write whole files. GETs start from a cold cache where the files are on this machine. Throughput is "
         "bytes / wall time in MB/s (10⁶ B/s); latency is per request, sent to last body byte. The client runs in "
-        f"a process of its own, so its CPU is its alone; a row at ≥ {study.get('client_limit_percent', 80)} % of "
-        f"all {study.get('cpus')} CPUs (client, or client + gateway), or with the whole machine ≥ 90 % busy, is marked "
-        "as limited by the CPU (limited_by).")
+        "a process of its own, so its CPU is its alone. A row is marked as limited by the CPU (limited_by, the "
+        "evidence in limited_by_reason) when a client process used, or waited to use, ≥ "
+        f"{study.get('client_bound_percent_of_usable_cores', 85)} % of the cores it can use (one for a Python "
+        f"client: its interpreter lock), when the client, or client + gateway, used ≥ "
+        f"{study.get('client_limit_percent', 80)} % of all {study.get('cpus')} CPUs, or when the whole machine was "
+        "≥ 90 % busy: such a figure is the client's or the CPU's ceiling, not the store's.")
 
 
 def _targets(study: dict) -> None:
@@ -156,16 +159,30 @@ def _analysis(pts, pairs, study: dict) -> None:
             r = g.s3_vs_directory.dropna()
             if len(r):
                 lines.append(f"- {op.upper()} through S3 on the same device: {r.min():.2f}–{r.max():.2f} × the "
-                             f"directory's throughput (median {r.median():.2f} over {len(r)} matched points).")
+                             f"directory's throughput (median {r.median():.2f} over {len(r)} matched points)"
+                             + _client_bound_note(g) + ".")
         cpu = pairs.s3_client_cpu_s_per_gb.dropna()
         if len(cpu):
             lines.append(f"- Client CPU per GB through S3: {cpu.min():.2f}–{cpu.max():.2f} s/GB (directory: "
                          f"{pairs.directory_client_cpu_s_per_gb.min():.2f}–{pairs.directory_client_cpu_s_per_gb.max():.2f}).")
-    lim = pts[pts.limited_by.fillna("") != ""]
+    lim = pts[_texts(pts.limited_by) != ""]
     lines.append(f"- {len(lim)} of {len(pts)} points were limited by the CPU, not the storage"
                  + (f" ({', '.join(sorted(set(lim.target)))}): their figures are the client's ceiling on this "
                     "machine, not the store's." if len(lim) else "."))
     analysis(lines)
+
+
+def _texts(column) -> pd.Series:
+    """A text column as read back from CSV (all-empty: floats, NaN) as strings, '' for empty."""
+    return column.map(lambda x: x if isinstance(x, str) else "")
+
+
+def _client_bound_note(pairs) -> str:
+    """Where the S3 side's client was the limit, the ratio is the client's, not the object path's: say so."""
+    bound = _texts(pairs.limited_by).str.contains("S3: client CPU", regex=False) if "limited_by" in pairs else []
+    n = int(sum(bound))
+    return (f"; in {n} of {len(pairs)} of them the S3 client's CPU was the limit (a Python client tops out near one "
+            "core): those ratios are the client's ceiling, not the object path's cost") if n else ""
 
 
 def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
@@ -186,8 +203,8 @@ def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
         if p is not None and len(p):
             ratio = p.s3_vs_directory.dropna()
             basis += (f"; {ratio.min():.2f}–{ratio.max():.2f} × the directory '{p.directory_target.iloc[0]}' on the "
-                      "same device")
-        lim = g[g.limited_by.fillna("") != ""]
+                      "same device" + _client_bound_note(p))
+        lim = g[_texts(g.limited_by) != ""]
         if len(lim):
             basis += f"; {len(lim)} of {len(g)} points limited by the CPU, not the storage"
         out.append({"question": "Object store throughput (S3 GET / PUT)", "target": name, "answer": answer,

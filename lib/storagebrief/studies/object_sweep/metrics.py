@@ -35,8 +35,16 @@ COLUMNS: tuple[Column, ...] = (
     Column("client_cpu_percent_of_machine", "%", "client CPU / (wall x CPUs)"),
     Column("gateway_cpu_seconds", "s", "the local gateway's (versitygw) user + system CPU during the batch"),
     Column("gateway_cpu_s_per_gb", "s/GB", "gateway CPU seconds per 10⁹ bytes moved"),
-    Column("limited_by", "", "client CPU | client + gateway CPU (≥ 80 % of all CPUs) | machine CPU (every CPU ≥ 90 % "
-           "busy: the busy load or other work): the CPU, not the storage, set the figure; empty otherwise", "text"),
+    Column("client_processes", "", "client processes that moved the batch (each measured on its own)"),
+    Column("client_cores_used_max", "cores", "the busiest client process's CPU seconds / wall seconds"),
+    Column("client_usable_cores", "cores", "cores the client processes can use together: one per interpreter-bound "
+           "(Python) process, else its threads, capped by affinity and cgroup quota (kit/client_bound)"),
+    Column("limited_by", "", "client CPU (a client process used, or waited to use, ≥ 85 % of its usable cores, or the "
+           "client ≥ 80 % of all CPUs) | client + gateway CPU (together ≥ 80 % of all CPUs) | machine CPU (every CPU "
+           "≥ 90 % busy: the busy load or other work): the CPU, not the storage, set the figure; empty otherwise",
+           "text"),
+    Column("limited_by_reason", "", "the evidence: each client process's CPU over the wall time against its usable "
+           "cores; the local gateway's CPU, or 'not measured (external)'", "text"),
     Column("errors", "", "failed requests (a failure stops the run, so 0 in a written row)"),
     Column("throttled", "", "True when the device I/O ran inside the target's throttle cgroup", "bool"),
 )

@@ -19,6 +19,9 @@ class ObjectSweepParams(OnSomeTargets):     # targets (a subset of the target na
     ops: list[Literal["put", "get"]] = Field(default_factory=lambda: ["put", "get"], min_length=1)
     object_sizes: list[int | str] = Field(default_factory=lambda: ["64k", "1m"], min_length=1, validate_default=True)
     concurrency: list[int] = Field(default_factory=lambda: [1, 8], min_length=1)
+    # client processes sharing each point's requests (never more than the point's concurrency): one Python process
+    # tops out near one core (its interpreter lock), so several let the client use more cores
+    client_processes: int = Field(1, ge=1, le=64)
     mib_per_point: float = Field(8, gt=0, le=1 << 20)     # data moved per point: objects = this / object size ...
     min_objects: int = Field(8, ge=1, le=1 << 20)         # ... but at least this many
     max_objects: int = Field(64, ge=1, le=1 << 20)        # ... and at most this many

@@ -28,8 +28,9 @@ from ...core.config import ParamsError
 from ...core.s3store import S3Failed
 from ...core.store import Store
 from ...core.sweep import Measurement, Point
-from ...kit import s3study, space
-from ...kit.s3study import CLIENT_LIMIT_PERCENT, limited_by
+from ...kit import s3ops, s3study, space
+from ...kit.client_bound import BOUND_FRACTION
+from ...kit.s3study import CLIENT_LIMIT_PERCENT, judge_row
 from ...kit.sizes import size_label
 from . import STUDY, dataset
 from .params import ObjectSweepParams
@@ -79,6 +80,7 @@ def _study_json(sweep) -> dict:
     p: ObjectSweepParams = sweep.p
     st: ObjectState = sweep.state
     return {"client": p.client, "client_limit_percent": CLIENT_LIMIT_PERCENT, "cpus": os.cpu_count(),
+            "client_bound_percent_of_usable_cores": round(100 * BOUND_FRACTION),
             "objects": {size_label(s): p.objects_for(s) for s in p.object_sizes},
             "busy_cpu_percent": p.busy.cpu_percent if "busy" in p.loads else None,
             "targets": {t.name: {"kind": t.kind, **st.stores[t.name].describe(),
@@ -151,33 +153,54 @@ def _cold_cache(run, c: Config, store) -> None:
                      "the objects' files")
 
 
-def _measure(run, c: Config, store, scope, busy, cfg: dict, env: dict, keys: list[str]) -> Measurement:  # long: one worker run, start to row
-    # the worker starts (imports, client) and touches no data before 'go'; then the objects' files go cold
-    w = scope.popen([sys.executable, "-m", f"{STUDY.package}.worker"], env={**os.environ, **env},
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                    cwd=str(Path(__file__).resolve().parents[3]))
-    w.stdin.write(json.dumps(cfg) + "\n")
-    w.stdin.flush()
-    if w.stdout.readline().strip() != "ready":
-        _raise_worker(store, w)
-    _cold_cache(run, c, store)
+def shares(keys: list[str], concurrency: int, processes: int) -> list[tuple[list[str], int]]:
+    """The point split among `processes` client processes (no more than requests in flight or keys): every key once,
+    the concurrency summing to the point's."""
+    n = max(1, min(processes, concurrency, len(keys)))
+    return [(keys[i::n], concurrency // n + (1 if i < concurrency % n else 0)) for i in range(n)]
+
+
+def _start_workers(scope, store, cfg: dict, env: dict, parts: list[tuple[list[str], int]]) -> list:
+    """Every worker started (imports, client) and ready before the clock; none touches data before 'go'."""
+    workers = []
+    for keys, conc in parts:
+        w = scope.popen([sys.executable, "-m", f"{STUDY.package}.worker"], env={**os.environ, **env},
+                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                        cwd=str(Path(__file__).resolve().parents[3]))
+        w.stdin.write(json.dumps({**cfg, "keys": keys, "concurrency": conc, "part": len(parts) > 1}) + "\n")
+        w.stdin.flush()
+        workers.append(w)
+    for w in workers:
+        if w.stdout.readline().strip() != "ready":
+            _raise_worker(store, w)
+    return workers
+
+
+def _measure(run, c: Config, store, scope, busy, cfg: dict, env: dict, keys: list[str]) -> Measurement:  # long: one point's workers, start to row
+    parts = shares(keys, c.concurrency, run.p.client_processes)
+    workers = _start_workers(scope, store, cfg, env, parts)
+    _cold_cache(run, c, store)          # after the workers are ready: the objects' files go cold
     if c.load == "busy":
         _busy_load(run, busy)
     g0 = store.server_cpu_seconds()
     run.start_clock()
-    w.stdin.write("go\n")
-    w.stdin.flush()
-    line = w.stdout.readline()
+    for w in workers:                   # one 'go' each, back to back: the shares start together
+        w.stdin.write("go\n")
+        w.stdin.flush()
+    lines = [w.stdout.readline() for w in workers]
     run.stop_clock()
     g1 = store.server_cpu_seconds()
     busy.kill()
-    w.wait(timeout=60)
-    if not line:
-        _raise_worker(store, w)
-    row = json.loads(line)
-    if "error" in row:
+    for w, line in zip(workers, lines):
+        w.wait(timeout=60)
+        if not line:
+            _raise_worker(store, w)
+    got = [json.loads(line) for line in lines]
+    failed = [r["error"] for r in got if "error" in r]
+    if failed:
         store.check()
-        raise S3Failed(f"target '{run.target.name}' {c.label}: {row['error']}")
+        raise S3Failed(f"target '{run.target.name}' {c.label}: {failed[0]}")
+    row = got[0] if len(got) == 1 else s3ops.merged(got).row()
     if c.op == "put":
         store.delete(keys)          # a PUT point's objects go after the run (outside the clock): space stays bounded
     gb = row["bytes_moved"] / 1e9
@@ -187,8 +210,19 @@ def _measure(run, c: Config, store, scope, busy, cfg: dict, env: dict, keys: lis
                 "gateway_cpu_seconds": None if g0 is None or g1 is None else g1 - g0,
                 "gateway_cpu_s_per_gb": None if g0 is None or g1 is None or gb <= 0 else (g1 - g0) / gb,
                 "throttled": bool(run.emulated)})
-    row["limited_by"] = limited_by(row, run.monitor.summary().get("cpu_busy_percent") if run.monitored else None)
-    return Measurement(row)
+    return Measurement(_judged(row, run.monitor.summary().get("cpu_busy_percent") if run.monitored else None))
+
+
+def _judged(row: dict, machine_busy_percent: float | None) -> dict:
+    """The row with what limited it (kit/s3study, per client process) and that evidence; the processes flattened
+    into columns (runs.csv holds scalars)."""
+    row["limited_by"], row["limited_by_reason"] = judge_row(row, machine_busy_percent)
+    procs_ = row.pop("client_processes", None) or []
+    row["client_processes"] = len(procs_)
+    row["client_cores_used_max"] = max((p["cpu_seconds"] / p["wall_seconds"] for p in procs_
+                                        if p["wall_seconds"] > 0), default=None)
+    row["client_usable_cores"] = sum(p["usable_cores"] for p in procs_) if procs_ else None
+    return row
 
 
 def _raise_worker(store, w) -> None:

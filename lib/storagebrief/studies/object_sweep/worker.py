@@ -40,7 +40,8 @@ def main() -> int:
         msg = explain(exc, cfg.get("endpoint") or cfg.get("folder"), cfg.get("bucket", ""), "endpoint")
         print(json.dumps({"error": msg}), flush=True)
         return 0
-    print(json.dumps(batch.row()), flush=True)
+    # one of several processes sharing the point: its part, latencies included, for the parent to merge
+    print(json.dumps(batch.part() if cfg.get("part") else batch.row()), flush=True)
     return 0
 
 
@@ -50,27 +51,31 @@ READ_CHUNK = 1 << 20           # a GET's read per request in flight (s3ops)
 
 
 def check_budget(p, room=None) -> None:
-    """Refuse (ValueError, one line with the numbers) a sweep this machine cannot hold (kit.budget). One worker
-    runs at a time, with `concurrency` threads, beside the busy load (stress-ng: a process per CPU and its
-    parent); its memory: the largest PUT body, made once and sent by every thread (s3ops.payload, one copy:
-    measured 320 MiB peak for a 256 MiB PUT, 48 MiB for a GET), a read chunk per thread and its own. The study's
-    process makes the GET objects' body too, one size at a time, before any worker: the same largest size."""
+    """Refuse (ValueError, one line with the numbers) a sweep this machine cannot hold (kit.budget). A point's
+    workers (client_processes, never more than its concurrency) run at once, with `concurrency` threads among
+    them, beside the busy load (stress-ng: a process per CPU and its parent); each worker's memory: the largest
+    PUT body, made once and sent by its threads (s3ops.payload, one copy: measured 320 MiB peak for a 256 MiB
+    PUT, 48 MiB for a GET) and its own; a read chunk per thread. The study's process makes the GET objects' body
+    too, one size at a time, before any worker: the same largest size."""
     from ...kit import budget
     conc, largest = max(p.concurrency), max(p.object_sizes)
+    workers = min(p.client_processes, conc)
     busy = (os.cpu_count() or 1) + 1 if "busy" in p.loads else 0
-    what = f"object_sweep: concurrency {conc:,}, object_sizes up to {largest / budget.MIB:,.1f} MiB:"
+    what = (f"object_sweep: concurrency {conc:,}, object_sizes up to {largest / budget.MIB:,.1f} MiB"
+            + (f", client_processes {workers:,}:" if workers > 1 else ":"))
+    each = (f"the largest object {largest / budget.MIB:,.1f} MiB, made once + {WORKER_OWN_BYTES / budget.MIB:.0f} MiB "
+            "for the worker")
     room = room or budget.Room.now()
-    budget.check(what, tasks=1 + conc + busy, room=room,
-                 how=f"the worker and its {conc:,} threads" + (f" + the busy load's {busy:,}" if busy else ""),
+    budget.check(what, tasks=workers + conc + busy, room=room,
+                 how=f"{workers:,} worker(s) and their {conc:,} threads" + (f" + the busy load's {busy:,}" if busy else ""),
                  lower="lower object_sweep.concurrency, drop 'busy' from loads, or raise the limit")
-    budget.check(what, files=conc + 16, room=room, how=f"{conc:,} requests in flight + 16 of the worker's own",
-                 lower="lower object_sweep.concurrency or raise the limit")
-    budget.check(what, memory=largest + conc * READ_CHUNK + WORKER_OWN_BYTES, room=room,
-                 how=f"the largest object {largest / budget.MIB:,.1f} MiB, made once + {conc:,} × "
-                     f"{READ_CHUNK / budget.MIB:.0f} MiB read chunks + {WORKER_OWN_BYTES / budget.MIB:.0f} MiB for "
-                     "the worker",
-                 lower="lower object_sweep.object_sizes or concurrency")
-
+    budget.check(what, files=conc + 16 * workers, room=room,
+                 how=f"{conc:,} requests in flight + 16 of each worker's own",
+                 lower="lower object_sweep.concurrency or client_processes, or raise the limit")
+    budget.check(what, memory=workers * (largest + WORKER_OWN_BYTES) + conc * READ_CHUNK, room=room,
+                 how=(f"{workers:,} workers × ({each})" if workers > 1 else each)
+                     + f" + {conc:,} × {READ_CHUNK / budget.MIB:.0f} MiB read chunks",
+                 lower="lower object_sweep.object_sizes, concurrency or client_processes")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,0 +1,136 @@
+"""Was a client process, not the storage, the limit? Judged per process, against the cores it can use.
+
+A rule that waits for the client to fill every CPU of the machine never fires for a Python client: one
+interpreter runs Python code on one core at a time (the interpreter lock), so a boto3 worker tops out near
+one core (measured 0.65-0.97 of one on 2 cores while a compiled client on the same gateway moved 2.3-10x the
+bytes). So each client process is measured on its own - its CPU seconds over the batch's wall time - and
+compared with the cores it can use: one for an interpreter-bound process, else its threads, capped by the CPUs it
+may run on (affinity) and its cgroup's CPU quota. At >= BOUND_FRACTION of those it is client-bound (busy). A
+process on a loaded machine may want its core and not get it: its busiest thread's time ready to run (on a CPU
+or in the kernel's run queue, /proc/.../task/*/schedstat) over the wall time says that (starved) - per thread,
+as the run-queue waits of many threads overlap and their sum overstates what the process wanted (measured:
+32 boto3 threads at 0.5 of a core summed 1.5-3 s of waits in 0.5 s). Either way a CPU, not the storage, set
+the figure.
+
+Shared by every study whose client is Python (the object sweep now; emulate, checkpoint and the KV cache can
+hand their own process measurements to `judge`). The worker measures itself (`SelfMeter`); the judgement runs
+in the study's process.
+"""
+from __future__ import annotations
+
+import os
+import resource
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+BOUND_FRACTION = 0.85      # a client process at this share of its usable cores or more: client-bound
+
+
+@dataclass(frozen=True)
+class ProcessCPU:
+    """One client process over one measured batch."""
+    cpu_seconds: float         # user + system, every thread
+    wall_seconds: float        # the batch's wall time (the measured clock)
+    usable_cores: float        # what it could use (usable_cores())
+    thread_runnable_seconds: float = 0.0   # its busiest thread's time on a CPU or waiting in the run queue
+    waited_seconds: float = 0.0            # all its threads' run-queue waits, summed (evidence only: they overlap)
+    label: str = "client"
+
+    @property
+    def cores_used(self) -> float:
+        return self.cpu_seconds / self.wall_seconds if self.wall_seconds > 0 else 0.0
+
+    @property
+    def cores_wanted(self) -> float:
+        """What it used, or what its busiest thread alone wanted (on a CPU or ready for one), whichever is more;
+        never above its usable cores."""
+        thread = self.thread_runnable_seconds / self.wall_seconds if self.wall_seconds > 0 else 0.0
+        return min(max(self.cores_used, thread), self.usable_cores)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def cgroup_cpu_quota(pid: int | str = "self") -> float | None:
+    """The cgroup v2 CPU quota (cores) of a process's cgroup, or None when unlimited or unreadable."""
+    try:
+        rel = next(line.split("::", 1)[1].strip() for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+                   if line.startswith("0::"))
+        quota, period = (Path("/sys/fs/cgroup") / rel.lstrip("/") / "cpu.max").read_text().split()
+    except (OSError, StopIteration, ValueError):
+        return None
+    return None if quota == "max" else int(quota) / int(period)
+
+
+def usable_cores(threads: int, interpreter_bound: bool, pid: int = 0) -> float:
+    """The cores a process can keep busy: one for an interpreter-bound (Python) client, else its threads; never
+    more than the CPUs it may run on (affinity) or its cgroup's CPU quota."""
+    try:
+        cpus = len(os.sched_getaffinity(pid))
+    except OSError:
+        cpus = os.cpu_count() or 1
+    cores = float(min(1 if interpreter_bound else max(threads, 1), cpus))
+    quota = cgroup_cpu_quota(pid or "self")
+    return min(cores, quota) if quota else cores
+
+
+def thread_sched(pid: int | str = "self") -> dict[str, tuple[int, int]]:
+    """Per present thread of a process: (ns on a CPU, ns ready but waiting for one), from schedstat; empty where
+    the kernel does not keep it."""
+    out = {}
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            run, wait = (int(x) for x in (task / "schedstat").read_text().split()[:2])
+        except (OSError, ValueError):
+            continue
+        out[task.name] = (run, wait)
+    return out
+
+
+class SelfMeter:
+    """This process's CPU and its threads' run-queue time between start() and stop(): call stop() while the
+    batch's threads are still alive (a thread that has exited takes its schedstat with it)."""
+
+    def start(self) -> "SelfMeter":
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        self._cpu0, self._sched0, self._t0 = r.ru_utime + r.ru_stime, thread_sched(), time.perf_counter()
+        return self
+
+    def stop(self, threads: int, interpreter_bound: bool, label: str = "client") -> ProcessCPU:
+        wall = time.perf_counter() - self._t0
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        now = thread_sched()
+        delta = [(run - self._sched0.get(tid, (0, 0))[0], wait - self._sched0.get(tid, (0, 0))[1])
+                 for tid, (run, wait) in now.items()]
+        return ProcessCPU(r.ru_utime + r.ru_stime - self._cpu0, wall, usable_cores(threads, interpreter_bound),
+                          max((run + wait for run, wait in delta), default=0) / 1e9,
+                          sum(wait for _, wait in delta) / 1e9, label)
+
+
+def evidence(p: ProcessCPU) -> str:
+    """One process in words: its CPU over the wall time, against its usable cores."""
+    text = (f"{p.label} {p.cpu_seconds:.2f} CPU-s / {p.wall_seconds:.2f} s wall = {p.cores_used:.2f} of "
+            f"{p.usable_cores:g} usable core{'s' if p.usable_cores != 1 else ''}")
+    if p.cores_wanted > p.cores_used + 0.05:
+        text += f" (its busiest thread ready to run {p.cores_wanted:.2f} of the time)"
+    return text
+
+
+def judge(processes: list[ProcessCPU]) -> tuple[bool, str]:
+    """(client-bound, the evidence per process): bound when any process used, or wanted, BOUND_FRACTION of its
+    usable cores - the slowest process sets a batch split among them."""
+    if not processes:
+        return False, ""
+    bound = [p for p in processes if p.cores_wanted >= BOUND_FRACTION * p.usable_cores]
+    starved = [p for p in bound if p.cores_used < BOUND_FRACTION * p.usable_cores]
+    words = "; ".join(evidence(p) for p in processes)
+    if not bound:
+        return False, words
+    why = "starved: ready to run, the CPUs held by other work" if len(starved) == len(bound) else "busy"
+    return True, f"{words}: ≥ {BOUND_FRACTION:.0%} of its usable cores ({why})"
+
+
+def from_row(row: dict) -> list[ProcessCPU]:
+    """The client processes a row records (`client_processes`: a list of ProcessCPU dicts), or none."""
+    return [ProcessCPU(**p) for p in row.get("client_processes") or []]

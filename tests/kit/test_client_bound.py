@@ -1,0 +1,85 @@
+"""A client process is judged against the cores it can use (kit/client_bound, through kit/s3study's rule): a real
+Python process that keeps one core busy is client-bound on any machine, one well below a core is not."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from storagebrief.kit import client_bound, s3study
+from conftest import REPO
+
+# A real client-shaped process: `threads` Python threads that either spin (interpreter-bound work, like boto3
+# parsing responses) or mostly sleep (a client waiting on its store), measured by the process itself.
+PROCESS = r"""
+import json, sys, threading, time
+from storagebrief.kit.client_bound import SelfMeter
+threads, mode = int(sys.argv[1]), sys.argv[2]
+done = threading.Event()
+def work():
+    while not done.is_set():
+        if mode == "sleep":
+            time.sleep(0.05)
+meter = SelfMeter().start()
+pool = [threading.Thread(target=work) for _ in range(threads)]
+[t.start() for t in pool]
+time.sleep(1.0)
+got = meter.stop(threads, interpreter_bound=True, label="worker")     # its threads still alive, as s3ops does
+done.set()
+[t.join() for t in pool]
+print(json.dumps(got.as_dict()))
+"""
+
+
+def _measured(threads: int, mode: str) -> client_bound.ProcessCPU:
+    out = subprocess.run([sys.executable, "-c", PROCESS, str(threads), mode], capture_output=True, text=True,
+                         timeout=60, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO / "lib")}, check=True)
+    return client_bound.ProcessCPU(**json.loads(out.stdout))
+
+
+def _row(p: client_bound.ProcessCPU, **more) -> dict:
+    return {"wall_seconds": p.wall_seconds, "client_cpu_seconds": p.cpu_seconds,
+            "client_processes": [p.as_dict()], **more}
+
+
+def test_a_python_client_saturating_one_core_is_client_bound_though_the_machine_has_more():
+    # one thread spinning: on a CPU or ready for one the whole time, however loaded the machine is
+    p = _measured(1, "spin")
+    assert p.usable_cores == 1 and p.cores_wanted > 0.85, p
+    bound, why = client_bound.judge([p])
+    assert bound, why
+    assert "of 1 usable core" in why
+    label, reason = s3study.judge_row(_row(p, access="S3 local gateway", gateway_cpu_seconds=0.1))
+    assert label == "client CPU"                  # before: only at 80 % of *all* CPUs, never for one process on 2+
+    assert "worker" in reason and "gateway 0.10 CPU-s" in reason
+    assert s3study.limited_by(_row(p)) == "client CPU"
+
+
+def test_a_client_well_below_a_core_is_not_client_bound():
+    p = _measured(4, "sleep")
+    bound, why = client_bound.judge([p])
+    assert not bound and p.cores_wanted < 0.5, why
+    assert s3study.judge_row(_row(p, access="S3 external"))[0] == ""
+    assert "gateway CPU not measured (external)" in s3study.judge_row(_row(p, access="S3 external"))[1]
+
+
+def test_usable_cores_one_per_interpreter_else_threads_within_the_cpus_it_may_use():
+    cpus = len(os.sched_getaffinity(0))
+    assert client_bound.usable_cores(32, interpreter_bound=True) == 1
+    assert client_bound.usable_cores(32, interpreter_bound=False) == min(32, cpus)
+    assert client_bound.usable_cores(1, interpreter_bound=False) == 1
+
+
+def test_one_saturated_process_of_several_makes_the_row_client_bound_and_each_is_named():
+    idle = client_bound.ProcessCPU(0.1, 2.0, 1.0, label="worker 1")
+    busy = client_bound.ProcessCPU(1.9, 2.0, 1.0, label="worker 2")
+    bound, why = client_bound.judge([idle, busy])
+    assert bound and "worker 1" in why and "worker 2" in why
+    assert not client_bound.judge([idle])[0]
+    starved = client_bound.ProcessCPU(0.6, 2.0, 1.0, thread_runnable_seconds=1.9, waited_seconds=1.3, label="worker")
+    bound, why = client_bound.judge([starved])
+    assert bound and "starved" in why
+    # many threads' run-queue waits overlap: their sum is no evidence of a process wanting a core
+    many = client_bound.ProcessCPU(0.5, 2.0, 1.0, thread_runnable_seconds=0.3, waited_seconds=6.0, label="worker")
+    assert not client_bound.judge([many])[0]

@@ -1,0 +1,31 @@
+"""The brief's S3 ÷ directory sentences say when the S3 side's client, not the object path, set the ratio (issue 45:
+"0.07–0.26 at 64K" read as the object path's cost was mostly boto3's CPU)."""
+from __future__ import annotations
+
+import pandas as pd
+
+from storagebrief.studies.object_sweep import brief
+
+
+def _write(tmp_path, s3_limited: str) -> None:
+    keys = {"load": "idle", "object_bytes": 65536, "concurrency": 8}
+    pts = pd.DataFrame([{"target": "obj", "kind": "s3", "access": "S3 local gateway", "op": op, **keys,
+                         "throughput_mb_per_s": 20.0, "limited_by": s3_limited} for op in ("get", "put")])
+    pairs = pd.DataFrame([{"directory_target": "dir", "s3_target": "obj", "op": op, **keys, "directory_mb_per_s": 200.0,
+                           "s3_mb_per_s": 20.0, "s3_vs_directory": 0.1,
+                           "limited_by": f"S3: {s3_limited}" if s3_limited else ""} for op in ("get", "put")])
+    pts.to_csv(tmp_path / "points.csv", index=False)
+    pairs.to_csv(tmp_path / "pairs.csv", index=False)
+
+
+def test_a_ratio_set_by_the_s3_client_says_so(tmp_path):
+    _write(tmp_path, "client CPU")
+    (answer,) = brief.answers(tmp_path, None, ["dir", "obj"])
+    assert "0.10–0.10 × the directory 'dir'" in answer["basis"]
+    assert "in 2 of 2 of them the S3 client's CPU was the limit" in answer["basis"]
+
+
+def test_a_ratio_the_client_did_not_limit_carries_no_such_note(tmp_path):
+    _write(tmp_path, "")
+    (answer,) = brief.answers(tmp_path, None, ["dir", "obj"])
+    assert "0.10–0.10 × the directory 'dir'" in answer["basis"] and "client's CPU" not in answer["basis"]
