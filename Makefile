@@ -29,7 +29,7 @@ GO_VERSION := 1.25.5
 
 NOTEBOOKS := $(patsubst %.py,%.ipynb,$(wildcard notebooks/[0-9]*_*.py notebooks/brief.py))
 
-.PHONY: study test test-fast env system-deps kafka s3 doctor gpu brief notebooks notebook-files lab clean-data \
+.PHONY: study test test-fast env system-deps kafka s3 doctor gpu brief notebooks notebook-files lab s3ref clean-data \
 	clean hosts test-hosts-deps dvc-lock-local
 
 study: env kafka s3
@@ -130,9 +130,12 @@ $(KAFKA_LIB)/.installed: $(KAFKA_POM)
 	mvn -q -B -f $(KAFKA_POM) -Dkafka.lib=$(CURDIR)/$(KAFKA_LIB) dependency:copy-dependencies
 	@touch $@
 
-# The local S3 gateway (versitygw) for object-storage targets, and the compiled reference S3 client
-# (benchmarks/s3ref, minio-go: benchmarks/object_clients.py); Go installed into $(TOOLS)/go when missing.
-s3: $(TOOLS)/.versitygw-$(VERSITYGW_VERSION) $(TOOLS)/bin/s3ref
+# The local S3 gateway (versitygw) for object-storage targets; Go installed into $(TOOLS)/go when missing.
+s3: $(TOOLS)/.versitygw-$(VERSITYGW_VERSION)
+
+# The compiled reference S3 client (benchmarks/s3ref, minio-go) for benchmarks/object_clients.py; no study
+# needs it, so make study and make test do not build it (about a minute, and its Go modules).
+s3ref: $(TOOLS)/bin/s3ref
 
 # sets $$go to a Go >= GO_MIN: the one on PATH, else $(TOOLS)/go, installed there when missing
 FIND_GO = go=$$(command -v go || true); \

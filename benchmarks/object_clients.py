@@ -1,13 +1,13 @@
 """Does the object sweep measure the store or its client? The study's own worker beside a compiled reference client.
 
-    flock /work/notes/cpu.lock python benchmarks/object_clients.py [--dir data/targets/local] [--mib 64]
+    python benchmarks/object_clients.py [--dir data/targets/local] [--mib 64]
         [--sizes 64k,1m] [--concurrency 8,32] [--rounds 3] [--study-processes 1,2]
 
 One versitygw (core/s3gateway.py, as the object sweep starts it) over a fresh folder under --dir. For each round,
 object size, concurrency and op (GET, then PUT), the sides run one after the other, the order rotated from
 round to round: the study's object-sweep worker (`python -m storagebrief.studies.object_sweep.worker`,
 boto3, the same process, configuration and ready/go protocol as a sweep run) and the reference client
-(`.tools/bin/s3ref`, Go with minio-go, built by `make s3`). Both GET the same pre-written objects (--mib per size,
+(`.tools/bin/s3ref`, Go with minio-go, built by `make s3ref`). Both GET the same pre-written objects (--mib per size,
 in the gateway's page cache for both: neither side is cold) and PUT the same number of fresh keys, removed after
 each batch outside the clock. Each side's bytes, wall time and CPU come from its own counters; the gateway's CPU
 from /proc. Every batch is printed (MB/s, client CPU s/GB, gateway CPU s/GB, and for the study side the
@@ -136,7 +136,7 @@ def main() -> int:
     if args.mib < 1 or args.rounds < 1:
         raise SystemExit(f"--mib {args.mib} / --rounds {args.rounds}: each must be >= 1")
     if not REFERENCE.is_file():
-        raise SystemExit(f"the reference client {REFERENCE} is missing: run `make s3`")
+        raise SystemExit(f"the reference client {REFERENCE} is missing: run `make s3ref`")
     from storagebrief.core import s3gateway, s3store
     from storagebrief.kit.sizes import size_label
 
