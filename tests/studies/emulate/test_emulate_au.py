@@ -193,6 +193,17 @@ def test_what_limited_a_run_is_never_none_below_its_bound():
     both = by(_row(50, device_util_percent_avg=99.0, cpu_busy_percent=95.0, emulator_overhead_s=4.0))
     assert both[0] == "client"
     assert by({"au_percent": 50.0})[0] == "unexplained"                  # nothing recorded
+    # one accelerator process at its interpreter's one core, on a 2-core client far from full (issue 45)
+    one = by(_row(50, client_cpu_cores_busiest_accelerator=0.93, client_busiest_accelerator=3))
+    assert one[0] == "client" and "accelerator 3 used 0.93 of the one core a Python process runs on" in one[1]
+    assert by(_row(50, client_cpu_cores_busiest_accelerator=0.5))[0] == "unexplained"
+
+
+def test_the_busiest_accelerator_process_is_recorded():
+    ranks = [{"cpu_s": 1.0, "cpus": [0, 1]}, {"cpu_s": 4.5, "cpus": [0, 1]}, {"cpu_s": 2.0, "cpus": [0, 1]}]
+    cols = limits.client_cpu_columns(ranks, 5.0, 10, 10**9)
+    assert cols["client_cpu_cores_busiest_accelerator"] == pytest.approx(0.9)
+    assert cols["client_busiest_accelerator"] == 1 and cols["client_cpu_percent_of_cores"] == pytest.approx(75.0)
 
 
 def test_two_probes_with_two_causes_are_uncertain():

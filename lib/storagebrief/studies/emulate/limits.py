@@ -17,7 +17,8 @@ bound (`throttle_au_bound_percent`).
 AU further below its bound always carries a cause from the evidence, never "none":
   client     the client had no CPU headroom (the machine >= CPU_SATURATED_PERCENT busy, a core
              >= CORE_SATURATED_PERCENT, the accelerators using >= CPU_SATURATED_PERCENT of
-             their CPUs, or on an S3 target the accelerators and the local gateway together using
+             their CPUs, one accelerator process using >= kit/client_bound's BOUND_FRACTION of the one
+             core its interpreter runs Python on, or on an S3 target the accelerators and the local gateway together using
              >= CPU_SATURATED_PERCENT of the machine's: the reason names the gateway), or the accelerators' own measured delays (sleep overshoot, barrier
              release: CPU scheduling, never storage) are most of the AU lost;
   storage    the device was busy (>= DEVICE_BUSY_PERCENT utilised, or its read latency
@@ -39,6 +40,7 @@ import math
 import pandas as pd
 
 from ...kit import client_check
+from ...kit.client_bound import BOUND_FRACTION
 from .memory import thrashed
 from ...kit.client_check import CHECK, checks, unchecked  # noqa: F401  (the rows every reader filters)
 
@@ -64,7 +66,10 @@ def client_cpu_columns(ranks: list[dict], total_time_s: float, steps: int, loade
             "client_cpu_s_per_step": total / steps if steps else float("nan"),   # one synchronous step, all accelerators
             "client_cpu_s_per_gb": total / (loader_bytes / 1e9) if loader_bytes else float("nan"),
             "client_cores": n_cores,
-            "client_cpu_percent_of_cores": 100.0 * total / (total_time_s * n_cores) if total_time_s > 0 else float("nan")}
+            "client_cpu_percent_of_cores": 100.0 * total / (total_time_s * n_cores) if total_time_s > 0 else float("nan"),
+            # per process (kit/client_bound): one interpreter runs Python on one core at a time
+            "client_cpu_cores_busiest_accelerator": max(cpu) / total_time_s if total_time_s > 0 else float("nan"),
+            "client_busiest_accelerator": int(max(range(len(cpu)), key=cpu.__getitem__))}
 
 
 def _known(x) -> bool:
@@ -81,6 +86,10 @@ def _evidence(r: dict, bound: float) -> tuple[list[str], list[str], float]:
         client.append(f"busiest core {g('cpu_busy_percent_max_core'):.0f} % busy")
     if _known(g("client_cpu_percent_of_cores")) and g("client_cpu_percent_of_cores") >= CPU_SATURATED_PERCENT:
         client.append(f"accelerators used {g('client_cpu_percent_of_cores'):.0f} % of their CPUs")
+    one = g("client_cpu_cores_busiest_accelerator")
+    if _known(one) and one >= BOUND_FRACTION:
+        client.append(f"accelerator {g('client_busiest_accelerator')} used {one:.2f} of the one core a Python "
+                      f"process runs on (≥ {BOUND_FRACTION:.0%}: kit/client_bound)")
     both = g("client_gateway_cpu_percent_of_machine")     # an S3 local gateway shares this machine's CPUs
     if _known(both) and both >= CPU_SATURATED_PERCENT:
         client.append(f"client + S3 gateway CPU {both:.0f} % of the machine's CPUs "

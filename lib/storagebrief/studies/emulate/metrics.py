@@ -95,6 +95,9 @@ COLUMNS: tuple[Column, ...] = (
     Column("client_cpu_s_per_gb", "s", "client CPU seconds per 10^9 bytes read"),
     Column("client_cores", "", "CPUs the accelerators may run on"),
     Column("client_cpu_percent_of_cores", "%", "client CPU time as a share of those CPUs over the run"),
+    Column("client_cpu_cores_busiest_accelerator", "", "the busiest accelerator process's CPU seconds over the run's "
+                                                        "time (cores; a Python process runs on one: kit/client_bound)"),
+    Column("client_busiest_accelerator", "", "that accelerator's rank"),
     Column("access", "", "how the loaders read: files, S3 local gateway or S3 external (GETs: objects.py)", "text"),
     Column("gateway_cpu_s", "s", "S3 local gateway: its user + system CPU seconds over the run"),
     Column("gateway_cpu_s_per_gb", "s", "S3 local gateway: its CPU seconds per 10^9 bytes the loaders read"),
