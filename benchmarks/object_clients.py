@@ -6,7 +6,7 @@
 One versitygw (core/s3gateway.py, as the object sweep starts it) over a fresh folder under --dir. For each round,
 object size, concurrency and op (GET, then PUT), the sides run one after the other, the order rotated from
 round to round: the study's object-sweep worker (`python -m storagebrief.studies.object_sweep.worker`,
-boto3, the same process, configuration and ready/go protocol as a sweep run) and the reference client
+boto3, the same process, configuration and start protocol as a sweep run) and the reference client
 (`.tools/bin/s3ref`, Go with minio-go, built by `make s3ref`). Both GET the same pre-written objects (--mib per size,
 in the gateway's page cache for both: neither side is cold) and PUT the same number of fresh keys, removed after
 each batch outside the clock. Each side's bytes, wall time and CPU come from its own counters; the gateway's CPU
@@ -57,10 +57,22 @@ def _start(side: str, gw, op: str, size: int, conc: int, keys: list[str], part: 
         proc.stdin.write("\n".join(keys) + "\n\n")
     proc.stdin.flush()
     ready = proc.stdout.readline().strip()
-    if ready != "ready":
+    if ready != ("ready" if side == "reference" else json.dumps({"event": "ready"})):
         proc.kill()
         raise SystemExit(f"{side} did not start: {ready or proc.wait()}")
     return proc
+
+
+def _go(side: str) -> str:
+    """The start line each side reads: the study's worker is a kit.child (JSON commands), the reference reads 'go'."""
+    from storagebrief.studies.object_sweep.worker import GO
+    return "go\n" if side == "reference" else json.dumps(GO) + "\n"
+
+
+def _result(side: str, line: str) -> dict:
+    """The batch's row from the side's last line (the study's worker: its 'done' event)."""
+    row = json.loads(line)
+    return row if side == "reference" else ({"error": row["error"]} if "error" in row else row["batch"])
 
 
 def _cpu_ticks() -> tuple[int, int]:
@@ -79,7 +91,7 @@ def batch(side: str, gw, op: str, size: int, conc: int, keys: list[str]) -> dict
     procs = [_start(side, gw, op, size, c, k, len(parts) > 1) for k, c in parts]
     g0, (b0, t0) = _gateway_cpu(gw.proc.pid), _cpu_ticks()
     for proc in procs:
-        proc.stdin.write("go\n")
+        proc.stdin.write(_go(side))
         proc.stdin.flush()
     lines = [proc.stdout.readline() for proc in procs]
     g1, (b1, t1) = _gateway_cpu(gw.proc.pid), _cpu_ticks()
@@ -87,7 +99,7 @@ def batch(side: str, gw, op: str, size: int, conc: int, keys: list[str]) -> dict
     for proc, line in zip(procs, lines):
         proc.stdin.close()
         proc.wait(timeout=60)
-        rows.append(json.loads(line) if line.strip() else {"error": f"exited with status {proc.returncode}"})
+        rows.append(_result(side, line) if line.strip() else {"error": f"exited with status {proc.returncode}"})
         if "error" in rows[-1]:
             raise SystemExit(f"{side} {op} {size} c{conc}: {rows[-1]['error']}")
     row = rows[0] if len(rows) == 1 else s3ops.merged(rows).row()

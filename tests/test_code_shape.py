@@ -200,7 +200,6 @@ def test_the_launcher_rule_sees_the_pools_the_studies_had():
 # a kit.child.Child (JSON lines, dies with us, a dead child's reason, stop then kill): a study starts no
 # `python` children of its own. Exceptions, by file or by file:function, each with why it stays:
 FRESH_PYTHON_ALLOWED = {
-    "studies/object_sweep/run.py": "moves to kit.child with the object client rewrite (issue 45)",
     "studies/train_resnet50/run.py:warm_libraries": "imports TensorFlow once to read its libraries into the page "
                                                     "cache; it says nothing and serves nothing: no worker",
 }

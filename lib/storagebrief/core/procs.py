@@ -154,10 +154,11 @@ def kill_orphans() -> list[str]:
 class Scope:
     """The external processes one part of a run starts, ended together by kill()."""
 
-    def __init__(self, name: str, group=None, own_group: bool = False):
+    def __init__(self, name: str, group=None, own_group: bool = False, join: list[str] | None = None):
         safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)[:80]
         self.token = f"{owner_token()}:{safe}-{time.monotonic_ns() % 10**9}"
         self.group, self._own_group = group, own_group
+        self.join = list(join or [])     # cgroups its processes also join that it does not own (a run's throttle)
         self.why_no_cgroup: str | None = None
         self.procs: list[subprocess.Popen] = []
         self.pgids: set[int] = set()
@@ -182,7 +183,7 @@ class Scope:
     def preexec(self, sig: int = signal.SIGKILL):
         """For Popen(preexec_fn=...): die with the parent, then join the scope's cgroup before exec."""
         from . import cgroups
-        files = list(self.group.procs_files) if self.group is not None else []
+        files = (list(self.group.procs_files) if self.group is not None else []) + self.join
 
         def inside():
             die_with_parent(sig)

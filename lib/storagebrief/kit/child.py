@@ -4,7 +4,8 @@ fork (TensorFlow, librdkafka): kit.ranks forks its workers from the launcher, th
 `python -m <module> '<json arg>'`, with this process's storagebrief first on its PYTHONPATH, starts through a
 core.procs.Scope: a session of its own (a terminal's Ctrl-C reaches the study, which stops it), the owner marker
 (the leftovers sweep finds it after kill -9 of us) and PR_SET_PDEATHSIG (it dies with us). Its stderr goes to a
-log file. Every JSON object it writes a line on stdout is an event (core.events: other lines are passed over;
+log file; `join` puts it in cgroups the run holds too (a target's throttle), which its stop() never
+empties. Every JSON object it writes a line on stdout is an event (core.events: other lines are passed over;
 "eof" is reserved for its end); `send` writes one command a line on its stdin.
 
 `expect(event, timeout_s, check)` waits for the next such event and raises with the child's own words on
@@ -46,11 +47,12 @@ def child_env(extra: dict | None = None) -> dict:
 class Child:
     """One `python -m module` worker: label names it in every message ("consumer 0")."""
 
-    def __init__(self, module: str, arg: Any, log_file: Path, label: str = "worker", env: dict | None = None):
+    def __init__(self, module: str, arg: Any, log_file: Path, label: str = "worker", env: dict | None = None,
+                 join: list[str] | None = None):
         self.label, self.log_path = label, Path(log_file)
         self.events: queue.Queue = queue.Queue()
         self.ended: str | None = None             # how it ended, once its stdout closed
-        self.scope = Scope(f"child-{label}")
+        self.scope = Scope(f"child-{label}", join=join)   # join: the run's cgroup (its throttle), not ours to kill
         self.oom_before = budget.oom_kills()
         rfd, wfd = os.pipe()
         try:

@@ -12,6 +12,7 @@ import yaml
 
 from child_cgroup import ENV, child_cgroup, cli_in
 from conftest import REPO
+from storagebrief.studies.object_sweep.worker import GO
 
 MIB = 1 << 20
 OBJECT = 256 * MIB
@@ -42,8 +43,8 @@ def test_a_get_worker_holds_no_body_and_a_put_worker_one(tmp_path):
     cfg = {"size": OBJECT, "concurrency": 2, "seed": 0, "keys": ["a", "b"], "folder": str(tmp_path)}
     run = "import runpy, sys; sys.argv = ['w']\ntry:\n    runpy.run_module('storagebrief.studies.object_sweep.worker', " \
           "run_name='__main__')\nexcept SystemExit:\n    pass"
-    put = _peak_kib(run, json.dumps({**cfg, "op": "put"}) + "\ngo\n") * 1024
-    get = _peak_kib(run, json.dumps({**cfg, "op": "get"}) + "\ngo\n") * 1024
+    put = _peak_kib(run, json.dumps({**cfg, "op": "put"}) + "\n" + json.dumps(GO) + "\n") * 1024
+    get = _peak_kib(run, json.dumps({**cfg, "op": "get"}) + "\n" + json.dumps(GO) + "\n") * 1024
     assert (tmp_path / "a").stat().st_size == OBJECT
     assert get < 128 * MIB, f"GET worker peak {get / MIB:.0f} MiB"
     assert put < OBJECT + 128 * MIB, f"PUT worker peak {put / MIB:.0f} MiB"

@@ -14,14 +14,11 @@ everything the study wrote on object targets (external: only its run prefix).
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from ...core import cgroups, procs, results
 from ...core.config import ParamsError
@@ -29,12 +26,16 @@ from ...core.s3store import S3Failed
 from ...core.store import Store
 from ...core.sweep import Measurement, Point
 from ...kit import s3ops, s3study, space
+from ...kit.child import Child
 from ...kit.client_bound import BOUND_FRACTION
 from ...kit.s3study import CLIENT_LIMIT_PERCENT, judge_row
 from ...kit.sizes import size_label
 from . import STUDY, dataset
 from .params import ObjectSweepParams
-from .worker import check_budget
+from .worker import GO, check_budget
+
+READY_S = 120.0          # a worker's start-up (imports, client, a PUT's body) before the clock
+BATCH_S = 3600.0         # one batch: the point's bytes at the slowest profile, with room
 
 
 
@@ -160,46 +161,63 @@ def shares(keys: list[str], concurrency: int, processes: int) -> list[tuple[list
     return [(keys[i::n], concurrency // n + (1 if i < concurrency % n else 0)) for i in range(n)]
 
 
-def _start_workers(scope, store, cfg: dict, env: dict, parts: list[tuple[list[str], int]]) -> list:
-    """Every worker started (imports, client) and ready before the clock; none touches data before 'go'."""
-    workers = []
-    for keys, conc in parts:
-        w = scope.popen([sys.executable, "-m", f"{STUDY.package}.worker"], env={**os.environ, **env},
-                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                        cwd=str(Path(__file__).resolve().parents[3]))
-        w.stdin.write(json.dumps({**cfg, "keys": keys, "concurrency": conc, "part": len(parts) > 1}) + "\n")
-        w.stdin.flush()
-        workers.append(w)
-    for w in workers:
-        if w.stdout.readline().strip() != "ready":
-            _raise_worker(store, w)
+def _start_workers(run, scope, store, cfg: dict, env: dict, parts: list[tuple[list[str], int]]) -> list[Child]:
+    """Every worker started (imports, client) and ready before the clock; none touches data before 'go'. Each is a
+    kit.child in the run's cgroup (a directory target's throttle): a fresh interpreter, its log in logs/."""
+    logs = run.sweep.out_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    join = list(scope.group.procs_files) if scope.group is not None else None
+    workers: list[Child] = []
+    try:
+        for i, (keys, conc) in enumerate(parts):
+            w = Child(f"{STUDY.package}.worker", {}, logs / f"{run.run_id}-worker-{i}.log",
+                      f"object-sweep worker {i}", env=env, join=join)
+            workers.append(w)
+            w.send({**cfg, "keys": keys, "concurrency": conc, "part": len(parts) > 1})
+        for w in workers:
+            _expect(store, w, "ready", READY_S)
+    except BaseException:
+        _stop(workers)
+        raise
     return workers
+
+
+def _expect(store, w: Child, event: str, timeout_s: float) -> dict:
+    """The worker's next `event`; a worker that died or failed names a dead gateway first (store.check)."""
+    try:
+        return w.expect(event, timeout_s)
+    except Exception:
+        store.check()
+        raise
+
+
+def _stop(workers: list[Child]) -> None:
+    for w in workers:
+        w.stop()
 
 
 def _measure(run, c: Config, store, scope, busy, cfg: dict, env: dict, keys: list[str]) -> Measurement:  # long: one point's workers, start to row
     parts = shares(keys, c.concurrency, run.p.client_processes)
-    workers = _start_workers(scope, store, cfg, env, parts)
-    _cold_cache(run, c, store)          # after the workers are ready: the objects' files go cold
-    if c.load == "busy":
-        _busy_load(run, busy)
-    g0 = store.server_cpu_seconds()
-    run.start_clock()
-    for w in workers:                   # one 'go' each, back to back: the shares start together
-        w.stdin.write("go\n")
-        w.stdin.flush()
-    lines = [w.stdout.readline() for w in workers]
-    run.stop_clock()
-    g1 = store.server_cpu_seconds()
-    busy.kill()
-    for w, line in zip(workers, lines):
-        w.wait(timeout=60)
-        if not line:
-            _raise_worker(store, w)
-    got = [json.loads(line) for line in lines]
+    workers = _start_workers(run, scope, store, cfg, env, parts)
+    try:
+        _cold_cache(run, c, store)          # after the workers are ready: the objects' files go cold
+        if c.load == "busy":
+            _busy_load(run, busy)
+        g0 = store.server_cpu_seconds()
+        run.start_clock()
+        for w in workers:                   # one 'go' each, back to back: the shares start together
+            w.send(GO)
+        got = [_expect(store, w, "done", BATCH_S) for w in workers]
+        run.stop_clock()
+        g1 = store.server_cpu_seconds()
+    finally:
+        busy.kill()
+        _stop(workers)
     failed = [r["error"] for r in got if "error" in r]
     if failed:
         store.check()
         raise S3Failed(f"target '{run.target.name}' {c.label}: {failed[0]}")
+    got = [r["batch"] for r in got]
     row = got[0] if len(got) == 1 else s3ops.merged(got).row()
     if c.op == "put":
         store.delete(keys)          # a PUT point's objects go after the run (outside the clock): space stays bounded
@@ -223,13 +241,6 @@ def _judged(row: dict, machine_busy_percent: float | None) -> dict:
                                         if p["wall_seconds"] > 0), default=None)
     row["client_usable_cores"] = sum(p["usable_cores"] for p in procs_) if procs_ else None
     return row
-
-
-def _raise_worker(store, w) -> None:
-    store.check()
-    w.kill()
-    err = w.stderr.read() if w.stderr else ""
-    raise RuntimeError(f"the object-sweep worker failed (status {w.wait()}): {err[-500:]}")
 
 
 # --------------------------------------------------------------------------- finish / close

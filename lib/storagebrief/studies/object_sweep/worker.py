@@ -4,13 +4,16 @@ Its own process so that its CPU time is the client's alone (the engine's monitor
 in the study's process) and, on a directory target, so that it can sit in the target's throttle cgroup.
 The configuration comes on stdin as JSON, credentials in the environment (never argv or a file):
 STORAGEBRIEF_S3_ACCESS / STORAGEBRIEF_S3_SECRET for the local gateway, else boto3's own chain (the
-environment or the AWS profile named in the config). Protocol: prints 'ready' once imports, client and
-payload are made; runs the batch on 'go'; prints the batch's row as JSON (or {"error": "..."})."""
+environment or the AWS profile named in the config). A kit.child: it says {"event": "ready"} once imports,
+client and payload are made, runs the batch on {"cmd": "go"} and says {"event": "done", "batch": row} (or
+{"event": "done", "error": "..."}: the parent names a dead gateway before the error)."""
 from __future__ import annotations
 
 import json
 import os
 import sys
+
+GO = {"cmd": "go"}             # the parent's start: the clock runs
 
 
 def main() -> int:
@@ -27,8 +30,8 @@ def main() -> int:
                   "aws_secret_access_key": os.environ.pop("STORAGEBRIEF_S3_SECRET")}
                  if "STORAGEBRIEF_S3_ACCESS" in os.environ else None)
         client = S3Client({**cfg, "credentials": creds, "pool": cfg["concurrency"]}).client
-    print("ready", flush=True)
-    if sys.stdin.readline().strip() != "go":
+    _say({"event": "ready"})
+    if json.loads(sys.stdin.readline() or "{}") != GO:
         return 1
     try:
         if client is not None:
@@ -38,11 +41,15 @@ def main() -> int:
     except Exception as exc:   # noqa: BLE001 -- the parent names the cause (a dead gateway first)
         from ...core.s3store import explain
         msg = explain(exc, cfg.get("endpoint") or cfg.get("folder"), cfg.get("bucket", ""), "endpoint")
-        print(json.dumps({"error": msg}), flush=True)
+        _say({"event": "done", "error": msg})
         return 0
     # one of several processes sharing the point: its part, latencies included, for the parent to merge
-    print(json.dumps(batch.part() if cfg.get("part") else batch.row()), flush=True)
+    _say({"event": "done", "batch": batch.part() if cfg.get("part") else batch.row()})
     return 0
+
+
+def _say(event: dict) -> None:
+    print(json.dumps(event), flush=True)
 
 
 # --------------------------------------------------------------------------- the sweep's budget
