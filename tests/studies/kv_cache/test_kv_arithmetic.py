@@ -102,5 +102,6 @@ def test_bad_params_are_refused_naming_the_key(tmp_path, section, words):
 def test_mlperf_presets_validate_and_keep_the_closed_options(tmp_path):
     p = _validate(tmp_path, {"run": ["mlperf-closed-1", "mlperf-closed-2", "mlperf-closed-3"]}).section("kv_cache")
     w = [p.workload(n) for n in p.run]
-    assert [(x.model, x.users_per_client, x.cpu_tier_gib, x.concurrency) for x in w] == [
-        ("llama3.1-8b", 200, None, 16), ("llama3.1-8b", 100, 4.0, 16), ("llama3.1-70b", 70, None, 4)]
+    # the tool's README (README.md:1699-1776 at 284ce72): one worker per user; 16 / 0 (unbounded) / 4 writes in flight
+    assert [(x.model, x.users_per_client, x.cpu_tier_gib, x.max_concurrent_allocs, x.threads) for x in w] == [
+        ("llama3.1-8b", 200, None, 16, 200), ("llama3.1-8b", 100, 4.0, 0, 100), ("llama3.1-70b", 70, None, 4, 70)]

@@ -54,26 +54,54 @@ def _rec(study: dict, key: str, fmt: str = "{}") -> str:
     return fmt.format(study[key]) if study.get(key) is not None else NOT_RECORDED
 
 
+def _family(w: dict) -> str:
+    return ("MLPerf's user model" if w.get("family") == "mlperf" else
+            "this study's closed loop" if w.get("family") else f"family {NOT_RECORDED}")
+
+
+def _in_flight(w: dict) -> str:
+    if w.get("family") == "mlperf":
+        allocs = w.get("max_concurrent_allocs") or 0
+        return ("one worker per user, open-loop users (think, then enqueue), writes in flight "
+                + (f"at most {allocs}" if allocs else "unbounded") + ", reads unbounded")
+    return f"{w['concurrency']} requests in flight per client"
+
+
+def _templates(study: dict) -> str:
+    m = study.get("mlperf") or {}
+    t = "; ".join(f"{x['name']} L {x['context_tokens'][0]:,}–{x['context_tokens'][1]:,}, G "
+                  f"{x['generate_tokens'][0]}–{x['generate_tokens'][1]}, think {x['think_s'][0]:g}–{x['think_s'][1]:g} s"
+                  for x in m.get("templates", []))
+    return (f" The mlperf family (MLPerf's tool at 284ce72): each user draws a template ({t or NOT_RECORDED}); a "
+            "request's context is U[L/4, L] tokens, its file holds that turn's context, every earlier turn's file of "
+            "the conversation is read back first, and below 10K tokens the new file is read 1 + ⌈G / "
+            f"{m.get('decode_batch_tokens', NOT_RECORDED)}⌉ times; a conversation ends with probability "
+            f"{m.get('end_conversation_probability', NOT_RECORDED)} per turn; files stay until the capacity LRU drops "
+            "them.") if m else ""
+
+
 def _what_ran(ok, study: dict) -> None:
     if not study:
         return                              # study.json missing: said with the missing files
     models = "; ".join(f"**{m}**: {s['formula']}" for m, s in study.get("models", {}).items())
-    wl = ", ".join(f"{n} ({w['model']}, {w['users_per_client']} users per client, "
+    wl = ", ".join(f"{n} ({_family(w)}; {w['model']}, {w['users_per_client']} users per client, "
                    + (f"a {w['cpu_tier_gib']:g} GiB CPU tier per client" if w.get("cpu_tier_gib") else "no CPU tier")
-                   + f", {w['concurrency']} requests in flight per client)" for n, w in study.get("workloads", {}).items())
+                   + f", {_in_flight(w)})" for n, w in study.get("workloads", {}).items())
     ctx = ", ".join(f"{c['tokens']:,}" for c in study.get("contexts", []))
     turns = ", ".join(f"{t['tokens']}" for t in study.get("turns", []))
     models, wl, ctx, turns = (x or NOT_RECORDED for x in (models, wl, ctx, turns))
+    closed = any(w.get("family") != "mlperf" for w in study.get("workloads", {}).values())
     show_md(
         "**What ran.** MLPerf Storage v3.0's KV-cache workload, measured on each target: "
         f"{_rec(study, 'clients')} client " + ("MPI ranks" if study.get("launcher") == "mpi" else "processes")
         + f" of simulated users for a nominal {_rec(study, 'duration_s', '{} s')} per run (requests in flight at the "
-        f"end finish). Workloads: {wl}. KV bytes per token (fp16, grouped-query attention): {models}. A "
-        f"conversation starts with {ctx} tokens (weighted draw), runs {turns} turns, and each later turn adds "
-        f"{_rec(study, 'turn_tokens')} tokens and first reloads the previous turn's cache; below "
-        f"{_rec(study, 'prefill_only_tokens', '{:,}')} tokens a new cache is also read back "
-        f"{_rec(study, 'decode_reads')} "
-        "time(s) right after its write (MLPerf's prefill + decode). Every cache is one file "
+        f"end finish). Workloads: {wl}. KV bytes per token (fp16, grouped-query attention): {models}."
+        + (_templates(study) if any(w.get("family") == "mlperf" for w in study.get("workloads", {}).values()) else "")
+        + (f" In this study's closed loop a conversation starts with {ctx} tokens (weighted draw), runs {turns} "
+           f"turns, and each later turn adds {_rec(study, 'turn_tokens')} tokens and first reloads the previous "
+           f"turn's cache; below {_rec(study, 'prefill_only_tokens', '{:,}')} tokens a new cache is also read back "
+           f"{_rec(study, 'decode_reads')} time(s) right after its write." if closed else "")
+        + " Every cache is one file "
         "per request (MLPerf's layout, so MLPerf's figure and ours count the same I/O), written with write() calls "
         f"of {_rec(study, 'write_block_mib', '{} MiB')} of incompressible bytes and fsync'ed, then read back cold "
         "(posix_fadvise DONTNEED before the read; drop_caches as root before each run). The quick profile keeps the "

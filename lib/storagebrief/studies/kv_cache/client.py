@@ -245,12 +245,15 @@ class Client:
         except BaseException as exc:                                # noqa: BLE001 - reported by run()
             self.error = exc
 
-    def run(self, t_start: float) -> dict:
+    def run(self, t_start: float, threads_for=None) -> dict:
+        """The run from t_start: `concurrency` closed-loop threads, or those `threads_for(deadline)` gives (the
+        mlperf family's users and workers, mlperf_users.Users)."""
         self.evicted = {}
         c0 = os.times()
         deadline = t_start + self.spec["duration_s"]
-        threads = [threading.Thread(target=self._worker, args=(deadline,), daemon=True)
-                   for _ in range(self.spec["concurrency"])]
+        threads = threads_for(deadline) if threads_for else [
+            threading.Thread(target=self._worker, args=(deadline,), daemon=True)
+            for _ in range(self.spec["concurrency"])]
         for t in threads:
             t.start()
         # MLPerf's denominator: the wait for the duration as measured (benchmark.py:1242-1244 at 284ce72), not the

@@ -32,18 +32,26 @@ STORAGE_BUSY_PERCENT = 80          # a storage call in flight this much of the r
 COLUMNS: tuple[Column, ...] = (
     Column("workload", "", "the workload (kv_cache.run: an MLPerf closed option or a name of kv_cache.workloads)",
            "text"),
+    Column("family", "", "the workload family: mlperf (MLPerf's user model: open-loop users, one worker per user, "
+                         "writes bounded by max_concurrent_allocs) or closed-loop (this study's own)", "text"),
     Column("model", "", "the model whose KV cache is written (kv_cache.workload.MODELS or kv_cache.shapes)", "text"),
     Column("kv_bytes_per_token", "bytes", "2 × layers × kv_heads × head_dim × 2 B (fp16)"),
     Column("launcher", "", "fork (processes on this host) or mpi (mpirun ranks)", "text"),
     Column("clients", "", "client processes (or MPI ranks)"),
     Column("users_per_client", "", "simulated users per client"),
-    Column("concurrency", "", "requests in flight per client at most (its threads)"),
+    Column("concurrency", "", "requests in flight per client at most (its threads; mlperf: one worker per user)"),
+    Column("max_concurrent_allocs", "", "mlperf family: writes in flight per client at most (0: unbounded)"),
     Column("cpu_tier_bytes", "bytes", "the CPU tier's budget per client (0: no CPU tier)"),
     Column("duration_s", "s", "nominal duration: requests start until then"),
     Column("elapsed_time_s", "s", "the wait for the duration as measured (MLPerf's elapsed_time: its denominator)"),
     Column("wall_s", "s", "from the start line until the last request ended"),
     Column("overrun_s", "s", "how long requests ran past the nominal duration"),
     Column("requests", "", "user requests (turns) completed"),
+    Column("requests_issued", "", "mlperf family: requests the users enqueued (open loop: whether or not their "
+                                  "last one finished)"),
+    Column("requests_queued_at_end", "", "mlperf family: requests still waiting for a worker when the duration "
+                                         "ended (never started, as in MLPerf's tool)"),
+    Column("reload_misses", "", "mlperf family: reads of a cache the capacity LRU had evicted (no I/O)"),
     Column("storage_reads", "", "KV entries read back from storage"),
     Column("storage_writes", "", "KV entries written to storage (requests' and evictions')"),
     Column("storage_read_bytes", "bytes", "bytes read from storage"),
@@ -117,6 +125,14 @@ def reload_fit(sizes, seconds) -> tuple[float | None, float]:
     return float((b * b).sum() / (b * t).sum()), 0.0
 
 
+def _open_loop(ranks: list[dict]) -> dict:
+    """The mlperf family's queue figures, summed over the clients (absent for the closed loop)."""
+    keys = {"requests_issued": "issued", "requests_queued_at_end": "queued_at_end", "reload_misses": "misses"}
+    if not ranks or "issued" not in ranks[0]:
+        return {}
+    return {col: sum(int(c[k]) for c in ranks) for col, k in keys.items()}
+
+
 def limited_by(client_cpu_percent: float, io_busy_percent: float) -> str:
     """What set the pace, with the figure that says so (the Column's meaning gives the thresholds)."""
     if client_cpu_percent >= CLIENT_CPU_LIMIT_PERCENT:
@@ -151,7 +167,7 @@ def run_row(spec: dict, result: dict) -> dict:
     tokens = sum(r.tokens for r in reads)
     row = {"duration_s": nominal, "elapsed_time_s": elapsed, "wall_s": wall,
            "overrun_s": max(0.0, t_end - (t0 + nominal)),
-           "requests": len(req_writes), "storage_reads": len(reads), "storage_writes": len(writes),
+           "requests": len(req_writes), **_open_loop(result["ranks"]), "storage_reads": len(reads), "storage_writes": len(writes),
            "storage_read_bytes": rbytes, "storage_write_bytes": wbytes, "io_busy_s": busy,
            "io_busy_percent": busy / wall * 100,
            "mlperf_read_gib_per_s": rbytes / elapsed / GIB, "mlperf_write_gib_per_s": wbytes / elapsed / GIB,
