@@ -85,7 +85,8 @@ COLUMNS: tuple[Column, ...] = (
                                                         "storage_throughput_tokens_per_sec: generated tokens ÷ "
                                                         "summed storage latency)"),
     Column("reload_read_gib_per_s", "GiB/s", "one request's reload rate: 1 ÷ slope of a least-squares line of read "
-                                             "host time against bytes (all reads of the run)"),
+                                             "host time against bytes (all reads of the run), at most the bytes "
+                                             "read ÷ the time any read was in flight"),
     Column("reload_latency_ms", "ms", "that line's intercept (≥ 0): a reload's fixed cost"),
     Column("client_cpu_percent", "%", "the clients' CPU time ÷ (wall_s × this host's cores) × 100"),
     Column("limited_by", "", "what set the pace: client CPU (the clients' CPU time ≥ 85 % of the host's cores), "
@@ -117,17 +118,23 @@ def _pct(values_s, q) -> float | None:
     return float(np.percentile(np.asarray(values_s) * 1e3, q)) if len(values_s) else None
 
 
-def reload_fit(sizes, seconds) -> tuple[float | None, float]:
+def reload_fit(sizes, seconds, most_bytes_per_s: float | None = None) -> tuple[float | None, float]:
     """(bytes/s, latency s) of `seconds = latency + bytes / rate` by least squares over the reads; through the
-    origin (latency 0) when the sizes do not vary or the free line has no positive slope and intercept."""
+    origin (latency 0) when the sizes do not vary or the free line has no positive slope and intercept. A rate
+    above `most_bytes_per_s` (what the target delivered to all reads together) is one the target never showed: the
+    rate is held there and the latency refitted (the mean of seconds − bytes ÷ rate, ≥ 0)."""
     b, t = np.asarray(sizes, float), np.asarray(seconds, float)
     if not len(b) or t.sum() <= 0:
         return None, 0.0
+    rate, lat = float((b * b).sum() / (b * t).sum()), 0.0
     if len(set(b.tolist())) > 1:
         slope, icpt = np.polyfit(b, t, 1)
         if slope > 0 and icpt >= 0:
-            return 1 / slope, float(icpt)
-    return float((b * b).sum() / (b * t).sum()), 0.0
+            rate, lat = 1 / slope, float(icpt)
+    if most_bytes_per_s and rate > most_bytes_per_s:
+        rate = float(most_bytes_per_s)
+        lat = max(0.0, float((t - b / rate).mean()))
+    return rate, lat
 
 
 def _open_loop(ranks: list[dict]) -> dict:
@@ -189,7 +196,9 @@ def run_row(spec: dict, result: dict) -> dict:
     req_writes = [r for r in recs if r.op == "write" and r.user >= 0]
     cpu_s = sum(c["cpu_s"] for c in result["ranks"])
     cpu_pct = cpu_s / (wall * (os.cpu_count() or 1)) * 100
-    rate, lat = reload_fit([r.nbytes for r in reads], [r.end - r.start for r in reads])
+    read_busy = union_s([(r.start, r.end) for r in reads])
+    rate, lat = reload_fit([r.nbytes for r in reads], [r.end - r.start for r in reads],
+                           rbytes / read_busy if read_busy else None)
     tokens = sum(r.tokens for r in reads)
     row = {"duration_s": nominal, "elapsed_time_s": elapsed, "wall_s": wall,
            "overrun_s": max(0.0, t_end - (t0 + nominal)),

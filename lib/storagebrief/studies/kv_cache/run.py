@@ -23,7 +23,8 @@ from .params import KvCacheParams
 from .workload import GIB, MIB, MLPERF
 
 BREAKEVEN_COLUMNS = ["target", "model", "accelerator", "how", "tflops", "reload_read_gib_per_s", "reload_latency_s",
-                     "break_even_tokens", "within_tokens", "need_at_tokens", "read_gib_per_s_needed", "answer"]
+                     "break_even_tokens", "within_tokens", "need_at_tokens", "read_gib_per_s_needed", "runs",
+                     "break_even_low", "break_even_high", "stable", "answer"]
 
 
 @dataclass(frozen=True)
@@ -205,17 +206,21 @@ def breakeven_rows(frame, names: list[str], p: KvCacheParams, cpu_tflops: float 
             if not len(g):
                 continue
             rate, lat = float(g.reload_read_gib_per_s.median()) * GIB, float(g.reload_latency_ms.median()) / 1e3
+            per_run = list(zip(g.reload_read_gib_per_s * GIB, g.reload_latency_ms / 1e3))
             for a in b.accelerators:
                 acc = cat[a]
                 tf = acc.tflops(m)
                 if not tf:
                     continue
                 ans = breakeven.answer(p.shape(m), tf, rate, lat, b.answer_within_tokens, b.need_at_tokens)
+                spread = breakeven.spread([breakeven.answer(p.shape(m), tf, r, la, b.answer_within_tokens,
+                                                            b.need_at_tokens)["break_even_tokens"] for r, la in per_run],
+                                          b.answer_within_tokens)
                 out.append({"target": t, "model": m, "accelerator": a, "how": acc.how, "tflops": tf,
                             "reload_read_gib_per_s": rate / GIB, "reload_latency_s": lat,
                             **{k: ans[k] for k in ("break_even_tokens", "within_tokens", "need_at_tokens",
-                                                   "read_gib_per_s_needed")},
-                            "answer": breakeven.sentence(ans)})
+                                                   "read_gib_per_s_needed")}, **spread,
+                            "answer": breakeven.sentence(ans, spread)})
     return out
 
 
