@@ -1,6 +1,6 @@
 """The mlperf workload family is MLPerf's user model (kv_cache_benchmark at upstream commit 284ce72): one worker per
 user (benchmark.py:1231), 1 + ⌈G/32⌉ reads of a request's new cache below 10K tokens (benchmark.py:584-613), every
-earlier turn's file reloaded (benchmark.py:548-562), writes bounded by max_concurrent_allocs and reads not
+earlier turn's file reloaded (benchmark.py:552-565), writes bounded by max_concurrent_allocs and reads not
 (cache.py:640-653), the files kept until the capacity LRU drops them (cache.py:431-437); the presets as the
 tool's README runs the closed options (README.md:1699-1776)."""
 from __future__ import annotations

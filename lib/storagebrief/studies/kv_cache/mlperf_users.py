@@ -3,13 +3,13 @@ commit 284ce72 (kv_cache_benchmark/kv_cache/, public fork idevasena/storage_mlco
 
 - Users: each draws a template (chatbot, coding, document) and from it a context length L, a generation length G
   and a think time (workload.py:239-275). A user thread sleeps think × U(0.8, 1.2), then enqueues a request
-  whether or not its last one finished: an open loop (benchmark.py:429-436, 512).
+  whether or not its last one finished: an open loop (benchmark.py:429-436, 489).
 - Conversations: a user goes on with its conversation with probability 0.8 and at most `max_turns` turns
   (benchmark.py:439-453, config.yaml:171-172). A request's context is U[L/4, L] tokens, its generation U[G/4, G]
   (benchmark.py:460-461); its cache is one file per turn holding that turn's context (conversation.py:79-96).
 - Workers: min(users, 500) threads take requests from the queue (benchmark.py:1231-1235); none starts after the
-  duration (benchmark.py:530-532). Per request: read back every earlier turn's file of the conversation still
-  cached (benchmark.py:548-562), write the new one (benchmark.py:565-571) under `max_concurrent_allocs` (a
+  duration (benchmark.py:529-532). Per request: read back every earlier turn's file of the conversation still
+  cached (benchmark.py:552-565), write the new one (benchmark.py:567-573) under `max_concurrent_allocs` (a
   semaphore around the writes only, cache.py:277-280, 640-653; 0: none), then below 10,000 tokens read it
   1 + ⌈G / 32⌉ times (benchmark.py:584-613).
 - Capacity: the files stay until the storage tier's capacity is reached; then the least recently used go
