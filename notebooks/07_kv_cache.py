@@ -32,29 +32,60 @@
 # runs (merged over params.yaml, validated before any work); change params.yaml for `dvc repro` too.
 kv_cache = {
     'run': ['quick-1', 'quick-2', 'quick-3'],  # workloads in order: names below or MLPerf's mlperf-closed-1..3 (paper scale)
-    'workloads': {  # name -> model, users_per_client, cpu_tier_gib (per client; None: none), concurrency
+    'workloads': {  # name -> family (mlperf | closed-loop), model, users_per_client, cpu_tier_gib (per
+        # client; None: none), max_concurrent_allocs (mlperf: writes in flight, 0: unbounded),
+        # concurrency (closed-loop: requests in flight)
         'quick-1': {  # closed option 1, scaled
+            'family': 'mlperf',
             'model': 'llama3.1-8b',
             'users_per_client': 4,
             'cpu_tier_gib': None,
-            'concurrency': 2,
+            'max_concurrent_allocs': 2,
         },
         'quick-2': {  # option 2: a CPU tier
+            'family': 'mlperf',
             'model': 'llama3.1-8b',
             'users_per_client': 4,
             'cpu_tier_gib': 0.0625,
-            'concurrency': 2,
+            'max_concurrent_allocs': 0,
         },
         'quick-3': {  # option 3, scaled
+            'family': 'mlperf',
             'model': 'llama3.1-70b',
             'users_per_client': 2,
             'cpu_tier_gib': None,
-            'concurrency': 1,
+            'max_concurrent_allocs': 1,
         },
+    },
+    'mlperf': {  # the mlperf family's user model (MLPerf's defaults at 284ce72 but the templates' sizes)
+        'templates': [  # a user draws context L, generation G and think seconds from one; a request U[L/4, L]
+            {
+                'name': 'chatbot',
+                'context_tokens': [64, 256],
+                'generate_tokens': [50, 200],
+                'think_s': [0.1, 0.5],
+            },
+            {
+                'name': 'coding',
+                'context_tokens': [128, 352],
+                'generate_tokens': [100, 500],
+                'think_s': [0.2, 1.0],
+            },
+            {
+                'name': 'document',
+                'context_tokens': [128, 320],
+                'generate_tokens': [200, 800],
+                'think_s': [0.3, 1.5],
+            },
+        ],
+        'decode_batch_tokens': 32,  # a request's new cache is read 1 + ceil(G / 32) times below prefill_only_tokens
+        'end_conversation_probability': 0.2,
+        'max_turns': 50,
+        'storage_capacity_gib': None,  # per client; None: MLPerf's 95 % of the target's free space (capacity LRU)
     },
     'shapes': {},  # your own models: name -> {layers, hidden, heads, kv_heads, head_dim, ffn, context_window}
     'clients': 2,  # client processes (launcher fork) or MPI ranks (launcher mpi)
-    'contexts': [  # a conversation's first context: tokens, drawn by weight
+    'contexts': [  # closed-loop: a conversation's first context: tokens, drawn by weight
         {
             'tokens': 64,
             'weight': 1,

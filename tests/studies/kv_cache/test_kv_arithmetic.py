@@ -102,5 +102,30 @@ def test_bad_params_are_refused_naming_the_key(tmp_path, section, words):
 def test_mlperf_presets_validate_and_keep_the_closed_options(tmp_path):
     p = _validate(tmp_path, {"run": ["mlperf-closed-1", "mlperf-closed-2", "mlperf-closed-3"]}).section("kv_cache")
     w = [p.workload(n) for n in p.run]
-    assert [(x.model, x.users_per_client, x.cpu_tier_gib, x.concurrency) for x in w] == [
-        ("llama3.1-8b", 200, None, 16), ("llama3.1-8b", 100, 4.0, 16), ("llama3.1-70b", 70, None, 4)]
+    # the tool's README (README.md:1699-1776 at 284ce72): one worker per user; 16 / 0 (unbounded) / 4 writes in flight
+    assert [(x.model, x.users_per_client, x.cpu_tier_gib, x.max_concurrent_allocs, x.threads) for x in w] == [
+        ("llama3.1-8b", 200, None, 16, 200), ("llama3.1-8b", 100, 4.0, 0, 100), ("llama3.1-70b", 70, None, 4, 70)]
+
+
+def test_the_reload_rate_never_exceeds_what_the_target_delivered_to_its_reads():
+    """The issue's hdd-emulated case: a free line through a few reads gave 0.42-0.50 GiB/s on a device capped at
+    0.14. Reads of a line at 5e8 B/s + 10 ms, bounded at 1e8 B/s: the rate is held there, the latency refitted."""
+    sizes = [1e6, 2e6, 4e6]
+    secs = [0.01 + s / 5e8 for s in sizes]
+    assert reload_fit(sizes, secs)[0] == pytest.approx(5e8)
+    rate, lat = reload_fit(sizes, secs, 1e8)
+    assert rate == 1e8 and lat == pytest.approx(max(0.0, sum(t - s / 1e8 for s, t in zip(sizes, secs)) / 3))
+    assert reload_fit(sizes, secs, 1e9) == (pytest.approx(5e8), pytest.approx(0.01))   # a bound above: unchanged
+
+
+def test_an_unstable_break_even_is_flagged_not_answered():
+    runs = be.spread([1000, 5000], within=131072)
+    assert runs == {"runs": 2, "break_even_low": 1000, "break_even_high": 5000, "stable": False}
+    a = {"break_even_tokens": 3000, "within_tokens": 131072}
+    assert be.sentence(a, runs) == "fit unstable: the break-even ran from 1,000 to 5,000 tokens over 2 runs"
+    mixed = be.spread([1000, None], within=131072)
+    assert mixed["stable"] is False and "beyond 128K tokens over 2 runs" in be.sentence(a, mixed)
+    steady = be.spread([1000, 1500], within=131072)
+    assert steady["stable"] and be.sentence(a, steady) == "reloading beats recomputing beyond 3,000 tokens (runs: " \
+                                                          "1,000–1,500)"
+    assert be.sentence(a, be.spread([1000], 131072)).endswith("(one run: no range)")

@@ -57,7 +57,8 @@ def test_re_runs_count_in_no_scored_figure():
     assert "client_check" in m["fast"]["w"]
     assert set(metrics.mlperf_summary(frame.assign(duration_s=1, users_per_client=1, clients=1, requests=1,
                                                    mlperf_device_read_p95_ms=1, mlperf_device_write_p95_ms=1,
-                                                   mlperf_storage_tokens_per_s=1, io_busy_s=1, wall_s=1,
+                                                   storage_tokens_per_elapsed_s=1, io_busy_s=1, wall_s=1,
+                                                   elapsed_time_s=1, mlperf_read_bytes=1, mlperf_write_bytes=1,
                                                    overstatement_ratio=1))["runs"]) == {"s0", "x"}
     rows = kv_run.breakeven_rows(frame.assign(reload_latency_ms=1.0), ["fast"],
                                  kv_params.KvCacheParams.model_validate(SMALL), None)

@@ -121,13 +121,40 @@ def answer(shape: ModelShape, tflops: float, read_bytes_per_s: float, latency_s:
             "read_gib_per_s_measured": read_bytes_per_s / GIB, "latency_s": latency_s, "tflops": tflops}
 
 
-def sentence(a: dict) -> str:
+UNSTABLE_SPREAD = 2.0     # the runs' break-evens this far apart (highest ÷ lowest): the fit is not an answer
+
+
+def spread(per_run: list, within: int) -> dict:
+    """The break-even over the runs one at a time: {runs, break_even_low, break_even_high, stable}; a run beyond
+    `within` counts as `within` + 1. Unstable: the runs disagree by more than UNSTABLE_SPREAD×, or some answer
+    within `within` and others not."""
+    vals = [within + 1 if v is None else int(v) for v in per_run]
+    if not vals:
+        return {"runs": 0, "break_even_low": None, "break_even_high": None, "stable": None}
+    lo, hi = min(vals), max(vals)
+    beyond = sum(v > within for v in vals)
+    stable = len(vals) < 2 or (0 < beyond == len(vals)) or (not beyond and hi <= UNSTABLE_SPREAD * lo)
+    return {"runs": len(vals), "break_even_low": lo if lo <= within else None,
+            "break_even_high": hi if hi <= within else None, "stable": stable}
+
+
+def sentence(a: dict, runs: dict | None = None) -> str:
+    """The answer in words; an unstable fit over the runs (spread) is flagged instead of answered."""
+    if runs and runs["stable"] is False:
+        lo, hi = runs["break_even_low"], runs["break_even_high"]
+        return (f"fit unstable: the break-even ran from {lo:,} to "
+                + (f"{hi:,} tokens" if hi else f"beyond {a['within_tokens'] // 1024}K tokens")
+                + f" over {runs['runs']} runs")
+    one = " (one run: no range)" if runs and runs["runs"] == 1 else ""
+    rng = (f" (runs: {runs['break_even_low']:,}–{runs['break_even_high']:,})"
+           if runs and runs["runs"] > 1 and runs["break_even_high"] and runs["break_even_low"] != runs["break_even_high"]
+           else "")
     if a["break_even_tokens"] is None:
-        return f"not within {a['within_tokens'] // 1024}K tokens"
+        return f"not within {a['within_tokens'] // 1024}K tokens{one}"
     n = a["break_even_tokens"]
     if n <= 1:
-        return "reloading beats recomputing from the first token"
-    return f"reloading beats recomputing beyond {n:,} tokens"
+        return f"reloading beats recomputing from the first token{rng}{one}"
+    return f"reloading beats recomputing beyond {n:,} tokens{rng}{one}"
 
 
 def h200_reproduction() -> list[dict]:

@@ -11,7 +11,9 @@ import time
 from ...kit import budget
 from ...kit.checkpoint import incompressible
 from ...kit.ranks import Done, Launch, Worker
+from . import mlperf_users
 from .client import Client
+from .workload import MLPERF
 
 
 def _setup(rank: int, n: int, spec: dict) -> Client:
@@ -19,7 +21,11 @@ def _setup(rank: int, n: int, spec: dict) -> Client:
 
 
 def _work(c: Client, rank: int, msg, line) -> dict:
-    return c.run(time.monotonic())
+    if c.spec["family"] != MLPERF:
+        return c.run(time.monotonic())
+    users = mlperf_users.Users(c)
+    out = c.run(time.monotonic(), users.threads)
+    return {**out, "issued": users.issued, "misses": users.misses, "queued_at_end": users.queue.qsize()}
 
 
 WORKER = Worker("kv_cache client", _setup, _work, ref=f"{__name__}:WORKER", on_failure=Client.clear)
@@ -47,7 +53,8 @@ def result(launch: Launch, release: float, done: list[Done]) -> dict:
 # --------------------------------------------------------------------------- the clients' budget
 def check_budget(p, room: budget.Room | None = None) -> None:
     """Refuse (ValueError, one line with the numbers) forked clients this machine cannot hold (kit.budget), for the
-    heaviest workload of `run`: per client a process, its queue's feeder and `concurrency` threads; its memory as
+    heaviest workload of `run`: per client a process, its queue's feeder and its threads (Workload.threads, and the
+    mlperf family's user threads); its memory as
     client.Client allocates it: the write buffer (a block, at most the largest cache), the host buffer reads land
     in (the largest cache), a read chunk per thread, the CPU tier's budget and, while a thread adds an entry and
     its evictions are written, up to one more cache per thread beside it; and the process's own memory."""
@@ -58,18 +65,21 @@ def check_budget(p, room: budget.Room | None = None) -> None:
     for name in p.run:
         w, largest = p.workload(name), p.largest_entry_bytes(name)
         block, tier = min(p.write_block_mib * MIB, largest), p.cpu_tier_bytes(name)
-        in_flight = w.concurrency * largest if tier else 0
-        per = block + largest + w.concurrency * block + tier + in_flight + budget.PROCESS_OWN_BYTES
+        threads = w.threads                                         # doing I/O: closed-loop's or one per user
+        users = w.users_per_client if w.family == MLPERF else 0     # the mlperf family's user threads beside them
+        in_flight = threads * largest if tier else 0
+        per = block + largest + threads * block + tier + in_flight + budget.PROCESS_OWN_BYTES
         what = f"kv_cache.clients = {n:,} (workload {name})"
-        budget.check(f"{what},", tasks=n * (budget.TASKS_PER_WORKER + w.concurrency), room=room,
-                     how=f"{n:,} × ({budget.TASKS_PER_WORKER} + concurrency {w.concurrency})",
-                     lower="lower kv_cache.clients or the workload's concurrency, use launcher: mpi, or raise the limit")
+        budget.check(f"{what},", tasks=n * (budget.TASKS_PER_WORKER + threads + users), room=room,
+                     how=f"{n:,} × ({budget.TASKS_PER_WORKER} + "
+                         + (f"{threads} workers + {users} user threads)" if users else f"concurrency {threads})"),
+                     lower="lower kv_cache.clients or the workload's concurrency or users, use launcher: mpi, or raise the limit")
         budget.check(f"{what},", files=n * budget.FILES_PER_WORKER, room=room, how="pipes in the parent",
                      lower="lower kv_cache.clients, use launcher: mpi, or raise the limit")
         budget.check(what, memory=n * per, room=room,
                      how=f"{n:,} × ({block / MIB:,.0f} MiB write buffer + {largest / MIB:,.0f} MiB host buffer (the "
-                         f"largest cache) + concurrency {w.concurrency} × {block / MIB:,.0f} MiB read chunks"
-                         + (f" + cpu_tier_gib {tier / GIB:g} GiB + {w.concurrency} × {largest / MIB:,.0f} MiB "
+                         f"largest cache) + {threads} threads × {block / MIB:,.0f} MiB read chunks"
+                         + (f" + cpu_tier_gib {tier / GIB:g} GiB + {threads} × {largest / MIB:,.0f} MiB "
                             "caches in flight" if tier else "")
                          + f" + {budget.PROCESS_OWN_BYTES / MIB:.0f} MiB per process)",
                      lower=f"lower kv_cache.clients, workloads.{name}.cpu_tier_gib or concurrency, shorten the "

@@ -1,11 +1,14 @@
 """kv_cache arithmetic: the run's row from every client's call records, MLPerf's summary, headlines.
 
 Both bandwidths count the same bytes (every storage read and write of the run, all clients):
-  MLPerf-style  bytes ÷ the nominal duration (duration_s), as MLPerf's KV-cache benchmark divides, however
-                long the requests in flight at its end ran on;
+  MLPerf-style  MLPerf's arithmetic on this study's I/O: the bytes MLPerf's stats would hold at its snapshot ÷
+                elapsed_time_s, the wait for the duration as measured (MLPerf's `elapsed_time`,
+                benchmark.py:1242-1244, 1398 at 284ce72). The snapshot comes after the tool joins each worker
+                for up to 2 s in turn (benchmark.py:1246-1255); a read counts from its start (cache.py:803), a
+                write once done (cache.py:723). The other bytes (the rest of the overrun) count in no MLPerf figure;
   honest        bytes ÷ io_busy_s, the union of wall-clock time in which any client had a storage call in
                 flight (from the first call's start to the last call's end, gaps where none was excluded).
-overstatement_ratio = MLPerf ÷ honest = io_busy_s ÷ duration_s. Latencies per call in ms, p50/p95/p99 of every
+overstatement_ratio = MLPerf ÷ honest = io_busy_s ÷ elapsed_time_s. Latencies per call in ms, p50/p95/p99 of every
 call of the run: host (read: open + advice + reads + the copy into the host buffer; write: open to close,
 fsync included) and device (read: the read() calls; write: the fsync, MLPerf's device span). MLPerf's own
 device P95 is the largest of the clients' P95s (its ranks'); ours pools every call. GiB = 2^30 B.
@@ -30,28 +33,43 @@ STORAGE_BUSY_PERCENT = 80          # a storage call in flight this much of the r
 COLUMNS: tuple[Column, ...] = (
     Column("workload", "", "the workload (kv_cache.run: an MLPerf closed option or a name of kv_cache.workloads)",
            "text"),
+    Column("family", "", "the workload family: mlperf (MLPerf's user model: open-loop users, one worker per user, "
+                         "writes bounded by max_concurrent_allocs) or closed-loop (this study's own)", "text"),
     Column("model", "", "the model whose KV cache is written (kv_cache.workload.MODELS or kv_cache.shapes)", "text"),
     Column("kv_bytes_per_token", "bytes", "2 × layers × kv_heads × head_dim × 2 B (fp16)"),
     Column("launcher", "", "fork (processes on this host) or mpi (mpirun ranks)", "text"),
     Column("clients", "", "client processes (or MPI ranks)"),
     Column("users_per_client", "", "simulated users per client"),
-    Column("concurrency", "", "requests in flight per client at most (its threads)"),
+    Column("concurrency", "", "requests in flight per client at most (its threads; mlperf: one worker per user)"),
+    Column("max_concurrent_allocs", "", "mlperf family: writes in flight per client at most (0: unbounded)"),
     Column("cpu_tier_bytes", "bytes", "the CPU tier's budget per client (0: no CPU tier)"),
-    Column("duration_s", "s", "nominal duration: requests start until then (MLPerf's denominator)"),
+    Column("duration_s", "s", "nominal duration: requests start until then"),
+    Column("elapsed_time_s", "s", "the wait for the duration as measured (MLPerf's elapsed_time: its denominator)"),
     Column("wall_s", "s", "from the start line until the last request ended"),
     Column("overrun_s", "s", "how long requests ran past the nominal duration"),
     Column("requests", "", "user requests (turns) completed"),
+    Column("requests_issued", "", "mlperf family: requests the users enqueued (open loop: whether or not their "
+                                  "last one finished)"),
+    Column("requests_queued_at_end", "", "mlperf family: requests still waiting for a worker when the duration "
+                                         "ended (never started, as in MLPerf's tool)"),
+    Column("reload_misses", "", "mlperf family: reads of a cache the capacity LRU had evicted (no I/O)"),
     Column("storage_reads", "", "KV entries read back from storage"),
     Column("storage_writes", "", "KV entries written to storage (requests' and evictions')"),
     Column("storage_read_bytes", "bytes", "bytes read from storage"),
     Column("storage_write_bytes", "bytes", "bytes written to storage (each file fsync'ed)"),
     Column("io_busy_s", "s", "union of the wall-clock time any client had a storage call in flight"),
     Column("io_busy_percent", "%", "io_busy_s ÷ wall_s × 100"),
-    Column("mlperf_read_gib_per_s", "GiB/s", "MLPerf-style: storage_read_bytes ÷ duration_s (nominal)"),
-    Column("mlperf_write_gib_per_s", "GiB/s", "MLPerf-style: storage_write_bytes ÷ duration_s (nominal)"),
+    Column("snapshot_s", "s", "when MLPerf's tool would take its stats snapshot, from the start: after joining each "
+                              "worker busy at the deadline for up to 2 s in turn (at the latest)"),
+    Column("mlperf_read_bytes", "bytes", "storage reads started by the snapshot (MLPerf counts a read at its start)"),
+    Column("mlperf_write_bytes", "bytes", "storage writes done by the snapshot (MLPerf counts a write once done)"),
+    Column("mlperf_read_gib_per_s", "GiB/s", "MLPerf's arithmetic on this study's I/O: mlperf_read_bytes ÷ "
+                                             "elapsed_time_s"),
+    Column("mlperf_write_gib_per_s", "GiB/s", "MLPerf's arithmetic on this study's I/O: mlperf_write_bytes ÷ "
+                                              "elapsed_time_s"),
     Column("honest_read_gib_per_s", "GiB/s", "storage_read_bytes ÷ io_busy_s"),
     Column("honest_write_gib_per_s", "GiB/s", "storage_write_bytes ÷ io_busy_s"),
-    Column("overstatement_ratio", "", "MLPerf-style ÷ honest (io_busy_s ÷ duration_s; > 1: MLPerf overstates)"),
+    Column("overstatement_ratio", "", "MLPerf-style ÷ honest (io_busy_s ÷ elapsed_time_s; > 1: MLPerf overstates)"),
     *(Column(f"{op}_{span}_ms_{q}", "ms", f"{q} of the {span} span of every storage {op} call "
              + ("(open + advice + reads + host copy)" if (op, span) == ("read", "host") else
                 "(the read() calls)" if op == "read" else "(open to close)" if span == "host" else "(the fsync)"))
@@ -63,9 +81,12 @@ COLUMNS: tuple[Column, ...] = (
     Column("cpu_tier_write_ratio", "", "request writes that went to the CPU tier ÷ all request writes"),
     Column("storage_tokens", "", "tokens whose KV cache was read back from storage"),
     Column("honest_storage_tokens_per_s", "tokens/s", "storage_tokens ÷ io_busy_s"),
-    Column("mlperf_storage_tokens_per_s", "tokens/s", "MLPerf-style: storage_tokens ÷ duration_s"),
+    Column("storage_tokens_per_elapsed_s", "tokens/s", "storage_tokens ÷ elapsed_time_s (not MLPerf's "
+                                                        "storage_throughput_tokens_per_sec: generated tokens ÷ "
+                                                        "summed storage latency)"),
     Column("reload_read_gib_per_s", "GiB/s", "one request's reload rate: 1 ÷ slope of a least-squares line of read "
-                                             "host time against bytes (all reads of the run)"),
+                                             "host time against bytes (all reads of the run), at most the bytes "
+                                             "read ÷ the time any read was in flight"),
     Column("reload_latency_ms", "ms", "that line's intercept (≥ 0): a reload's fixed cost"),
     Column("client_cpu_percent", "%", "the clients' CPU time ÷ (wall_s × this host's cores) × 100"),
     Column("limited_by", "", "what set the pace: client CPU (the clients' CPU time ≥ 85 % of the host's cores), "
@@ -97,17 +118,49 @@ def _pct(values_s, q) -> float | None:
     return float(np.percentile(np.asarray(values_s) * 1e3, q)) if len(values_s) else None
 
 
-def reload_fit(sizes, seconds) -> tuple[float | None, float]:
+def reload_fit(sizes, seconds, most_bytes_per_s: float | None = None) -> tuple[float | None, float]:
     """(bytes/s, latency s) of `seconds = latency + bytes / rate` by least squares over the reads; through the
-    origin (latency 0) when the sizes do not vary or the free line has no positive slope and intercept."""
+    origin (latency 0) when the sizes do not vary or the free line has no positive slope and intercept. A rate
+    above `most_bytes_per_s` (what the target delivered to all reads together) is one the target never showed: the
+    rate is held there and the latency refitted (the mean of seconds − bytes ÷ rate, ≥ 0)."""
     b, t = np.asarray(sizes, float), np.asarray(seconds, float)
     if not len(b) or t.sum() <= 0:
         return None, 0.0
+    rate, lat = float((b * b).sum() / (b * t).sum()), 0.0
     if len(set(b.tolist())) > 1:
         slope, icpt = np.polyfit(b, t, 1)
         if slope > 0 and icpt >= 0:
-            return 1 / slope, float(icpt)
-    return float((b * b).sum() / (b * t).sum()), 0.0
+            rate, lat = 1 / slope, float(icpt)
+    if most_bytes_per_s and rate > most_bytes_per_s:
+        rate = float(most_bytes_per_s)
+        lat = max(0.0, float((t - b / rate).mean()))
+    return rate, lat
+
+
+def _open_loop(ranks: list[dict]) -> dict:
+    """The mlperf family's queue figures, summed over the clients (absent for the closed loop)."""
+    keys = {"requests_issued": "issued", "requests_queued_at_end": "queued_at_end", "reload_misses": "misses"}
+    if not ranks or "issued" not in ranks[0]:
+        return {}
+    return {col: sum(int(c[k]) for c in ranks) for col, k in keys.items()}
+
+
+JOIN_TIMEOUT_S = 2.0              # MLPerf's thread.join(timeout=2.0) per thread after the deadline (benchmark.py:1248)
+
+
+def snapshot_time(recs, deadline: float) -> float:
+    """When MLPerf's tool would snapshot its stats: at the deadline it joins its workers one after another, each for
+    up to 2 s; a worker busy then finishes its request first. Busy workers here: the users (per client) with a call
+    ending after the deadline, joined in the order they finish (the latest snapshot any join order gives)."""
+    finish: dict = {}
+    for r in recs:
+        if r.end > deadline:
+            finish[(r.rank, r.user)] = max(finish.get((r.rank, r.user), r.end), r.end)
+    t = deadline
+    for f in sorted(finish.values()):
+        if f > t:
+            t = min(f, t + JOIN_TIMEOUT_S)
+    return t
 
 
 def limited_by(client_cpu_percent: float, io_busy_percent: float) -> str:
@@ -128,6 +181,7 @@ def run_row(spec: dict, result: dict) -> dict:
     """The run's figures from every client's records ({t_start, ranks: [{records, cpu_s, rank}]})."""
     recs = [r for c in result["ranks"] for r in calls(c)]
     t0, nominal = result["t_start"], spec["duration_s"]
+    elapsed = max([c.get("elapsed_s") or nominal for c in result["ranks"]], default=nominal)
     st = [r for r in recs if r.tier == "storage"]
     reads = [r for r in st if r.op == "read"]
     writes = [r for r in st if r.op == "write"]
@@ -135,26 +189,33 @@ def run_row(spec: dict, result: dict) -> dict:
     t_end = max([r.end for r in recs], default=t0)
     wall = max(t_end - t0, 1e-9)
     rbytes, wbytes = sum(r.nbytes for r in reads), sum(r.nbytes for r in writes)
+    snap = snapshot_time(st, t0 + elapsed)
+    mlperf_r = sum(r.nbytes for r in reads if r.start <= snap)
+    mlperf_w = sum(r.nbytes for r in writes if r.end <= snap)
     all_reads = [r for r in recs if r.op == "read"]
     req_writes = [r for r in recs if r.op == "write" and r.user >= 0]
     cpu_s = sum(c["cpu_s"] for c in result["ranks"])
     cpu_pct = cpu_s / (wall * (os.cpu_count() or 1)) * 100
-    rate, lat = reload_fit([r.nbytes for r in reads], [r.end - r.start for r in reads])
+    read_busy = union_s([(r.start, r.end) for r in reads])
+    rate, lat = reload_fit([r.nbytes for r in reads], [r.end - r.start for r in reads],
+                           rbytes / read_busy if read_busy else None)
     tokens = sum(r.tokens for r in reads)
-    row = {"duration_s": nominal, "wall_s": wall, "overrun_s": max(0.0, t_end - (t0 + nominal)),
-           "requests": len(req_writes), "storage_reads": len(reads), "storage_writes": len(writes),
+    row = {"duration_s": nominal, "elapsed_time_s": elapsed, "wall_s": wall,
+           "overrun_s": max(0.0, t_end - (t0 + nominal)),
+           "requests": len(req_writes), **_open_loop(result["ranks"]), "storage_reads": len(reads), "storage_writes": len(writes),
            "storage_read_bytes": rbytes, "storage_write_bytes": wbytes, "io_busy_s": busy,
            "io_busy_percent": busy / wall * 100,
-           "mlperf_read_gib_per_s": rbytes / nominal / GIB, "mlperf_write_gib_per_s": wbytes / nominal / GIB,
+           "snapshot_s": snap - t0, "mlperf_read_bytes": mlperf_r, "mlperf_write_bytes": mlperf_w,
+           "mlperf_read_gib_per_s": mlperf_r / elapsed / GIB, "mlperf_write_gib_per_s": mlperf_w / elapsed / GIB,
            "honest_read_gib_per_s": rbytes / busy / GIB if busy else None,
            "honest_write_gib_per_s": wbytes / busy / GIB if busy else None,
-           "overstatement_ratio": busy / nominal if busy else None,
+           "overstatement_ratio": busy / elapsed if busy else None,
            "cpu_tier_read_hit_ratio": (len(all_reads) - len(reads)) / len(all_reads) if all_reads else None,
            "storage_read_hit_ratio": len(reads) / len(all_reads) if all_reads else None,
            "cpu_tier_write_ratio": (sum(1 for r in req_writes if r.tier == "cpu") / len(req_writes)
                                     if req_writes else None),
            "storage_tokens": tokens, "honest_storage_tokens_per_s": tokens / busy if busy else None,
-           "mlperf_storage_tokens_per_s": tokens / nominal,
+           "storage_tokens_per_elapsed_s": tokens / elapsed,
            "reload_read_gib_per_s": rate / GIB if rate else None, "reload_latency_ms": lat * 1e3,
            "client_cpu_percent": cpu_pct, "limited_by": limited_by(cpu_pct, busy / wall * 100),
            "read_cold_method": "posix_fadvise DONTNEED per entry (after its fsync and before its read)"}
@@ -184,22 +245,42 @@ def latency_rows(result: dict) -> list[dict]:
              "count": n} for (op, span), h in sorted(hists.items()) for i, n in enumerate(h) if n]
 
 
+# MLPerf's output structure (kv_cache_benchmark at 284ce72): summary, benchmark.py:1422-1466; cache_stats,
+# cache.py:953-1024. Only keys whose meaning this study's I/O can carry are written.
+MLPERF_SOURCE = ("MLPerf Storage kv_cache_benchmark, upstream commit 284ce72: summary = benchmark.py:1422-1466, "
+                 "cache_stats = cache.py:953-1024")
+
+
 def mlperf_summary(frame) -> dict:
-    """mlperf_kvcache_summary.json: per target and workload, MLPerf's key names over its nominal-duration
-    arithmetic (`gbps` keys hold GiB/s, as MLPerf's do), our honest figures beside them."""
-    out: dict = {"note": "MLPerf's keys: bandwidth = bytes ÷ nominal duration; '_gbps' keys hold GiB/s (2^30 B/s) "
-                         "as MLPerf's do; device P95 = the largest of the clients' P95s (read() span / fsync "
-                         "span). honest_* = bytes ÷ the time any storage call was in flight.", "runs": {}}
+    """mlperf_kvcache_summary.json: per run, MLPerf's own key paths (summary.*, summary.cache_stats.*) with MLPerf's
+    arithmetic on this study's I/O (bytes ÷ the measured wait; `_gbps` holds GiB/s, `_gb` GiB, as MLPerf's do), and
+    this study's own figures under `storagebrief`, under names MLPerf does not use."""
+    out: dict = {"note": "MLPerf's arithmetic on this study's I/O, not MLPerf's tool: summary.* and "
+                         "summary.cache_stats.* are MLPerf's key paths (bytes ÷ elapsed_time, the measured wait; "
+                         "'_gbps' = GiB/s, '_gb' = GiB); storage_*_device_p95_ms spans the read() calls / the fsync "
+                         "(MLPerf's read span is np.load, allocation included), the largest of the clients' P95s. "
+                         "storagebrief.* = this study's own figures (honest = bytes ÷ the time any storage call "
+                         "was in flight).", "source": MLPERF_SOURCE, "runs": {}}
     ok = runs.ok_runs(client_check.unchecked(frame)) if len(frame) else frame
     for _, r in ok.iterrows():
+        elapsed = float(r.elapsed_time_s)
         out["runs"][r.run_id] = {
-            "target": r.target, "workload": r.workload, "model": r.model, "duration_seconds": r.duration_s,
-            "num_users": int(r.users_per_client) * int(r.clients), "requests_completed": int(r.requests),
-            "read_bandwidth_gbps": r.mlperf_read_gib_per_s, "write_bandwidth_gbps": r.mlperf_write_gib_per_s,
-            "device_read_p95_ms": r.mlperf_device_read_p95_ms, "device_write_p95_ms": r.mlperf_device_write_p95_ms,
-            "storage_throughput_tokens_per_sec": r.mlperf_storage_tokens_per_s,
-            "honest_read_gib_per_s": r.honest_read_gib_per_s, "honest_write_gib_per_s": r.honest_write_gib_per_s,
-            "io_busy_seconds": r.io_busy_s, "wall_seconds": r.wall_s, "overstatement_ratio": r.overstatement_ratio}
+            "target": r.target, "workload": r.workload, "model": r.model,
+            "summary": {
+                "total_requests": int(r.requests), "elapsed_time": elapsed,
+                "requests_per_second": int(r.requests) / elapsed,
+                "cache_stats": {
+                    "tier_storage_kv_bytes_read_gb": r.mlperf_read_bytes / GIB,
+                    "tier_storage_kv_bytes_written_gb": r.mlperf_write_bytes / GIB,
+                    "tier_storage_read_bandwidth_gbps": r.mlperf_read_gib_per_s,
+                    "tier_storage_write_bandwidth_gbps": r.mlperf_write_gib_per_s,
+                    "storage_read_device_p95_ms": r.mlperf_device_read_p95_ms,
+                    "storage_write_device_p95_ms": r.mlperf_device_write_p95_ms}},
+            "storagebrief": {
+                "users": int(r.users_per_client) * int(r.clients), "nominal_duration_s": r.duration_s,
+                "honest_read_gib_per_s": r.honest_read_gib_per_s, "honest_write_gib_per_s": r.honest_write_gib_per_s,
+                "io_busy_s": r.io_busy_s, "wall_s": r.wall_s, "overstatement_ratio": r.overstatement_ratio,
+                "storage_tokens_per_elapsed_s": r.storage_tokens_per_elapsed_s}}
     return out
 
 

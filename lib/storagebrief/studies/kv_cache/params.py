@@ -1,10 +1,13 @@
 """kv_cache: section of params.yaml (validated before any work): the workload as data.
 
 A run is one named workload (`run`: names of MLPerf's closed options, `mlperf-closed-1..3`, or of
-`workloads`) on one target: `clients` processes × `users_per_client` simulated users, at most
-`concurrency` requests in flight per client, for `duration_s` (nominal; requests in flight at the end
-finish, as MLPerf's do). A user's conversation has a first context drawn from `contexts` and a turn
-count from `turns`; every later turn adds `turn_tokens` tokens and reloads the previous turn's cache.
+`workloads`) on one target: `clients` processes × `users_per_client` simulated users for `duration_s`
+(requests in flight at the end finish, as MLPerf's do). Two families:
+  mlperf       MLPerf's user model (mlperf_users.py): open-loop users drawn from `mlperf.templates`, one worker
+               per user, writes bounded by `max_concurrent_allocs`, per-turn files reloaded at every later turn;
+  closed-loop  this study's own: at most `concurrency` requests in flight per client, a conversation's first
+               context drawn from `contexts` and its turns from `turns`; every later turn adds `turn_tokens`
+               tokens and reloads the previous turn's cache.
 """
 from __future__ import annotations
 
@@ -14,7 +17,8 @@ from pydantic import Field, field_validator, model_validator
 
 from ...core.config import Strict, check_name, check_names
 from ...kit.launch import LaunchParams
-from .workload import GIB, MODELS, PRESETS, ModelShape, shape_from_dict
+from .workload import CLOSED_LOOP, FAMILIES, GIB, MLPERF, MLPERF_TEMPLATES, MODELS, PRESETS, ModelShape, \
+    shape_from_dict
 
 
 class Weighted(Strict):
@@ -23,10 +27,51 @@ class Weighted(Strict):
 
 
 class Workload(Strict):
+    family: str = CLOSED_LOOP                                    # mlperf | closed-loop
     model: str = "llama3.1-8b"
     users_per_client: int = Field(4, ge=1, le=100_000)
     cpu_tier_gib: float | None = Field(None, gt=0, le=1 << 20)   # per client; null: no CPU tier
-    concurrency: int = Field(2, ge=1, le=1024)                   # requests in flight per client
+    concurrency: int = Field(2, ge=1, le=1024)                   # closed-loop: requests in flight per client
+    max_concurrent_allocs: int = Field(0, ge=0, le=100_000)      # mlperf: writes in flight per client (0: unbounded)
+
+    @field_validator("family")
+    @classmethod
+    def _family(cls, v: str) -> str:
+        if v not in FAMILIES:
+            raise ValueError(f"family {v!r} is not allowed: one of {', '.join(FAMILIES)}")
+        return v
+
+    @property
+    def threads(self) -> int:
+        """Threads doing I/O per client: one worker per user (at most 500) in the mlperf family, else concurrency."""
+        return min(self.users_per_client, 500) if self.family == MLPERF else self.concurrency
+
+
+class Template(Strict):
+    """One of MLPerf's user templates: a user draws L, G and its think time uniformly from these ranges."""
+    name: str = "user"
+    context_tokens: list[int] = Field(min_length=2, max_length=2)
+    generate_tokens: list[int] = Field(min_length=2, max_length=2)
+    think_s: list[float] = Field(min_length=2, max_length=2)
+
+    @model_validator(mode="after")
+    def _ranges(self):
+        for key, lo in (("context_tokens", 1), ("generate_tokens", 1), ("think_s", 0)):
+            a, b = getattr(self, key)
+            if not lo <= a <= b or b > (1 << 24):
+                raise ValueError(f"mlperf.templates.{self.name}.{key} = [{a}, {b}] is not allowed: [low, high] with "
+                                 f"{lo} ≤ low ≤ high ≤ {1 << 24:,}")
+        return self
+
+
+class MlperfUsers(Strict):
+    """The mlperf family's user model (MLPerf's defaults at 284ce72; mlperf_users.py cites the lines)."""
+    templates: list[Template] = Field(default_factory=lambda: [Template(**t) for t in MLPERF_TEMPLATES],
+                                      min_length=1)
+    decode_batch_tokens: int = Field(32, ge=1, le=1 << 20)            # config.yaml:190
+    end_conversation_probability: float = Field(0.2, ge=0, le=1)      # benchmark.py:440
+    max_turns: int = Field(50, ge=1, le=100_000)                      # config.yaml:171
+    storage_capacity_gib: float | None = Field(None, gt=0, le=1 << 30)   # per client; null: 95 % of the free space
 
 
 class PrefillParams(Strict):
@@ -78,6 +123,7 @@ class KvCacheParams(LaunchParams):
     write_block_mib: int = Field(16, ge=1, le=1024)   # one write() call
     # launcher, mpi, client_check_repeats and client_check (kit.ranks.LaunchParams): the check re-runs the first
     # workload on the first target with the clients on half the CPUs, beside an unconfined re-run when repeats is 1
+    mlperf: MlperfUsers = Field(default_factory=MlperfUsers)
     prefill: PrefillParams = Field(default_factory=PrefillParams)
     breakeven: BreakEvenParams = Field(default_factory=BreakEvenParams)
 
@@ -108,12 +154,14 @@ class KvCacheParams(LaunchParams):
             w = self.workload(name)
             if w.model not in known:
                 raise ValueError(f"workloads.{name}.model: {w.model!r} is not allowed: one of {', '.join(known)}")
-            longest = self.longest_context
+            longest = self.longest_tokens(name)
             shape = self.shape(w.model)
             if longest > shape.context_window:
-                raise ValueError(f"contexts / turns / turn_tokens: the longest conversation reaches {longest:,} "
-                                 f"tokens, beyond {w.model}'s window of {shape.context_window:,}; shorten "
-                                 "kv_cache.contexts, kv_cache.turns or kv_cache.turn_tokens")
+                raise ValueError((f"mlperf.templates: a context of {longest:,} tokens is" if w.family == MLPERF else
+                                  f"contexts / turns / turn_tokens: the longest conversation reaches {longest:,}")
+                                 + f" tokens, beyond {w.model}'s window of {shape.context_window:,}; shorten "
+                                 + ("kv_cache.mlperf.templates" if w.family == MLPERF else
+                                    "kv_cache.contexts, kv_cache.turns or kv_cache.turn_tokens"))
             tier = self.cpu_tier_bytes(name) * self.clients
             ram = _ram_bytes()
             if tier and ram and tier > ram:
@@ -143,8 +191,14 @@ class KvCacheParams(LaunchParams):
         """The most tokens one conversation's cache reaches: the largest first context + the later turns."""
         return max(c.tokens for c in self.contexts) + (max(t.tokens for t in self.turns) - 1) * self.turn_tokens
 
+    def longest_tokens(self, name: str) -> int:
+        """The most tokens one file holds: a turn's context (mlperf) or a whole conversation's (closed-loop)."""
+        if self.workload(name).family == MLPERF:
+            return max(t.context_tokens[1] for t in self.mlperf.templates)
+        return self.longest_context
+
     def largest_entry_bytes(self, name: str) -> int:
-        return self.shape(self.workload(name).model).kv_bytes(self.longest_context)
+        return self.shape(self.workload(name).model).kv_bytes(self.longest_tokens(name))
 
     def cpu_tier_bytes(self, name: str) -> int:
         gib = self.workload(name).cpu_tier_gib

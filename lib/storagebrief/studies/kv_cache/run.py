@@ -20,10 +20,11 @@ from ...kit.launch import check_launch, open_launch
 from ...kit.space import check_space, out_of_space
 from . import STUDY, breakeven, clients, dataset, metrics, prefill
 from .params import KvCacheParams
-from .workload import GIB, MIB
+from .workload import GIB, MIB, MLPERF
 
 BREAKEVEN_COLUMNS = ["target", "model", "accelerator", "how", "tflops", "reload_read_gib_per_s", "reload_latency_s",
-                     "break_even_tokens", "within_tokens", "need_at_tokens", "read_gib_per_s_needed", "answer"]
+                     "break_even_tokens", "within_tokens", "need_at_tokens", "read_gib_per_s_needed", "runs",
+                     "break_even_low", "break_even_high", "stable", "answer"]
 
 
 @dataclass(frozen=True)
@@ -37,10 +38,25 @@ class KvState:
     removed: list[str] = field(default_factory=list)
 
 
+def _capacity(p: KvCacheParams, folder) -> int:
+    """The mlperf family's storage capacity per client: as set, or MLPerf's default, 95 % of the free space
+    (cache.py:258-266 at 284ce72) shared among the clients."""
+    if p.mlperf.storage_capacity_gib:
+        return int(p.mlperf.storage_capacity_gib * GIB)
+    st = os.statvfs(folder)
+    return int(0.95 * st.f_bavail * st.f_frsize / p.clients)
+
+
 def _spec(p: KvCacheParams, name: str, folder) -> dict:
     w = p.workload(name)
     shape = p.shape(w.model)
-    return {"folder": str(folder), "seed": p.seed, "users": w.users_per_client, "concurrency": w.concurrency,
+    m = p.mlperf
+    mlperf = {"max_concurrent_allocs": w.max_concurrent_allocs, "templates": [t.model_dump() for t in m.templates],
+              "decode_batch_tokens": m.decode_batch_tokens, "end_conversation_probability":
+              m.end_conversation_probability, "max_turns": m.max_turns,
+              "storage_capacity_bytes": _capacity(p, folder)} if w.family == MLPERF else {}
+    return {"folder": str(folder), "family": w.family, **mlperf, "seed": p.seed, "users": w.users_per_client,
+            "concurrency": w.concurrency,
             "cpu_tier_bytes": p.cpu_tier_bytes(name), "bytes_per_token": shape.kv_bytes_per_token,
             "contexts": [(c.tokens, c.weight) for c in p.contexts], "turns": [(t.tokens, t.weight) for t in p.turns],
             "turn_tokens": p.turn_tokens, "decode_reads": p.decode_reads, "prefill_only_tokens": p.prefill_only_tokens,
@@ -49,11 +65,13 @@ def _spec(p: KvCacheParams, name: str, folder) -> dict:
 
 
 def _space_needed(p: KvCacheParams) -> int:
-    """Every user's largest cache on storage at once, plus a request in flight per thread, per client."""
+    """Closed-loop: every user's largest cache on storage at once, plus a request in flight per thread, per client.
+    mlperf: the writes in flight (its capacity LRU keeps the rest within the free space)."""
     most = 0
     for name in p.run:
         w = p.workload(name)
-        most = max(most, p.clients * (w.users_per_client + w.concurrency) * p.largest_entry_bytes(name))
+        n = ((w.max_concurrent_allocs or w.threads) if w.family == MLPERF else w.users_per_client + w.concurrency)
+        most = max(most, p.clients * n * p.largest_entry_bytes(name))
     return most
 
 
@@ -99,9 +117,10 @@ def run_id(config: Config, target, repeat: int) -> str:
 
 def _columns(p: KvCacheParams, name: str) -> dict:
     w = p.workload(name)
-    return {"workload": name, "model": w.model, "kv_bytes_per_token": p.shape(w.model).kv_bytes_per_token,
+    return {"workload": name, "family": w.family, "model": w.model, "kv_bytes_per_token": p.shape(w.model).kv_bytes_per_token,
             "launcher": p.launcher, "clients": p.clients, "users_per_client": w.users_per_client,
-            "concurrency": w.concurrency, "cpu_tier_bytes": p.cpu_tier_bytes(name), "duration_s": p.duration_s}
+            "concurrency": w.threads, "max_concurrent_allocs": w.max_concurrent_allocs if w.family == MLPERF else None,
+            "cpu_tier_bytes": p.cpu_tier_bytes(name), "duration_s": p.duration_s}
 
 
 def run_one(run, config: Config) -> Measurement:
@@ -187,17 +206,21 @@ def breakeven_rows(frame, names: list[str], p: KvCacheParams, cpu_tflops: float 
             if not len(g):
                 continue
             rate, lat = float(g.reload_read_gib_per_s.median()) * GIB, float(g.reload_latency_ms.median()) / 1e3
+            per_run = list(zip(g.reload_read_gib_per_s * GIB, g.reload_latency_ms / 1e3))
             for a in b.accelerators:
                 acc = cat[a]
                 tf = acc.tflops(m)
                 if not tf:
                     continue
                 ans = breakeven.answer(p.shape(m), tf, rate, lat, b.answer_within_tokens, b.need_at_tokens)
+                spread = breakeven.spread([breakeven.answer(p.shape(m), tf, r, la, b.answer_within_tokens,
+                                                            b.need_at_tokens)["break_even_tokens"] for r, la in per_run],
+                                          b.answer_within_tokens)
                 out.append({"target": t, "model": m, "accelerator": a, "how": acc.how, "tflops": tf,
                             "reload_read_gib_per_s": rate / GIB, "reload_latency_s": lat,
                             **{k: ans[k] for k in ("break_even_tokens", "within_tokens", "need_at_tokens",
-                                                   "read_gib_per_s_needed")},
-                            "answer": breakeven.sentence(ans)})
+                                                   "read_gib_per_s_needed")}, **spread,
+                            "answer": breakeven.sentence(ans, spread)})
     return out
 
 
@@ -216,7 +239,7 @@ def finish(sweep, frame) -> None:
         "run": p.run, "workloads": {n: p.workload(n).model_dump() for n in p.run}, "clients": p.clients,
         "launcher": p.launcher, "contexts": [c.model_dump() for c in p.contexts],
         "turns": [t.model_dump() for t in p.turns], "turn_tokens": p.turn_tokens, "decode_reads": p.decode_reads,
-        "prefill_only_tokens": p.prefill_only_tokens, "duration_s": p.duration_s,
+        "prefill_only_tokens": p.prefill_only_tokens, "duration_s": p.duration_s, "mlperf": p.mlperf.model_dump(),
         "seed": p.seed, "repeats": p.repeats, "write_block_mib": p.write_block_mib,
         "longest_context": p.longest_context, "cores": os.cpu_count(),
         "models": {m: {**s.__dict__, "kv_bytes_per_token": s.kv_bytes_per_token, "formula": s.formula,

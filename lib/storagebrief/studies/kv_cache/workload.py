@@ -105,10 +105,26 @@ def shape_from_dict(name: str, raw: dict) -> ModelShape:
         raise ValueError(f"shapes.{name}: {exc}") from None
 
 
-# MLPerf Storage v3.0's KV-cache closed options (Rules §6): 300 s each, seed 42, 3 trials.
-# users are per client (MPI rank); concurrency is the maximum of concurrent allocations.
+# The workload families: MLPerf's user model (mlperf_users.py: open-loop users, one worker per user, writes bounded
+# by max_concurrent_allocs) and this study's closed loop (client.py: `concurrency` threads, each taking an idle user).
+MLPERF, CLOSED_LOOP = "mlperf", "closed-loop"
+FAMILIES = (MLPERF, CLOSED_LOOP)
+
+# MLPerf's user templates (kv_cache/workload.py:239-249 at 284ce72): context and generation tokens, think seconds.
+MLPERF_TEMPLATES: list[dict] = [
+    {"name": "chatbot", "context_tokens": [512, 4096], "generate_tokens": [50, 200], "think_s": [0.1, 0.5]},
+    {"name": "coding", "context_tokens": [4096, 25000], "generate_tokens": [100, 500], "think_s": [0.2, 1.0]},
+    {"name": "document", "context_tokens": [4096, 16384], "generate_tokens": [200, 800], "think_s": [0.3, 1.5]},
+]
+
+# MLPerf Storage v3.0's KV-cache closed options, as the tool's README runs them (kv_cache_benchmark/README.md:
+# 1699-1776 at 284ce72): 300 s, seed 42, --gpu-mem-gb 0, --generation-mode none. users are per client (MPI rank);
+# one worker per user; max_concurrent_allocs bounds the writes only (0: unbounded).
 PRESETS: dict[str, dict] = {
-    "mlperf-closed-1": {"model": "llama3.1-8b", "users_per_client": 200, "cpu_tier_gib": None, "concurrency": 16},
-    "mlperf-closed-2": {"model": "llama3.1-8b", "users_per_client": 100, "cpu_tier_gib": 4.0, "concurrency": 16},
-    "mlperf-closed-3": {"model": "llama3.1-70b", "users_per_client": 70, "cpu_tier_gib": None, "concurrency": 4},
+    "mlperf-closed-1": {"family": MLPERF, "model": "llama3.1-8b", "users_per_client": 200, "cpu_tier_gib": None,
+                        "max_concurrent_allocs": 16},
+    "mlperf-closed-2": {"family": MLPERF, "model": "llama3.1-8b", "users_per_client": 100, "cpu_tier_gib": 4.0,
+                        "max_concurrent_allocs": 0},
+    "mlperf-closed-3": {"family": MLPERF, "model": "llama3.1-70b", "users_per_client": 70, "cpu_tier_gib": None,
+                        "max_concurrent_allocs": 4},
 }

@@ -1,0 +1,144 @@
+"""The mlperf workload family is MLPerf's user model (kv_cache_benchmark at upstream commit 284ce72): one worker per
+user (benchmark.py:1231), 1 + ⌈G/32⌉ reads of a request's new cache below 10K tokens (benchmark.py:584-613), every
+earlier turn's file reloaded (benchmark.py:552-565), writes bounded by max_concurrent_allocs and reads not
+(cache.py:640-653), the files kept until the capacity LRU drops them (cache.py:431-437); the presets as the
+tool's README runs the closed options (README.md:1699-1776)."""
+from __future__ import annotations
+
+import collections
+import itertools
+import math
+import threading
+
+import pytest
+
+from storagebrief.core import config
+from storagebrief.kit.checkpoint import incompressible
+from storagebrief.studies.kv_cache import clients, mlperf_users as mu
+from storagebrief.studies.kv_cache.client import Client
+from storagebrief.studies.kv_cache.params import KvCacheParams
+from storagebrief.studies.kv_cache.workload import PRESETS
+from conftest import REPO
+
+BPT = 131072
+
+
+def _spec(folder, **kw) -> dict:
+    return {"folder": str(folder), "family": "mlperf", "seed": 42, "users": 4, "concurrency": 2, "cpu_tier_bytes": 0,
+            "bytes_per_token": BPT, "contexts": [(16, 1)], "turns": [(2, 1)], "turn_tokens": 8, "decode_reads": 1,
+            "prefill_only_tokens": 10000, "duration_s": 0.6, "write_block": 1 << 20, "largest_entry_bytes": 64 * BPT,
+            "max_concurrent_allocs": 1, "decode_batch_tokens": 32, "end_conversation_probability": 0.2,
+            "max_turns": 50, "storage_capacity_bytes": 0,
+            "templates": [{"name": "t", "context_tokens": [16, 64], "generate_tokens": [10, 100],
+                           "think_s": [0.005, 0.02]}], **kw}
+
+
+def test_the_presets_are_the_tools_closed_options():
+    p = KvCacheParams.model_validate({"run": list(PRESETS)})
+    got = {n: (p.workload(n).family, p.workload(n).model, p.workload(n).users_per_client,
+               p.workload(n).max_concurrent_allocs, p.workload(n).cpu_tier_gib, p.workload(n).threads) for n in PRESETS}
+    assert got == {"mlperf-closed-1": ("mlperf", "llama3.1-8b", 200, 16, None, 200),
+                   "mlperf-closed-2": ("mlperf", "llama3.1-8b", 100, 0, 4.0, 100),
+                   "mlperf-closed-3": ("mlperf", "llama3.1-70b", 70, 4, None, 70)}
+    assert p.mlperf.decode_batch_tokens == 32 and p.mlperf.end_conversation_probability == 0.2
+
+
+def test_one_worker_per_user_at_most_500(tmp_path):
+    for users, want in ((4, 4), (200, 200), (700, 500)):
+        c = Client(_spec(tmp_path, users=users), 0, incompressible(1 << 20))
+        names = [t.name for t in mu.Users(c).threads(0.0)]
+        assert sum(n.startswith("kv-worker-") for n in names) == want
+        assert sum(n.startswith("kv-user-") for n in names) == users
+
+
+def test_the_request_stream_reads_1_plus_ceil_gen_over_32_and_reloads_every_earlier_turn():
+    spec = _spec(".")
+    reqs = list(itertools.islice(mu.user_requests(0, 0, spec), 400))
+    assert reqs == list(itertools.islice(mu.user_requests(0, 0, spec), 400))       # the same for the same seed
+    for r in reqs:
+        assert r.decode_reads == 1 + math.ceil(r.generate_tokens / 32)
+        assert 16 // 4 <= r.context_tokens <= 64 and 10 // 4 <= r.generate_tokens <= 100
+    convs = collections.defaultdict(list)
+    for r in reqs:
+        convs[r.conversation].append(r)
+    for turns in convs.values():
+        assert [r.turn for r in turns] == list(range(1, len(turns) + 1))
+        for i, r in enumerate(turns):
+            assert r.reloads == tuple(t.key for t in turns[:i])
+    # conversations end with probability 0.2 per turn: ~5 turns on average over 400 requests
+    assert 3 < len(reqs) / len(convs) < 8
+    big = mu.decode_reads(100, 10000, spec)
+    assert big == 0                                                                  # PREFILL only from 10K tokens
+
+
+def test_a_request_reads_its_earlier_turns_and_its_new_cache_1_plus_ceil_gen_over_32_times(tmp_path):
+    c = Client(_spec(tmp_path), 0, incompressible(1 << 20))
+    c.evicted = {}
+    users = mu.Users(c)
+    first, second = itertools.islice(mu.user_requests(0, 0, c.spec), 2)
+    second = second._replace(reloads=(first.key,), turn=2)
+    users.process(first)
+    users.process(second)
+    reads = [r for r in c.records if r.op == "read"]
+    writes = [r for r in c.records if r.op == "write"]
+    assert len(writes) == 2 and [w.nbytes for w in writes] == [first.context_tokens * BPT, second.context_tokens * BPT]
+    assert len(reads) == first.decode_reads + 1 + second.decode_reads
+    assert sum(r.nbytes == first.context_tokens * BPT for r in reads) >= first.decode_reads + 1
+    c.clear()
+
+
+def _max_overlap(intervals) -> int:
+    events = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals])
+    most = now = 0
+    for _, d in events:
+        now += d
+        most = max(most, now)
+    return most
+
+
+@pytest.mark.parametrize("allocs", [1, 2])
+def test_writes_in_flight_never_exceed_max_concurrent_allocs(tmp_path, allocs):
+    c = clients._setup(0, 1, _spec(tmp_path, users=6, max_concurrent_allocs=allocs))
+    active, most, lock = [0], [0], threading.Lock()
+    put = c._put
+
+    def counted(*a, **kw):                        # the writes' own count, not their timestamps
+        with lock:
+            active[0] += 1
+            most[0] = max(most[0], active[0])
+        try:
+            return put(*a, **kw)
+        finally:
+            with lock:
+                active[0] -= 1
+    c._put = counted
+    r = clients._work(c, 0, None, None)
+    writes = [x for x in r["records"] if x[0] == "write"]
+    assert writes and most[0] <= allocs
+    assert _max_overlap([(x[2], x[3]) for x in writes]) <= allocs
+    assert r["issued"] >= len(writes)
+    c.clear()
+
+
+def test_the_capacity_lru_drops_the_least_recently_used_files(tmp_path):
+    c = Client(_spec(tmp_path, storage_capacity_bytes=200 * BPT), 0, incompressible(1 << 20))
+    c.evicted = {}
+    users = mu.Users(c)
+    reqs = list(itertools.islice(mu.user_requests(0, 0, c.spec), 12))
+    for r in reqs:
+        users.process(r._replace(reloads=(), decode_reads=0))
+    files = list((tmp_path / "c0").glob("*.kv"))
+    assert sum(f.stat().st_size for f in files) <= 200 * BPT
+    kept = [k for k in users.entries]
+    assert kept == [r.key for r in reqs][-len(kept):]                 # the newest kept, oldest gone
+    users._read(reqs[0].key, 0)
+    assert users.misses == 1
+    c.clear()
+
+
+def test_an_mlperf_template_beyond_the_window_is_refused_naming_it():
+    with pytest.raises(ValueError, match="mlperf.templates"):
+        config.validate({"targets": [{"name": "t", "path": "/tmp/x"}],
+                         "kv_cache": {"run": ["mlperf-closed-1"], "mlperf": {"templates": [
+                             {"name": "x", "context_tokens": [1, 200000], "generate_tokens": [1, 2],
+                              "think_s": [0, 1]}]}}}, root=REPO)
