@@ -36,7 +36,7 @@ side's save now starts right after a scratch file of the save's bytes plus the w
 and deleted in its own folder (core.memory_state.prefault; `--memory-prep none`: as before); where the
 kernel counts its reporting passes the scratch file is held open until the next pass (at most 2.5 s), so
 that the save has the ~2 s reporting delay to itself (fio needs 0.3-0.5 s to start its jobs: without the
-hold, one fio save in four met a pass and wrote into cold pages). Each round prints the slowest rank's /
+hold, 10 of 22 fio saves met a pass, mostly writing into cold pages; with it, 1 of 31). Each round prints the slowest rank's /
 job's own write() and fsync seconds (the ranks' timers; fio's write latencies summed, the rest of its
 runtime being its end_fsync), the preparation's seconds (the hold included), and the reporting passes the
 kernel made from the preparation's end to the save's end: a pass there may have handed the prepared pages
