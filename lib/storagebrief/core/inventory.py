@@ -145,6 +145,8 @@ def doctor_lines() -> list[str]:
         bad = val.startswith("unavailable") or "not writable" in val
         lines.append(f"{key + ' ':.<23} {val}" + (f"  -> {what}" if bad else ""))
     lines.append(f"{'tracefs block events ':.<23} {p['tracefs_block_events']}")
+    from .memory_state import free_page_reporting
+    lines.append(f"{'free-page reporting ':.<23} {free_page_reporting().line()}")
     for tool, what in (("fio", "fio comparisons in benchmarks are skipped"),
                        ("stress-ng", "busy-system scenarios are skipped"),
                        ("pdftoppm", "none (only used to look at PDF pages)"),

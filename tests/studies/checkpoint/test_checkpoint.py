@@ -166,6 +166,7 @@ def test_retain_keeps_the_last_k_complete_checkpoints(tmp_path):
     ({"readers_per_rank": 0}, "checkpoint.readers_per_rank", "greater than or equal to 1"),
     ({"write_block_mib": 0}, "checkpoint.write_block_mib", "greater than or equal to 1"),
     ({"colour": 1}, "checkpoint.colour", "unknown key"),
+    ({"save_io": "odirect"}, "checkpoint.save_io", "'buffered' or 'direct'"),
     *(({"cost": c}, f"checkpoint.cost.{k}", w) for c, k, w in (
         ({"modes": ["sometimes"]}, "modes", "'none', 'sync' or 'async'"),
         ({"modes": ["sync", "sync"]}, "modes", "listed twice"),

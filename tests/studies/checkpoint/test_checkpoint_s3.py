@@ -103,8 +103,8 @@ def test_a_multipart_object_reads_back_as_written(tmp_path):
         block = 5 << 20
         buf = memoryview(bytes(range(256)) * (block // 256))
         files = [("a.distcp", 12 << 20), ("b.distcp", 300_000)]
-        total, fsyncs, hist = rank_io.save_s3(rs, "ck/step1", files, buf, block)
-        assert total == sum(n for _, n in files) and fsyncs == 0
+        total, fsyncs, hist, (in_puts, in_rest) = rank_io.save_s3(rs, "ck/step1", files, buf, block)
+        assert total == sum(n for _, n in files) and fsyncs == 0 and in_puts > 0 and in_rest > 0
         assert sum(hist["write"]) == 3 + 1 and sum(hist["fsync"]) == 2        # 3 + 1 parts, 2 uploads
         whole = bytes(buf)
         for name, n in files:

@@ -80,6 +80,19 @@ COLUMNS: tuple[Column, ...] = (
         Column(f"{op}_rank0_s_mean", "s", "mean over checkpoints of rank 0's own duration (MLPerf's clock)"),
         Column(f"{op}_rank_skew_s_mean", "s", "mean over checkpoints of last rank's end − first rank's end"),
     )),
+    Column("save_io", "", "protocol: how the saves wrote: buffered (write() into the page cache, then fsync), direct "
+                          "(O_DIRECT, checkpoint.save_io) or S3 (multipart uploads)", "text"),
+    Column("memory_prep", "", "protocol: what was done to the host's memory before each save, so that every save "
+                              "starts from the same state (core.memory_state: on a VM that reports free pages to "
+                              "its host, a write into pages freed seconds ago costs a host fault per page)", "text"),
+    Column("memory_prep_s_mean", "s", "protocol: mean seconds of that preparation per save (off every clock)"),
+    Column("save_reporting_passes", "", "protocol: the kernel's free-page reporting passes between a preparation's "
+                                        "end and its save's end, over the run (a pass there may have handed prepared "
+                                        "pages back); empty where the kernel does not count them"),
+    Column("save_write_phase_s_mean", "s", "protocol: mean over saves of the longest time a rank spent in write() "
+                                           "(S3: part PUTs), by the ranks' own timers"),
+    Column("save_fsync_phase_s_mean", "s", "protocol: mean over saves of the longest time a rank spent in fsync() "
+                                           "(S3: the upload's create + complete)"),
     Column("delete_s_mean", "s", "mean time to delete one checkpoint beyond `retain` (off the save's clock); "
                                  "empty when none was deleted"),
     Column("deletes", "", "checkpoints deleted in the run (retain)"),
@@ -127,10 +140,15 @@ def op_rows(ops) -> list[dict]:
         r0 = next(r for r in got if r.rank == min(x.rank for x in got))
         nbytes = sum(r.bytes for r in got)
         rank0_s, max_s = r0.end - r0.start, max(ends)
+        save = op == "save"
         out.append({"op": op, "index": index, "step": step, "bytes": nbytes, "files": sum(r.files for r in got),
                     "rank0_s": rank0_s, "max_rank_s": max_s, "min_rank_s": min(ends),
                     "rank_skew_s": max_s - min(ends), "mlperf_gib_per_s": nbytes / GIB / rank0_s,
-                    "honest_gib_per_s": nbytes / GIB / max_s, "fsync_calls": sum(r.fsyncs for r in got)})
+                    "honest_gib_per_s": nbytes / GIB / max_s, "fsync_calls": sum(r.fsyncs for r in got),
+                    # the save's phases: the longest any rank spent in write() (the copy into the page cache) and
+                    # in fsync(), by the ranks' own timers (issue 45: the copy is where the VM's memory shows)
+                    "write_phase_s": max(r.write_s for r in got) if save else math.nan,
+                    "fsync_phase_s": max(r.fsync_s for r in got) if save else math.nan})
     return out
 
 
@@ -138,7 +156,8 @@ def rank_rows(ops) -> list[dict]:
     """ranks.csv: one row per operation per rank (times from the operation's barrier release)."""
     return [{"op": op, "index": index, "step": step, "rank": r.rank, "source_rank": r.source_rank,
              "bytes": r.bytes, "files": r.files, "start_s": r.start - release, "end_s": r.end - release,
-             "seconds": r.end - r.start, "fsync_calls": r.fsyncs, "start_monotonic": r.start,
+             "seconds": r.end - r.start, "fsync_calls": r.fsyncs, "write_s": r.write_s, "fsync_s": r.fsync_s,
+             "start_monotonic": r.start,
              "end_monotonic": r.end, "host": r.host or socket.gethostname()}
             for op, index, step, release, got in ops for r in got]
 
@@ -202,7 +221,9 @@ def run_row(p, model: str, ops, deletes: list[float], generator_gb_per_s: float,
                     f"{op}_duration_s_sd": _std([r["max_rank_s"] for r in these]),
                     f"{op}_rank0_s_mean": _mean([r["rank0_s"] for r in these]),
                     f"{op}_rank_skew_s_mean": _mean([r["rank_skew_s"] for r in these])})
-    row.update({"delete_s_mean": _mean(deletes), "deletes": len(deletes), "generator_gb_per_s": generator_gb_per_s,
+    row.update({"save_write_phase_s_mean": _mean([r["write_phase_s"] for r in saves]),
+                "save_fsync_phase_s_mean": _mean([r["fsync_phase_s"] for r in saves]),
+                "delete_s_mean": _mean(deletes), "deletes": len(deletes), "generator_gb_per_s": generator_gb_per_s,
                 "fsync_calls": sum(r["fsync_calls"] for r in rows),
                 "launcher": getattr(pool, "launcher", "fork"), "rank_clock": getattr(pool, "clock", ""),
                 "hosts": len({r.host for *_, got in ops for r in got}), "host_roles": host_roles(ops, pool)})

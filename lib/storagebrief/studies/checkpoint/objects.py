@@ -156,7 +156,8 @@ def protocol(run, config, files: dict, measurement, fault: dict | None) -> Measu
     _remove_quietly(store, root)      # space stays bounded: the next model starts from an empty prefix
     end = "upload completed (versitygw does not fsync)" if store.gateway is not None else "upload completed"
     return measurement(run, config.model, ops, deletes, pool,
-                       {"access": store.access, "save_ends_at": end, "gateway_cpu": gw})
+                       {"access": store.access, "save_ends_at": end, "gateway_cpu": gw, "save_io": "S3",
+                        "memory_prep": "none: the saves are uploads (the store's writes are its own)"})
 
 
 def _remove_quietly(store, prefix: str) -> None:

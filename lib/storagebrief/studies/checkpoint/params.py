@@ -152,6 +152,10 @@ class CheckpointParams(LaunchParams):
     write_block_mib: int = Field(32, ge=1, le=1024)      # one write() (MLPerf v3.0: 32 MiB)
     read_block_mib: int = Field(128, ge=1, le=1024)      # one read (MLPerf v3.0: 128 MiB)
     readers_per_rank: int = Field(4, ge=1, le=64)        # reader threads per rank on restore
+    # how a directory target's saves write: buffered (MLPerf's and DLIO's way: write() into the page cache, then
+    # fsync; each save starts from pre-faulted memory, core.memory_state) or direct (O_DIRECT: the page cache and
+    # the VM's memory state left out, so the figure is the disk's). S3 targets upload parts either way.
+    save_io: Literal["buffered", "direct"] = "buffered"
     repeats: int = Field(1, ge=1, le=100)
     ranks: int | None = Field(None, ge=1, le=1 << 16)    # None: the model's own (8 in subset mode)
     cost: CostParams = Field(default_factory=CostParams)  # the "cost" sweep (sync vs async training)

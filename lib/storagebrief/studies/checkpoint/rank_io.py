@@ -10,9 +10,12 @@ own boto3 client (RankStore), made after the fork. Each result carries the rank'
 threads): the client's cost, which on a small machine can be the limit."""
 from __future__ import annotations
 
+import fcntl
+import mmap
 import os
 import resource
 import signal
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +27,8 @@ from ...kit.latency import add_histograms, log2_bin, new_histogram
 
 CALLS = ("write", "fsync", "read")     # the calls whose latencies are counted
 ONE_CLOCK = "CLOCK_MONOTONIC of the launching host"   # every rank on the launching host: one clock
+DIRECT_ALIGN = 4096     # O_DIRECT: offsets, lengths and the buffer's address in whole pages (a device's
+                        # logical block is at most this); file sizes are whole pages (core.checkpoint_workloads)
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,8 @@ class RankResult:
     host: str = ""
     latency: dict = field(default_factory=dict)   # call -> log2 histogram of its latencies (kit.latency)
     cpu_s: float = 0.0      # the rank's user + system CPU seconds in the operation (all its threads)
+    write_s: float = 0.0    # save: seconds inside write() (the copy into the page cache; S3: the part PUTs)
+    fsync_s: float = 0.0    # save: seconds inside fsync() (S3: the upload's create + complete)
 
 
 def cpu_seconds() -> float:
@@ -57,19 +64,43 @@ def _timed(hist: list[int], call, *args):
     return out
 
 
-def save(folder: Path, files: list[tuple[str, int]], buf: memoryview, block: int) -> tuple[int, int, dict]:
-    """Write and fsync every file, then the folder; returns (bytes, fsync calls, latency histograms)."""
+def _timed_sum(hist: list[int], spent: list[int], call, *args):
+    """_timed, and the call's nanoseconds added to spent[0] (a save's write()- and fsync-phase seconds)."""
+    t = time.perf_counter_ns()
+    out = call(*args)
+    ns = time.perf_counter_ns() - t
+    hist[log2_bin(ns)] += 1
+    spent[0] += ns
+    return out
+
+
+def save(folder: Path, files: list[tuple[str, int]], buf: memoryview, block: int,
+         direct: bool = False) -> tuple[int, int, dict, tuple[float, float]]:
+    """Write and fsync every file, then the folder; returns (bytes, fsync calls, latency histograms,
+    (seconds in write(), seconds in fsync())). direct: O_DIRECT writes from `buf` (page-aligned: ranks.py
+    makes it so), the page cache bypassed; a tail below the page size, which O_DIRECT cannot write, is
+    written through the page cache (O_DIRECT cleared) and reaches the device with the file's fsync."""
     writes, fsyncs = new_histogram(), new_histogram()
+    in_write, in_fsync = [0], [0]
     total = calls = 0
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | (os.O_DIRECT if direct else 0)
     for name, nbytes in files:
-        fd = os.open(folder / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(folder / name, flags, 0o644)
         try:
             left = nbytes
             while left > 0:
-                n = _timed(writes, os.write, fd, buf[:min(block, left, len(buf))])
+                n, done = min(block, left, len(buf)), 0
+                while done < n:             # one write() unless O_DIRECT leaves a tail below a page
+                    piece = n - done
+                    if direct and piece % DIRECT_ALIGN:
+                        if piece > DIRECT_ALIGN:
+                            piece -= piece % DIRECT_ALIGN
+                        else:
+                            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_DIRECT)
+                    done += _timed_sum(writes, in_write, os.write, fd, buf[done:done + piece])
                 left -= n
                 total += n
-            _timed(fsyncs, os.fsync, fd)
+            _timed_sum(fsyncs, in_fsync, os.fsync, fd)
             calls += 1
         except OSError as exc:          # write()/fsync() name no file: a full target's message must
             raise OSError(exc.errno, exc.strerror, str(folder / name)) from None
@@ -77,11 +108,31 @@ def save(folder: Path, files: list[tuple[str, int]], buf: memoryview, block: int
             os.close(fd)
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        _timed(fsyncs, os.fsync, fd)
+        _timed_sum(fsyncs, in_fsync, os.fsync, fd)
         calls += 1
     finally:
         os.close(fd)
-    return total, calls, {"write": writes, "fsync": fsyncs}
+    return total, calls, {"write": writes, "fsync": fsyncs}, (in_write[0] / 1e9, in_fsync[0] / 1e9)
+
+
+def direct_refusal(folder: Path) -> str | None:
+    """Why O_DIRECT writes fail in `folder`, None when they work: one page written with O_DIRECT into a
+    scratch file (mkstemp: O_EXCL, O_NOFOLLOW), which is then deleted."""
+    fd, name = tempfile.mkstemp(prefix=".storagebrief-odirect-", dir=folder)
+    os.close(fd)
+    try:
+        page = mmap.mmap(-1, DIRECT_ALIGN)          # page-aligned
+        try:
+            direct = os.open(name, os.O_WRONLY | os.O_DIRECT)
+            try:
+                os.write(direct, page)
+            finally:
+                os.close(direct)
+        except OSError as exc:
+            return f"{exc.strerror} (errno {exc.errno})"
+    finally:
+        os.unlink(name)
+    return None
 
 
 _BUFFERS: list[bytearray] = []      # this process's read buffers, kept across restores
@@ -139,13 +190,15 @@ def load(folder: Path, files: list[tuple[str, int]], block: int, readers: int) -
 
 
 def save_s3(store: RankStore, prefix: str, files: list[tuple[str, int]], buf: memoryview, block: int,
-            kill_pid: int | None = None) -> tuple[int, int, dict]:
-    """Every file as one multipart upload of `block` parts; returns (bytes, 0 fsyncs, histograms).
+            kill_pid: int | None = None) -> tuple[int, int, dict, tuple[float, float]]:
+    """Every file as one multipart upload of `block` parts; returns (bytes, 0 fsyncs, histograms, (seconds in
+    part PUTs, seconds in the rest of the uploads)).
     kill_pid: the test hook's gateway, killed once the first part is stored (a store dying mid-save)."""
     # botocore takes bytes: a full part is the buffer's own bytes object (ranks.py makes it so), no copy per part
     whole = buf.obj if isinstance(buf.obj, bytes) and len(buf.obj) == len(buf) else bytes(buf)
     puts, ends = new_histogram(), new_histogram()
     total = 0
+    in_puts = in_rest = 0.0
 
     def parts(nbytes: int):
         nonlocal kill_pid
@@ -161,9 +214,11 @@ def save_s3(store: RankStore, prefix: str, files: list[tuple[str, int]], buf: me
         got = store.put_parts(f"{prefix}/{name}", parts(nbytes), max(block, 5 << 20))
         for t in got["part_seconds"]:
             puts[log2_bin(int(t * 1e9))] += 1
-        ends[log2_bin(int((got["seconds"] - sum(got["part_seconds"])) * 1e9))] += 1
+        rest = got["seconds"] - sum(got["part_seconds"])
+        ends[log2_bin(int(rest * 1e9))] += 1
+        in_puts, in_rest = in_puts + sum(got["part_seconds"]), in_rest + rest
         total += got["bytes"]
-    return total, 0, {"write": puts, "fsync": ends}
+    return total, 0, {"write": puts, "fsync": ends}, (in_puts, in_rest)
 
 
 def load_s3(store: RankStore, prefix: str, files: list[tuple[str, int]], block: int, readers: int) -> tuple[int, dict]:
@@ -191,24 +246,25 @@ def load_s3(store: RankStore, prefix: str, files: list[tuple[str, int]], block: 
 
 
 def operate(rank: int, msg: tuple, buf: memoryview, fault: dict | None, host: str = "",
-            store: RankStore | None = None) -> RankResult:
+            store: RankStore | None = None, direct: bool = False) -> RankResult:
     """One save or load by this rank, timed from now (its barrier's release). msg = (op, folder, source
     rank, [(file, bytes)], block, readers). `fault` is the run's test hook (run.FAULT): a late rank
-    (slow_rank, delay_s) or a failing one (fail_rank)."""
+    (slow_rank, delay_s) or a failing one (fail_rank). direct: saves with O_DIRECT (checkpoint.save_io)."""
     op, folder, source, files, block, readers = msg
     start, cpu0 = time.monotonic(), cpu_seconds()
     if fault and fault.get("fail_rank") == rank:
         raise RuntimeError(f"injected failure of rank {rank} (test hook checkpoint run.FAULT)")
     if fault and fault.get("slow_rank") == rank:
         time.sleep(fault.get("delay_s", 0.5))    # test hook only: a late rank
+    phases = (0.0, 0.0)
     if store is not None and op == "save":
         kill = fault.get("kill_gateway_pid") if fault and fault.get("kill_gateway_rank") == rank else None
-        nbytes, fsyncs, latency = save_s3(store, folder, files, buf, block, kill)
+        nbytes, fsyncs, latency, phases = save_s3(store, folder, files, buf, block, kill)
     elif store is not None:
         (nbytes, latency), fsyncs = load_s3(store, folder, files, block, readers), 0
     elif op == "save":
-        nbytes, fsyncs, latency = save(Path(folder), files, buf, block)
+        nbytes, fsyncs, latency, phases = save(Path(folder), files, buf, block, direct)
     else:
         (nbytes, latency), fsyncs = load(Path(folder), files, block, readers), 0
     return RankResult(rank, source, start, time.monotonic(), nbytes, len(files), fsyncs, host, latency,
-                      cpu_seconds() - cpu0)
+                      cpu_seconds() - cpu0, *phases)

@@ -15,6 +15,7 @@ its own duration; `clock` says which applied.
 """
 from __future__ import annotations
 
+import mmap
 import socket
 from dataclasses import replace
 from pathlib import Path
@@ -34,13 +35,17 @@ def _setup(rank: int, n: int, cfg: dict) -> tuple:
     buf = incompressible(cfg["buf_bytes"])             # generated before any clock
     if cfg["s3"]:
         buf = memoryview(bytes(buf))                   # as bytes, once: what botocore sends without a copy
+    elif cfg.get("direct"):
+        aligned = mmap.mmap(-1, len(buf))              # page-aligned, as O_DIRECT needs
+        aligned[:] = buf
+        buf = memoryview(aligned)
     store = RankStore(cfg["s3"]) if cfg["s3"] else None   # its own client, made before any clock
-    return buf, store, cfg["fault"], socket.gethostname()
+    return buf, store, cfg["fault"], socket.gethostname(), bool(cfg.get("direct"))
 
 
 def _operate(state: tuple, rank: int, msg: tuple, line) -> RankResult:
-    buf, store, fault, host = state
-    return operate(rank, msg, buf, fault, host, store=store)
+    buf, store, fault, host, direct = state
+    return operate(rank, msg, buf, fault, host, store=store, direct=direct)
 
 
 WORKER = Worker("checkpoint rank", _setup, _operate, ref=f"{__name__}:WORKER")
@@ -48,13 +53,16 @@ WORKER = Worker("checkpoint rank", _setup, _operate, ref=f"{__name__}:WORKER")
 
 class RankPool:
     """The run's ranks; use as a context manager (they are always reaped). params: the study's launcher knobs
-    (None: forked); work_dir: where Open MPI's files go under launcher: mpi."""
+    (None: forked); work_dir: where Open MPI's files go under launcher: mpi; direct: saves with O_DIRECT
+    (checkpoint.save_io: direct)."""
 
     def __init__(self, ranks: list[int], buf_bytes: int, procs_files: list[str] | None = None,
                  fault: dict | None = None, start_timeout_s: float = 120.0, s3: dict | None = None,
-                 affinity: list[int] | None = None, params=None, work_dir: Path | None = None):
+                 affinity: list[int] | None = None, params=None, work_dir: Path | None = None,
+                 direct: bool = False):
         self.ranks = list(ranks)
-        self.launch = open_launch(WORKER, self.ranks, {"buf_bytes": buf_bytes, "fault": fault, "s3": s3},
+        self.launch = open_launch(WORKER, self.ranks, {"buf_bytes": buf_bytes, "fault": fault, "s3": s3,
+                                                       "direct": direct},
                                   params=params, work_dir=work_dir, section="checkpoint", procs_files=procs_files,
                                   affinity=affinity, start_timeout_s=start_timeout_s)
         self.launcher, self.clock = self.launch.launcher, ONE_CLOCK

@@ -27,8 +27,11 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 from ...core import results
+from ...core.config import ParamsError
 from ...core.checkpoint_workloads import GIB, files_of_rank, size_table
 from ...core.folders import folder_below
+from ...core.store import DirStore
+from ...core.memory_state import NONE as NO_PREP, SETTLE_S, prefault, reporting_passes
 from ...core.sweep import Measurement, Point
 from ...kit import client_check
 from ...kit.launch import check_launch
@@ -38,6 +41,7 @@ from ...kit.space import check_space, out_of_space
 from . import STUDY, cost, dataset, framework, metrics
 from . import objects
 from .params import CheckpointParams
+from .rank_io import direct_refusal
 from .ranks import RankPool, check_budget
 
 # Test hook, None in use: {"slow_rank": 1, "delay_s": 0.5} makes rank 1 sleep that long after every
@@ -105,6 +109,17 @@ def prepare(sweep) -> None:
                 sweep.note(f"removed {gone}: a checkpoint without its manifest (a save cut short)")
     state.generator_gb_per_s = _generator_gb_per_s()
     objects.open_stores(sweep, state)
+    if p.save_io == "direct":          # directory targets write files; S3 targets upload parts either way
+        check_direct([(t.name, t.path) for t in sweep.targets if isinstance(state.stores[t.name], DirStore)])
+
+
+def check_direct(targets: list[tuple[str, object]]) -> None:
+    """checkpoint.save_io: direct on (name, folder) targets: refused in one line where O_DIRECT writes fail."""
+    for name, path in targets:
+        why = direct_refusal(path)
+        if why:
+            raise ParamsError(f"checkpoint.save_io = direct: target '{name}' ({path}) refuses O_DIRECT writes "
+                              f"({why}); use save_io: buffered, or another target")
 
 
 def plan(sweep) -> list[Point]:
@@ -148,17 +163,25 @@ def _files(p: CheckpointParams, model: str) -> dict[int, list]:
     return {r: files_of_rank(w, r, p.scale) for r in p.writers(model)}
 
 
-def _saves(run, pool, p: CheckpointParams, model: str, root, files) -> tuple[list, list, list]:
-    """`saves` checkpoints; returns (ops, retained folders, deletion seconds)."""
-    ops, kept, deletes = [], [], []
+def _saves(run, pool, p: CheckpointParams, model: str, root, files) -> tuple[list, list, list, list]:
+    """`saves` checkpoints; returns (ops, retained folders, deletion seconds, memory preparations: (Prepared,
+    reporting passes from its end to the save's end or None))."""
+    ops, kept, deletes, preps = [], [], [], []
     plain = {r: (r, [(f.name, f.bytes) for f in fs]) for r, fs in files.items()}
+    nbytes = sum(f.bytes for fs in files.values() for f in fs)
     for i in range(p.saves):
         step = i + 1
         where = dataset.folder(root, step)
         where.mkdir()
         dataset.fsync_dir(root)
         pool.pause(p.pause_s)      # MLPerf's pause before every operation: off every clock
+        # like memory for every save (core.memory_state): pages the host still backs, not whatever the last
+        # deletion or cache drop left; O_DIRECT saves bypass the page cache
+        memory = prefault(where, nbytes) if p.save_io == "buffered" else NO_PREP
+        passes = reporting_passes()
         release, got = pool.operate("save", where, plain, p.write_block)
+        after = reporting_passes()
+        preps.append((memory, None if None in (passes, after) else after - passes))
         dataset.write_manifest(where, model, step, p.scale, [f for fs in files.values() for f in fs])
         ops.append(("save", i, step, release, got))
         kept.append(where)
@@ -167,7 +190,26 @@ def _saves(run, pool, p: CheckpointParams, model: str, root, files) -> tuple[lis
             dataset.remove(kept.pop(0), run.target, STUDY.name)
             dataset.fsync_dir(root)
             deletes.append(time.perf_counter() - t)
-    return ops, kept, deletes
+    return ops, kept, deletes, preps
+
+
+def memory_columns(p: CheckpointParams, preps: list, launcher: str) -> dict:
+    """The row's record of the saves' memory state and how they wrote (metrics.COLUMNS: save_io, memory_prep...)."""
+    done = [m for m, _ in preps if m.method != "none"]
+    passes = [n for _, n in preps]
+    if p.save_io == "direct":
+        what = "none: O_DIRECT saves (checkpoint.save_io: direct) bypass the page cache"
+    elif done:
+        held = max(m.waited_s for m in done) > 0
+        what = (f"scratch file of {max(m.bytes for m in done) / 1e6:,.0f} MB written in the save's folder and "
+                "deleted right before each save" + (", held until a free-page reporting pass (at most "
+                                                    f"{SETTLE_S:g} s)" if held else "")
+                + ("; on the launching host only (ranks on other hosts: none)" if launcher == "mpi" else ""))
+    else:
+        what = "none"
+    return {"save_io": p.save_io, "memory_prep": what,
+            "memory_prep_s_mean": sum(m.seconds for m in done) / len(done) if done else 0.0,
+            "save_reporting_passes": None if not passes or None in passes else sum(passes)}
 
 
 def _restores(run, pool, p: CheckpointParams, kept, files) -> list:
@@ -246,10 +288,11 @@ def _protocol(run, config: Config) -> Measurement:
     try:
         pool = RankPool(sorted(files), buf, (procs_files or []) + (conf.procs_files if conf else []), FAULT,
                         affinity=conf.affinity if conf else None, params=p,
-                        work_dir=folder_below(run.target.study_dir(STUDY.name), "mpi", create=False))
+                        work_dir=folder_below(run.target.study_dir(STUDY.name), "mpi", create=False),
+                        direct=p.save_io == "direct")
         with pool:
             run.start_clock()
-            saved, kept, deletes = _saves(run, pool, p, model, root, files)
+            saved, kept, deletes, preps = _saves(run, pool, p, model, root, files)
             loaded = _restores(run, pool, p, kept, files)
             run.stop_clock()
     finally:
@@ -261,6 +304,7 @@ def _protocol(run, config: Config) -> Measurement:
         for host in sorted(pool.hosts):
             run.sweep.add_host(host, "checkpoint: MPI ranks", pool.host_facts.get(host))
     return _measurement(run, model, ops, deletes, pool, {"access": "files", "save_ends_at": "fsync returned",
+                                                         **memory_columns(p, preps, pool.launcher),
                                                          **client_check.row_columns(config.client_check, conf)})
 
 
