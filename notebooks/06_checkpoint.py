@@ -43,6 +43,8 @@ checkpoint = {
     'write_block_mib': 32,  # one write() of incompressible bytes (MLPerf v3.0: 32 MiB)
     'read_block_mib': 128,  # one read on restore (MLPerf v3.0: 128 MiB)
     'readers_per_rank': 4,  # reader threads per rank on restore (MLPerf v3.0: 4)
+    'save_io': 'buffered',  # buffered (MLPerf's: page cache, then fsync; memory pre-faulted before each save)
+    # or direct (O_DIRECT: the disk's figure, the page cache and VM memory left out)
     'repeats': 1,
     'ranks': None,  # None: the model's own rank count (8 in subset mode); nothing else is allowed
     'shapes': {},  # user-defined transformers by name, usable in models and cost.model
