@@ -246,8 +246,21 @@ def cpu_columns(ops, gateway_s: dict, machine_busy_percent: float | None) -> dic
         out[f"{op}_client_cpu_s_per_gb"] = client / gb if gb > 0 else math.nan
         out[f"{op}_gateway_cpu_s_per_gb"] = gw_s / gb if gw_s is not None and gb > 0 else math.nan
         out[f"{op}_limited_by"] = limited_by({"wall_seconds": wall, "client_cpu_seconds": client,
-                                              "gateway_cpu_seconds": gw_s}, machine_busy_percent) if these else ""
+                                              "gateway_cpu_seconds": gw_s,
+                                              "client_processes": rank_processes(these, wall)},
+                                             machine_busy_percent) if these else ""
     return out
+
+
+def rank_processes(these, wall: float) -> list[dict]:
+    """Each rank as one client process over the op's summed wall time (kit/client_bound): a Python rank keeps at
+    most one core busy, so one rank near it limits the op though the machine's other cores idle."""
+    from ...kit.client_bound import ProcessCPU
+    cpu: dict[int, float] = {}
+    for *_, got in these:
+        for r in got:
+            cpu[r.rank] = cpu.get(r.rank, 0.0) + r.cpu_s
+    return [ProcessCPU(c, wall, 1.0, label=f"rank {k}").as_dict() for k, c in sorted(cpu.items()) if wall > 0]
 
 
 # --------------------------------------------------------------------------- MLPerf's summary.json

@@ -22,6 +22,7 @@ import numpy as np
 from ...core import columns
 from ...core.columns import Column
 from ...kit import client_check, runs
+from ...kit.client_bound import BOUND_FRACTION
 from ...kit.latency import bin_edges_us, log2_bin, new_histogram
 from ...report.headlines import versus_reference
 from .client import Call
@@ -89,7 +90,8 @@ COLUMNS: tuple[Column, ...] = (
                                              "read ÷ the time any read was in flight"),
     Column("reload_latency_ms", "ms", "that line's intercept (≥ 0): a reload's fixed cost"),
     Column("client_cpu_percent", "%", "the clients' CPU time ÷ (wall_s × this host's cores) × 100"),
-    Column("limited_by", "", "what set the pace: client CPU (the clients' CPU time ≥ 85 % of the host's cores), "
+    Column("limited_by", "", "what set the pace: client CPU (the clients' CPU time ≥ 85 % of the host's cores, or one "
+                             "client process at ≥ 85 % of the one core a Python process runs on), "
                              "storage (a storage call in flight ≥ 80 % of the run) or the workload (storage idle "
                              "the rest: CPU-tier hits, client work between requests)", "text"),
     Column("read_cold_method", "", "how each read was made cold (posix_fadvise DONTNEED per entry)", "text"),
@@ -163,13 +165,26 @@ def snapshot_time(recs, deadline: float) -> float:
     return t
 
 
-def limited_by(client_cpu_percent: float, io_busy_percent: float) -> str:
-    """What set the pace, with the figure that says so (the Column's meaning gives the thresholds)."""
+def limited_by(client_cpu_percent: float, io_busy_percent: float, busiest: tuple[int, float] | None = None) -> str:
+    """What set the pace, with the figure that says so (the Column's meaning gives the thresholds). `busiest`:
+    (client, the cores it used): a Python client keeps at most one core busy (kit/client_bound), so one client at
+    BOUND_FRACTION of it set the pace though the host's other cores idled."""
     if client_cpu_percent >= CLIENT_CPU_LIMIT_PERCENT:
         return f"client CPU ({client_cpu_percent:.0f} % busy)"
+    if busiest is not None and busiest[1] >= BOUND_FRACTION:
+        return f"client CPU (client {busiest[0]} at {busiest[1]:.2f} of its one core)"
     if io_busy_percent >= STORAGE_BUSY_PERCENT:
         return f"storage (I/O in flight {io_busy_percent:.0f} %)"
     return f"workload (I/O in flight {io_busy_percent:.0f} %)"
+
+
+def _busiest(result: dict, wall: float) -> tuple[int, float] | None:
+    """(client, cores used) of the client process that used the most CPU over the run."""
+    ranks = [c for c in result["ranks"] if c.get("cpu_s") is not None]
+    if not ranks or wall <= 0:
+        return None
+    top = max(ranks, key=lambda c: c["cpu_s"])
+    return int(top.get("rank", 0)), top["cpu_s"] / wall
 
 
 def calls(rank: dict) -> list[Call]:
@@ -217,7 +232,7 @@ def run_row(spec: dict, result: dict) -> dict:
            "storage_tokens": tokens, "honest_storage_tokens_per_s": tokens / busy if busy else None,
            "storage_tokens_per_elapsed_s": tokens / elapsed,
            "reload_read_gib_per_s": rate / GIB if rate else None, "reload_latency_ms": lat * 1e3,
-           "client_cpu_percent": cpu_pct, "limited_by": limited_by(cpu_pct, busy / wall * 100),
+           "client_cpu_percent": cpu_pct, "limited_by": limited_by(cpu_pct, busy / wall * 100, _busiest(result, wall)),
            "read_cold_method": "posix_fadvise DONTNEED per entry (after its fsync and before its read)"}
     for op, done in (("read", reads), ("write", writes)):
         host = [r.end - r.start for r in done]
