@@ -13,6 +13,7 @@ which forks the search workers later.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -113,15 +114,38 @@ def _build(p: VectorSearchParams, tmp: Path) -> float:
     return float(done[0].result["build_seconds"])
 
 
-def ready(target, p: VectorSearchParams, kind: str, status=print) -> dict:
-    """The data set's folder on `target`, made when missing or of another shape; its manifest."""
-    directory = folder(target, kind)
-    want = shape(p, kind)
+def _have(directory: Path, want: dict) -> dict | None:
     man = directory / MANIFEST
     if man.is_file():
         have = json.loads(man.read_text())
         if have.get("shape") == want and disk_index(directory).is_file():
-            return {**have, "reused": True}
+            return have
+    return None
+
+
+def _copy(source: Path, tmp: Path) -> dict:
+    """The data set of another target, byte for byte (the index is the same wherever it lives)."""
+    (tmp / INDEX).mkdir()
+    for name in ("queries.npy", "truth.npy", *(f"{INDEX}/{f.name}" for f in index_files(source))):
+        shutil.copyfile(source / name, tmp / name)
+    return {**json.loads((source / MANIFEST).read_text()), "copied_from": str(source)}
+
+
+def ready(target, p: VectorSearchParams, kind: str, status=print, source_target=None) -> dict:
+    """The data set's folder on `target`, made when missing or of another shape (copied from `source_target`'s
+    when that holds it); its manifest."""
+    directory = folder(target, kind)
+    want = shape(p, kind)
+    have = _have(directory, want)
+    if have is not None:
+        return {**have, "reused": True}
+    source = folder(source_target, kind) if source_target is not None else None
+    if source is not None and _have(source, want) is not None:
+        status(f"vector_search: copying the {kind} set to '{target.name}'")
+        with results.staged_dir(directory) as tmp:
+            manifest = _copy(source, tmp)
+            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
+        return {**manifest, "reused": False}
     status(f"vector_search: generating the {kind} set ({p.num_vectors:,} x {p.dimension}) and building its index "
            f"on '{target.name}'")
     with results.staged_dir(directory) as tmp:

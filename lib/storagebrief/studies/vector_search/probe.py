@@ -1,7 +1,7 @@
 """The device's own 4 KiB random-read IOPS at a queue depth, on the index file the searches read: fio (the real
 tool: direct I/O, libaio, time based), inside the run's cgroup, so an emulated profile caps it as it caps the
-searches. One probe per target and queue depth (queue depth = beam width x search threads: the reads a point
-keeps in flight at most), kept for the target's later points.
+searches. One short probe right after each point's searches, at the point's queue depth (beam width x search
+threads: the reads it keeps in flight at most).
 """
 from __future__ import annotations
 
