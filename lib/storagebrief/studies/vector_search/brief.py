@@ -105,9 +105,9 @@ def _analysis(pts, floor: float, study: dict) -> None:
     lines = []
     best = best_at_floor(pts, floor)
     for r in best.itertuples():
-        lines.append(f"- '{r.target}': best {r.qps:,.1f} queries/s at recall {r.recall_at_k:.3f} (L {int(r.search_list)}"
+        lines.append(f"- '{r.target}': best {_rate(r.qps)} queries/s at recall {r.recall_at_k:.3f} (L {int(r.search_list)}"
                      f", W {int(r.beam_width)}, {int(r.threads)} thread(s)); {r.reads_per_query_engine:.1f} reads per "
-                     f"query; the device's IOPS predict {r.qps_predicted:,.1f} ({r.prediction_error:+.0%}, "
+                     f"query; the device's IOPS predict {_rate(r.qps_predicted)} ({r.prediction_error:+.0%}, "
                      f"{r.regime}).")
     c = pts[pts.data == "clustered"]
     missing = sorted(set(c.target) - set(best.target))
@@ -131,6 +131,11 @@ def _analysis(pts, floor: float, study: dict) -> None:
     analysis(lines)
 
 
+def _rate(qps: float) -> str:
+    """Queries/s with the digits that matter: 306, 2.6."""
+    return f"{qps:,.0f}" if qps >= 100 else f"{qps:.1f}"
+
+
 def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
     """Page 1: per target, the best QPS at recall >= the floor, its reads per query and the device's prediction."""
     study = read_json_or(Path(study_dir) / "study.json", {})
@@ -143,8 +148,8 @@ def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
     for name in [n for n in names if n in set(pts.target)]:
         if name in best.index:
             r = best.loc[name]
-            answer = (f"at recall ≥ {floor} this storage serves {r.qps:,.0f} queries/s per client; each query costs "
-                      f"{r.reads_per_query_engine:.0f} reads; the device's IOPS predict {r.qps_predicted:,.0f}")
+            answer = (f"at recall ≥ {floor} this storage serves {_rate(r.qps)} queries/s per client; each query costs "
+                      f"{r.reads_per_query_engine:.0f} reads; the device's IOPS predict {_rate(r.qps_predicted)}")
             basis = (f"recall {r.recall_at_k:.3f}, L {int(r.search_list)}, beam width {int(r.beam_width)}, "
                      f"{int(r.threads)} thread(s), {r.regime} ({r.prediction_error:+.0%}); vector search")
         else:
