@@ -31,7 +31,9 @@ def _ints(text: str) -> list[int]:
 
 def _round(args, base: dict, work: Path, n: int) -> pd.DataFrame:
     names = args.targets.split(",")
-    params = {**base, "targets": [t for t in base["targets"] if t["name"] in names]}
+    # the params file lives in a temporary folder: the targets' relative paths stay the project's
+    params = {**base, "targets": [{**t, "path": str((REPO / t["path"]).resolve())}
+                                  for t in base["targets"] if t["name"] in names]}
     params["vector_search"] = {**base["vector_search"], "targets": [], "search_list": _ints(args.search_list),
                                "beam_width": _ints(args.beam_width), "threads": _ints(args.threads),
                                "max_point_s": args.max_point_s, "uniform_control": False, "repeats": 1}

@@ -41,14 +41,14 @@ vector_search = {
     'min_queries': 5,  # ... at least this many ...
     'max_point_s': 1.0,  # ... and issues no new one after this many seconds (an emulated HDD: ~150 IOPS)
     'k': 10,  # recall@k
-    'search_list': [20, 50],  # L, the candidate list (each >= k); paper: [10, 20, 50, 100, 200]
+    'search_list': [20, 50, 100],  # L, the candidate list (each >= k); paper: [10, 20, 50, 100, 200]
     'beam_width': [1, 2],  # reads in flight per query hop
     'threads': [1],  # concurrent queries; paper: [1, 2, 4]
     'graph_degree': 32,  # Vamana R
     'build_complexity': 64,  # Vamana build L
     'pq_chunks': 32,  # PQ bytes per vector kept in memory (<= dimension)
     'build_threads': 0,  # 0: every CPU
-    'probe_s': 0.5,  # fio 4 KiB random-read probe after each point, at its queue depth
+    'probe_s': 0.4,  # fio 4 KiB random-read probe after each point, at its queue depth (+0.2 s ramp)
     'recall_floor': 0.95,  # QPS is an answer only at recall >= this
     'uniform_control': True,  # v3.0's uniform random data at each L, first beam width, first target
     'repeats': 1,  # MLPerf v3.0 wants 5 runs per point (paper: 5)

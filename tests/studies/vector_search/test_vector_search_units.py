@@ -85,6 +85,7 @@ def test_row_reads_three_ways_prediction_regime_and_per_query_tail():
     assert row["qps"] == 10 and row["qps_predicted"] == 10 and row["prediction_error"] == 0
     assert row["regime"] == "I/O-bound" and row["limited_by"] == ""
     assert row["latency_ms_p999"] > 40 > row["latency_ms_p50"]       # one slow query shows in the tail
+    assert row["call_overhead_ms"] == pytest.approx((0.05 * 9 + 49.0) / 10)   # wall - the engine's own
     off = metrics.point_row(_result(), truth, {**block, "bytes": 40 * 4096 * 10}, {"iops": 300.0}, 3, p, 2)
     assert not off["reads_agree"] and not off["page_cache_bypassed"]
     cpu = metrics.point_row(_result(io_us=100.0, cpu_s=1.8), truth, block, {"iops": 300.0}, 0, p, 2)
@@ -107,6 +108,7 @@ def test_fio_json_is_read_for_iops():
         probe.parse({"jobs": [{"error": 5, "read": {}}]})
     args = probe.fio_args("/x/ann_disk.index", 4, 1.5, "/o.json")
     assert "--direct=1" in args and "--iodepth=4" in args and "--bs=4096" in args and "--readonly" in args
+    assert "--ramp_time=200ms" in args          # the throttle's debt from the searches is not counted
 
 
 def test_best_qps_is_taken_only_among_points_at_the_recall_floor():

@@ -42,6 +42,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("bytes_per_query", "bytes", "read_bytes of the search process / queries"),
     Column("io_time_share", "", "the engine's I/O time / its latency, summed over queries"),
     Column("client_cpu_percent", "%", "the search process's CPU time / (wall x CPUs)"),
+    Column("call_overhead_ms", "ms", "mean per query of (the query's wall time - the engine's own latency): the "
+           "Python call around the search, which no IOPS figure predicts"),
     Column("resident_index_pages", "", "pages of the index files in the page cache after the run (direct I/O: 0)"),
     Column("page_cache_bypassed", "", "True when no page of the index files was cached after the run", "bool"),
     Column("device_iops_at_qd", "IOPS", "fio's 4 KiB random-read IOPS on the index file at queue_depth, same cgroup"),
@@ -94,7 +96,8 @@ def point_row(result: dict, truth: np.ndarray, block: dict, dev: dict, resident:
               (("p50", 50), ("p95", 95), ("p99", 99), ("p999", 99.9))},
            "reads_per_query_engine": engine, "reads_per_query_process": process, "reads_per_query_block": blk,
            "block_source": block["source"], "reads_agree": agree, "bytes_per_query": result["read_bytes"] / n,
-           "io_time_share": share, "client_cpu_percent": cpu_pct, "resident_index_pages": int(resident),
+           "io_time_share": share, "client_cpu_percent": cpu_pct,
+           "call_overhead_ms": float((lat_ms - stats[:, 1] / 1e3).mean()) if n else float("nan"), "resident_index_pages": int(resident),
            "page_cache_bypassed": resident == 0, "device_iops_at_qd": dev["iops"], "qps_predicted": predicted,
            "prediction_error": qps / predicted - 1 if predicted > 0 else float("nan"),
            "regime": "I/O-bound" if share >= IO_BOUND_SHARE else "CPU-bound"}
@@ -147,7 +150,7 @@ def points(frame: pd.DataFrame, floor: float) -> pd.DataFrame:
         return pd.DataFrame()
     nums = ["queries", "recall_at_k", "qps", "latency_ms_p50", "latency_ms_p95", "latency_ms_p99", "latency_ms_p999",
             "reads_per_query_engine", "reads_per_query_process", "reads_per_query_block", "bytes_per_query",
-            "io_time_share", "client_cpu_percent", "resident_index_pages", "device_iops_at_qd", "qps_predicted",
+            "io_time_share", "client_cpu_percent", "call_overhead_ms", "resident_index_pages", "device_iops_at_qd", "qps_predicted",
             "prediction_error"]
     g = ok.groupby(["target", *KEYS], dropna=False)
     out = g.agg(repeats=("repeat", "count"), **{c: (c, "median") for c in nums if c in ok},

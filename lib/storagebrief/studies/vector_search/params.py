@@ -20,14 +20,14 @@ class VectorSearchParams(OnSomeTargets):   # targets: a subset of the target nam
     min_queries: int = Field(5, ge=1, le=1_000_000)              # ... at least this many, even past max_point_s
     max_point_s: float = Field(1.0, gt=0, le=3600)               # a point stops issuing queries after this long
     k: int = Field(10, ge=1, le=1000)                            # recall@k, neighbours returned per query
-    search_list: list[int] = Field(default_factory=lambda: [20, 50], min_length=1)   # L (>= k)
+    search_list: list[int] = Field(default_factory=lambda: [20, 50, 100], min_length=1)   # L (>= k)
     beam_width: list[int] = Field(default_factory=lambda: [1, 2], min_length=1)          # reads in flight per query
     threads: list[int] = Field(default_factory=lambda: [1], min_length=1)                # concurrent queries
     graph_degree: int = Field(32, ge=4, le=512)                  # Vamana R
     build_complexity: int = Field(64, ge=8, le=4096)             # Vamana build L
     pq_chunks: int = Field(32, ge=1, le=4096)                    # PQ bytes per vector held in memory (<= dimension)
     build_threads: int = Field(0, ge=0, le=1024)                 # 0: every CPU
-    probe_s: float = Field(0.5, gt=0, le=600)                    # the fio 4 KiB random-read probe after each point
+    probe_s: float = Field(0.4, gt=0, le=600)                    # the fio 4 KiB random-read probe after each point
     recall_floor: float = Field(0.95, gt=0, le=1)                # QPS is reported among points at or above it
     uniform_control: bool = True      # the same index shape on uniform random data and queries (v3.0's data)
     repeats: int = Field(1, ge=1, le=100)
