@@ -237,6 +237,7 @@ TINY = {
     "kv_cache": {**studies.get("kv_cache").tiny,
                  "prefill": {"measure": True, "layers": 1, "contexts": [64, 128], "repeats": 1}},
     "object_sweep": {"object_sizes": ["64k", "1m"], "mib_per_point": 4, "repeats": 2},
+    "vector_search": studies.get("vector_search").tiny,      # 2,000 x 16 vectors: seconds, not the quick ~50 s
 }
 def _copy_repo(dst: Path) -> None:
     files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO,

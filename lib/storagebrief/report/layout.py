@@ -33,7 +33,8 @@ from pathlib import Path
 # quick study's body 22 pages (measured 2026-11-26): the budget grew with them, not past them. 23: the checkpoint
 # and KV-cache client checks' paragraphs (issue 32) and wide tables printed in parts instead of cut off (the Kafka
 # pipeline table had lost three columns) made it 23 pages (quick study from a clean clone, 2026-11-26).
-BODY_PAGES = 23
+# 24: the vector search's section (study 09, 2026-11-29, tiny chain) added a page.
+BODY_PAGES = 24
 MIN_FILL = 0.25
 COLUMN_SLACK = 2           # pdftotext -layout places a cell's lines within a character or two
 CELL_GAP = re.compile(r"\S+(?: \S+)*")   # a run of text with single spaces: one cell's line on a layout row

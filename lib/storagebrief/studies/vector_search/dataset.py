@@ -1,0 +1,163 @@
+"""The study's data on a target, made once and kept (a folder per data set and shape, built beside its place
+and renamed in: core.results.staged_dir): seeded vectors, queries, brute-force ground truth and the DiskANN disk
+index over the vectors.
+
+clustered: Gaussian clusters around random centres; a query is a database vector plus small noise (v3.0's
+`query_mode: planted`), so its true neighbours are a real neighbourhood and recall can tell settings apart.
+uniform: uniform random vectors and uniform random queries, v3.0's data: every vector is nearly equidistant
+from a query in high dimension, so recall at a given L is low whatever the storage (mlcommons/storage#625).
+Ground truth: exact L2 k-nearest neighbours, computed in blocks of queries (numpy only).
+The index is built in a worker of its own (kit.ranks): the search library's threads never live in this process,
+which forks the search workers later.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from ...core import results
+from ...core.folders import folder_below
+from ...kit.launch import open_launch
+from ...kit.ranks import Worker
+from . import STUDY
+from .params import VectorSearchParams
+
+SETS = ("clustered", "uniform")
+INDEX = "index"                 # the index folder inside a data set's folder
+MANIFEST = "dataset.json"
+
+
+def shape(p: VectorSearchParams, kind: str) -> dict:
+    """What makes a data set: a folder holding another shape is rebuilt."""
+    keys = ("num_vectors", "dimension", "queries", "k", "graph_degree", "build_complexity", "pq_chunks", "seed")
+    extra = ("clusters", "cluster_spread", "query_noise") if kind == "clustered" else ()
+    return {"set": kind, **{k: getattr(p, k) for k in keys + extra}}
+
+
+def folder(target, kind: str) -> Path:
+    return folder_below(target.study_dir(STUDY.name), kind, create=False)
+
+
+def index_files(directory: Path) -> list[Path]:
+    return sorted((directory / INDEX).glob("*"))
+
+
+def disk_index(directory: Path) -> Path:
+    return directory / INDEX / "ann_disk.index"
+
+
+def generate(p: VectorSearchParams, kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """(vectors, queries), float32, from the seed alone."""
+    rng = np.random.default_rng([p.seed, SETS.index(kind)])
+    n, d = p.num_vectors, p.dimension
+    if kind == "uniform":
+        return rng.random((n, d), dtype=np.float32), rng.random((p.queries, d), dtype=np.float32)
+    centres = rng.standard_normal((p.clusters, d), dtype=np.float32)
+    which = rng.integers(0, p.clusters, n)
+    vectors = centres[which] + p.cluster_spread * rng.standard_normal((n, d), dtype=np.float32)
+    planted = rng.choice(n, p.queries, replace=False)
+    queries = vectors[planted] + p.query_noise * rng.standard_normal((p.queries, d), dtype=np.float32)
+    return vectors.astype(np.float32), queries.astype(np.float32)
+
+
+def ground_truth(vectors: np.ndarray, queries: np.ndarray, k: int, block: int = 64) -> np.ndarray:
+    """Exact k nearest neighbours (L2) of every query, ids ordered by distance."""
+    norms = np.einsum("ij,ij->i", vectors, vectors)
+    out = np.empty((len(queries), k), dtype=np.int64)
+    for i in range(0, len(queries), block):
+        q = queries[i:i + block]
+        dist = norms[None, :] - 2.0 * (q @ vectors.T)          # + |q|² is the same for every candidate
+        part = np.argpartition(dist, k - 1, axis=1)[:, :k]
+        order = np.take_along_axis(dist, part, axis=1).argsort(axis=1)
+        out[i:i + block] = np.take_along_axis(part, order, axis=1)
+    return out
+
+
+def recall_at_k(found: np.ndarray, truth: np.ndarray) -> float:
+    """Mean over queries of |found ∩ true k nearest| / k."""
+    k = truth.shape[1]
+    return float(np.mean([len(set(f[:k].tolist()) & set(t.tolist())) / k for f, t in zip(found, truth)]))
+
+
+# -- the index build, in a worker of its own -------------------------------------------------------------
+def _build_setup(rank: int, n: int, cfg: dict) -> dict:
+    return cfg
+
+
+def _build_work(cfg: dict, rank: int, msg, line) -> dict:
+    import time
+
+    import diskannpy
+
+    vectors = np.load(cfg["vectors"], mmap_mode="r")
+    t0 = time.perf_counter()
+    diskannpy.build_disk_index(np.ascontiguousarray(vectors), "l2", cfg["index_dir"],
+                               complexity=cfg["build_complexity"], graph_degree=cfg["graph_degree"],
+                               build_memory_maximum=cfg["build_memory_gib"], num_threads=cfg["build_threads"],
+                               num_of_pq_chunks=cfg["pq_chunks"])
+    return {"build_seconds": time.perf_counter() - t0}
+
+
+BUILDER = Worker("index build", _build_setup, _build_work, setup_in_cgroup=False)
+
+
+def _build(p: VectorSearchParams, tmp: Path) -> float:
+    (tmp / INDEX).mkdir()
+    cfg = {"vectors": str(tmp / "vectors.npy"), "index_dir": str(tmp / INDEX), "graph_degree": p.graph_degree,
+           "build_complexity": p.build_complexity, "pq_chunks": p.pq_chunks, "build_threads": p.build_threads,
+           "build_memory_gib": max(0.25, 4 * p.num_vectors * p.dimension * 4 / 2**30)}
+    with open_launch(BUILDER, [0], cfg, start_timeout_s=120) as launch:
+        _, done = launch.operate(timeout_s=24 * 3600)
+    return float(done[0].result["build_seconds"])
+
+
+def _have(directory: Path, want: dict) -> dict | None:
+    man = directory / MANIFEST
+    if man.is_file():
+        have = json.loads(man.read_text())
+        if have.get("shape") == want and disk_index(directory).is_file():
+            return have
+    return None
+
+
+def _copy(source: Path, tmp: Path) -> dict:
+    """The data set of another target, byte for byte (the index is the same wherever it lives)."""
+    (tmp / INDEX).mkdir()
+    for name in ("queries.npy", "truth.npy", *(f"{INDEX}/{f.name}" for f in index_files(source))):
+        shutil.copyfile(source / name, tmp / name)
+    return {**json.loads((source / MANIFEST).read_text()), "copied_from": str(source)}
+
+
+def ready(target, p: VectorSearchParams, kind: str, status=print, source_target=None) -> dict:
+    """The data set's folder on `target`, made when missing or of another shape (copied from `source_target`'s
+    when that holds it); its manifest."""
+    directory = folder(target, kind)
+    want = shape(p, kind)
+    have = _have(directory, want)
+    if have is not None:
+        return {**have, "reused": True}
+    source = folder(source_target, kind) if source_target is not None else None
+    if source is not None and _have(source, want) is not None:
+        status(f"vector_search: copying the {kind} set to '{target.name}'")
+        with results.staged_dir(directory) as tmp:
+            manifest = _copy(source, tmp)
+            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
+        return {**manifest, "reused": False}
+    status(f"vector_search: generating the {kind} set ({p.num_vectors:,} x {p.dimension}) and building its index "
+           f"on '{target.name}'")
+    with results.staged_dir(directory) as tmp:
+        vectors, queries = generate(p, kind)
+        np.save(tmp / "vectors.npy", vectors)
+        np.save(tmp / "queries.npy", queries)
+        np.save(tmp / "truth.npy", ground_truth(vectors, queries, p.k))
+        del vectors
+        seconds = _build(p, tmp)
+        (tmp / "vectors.npy").unlink()          # the index holds the full vectors: no second copy kept
+        files = {f.name: f.stat().st_size for f in index_files(tmp)}
+        manifest = {"shape": want, "build_seconds": seconds, "index_files": files,
+                    "index_bytes": sum(files.values())}
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    return {**manifest, "reused": False}

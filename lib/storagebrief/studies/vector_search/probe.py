@@ -1,0 +1,56 @@
+"""The device's own 4 KiB random-read IOPS at a queue depth, on the index file the searches read: fio (the real
+tool: direct I/O, libaio, time based), inside the run's cgroup, so an emulated profile caps it as it caps the
+searches. One short probe right after each point's searches, at the point's queue depth (beam width x search
+threads: the reads it keeps in flight at most).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+from ...core.procs import Scope
+
+BLOCK = 4096
+RAMP_S = 0.2          # not counted: the throttle still owes for the searches' last reads (a 0.5 s probe right
+                      # after an emulated-HDD point read at 1.6-3 IOPS, measured; 150 with the ramp)
+
+
+class ProbeFailed(RuntimeError):
+    """fio is missing or its job failed (fio's own words)."""
+
+
+def fio_args(filename: Path, queue_depth: int, seconds: float, output: Path) -> list[str]:
+    return ["--name=vector-probe", f"--filename={filename}", "--readonly", "--direct=1", "--ioengine=libaio",
+            "--rw=randread", f"--bs={BLOCK}", f"--iodepth={queue_depth}", "--numjobs=1", "--time_based=1",
+            f"--ramp_time={int(RAMP_S * 1000)}ms",
+            f"--runtime={max(1, int(seconds * 1000))}ms", "--norandommap=1", "--randrepeat=0",
+            "--output-format=json", f"--output={output}"]
+
+
+def parse(doc: dict) -> dict:
+    jobs = doc.get("jobs") or []
+    if len(jobs) != 1 or jobs[0].get("error"):
+        raise ProbeFailed(f"fio reported {len(jobs)} jobs / error {jobs[0].get('error') if jobs else None}")
+    r = jobs[0]["read"]
+    return {"iops": float(r["iops"]), "lat_us_mean": r["lat_ns"]["mean"] / 1e3, "ios": int(r["total_ios"]),
+            "runtime_ms": int(r["runtime"])}
+
+
+def probe(filename: Path, queue_depth: int, seconds: float, output: Path, group=None, name: str = "probe") -> dict:
+    """fio's randread IOPS on `filename` at `queue_depth`, in `group` (the run's throttle) when given."""
+    fio = shutil.which("fio")
+    if fio is None:
+        raise ProbeFailed("fio not found on PATH (Debian package 'fio'; `make system-deps` installs it)")
+    scope = Scope(name, group)
+    try:
+        proc = scope.popen([fio, *fio_args(filename, queue_depth, seconds, output)], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+        out, err = proc.communicate(timeout=seconds * 10 + 60)
+    finally:
+        scope.close()
+    if proc.returncode != 0:
+        raise ProbeFailed(f"fio exited {proc.returncode}: {(err or out).strip()[-400:]}")
+    text = output.read_text()
+    return {**parse(json.loads(text[text.find("{"):])), "queue_depth": queue_depth}

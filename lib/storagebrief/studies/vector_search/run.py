@@ -1,0 +1,157 @@
+"""The vector search on the shared engine (core.sweep): search list L x beam width x search threads x target, on
+the clustered set, and the uniform control (v3.0's data) at each L on the first target.
+
+prepare() makes each target's data sets and indexes (dataset.py; kept for later sweeps). A run: one search client
+(search.py, a kit.ranks worker in the run's cgroup: the target's throttle, or a cgroup of its own that only counts
+its reads) opens the index; the engine evicts the index files; the clock runs while it searches. After the clock:
+the index's pages still in the page cache (DiskANN reads with O_DIRECT: none should be), the cgroup's block-layer
+read counters, and fio's 4 KiB random-read IOPS on the same index file at the point's queue depth in the same
+cgroup (probe.py), from which the point's QPS is predicted (metrics.py).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...core import cache, cgroups, results
+from ...core.sweep import Measurement, Point
+from ...kit import space
+from ...kit.cgroup_io import cgroup_read_stats
+from ...kit.launch import open_launch
+from . import STUDY, dataset, metrics, mlperf, probe, search
+from .params import VectorSearchParams
+
+
+@dataclass(frozen=True)
+class Config:
+    data: str                 # clustered | uniform
+    search_list: int          # L
+    beam_width: int
+    threads: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.data} L{self.search_list} W{self.beam_width} T{self.threads}"
+
+
+@dataclass
+class VectorState:
+    sets: dict[str, dict[str, dict]] = field(default_factory=dict)     # target -> set -> its manifest
+    probes: list[dict] = field(default_factory=list)                   # fio's figures, one per run
+
+
+# --------------------------------------------------------------------------- prepare
+def _needed(p: VectorSearchParams, t) -> int:
+    kinds = dataset.SETS if p.uniform_control else dataset.SETS[:1]
+    have = [k for k in kinds if (dataset.folder(t, k) / dataset.MANIFEST).is_file()]
+    return p.dataset_bytes() * (len(kinds) - len(have)) // len(kinds)
+
+
+def prepare(sweep) -> None:
+    p: VectorSearchParams = sweep.p
+    p.check_machine()
+    sweep.state = VectorState()
+    space.check_space(sweep.targets, lambda t: _needed(p, t), "the vector sets and their DiskANN indexes")
+    kinds = dataset.SETS if p.uniform_control else dataset.SETS[:1]
+    first = sweep.targets[0] if sweep.targets else None
+    for t in sweep.targets:     # built once, on the first target; the others get a copy (the same bytes)
+        sweep.state.sets[t.name] = {k: dataset.ready(t, p, k, sweep.status, None if t is first else first)
+                                    for k in kinds}
+    results.write_json(sweep.out_dir / "study.json", _study_json(sweep))
+
+
+def _study_json(sweep) -> dict:
+    import diskannpy  # noqa: F401  (its version, from the package metadata)
+    from importlib.metadata import version
+
+    p: VectorSearchParams = sweep.p
+    return {"engine": f"diskannpy-rust {version('diskannpy-rust')}", "index_type": "DISKANN (Vamana + PQ, disk)",
+            "cpus": os.cpu_count(), "num_vectors": p.num_vectors, "dimension": p.dimension, "k": p.k,
+            "recall_floor": p.recall_floor, "graph_degree": p.graph_degree, "pq_chunks": p.pq_chunks,
+            "sets": sweep.state.sets}
+
+
+# --------------------------------------------------------------------------- plan
+def plan(sweep) -> list[Point]:
+    p: VectorSearchParams = sweep.p
+    configs = [Config("clustered", L, w, n) for L in p.search_list for w in p.beam_width for n in p.threads]
+    if p.uniform_control:
+        configs += [Config("uniform", L, p.beam_width[0], p.threads[0]) for L in p.search_list]
+    return [Point(c, r, c.label) for r in range(1, p.repeats + 1) for c in configs]
+
+
+def skip(sweep, point: Point, target) -> bool:
+    """The uniform control runs on the first target only: its point is recall, which no storage changes."""
+    return point.config.data == "uniform" and target.name != sweep.targets[0].name
+
+
+def run_id(config: Config, target, repeat: int) -> str:
+    c = config
+    return f"{STUDY.name}-{target.name}-{c.data}-L{c.search_list}-w{c.beam_width}-t{c.threads}-r{repeat}"
+
+
+# --------------------------------------------------------------------------- one run
+def _group(run):
+    """The target's throttle, else a cgroup of the run's own that only counts its reads (None: no cgroups here)."""
+    group = run.throttle()
+    dev = run.target.device
+    if group is not None or dev is None or dev.major is None:
+        return group
+    try:                 # an io cgroup with no limit: it only counts the reads of its processes
+        return run.cgroup("reads", io=cgroups.IoLimits(device=(dev.major, dev.minor)))
+    except cgroups.CgroupUnavailable:
+        return None
+
+
+def run_one(run, config: Config) -> Measurement:
+    p: VectorSearchParams = run.p
+    t, c = run.target, config
+    folder = dataset.folder(t, c.data)
+    files = dataset.index_files(folder)
+    group = _group(run)
+    cfg = {"folder": str(folder), "k": p.k, "search_list": c.search_list, "beam_width": c.beam_width,
+           "threads": c.threads, "max_point_s": p.max_point_s, "min_queries": p.min_queries}
+    with open_launch(search.WORKER, [0], cfg, procs_files=group.procs_files if group else None) as launch:
+        run.evict(files, "the index files")
+        before = cgroup_read_stats(group, t.device)
+        _, done = launch.operate(on_start=run.start_clock, timeout_s=p.max_point_s * 50 + 600)
+        run.stop_clock()
+        after = cgroup_read_stats(group, t.device)
+    result = done[0].result
+    resident = sum(cache.cached_pages(f) for f in files)
+    qd = c.beam_width * c.threads
+    dev = _probe(run, group, dataset.disk_index(folder), qd)
+    truth = np.load(folder / "truth.npy")[: result["queries"]]
+    block = metrics.block_reads(before, after, run.monitor.summary() if run.monitored else {})
+    row = metrics.point_row(result, truth, block, dev, resident, p, os.cpu_count() or 1)
+    row.update({"data": c.data, "search_list": c.search_list, "beam_width": c.beam_width, "threads": c.threads,
+                "queue_depth": qd, "throttled": bool(run.emulated)})
+    return Measurement(row)
+
+
+def _probe(run, group, index_file, queue_depth: int) -> dict:
+    """fio right after the searches, in their cgroup: the device's IOPS of this moment (a shared disk's speed
+    drifts: a probe minutes away predicted a local point 40-126 % off, measured)."""
+    out = run.sweep.out_dir / "logs" / f"{run.run_id}-fio.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    got = {"target": run.target.name, "run_id": run.run_id,
+           **probe.probe(index_file, queue_depth, run.p.probe_s, out, group, f"{run.run_id}-fio")}
+    run.sweep.state.probes.append(got)
+    return got
+
+
+# --------------------------------------------------------------------------- finish
+def finish(sweep, frame) -> None:
+    import pandas as pd
+
+    p: VectorSearchParams = sweep.p
+    pts = metrics.points(frame, p.recall_floor)
+    results.write_csv(sweep.out_dir / "points.csv", pts)
+    results.write_csv(sweep.out_dir / "probes.csv", pd.DataFrame(sweep.state.probes))
+    mlperf.write(sweep.out_dir / "mlperf", frame, p, _study_json(sweep))
+
+
+# The engine's optional hooks this study does not have (core/contract.py RunRoom).
+configure = close = None

@@ -1,0 +1,140 @@
+"""vector_search without a device: knobs refused before work naming the key, the data (seeded, planted queries,
+exact ground truth), the row arithmetic (reads three ways, regime, limited_by, the prediction), fio's JSON read,
+and the MLPerf v3.0 layout read back by key."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from storagebrief.core import config
+from storagebrief.core.config import ParamsError
+from storagebrief.studies.vector_search import dataset, metrics, mlperf, probe
+from storagebrief.studies.vector_search.params import VectorSearchParams
+
+
+def _p(**kw) -> VectorSearchParams:
+    base = {"num_vectors": 2000, "dimension": 16, "clusters": 8, "queries": 20, "min_queries": 5, "pq_chunks": 8,
+            "search_list": [10, 20]}
+    return VectorSearchParams(**{**base, **kw})
+
+
+@pytest.mark.parametrize("knob, value, words", [
+    ("search_list", [5, 20], "every L must be >= k"),
+    ("beam_width", [0], "vector_search.beam_width"),
+    ("threads", [0], "vector_search.threads"),
+    ("pq_chunks", 64, "pq_chunks = 64 is above dimension = 16"),
+    ("min_queries", 50, "min_queries = 50 is above queries = 20"),
+])
+def test_bad_knobs_are_refused_naming_the_key(tmp_path, knob, value, words):
+    with pytest.raises(ParamsError) as err:
+        config.validate({"targets": [{"name": "t", "path": str(tmp_path / "t")}],
+                         "vector_search": {"num_vectors": 2000, "dimension": 16, "clusters": 8, "queries": 20,
+                                           "min_queries": 5, "pq_chunks": 8, "search_list": [10, 20], knob: value}})
+    assert words in str(err.value)
+
+
+def test_more_threads_than_four_per_cpu_is_refused_naming_the_key():
+    too_many = (os.cpu_count() or 1) * 4 + 1
+    with pytest.raises(ParamsError, match=r"vector_search.threads = .*at most"):
+        _p(threads=[1, too_many]).check_machine()
+    _p(threads=[(os.cpu_count() or 1) * 4]).check_machine()
+
+
+def test_sets_are_seeded_and_queries_planted_near_their_vector():
+    p = _p()
+    v1, q1 = dataset.generate(p, "clustered")
+    v2, q2 = dataset.generate(p, "clustered")
+    assert np.array_equal(v1, v2) and np.array_equal(q1, q2) and v1.dtype == np.float32
+    nearest = ((q1[:, None, :] - v1[None]) ** 2).sum(-1).min(1)
+    assert nearest.max() < (p.query_noise * 6) ** 2 * p.dimension      # each query sits on a database vector
+    vu, qu = dataset.generate(p, "uniform")
+    assert vu.min() >= 0 and vu.max() < 1 and not np.array_equal(vu[:20], v1[:20])
+
+
+def test_ground_truth_is_the_exact_k_nearest_in_order():
+    rng = np.random.default_rng(3)
+    v = rng.standard_normal((500, 8)).astype(np.float32)
+    q = rng.standard_normal((30, 8)).astype(np.float32)
+    truth = dataset.ground_truth(v, q, 5, block=7)
+    naive = np.argsort(((q[:, None, :] - v[None]) ** 2).sum(-1), axis=1)[:, :5]
+    assert np.array_equal(truth, naive)
+    assert dataset.recall_at_k(naive, truth) == 1.0
+    half = truth.copy()
+    half[:, 2:] = -1
+    assert dataset.recall_at_k(half, truth) == pytest.approx(0.4)
+
+
+def _result(ios=30.0, io_us=900.0, lat_us=1000.0, n=10, read_bytes=None, cpu_s=0.01, wall=1.0):
+    stats = np.array([[lat_us / 1e6 * 1.05, lat_us, io_us, 50.0, ios]] * n)
+    stats[-1, 0] = 0.05                                          # one slow query: the tail is a query's
+    return {"queries": n, "wall_s": wall, "read_bytes": int(read_bytes if read_bytes is not None else ios * 4096 * n),
+            "cpu_s": cpu_s, "found": np.tile(np.arange(10), (n, 1)), "stats": stats}
+
+
+def test_row_reads_three_ways_prediction_regime_and_per_query_tail():
+    p = _p()
+    truth = np.tile(np.arange(10), (10, 1))
+    block = {"source": "cgroup", "bytes": 30 * 4096 * 10, "requests": 290}
+    row = metrics.point_row(_result(), truth, block, {"iops": 300.0}, 0, p, 2)
+    assert row["reads_per_query_engine"] == row["reads_per_query_process"] == row["reads_per_query_block"] == 30
+    assert row["reads_agree"] and row["page_cache_bypassed"] and row["recall_at_k"] == 1.0
+    assert row["qps"] == 10 and row["qps_predicted"] == 10 and row["prediction_error"] == 0
+    assert row["regime"] == "I/O-bound" and row["limited_by"] == ""
+    assert row["latency_ms_p999"] > 40 > row["latency_ms_p50"]       # one slow query shows in the tail
+    assert row["call_overhead_ms"] == pytest.approx((0.05 * 9 + 49.0) / 10)   # wall - the engine's own
+    off = metrics.point_row(_result(), truth, {**block, "bytes": 40 * 4096 * 10}, {"iops": 300.0}, 3, p, 2)
+    assert not off["reads_agree"] and not off["page_cache_bypassed"]
+    cpu = metrics.point_row(_result(io_us=100.0, cpu_s=1.8), truth, block, {"iops": 300.0}, 0, p, 2)
+    assert cpu["regime"] == "CPU-bound" and cpu["limited_by"] == "client CPU" and "10%" in cpu["limited_by_reason"]
+    eng = metrics.point_row(_result(io_us=100.0), truth, block, {"iops": 300.0}, 0, p, 2)
+    assert eng["limited_by"] == "the engine (CPU in the search)"
+
+
+def test_without_a_cgroup_the_block_count_is_the_device_wide_one_and_said_so():
+    assert metrics.block_reads(None, None, {"device_read_bytes": 8192})["source"] == "diskstats"
+    assert metrics.block_reads((10, 1), (4106, 2), {})["bytes"] == 4096
+    assert metrics.block_reads(None, None, {})["bytes"] is None
+
+
+def test_fio_json_is_read_for_iops():
+    doc = {"jobs": [{"error": 0, "read": {"iops": 1234.5, "lat_ns": {"mean": 8000.0}, "total_ios": 99,
+                                          "runtime": 1500}}]}
+    assert probe.parse(doc) == {"iops": 1234.5, "lat_us_mean": 8.0, "ios": 99, "runtime_ms": 1500}
+    with pytest.raises(probe.ProbeFailed):
+        probe.parse({"jobs": [{"error": 5, "read": {}}]})
+    args = probe.fio_args("/x/ann_disk.index", 4, 1.5, "/o.json")
+    assert "--direct=1" in args and "--iodepth=4" in args and "--bs=4096" in args and "--readonly" in args
+    assert "--ramp_time=200ms" in args          # the throttle's debt from the searches is not counted
+
+
+def test_best_qps_is_taken_only_among_points_at_the_recall_floor():
+    pts = pd.DataFrame({"target": ["a", "a", "a"], "data": ["clustered"] * 3, "recall_at_k": [0.9, 0.96, 0.99],
+                        "qps": [500.0, 300.0, 200.0]})
+    best = metrics.best_at_floor(pts, 0.95)
+    assert list(best.qps) == [300.0]
+    assert metrics.best_at_floor(pts, 0.999).empty
+
+
+def test_mlperf_layout_is_read_back_by_key(tmp_path):
+    p = _p()
+    row = {"target": "t", "data": "clustered", "search_list": 20, "beam_width": 2, "threads": 1, "repeat": 1,
+           "status": "ok", "queries": 20, "qps": 40.0, "latency_ms_mean": 25.0, "latency_ms_p95": 30.0,
+           "latency_ms_p99": 35.0, "latency_ms_p999": 36.0, "recall_at_k": 0.97, "bytes_per_query": 4096 * 30.0,
+           "reads_per_query_block": 30.2, "block_source": "cgroup", "reads_per_query_engine": 30.0,
+           "device_iops_at_qd": 1260.0, "qps_predicted": 42.0, "prediction_error": -0.05, "regime": "I/O-bound"}
+    frame = pd.DataFrame([row, {**row, "repeat": 2, "qps": 41.0}])
+    mlperf.write(tmp_path / "mlperf", frame, p, {"engine": "diskannpy-rust 0.49.1"})
+    runs = sorted((tmp_path / "mlperf" / "t" / "clustered-L20-w2-t1").glob("run-*/summary.json"))
+    assert len(runs) == 2
+    s = json.loads(runs[1].read_text())
+    assert set(mlperf.V30_KEYS) | set(mlperf.ADDED_KEYS) <= set(s)
+    assert s["throughput_qps"] == 41.0 and s["recall"] == 0.97 and s["ios_per_query"] == 30.0
+    assert s["index_type"] == "DISKANN" and s["query_count"] == 20 and s["disk_io"]["read_bytes"] == 4096 * 30 * 20
+    prov = json.loads((tmp_path / "mlperf" / "provenance.json").read_text())
+    assert "open-division" in prov["division"] and "Milvus" in prov["not"]
+    assert prov["points"] == [{"target": "t", "point": "clustered-L20-w2-t1", "runs_present": 2,
+                               "runs_required": 5, "complete": False}]
