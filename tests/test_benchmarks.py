@@ -45,5 +45,5 @@ def test_checkpoint_benchmark_prints_every_round_of_both_sides(tmp_path):
     assert [(r[0], r[1]) for r in rounds] == [("1", "ranks"), ("1", "fio"), ("2", "fio"), ("2", "ranks")], out.stdout
     # the device's own counters, where the folder is on a block device: a save's bytes reached it
     for r in rounds:
-        assert r[5] == "n/a" or float(r[5].replace(",", "")) >= 2 * 8 * 2**20 / 1e6 * 0.99, out.stdout
+        assert r[7] == "n/a" or float(r[7].replace(",", "")) >= 2 * 8 * 2**20 / 1e6 * 0.99, out.stdout   # device MB in run
     assert all(any(line.startswith(p) for line in out.stdout.splitlines()) for p in ("save", "restore", "generator"))

@@ -112,7 +112,7 @@ def test_dvc_chain_renders_brief_with_recomputable_headlines(tiny_chain):
             big = f >= formatting.RATIO_FROM              # as report/formatting.py writes it: ×N from 2× on, else %
             assert ("×" in text) if big else (f"{v:.1f}%" in text), (study, hid, v, text)
     # the snapshot shows the largest effects, at least one per study; headlines.json and Appendix C all of them
-    assert len(cards) == min(8, len([h for h in headlines if h["delta_percent"] is not None]))
+    assert len(cards) == min(9, len([h for h in headlines if h["delta_percent"] is not None]))   # SNAPSHOT_CARDS
     assert {h["id"] for h in headlines if h["study"] == "train_resnet50" and "|" in h["id"]} == {
         f"{m}:{t}|2.5:1_vs_none" for m in ("job_read_bytes", "training_time_s") for t in ("local", "hdd-emulated")}
     for metric in ("input_mb_per_s", "completion_time_s"):
