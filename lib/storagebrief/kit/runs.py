@@ -61,3 +61,21 @@ def what_failed(frame: pd.DataFrame, study_dir: Path, side_files: dict[str, str]
     if missing:
         out.append("**Files missing from the result folder:**\n\n" + "\n".join(missing))
     return out
+
+
+def open_section(study_dir: Path, frame: pd.DataFrame, side_files: dict[str, str], nothing: str):
+    """A points-based brief section's opening: the style, what failed or is missing (what_failed), then
+    (study.json, points.csv); None when there are no points (`nothing` said when points.csv is there but empty)."""
+    from ..report.display import show_md, style
+    from .files import read_csv_or_none, read_json_or
+    style()
+    study_dir = Path(study_dir)
+    for text in what_failed(frame, study_dir, side_files):
+        show_md(text)
+    study = read_json_or(study_dir / "study.json", {})
+    pts = read_csv_or_none(study_dir / "points.csv")
+    if pts is None or pts.empty:
+        if (study_dir / "points.csv").is_file():
+            show_md(nothing)
+        return None
+    return study, pts

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from ...kit.files import read_csv_or_none, read_json_or
-from ...kit.runs import what_failed
+from ...kit.files import read_csv_or_none
+from ...kit.runs import open_section
 from ...kit.sizes import size_label
-from ...report.display import analysis, show_figure, show_md, show_table, style, target_colors
+from ...report.display import analysis, show_figure, show_md, show_table, target_colors
 
 
 # The side files the section reads, and what goes missing with each (said, never shown as "none ran").
@@ -19,16 +19,11 @@ SIDE_FILES = {"study.json": "what ran and the object targets", "points.csv": "ev
 
 
 def section(study_dir: Path, frame, names: list[str]) -> None:
-    style()
-    study_dir = Path(study_dir)
-    for text in what_failed(frame, study_dir, SIDE_FILES):
-        show_md(text)
-    study = read_json_or(study_dir / "study.json", {})
-    pts = read_csv_or_none(study_dir / "points.csv")
-    if pts is None or pts.empty:
-        if (study_dir / "points.csv").is_file():
-            show_md("No object points were measured.")
+    opened = open_section(study_dir, frame, SIDE_FILES, "No object points were measured.")
+    if opened is None:
         return
+    study, pts = opened
+    study_dir = Path(study_dir)
     _what_ran(frame, study, pts)
     _targets(study)
     _figure(pts, [n for n in names if n in set(pts.target)])

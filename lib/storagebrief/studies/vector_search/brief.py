@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 
 from ...kit.files import read_csv_or_none, read_json_or
-from ...kit.runs import what_failed
-from ...report.display import analysis, show_figure, show_md, show_table, style, target_colors
+from ...kit.runs import open_section
+from ...report.display import analysis, show_figure, show_md, show_table, target_colors
 from .metrics import best_at_floor
 
 SIDE_FILES = {"study.json": "what ran and the data sets", "points.csv": "every point's figures",
@@ -18,16 +18,11 @@ SIDE_FILES = {"study.json": "what ran and the data sets", "points.csv": "every p
 
 
 def section(study_dir: Path, frame, names: list[str]) -> None:
-    style()
-    study_dir = Path(study_dir)
-    for text in what_failed(frame, study_dir, SIDE_FILES):
-        show_md(text)
-    study = read_json_or(study_dir / "study.json", {})
-    pts = read_csv_or_none(study_dir / "points.csv")
-    if pts is None or pts.empty:
-        if (study_dir / "points.csv").is_file():
-            show_md("No vector-search points were measured.")
+    opened = open_section(study_dir, frame, SIDE_FILES, "No vector-search points were measured.")
+    if opened is None:
         return
+    study, pts = opened
+    study_dir = Path(study_dir)
     floor = float(study.get("recall_floor", 0.95))
     _what_ran(study, pts)
     clustered = pts[pts.data == "clustered"]

@@ -50,7 +50,7 @@ def disk_index(directory: Path) -> Path:
 
 
 def generate(p: VectorSearchParams, kind: str) -> tuple[np.ndarray, np.ndarray]:
-    """(vectors, queries), float32, from the seed alone."""
+    """(vectors, queries), float32, from the `seed` parameter alone."""
     rng = np.random.default_rng([p.seed, SETS.index(kind)])
     n, d = p.num_vectors, p.dimension
     if kind == "uniform":
