@@ -13,6 +13,7 @@ which forks the search workers later.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -87,10 +88,18 @@ def _build_setup(rank: int, n: int, cfg: dict) -> dict:
     return cfg
 
 
+def engine():
+    """diskannpy with its Rust log held to errors: its INFO lines (thousands a study) would fill the notebook's
+    cells and the DVC log. The level is read once, at the first import in a process, so every import goes here."""
+    os.environ.setdefault("RUST_LOG", "error")
+    import diskannpy
+    return diskannpy
+
+
 def _build_work(cfg: dict, rank: int, msg, line) -> dict:
     import time
 
-    import diskannpy
+    diskannpy = engine()
 
     vectors = np.load(cfg["vectors"], mmap_mode="r")
     t0 = time.perf_counter()

@@ -63,8 +63,7 @@ def prepare(sweep) -> None:
 
 
 def _study_json(sweep) -> dict:
-    import diskannpy  # noqa: F401  (its version, from the package metadata)
-    from importlib.metadata import version
+    from importlib.metadata import version      # the engine's version, without loading it here
 
     p: VectorSearchParams = sweep.p
     return {"engine": f"diskannpy-rust {version('diskannpy-rust')}", "index_type": "DISKANN (Vamana + PQ, disk)",

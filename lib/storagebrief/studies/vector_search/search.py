@@ -10,7 +10,6 @@ involved). The third, the block layer's, is the launcher's (run.py).
 """
 from __future__ import annotations
 
-import os
 import resource
 import threading
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ...kit.ranks import Worker
+from .dataset import engine
 
 PAGE = 4096
 
@@ -38,8 +38,7 @@ def cpu_seconds() -> float:
 
 
 def _setup(rank: int, n: int, cfg: dict) -> dict:
-    os.environ.setdefault("RUST_LOG", "error")
-    import diskannpy
+    diskannpy = engine()
 
     folder = Path(cfg["folder"])
     index = diskannpy.StaticDiskIndex(str(folder / "index"), num_threads=1, beam_width=cfg["beam_width"])
