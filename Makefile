@@ -37,7 +37,7 @@ study: env kafka s3
 	@$(MAKE) --no-print-directory dvc-lock-local
 	@ls -l reports/brief.html reports/brief.pdf
 
-test: env kafka s3 test-hosts-deps
+test: env kafka s3 s3ref test-hosts-deps
 	pytest -q -ra --durations=40 tests
 
 # The tier to run while developing: unit and small integration tests, no whole study, no browser, no
@@ -133,8 +133,9 @@ $(KAFKA_LIB)/.installed: $(KAFKA_POM)
 # The local S3 gateway (versitygw) for object-storage targets; Go installed into $(TOOLS)/go when missing.
 s3: $(TOOLS)/.versitygw-$(VERSITYGW_VERSION)
 
-# The compiled reference S3 client (benchmarks/s3ref, minio-go) for benchmarks/object_clients.py; no study
-# needs it, so make study and make test do not build it (about a minute, and its Go modules).
+# The compiled reference S3 client (benchmarks/s3ref, minio-go) for benchmarks/object_clients.py and the object
+# sweep's reference_client knob (off by default): make study does not build it (about a minute, and its Go
+# modules); make test does, for its test.
 s3ref: $(TOOLS)/bin/s3ref
 
 # sets $$go to a Go >= GO_MIN: the one on PATH, else $(TOOLS)/go, installed there when missing

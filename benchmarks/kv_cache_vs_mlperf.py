@@ -2,7 +2,7 @@
 
     flock /work/notes/cpu.lock .venv/bin/python benchmarks/kv_cache_vs_mlperf.py --mlperf-dir DIR/kv_cache_benchmark \
         --target data/targets/local [--work data/benchmarks/kv_cache_vs_mlperf] [--rounds 3] [--duration 20] \
-        [--users 8] [--allocs 8] [--context 256 2048]
+        [--users 8] [--allocs 8] [--context 256 2048] [--seed 42] [--vary-seed]
 
 MLPerf's tool is not part of this project: point --mlperf-dir at the `kv_cache_benchmark/` folder of a checkout
 (upstream mlcommons/storage from commit 284ce72, or the public forks idevasena/storage_mlcommons and
@@ -103,10 +103,10 @@ def side(name: str, cmd: list[str], device, cwd: Path, timeout: float) -> tuple[
     return res, {"cgroup_read_bytes": rb, "cgroup_write_bytes": wb, "wall_s": wall}
 
 
-def run_tool(py: Path, a, cfg: Path, cache: Path, out: Path, device) -> dict:
+def run_tool(py: Path, a, cfg: Path, cache: Path, out: Path, device, seed: int) -> dict:
     cmd = [str(py), str(a.mlperf_dir / "kv-cache.py"), "--config", str(cfg), "--model", a.model, "--num-users", str(a.users),
            "--duration", str(a.duration), "--gpu-mem-gb", "0", "--cpu-mem-gb", "0", "--max-concurrent-allocs",
-           str(a.allocs), "--generation-mode", "none", "--cache-dir", str(cache), "--seed", "42", "--output", str(out)]
+           str(a.allocs), "--generation-mode", "none", "--cache-dir", str(cache), "--seed", str(seed), "--output", str(out)]
     _, acct = side("mlperf", cmd, device, out.parent, a.duration * 10 + 300)   # cwd: --work, not the tool's folder
     s = json.loads(out.read_text())["summary"]
     c = s["cache_stats"]
@@ -114,7 +114,8 @@ def run_tool(py: Path, a, cfg: Path, cache: Path, out: Path, device) -> dict:
             "write_gib_per_s": c["tier_storage_write_bandwidth_gbps"], "requests": s["total_requests"],
             "read_p95_ms": c.get("storage_read_device_p95_ms"), "write_p95_ms": c.get("storage_write_device_p95_ms"),
             "bytes_read": c["tier_storage_kv_bytes_read_gb"] * GIB, "bytes_written": c["tier_storage_kv_bytes_written_gb"] * GIB,
-            "elapsed_s": s["elapsed_time"]}
+            "elapsed_s": s["elapsed_time"], "writes": c["offloads_storage"],
+            "write_mib_each": c["tier_storage_kv_bytes_written_gb"] * 1024 / max(1, c["offloads_storage"])}
 
 
 def ours_once(spec_file: Path) -> None:
@@ -131,11 +132,11 @@ def ours_once(spec_file: Path) -> None:
     print(json.dumps(metrics.run_row(spec, {"t_start": t0, "ranks": [r]})))
 
 
-def run_ours(a, templates: list[dict], folder: Path, work: Path, device) -> dict:
+def run_ours(a, templates: list[dict], folder: Path, work: Path, device, seed: int) -> dict:
     from storagebrief.studies.kv_cache.workload import MODELS
 
     bpt = MODELS[a.model].kv_bytes_per_token
-    spec = {"folder": str(folder), "family": "mlperf", "seed": 42, "users": a.users, "concurrency": a.users,
+    spec = {"folder": str(folder), "family": "mlperf", "seed": seed, "users": a.users, "concurrency": a.users,
             "cpu_tier_bytes": 0, "bytes_per_token": bpt, "contexts": [(a.context[1], 1)], "turns": [(1, 1)],
             "turn_tokens": 1, "decode_reads": 0, "prefill_only_tokens": 10000, "duration_s": a.duration,
             "write_block": 16 << 20, "largest_entry_bytes": a.context[1] * bpt, "max_concurrent_allocs": a.allocs,
@@ -150,14 +151,15 @@ def run_ours(a, templates: list[dict], folder: Path, work: Path, device) -> dict
             "write_p95_ms": row["mlperf_device_write_p95_ms"], "bytes_read": row["mlperf_read_bytes"],
             "bytes_written": row["mlperf_write_bytes"], "elapsed_s": row["elapsed_time_s"],
             "all_read_bytes": row["storage_read_bytes"], "all_write_bytes": row["storage_write_bytes"],
-            "honest_read_gib_per_s": row["honest_read_gib_per_s"], "queued_at_end": row.get("requests_queued_at_end")}
+            "honest_read_gib_per_s": row["honest_read_gib_per_s"], "queued_at_end": row.get("requests_queued_at_end"),
+            "writes": row["storage_writes"], "write_mib_each": row["storage_write_bytes"] / max(1, row["storage_writes"]) / (1 << 20)}
 
 
 def line(rnd: int, name: str, r: dict) -> str:
     return (f"{rnd:>5} {name:<7} {r['read_gib_per_s']:>8.3f} {r['write_gib_per_s']:>8.3f} "
             f"{r['bytes_read'] / GIB:>8.2f} {r['cgroup_read_bytes'] / GIB:>8.2f} {r['bytes_written'] / GIB:>8.2f} "
             f"{r['cgroup_write_bytes'] / GIB:>8.2f} {r['requests']:>6} {r['read_p95_ms'] or 0:>9.1f} "
-            f"{r['write_p95_ms'] or 0:>9.1f} {r['elapsed_s']:>7.2f}")
+            f"{r['write_p95_ms'] or 0:>9.1f} {r['elapsed_s']:>7.2f} {r['writes']:>6} {r['write_mib_each']:>8.2f}")
 
 
 def main() -> None:
@@ -171,6 +173,10 @@ def main() -> None:
     ap.add_argument("--users", type=int, default=8)
     ap.add_argument("--allocs", type=int, default=8)
     ap.add_argument("--context", type=int, nargs=2, default=[256, 2048])
+    ap.add_argument("--seed", type=int, default=42, help="both sides' seed in round 1")
+    ap.add_argument("--vary-seed", action="store_true",
+                    help="seed + round - 1 in each round (both sides): a new population of users every round, so a "
+                         "difference that comes from which users one fixed seed drew averages out")
     ap.add_argument("--model", default="llama3.1-8b", choices=["llama3.1-8b", "llama3.1-70b"])
     a = ap.parse_args()
     if a.ours_once:
@@ -199,16 +205,18 @@ def main() -> None:
             raise SystemExit(f"--target {a.target}: {d} exists; remove it (a killed run's) or choose another target")
     print(f"{a.model}, {a.users} users, allocs {a.allocs}, contexts {a.context[0]}-{a.context[1]} tokens, "
           f"{a.duration} s, device {dev.name} ({dev.major}:{dev.minor})")
-    print("round side    read/s   write/s  rd GiB  cg rd    wr GiB  cg wr    reqs  rd p95 ms  wr p95 ms  elapsed")
+    print("round side    read/s   write/s  rd GiB  cg rd    wr GiB  cg wr    reqs  rd p95 ms  wr p95 ms  elapsed "
+          "writes  MiB/write")
     rows = []
     try:
         for rnd in range(1, a.rounds + 1):
+            seed = a.seed + (rnd - 1 if a.vary_seed else 0)
             mcache.mkdir(exist_ok=True)
-            m = run_tool(py, a, cfg, mcache, work / f"mlperf-r{rnd}.json", (dev.major, dev.minor))
+            m = run_tool(py, a, cfg, mcache, work / f"mlperf-r{rnd}.json", (dev.major, dev.minor), seed)
             _clear(mcache)
             print(line(rnd, "mlperf", m), flush=True)
             ocache.mkdir(exist_ok=True)
-            o = run_ours(a, templates, ocache, work, (dev.major, dev.minor))
+            o = run_ours(a, templates, ocache, work, (dev.major, dev.minor), seed)
             _clear(ocache)
             print(line(rnd, "study", o), flush=True)
             ratio = (o["read_gib_per_s"] / m["read_gib_per_s"] if m["read_gib_per_s"] else float("nan"),
@@ -217,7 +225,7 @@ def main() -> None:
                   f"read {o['honest_read_gib_per_s']:.3f} GiB/s; it moved {o['all_read_bytes'] / GIB:.2f} / "
                   f"{o['all_write_bytes'] / GIB:.2f} GiB in all; {o['queued_at_end']} requests queued at its end)",
                   flush=True)
-            rows.append({"round": rnd, "mlperf": m, "study": o, "ratio_read": ratio[0], "ratio_write": ratio[1]})
+            rows.append({"round": rnd, "seed": seed, "mlperf": m, "study": o, "ratio_read": ratio[0], "ratio_write": ratio[1]})
     finally:
         for d in (mcache, ocache):
             _clear(d)

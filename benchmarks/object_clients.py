@@ -7,7 +7,8 @@ One versitygw (core/s3gateway.py, as the object sweep starts it) over a fresh fo
 object size, concurrency and op (GET, then PUT), the sides run one after the other, the order rotated from
 round to round: the study's object-sweep worker (`python -m storagebrief.studies.object_sweep.worker`,
 boto3, the same process, configuration and start protocol as a sweep run) and the reference client
-(`.tools/bin/s3ref`, Go with minio-go, built by `make s3ref`). Both GET the same pre-written objects (--mib per size,
+(`.tools/bin/s3ref`, Go with minio-go, built by `make s3ref`; started through kit/s3ref as the object
+sweep's `reference_client` knob starts it). Both GET the same pre-written objects (--mib per size,
 in the gateway's page cache for both: neither side is cold) and PUT the same number of fresh keys, removed after
 each batch outside the clock. Each side's bytes, wall time and CPU come from its own counters; the gateway's CPU
 from /proc. Every batch is printed (MB/s, client CPU s/GB, gateway CPU s/GB, and for the study side the
@@ -27,7 +28,6 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-REFERENCE = REPO / ".tools" / "bin" / "s3ref"
 SIZES = {"64k": 64 << 10, "1m": 1 << 20}
 
 
@@ -41,38 +41,47 @@ def _env(gw) -> dict:
             "STORAGEBRIEF_S3_SECRET": gw.secret_key}
 
 
-def _start(side: str, gw, op: str, size: int, conc: int, keys: list[str], part: bool) -> subprocess.Popen:
+def _start(side: str, gw, op: str, size: int, conc: int, keys: list[str], part: bool):
     """One process of a side, started and ready (imports, client, body made) before the clock."""
-    if side.startswith("study"):
-        cfg = {"op": op, "size": size, "concurrency": conc, "seed": 0, "keys": keys, "endpoint": gw.endpoint,
-               "bucket": "bench", "region": "us-east-1", "profile": None, "verify_tls": True, "addressing": "path",
-               "part": part}
-        proc = subprocess.Popen([sys.executable, "-m", "storagebrief.studies.object_sweep.worker"], env=_env(gw),
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO)
-        proc.stdin.write(json.dumps(cfg) + "\n")
-    else:
-        proc = subprocess.Popen([str(REFERENCE), "-endpoint", gw.endpoint, "-bucket", "bench", "-op", op,
-                                 "-size", str(size), "-concurrency", str(conc)], env=_env(gw),
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        proc.stdin.write("\n".join(keys) + "\n\n")
+    if side == "reference":
+        from storagebrief.core.procs import Scope
+        from storagebrief.kit import s3ref
+        return s3ref.Batch(gw.endpoint, "bench", "us-east-1", gw.credentials, op, size, conc, keys,
+                           Scope("object-clients-reference"))
+    cfg = {"op": op, "size": size, "concurrency": conc, "seed": 0, "keys": keys, "endpoint": gw.endpoint,
+           "bucket": "bench", "region": "us-east-1", "profile": None, "verify_tls": True, "addressing": "path",
+           "part": part}
+    proc = subprocess.Popen([sys.executable, "-m", "storagebrief.studies.object_sweep.worker"], env=_env(gw),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO)
+    proc.stdin.write(json.dumps(cfg) + "\n")
     proc.stdin.flush()
     ready = proc.stdout.readline().strip()
-    if ready != ("ready" if side == "reference" else json.dumps({"event": "ready"})):
+    if ready != json.dumps({"event": "ready"}):
         proc.kill()
         raise SystemExit(f"{side} did not start: {ready or proc.wait()}")
     return proc
 
 
-def _go(side: str) -> str:
-    """The start line each side reads: the study's worker is a kit.child (JSON commands), the reference reads 'go'."""
+def _go(proc) -> None:
+    """The start line: the study's worker is a kit.child (JSON commands), the reference a kit.s3ref.Batch."""
     from storagebrief.studies.object_sweep.worker import GO
-    return "go\n" if side == "reference" else json.dumps(GO) + "\n"
+    if hasattr(proc, "go"):
+        return proc.go()
+    proc.stdin.write(json.dumps(GO) + "\n")
+    proc.stdin.flush()
 
 
-def _result(side: str, line: str) -> dict:
-    """The batch's row from the side's last line (the study's worker: its 'done' event)."""
+def _result(proc) -> dict:
+    """The batch's row: the reference's result, or the study's worker's 'done' event."""
+    if hasattr(proc, "result"):
+        return proc.result(3600)
+    line = proc.stdout.readline()
+    proc.stdin.close()
+    proc.wait(timeout=60)
+    if not line.strip():
+        return {"error": f"exited with status {proc.returncode}"}
     row = json.loads(line)
-    return row if side == "reference" else ({"error": row["error"]} if "error" in row else row["batch"])
+    return {"error": row["error"]} if "error" in row else row["batch"]
 
 
 def _cpu_ticks() -> tuple[int, int]:
@@ -91,17 +100,12 @@ def batch(side: str, gw, op: str, size: int, conc: int, keys: list[str]) -> dict
     procs = [_start(side, gw, op, size, c, k, len(parts) > 1) for k, c in parts]
     g0, (b0, t0) = _gateway_cpu(gw.proc.pid), _cpu_ticks()
     for proc in procs:
-        proc.stdin.write(_go(side))
-        proc.stdin.flush()
-    lines = [proc.stdout.readline() for proc in procs]
+        _go(proc)
+    rows = [_result(proc) for proc in procs]
     g1, (b1, t1) = _gateway_cpu(gw.proc.pid), _cpu_ticks()
-    rows = []
-    for proc, line in zip(procs, lines):
-        proc.stdin.close()
-        proc.wait(timeout=60)
-        rows.append(_result(side, line) if line.strip() else {"error": f"exited with status {proc.returncode}"})
-        if "error" in rows[-1]:
-            raise SystemExit(f"{side} {op} {size} c{conc}: {rows[-1]['error']}")
+    for row in rows:
+        if "error" in row:
+            raise SystemExit(f"{side} {op} {size} c{conc}: {row['error']}")
     row = rows[0] if len(rows) == 1 else s3ops.merged(rows).row()
     gb = row["bytes_moved"] / 1e9
     row.update({"mb_per_s": row["bytes_moved"] / row["wall_seconds"] / 1e6,
@@ -147,8 +151,9 @@ def main() -> int:
              for n in _ints(args.study_processes, "study-processes", lambda x: int(x) if int(x) > 0 else int(""))]
     if args.mib < 1 or args.rounds < 1:
         raise SystemExit(f"--mib {args.mib} / --rounds {args.rounds}: each must be >= 1")
-    if not REFERENCE.is_file():
-        raise SystemExit(f"the reference client {REFERENCE} is missing: run `make s3ref`")
+    from storagebrief.kit import s3ref
+    if s3ref.missing():
+        raise SystemExit(s3ref.missing())
     from storagebrief.core import s3gateway, s3store
     from storagebrief.kit.sizes import size_label
 

@@ -179,6 +179,16 @@ def cli_process(*args, env=None, **kw):
                             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **(env or {})}, **kw)
 
 
+def run_study(command: str, tmp_path: Path, data: dict, timeout: float = 600):
+    """`storagebrief <command>` on params.yaml = `data` in tmp_path, results in tmp_path/out: the finished process."""
+    import subprocess
+    import sys
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(data))
+    return subprocess.run([sys.executable, "-m", "storagebrief.cli", command, "--params", str(tmp_path / "params.yaml"),
+                           "--out", str(tmp_path / "out"), "--progress", "off"], cwd=REPO, capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, "PYTHONPATH": str(REPO / "lib")})
+
+
 @pytest.fixture
 def params_file(tmp_path):
     def make(**preprocess) -> Path:

@@ -3,20 +3,16 @@ tops out near one core), measured as one batch: every key moved once, the concur
 on its own for limited_by."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 
 from storagebrief import studies
 from storagebrief.core import config
 from storagebrief.kit import s3ops
 from storagebrief.studies.object_sweep.run import shares
-from conftest import REPO, needs_gateway
+from conftest import REPO, needs_gateway, run_study
 
 
 def test_shares_move_every_key_once_and_sum_to_the_concurrency():
@@ -50,11 +46,7 @@ def test_two_worker_processes_share_a_point_on_the_local_gateway(tmp_path: Path)
             "client_processes": 2}
     data = {"targets": [{"name": "obj", "path": str(tmp_path / "obj"), "kind": "s3", "s3": {}}],
             "run": {"cold_cache": True, "monitor_interval_s": 0.2}, "object_sweep": tiny}
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(data))
-    out = subprocess.run([sys.executable, "-m", "storagebrief.cli", "object-sweep", "--params",
-                          str(tmp_path / "params.yaml"), "--out", str(tmp_path / "out"), "--progress", "off"],
-                         cwd=REPO, capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "PYTHONPATH": str(REPO / "lib")})
+    out = run_study("object-sweep", tmp_path, data)
     assert out.returncode == 0, out.stderr[-2000:]
     runs = pd.read_csv(tmp_path / "out" / "runs.csv").set_index(["op", "concurrency"])
     assert set(runs.status) == {"ok"} and (runs.errors == 0).all()

@@ -138,3 +138,22 @@ def test_mlperf_layout_is_read_back_by_key(tmp_path):
     assert "open-division" in prov["division"] and "Milvus" in prov["not"]
     assert prov["points"] == [{"target": "t", "point": "clustered-L20-w2-t1", "runs_present": 2,
                                "runs_required": 5, "complete": False}]
+
+
+def test_on_an_emulated_target_the_probe_gets_a_fresh_throttle_not_the_searches_indebted_one():
+    from storagebrief.studies.vector_search.run import probe_group
+
+    class Run:
+        def __init__(self, emulated):
+            self.emulated, self.made = emulated, []
+
+        def throttle(self, suffix=""):
+            self.made.append(suffix)
+            return f"fresh-{suffix}"
+
+    searches = "searches' group"
+    hdd = Run(emulated=True)
+    assert probe_group(hdd, searches) == "fresh-probe" and hdd.made == ["probe"]
+    local = Run(emulated=False)              # unthrottled: the counting group owes nothing
+    assert probe_group(local, searches) == searches and local.made == []
+    assert probe_group(Run(emulated=True), None) is None      # no cgroups here: none for the probe either

@@ -45,6 +45,13 @@ COLUMNS: tuple[Column, ...] = (
            "text"),
     Column("limited_by_reason", "", "the evidence: each client process's CPU over the wall time against its usable "
            "cores; the local gateway's CPU, or 'not measured (external)'", "text"),
+    Column("reference_mb_per_s", "MB/s", "the compiled reference client (benchmarks/s3ref, Go with minio-go) on the "
+           "same keys and cold state, when object_sweep.reference_client is on (idle points, local gateway)"),
+    Column("reference_client_cpu_s_per_gb", "s/GB", "the reference client's CPU seconds per 10⁹ bytes moved"),
+    Column("reference_order", "", "before | after: the reference batch ran before or after ours (alternating by "
+           "repeat)", "text"),
+    Column("study_to_reference", "", "throughput_mb_per_s / reference_mb_per_s: below 1, our client gave less than "
+           "the store gives a compiled client"),
     Column("errors", "", "failed requests (a failure stops the run, so 0 in a written row)"),
     Column("throttled", "", "True when the device I/O ran inside the target's throttle cgroup", "bool"),
 )
@@ -73,6 +80,8 @@ def points(frame: pd.DataFrame) -> pd.DataFrame:
     if ok.empty:
         return pd.DataFrame()
     g = ok.groupby(["target", "kind", "access", *KEYS], dropna=False)
+    ref = {"reference_mb_per_s": ("reference_mb_per_s", "median"),
+           "study_to_reference": ("study_to_reference", "median")} if "reference_mb_per_s" in ok else {}
     out = g.agg(repeats=("repeat", "count"),
                 throughput_mb_per_s=("throughput_mb_per_s", "median"),
                 throughput_mb_per_s_min=("throughput_mb_per_s", "min"),
@@ -83,7 +92,7 @@ def points(frame: pd.DataFrame) -> pd.DataFrame:
                 latency_ms_p99_max=("latency_ms_p99", "max"),
                 client_cpu_s_per_gb=("client_cpu_s_per_gb", "median"),
                 gateway_cpu_s_per_gb=("gateway_cpu_s_per_gb", "median"),
-                limited_by=("limited_by", lambda s: ", ".join(sorted({x for x in s.fillna("") if x}))))
+                limited_by=("limited_by", lambda s: ", ".join(sorted({x for x in s.fillna("") if x}))), **ref)
     return out.reset_index()
 
 

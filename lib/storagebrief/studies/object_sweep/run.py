@@ -25,7 +25,7 @@ from ...core.config import ParamsError
 from ...core.s3store import S3Failed
 from ...core.store import Store
 from ...core.sweep import Measurement, Point
-from ...kit import s3ops, s3study, space
+from ...kit import s3ops, s3ref, s3study, space
 from ...kit.child import Child
 from ...kit.client_bound import BOUND_FRACTION
 from ...kit.s3study import CLIENT_LIMIT_PERCENT, judge_row
@@ -68,6 +68,8 @@ def prepare(sweep) -> None:
     if "busy" in p.loads and shutil.which("stress-ng") is None:
         raise ParamsError("object_sweep.loads has 'busy' but stress-ng is not installed (`make system-deps`); "
                           "install it or drop 'busy'")
+    if p.reference_client and s3ref.missing():
+        raise ParamsError(f"object_sweep.reference_client is true but {s3ref.missing()}; build it or set it false")
     check_budget(p)                 # the machine's limits now (validate too)
     sweep.state = ObjectState()
     local = [t for t in sweep.targets if t.on_this_machine]
@@ -197,6 +199,9 @@ def _stop(workers: list[Child]) -> None:
 
 
 def _measure(run, c: Config, store, scope, busy, cfg: dict, env: dict, keys: list[str]) -> Measurement:  # long: one point's workers, start to row
+    reference = run.p.reference_client and c.load == "idle" and getattr(store, "gateway", None) is not None
+    ref_first = reference and run.repeat % 2 == 0          # alternating: odd repeats ours first, even the reference
+    ref = _reference(run, c, store, scope, keys) if ref_first else None
     parts = shares(keys, c.concurrency, run.p.client_processes)
     workers = _start_workers(run, scope, store, cfg, env, parts)
     try:
@@ -221,6 +226,13 @@ def _measure(run, c: Config, store, scope, busy, cfg: dict, env: dict, keys: lis
     row = got[0] if len(got) == 1 else s3ops.merged(got).row()
     if c.op == "put":
         store.delete(keys)          # a PUT point's objects go after the run (outside the clock): space stays bounded
+    if reference and not ref_first:
+        ref = _reference(run, c, store, scope, keys)
+    if ref is not None:
+        row.update({"reference_mb_per_s": ref["mb_per_s"], "reference_client_cpu_s_per_gb": ref["cpu_s_per_gb"],
+                    "reference_order": "before" if ref_first else "after",
+                    "study_to_reference": row["bytes_moved"] / row["wall_seconds"] / 1e6 / ref["mb_per_s"]
+                    if ref["mb_per_s"] and row["wall_seconds"] else None})
     gb = row["bytes_moved"] / 1e9
     row.update({"load": c.load, "op": c.op, "object_bytes": c.object_bytes, "object_label": size_label(c.object_bytes),
                 "concurrency": c.concurrency, "kind": run.target.kind,
@@ -229,6 +241,20 @@ def _measure(run, c: Config, store, scope, busy, cfg: dict, env: dict, keys: lis
                 "gateway_cpu_s_per_gb": None if g0 is None or g1 is None or gb <= 0 else (g1 - g0) / gb,
                 "throttled": bool(run.emulated)})
     return Measurement(_judged(row, run.monitor.summary().get("cpu_busy_percent") if run.monitored else None))
+
+
+def _reference(run, c: Config, store, scope, keys: list[str]) -> dict:
+    """The reference client (kit/s3ref) on the point's keys, from the state the study's client meets: a GET's
+    objects evicted first, a PUT's keys absent (removed after its batch). Outside the run's clock."""
+    if c.op == "get":
+        _cold_cache(run, c, store)
+    b = s3ref.Batch(store.endpoint, store.bucket, store.s3.region, store.gateway.credentials, c.op, c.object_bytes,
+                    c.concurrency, keys, scope, READY_S)
+    b.go()
+    got = b.result(BATCH_S)
+    if c.op == "put":
+        store.delete(keys)
+    return got
 
 
 def _judged(row: dict, machine_busy_percent: float | None) -> dict:

@@ -1,0 +1,81 @@
+"""The compiled reference S3 client (benchmarks/s3ref: Go with minio-go, built by `make s3ref`), one batch at a time.
+
+A Python S3 client spends 15-30 CPU-seconds per GB at 64 KiB where a compiled one spends 2-8 (measured on the
+local gateway, issue 45), so an object point can be the client's figure rather than the store's. Run beside the
+study's own client on the same keys, the reference client's MB/s says what the store gave a client that is not the
+limit. Shared by the object sweep (its `reference_client` knob) and benchmarks/object_clients.py.
+
+Protocol (benchmarks/s3ref/main.go): keys on stdin, one per line, then a blank line; credentials in the
+environment only (never argv); it prints 'ready' once its client and PUT body are made, waits for 'go', moves the
+batch and prints one JSON line (objects, bytes_moved, wall_seconds, client_cpu_seconds) or {"error": ...}.
+"""
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import time
+from pathlib import Path
+
+from ..core.procs import Scope
+
+REPO = Path(__file__).resolve().parents[3]
+BINARY = REPO / ".tools" / "bin" / "s3ref"
+
+
+class ReferenceFailed(RuntimeError):
+    """The reference client did not start, or its batch failed (its own words)."""
+
+
+def missing() -> str | None:
+    """Why the reference client cannot run here, or None when it can."""
+    if not BINARY.is_file() or not os.access(BINARY, os.X_OK):
+        return f"the reference S3 client {BINARY} is not built: run `make s3ref` (Go, minio-go)"
+    return None
+
+
+def _line(proc: subprocess.Popen, timeout_s: float, what: str) -> str:
+    ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
+    if not ready:
+        raise ReferenceFailed(f"the reference client gave no {what} within {timeout_s:g} s")
+    line = proc.stdout.readline()
+    if not line:
+        raise ReferenceFailed(f"the reference client exited (status {proc.wait()}) before its {what}")
+    return line.strip()
+
+
+class Batch:
+    """One started reference client, ready before the clock: go() then result()."""
+
+    def __init__(self, endpoint: str, bucket: str, region: str, credentials: dict, op: str, size: int,
+                 concurrency: int, keys: list[str], scope: Scope, ready_s: float = 60.0):
+        why = missing()
+        if why:
+            raise ReferenceFailed(why)
+        env = {**os.environ, "STORAGEBRIEF_S3_ACCESS": credentials["aws_access_key_id"],
+               "STORAGEBRIEF_S3_SECRET": credentials["aws_secret_access_key"]}
+        self.proc = scope.popen([str(BINARY), "-endpoint", endpoint, "-bucket", bucket, "-region", region, "-op", op,
+                                 "-size", str(size), "-concurrency", str(concurrency)], env=env,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.proc.stdin.write("\n".join(keys) + "\n\n")
+        self.proc.stdin.flush()
+        got = _line(self.proc, ready_s, "'ready'")
+        if got != "ready":
+            raise ReferenceFailed(f"the reference client did not start: {got[:300]}")
+
+    def go(self) -> None:
+        self.t0 = time.monotonic()
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+
+    def result(self, timeout_s: float) -> dict:
+        """Its batch: objects, bytes_moved, wall_seconds, client_cpu_seconds, plus MB/s and CPU s per GB."""
+        row = json.loads(_line(self.proc, timeout_s, "result"))
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+        if "error" in row:
+            raise ReferenceFailed(f"the reference client's batch failed: {row['error']}")
+        gb = row["bytes_moved"] / 1e9
+        return {**row, "mb_per_s": row["bytes_moved"] / row["wall_seconds"] / 1e6 if row["wall_seconds"] else None,
+                "cpu_s_per_gb": row["client_cpu_seconds"] / gb if gb else None}
