@@ -2,7 +2,7 @@
 
     flock /work/notes/cpu.lock .venv/bin/python benchmarks/kv_cache_vs_mlperf.py --mlperf-dir DIR/kv_cache_benchmark \
         --target data/targets/local [--work data/benchmarks/kv_cache_vs_mlperf] [--rounds 3] [--duration 20] \
-        [--users 8] [--allocs 8] [--context 256 2048] [--seed 42] [--vary-seed]
+        [--users 8] [--allocs 8] [--context 256 2048] [--seed 42] [--reseed]
 
 MLPerf's tool is not part of this project: point --mlperf-dir at the `kv_cache_benchmark/` folder of a checkout
 (upstream mlcommons/storage from commit 284ce72, or the public forks idevasena/storage_mlcommons and
@@ -174,7 +174,7 @@ def main() -> None:
     ap.add_argument("--allocs", type=int, default=8)
     ap.add_argument("--context", type=int, nargs=2, default=[256, 2048])
     ap.add_argument("--seed", type=int, default=42, help="both sides' seed in round 1")
-    ap.add_argument("--vary-seed", action="store_true",
+    ap.add_argument("--reseed", action="store_true",
                     help="seed + round - 1 in each round (both sides): a new population of users every round, so a "
                          "difference that comes from which users one fixed seed drew averages out")
     ap.add_argument("--model", default="llama3.1-8b", choices=["llama3.1-8b", "llama3.1-70b"])
@@ -210,7 +210,7 @@ def main() -> None:
     rows = []
     try:
         for rnd in range(1, a.rounds + 1):
-            seed = a.seed + (rnd - 1 if a.vary_seed else 0)
+            seed = a.seed + (rnd - 1 if a.reseed else 0)
             mcache.mkdir(exist_ok=True)
             m = run_tool(py, a, cfg, mcache, work / f"mlperf-r{rnd}.json", (dev.major, dev.minor), seed)
             _clear(mcache)
