@@ -23,6 +23,16 @@ def test_paper_overlay_changes_scale(tmp_path, params_file):
     assert quick.section("preprocess").image_count == 6
 
 
+def test_a_command_line_override_wins_over_the_paper_overlay(params_file):
+    """`-S scale=paper -S preprocess.repeats=1`: paper scale with the one knob the user named (the overlay used to
+    be merged last and silently undid it: a one-repeat paper run became the whole paper plan)."""
+    p = config.load(params_file(), ["scale=paper", "preprocess.repeats=1", "preprocess.processes=[2]"])
+    assert p.section("preprocess").repeats == 1 and p.section("preprocess").processes == [2]
+    assert p.section("preprocess").image_count == 1000                              # the rest is paper's
+    swapped = config.load(params_file(), ["preprocess.repeats=1", "scale=paper"])   # order does not matter
+    assert swapped.section("preprocess").repeats == 1
+
+
 def test_override_parses_yaml_values(params_file):
     p = config.load(params_file(), ["preprocess.processes=[4,1,2,2]", "run.cold_cache=false"])
     assert p.section("preprocess").processes == [1, 2, 4]

@@ -368,8 +368,9 @@ def _format_error(section: str, exc: ValidationError, model=None) -> str:
 
 
 def validate(data: dict, root: Path | None = None, changes: dict | None = None,
-             check_targets: bool = True) -> Params:
-    """Validate a params mapping (after overrides and overlays; `changes` go over the overlay).
+             check_targets: bool = True, overrides: list[tuple[list[str], Any]] | None = None) -> Params:
+    """Validate a params mapping (after overrides and overlays; `changes`, then `overrides` (parsed -S key=value)
+    go over the overlay: what a user names on the command line wins over the paper profile).
 
     check_targets=False is for readers of results (the brief): target paths are checked as text only,
     nothing is written into them and a target folder that no longer exists is fine."""
@@ -383,6 +384,8 @@ def validate(data: dict, root: Path | None = None, changes: dict | None = None,
         data = deep_merge(data, safe_yaml(overlay.read_text(), str(overlay)) or {})
     if changes:
         data = deep_merge(data, changes)
+    for keys, value in overrides or []:
+        apply_override(data, keys, value)
     known = {"scale", "targets", "profiles", "run", *study_sections()}
     unknown = sorted(set(data) - known)
     if unknown:
@@ -475,12 +478,15 @@ def load(path: str | Path | None = None, overrides: list[str] | str | None = Non
     data = read_yaml(path)
     if isinstance(overrides, str):      # one override given as a string, not a list of them
         overrides = [overrides]
+    parsed = []
     for text in overrides or []:
         if not isinstance(text, str):
             raise ParamsError(f"override {text!r} is not a 'key=value' string")
         keys, value = parse_override(text)
-        apply_override(data, keys, value)
-    return validate(data, root=path.resolve().parent, changes=changes, check_targets=check_targets)
+        apply_override(data, keys, value)      # here too: `-S scale=paper` chooses the overlay
+        parsed.append((keys, value))
+    return validate(data, root=path.resolve().parent, changes=changes, check_targets=check_targets,
+                    overrides=parsed)
 
 
 def raw_params(params: Params) -> dict:
