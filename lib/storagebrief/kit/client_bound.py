@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 BOUND_FRACTION = 0.85      # a client process at this share of its usable cores or more: client-bound
+MACHINE_BUSY_PERCENT = 90  # every CPU this busy (monitor, /proc/stat) during a run: the CPU, not the storage, limited
 
 
 @dataclass(frozen=True)

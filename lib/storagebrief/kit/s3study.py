@@ -16,7 +16,7 @@ from ..core.s3store import ObjectStore
 from . import client_bound
 
 CLIENT_LIMIT_PERCENT = 80     # the client used this share of all CPUs or more: it, not the store, limited
-MACHINE_BUSY_PERCENT = 90     # every CPU this busy (monitor, /proc/stat) during the batch: the CPU limited
+MACHINE_BUSY_PERCENT = client_bound.MACHINE_BUSY_PERCENT
 
 
 def gateway_group(sweep, t, study: str) -> cgroups.Cgroup | None:

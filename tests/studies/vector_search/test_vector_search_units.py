@@ -92,6 +92,10 @@ def test_row_reads_three_ways_prediction_regime_and_per_query_tail():
     assert cpu["regime"] == "CPU-bound" and cpu["limited_by"] == "client CPU" and "10%" in cpu["limited_by_reason"]
     eng = metrics.point_row(_result(io_us=100.0), truth, block, {"iops": 300.0}, 0, p, 2)
     assert eng["limited_by"] == "the engine (CPU in the search)"
+    # a machine whose every CPU other work kept busy: not the device's figure, though its latency was mostly I/O
+    busy = metrics.point_row(_result(), truth, block, {"iops": 300.0}, 0, p, 2, machine_busy_percent=97.0)
+    assert busy["regime"] == "I/O-bound" and busy["limited_by"] == "machine CPU (97 % busy)"
+    assert metrics.point_row(_result(), truth, block, {"iops": 300.0}, 0, p, 2, 60.0)["limited_by"] == ""
 
 
 def test_without_a_cgroup_the_block_count_is_the_device_wide_one_and_said_so():

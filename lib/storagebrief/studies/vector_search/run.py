@@ -124,7 +124,8 @@ def run_one(run, config: Config) -> Measurement:
     dev = _probe(run, group, dataset.disk_index(folder), qd)
     truth = np.load(folder / "truth.npy")[: result["queries"]]
     block = metrics.block_reads(before, after, run.monitor.summary() if run.monitored else {})
-    row = metrics.point_row(result, truth, block, dev, resident, p, os.cpu_count() or 1)
+    machine = run.monitor.summary().get("cpu_busy_percent") if run.monitored else None
+    row = metrics.point_row(result, truth, block, dev, resident, p, os.cpu_count() or 1, machine)
     row.update({"data": c.data, "search_list": c.search_list, "beam_width": c.beam_width, "threads": c.threads,
                 "queue_depth": qd, "throttled": bool(run.emulated)})
     return Measurement(row)
