@@ -161,3 +161,16 @@ def test_on_an_emulated_target_the_probe_gets_a_fresh_throttle_not_the_searches_
     local = Run(emulated=False)              # unthrottled: the counting group owes nothing
     assert probe_group(local, searches) == searches and local.made == []
     assert probe_group(Run(emulated=True), None) is None      # no cgroups here: none for the probe either
+
+
+def test_the_probe_on_an_emulated_target_counts_no_more_than_the_profile_lets_through():
+    from storagebrief.core.cgroups import IoLimits
+
+    got = {"iops": 177.0, "queue_depth": 2}
+    hdd = probe.within_profile(got, IoLimits(device=(8, 0), read_iops=150, read_bps=150 << 20))
+    assert hdd["iops"] == 150 and hdd["fio_iops"] == 177.0 and hdd["profile_read_iops_cap"] == 150
+    by_bytes = probe.within_profile(got, IoLimits(device=(8, 0), read_bps=100 * 4096))     # 100 x 4 KiB per second
+    assert by_bytes["iops"] == 100
+    below = probe.within_profile({"iops": 120.0}, IoLimits(device=(8, 0), read_iops=150))
+    assert below["iops"] == 120.0                                      # a probe under the cap is fio's figure
+    assert probe.within_profile(got, None)["iops"] == 177.0            # unthrottled: fio's figure as is

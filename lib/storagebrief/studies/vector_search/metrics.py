@@ -47,7 +47,10 @@ COLUMNS: tuple[Column, ...] = (
            "Python call around the search, which no IOPS figure predicts"),
     Column("resident_index_pages", "", "pages of the index files in the page cache after the run (direct I/O: 0)"),
     Column("page_cache_bypassed", "", "True when no page of the index files was cached after the run", "bool"),
-    Column("device_iops_at_qd", "IOPS", "fio's 4 KiB random-read IOPS on the index file at queue_depth, same cgroup"),
+    Column("device_iops_at_qd", "IOPS", "fio's 4 KiB random-read IOPS on the index file at queue_depth (an emulated "
+           "target: under the same profile, at most its read cap)"),
+    Column("fio_iops_at_qd", "IOPS", "fio's own IOPS figure (above device_iops_at_qd only where a fresh throttle's "
+           "start-up burst exceeded the profile's cap)"),
     Column("qps_predicted", "queries/s", "device_iops_at_qd / reads_per_query_engine"),
     Column("prediction_error", "", "qps / qps_predicted - 1 (negative: slower than the device allows)"),
     Column("regime", "", "I/O-bound (io_time_share >= 0.5) | CPU-bound", "text"),
@@ -100,7 +103,8 @@ def point_row(result: dict, truth: np.ndarray, block: dict, dev: dict, resident:
            "block_source": block["source"], "reads_agree": agree, "bytes_per_query": result["read_bytes"] / n,
            "io_time_share": share, "client_cpu_percent": cpu_pct,
            "call_overhead_ms": float((lat_ms - stats[:, 1] / 1e3).mean()) if n else float("nan"), "resident_index_pages": int(resident),
-           "page_cache_bypassed": resident == 0, "device_iops_at_qd": dev["iops"], "qps_predicted": predicted,
+           "page_cache_bypassed": resident == 0, "device_iops_at_qd": dev["iops"], "fio_iops_at_qd": dev.get("fio_iops", dev["iops"]),
+           "qps_predicted": predicted,
            "prediction_error": qps / predicted - 1 if predicted > 0 else float("nan"),
            "regime": "I/O-bound" if share >= IO_BOUND_SHARE else "CPU-bound"}
     row.update(limited(share, cpu_pct, cpus, machine_busy_percent))

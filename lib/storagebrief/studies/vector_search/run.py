@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...core import cache, cgroups, results
+from ...core import cache, cgroups, results, targets as targets_mod
 from ...core.sweep import Measurement, Point
 from ...kit import space
 from ...kit.cgroup_io import cgroup_read_stats
@@ -136,9 +136,9 @@ def _probe(run, group, index_file, queue_depth: int) -> dict:
     minutes away predicted a local point 40-126 % off, measured), under the same profile as the searches."""
     out = run.sweep.out_dir / "logs" / f"{run.run_id}-fio.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    got = {"target": run.target.name, "run_id": run.run_id,
-           **probe.probe(index_file, queue_depth, run.p.probe_s, out, probe_group(run, group),
-                         f"{run.run_id}-fio")}
+    measured = probe.probe(index_file, queue_depth, run.p.probe_s, out, probe_group(run, group), f"{run.run_id}-fio")
+    limits = targets_mod.io_limits(run.target) if run.emulated else None
+    got = {"target": run.target.name, "run_id": run.run_id, **probe.within_profile(measured, limits)}
     run.sweep.state.probes.append(got)
     return got
 
