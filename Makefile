@@ -198,9 +198,11 @@ $(TOOLS)/bin/fio:
 	mkdir -p $(CURDIR)/$(TOOLS)/bin && cp fio $(CURDIR)/$(TOOLS)/bin/fio && \
 	$(CURDIR)/$(TOOLS)/bin/fio --enghelp | grep -qx '[[:space:]]*libcufile' && echo "built $(TOOLS)/bin/fio with libcufile"
 
-# JupyterLab on this project (as root Jupyter wants --allow-root; a user needs nothing extra).
-lab: env
-	jupyter lab $$([ "$$(id -u)" = 0 ] && echo --allow-root)
+# JupyterLab on this project with what every notebook's defaults need: the S3 gateway (local-s3 in 02, 06, 08)
+# and Kafka's jars (05), as `make study` has them. `storagebrief lab` gives its terminals and kernels this
+# environment on PATH (a terminal's login profile used to drop it) and adds --allow-root as root.
+lab: env kafka s3
+	storagebrief lab
 
 brief: env
 	storagebrief brief

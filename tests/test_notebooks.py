@@ -226,7 +226,8 @@ def test_the_printed_brief_command_works_from_the_notebooks_folder(tmp_path, mon
     hint = notebook.brief_hint(run, "preprocess", root)
     assert "storagebrief brief --reports reports/runs/20261126T070000\n" in hint
     assert notebook.brief_hint(tmp_path / "x" / "preprocess", "preprocess", root, pipeline=False) == \
-        f"A brief of this run alone: storagebrief brief --reports {tmp_path / 'x'}"
+        f"A brief of this run alone: storagebrief brief --reports {tmp_path / 'x'}\n(in a terminal as it is; in a " \
+        f"console or a cell: !storagebrief brief --reports {tmp_path / 'x'})"
     assert "out_dir whose last folder is 'preprocess'" in notebook.brief_hint(tmp_path / "out", "preprocess", root)
     monkeypatch.chdir(root / "notebooks")          # where JupyterLab's kernel and console start
     seen = {}
@@ -262,3 +263,53 @@ def test_runs_table_shows_each_sweeps_measurements_and_says_a_repeated_explanati
     assert tables[0][1]["honest save (GiB/s)"].tolist() == ["1.23", "0.50"]
     assert list(tables[1][1].columns) == ["target", "overhead (%)", "cache method"]  # one row: said in it
     assert [s[1] for s in shown if s[0] == "md"] == [f"*cache method* (every run above): {cache}"]
+
+
+TOOL_STUDIES = {"checkpoint", "emulate", "object_sweep", "stream_inference"}   # their defaults: local-s3, Kafka
+
+
+def _tool_project(tmp: Path) -> Path:
+    root = _project(tmp / "project")
+    shutil.copytree(REPO / "params", root / "params")
+    (root / "data" / "targets").mkdir(parents=True)
+    return root
+
+
+def test_a_notebook_run_checks_the_tools_its_targets_need_before_any_work(tmp_path, monkeypatch):
+    """Issue 48: notebooks 02 and 08 stopped on the missing gateway after they had printed their results folder and
+    written objects. Every study whose defaults need a tool (versitygw for local-s3, Kafka's jars) refuses as
+    opened (out_dir None) with one line naming it and how to get it, before any folder or file is made."""
+    from storagebrief.core import machine_fit, outdir
+
+    root = _tool_project(tmp_path)
+    monkeypatch.setenv("STORAGEBRIEF_VERSITYGW", str(tmp_path / "no-versitygw"))
+    raw = yaml.safe_load((root / "params.yaml").read_text())
+    raw["stream_inference"]["kafka_lib"] = str(tmp_path / "no-jars")
+    (root / "params.yaml").write_text(yaml.safe_dump(raw))
+    monkeypatch.setattr(outdir.OutputFolder, "create", lambda self: pytest.fail("work started before the tool check"))
+    needing = set()
+    params = config.load(root / "params.yaml")
+    for study in STUDIES:
+        try:
+            machine_fit.check_tools(params, [study.name])
+        except config.ParamsError:
+            needing.add(study.name)
+    assert needing == TOOL_STUDIES
+    for name in sorted(needing):
+        shown = []
+        with pytest.raises(config.ParamsError) as exc:
+            notebook.run_study(name, raw[name], params_file=root / "params.yaml", progress="off", show=shown.append)
+        assert ("`make s3`" if name != "stream_inference" else "`make kafka`") in str(exc.value), str(exc.value)
+        assert "\n" not in str(exc.value) and not any("results go to" in line for line in shown)
+    assert not (root / "reports").exists() and list((root / "data").rglob("*")) == [root / "data" / "targets"]
+
+
+def test_a_run_that_fails_before_its_first_row_leaves_no_empty_run_folder(tmp_path, monkeypatch):
+    root = _tool_project(tmp_path)
+    run_room = studies.get("kv_cache").room("run")
+    monkeypatch.setattr(run_room, "prepare", lambda sweep: (_ for _ in ()).throw(config.ParamsError("refused")))
+    knobs = yaml.safe_load((root / "params.yaml").read_text())["kv_cache"]
+    with pytest.raises(config.ParamsError, match="refused"):
+        notebook.run_study("kv_cache", knobs, targets=[{"name": "t", "path": str(tmp_path / "t")}],
+                           params_file=root / "params.yaml", progress="off", show=lambda m: None)
+    assert list((root / "reports").rglob("*")) == [root / "reports" / "runs"]    # no empty runs/<time>/ in it

@@ -1,7 +1,7 @@
 """`storagebrief <study> [-S key=value ...] [--out DIR]`: the same functions the notebooks call.
 
 One subcommand per registered study (storagebrief.studies), plus doctor, validate, brief,
-notebooks, dvc-stages, docs and characterize (block-trace summary statistics of any tracefs or blkparse text trace).
+notebooks, lab (JupyterLab), dvc-stages, docs and characterize (block-trace summary statistics of any tracefs or blkparse text trace).
 """
 from __future__ import annotations
 
@@ -68,6 +68,9 @@ def _parser() -> argparse.ArgumentParser:
     np_.add_argument("--save-code", metavar="NOTEBOOK.ipynb",
                      help="put this notebook's code and text into its tracked .py (the parameters cell stays "
                           "params.yaml's): how a code edit made in JupyterLab goes into git")
+    sub.add_parser("lab", help="JupyterLab on this project, as `make lab` starts it: its terminals and kernels have "
+                               "this environment's commands (storagebrief, dvc) on PATH; any other option goes to "
+                               "`jupyter lab` (e.g. --no-browser --port 8889)")
     dv = sub.add_parser("dvc-stages", help="check (or --write) that dvc.yaml holds the stages the studies "
                                            "registry implies")
     dv.add_argument("--write", action="store_true", help="rewrite dvc.yaml from the registry")
@@ -214,7 +217,9 @@ def _brief(args) -> int:
     if not reports.is_dir():
         raise FileNotFoundError(f"no reports folder at {reports} (a folder holding one results folder per study: "
                                 "run a study first, from a notebook, `storagebrief <study>` or `dvc repro`)")
-    out = brief.render(reports, params_file, pdf=not args.no_pdf, log=lambda m: print(m, file=sys.stderr))
+    from .notebook import quiet_library_logs     # the brief's kernel's start-up and shutdown log lines
+    with quiet_library_logs():
+        out = brief.render(reports, params_file, pdf=not args.no_pdf, log=lambda m: print(m, file=sys.stderr))
     print(f"wrote {out['html']}" + (f" and {out['pdf']}" if out["pdf"] else ""))
     return 0 if (out["pdf"] or args.no_pdf) else 1
 
@@ -268,12 +273,22 @@ def _calibrate(args) -> int:
     return 0
 
 
+def _lab(args) -> int:
+    from .notebooks import lab_command
+    command, env = lab_command(args.jupyter_args)
+    os.execvpe(command[0], command, env)      # JupyterLab in this process: Ctrl-C stops it as before
+
+
 COMMANDS = {"calibrate-accelerator": _calibrate, "doctor": _doctor, "characterize": _characterize, "notebooks": _notebooks,
-            "dvc-stages": _dvc_stages, "docs": _docs, "validate": _validate, "brief": _brief}
+            "dvc-stages": _dvc_stages, "docs": _docs, "validate": _validate, "brief": _brief, "lab": _lab}
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args, rest = parser.parse_known_args(argv)
+    if rest and args.command != "lab":
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    args.jupyter_args = rest
     sys.unraisablehook = _quiet_unraisable
     try:
         return COMMANDS.get(args.command, _study)(args)

@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import copy
 import importlib
+import json
+import os
 import re
+import sys
 import time
 from pathlib import Path
 
@@ -294,3 +297,20 @@ def save_code(ipynb: str | Path) -> Path:
     from jupytext.config import load_jupytext_config    # jupytext.toml's metadata filters, as the CLI applies them
     jupytext.write(tracked, script, fmt="py:percent", config=load_jupytext_config(str(script.parent)))
     return script
+
+
+# -- JupyterLab on the project (`make lab` = `storagebrief lab`) ------------------------------------------------
+TERMINAL_RC = Path(__file__).resolve().parent / "templates" / "lab-terminal.bashrc"
+
+
+def lab_command(extra=(), bin_dir: str | Path | None = None) -> tuple[list[str], dict]:
+    """`jupyter lab` with the server settings the notebooks' printed commands need, and its environment: this
+    environment's bin folder first on PATH (kernels and consoles find `storagebrief`), and terminals that run bash
+    with TERMINAL_RC instead of a login shell, whose profile rebuilt PATH without it (issue 48)."""
+    bin_dir = str(bin_dir or Path(sys.executable).parent)
+    env = {**os.environ, "STORAGEBRIEF_BIN": bin_dir, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    shell = json.dumps(["bash", "--rcfile", str(TERMINAL_RC), "-i"])
+    command = [str(Path(bin_dir) / "jupyter"), "lab", f"--ServerApp.terminado_settings=shell_command={shell}"]
+    if os.geteuid() == 0 and "--allow-root" not in extra:
+        command.append("--allow-root")       # Jupyter refuses root without it; a user needs nothing extra
+    return command + list(extra), env
