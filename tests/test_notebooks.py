@@ -192,8 +192,10 @@ def test_a_knob_edit_stays_in_the_ipynb_code_edits_go_into_the_py_and_drift_refr
     new = nbformat.read(ipynb, as_version=4)
     assert "runs.head()" in new.cells[-1].source and "'processes': [1, 2]," in _cell(new).source
     assert next(c for c in new.cells if "run_study" in c.source).outputs[0]["text"] == "Knobs changed here …"
-    kept = list((root / "notebooks").glob("01_preprocess.before-refresh-*.ipynb"))
-    assert len(kept) == 1 and "runs.describe()" in kept[0].read_text() and kept[0].name in messages[0]
+    kept = list((root / "notebooks" / "before-refresh").glob("*/01_preprocess.ipynb"))
+    assert len(kept) == 1 and "runs.describe()" in kept[0].read_text()
+    assert str(kept[0].relative_to(root)) in messages[0]
+    assert [c.source for c in new.cells].count("runs.head()") == 1 and "runs.describe()" not in ipynb.read_text()
     assert script.exists()                                     # nothing tracked is ever deleted
 
 
@@ -313,3 +315,103 @@ def test_a_run_that_fails_before_its_first_row_leaves_no_empty_run_folder(tmp_pa
         notebook.run_study("kv_cache", knobs, targets=[{"name": "t", "path": str(tmp_path / "t")}],
                            params_file=root / "params.yaml", progress="off", show=lambda m: None)
     assert list((root / "reports").rglob("*")) == [root / "reports" / "runs"]    # no empty runs/<time>/ in it
+
+
+def _edit(nb, start: str, new_source: str) -> None:
+    cell = next(c for c in nb.cells if c.source.startswith(start))
+    cell.source = new_source
+
+
+def test_a_two_sided_edit_survives_make_notebooks_in_the_notebook_itself(tmp_path):
+    """Issue 48: with edits on both sides, `make notebooks` kept the pulled .py change and dropped the user's own
+    code edit (it survived only in a backup). Now: a cell only you changed stays yours, a cell only the .py changed
+    takes the .py's, a cell both changed is kept twice (the .py's, then yours, marked), and the drift note names it."""
+    import nbformat
+    from storagebrief import notebook_merge
+
+    root = _project(tmp_path)
+    script, ipynb = root / "notebooks/08_object_sweep.py", root / "notebooks/08_object_sweep.ipynb"
+    notebooks.refresh(root, log=lambda m: None)
+    nb = nbformat.read(ipynb, as_version=4)
+    _edit(nb, "notebook.show_runs(", 'notebook.show_runs(runs, ["target", "op", "throughput_mb_per_s"])  # mine')
+    _edit(nb, "## Runs", "## Runs\nMy own note on the runs.")
+    _cell(nb).source = _cell(nb).source.replace("'repeats': 2,", "'repeats': 1,")
+    nbformat.write(nb, ipynb)
+    text = script.read_text()            # the pull: the same cell changed otherwise, and a cell of its own
+    text = text.replace('notebook.show_runs(runs, ["target", "access",', 'notebook.show_runs(runs, ["target", "op", "access",')
+    text = text.replace('brief.study_section("object_sweep", runs.attrs["out_dir"])',
+                        'brief.study_section("object_sweep", runs.attrs["out_dir"])  # pulled')
+    script.write_text(text)
+    said = []
+    assert notebooks.refresh(root, log=said.append) == [ipynb]
+    cells = nbformat.read(ipynb, as_version=4).cells
+    sources = [c.source for c in cells]
+    pulled = next(i for i, s in enumerate(sources) if s.startswith('notebook.show_runs(runs, ["target", "op", "access",'))
+    mine = cells[pulled + 1]                                       # yours right below the .py's, marked
+    assert mine.source.endswith("# mine") and mine.source.startswith("# kept by make notebooks")
+    assert notebook_merge.TAG in mine.metadata["tags"]
+    assert "## Runs\nMy own note on the runs." in sources                                # one-sided: yours
+    assert any(s.endswith("# pulled") for s in sources)                                 # one-sided: the .py's
+    assert "'repeats': 1," in _cell(nbformat.read(ipynb, as_version=4)).source           # your knobs
+    assert "changed on both sides" in said[0] and "before-refresh/" in said[0]
+    assert any("kept by make notebooks" in line for line in notebooks.drift(ipynb))      # the drift note names it
+
+
+def test_a_notebook_without_the_record_keeps_every_cell_of_its_own_marked(tmp_path):
+    """A notebook made before the merge's record (by jupytext alone) has no base: nothing of it is dropped."""
+    import nbformat
+
+    root = _project(tmp_path)
+    script, ipynb = root / "notebooks/01_preprocess.py", root / "notebooks/01_preprocess.ipynb"
+    notebooks.refresh(root, log=lambda m: None)
+    nb = nbformat.read(ipynb, as_version=4)
+    nb.metadata.pop("storagebrief", None)
+    _edit(nb, "notebook.show_runs(", "notebook.show_runs(runs, ['target'])  # mine")
+    nbformat.write(nb, ipynb)
+    script.write_text(script.read_text().replace("notebook.show_runs(runs, [", "notebook.show_runs(runs, ['repeat', "))
+    notebooks.refresh(root, log=lambda m: None)
+    sources = [c.source for c in nbformat.read(ipynb, as_version=4).cells]
+    assert any(s.startswith("notebook.show_runs(runs, ['repeat', ") for s in sources)
+    assert any(s.startswith("# kept by make notebooks") and s.endswith("# mine") for s in sources)
+
+
+def test_make_notebooks_refuses_a_notebook_open_in_a_running_jupyter_server(tmp_path, monkeypatch):
+    """Issue 48: after `make notebooks` under an open notebook, JupyterLab's next save ("File Changed … Overwrite")
+    put the stale notebook back. A notebook with a session in a running server of this user is refused, unchanged."""
+    import signal
+    import socket
+    import sys
+    import time
+    import urllib.request
+
+    root = _project(tmp_path / "project")
+    notebooks.refresh(root, log=lambda m: None)
+    ipynb, script = root / "notebooks/01_preprocess.ipynb", root / "notebooks/01_preprocess.py"
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([str(Path(sys.executable).parent / "jupyter"), "server", "--no-browser", "--allow-root",
+                               "--ip=127.0.0.1", f"--port={port}", "--IdentityProvider.token=t",
+                               f"--ServerApp.root_dir={root}"], env={**os.environ}, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        api = f"http://127.0.0.1:{port}/api/sessions"
+        body = json.dumps({"path": "notebooks/01_preprocess.ipynb", "type": "notebook", "name": "",
+                           "kernel": {"name": "python3"}}).encode()
+        for _ in range(120):
+            try:
+                urllib.request.urlopen(urllib.request.Request(api, data=body, method="POST", headers={
+                    "Authorization": "token t", "Content-Type": "application/json"}), timeout=30)
+                break
+            except OSError:
+                time.sleep(0.5)
+        script.write_text(script.read_text().replace("notebook.show_runs(runs, [", "notebook.show_runs(runs, ['x', "))
+        before = ipynb.read_bytes()
+        with pytest.raises(notebooks.NotebookOpen, match="01_preprocess.ipynb .*open in JupyterLab.*Close and Shut Down"):
+            notebooks.refresh(root, log=lambda m: None)
+        assert ipynb.read_bytes() == before and not (root / "notebooks" / "before-refresh").exists()
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(30)
+    assert notebooks.refresh(root, log=lambda m: None) == [ipynb]                    # closed: refreshed

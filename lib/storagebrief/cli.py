@@ -63,8 +63,12 @@ def _parser() -> argparse.ArgumentParser:
                                           "differs from their tracked .py")
     np_.add_argument("--write", action="store_true", help="rewrite the cells from params.yaml")
     np_.add_argument("--refresh", action="store_true",
-                     help="make each .ipynb from its .py, or bring it up to the .py's code keeping your parameters "
-                          "cell and outputs (the earlier file kept beside it): what `make notebooks` runs")
+                     help="make each .ipynb from its .py, or bring it up to the .py's code merged cell by cell (your "
+                          "parameters cell, edits and outputs kept; a cell changed on both sides kept twice, yours "
+                          "marked; the earlier file in notebooks/before-refresh/): what `make notebooks` runs. "
+                          "Refused while JupyterLab has the notebook open")
+    np_.add_argument("--make-missing", action="store_true",
+                     help="make only the .ipynb files that are missing (what `make env` runs)")
     np_.add_argument("--save-code", metavar="NOTEBOOK.ipynb",
                      help="put this notebook's code and text into its tracked .py (the parameters cell stays "
                           "params.yaml's): how a code edit made in JupyterLab goes into git")
@@ -155,14 +159,16 @@ def _notebooks(args) -> int:
     if args.save_code:
         print(f"wrote {files.save_code(args.save_code)} (its parameters cell: params.yaml's)")
         return 0
-    if args.refresh:
-        written = files.refresh()
+    if args.refresh or args.make_missing:
+        written = files.refresh(only_missing=args.make_missing)
         print(f"notebooks up to date with their .py files ({len(written)} written)")
         return 0
     root = config.project_root()
     for nb in files.stale(root):
-        print(f"note: {nb.relative_to(root)}'s code differs from {nb.with_suffix('.py').name}: `make notebooks` "
-              f"takes the .py's (yours kept beside it), `storagebrief notebooks --save-code "
+        cells = files.drift(nb)
+        print(f"note: {nb.relative_to(root)}'s code differs from {nb.with_suffix('.py').name} in "
+              f"{'; '.join(cells[:4])}{f' and {len(cells) - 4} more' if len(cells) > 4 else ''}: `make notebooks` "
+              f"merges the .py's in (your edits kept), `storagebrief notebooks --save-code "
               f"{nb.relative_to(root)}` puts the notebook's into the .py")
     differing = files.sync_knobs(write=args.write)
     if not differing:
