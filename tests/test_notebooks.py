@@ -353,6 +353,8 @@ def test_a_two_sided_edit_survives_make_notebooks_in_the_notebook_itself(tmp_pat
     assert "## Runs\nMy own note on the runs." in sources                                # one-sided: yours
     assert any(s.endswith("# pulled") for s in sources)                                 # one-sided: the .py's
     assert "'repeats': 1," in _cell(nbformat.read(ipynb, as_version=4)).source           # your knobs
+    from ipykernel.ipkernel import IPythonKernel     # what JupyterLab would add on open (the unsaved dot)
+    assert nbformat.read(ipynb, as_version=4).metadata["language_info"] == IPythonKernel.language_info
     assert "changed on both sides" in said[0] and "before-refresh/" in said[0]
     assert any("kept by make notebooks" in line for line in notebooks.drift(ipynb))      # the drift note names it
 

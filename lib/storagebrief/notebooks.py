@@ -271,6 +271,7 @@ def refresh(root: str | Path | None = None, log=print, only_missing: bool = Fals
     for script, path, new, old in todo:
         merged = copy.deepcopy(new)
         merging.record_base(merged, new)
+        merged.metadata["language_info"] = _language_info()
         if old is not None:
             cells, said = merging.merge(old.cells, new.cells, merging.base_of(old), when.replace("_", " "),
                                         script.name)
@@ -293,6 +294,16 @@ def refresh(root: str | Path | None = None, log=print, only_missing: bool = Fals
         nbformat.write(merged, path)
         written.append(path)
     return written
+
+
+def _language_info() -> dict:
+    """What JupyterLab writes into an opened notebook from its kernel's info: written beforehand, a notebook opens
+    without the unsaved dot (issue 48: every notebook opened "changed"). The kernel is this environment's ipykernel."""
+    try:
+        from ipykernel.ipkernel import IPythonKernel
+        return dict(IPythonKernel.language_info)
+    except ImportError:
+        return {"name": "python"}
 
 
 def drift(ipynb: Path) -> list[str]:
