@@ -417,3 +417,17 @@ def test_make_notebooks_refuses_a_notebook_open_in_a_running_jupyter_server(tmp_
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(30)
     assert notebooks.refresh(root, log=lambda m: None) == [ipynb]                    # closed: refreshed
+
+
+def test_a_one_key_change_in_a_nested_group_names_that_key_once():
+    """Issue 48: changing one key of the KV-cache study's nested `workloads` printed the whole dict twice."""
+    import copy
+    section = yaml.safe_load((REPO / "params.yaml").read_text())["kv_cache"]
+    group = next(k for k, v in section.items() if isinstance(v, dict) and any(isinstance(x, dict) for x in v.values()))
+    inner = next(k for k, v in section[group].items() if isinstance(v, dict))
+    leaf, old = next(iter(section[group][inner].items()))
+    knobs = copy.deepcopy(section)
+    knobs[group][inner][leaf] = "changed"
+    said = notebook._describe_changes("kv_cache", notebook._changes("kv_cache", knobs, section), section, False,
+                                      Path("params.yaml"))
+    assert said == f"Knobs changed here over params.yaml: {group}.{inner}.{leaf} = 'changed' (params.yaml: {old!r})"

@@ -190,11 +190,22 @@ def quiet_library_logs():
             os.close(saved)
 
 
+_ABSENT = object()
+
+
+def _changed_keys(key: str, value, was) -> list[str]:
+    """One `a.b.c = new (params.yaml: old)` per changed leaf: a one-key change inside a nested group names that key,
+    not the whole group twice (issue 48)."""
+    if isinstance(value, dict) and isinstance(was, dict):
+        return [part for k, v in value.items() if was.get(k, _ABSENT) != v      # merged deeply: the rest stays
+                for part in _changed_keys(f"{key}.{k}", v, was.get(k, _ABSENT))]
+    return [f"{key} = {value!r}" + ("" if was is _ABSENT else f" (params.yaml: {was!r})")]
+
+
 def _describe_changes(name: str, changes: dict, section: dict, targets_changed: bool, path: Path) -> str:
     if not changes and not targets_changed:
         return f"Knobs: as in {path}."
-    parts = [f"{k} = {v!r} (params.yaml: {section[k]!r})" if k in section else f"{k} = {v!r}"
-             for k, v in changes.items()]
+    parts = [part for k, v in changes.items() for part in _changed_keys(k, v, section.get(k, _ABSENT))]
     if targets_changed:
         parts.append("targets as given here")
     return f"Knobs changed here over {path}: " + "; ".join(parts)
