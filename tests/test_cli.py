@@ -116,3 +116,14 @@ def test_make_lab_builds_what_the_notebooks_defaults_need():
     from conftest import REPO
     rule = re.search(r"^lab:([^\n]*)$", (REPO / "Makefile").read_text(), re.M)
     assert rule and {"env", "kafka", "s3"} <= set(rule.group(1).split()), rule
+
+
+def test_a_section_wide_check_names_its_key_and_value(capsys):
+    """Issue 48: a bad kv_cache.run said `invalid parameter kv_cache = {...}: run: 'nope' …` (the section, not the key)."""
+    assert main(["validate", "-S", "kv_cache.run=[nope]"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("storagebrief: error: invalid parameter kv_cache.run = [\"nope\"]: 'nope' is not allowed: one "
+                          "of ") and "\n" not in err, err
+    assert main(["validate", "-S", "kv_cache.breakeven.accelerators=[zz]"]) == 2
+    assert capsys.readouterr().err.startswith("storagebrief: error: invalid parameter kv_cache.breakeven.accelerators: "
+                                              "'zz' is not allowed")
