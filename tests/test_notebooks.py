@@ -357,6 +357,7 @@ def test_a_two_sided_edit_survives_make_notebooks_in_the_notebook_itself(tmp_pat
     assert nbformat.read(ipynb, as_version=4).metadata["language_info"] == IPythonKernel.language_info
     assert "changed on both sides" in said[0] and "before-refresh/" in said[0]
     assert any("kept by make notebooks" in line for line in notebooks.drift(ipynb))      # the drift note names it
+    assert notebooks.refresh(root, log=said.append) == [] and len(said) == 1      # only yours differ now: left alone
 
 
 def test_a_notebook_without_the_record_keeps_every_cell_of_its_own_marked(tmp_path):

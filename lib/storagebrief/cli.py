@@ -168,7 +168,7 @@ def _notebooks(args) -> int:
         cells = files.drift(nb)
         print(f"note: {nb.relative_to(root)}'s code differs from {nb.with_suffix('.py').name} in "
               f"{'; '.join(cells[:4])}{f' and {len(cells) - 4} more' if len(cells) > 4 else ''}: `make notebooks` "
-              f"merges the .py's in (your edits kept), `storagebrief notebooks --save-code "
+              f"merges a changed .py in (your edits kept), `storagebrief notebooks --save-code "
               f"{nb.relative_to(root)}` puts the notebook's into the .py")
     differing = files.sync_knobs(write=args.write)
     if not differing:

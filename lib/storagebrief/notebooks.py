@@ -259,6 +259,8 @@ def refresh(root: str | Path | None = None, log=print, only_missing: bool = Fals
         path, new = script.with_suffix(".ipynb"), jupytext.read(script)
         new.metadata.pop("jupytext", None)         # no pairing: saving the .ipynb never writes the script
         old = nbformat.read(path, as_version=4) if path.exists() else None
+        if old is not None and merging.base_of(old) == [merging.key(c) for c in new.cells]:
+            continue                               # the script is as it was made from: the differences are yours
         if old is None or (not only_missing and _code(old) != _code(new)):
             todo.append((script, path, new, old))
     busy = merging.open_in_jupyter([path for _, path, _, old in todo if old is not None])
