@@ -74,13 +74,15 @@ hosts: env test-hosts-deps
 	$(BIN)/python -m storagebrief.core.nethosts up $(HOSTS) data/hosts
 
 # The notebooks are tracked as Jupytext percent scripts; the .ipynb a user opens in JupyterLab is made
-# from each once (git ignores it, and it is not paired with the script: knob edits stay in it).
+# from each once (git ignores it, and it is not paired with the script: knob edits stay in it). It records
+# the script cells it was made from: the base `make notebooks` merges against.
 notebook-files: $(VENV)/.installed
-	@for nb in $(NOTEBOOKS); do test -e $$nb || $(BIN)/jupytext --quiet --to ipynb $${nb%.ipynb}.py; done
+	@for nb in $(NOTEBOOKS); do test -e $$nb || { $(BIN)/storagebrief notebooks --make-missing >/dev/null; break; }; done
 
-# After a `git pull` (or an edit of a .py): every .ipynb brought up to its script's code, keeping your
-# parameters cell and the outputs of unchanged cells; the earlier .ipynb is kept beside it. The way back
-# from any .ipynb/.py drift; nothing tracked is deleted (docs/notebooks.md).
+# After a `git pull` (or an edit of a .py): every .ipynb brought up to its script's code, merged cell by
+# cell: your parameters cell, edits and unchanged outputs stay, a cell changed on both sides is kept twice
+# (yours marked); the earlier .ipynb goes to notebooks/before-refresh/<time>/. Refused while JupyterLab has
+# the notebook open. The way back from any .ipynb/.py drift; nothing tracked is deleted (docs/notebooks.md).
 notebooks: $(VENV)/.installed
 	$(BIN)/storagebrief notebooks --refresh
 
@@ -199,9 +201,11 @@ $(TOOLS)/bin/fio:
 	mkdir -p $(CURDIR)/$(TOOLS)/bin && cp fio $(CURDIR)/$(TOOLS)/bin/fio && \
 	$(CURDIR)/$(TOOLS)/bin/fio --enghelp | grep -qx '[[:space:]]*libcufile' && echo "built $(TOOLS)/bin/fio with libcufile"
 
-# JupyterLab on this project (as root Jupyter wants --allow-root; a user needs nothing extra).
-lab: env
-	jupyter lab $$([ "$$(id -u)" = 0 ] && echo --allow-root)
+# JupyterLab on this project with what every notebook's defaults need: the S3 gateway (local-s3 in 02, 06, 08)
+# and Kafka's jars (05), as `make study` has them. `storagebrief lab` gives its terminals and kernels this
+# environment on PATH (a terminal's login profile used to drop it) and adds --allow-root as root.
+lab: env kafka s3
+	storagebrief lab
 
 brief: env
 	storagebrief brief

@@ -29,6 +29,7 @@ import pytest
 import yaml
 
 from conftest import REPO
+from storagebrief import notebooks
 
 webdriver = pytest.importorskip("selenium.webdriver")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -116,10 +117,14 @@ def server(tmp_path_factory):
            "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces")}
     log_path = home / "jupyterlab.log"
     log = open(log_path, "w")
-    server = subprocess.Popen([str(BIN / "jupyter"), "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-                               f"--IdentityProvider.token={token}", "--allow-root",
-                               f"--ServerApp.root_dir={root}"],
-                              cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    # as `make lab` starts it (storagebrief lab: terminals with the project's rcfile, the environment on PATH),
+    # with the app exposed so the test can open a terminal and a console through JupyterLab's own commands
+    command, lab_env = notebooks.lab_command(["--no-browser", "--ip=127.0.0.1", f"--port={port}",
+                                              f"--IdentityProvider.token={token}", "--allow-root",
+                                              f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True"],
+                                             bin_dir=BIN)
+    server = subprocess.Popen(command, cwd=root, env={**lab_env, **env, "PATH": lab_env["PATH"]}, stdout=log,
+                              stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
@@ -280,6 +285,9 @@ def test_a_knob_edited_run_and_saved_in_jupyterlab_leaves_git_dvc_and_the_checks
     before = _status(proj)
     _open(browser, notebook_url)
     _shot(browser, "01-first-screen.png")
+    time.sleep(2)
+    assert not browser.execute_script("return !!document.querySelector('.lm-TabBar-tab.jp-mod-dirty');"), \
+        "the notebook opened with unsaved changes (the dot on its tab)"
     _edit_parameters(browser, "'processes': [1, 2],", "'processes': [1],")
     # autosave (every AUTOSAVE_S here) writes the edit to disk without a save: wait for it
     _wait(browser, lambda: "'processes': [1]," in ipynb.read_text(), AUTOSAVE_S * 6, poll=1)
@@ -304,15 +312,63 @@ def test_a_knob_edited_run_and_saved_in_jupyterlab_leaves_git_dvc_and_the_checks
     assert "'processes': [1, 2]," in (proj / "notebooks" / "01_preprocess.py").read_text()
     assert _status(proj) == before      # git status, dvc status and `storagebrief notebooks`: as they were
 
-    # the brief command the notebook printed, typed where the notebook runs (a JupyterLab console's folder)
-    command = re.search(r"A brief of this run alone: (storagebrief brief --reports \S+)", text)
+    # the brief command the notebook printed, typed where it says: a JupyterLab terminal, then a console
+    command = re.search(r"A brief of this run alone: (storagebrief brief --reports \S+)\n\(in a terminal as it is; "
+                        r"in a console or a cell: (!storagebrief brief --reports \S+)\)", text)
     assert command, text[-2000:]
-    args = command.group(1).split()
-    done = subprocess.run([str(BIN / args[0]), *args[1:]], cwd=proj / "notebooks", capture_output=True, text=True,
-                          timeout=600, env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"})
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert (runs[0].parent.parent / "brief.html").exists()
+    brief_html = runs[0].parent.parent / "brief.html"
+    said = _in_console(browser, command.group(2))
+    assert brief_html.exists() and f"wrote {brief_html}" in said and "[IPKernelApp]" not in said, said
+    brief_html.unlink()
+    _in_terminal(browser, proj, command.group(1))
+    assert brief_html.exists()
     assert _status(proj) == before
+
+
+def _command(driver, name: str, args: dict | None = None) -> None:
+    """One of JupyterLab's own commands, as its menus run them (the app is exposed by the test's server)."""
+    driver.execute_async_script("const [name, args, done] = arguments;"
+                                "window.jupyterapp.commands.execute(name, args).then(() => done(), () => done());",
+                                name, args or {})
+
+
+def _in_terminal(driver, proj: Path, line: str) -> None:
+    """File → New → Terminal, then what a user types: where am I, is storagebrief there, the printed line (from the
+    project root, where `make lab` serves: this test's server serves the folder above each project)."""
+    from selenium.webdriver.common.by import By
+
+    _command(driver, "terminal:create-new")
+    area = _wait(driver, lambda: driver.find_elements(By.CSS_SELECTOR, ".jp-Terminal .xterm-helper-textarea"), 60)
+    out = proj / "reports" / "terminal.txt"      # reports/ is git-ignored: git status stays as it was
+    time.sleep(2)                                 # the shell's prompt (its rcfile read)
+    area[-1].send_keys(f"{{ pwd; command -v storagebrief; cd {proj} && {line} 2>&1; echo exit=$?; }} > {out}\n")
+    said = _wait(driver, lambda: out.exists() and "exit=" in out.read_text() and out.read_text(), 600, poll=2)
+    _shot(driver, "04-terminal.png")
+    where, found, *rest = said.splitlines()
+    assert where == str(proj.parents[1]), said                 # the server's root (make lab: the project)
+    assert found == str(BIN / "storagebrief"), said            # the rcfile kept the environment first on PATH
+    assert rest[-1] == "exit=0" and not any("[IPKernelApp]" in r for r in rest), said
+
+
+def _in_console(driver, line: str) -> str:
+    """Right-click → New Console for Notebook (its kernel in notebooks/), the printed console line, Shift+Enter."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    _command(driver, "notebook:create-console")
+    prompt = _wait(driver, lambda: driver.find_elements(
+        By.CSS_SELECTOR, ".jp-CodeConsole-promptCell .cm-content"), 90)
+    _wait(driver, lambda: driver.execute_script(
+        "const s = document.querySelector('.jp-ConsolePanel:not(.lm-mod-hidden) .jp-Notebook-ExecutionIndicator, "
+        ".jp-ConsolePanel:not(.lm-mod-hidden) .jp-Toolbar-kernelStatus');"
+        "return !s || s.getAttribute('data-status') !== 'busy';"), 60)
+    prompt[-1].click()
+    ActionChains(driver).send_keys(line).key_down(Keys.SHIFT).send_keys(Keys.ENTER).key_up(Keys.SHIFT).perform()
+    said = _wait(driver, lambda: [e.text for e in driver.find_elements(
+        By.CSS_SELECTOR, ".jp-CodeConsole-content .jp-OutputArea-output") if "wrote " in e.text], 600, poll=2)
+    _shot(driver, "05-console.png")
+    return "\n".join(e.text for e in driver.find_elements(By.CSS_SELECTOR, ".jp-CodeConsole-content .jp-OutputArea-output"))
 
 
 def test_a_typo_in_the_knobs_shows_one_short_message_in_jupyterlab(lab, browser):

@@ -192,8 +192,10 @@ def test_a_knob_edit_stays_in_the_ipynb_code_edits_go_into_the_py_and_drift_refr
     new = nbformat.read(ipynb, as_version=4)
     assert "runs.head()" in new.cells[-1].source and "'processes': [1, 2]," in _cell(new).source
     assert next(c for c in new.cells if "run_study" in c.source).outputs[0]["text"] == "Knobs changed here …"
-    kept = list((root / "notebooks").glob("01_preprocess.before-refresh-*.ipynb"))
-    assert len(kept) == 1 and "runs.describe()" in kept[0].read_text() and kept[0].name in messages[0]
+    kept = list((root / "notebooks" / "before-refresh").glob("*/01_preprocess.ipynb"))
+    assert len(kept) == 1 and "runs.describe()" in kept[0].read_text()
+    assert str(kept[0].relative_to(root)) in messages[0]
+    assert [c.source for c in new.cells].count("runs.head()") == 1 and "runs.describe()" not in ipynb.read_text()
     assert script.exists()                                     # nothing tracked is ever deleted
 
 
@@ -226,7 +228,8 @@ def test_the_printed_brief_command_works_from_the_notebooks_folder(tmp_path, mon
     hint = notebook.brief_hint(run, "preprocess", root)
     assert "storagebrief brief --reports reports/runs/20261126T070000\n" in hint
     assert notebook.brief_hint(tmp_path / "x" / "preprocess", "preprocess", root, pipeline=False) == \
-        f"A brief of this run alone: storagebrief brief --reports {tmp_path / 'x'}"
+        f"A brief of this run alone: storagebrief brief --reports {tmp_path / 'x'}\n(in a terminal as it is; in a " \
+        f"console or a cell: !storagebrief brief --reports {tmp_path / 'x'})"
     assert "out_dir whose last folder is 'preprocess'" in notebook.brief_hint(tmp_path / "out", "preprocess", root)
     monkeypatch.chdir(root / "notebooks")          # where JupyterLab's kernel and console start
     seen = {}
@@ -262,3 +265,170 @@ def test_runs_table_shows_each_sweeps_measurements_and_says_a_repeated_explanati
     assert tables[0][1]["honest save (GiB/s)"].tolist() == ["1.23", "0.50"]
     assert list(tables[1][1].columns) == ["target", "overhead (%)", "cache method"]  # one row: said in it
     assert [s[1] for s in shown if s[0] == "md"] == [f"*cache method* (every run above): {cache}"]
+
+
+TOOL_STUDIES = {"checkpoint", "emulate", "object_sweep", "stream_inference"}   # their defaults: local-s3, Kafka
+
+
+def _tool_project(tmp: Path) -> Path:
+    root = _project(tmp / "project")
+    shutil.copytree(REPO / "params", root / "params")
+    (root / "data" / "targets").mkdir(parents=True)
+    return root
+
+
+def test_a_notebook_run_checks_the_tools_its_targets_need_before_any_work(tmp_path, monkeypatch):
+    """Issue 48: notebooks 02 and 08 stopped on the missing gateway after they had printed their results folder and
+    written objects. Every study whose defaults need a tool (versitygw for local-s3, Kafka's jars) refuses as
+    opened (out_dir None) with one line naming it and how to get it, before any folder or file is made."""
+    from storagebrief.core import machine_fit, outdir
+
+    root = _tool_project(tmp_path)
+    monkeypatch.setenv("STORAGEBRIEF_VERSITYGW", str(tmp_path / "no-versitygw"))
+    raw = yaml.safe_load((root / "params.yaml").read_text())
+    raw["stream_inference"]["kafka_lib"] = str(tmp_path / "no-jars")
+    (root / "params.yaml").write_text(yaml.safe_dump(raw))
+    monkeypatch.setattr(outdir.OutputFolder, "create", lambda self: pytest.fail("work started before the tool check"))
+    needing = set()
+    params = config.load(root / "params.yaml")
+    for study in STUDIES:
+        try:
+            machine_fit.check_tools(params, [study.name])
+        except config.ParamsError:
+            needing.add(study.name)
+    assert needing == TOOL_STUDIES
+    for name in sorted(needing):
+        shown = []
+        with pytest.raises(config.ParamsError) as exc:
+            notebook.run_study(name, raw[name], params_file=root / "params.yaml", progress="off", show=shown.append)
+        assert ("`make s3`" if name != "stream_inference" else "`make kafka`") in str(exc.value), str(exc.value)
+        assert "\n" not in str(exc.value) and not any("results go to" in line for line in shown)
+    assert not (root / "reports").exists() and list((root / "data").rglob("*")) == [root / "data" / "targets"]
+
+
+def test_a_run_that_fails_before_its_first_row_leaves_no_empty_run_folder(tmp_path, monkeypatch):
+    root = _tool_project(tmp_path)
+    run_room = studies.get("kv_cache").room("run")
+    monkeypatch.setattr(run_room, "prepare", lambda sweep: (_ for _ in ()).throw(config.ParamsError("refused")))
+    knobs = yaml.safe_load((root / "params.yaml").read_text())["kv_cache"]
+    with pytest.raises(config.ParamsError, match="refused"):
+        notebook.run_study("kv_cache", knobs, targets=[{"name": "t", "path": str(tmp_path / "t")}],
+                           params_file=root / "params.yaml", progress="off", show=lambda m: None)
+    assert list((root / "reports").rglob("*")) == [root / "reports" / "runs"]    # no empty runs/<time>/ in it
+
+
+def _edit(nb, start: str, new_source: str) -> None:
+    cell = next(c for c in nb.cells if c.source.startswith(start))
+    cell.source = new_source
+
+
+def test_a_two_sided_edit_survives_make_notebooks_in_the_notebook_itself(tmp_path):
+    """Issue 48: with edits on both sides, `make notebooks` kept the pulled .py change and dropped the user's own
+    code edit (it survived only in a backup). Now: a cell only you changed stays yours, a cell only the .py changed
+    takes the .py's, a cell both changed is kept twice (the .py's, then yours, marked), and the drift note names it."""
+    import nbformat
+    from storagebrief import notebook_merge
+
+    root = _project(tmp_path)
+    script, ipynb = root / "notebooks/08_object_sweep.py", root / "notebooks/08_object_sweep.ipynb"
+    notebooks.refresh(root, log=lambda m: None)
+    nb = nbformat.read(ipynb, as_version=4)
+    _edit(nb, "notebook.show_runs(", 'notebook.show_runs(runs, ["target", "op", "throughput_mb_per_s"])  # mine')
+    _edit(nb, "## Runs", "## Runs\nMy own note on the runs.")
+    _cell(nb).source = _cell(nb).source.replace("'repeats': 2,", "'repeats': 1,")
+    nbformat.write(nb, ipynb)
+    text = script.read_text()            # the pull: the same cell changed otherwise, and a cell of its own
+    text = text.replace('notebook.show_runs(runs, ["target", "access",', 'notebook.show_runs(runs, ["target", "op", "access",')
+    text = text.replace('brief.study_section("object_sweep", runs.attrs["out_dir"])',
+                        'brief.study_section("object_sweep", runs.attrs["out_dir"])  # pulled')
+    script.write_text(text)
+    said = []
+    assert notebooks.refresh(root, log=said.append) == [ipynb]
+    cells = nbformat.read(ipynb, as_version=4).cells
+    sources = [c.source for c in cells]
+    pulled = next(i for i, s in enumerate(sources) if s.startswith('notebook.show_runs(runs, ["target", "op", "access",'))
+    mine = cells[pulled + 1]                                       # yours right below the .py's, marked
+    assert mine.source.endswith("# mine") and mine.source.startswith("# kept by make notebooks")
+    assert notebook_merge.TAG in mine.metadata["tags"]
+    assert "## Runs\nMy own note on the runs." in sources                                # one-sided: yours
+    assert any(s.endswith("# pulled") for s in sources)                                 # one-sided: the .py's
+    assert "'repeats': 1," in _cell(nbformat.read(ipynb, as_version=4)).source           # your knobs
+    from ipykernel.ipkernel import IPythonKernel     # what JupyterLab would add on open (the unsaved dot)
+    assert nbformat.read(ipynb, as_version=4).metadata["language_info"] == IPythonKernel.language_info
+    assert "changed on both sides" in said[0] and "before-refresh/" in said[0]
+    assert any("kept by make notebooks" in line for line in notebooks.drift(ipynb))      # the drift note names it
+    assert notebooks.refresh(root, log=said.append) == [] and len(said) == 1      # only yours differ now: left alone
+
+
+def test_a_notebook_without_the_record_keeps_every_cell_of_its_own_marked(tmp_path):
+    """A notebook made before the merge's record (by jupytext alone) has no base: nothing of it is dropped."""
+    import nbformat
+
+    root = _project(tmp_path)
+    script, ipynb = root / "notebooks/01_preprocess.py", root / "notebooks/01_preprocess.ipynb"
+    notebooks.refresh(root, log=lambda m: None)
+    nb = nbformat.read(ipynb, as_version=4)
+    nb.metadata.pop("storagebrief", None)
+    _edit(nb, "notebook.show_runs(", "notebook.show_runs(runs, ['target'])  # mine")
+    nbformat.write(nb, ipynb)
+    script.write_text(script.read_text().replace("notebook.show_runs(runs, [", "notebook.show_runs(runs, ['repeat', "))
+    notebooks.refresh(root, log=lambda m: None)
+    sources = [c.source for c in nbformat.read(ipynb, as_version=4).cells]
+    assert any(s.startswith("notebook.show_runs(runs, ['repeat', ") for s in sources)
+    assert any(s.startswith("# kept by make notebooks") and s.endswith("# mine") for s in sources)
+
+
+def test_make_notebooks_refuses_a_notebook_open_in_a_running_jupyter_server(tmp_path, monkeypatch):
+    """Issue 48: after `make notebooks` under an open notebook, JupyterLab's next save ("File Changed … Overwrite")
+    put the stale notebook back. A notebook with a session in a running server of this user is refused, unchanged."""
+    import signal
+    import socket
+    import sys
+    import time
+    import urllib.request
+
+    root = _project(tmp_path / "project")
+    notebooks.refresh(root, log=lambda m: None)
+    ipynb, script = root / "notebooks/01_preprocess.ipynb", root / "notebooks/01_preprocess.py"
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([str(Path(sys.executable).parent / "jupyter"), "server", "--no-browser", "--allow-root",
+                               "--ip=127.0.0.1", f"--port={port}", "--IdentityProvider.token=t",
+                               f"--ServerApp.root_dir={root}"], env={**os.environ}, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        api = f"http://127.0.0.1:{port}/api/sessions"
+        body = json.dumps({"path": "notebooks/01_preprocess.ipynb", "type": "notebook", "name": "",
+                           "kernel": {"name": "python3"}}).encode()
+        for _ in range(120):
+            try:
+                urllib.request.urlopen(urllib.request.Request(api, data=body, method="POST", headers={
+                    "Authorization": "token t", "Content-Type": "application/json"}), timeout=30)
+                break
+            except OSError:
+                time.sleep(0.5)
+        script.write_text(script.read_text().replace("notebook.show_runs(runs, [", "notebook.show_runs(runs, ['x', "))
+        before = ipynb.read_bytes()
+        with pytest.raises(notebooks.NotebookOpen, match="01_preprocess.ipynb .*open in JupyterLab.*Close and Shut Down"):
+            notebooks.refresh(root, log=lambda m: None)
+        assert ipynb.read_bytes() == before and not (root / "notebooks" / "before-refresh").exists()
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(30)
+    assert notebooks.refresh(root, log=lambda m: None) == [ipynb]                    # closed: refreshed
+
+
+def test_a_one_key_change_in_a_nested_group_names_that_key_once():
+    """Issue 48: changing one key of the KV-cache study's nested `workloads` printed the whole dict twice."""
+    import copy
+    section = yaml.safe_load((REPO / "params.yaml").read_text())["kv_cache"]
+    group = next(k for k, v in section.items() if isinstance(v, dict) and any(isinstance(x, dict) for x in v.values()))
+    inner = next(k for k, v in section[group].items() if isinstance(v, dict))
+    leaf, old = next(iter(section[group][inner].items()))
+    knobs = copy.deepcopy(section)
+    knobs[group][inner][leaf] = "changed"
+    said = notebook._describe_changes("kv_cache", notebook._changes("kv_cache", knobs, section), section, False,
+                                      Path("params.yaml"))
+    assert said == f"Knobs changed here over params.yaml: {group}.{inner}.{leaf} = 'changed' (params.yaml: {old!r})"

@@ -1,7 +1,7 @@
 """`storagebrief <study> [-S key=value ...] [--out DIR]`: the same functions the notebooks call.
 
 One subcommand per registered study (storagebrief.studies), plus doctor, validate, brief,
-notebooks, dvc-stages, docs and characterize (block-trace summary statistics of any tracefs or blkparse text trace).
+notebooks, lab (JupyterLab), dvc-stages, docs and characterize (block-trace summary statistics of any tracefs or blkparse text trace).
 """
 from __future__ import annotations
 
@@ -63,11 +63,18 @@ def _parser() -> argparse.ArgumentParser:
                                           "differs from their tracked .py")
     np_.add_argument("--write", action="store_true", help="rewrite the cells from params.yaml")
     np_.add_argument("--refresh", action="store_true",
-                     help="make each .ipynb from its .py, or bring it up to the .py's code keeping your parameters "
-                          "cell and outputs (the earlier file kept beside it): what `make notebooks` runs")
+                     help="make each .ipynb from its .py, or bring it up to the .py's code merged cell by cell (your "
+                          "parameters cell, edits and outputs kept; a cell changed on both sides kept twice, yours "
+                          "marked; the earlier file in notebooks/before-refresh/): what `make notebooks` runs. "
+                          "Refused while JupyterLab has the notebook open")
+    np_.add_argument("--make-missing", action="store_true",
+                     help="make only the .ipynb files that are missing (what `make env` runs)")
     np_.add_argument("--save-code", metavar="NOTEBOOK.ipynb",
                      help="put this notebook's code and text into its tracked .py (the parameters cell stays "
                           "params.yaml's): how a code edit made in JupyterLab goes into git")
+    sub.add_parser("lab", help="JupyterLab on this project, as `make lab` starts it: its terminals and kernels have "
+                               "this environment's commands (storagebrief, dvc) on PATH; any other option goes to "
+                               "`jupyter lab` (e.g. --no-browser --port 8889)")
     dv = sub.add_parser("dvc-stages", help="check (or --write) that dvc.yaml holds the stages the studies "
                                            "registry implies")
     dv.add_argument("--write", action="store_true", help="rewrite dvc.yaml from the registry")
@@ -152,14 +159,16 @@ def _notebooks(args) -> int:
     if args.save_code:
         print(f"wrote {files.save_code(args.save_code)} (its parameters cell: params.yaml's)")
         return 0
-    if args.refresh:
-        written = files.refresh()
+    if args.refresh or args.make_missing:
+        written = files.refresh(only_missing=args.make_missing)
         print(f"notebooks up to date with their .py files ({len(written)} written)")
         return 0
     root = config.project_root()
     for nb in files.stale(root):
-        print(f"note: {nb.relative_to(root)}'s code differs from {nb.with_suffix('.py').name}: `make notebooks` "
-              f"takes the .py's (yours kept beside it), `storagebrief notebooks --save-code "
+        cells = files.drift(nb)
+        print(f"note: {nb.relative_to(root)}'s code differs from {nb.with_suffix('.py').name} in "
+              f"{'; '.join(cells[:4])}{f' and {len(cells) - 4} more' if len(cells) > 4 else ''}: `make notebooks` "
+              f"merges a changed .py in (your edits kept), `storagebrief notebooks --save-code "
               f"{nb.relative_to(root)}` puts the notebook's into the .py")
     differing = files.sync_knobs(write=args.write)
     if not differing:
@@ -214,7 +223,9 @@ def _brief(args) -> int:
     if not reports.is_dir():
         raise FileNotFoundError(f"no reports folder at {reports} (a folder holding one results folder per study: "
                                 "run a study first, from a notebook, `storagebrief <study>` or `dvc repro`)")
-    out = brief.render(reports, params_file, pdf=not args.no_pdf, log=lambda m: print(m, file=sys.stderr))
+    from .notebook import quiet_library_logs     # the brief's kernel's start-up and shutdown log lines
+    with quiet_library_logs():
+        out = brief.render(reports, params_file, pdf=not args.no_pdf, log=lambda m: print(m, file=sys.stderr))
     print(f"wrote {out['html']}" + (f" and {out['pdf']}" if out["pdf"] else ""))
     return 0 if (out["pdf"] or args.no_pdf) else 1
 
@@ -268,12 +279,22 @@ def _calibrate(args) -> int:
     return 0
 
 
+def _lab(args) -> int:
+    from .notebooks import lab_command
+    command, env = lab_command(args.jupyter_args)
+    os.execvpe(command[0], command, env)      # JupyterLab in this process: Ctrl-C stops it as before
+
+
 COMMANDS = {"calibrate-accelerator": _calibrate, "doctor": _doctor, "characterize": _characterize, "notebooks": _notebooks,
-            "dvc-stages": _dvc_stages, "docs": _docs, "validate": _validate, "brief": _brief}
+            "dvc-stages": _dvc_stages, "docs": _docs, "validate": _validate, "brief": _brief, "lab": _lab}
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args, rest = parser.parse_known_args(argv)
+    if rest and args.command != "lab":
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    args.jupyter_args = rest
     sys.unraisablehook = _quiet_unraisable
     try:
         return COMMANDS.get(args.command, _study)(args)

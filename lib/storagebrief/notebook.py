@@ -110,7 +110,8 @@ def run_study(name: str, knobs: dict | None = None, *, targets: list | None = No
 
 def brief_hint(study_dir: Path, name: str, root: Path, pipeline: bool = True) -> str:
     """How to render a brief of this run, as a command that works where the notebook runs: the brief
-    reads <folder>/<study>/, and `storagebrief brief` resolves a relative --reports against the project."""
+    reads <folder>/<study>/, and `storagebrief brief` resolves a relative --reports against the project. A
+    console or cell runs Python, so it gets the line with IPython's `!` (issue 48: the bare line was a SyntaxError)."""
     study_dir = Path(study_dir).resolve()
     if study_dir.name != name:
         return (f"A brief reads <folder>/{name}/: for a brief of this run alone, run it with an out_dir "
@@ -119,25 +120,34 @@ def brief_hint(study_dir: Path, name: str, root: Path, pipeline: bool = True) ->
         folder = str(study_dir.parent.relative_to(Path(root).resolve()))
     except ValueError:
         folder = str(study_dir.parent)
-    hint = f"A brief of this run alone: storagebrief brief --reports {folder}"
+    command = f"storagebrief brief --reports {folder}"
+    hint = (f"A brief of this run alone: {command}\n(in a terminal as it is; in a console or a cell: !{command})")
     if pipeline:
         hint += ("\nThe pipeline's brief (reports/brief.html) shows what `dvc repro` ran: to put these knobs "
                  "there, set them in params.yaml and run `dvc repro`.")
     return hint
 
 
+# The brief's own kernel (papermill's, a child of `storagebrief brief`) logs these to the shared stderr on every
+# start and shutdown; in a notebook's `!storagebrief brief` they read as failures of a command that worked.
+_KERNEL_LINES = (rb"\[IPKernelApp\] WARNING \| Kernel is running over TCP without encryption\..*"
+                 rb"|\[IPKernelApp\] ERROR \| KeyboardInterrupt caught in kernel\.?")
+
+
 # Info lines TensorFlow's C++ core writes to the process's stderr at import although TF_CPP_MIN_LOG_LEVEL=2
 # asks it not to (TensorFlow 2.21: "All log messages before absl::InitializeLog() ..." and "I0000 ...
 # port.cc:153] oneDNN custom operations are on ..."). Only absl *info* lines go; warnings and errors stay.
 _LIBRARY_INFO = re.compile(rb"^(WARNING: All log messages before absl::InitializeLog\(\) is called are written "
-                           rb"to STDERR|I\d{4} \d+:\d+:\d+(?:\.\d+)?\s+\d+ \S+:\d+\] .*)$")
+                           rb"to STDERR|I\d{4} \d+:\d+:\d+(?:\.\d+)?\s+\d+ \S+:\d+\] .*"
+                           rb"|" + _KERNEL_LINES + rb")$")
 
 
 _ABSL_NOTICE = b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
 
 
 def _may_be_library_info(partial: bytes) -> bool:
-    return _ABSL_NOTICE.startswith(partial[:len(_ABSL_NOTICE)]) or re.match(rb"^I\d{0,4}( |$)", partial) is not None
+    return (_ABSL_NOTICE.startswith(partial[:len(_ABSL_NOTICE)]) or b"[IPKernelApp] ".startswith(partial[:14])
+            or re.match(rb"^I\d{0,4}( |$)", partial) is not None)
 
 
 @contextlib.contextmanager
@@ -180,11 +190,22 @@ def quiet_library_logs():
             os.close(saved)
 
 
+_ABSENT = object()
+
+
+def _changed_keys(key: str, value, was) -> list[str]:
+    """One `a.b.c = new (params.yaml: old)` per changed leaf: a one-key change inside a nested group names that key,
+    not the whole group twice (issue 48)."""
+    if isinstance(value, dict) and isinstance(was, dict):
+        return [part for k, v in value.items() if was.get(k, _ABSENT) != v      # merged deeply: the rest stays
+                for part in _changed_keys(f"{key}.{k}", v, was.get(k, _ABSENT))]
+    return [f"{key} = {value!r}" + ("" if was is _ABSENT else f" (params.yaml: {was!r})")]
+
+
 def _describe_changes(name: str, changes: dict, section: dict, targets_changed: bool, path: Path) -> str:
     if not changes and not targets_changed:
         return f"Knobs: as in {path}."
-    parts = [f"{k} = {v!r} (params.yaml: {section[k]!r})" if k in section else f"{k} = {v!r}"
-             for k, v in changes.items()]
+    parts = [part for k, v in changes.items() for part in _changed_keys(k, v, section.get(k, _ABSENT))]
     if targets_changed:
         parts.append("targets as given here")
     return f"Knobs changed here over {path}: " + "; ".join(parts)

@@ -5,9 +5,9 @@ paired with the script). notebook.py is what runs inside a notebook; this module
 - The script's parameters cell is generated from params.yaml (`knobs_cell`, `sync_knobs`): it always
   says "params.yaml as it is", so a knob edited in JupyterLab lands only in the ignored .ipynb and git,
   DVC and the tests never see it (docs/notebooks.md says why this design).
-- `refresh` makes the .ipynb from the script, or brings an existing one up to the script's code while
-  keeping the researcher's parameters cell and the outputs of unchanged cells (the earlier file is kept
-  beside it): `make notebooks`.
+- `refresh` makes the .ipynb from the script, or brings an existing one up to the script's code, merged
+  cell by cell (notebook_merge: your edits and parameters cell stay, a cell changed on both sides is kept
+  twice, yours marked; the earlier file goes to notebooks/before-refresh/<time>/): `make notebooks`.
 - `save_code` is the way code edits made in JupyterLab go into git: the .ipynb's cells into the script,
   the parameters cell still params.yaml's: `storagebrief notebooks --save-code notebooks/NN_<study>.ipynb`.
 """
@@ -15,10 +15,14 @@ from __future__ import annotations
 
 import copy
 import importlib
+import json
+import os
 import re
+import sys
 import time
 from pathlib import Path
 
+from . import notebook_merge as merging
 from . import studies
 from .core import config
 
@@ -237,36 +241,81 @@ def stale(root: str | Path | None = None) -> list[Path]:
             and _code(nbformat.read(s.with_suffix(".ipynb"), as_version=4)) != _code(jupytext.read(s))]
 
 
-def refresh(root: str | Path | None = None, log=print) -> list[Path]:
-    """Each script's .ipynb made when missing, or brought up to the script's code when it differs: the
-    researcher's parameters cell and the outputs of unchanged cells stay, the earlier .ipynb is kept as
-    <name>.before-refresh-<time>.ipynb (git ignores both). Returns the notebooks written."""
+class NotebookOpen(ValueError):
+    """A notebook to refresh is open in a running JupyterLab: its next save would undo the refresh (one line)."""
+
+
+def refresh(root: str | Path | None = None, log=print, only_missing: bool = False) -> list[Path]:
+    """Each script's .ipynb made when missing, or (unless `only_missing`) brought up to the script's code when it
+    differs, merged cell by cell (notebook_merge): your parameters cell, your edits and the outputs of unchanged
+    cells stay; a cell both you and the script changed is kept twice, yours marked. The earlier .ipynb is kept in
+    notebooks/before-refresh/<time>/ (git ignores it). A notebook open in a running Jupyter server is refused
+    before anything is written. Returns the notebooks written."""
     import jupytext
     import nbformat
 
-    written = []
+    todo = []
     for script in scripts(root):
         path, new = script.with_suffix(".ipynb"), jupytext.read(script)
         new.metadata.pop("jupytext", None)         # no pairing: saving the .ipynb never writes the script
-        if path.exists():
-            old = nbformat.read(path, as_version=4)
-            if _code(old) == _code(new):
-                continue
-            outputs = {(c.cell_type, c.source.strip()): c for c in old.cells if c.cell_type == "code"}
+        old = nbformat.read(path, as_version=4) if path.exists() else None
+        if old is not None and merging.base_of(old) == [merging.key(c) for c in new.cells]:
+            continue                               # the script is as it was made from: the differences are yours
+        if old is None or (not only_missing and _code(old) != _code(new)):
+            todo.append((script, path, new, old))
+    busy = merging.open_in_jupyter([path for _, path, _, old in todo if old is not None])
+    if busy:
+        named = ", ".join(f"{p.parent.name}/{p.name} (at {url})" for p, url in busy.items())
+        raise NotebookOpen(f"{named} open in JupyterLab: its next save would put the old code back over the refresh; "
+                           "save it, close it there (File → Close and Shut Down Notebook) and run `make notebooks` "
+                           "again")
+    when, written = time.strftime("%Y-%m-%d_%H.%M.%S"), []
+    for script, path, new, old in todo:
+        merged = copy.deepcopy(new)
+        merging.record_base(merged, new)
+        merged.metadata["language_info"] = _language_info()
+        if old is not None:
+            cells, said = merging.merge(old.cells, new.cells, merging.base_of(old), when.replace("_", " "),
+                                        script.name)
             mine = next((c for c in old.cells if _is_parameters(c)), None)
-            for i, cell in enumerate(new.cells):
+            outputs = {(c.cell_type, c.source.strip()): c for c in old.cells if c.cell_type == "code"}
+            for i, cell in enumerate(cells):
                 if _is_parameters(cell) and mine is not None:
-                    new.cells[i] = copy.deepcopy(mine)
-                elif (cell.cell_type, cell.source.strip()) in outputs:
+                    cells[i] = copy.deepcopy(mine)
+                elif cell.cell_type == "code" and not cell.get("outputs") and (cell.cell_type, cell.source.strip()) \
+                        in outputs:
                     kept = outputs[(cell.cell_type, cell.source.strip())]
                     cell.outputs, cell.execution_count = kept.get("outputs", []), kept.get("execution_count")
-            backup = path.with_name(f"{path.stem}.before-refresh-{time.strftime('%Y%m%dT%H%M%S')}.ipynb")
+            merged.cells = cells
+            backup = path.parent / "before-refresh" / when / path.name
+            backup.parent.mkdir(parents=True, exist_ok=True)
             path.rename(backup)
-            log(f"{path.relative_to(script.parent.parent)}: brought up to {script.name}'s code (your parameters "
-                f"cell and the outputs of unchanged cells kept; the earlier file is {backup.name})")
-        nbformat.write(new, path)
+            log(f"{path.relative_to(script.parent.parent)}: brought up to {script.name}; "
+                + "; ".join(said or ["none of your cells differed from the earlier .py"])
+                + f"; your parameters cell kept; the earlier file: {backup.relative_to(script.parent.parent)}")
+        nbformat.write(merged, path)
         written.append(path)
     return written
+
+
+def _language_info() -> dict:
+    """What JupyterLab writes into an opened notebook from its kernel's info: written beforehand, a notebook opens
+    without the unsaved dot (issue 48: every notebook opened "changed"). The kernel is this environment's ipykernel."""
+    try:
+        from ipykernel.ipkernel import IPythonKernel
+        return dict(IPythonKernel.language_info)
+    except ImportError:
+        return {"name": "python"}
+
+
+def drift(ipynb: Path) -> list[str]:
+    """The cells of a notebook whose code or text differs from its script's (the drift note names them)."""
+    import jupytext
+    import nbformat
+
+    nb, script = nbformat.read(ipynb, as_version=4), jupytext.read(ipynb.with_suffix(".py"))
+    return merging.differing([c for c in nb.cells if not _is_parameters(c)],
+                             [c for c in script.cells if not _is_parameters(c)])
 
 
 def save_code(ipynb: str | Path) -> Path:
@@ -293,4 +342,24 @@ def save_code(ipynb: str | Path) -> Path:
     tracked.cells = cells
     from jupytext.config import load_jupytext_config    # jupytext.toml's metadata filters, as the CLI applies them
     jupytext.write(tracked, script, fmt="py:percent", config=load_jupytext_config(str(script.parent)))
+    if not merging.open_in_jupyter([ipynb]):  # (an open one would ask "File Changed" at its next save)
+        merging.record_base(nb, tracked)      # the notebook and its script agree now: the next refresh's base
+        nbformat.write(nb, ipynb)
     return script
+
+
+# -- JupyterLab on the project (`make lab` = `storagebrief lab`) ------------------------------------------------
+TERMINAL_RC = Path(__file__).resolve().parent / "templates" / "lab-terminal.bashrc"
+
+
+def lab_command(extra=(), bin_dir: str | Path | None = None) -> tuple[list[str], dict]:
+    """`jupyter lab` with the server settings the notebooks' printed commands need, and its environment: this
+    environment's bin folder first on PATH (kernels and consoles find `storagebrief`), and terminals that run bash
+    with TERMINAL_RC instead of a login shell, whose profile rebuilt PATH without it (issue 48)."""
+    bin_dir = str(bin_dir or Path(sys.executable).parent)
+    env = {**os.environ, "STORAGEBRIEF_BIN": bin_dir, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    shell = json.dumps(["bash", "--rcfile", str(TERMINAL_RC), "-i"])
+    command = [str(Path(bin_dir) / "jupyter"), "lab", f"--ServerApp.terminado_settings=shell_command={shell}"]
+    if os.geteuid() == 0 and "--allow-root" not in extra:
+        command.append("--allow-root")       # Jupyter refuses root without it; a user needs nothing extra
+    return command + list(extra), env

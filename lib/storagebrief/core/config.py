@@ -355,13 +355,14 @@ def explain_error(model, err: dict) -> str:
 def _format_error(section: str, exc: ValidationError, model=None) -> str:
     lines = []
     for err in exc.errors():
-        loc = ".".join(str(p) for p in (section, *err["loc"]) if p != "")
-        value = err.get("input")
+        loc, value, msg = ".".join(str(p) for p in (section, *err["loc"]) if p != ""), err.get("input"), \
+            explain_error(model, err)
+        named = re.match(r"([a-z_]+)(\.\S+)?: ", msg) if not err["loc"] and isinstance(value, dict) else None
+        if named and named.group(1) in value:      # a section-wide check naming its key: the line names that key
+            loc, msg, value = f"{loc}.{named.group(0)[:-2]}", msg[named.end():], value[named.group(1)]
         shown = redact_url(json.dumps(value, default=str)) if not isinstance(value, dict) else "{...}"
-        if err.get("type") == "extra_forbidden":
-            lines.append(f"{loc}: {explain_error(model, err)}")
-        else:
-            lines.append(f"{loc} = {shown}: {explain_error(model, err)}")
+        dotted = named is not None and named.group(2) and named.group(1) in err.get("input")
+        lines.append(f"{loc}: {msg}" if err.get("type") == "extra_forbidden" or dotted else f"{loc} = {shown}: {msg}")
     if len(lines) == 1:
         return "invalid parameter " + lines[0]
     return "invalid parameters:\n" + "\n".join(f"  {line}" for line in lines)

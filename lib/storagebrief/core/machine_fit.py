@@ -10,8 +10,13 @@ from .config import Params, ParamsError, s3_targets_of_sections
 def check_machine(params: Params, names: list[str] | None = None) -> None:
     """Each section's `check_machine()`: its processes, files and memory against this machine's limits
     (kit.budget); a refusal is its one line (ParamsError, exit 2)."""
-    for name in params.sections if names is None else names:
-        hook = getattr(params.sections.get(name), "check_machine", None)
+    _section_hooks(params, params.sections if names is None else names, "check_machine")
+
+
+def _section_hooks(params: Params, names, hook_name: str) -> None:
+    """Each named section's `hook_name()` where its model has one; a ValueError is its one line (ParamsError)."""
+    for name in names:
+        hook = getattr(params.sections.get(name), hook_name, None)
         if hook is not None:
             try:
                 hook()
@@ -19,14 +24,19 @@ def check_machine(params: Params, names: list[str] | None = None) -> None:
                 raise ParamsError(str(exc)) from None
 
 
-def check_tools(params: Params) -> None:
-    """versitygw for the local-gateway S3 targets the sections would measure: else the line the gateway's start
-    gives, naming the targets. A study that measures no S3 target never needs it."""
+def check_tools(params: Params, names: list[str] | None = None) -> None:
+    """Every tool the sections' runs need, before anything is made (a run's start checks its own section; issue
+    48: a notebook stopped on a missing gateway after it had written objects): versitygw for the local-gateway S3
+    targets they would measure (else the line the gateway's start gives, naming the targets), then each section's
+    own `check_tools()` (the streaming study's Kafka jars and Java). A study that measures no S3 target never
+    needs versitygw."""
     from .s3gateway import GatewaySetupError, binary
-    local = sorted({t.name for s3 in s3_targets_of_sections(params).values() for t in s3 if not t.s3.external})
-    if not local:
-        return
-    try:
-        binary()
-    except GatewaySetupError as exc:
-        raise ParamsError(f"S3 target(s) {', '.join(local)} (local gateway): {exc}") from None
+    wanted = set(params.sections if names is None else names)
+    local = sorted({t.name for name, s3 in s3_targets_of_sections(params).items() if name in wanted
+                    for t in s3 if not t.s3.external})
+    if local:
+        try:
+            binary()
+        except GatewaySetupError as exc:
+            raise ParamsError(f"S3 target(s) {', '.join(local)} (local gateway): {exc}") from None
+    _section_hooks(params, sorted(wanted), "check_tools")

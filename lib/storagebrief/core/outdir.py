@@ -32,7 +32,7 @@ from pathlib import Path
 from . import results
 from .engine_outputs import ENGINE_OUTPUTS, STATUS, TRACES
 from .folders import UnsafeDelete, UnsafeFolder, folder_below, study_folder  # noqa: F401  (outdir's names stay)
-from .lock import FolderLock, others_can_write
+from .lock import FolderLock, folder_lock_path, others_can_write
 from .procs import SCRATCH_PREFIX
 
 SCHEMA = 1
@@ -73,6 +73,25 @@ def new_run_folder(reports: Path, study_name: str) -> Path:
             continue
         _CLAIMED.add(folder / study_name)
         return folder / study_name
+
+
+def unclaim(folder: Path) -> None:
+    """A folder new_run_folder claimed, given back by a run that kept nothing in it: it and its <time> parent are
+    removed when empty (rmdir only: whatever a user put there meanwhile keeps them). Called after the lock's release."""
+    folder = Path(folder)
+    if folder not in _CLAIMED:
+        return
+    _CLAIMED.discard(folder)
+    lock = folder_lock_path(folder)          # its released lock file beside it, in the <time> folder only this run used
+    if lock.parent == folder.parent and not lock.is_symlink():
+        lock.unlink(missing_ok=True)
+    for d in (folder, folder.parent):
+        try:
+            d.rmdir()
+        except FileNotFoundError:
+            continue                         # abandon() removed it already
+        except OSError:
+            break
 
 
 def files_in(folder: Path) -> list[str]:

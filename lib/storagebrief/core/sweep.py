@@ -255,10 +255,11 @@ def run(study, params, out_dir: str | Path | None, log=print, progress: str = "a
     results in out_dir are replaced only when the study completes."""
     bar = Progress(None, study.name, mode=progress)      # from the first second: imports, datasets
     say = bar.note if bar.mode == "bar" else log        # lines that stay: where the results are
-    folder = None
+    folder, final, give_back = None, None, False
     try:
         bar.message("starting: checking the output folder and targets")
         machine_fit.check_machine(params, [study.name])     # its processes and memory fit, before anything is made
+        machine_fit.check_tools(params, [study.name])       # the gateway, Kafka's jars: before anything is made
         final = check_out_dir(out_dir if out_dir is not None else _default_out_dir(study, params))
         folder = outdir.OutputFolder(final, study.name, study.stage_outputs, params.run.on_busy_target,
                                      say).check()      # locks it (one writer), writes nothing in it yet
@@ -300,6 +301,7 @@ def run(study, params, out_dir: str | Path | None, log=print, progress: str = "a
                 folder.abandon()      # refused or stopped before its first row: nothing it wrote is left
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):     # the one-line message says so
                 exc.add_note(_nothing_kept(folder if started else None))
+            give_back = final is not None and out_dir is None    # no empty reports/runs/<time>/ left behind
         elif folder is not None:
             folder.stopped(_why_stopped(exc))
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):   # the one-line messages say where
@@ -309,6 +311,8 @@ def run(study, params, out_dir: str | Path | None, log=print, progress: str = "a
     finally:
         if folder is not None:
             folder.release()
+        if give_back:
+            outdir.unclaim(final)
         bar.close()
 
 

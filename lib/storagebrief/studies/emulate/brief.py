@@ -206,7 +206,8 @@ def _days_saved(frame, w: str, g, names: list[str], desc: dict) -> None:
             "100-epoch hours)."), floatfmt="{:,.2f}")
         best = ds.loc[ds[f"{ref} faster %"].idxmax()]
         faster = best[f"{ref} faster %"]
-        text = (f"**Analysis ({w}).** With {int(best.Accelerators)} accelerators {ref} finished "
+        n_best = int(best.Accelerators)
+        text = (f"**Analysis ({w}).** With {n_best} accelerator{'s' if n_best != 1 else ''} {ref} finished "
                 f"{abs(faster):.1f} % {'faster' if faster >= 0 else 'slower'} than "
                 f"{other} ({fmt_s(best[f'{ref}: s'])} vs {fmt_s(best[f'{other}: s'])})")
         if refused:
@@ -265,7 +266,10 @@ def _limits_table(frame) -> None:
                "of the accelerator processes and their loader threads; GB = 10⁹ bytes read by the loaders. Each "
                "run's evidence in words is runs.csv's limited_by_reason.", floatfmt="{:,.3g}")
     causes = tab["Limited by"]
-    uncertain = [f"{w} on {t} at N = {n}" for (w, t, n), c in causes.items() if c.startswith("uncertain")]
+    below = g.apply(lambda x: x.au_percent.mean() < x.au_threshold_percent.mean()) \
+        if "au_threshold_percent" in frame else pd.Series(True, index=causes.index)     # a passing point needs no cause
+    uncertain = [f"{w} on {t} at N = {n}" for (w, t, n), c in causes.items()
+                 if c.startswith("uncertain") and below.get((w, t, n), True)]
     if uncertain:
         show_md(f"**Cause uncertain** at {', '.join(uncertain)}: its repeats recorded different evidence (the table "
                 "counts them); read those points as limited by either.")
@@ -321,8 +325,9 @@ def _analysis(frame, sup) -> None:
         d = round(float(g.demand_mb_per_s_per_accelerator.iloc[0]), 1)   # printed as is: N × d = what it prints
         nmax = int(m.index.max())
         s = sup[(sup.workload == w) & (sup.target == t)].iloc[0]
-        text = (f"- **{t}** ({w}): AU {m.au.iloc[0]:.1f} % at {int(m.index[0])} accelerator(s) and {m.au.iloc[-1]:.1f} % at "
-                f"{nmax}; loaders read {m.loader.iloc[-1]:.0f} MB/s at {nmax} against a demand of {nmax} × {d:.1f} = "
+        ends = (f"AU {m.au.iloc[0]:.1f} % at {int(m.index[0])} and {m.au.iloc[-1]:.1f} % at {nmax} accelerators"
+                if len(m) > 1 else f"AU {m.au.iloc[0]:.1f} % at {nmax} accelerator{'s' if nmax != 1 else ''}")
+        text = (f"- **{t}** ({w}): {ends}; loaders read {m.loader.iloc[-1]:.0f} MB/s at {nmax} against a demand of {nmax} × {d:.1f} = "
                 f"{nmax * d:,.1f} MB/s; " + (
                     f"accelerators supported at ≥ {s.au_threshold_percent:.0f} % AU, searched: "
                     f"{s.accelerators_supported_text} (N probed: {s.search_probes})" if s.get("searched", False) else

@@ -81,6 +81,15 @@ class StreamParams(OnSomeTargets):     # targets (a subset of the target names) 
     keep_data: bool = False               # keep the brokers' log.dirs under the target after the study
     seed: int = 0
 
+    def check_tools(self) -> None:
+        """The Kafka jars and Java 17+ of the brokers started here (none for an external cluster): checked by
+        core.machine_fit when a run starts, before anything is made (KafkaSetupError, one line)."""
+        if self.bootstrap_servers:
+            return
+        from . import cluster as kafka
+        kafka.check_lib(Path(self.kafka_lib).expanduser() if self.kafka_lib else kafka.default_lib_dir())
+        kafka.check_java()
+
     @field_validator("videos")
     @classmethod
     def _videos(cls, v: list[str]) -> list[str]:
