@@ -34,6 +34,7 @@ object_sweep = {
     'ops': ['get', 'put'],
     'object_sizes': ['64k', '1m'],  # K: 1,024 B; paper: [4k, 64k, 1m, 16m]
     'concurrency': [8],  # requests in flight (client threads); paper: [1, 8, 32]
+    'reference_client': False,  # True: a compiled S3 client (Go, `make s3ref`) beside ours at each idle gateway point
     'mib_per_point': 8,  # data moved per point: objects: this / size, within min..max below
     'min_objects': 8,
     'max_objects': 64,
