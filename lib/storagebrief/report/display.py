@@ -54,6 +54,7 @@ class Appendix:
     def __init__(self, letter: str, title: str, anchor: str):
         self.letter, self.title, self.anchor = letter, title, anchor
         self.items: list[tuple[str, str]] = []      # ("html" | "md", text), in order
+        self.kept = {"figure": 0, "table": 0, "analysis": 0}     # what its chapter kept in the body (CHAPTER_KEEPS)
 
     def show(self) -> None:
         show_html(f'<h2 class="appendix" id="{self.anchor}">{html.escape(self.heading())}</h2>')
@@ -81,7 +82,16 @@ def details_to(appendix: Appendix | None):
         _DETAILS.remove(appendix)
 
 
-def _place(text: str, body: bool) -> None:
+# A chapter of the brief keeps its first key figure and its first key table (issue 49: one short chapter per
+# study, "the one figure that shows it, one compact table"); the others a study marks key go to its appendix.
+CHAPTER_KEEPS = {"figure": 1, "table": 1}
+
+
+def _place(text: str, body: bool, kind: str = "") -> None:
+    if _DETAILS and body and kind:
+        a = _DETAILS[-1]
+        a.kept[kind] += 1
+        body = a.kept[kind] <= CHAPTER_KEEPS[kind]
     if _DETAILS and not body:
         _DETAILS[-1].items.append(("html", text))
     else:
@@ -162,9 +172,28 @@ def _one_table(frame: pd.DataFrame, floatfmt: str) -> str:
     return _wrap_at_spaces_only(body)
 
 
+# An appendix table longer than this is one a reader would rather sort than read (issue 49): the HTML brief holds
+# it in a collapsed section, sortable in the page; the PDF prints its caption and where it is, not its rows.
+RAW_TABLE_ROWS = 12
+
+
+def raw_table_html(frame: pd.DataFrame, caption: str = "", floatfmt: str = "{:,.1f}") -> str:
+    """A long table for the HTML only: collapsed (<details>), sortable by a click on a column's header (the
+    page's own script, no network); print shows one line saying where it is."""
+    what = caption or "Table"
+    one = _one_table(frame, floatfmt).replace('class="dataframe brief-table', 'class="dataframe brief-table sortable')
+    return (f'<details class="raw html-only"><summary>{html.escape(what)} ({len(frame):,} rows; click a column '
+            f'to sort)</summary>{one}</details><p class="print-only caption">{html.escape(what)} ({len(frame):,} '
+            "rows): in the HTML brief (brief.html, sortable) and in the study's CSV files linked above.</p>")
+
+
 def show_table(frame: pd.DataFrame, caption: str = "", floatfmt: str = "{:,.1f}", body: bool = False) -> None:
-    """A table; inside details_to() it goes to the study's appendix unless body=True (a key table)."""
-    _place(table_html(frame, caption, floatfmt), body)
+    """A table; inside details_to() it goes to the study's appendix unless body=True (a key table), and a
+    long one there to the HTML only (raw_table_html)."""
+    if _DETAILS and not body and len(frame) > RAW_TABLE_ROWS:
+        _place(raw_table_html(frame, caption, floatfmt), False)
+        return
+    _place(table_html(frame, caption, floatfmt), body, "table")
 
 
 VECTOR_MAX_POINTS = 20_000   # a figure drawing more marks than this stays raster (an SVG of it is slow and huge)
@@ -224,7 +253,7 @@ def figure_html(fig, caption: str = "") -> str:
 
 def show_figure(fig, caption: str = "", detail: bool = False) -> None:
     """A figure on the page; detail=True: to the study's appendix inside details_to() (not a key figure)."""
-    _place(figure_html(fig, caption), not detail)
+    _place(figure_html(fig, caption), not detail, "figure")
 
 
 _TARGET_ORDER: list[str] = []      # every target of the brief, in params order (set by the cover)
@@ -290,10 +319,25 @@ def fmt_s(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+CHAPTER_BULLETS = 5     # a chapter's analysis: its first five bullets; the rest in its appendix
+
+
 def analysis(lines: list[str], title: str = "Analysis", tail: str = "") -> None:
-    """The generated analysis paragraph: a bold title, one bullet per finding, closing text."""
-    body = "\n".join(lines)
-    show_md(f"**{title}.**\n\n{body}" + (f"\n\n{tail}" if tail else ""))
+    """The generated analysis paragraph: a bold title, one bullet per finding, closing text. In a brief's
+    chapter, its first analysis keeps CHAPTER_BULLETS bullets; the rest, the closing text and any later
+    analysis continue in its appendix."""
+    first = True
+    if _DETAILS:
+        _DETAILS[-1].kept["analysis"] += 1
+        first = _DETAILS[-1].kept["analysis"] == 1
+    if _DETAILS and not first:
+        show_md(f"**{title}.**\n\n" + "\n".join(lines) + (f"\n\n{tail}" if tail else ""), detail=True)
+        return
+    keep = lines[:CHAPTER_BULLETS] if _DETAILS else lines
+    rest = lines[len(keep):]
+    show_md(f"**{title}.**\n\n" + "\n".join(keep) + (f"\n\n{tail}" if tail and not _DETAILS else ""))
+    if rest or (tail and _DETAILS):
+        show_md(f"**{title} (continued).**\n\n" + "\n".join(rest) + (f"\n\n{tail}" if tail else ""), detail=True)
 
 
 def limits_box(warnings: list[str]) -> None:
