@@ -10,6 +10,7 @@ import pandas as pd
 
 from ..core import config as config_mod
 from ..report.display import set_target_order, show_html, show_md, show_table
+from ..report.words import display
 from ..studies import get as get_study
 from . import accelerators, inputs, scorecard
 from .parts import in_kernel, not_rendered, part
@@ -24,10 +25,10 @@ def _target_words(t: dict, unapplied: dict) -> str:
         return f"{name} (S3 objects through {'a local gateway' if s3.get('kind') != 'external' else 'an endpoint'})"
     if t.get("profile_name"):
         if name in unapplied:
-            return f"{name} (meant as an emulated {t['profile_name']} disk, not applied: ran unthrottled)"
+            return f"{name} (meant as an emulated {display(t['profile_name'])}, not applied: ran unthrottled)"
         caps = ", ".join(x for x in (f"read ≤ {prof['read_mb_per_s']:g} MB/s" if prof.get("read_mb_per_s") else "",
                                      f"≤ {prof['read_iops']:,} IOPS" if prof.get("read_iops") else "") if x)
-        return f"{name} (an emulated {t['profile_name']} disk{': ' + caps if caps else ''})"
+        return f"{name} (an emulated {display(t['profile_name'])}{': ' + caps if caps else ''})"
     return f"{name} (a directory on this machine's disk)"
 
 

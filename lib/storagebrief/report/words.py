@@ -13,7 +13,10 @@ NAMES = {"this-cpu": "this machine's CPU", "h200": "H200", "h100-sxm": "H100 SXM
          "stream_inference": "streaming", "train_resnet50": "ResNet50 training", "vector_search": "vector search",
          "au_percent": "AU %", "samples_per_s": "samples/s", "limited_by": "limited by",
          "limited_by_reason": "why limited", "cache_method": "cache method", "drop_caches": "drop caches",
-         "fadvise_dontneed": "fadvise (don't need)", "search_list": "search list size"}
+         "fadvise_dontneed": "fadvise (don't need)", "search_list": "search list size",
+         # the emulated device profiles (core/targets.py DEVICE_PROFILES)
+         "hdd_7200": "7,200 rpm HDD", "sata_ssd": "SATA SSD", "nvme_gen3": "PCIe 3.0 NVMe SSD",
+         "nvme_gen4": "PCIe 4.0 NVMe SSD", "nvme_gen5": "PCIe 5.0 NVMe SSD"}
 # Column-name pieces: what a snake_case name's last words mean, in the units a reader reads.
 UNITS = [("_mb_per_s", " MB/s"), ("_gib_per_s", " GiB/s"), ("_gb_per_s", " GB/s"), ("_per_s", "/s"),
          ("_percent", " %"), ("_ms", " ms"), ("_s", " s"), ("_mib", " MiB"), ("_gib", " GiB"), ("_mb", " MB"),

@@ -364,12 +364,16 @@ def _hosts_for_hourly(r) -> int | None:
     return max(1, math.ceil(r.checkpoint_gib / rate / budget_s))
 
 
-def _projection(r) -> str:
+def _interval_answer(r) -> str:
+    """What was measured here first, then the projection with its assumption in words."""
+    intervals = f"sync every {_duration(r.sync_interval_s)}" + (
+        f", async every {_duration(r.async_interval_s)}" if not pd.isna(r.async_interval_s) else "")
     hosts = _hosts_for_hourly(r)
     if hosts is None:
-        return ""
-    return (f" (at this host's {r.save_gib_per_s:.2f} GiB/s save rate, from one host; saving every hour within "
-            f"{r.overhead_limit_percent:g} % needs {hosts:,} such hosts writing at once)")
+        return intervals
+    return (f"this host saves at {significant(r.save_gib_per_s)} GiB/s; from this one host alone: {intervals}; "
+            f"saving every hour within {r.overhead_limit_percent:g} % needs {hosts:,} such hosts writing at once "
+            "(if their rates add up)")
 
 
 def _page_one_cell(r) -> dict:
@@ -377,10 +381,9 @@ def _page_one_cell(r) -> dict:
     hosts = _hosts_for_hourly(r)
     if hosts is None:
         return {}
-    return {"short": f"{r.save_gib_per_s:.2f} GiB/s per host · hourly needs {hosts:,} hosts",
-            "note": f"save rate measured on this machine; hosts assume it adds up across hosts (sync saves, "
-                    f"{r.overhead_limit_percent:g} % of each hour); one host alone: sync every "
-                    f"{_duration(r.sync_interval_s)}"}
+    return {"short": f"{significant(r.save_gib_per_s)} GiB/s per host · hourly needs {hosts:,} hosts",
+            "note": f"save rate measured on this machine; hosts: if it adds up across hosts, sync saves in "
+                    f"{r.overhead_limit_percent:g} % of each hour"}
 
 
 def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
@@ -398,12 +401,10 @@ def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
     for _, r in t[t.model == big].iterrows():
         if pd.isna(r.sync_interval_s):
             continue
-        out.append({"question": f"Checkpoint interval for ≤ {r.overhead_limit_percent:g} % overhead, {big} "
-                                f"({int(r.ranks)} ranks, {r.checkpoint_gib:,.0f} GiB)",
+        out.append({"question": f"Checkpointing {big} ({int(r.ranks)} ranks, {r.checkpoint_gib:,.0f} GiB) at ≤ "
+                                f"{r.overhead_limit_percent:g} % overhead: this host's save rate, hosts for hourly saves",
                     "target": r.target,
-                    "answer": f"sync every {_duration(r.sync_interval_s)}"
-                              + (f", async every {_duration(r.async_interval_s)}" if not pd.isna(r.async_interval_s) else "")
-                              + _projection(r),
+                    "answer": _interval_answer(r),
                     **_page_one_cell(r),
                     "basis": f"restore {_duration(r.restore_s)}; one host's honest save rate extrapolated to the "
                              "whole job on this one target"
