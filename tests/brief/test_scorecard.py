@@ -61,12 +61,14 @@ def test_answers_that_run_past_page_one_are_found():
     assert layout.missing_answers("Accelerators supported\n Question local", ["local", "hdd-emulated"]) == ["hdd-emulated"]
 
 
-def test_a_chapter_keeps_one_figure_one_table_and_five_bullets(monkeypatch):
+def test_a_chapter_keeps_one_paragraph_one_figure_one_table_and_five_bullets(monkeypatch):
     shown = []
     monkeypatch.setattr(display, "show_html", shown.append)
     monkeypatch.setattr(display, "figure_html", lambda fig, cap="": f"<figure>{cap}</figure>")
     a = display.Appendix("D", "x", "appendix-x")
     with display.details_to(a):
+        display.show_md("What ran: the first paragraph.")
+        display.show_md("A second paragraph of detail.")
         display.show_figure(None, "first figure")
         display.show_figure(None, "second figure")
         display.show_table(pd.DataFrame({"a": [1]}), "key table", body=True)
@@ -74,6 +76,7 @@ def test_a_chapter_keeps_one_figure_one_table_and_five_bullets(monkeypatch):
         display.analysis([f"- bullet {i}" for i in range(7)], tail="closing")
         display.analysis(["- a later analysis"])
     body, appendix = "".join(shown), "".join(text for _, text in a.items)
+    assert "What ran" in body and "second paragraph" not in body and "second paragraph" in appendix
     assert "first figure" in body and "second figure" in appendix and "second figure" not in body
     assert "key table" in body and "second key table" in appendix and "second key table" not in body
     assert "bullet 4" in body and "bullet 5" not in body and "bullet 5" in appendix and "closing" in appendix
@@ -129,3 +132,20 @@ def test_results_without_a_comparison_do_not_read_as_no_results(monkeypatch, tmp
     shown.clear()
     assemble.snapshot(tmp_path)
     assert "No study results yet" in "".join(shown)
+
+
+def test_an_appendix_table_a_reader_would_sort_goes_to_the_html_only(monkeypatch):
+    """More than RAW_TABLE_ROWS rows (8), or rows × the page-wide parts it prints in: collapsed and sortable in the
+    HTML, one line in print (the layout check then looks for none of its numbers in the PDF)."""
+    a = display.Appendix("D", "x", "appendix-x")
+    narrow = pd.DataFrame({"target": ["t"] * 8, "MB/s": [float(i) for i in range(8)]})
+    long = pd.DataFrame({"target": ["t"] * 9, "MB/s": [float(i) for i in range(9)]})
+    wide = pd.DataFrame({"target": ["t"] * 10, **{f"latency p{i} ms": [1234.5] * 10 for i in range(14)}})
+    with display.details_to(a):
+        for frame in (narrow, long, wide):
+            display.show_table(frame, "caption")
+    printed, raw_long, raw_wide = (text for _, text in a.items)
+    assert "<details" not in printed and "print-only" not in printed
+    for raw, n in ((raw_long, 9), (raw_wide, 10)):
+        assert '<details class="raw html-only">' in raw and "sortable" in raw and f"({n} rows)" in raw
+        assert layout.parse_html(raw).cells == []           # not printed: not looked for in the PDF

@@ -21,7 +21,7 @@ from ..report import formatting
 from . import inputs, pageone
 from .inputs import unapplied_profiles  # noqa: F401 - tests read it here
 from .parts import in_kernel as _in_kernel, not_rendered as _not_rendered, part as _part, survives as _survives
-from ..report.display import Appendix, details_to, limits_box, set_target_order, show_html, show_md, show_table
+from ..report.display import Appendix, details_to, limits_box, raw_table_html, show_html, show_md, show_table
 
 
 def available(reports_dir: str | Path) -> list[tuple[str, str, Path]]:
@@ -162,8 +162,10 @@ def appendix_comparisons(reports_dir: str | Path) -> None:
              "Result": h["text"], "Where": ", ".join(f"{k} {v}" for k, v in (h.get("at") or {}).items()),
              "Caveats": "; ".join(h.get("caveats", []))} for h in hs]
     show_html('<h2 class="appendix">Appendix C — Every comparison</h2>')
-    show_table(pd.DataFrame(rows), "Every headline the studies computed (reports/headlines.json), largest effects "
-                                   "on the snapshot; each is recomputable from its study's runs.csv.")
+    # a table a reader sorts (by study, by result): the HTML's, and headlines.json; the snapshot prints the largest
+    show_html(raw_table_html(pd.DataFrame(rows), "Every headline the studies computed (reports/headlines.json), "
+                                                 "largest effects on the snapshot; each is recomputable from its "
+                                                 "study's runs.csv"))
 
 
 FIRST_DETAIL_LETTER = "D"      # A, B and C are the system, the procedure and every comparison

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..core import config as config_mod
-from ..report.display import set_target_order, show_html, show_md, show_table
+from ..report.display import markdown_html, set_target_order, show_html, show_table
 from ..report.words import display
 from ..studies import get as get_study
 from . import accelerators, inputs, scorecard
@@ -46,11 +46,9 @@ def cover(reports_dir: str | Path, params_file: str | Path) -> None:
     summary = (f"{n} stud{'y' if n == 1 else 'ies'} of how storage shapes AI pipelines ran the {params.scale} "
                f"profile on one machine ({cpu}{threads}) against {len(targets)} storage target"
                f"{'' if len(targets) == 1 else 's'}: {'; '.join(targets) or 'none'}.")
-    summary += (" The table answers each study's question per target; each study's chapter shows how its answer "
-                "was measured and what limited it, and the appendices hold every table, the system and the "
-                "parameters.")
+    summary += " Each study's chapter shows how its answer was measured and what limited it."
     if params.scale in ("quick", "tiny"):
-        summary += " These runs are short and scaled down: the numbers describe this machine, not a cluster."
+        summary += " The runs are short and scaled down: the numbers describe this machine, not a cluster."
     odd = [s.title + (" could not be read" if not s.ok else " was cut short") for s in studies
            if not s.ok or s.cut_short()]
     show_html('<div class="cover"><h1>Storage performance brief</h1>'
@@ -95,8 +93,8 @@ def chapter_answer(key: str, reports_dir: str | Path) -> None:
     for q in dict.fromkeys(str(a["question"]) for a in rows):
         mine = [a for a in rows if str(a["question"]) == q]
         notes = list(dict.fromkeys(scorecard.note(a) for a in mine if scorecard.note(a)))
-        show_md(f"**{q}** " + "; ".join(f"{a['target']}: {a['answer']}" for a in mine) + "."
-                + "".join(f" Note: {n}." for n in notes))
+        show_html(markdown_html(f"**{q}** " + "; ".join(f"{a['target']}: {a['answer']}" for a in mine) + "."
+                                + "".join(f" Note: {n}." for n in notes)))     # the chapter's own, always shown
     if rows:
         show_table(pd.DataFrame([{"Question": a["question"], "Target": a["target"], "Answer": a["answer"],
                                   "Basis (what limited it, how measured)": a.get("basis", "")} for a in rows]),

@@ -11,6 +11,8 @@ from __future__ import annotations
 import html
 import re
 
+from ..report.display import wrap_at_spaces_only
+
 NUMBER = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)?")
 _PAREN = re.compile(r"\s*\(([^()]*)\)")
 
@@ -84,7 +86,7 @@ def _table(rows: list[dict], targets: list[str], chapter_of: dict[str, str]) -> 
         for t in columns:
             cell, n = cells.get((q, t), ("–", 0))
             tds.append(f"<td>{esc(cell)}" + (f"<sup>{mark(n)}</sup>" if n else "") + "</td>")
-        body.append(f'<tr><th class="question">{label}</th>{"".join(tds)}</tr>')
+        body.append(f'<tr><th class="question">{label}</th>{wrap_at_spaces_only("".join(tds))}</tr>')
     foot = "".join(f'<li data-chapter="{esc(note_chapter.get(n, ""))}"><sup>{mark(i)}</sup> {esc(n)}</li>'
                    for i, n in enumerate(notes, 1))
     return (f'<table class="scorecard"><thead>{head}</thead><tbody>{"".join(body)}</tbody></table>'

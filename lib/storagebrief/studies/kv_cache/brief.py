@@ -4,6 +4,7 @@ limited each run, then the reload-vs-recompute break-even (answers, the figure o
 against context length, the prefill measurement and the H200 reproduction); limits. Page 1: answers()."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -358,7 +359,8 @@ def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
         # the cell: each accelerator's outcome in a few words; the caveat: the rate the fastest one needs
         outcomes: dict[str, list[str]] = {}
         for _, r in g.iterrows():
-            outcomes.setdefault(r.answer.replace("reloading beats recomputing ", ""), []).append(display(r.accelerator))
+            outcome = re.sub(r"\s*\([^()]*\)", "", r.answer.replace("reloading beats recomputing ", ""))
+            outcomes.setdefault(outcome, []).append(display(r.accelerator))      # "(one run: no range)": chapter's
         fastest = g.loc[g.read_gib_per_s_needed.idxmax()]
         out.append({"question": f"KV cache ({m}): beyond how many tokens does reloading from storage beat "
                                 "recomputing?", "target": t, "answer": "; ".join(parts),
