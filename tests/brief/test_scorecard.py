@@ -149,3 +149,15 @@ def test_an_appendix_table_a_reader_would_sort_goes_to_the_html_only(monkeypatch
     for raw, n in ((raw_long, 9), (raw_wide, 10)):
         assert '<details class="raw html-only">' in raw and "sortable" in raw and f"({n} rows)" in raw
         assert layout.parse_html(raw).cells == []           # not printed: not looked for in the PDF
+
+
+def test_the_resnet50_study_answers_on_page_one():
+    """Every study with a headline has a row (issue 49): ResNet50's had none."""
+    from storagebrief.studies.train_resnet50 import brief
+    rows = [{"target": "t", "sweep": "memory", "memory_setting": s, "status": "ok", "images_per_s": ips,
+             "job_read_bytes": rb, "training_time_s": tt, "reread_ratio": 1.0}
+            for s, ips, rb, tt in (("none", 30.0, 100.0, 10.0), ("none", 34.0, 100.0, 10.0), ("2.5:1", 20.0, 260.0, 17.0))]
+    row, = brief.answers(None, pd.DataFrame(rows), ["t", "absent"])
+    assert row["short"] == "32.0 images/s · limited memory: reads ×2.6"
+    assert row["answer"] == ("32.0 images/s with no memory limit; memory limited to 2.5:1 made the job read ×2.6 as "
+                             "much and changed its time by +70.0 %")
