@@ -117,7 +117,7 @@ def short_note(e: dict, f: dict | None, extra: str) -> str:
     """Page 1's one-line caveat: a client check that found the run CPU-sensitive makes the count uncertain;
     a forecast that disagrees says which way."""
     words = []
-    if "client-sensitive" in extra or "client-bound" in extra:
+    if re.search(r"(?<!not )client-(?:sensitive|bound)\b", extra):     # the check's verdict, not "not client-…"
         words.append("uncertain: a rerun on half the CPUs changed the result, so the CPU, not only the storage, "
                      "may set this count")
     if f is not None:

@@ -13,8 +13,8 @@ CSS = Path(__file__).resolve().parents[1] / "templates" / "brief.css"
 PACKAGE_NOTEBOOK = Path(__file__).resolve().parents[3] / "notebooks" / "brief.py"
 
 
-# The HTML's long tables sort by a click on a column's header: numbers as numbers ("1,234.5", "12 %"), else
-# text; a second click reverses. Inline, so the page still opens with no network.
+# The HTML's long tables sort by a click on a column's header: numbers as numbers ("1,234.5", "12 %"; a number
+# with a unit is text), before text; a second click reverses. Inline, so the page still opens with no network.
 SORT_SCRIPT = """
 document.querySelectorAll('table.sortable').forEach(function (table) {
   table.querySelectorAll('thead th').forEach(function (th, col) {
@@ -22,7 +22,8 @@ document.querySelectorAll('table.sortable').forEach(function (table) {
       var body = table.tBodies[0], rows = Array.prototype.slice.call(body.rows);
       var dir = th.dataset.dir === 'asc' ? -1 : 1; th.dataset.dir = dir === 1 ? 'asc' : 'desc';
       var key = function (r) { var t = r.cells[col] ? r.cells[col].textContent.trim() : '';
-        var n = parseFloat(t.replace(/[,%\\s]/g, '').replace('\\u2212', '-')); return isNaN(n) ? t : n; };
+        var c = t.replace(/[,%\\s]/g, '').replace('\\u2212', '-'), n = Number(c);
+        return (c === '' || isNaN(n)) ? t : n; };
       rows.sort(function (a, b) { var x = key(a), y = key(b);
         if (typeof x === typeof y) { return (x < y ? -1 : x > y ? 1 : 0) * dir; }
         return (typeof x === 'number' ? -1 : 1) * dir; });
