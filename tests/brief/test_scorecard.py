@@ -162,3 +162,15 @@ def test_the_resnet50_study_answers_on_page_one():
     assert row["short"] == "32.0 images/s · limited memory: reads ×2.6"
     assert row["answer"] == ("32.0 images/s with no memory limit; memory limited to 2.5:1 made the job read ×2.6 as "
                              "much and changed its time by +70.0 %")
+
+
+def test_snapshot_cards_keep_hyphenated_names_whole(monkeypatch, tmp_path):
+    """The tiny chain's snapshot broke "hdd-" / "emulated" inside a card (the layout test's split check)."""
+    from storagebrief.brief import assemble
+    shown = []
+    monkeypatch.setattr(assemble, "show_html", shown.append)
+    card = {"study": "s", "study_title": "S", "id": "x", "label": "Time", "better": "lower", "delta_percent": -50.0,
+            "text": "up to 2× lower", "ref": "local", "other": "hdd-emulated", "caveats": []}
+    monkeypatch.setattr(assemble, "snapshot_headlines", lambda reports_dir: ([card], []))
+    assemble.snapshot(tmp_path)
+    assert 'local vs <span class="nw">hdd-emulated</span>' in "".join(shown)

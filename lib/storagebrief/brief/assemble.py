@@ -21,7 +21,8 @@ from ..report import formatting
 from . import inputs, pageone
 from .inputs import unapplied_profiles  # noqa: F401 - tests read it here
 from .parts import in_kernel as _in_kernel, not_rendered as _not_rendered, part as _part, survives as _survives
-from ..report.display import Appendix, details_to, limits_box, raw_table_html, show_html, show_md, show_table
+from ..report.display import (Appendix, details_to, limits_box, raw_table_html, show_html, show_md, show_table,
+                              wrap_at_spaces_only)
 
 
 def available(reports_dir: str | Path) -> list[tuple[str, str, Path]]:
@@ -144,7 +145,7 @@ def snapshot(reports_dir: str | Path) -> None:
             f'<div class="card-pair">{html.escape(h["ref"])} vs {html.escape(h["other"])}</div>'
             + "".join(f'<div class="card-caveat">⚠ {html.escape(c)}</div>' for c in h.get("caveats", []))
             + '</div>')
-    body = '<div class="cards">' + "".join(cards) + "</div>"
+    body = '<div class="cards">' + wrap_at_spaces_only("".join(cards)) + "</div>"   # "hdd-" / "emulated" seen
     show_html('<h2 class="snapshot">Test results snapshot</h2><p>Reference target compared with each other target (for '
               'training, also each memory limit with no limit on the same target); "up to" is the largest '
               f'difference over the configurations both ran (means over repeats). The {len(hs)} largest effects '
@@ -350,8 +351,14 @@ def appendix_procedure(reports_dir: str | Path, params_file: str | Path) -> None
         "(the method is the `cache_method` column of runs.csv); device counters and CPU were sampled "
         f"every {params.run.monitor_interval_s} s while the run was in flight. Runs repeat and "
         "interleave targets so drift affects all targets alike. " + _which_params(reports_dir, params, params_file))
-    text = yaml.safe_dump(config_mod.raw_params(params), sort_keys=False)
-    show_html(f"<pre class='params'>{html.escape(text)}</pre>")
+    raw = config_mod.raw_params(params)
+    text = yaml.safe_dump(raw, sort_keys=False)
+    # print sets the parameters in three narrow columns, where a target's long path would wrap mid-name: there the
+    # targets are Appendix A's table (name, path, device, profile, access); the HTML shows them here as well
+    rest = yaml.safe_dump({k: v for k, v in raw.items() if k != "targets"}, sort_keys=False)
+    show_html(f"<pre class='params html-only'>{html.escape(text)}</pre>"
+              "<pre class='params print-only'>targets: # each target's name, path, device, profile and access: "
+              f"Appendix A\n{html.escape(rest)}</pre>")
 
 
 def _which_params(reports_dir, params, params_file) -> str:
