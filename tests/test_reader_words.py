@@ -106,6 +106,8 @@ def test_internal_keys_get_display_names_outside_code_and_the_parameters():
     assert "kv_cache/runs.csv" in out and "my_disk" in out
     assert "<code>cache_method</code>" in out and "<pre>kv_cache:\n  run: [quick-1]</pre>" in out
     assert "quick workload 1 on H200." in out
+    unreadable = '<div class="warn unreadable"><p>column latency_ms_p99 holds text</p></div>'
+    assert unreadable in words.reader_html(unreadable)      # names the file's own column, which the user fixes
     assert words.internal_words(page, frozenset({"my_disk"})) == ["au_percent", "this-cpu", "quick-1", "h200"]
     assert words.internal_words(out, frozenset({"my_disk"})) == []
 

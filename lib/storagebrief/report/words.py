@@ -51,7 +51,10 @@ def reader_text(text: str, keep: frozenset[str] = frozenset()) -> str:
     return SNAKE.sub(swap, CATALOGUE.sub(swap, text))
 
 
-_SKIP = re.compile(r"(<(code|pre|script|style|svg)\b.*?</\2>)|(<[^>]*>)", re.S | re.I)
+# Left as written: markup, code spans, preformatted text, and the notes saying why a study's files could not be
+# read (they name the file's own column or key, which the user fixes there).
+_SKIP = re.compile(r"(<(code|pre|script|style|svg)\b.*?</\2>)|(<div class=\"warn unreadable\".*?</div>)|(<[^>]*>)",
+                   re.S | re.I)
 
 
 def reader_html(page: str, keep: frozenset[str] = frozenset()) -> str:
