@@ -90,3 +90,34 @@ def test_a_rendered_brief_and_its_executed_notebooks_name_the_study(tiny_chain):
             for o in c.get("outputs", [])) for c in nb["cells"])
         found += _hits(text, str(nb_path.relative_to(reports)))
     assert not found, "name the study, not 'the seed':\n" + "\n".join(found)
+
+
+def test_internal_keys_get_display_names_outside_code_and_the_parameters():
+    """Issue 49: a display name for every internal key a reader meets; code spans, preformatted text (Appendix
+    B's parameters), paths and the user's own target names stay as written."""
+    from storagebrief.report import words
+    assert words.display("this-cpu") == "this machine's CPU" and words.display("h100-sxm") == "H100 SXM"
+    assert words.display("quick-2") == "quick workload 2" and words.display("au_percent") == "AU %"
+    assert words.display("loader_read_mb_per_s") == "loader read MB/s" and words.display("latency_ms") == "latency ms"
+    page = ("<p>this-cpu: from the first token; au_percent moved; see kv_cache/runs.csv and my_disk</p>"
+            "<code>cache_method</code><pre>kv_cache:\n  run: [quick-1]</pre><p>quick-1 on h200.</p>")
+    out = words.reader_html(page, keep=frozenset({"my_disk"}))
+    assert "this machine's CPU: from the first token; AU % moved" in out
+    assert "kv_cache/runs.csv" in out and "my_disk" in out
+    assert "<code>cache_method</code>" in out and "<pre>kv_cache:\n  run: [quick-1]</pre>" in out
+    assert "quick workload 1 on H200." in out
+    unreadable = '<div class="warn unreadable"><p>column latency_ms_p99 holds text</p></div>'
+    assert unreadable in words.reader_html(unreadable)      # names the file's own column, which the user fixes
+    assert words.internal_words(page, frozenset({"my_disk"})) == ["au_percent", "this-cpu", "quick-1", "h200"]
+    assert words.internal_words(out, frozenset({"my_disk"})) == []
+
+
+@pytest.mark.slow
+def test_a_rendered_brief_shows_no_internal_identifier_outside_code_and_appendix_b(tiny_chain):
+    from storagebrief.core import config
+    from storagebrief.report import words
+    page = (tiny_chain.work / "reports" / "brief.html").read_text()
+    b = re.search(r'<h2[^>]*>Appendix B .*?(?=<h2)', page, re.S)
+    page = page.replace(b.group(0), "") if b else page
+    keep = frozenset(t.name for t in config.load(tiny_chain.work / "params.yaml", check_targets=False).targets)
+    assert words.internal_words(page, keep) == []

@@ -1,6 +1,6 @@
 """The brief's layout, checked on the PDF itself (report/layout.py, issue 24): no word or number of a
 table cell split across lines, no near-empty page that does not end a section, page 1 answering how
-many accelerators every target supports, a body of at most 15 pages, an HTML brief with a table of
+many accelerators every target supports, a body of at most 16 pages and appendices of at most 30 (issue 49), page 1's scorecard ending on page 1 with every number its chapter prints, an HTML brief with a table of
 contents that opens without the network, and figures whose tick labels never overlap and whose subplot
 titles fit (report/figurefit.py, issue 37).
 
@@ -178,15 +178,26 @@ def test_every_figure_fits_its_tick_labels_and_titles(found):
 
 @pytest.mark.slow
 @pytest.mark.e2e
-def test_page_one_answers_accelerators_supported_for_every_target(found):
+def test_page_one_answers_accelerators_supported_for_every_target_and_the_answers_end_there(found):
     assert not found["page1_answers"], found["page1_answers"]
+    assert not found["answers_page1"], found["answers_page1"]
 
 
 @pytest.mark.slow
 @pytest.mark.e2e
-def test_body_within_its_page_budget_and_appendices_follow(found):
+def test_body_and_appendices_within_their_page_budgets(found):
     assert found["body_pages"] <= layout.BODY_PAGES, found["body"]
     assert found["pages"] > found["body_pages"]          # the detail tables are in the appendices
+    assert not found["appendix"], found["appendix"]
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_every_page_one_number_is_printed_by_its_chapter(brief):
+    from storagebrief.brief import scorecard
+    page = Path(brief[1]).read_text()
+    assert '<table class="scorecard">' in page
+    assert scorecard.numbers_not_in_chapters(page) == []
 
 
 @pytest.mark.slow

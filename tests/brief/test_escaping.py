@@ -194,6 +194,6 @@ def test_a_brief_whose_every_named_knob_is_markup_shows_it_as_text(page):
 def test_the_kv_section_with_marked_names_renders_whole(page):
     """The KV section (the defect's own case) renders its tables and break-even, not a 'could not be rendered'."""
     text, _ = page
-    kv = bf.sections(text)[REGISTRY["kv_cache"].title]
+    kv = bf.chapter(text, "kv_cache")
     assert "could not be rendered" not in kv, kv[kv.find("could not be rendered") - 1500:][:2000]
     assert "<img" in kv and "Reload or recompute" in kv and "What failed" in kv   # its tables: its appendix

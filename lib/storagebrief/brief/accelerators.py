@@ -104,6 +104,30 @@ def answer_text(e: dict) -> str:
     return f"{lo} ({span}{by}-limited beyond)"
 
 
+def short_text(e: dict) -> str:
+    """Page 1's cell: '8 accelerators · client-bound beyond', '≥ 4 accelerators · none failed'."""
+    lo, by = e["low"], e["limited_by"]
+    count = f"{lo} accelerator{'' if lo == 1 else 's'}"
+    if e["first_fail"] is None or by in ("budget", "cap", "memory"):
+        return f"≥ {count} · {FLOORS.get(by, by + '-bound beyond')}"
+    return f"{count} · {by}-bound beyond"
+
+
+def short_note(e: dict, f: dict | None, extra: str) -> str:
+    """Page 1's one-line caveat: a client check that found the run CPU-sensitive makes the count uncertain;
+    a forecast that disagrees says which way."""
+    words = []
+    if re.search(r"(?<!not )client-(?:sensitive|bound)\b", extra):     # the check's verdict, not "not client-…"
+        words.append("uncertain: a rerun on half the CPUs changed the result, so the CPU, not only the storage, "
+                     "may set this count")
+    if f is not None:
+        n = int(f["accelerators_forecast"])
+        lo, hi = e["low"], e["high"]
+        words.append(f"fio's forecast, {n}, " + ("agrees" if n >= lo and (hi is None or n <= hi) else
+                                                  "is higher" if n > (hi if hi is not None else n) else "is lower"))
+    return "; ".join(words)
+
+
 def _au(e: dict, n: int | None) -> str:
     v = e["au"].get(n) if n is not None else None
     return f" (AU {v:.1f} %)" if v is not None else ""
@@ -163,6 +187,7 @@ def answers(emulate_study, sweep_study, emulate_rows: list[dict] | None = None) 
         if e is None:
             rows.append({"question": question, "target": t,
                          "answer": f"{int(f['accelerators_forecast'])} (fio forecast; not emulated)",
+                         "short": f"{int(f['accelerators_forecast'])} accelerators", "note": "fio forecast, not emulated",
                          "basis": f"{_forecast(f)}; {f.get('forecast_limited_by', '')}; transfer-size study"})
             continue
         basis = _measured(e)
@@ -177,5 +202,6 @@ def answers(emulate_study, sweep_study, emulate_rows: list[dict] | None = None) 
         extra = re.sub(r"^every count tested kept AU ≥ threshold: the largest tested is a floor;? ?", "", extra)
         if extra:
             basis += f"{'' if basis.endswith('.') else '.'} Emulate study: {extra}."
-        rows.append({"question": question, "target": t, "answer": answer_text(e), "basis": basis})
+        rows.append({"question": question, "target": t, "answer": answer_text(e), "basis": basis,
+                     "short": short_text(e), "note": short_note(e, f, extra)})
     return rows

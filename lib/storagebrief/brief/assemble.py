@@ -9,7 +9,6 @@ this module adds what every brief shares.
 """
 from __future__ import annotations
 
-import functools
 import html
 import re
 from pathlib import Path
@@ -19,50 +18,11 @@ import pandas as pd
 from ..core import config as config_mod
 from ..studies import get as get_study
 from ..report import formatting
-from . import accelerators, inputs
-from ..report.display import Appendix, details_to, limits_box, set_target_order, show_html, show_md, show_table
-
-
-def _in_kernel() -> bool:
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    return getattr(get_ipython(), "kernel", None) is not None
-
-
-def _not_rendered(what: str, exc: Exception) -> None:
-    show_html(f'<div class="warn unreadable"><b>{html.escape(what)} could not be rendered</b>: '
-              f'{html.escape(type(exc).__name__)}: {html.escape(str(exc))}. The inputs passed the brief\'s checks, '
-              'so this is an input those checks do not know or a bug: please report it with the study\'s folder.</div>')
-
-
-def _survives(what: str, fn, *args) -> None:
-    """Run one part of the brief; in the brief's kernel an error becomes a visible note in its place
-    (its half-made output dropped) so every other part still renders, and render() repeats it on the
-    terminal. Elsewhere (tests, scripts) the error propagates, so a bug is not hidden."""
-    if not _in_kernel():
-        fn(*args)
-        return
-    import matplotlib.pyplot as plt
-    from IPython.utils.capture import capture_output
-    try:
-        with capture_output() as cap:
-            fn(*args)
-    except Exception as exc:   # noqa: BLE001 - any error of one part; reported, not swallowed
-        plt.close("all")
-        _not_rendered(what, exc)
-        return
-    cap.show()
-
-
-def _part(what: str):
-    def wrap(fn):
-        @functools.wraps(fn)
-        def run(*args, **kwargs):
-            _survives(what, lambda: fn(*args, **kwargs))
-        return run
-    return wrap
+from . import inputs, pageone
+from .inputs import unapplied_profiles  # noqa: F401 - tests read it here
+from .parts import in_kernel as _in_kernel, not_rendered as _not_rendered, part as _part, survives as _survives
+from ..report.display import (Appendix, details_to, limits_box, raw_table_html, show_html, show_md, show_table,
+                              wrap_at_spaces_only)
 
 
 def available(reports_dir: str | Path) -> list[tuple[str, str, Path]]:
@@ -85,20 +45,6 @@ def fallback_cache_methods(frame: pd.DataFrame) -> list[str]:
     design (training evicts its dataset files only: 'fadvise_dontneed (dataset files)')."""
     return sorted(m for m in set(frame.cache_method.fillna("").astype(str))
                   if m == "fadvise_dontneed" or m.startswith("none"))
-
-
-def unapplied_profiles(frame: pd.DataFrame) -> dict[str, str]:
-    """target -> how much of its emulated profile was not applied, from the runs' own rows."""
-    out = {}
-    if "emulated" not in frame or "profile" not in frame:
-        return out
-    for name, g in frame.groupby("target"):
-        prof = str(g.profile.fillna("").iloc[0])
-        applied = g.emulated.astype(str).str.lower().eq("true")
-        if prof and prof != "nan" and not applied.all():
-            share = "none" if not applied.any() else f"{int((~applied).sum())} of {len(g)}"
-            out[name] = f"profile {prof} not applied in {share} of its runs (they ran unthrottled)"
-    return out
 
 
 def _caveats(s: inputs.StudyInput, h: dict) -> list[str]:
@@ -137,102 +83,6 @@ def snapshot_headlines(reports_dir, survive: bool | None = None) -> tuple[list[d
 
 def all_headlines(reports_dir: str | Path) -> list[dict]:
     return snapshot_headlines(reports_dir)[0]
-
-
-def _all_unapplied(reports_dir) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for s in inputs.readable(reports_dir):
-        for t, why in unapplied_profiles(s.frame).items():
-            out.setdefault(t, why)
-    return out
-
-
-@_part("The cover")
-def title_block(reports_dir: str | Path, params_file: str | Path) -> None:
-    params = config_mod.load(params_file, check_targets=False)   # the brief writes nothing into targets
-    _DETAIL_APPENDICES.clear()                                     # a new brief: its own appendices D, E, …
-    set_target_order([t.name for t in params.targets])             # one colour per target in every figure
-    studies = [s.title + ("" if s.ok else " (could not be read)") + (" (cut short)" if s.cut_short() else "")
-               for s in inputs.studies(reports_dir)]
-    inv = _latest_inventory(reports_dir)
-    unapplied = _all_unapplied(reports_dir)
-
-    def label(t) -> str:
-        if not t.get("profile_name"):
-            return ""
-        if t["name"] in unapplied:
-            return f" (emulated {html.escape(t['profile_name'])} <b>NOT applied</b>: ran unthrottled)"
-        return f" (emulated {html.escape(t['profile_name'])})"
-    targets = ", ".join(f"<b>{html.escape(t['name'])}</b>" + label(t) for t in inv.get("targets", []))
-    show_html(
-        '<div class="cover"><h1>Storage performance brief</h1>'
-        f'<p class="subtitle">How storage shapes AI pipelines on <b>{html.escape(inv.get("cpu_model", "this machine"))}</b>'
-        f' — scale <b>{params.scale}</b>, targets {targets}</p>'
-        f'<p class="meta">Studies: {html.escape("; ".join(studies)) or "none"}. Commit {html.escape(inv.get("git_commit", "?"))},'
-        f' params {html.escape(inv.get("params_hash", "?"))}. Every figure below is computed from the runs.csv '
-        'files the studies wrote; the appendices list the system and the parameters that ran.</p></div>')
-    rows = []
-    for t in inv.get("targets", []):
-        dev, prof = t.get("device") or {}, t.get("profile") or {}
-        rows.append({"Target": t["name"], "Directory": t["path"],
-                     "Device": f'{dev.get("name")} ({dev.get("model")}, {"rotational" if dev.get("rotational") else "non-rotational"})'
-                     if dev.get("name") else "unresolved",
-                     "Emulated device": (f'NOT APPLIED ({unapplied[t["name"]]}); meant {t["profile_name"]}: '
-                                         if t["name"] in unapplied else f'{t["profile_name"]}: ') +
-                     (f'read ≤ {prof.get("read_mb_per_s") or "∞"} MB/s, ≤ {prof.get("read_iops") or "∞"} IOPS')
-                     if prof else "none (as is)"})
-    if rows:
-        show_table(pd.DataFrame(rows), "Storage targets compared in this brief (details in Appendix A).")
-
-
-@_part("The answers")
-def answers(reports_dir: str | Path) -> None:
-    """Page 1's answers, one row per question and target, from every readable study that has some."""
-    rows = []
-    studies = inputs.readable(reports_dir)
-    found_by = {s.key: _study_answers(s) for s in studies}
-    # "How many accelerators": one reconciled row per target (brief/accelerators.py) in place of the emulate
-    # and transfer-size studies' own rows, placed where the first of them stood
-    by_key = {s.key: s for s in studies}
-    both = ("emulate", "transfer_sweep")
-    acc = _survives_value("the accelerators answer", accelerators.answers, by_key.get("emulate"),
-                          by_key.get("transfer_sweep"), found_by.get("emulate")) if set(both) & set(by_key) else []
-    reconciled = bool(acc)
-    for s in studies:
-        found = found_by[s.key]
-        if reconciled and s.key in both:
-            found = [a for a in found if not str(a["question"]).startswith(accelerators.REPLACES_PREFIX)]
-        for a in found:
-            rows.append({"Question": a["question"], "Target": a["target"], "Answer": a["answer"],
-                         "Basis (what limited it, how measured)": a.get("basis", "")})
-    # the accelerators answer first: the question a reader comes for, on page 1 for every target
-    rows = [{"Question": a["question"], "Target": a["target"], "Answer": a["answer"],
-             "Basis (what limited it, how measured)": a.get("basis", "")} for a in acc] + rows
-    if rows:
-        show_html('<h2 class="answers">The answers</h2>')
-        show_table(pd.DataFrame(rows), "Each answer is computed from the runs the study wrote (its section and "
-                                       "CSV files give the detail); quick-profile runs are short and scaled down.")
-
-
-def _study_answers(s) -> list[dict]:
-    try:
-        return get_study(s.key).answers(s.dir, s.frame, s.names)
-    except Exception as exc:   # noqa: BLE001 - one study's arithmetic must not take the others' answers
-        if not _in_kernel():
-            raise
-        return [{"question": s.title, "target": "–", "answer": "could not be computed",
-                 "basis": f"{type(exc).__name__}: {exc}"}]
-
-
-def _survives_value(what: str, fn, *args) -> list:
-    """fn(*args), or [] with a note in a kernel when it raised (the studies' own rows then stand)."""
-    try:
-        return fn(*args)
-    except Exception as exc:   # noqa: BLE001
-        if not _in_kernel():
-            raise
-        _not_rendered(what, exc)
-        return []
 
 
 SNAPSHOT_CARDS = 9          # three rows of three: one per study while there are nine
@@ -276,7 +126,11 @@ def snapshot(reports_dir: str | Path) -> None:
         f"<b>{html.escape(t)}</b> ({html.escape(why)})" for t, why in left_out) + ".</p>") if left_out else ""
     if not hs:
         if missing:
-            show_html("<h2>Test results snapshot</h2>" + missing)
+            show_html('<h2 class="snapshot">Test results snapshot</h2>' + missing)
+        elif inputs.readable(reports_dir):   # results, none comparing two targets (an external endpoint alone)
+            show_html('<h2 class="snapshot">Test results snapshot</h2><p>No comparison between targets: the studies '
+                      'that ran compared no reference target with another (one target each, or an external '
+                      'endpoint alone). Their answers are on page 1 and in their chapters.</p>')
         else:
             show_md("No study results yet: run `dvc repro` or `storagebrief <study>` first.")
         return
@@ -291,8 +145,8 @@ def snapshot(reports_dir: str | Path) -> None:
             f'<div class="card-pair">{html.escape(h["ref"])} vs {html.escape(h["other"])}</div>'
             + "".join(f'<div class="card-caveat">⚠ {html.escape(c)}</div>' for c in h.get("caveats", []))
             + '</div>')
-    body = '<div class="cards">' + "".join(cards) + "</div>"
-    show_html('<h2>Test results snapshot</h2><p>Reference target compared with each other target (for '
+    body = '<div class="cards">' + wrap_at_spaces_only("".join(cards)) + "</div>"   # "hdd-" / "emulated" seen
+    show_html('<h2 class="snapshot">Test results snapshot</h2><p>Reference target compared with each other target (for '
               'training, also each memory limit with no limit on the same target); "up to" is the largest '
               f'difference over the configurations both ran (means over repeats). The {len(hs)} largest effects '
               f'of {total} comparisons, ' + ("at least one per study" if every else "each study's largest first")
@@ -309,12 +163,23 @@ def appendix_comparisons(reports_dir: str | Path) -> None:
              "Result": h["text"], "Where": ", ".join(f"{k} {v}" for k, v in (h.get("at") or {}).items()),
              "Caveats": "; ".join(h.get("caveats", []))} for h in hs]
     show_html('<h2 class="appendix">Appendix C — Every comparison</h2>')
-    show_table(pd.DataFrame(rows), "Every headline the studies computed (reports/headlines.json), largest effects "
-                                   "on the snapshot; each is recomputable from its study's runs.csv.")
+    # a table a reader sorts (by study, by result): the HTML's, and headlines.json; the snapshot prints the largest
+    show_html(raw_table_html(pd.DataFrame(rows), "Every headline the studies computed (reports/headlines.json), "
+                                                 "largest effects on the snapshot; each is recomputable from its "
+                                                 "study's runs.csv"))
 
 
 FIRST_DETAIL_LETTER = "D"      # A, B and C are the system, the procedure and every comparison
 _DETAIL_APPENDICES: list[Appendix] = []   # this brief's per-section detail appendices, in order
+
+
+def title_block(reports_dir: str | Path, params_file: str | Path) -> None:
+    """Page 1's cover (brief/pageone.py), opening a new brief: its own appendices D, E, …"""
+    _DETAIL_APPENDICES.clear()
+    pageone.cover(reports_dir, params_file)
+
+
+answers = pageone.answers
 
 
 def detail_appendix(title: str, anchor: str) -> Appendix:
@@ -358,6 +223,10 @@ def study_section(key: str, study_dir: str | Path, details: bool = False) -> Non
 def _study_body(study, s: inputs.StudyInput, appendix: Appendix | None = None) -> None:
     d, frame = s.dir, s.frame
     with details_to(appendix):
+        if appendix is not None:          # the brief: the chapter opens with its headline and page 1's answer
+            appendix.items.append(("html", _csv_links(d)))
+            _headline(study, s)
+            pageone.chapter_answer(study.name, d.parent)
         study.brief_section(d, frame, s.names)
     notes = d / "notes.json"
     warnings = list(inputs.read_json(notes).get("warnings", [])) if notes.is_file() else []
@@ -366,6 +235,25 @@ def _study_body(study, s: inputs.StudyInput, appendix: Appendix | None = None) -
         warnings.append(f"cold cache by {', '.join(methods)} instead of drop_caches (needs root): files the "
                         "run reads were evicted, other cached data (metadata, libraries) was not")
     limits_box(warnings)
+
+
+def _csv_links(study_dir: Path) -> str:
+    """The study's CSV files, linked from its appendix (relative to brief.html, which lies beside the studies'
+    folders): the long tables a reader would sort are there and in the HTML brief, not printed."""
+    files = sorted(Path(study_dir).glob("*.csv"))
+    links = ", ".join(f'<a href="{html.escape(study_dir.name)}/{html.escape(f.name)}">{html.escape(f.name)}</a>'
+                      for f in files)
+    return f'<p class="csv-links">Every value of this study: {links} (in reports/{html.escape(study_dir.name)}/).</p>' \
+        if files else ""
+
+
+def _headline(study, s: inputs.StudyInput) -> None:
+    """The chapter's one-sentence headline: its largest comparison (the snapshot's card for it)."""
+    hs = [h for h in study.headlines(s.frame, s.names) if h.get("delta_percent") is not None]
+    if hs:
+        h = max(hs, key=effect_size)
+        show_html(f'<p class="headline"><b>{html.escape(h["label"])}: {html.escape(h["text"])}</b> '
+                  f'({html.escape(h["ref"])} vs {html.escape(h["other"])}).</p>')
 
 
 @_part("The detail appendices")
@@ -390,28 +278,9 @@ def block_characterization(reports_dir: str | Path, details: bool = False) -> No
     detail_link(appendix, "Tables and plots")     # after its heading, which chz.section shows
 
 
-def _latest_inventory(reports_dir) -> dict:
-    """The newest inventory.json that reads (a study's corrupt one does not take the appendix with it), with
-    the targets of every study's inventory: a study that ran on some targets only (the object sweep's
-    directory-vs-S3 pair) does not hide the others. A target's newest description wins."""
-    found = sorted(Path(reports_dir).glob("*/inventory.json"), key=lambda p: p.stat().st_mtime)
-    newest, targets = {}, {}
-    for f in found:
-        try:
-            inv = inputs.read_json(f)
-        except (inputs.Unreadable, OSError):
-            continue
-        if isinstance(inv.get("targets", []), list):
-            newest = inv
-            for t in inv.get("targets", []):
-                if isinstance(t, dict) and "name" in t:
-                    targets[t["name"]] = t
-    return {**newest, "targets": list(targets.values())} if newest else {}
-
-
 @_part("Appendix A")
 def appendix_configuration(reports_dir: str | Path) -> None:
-    inv = _latest_inventory(reports_dir)
+    inv = inputs.latest_inventory(reports_dir)
     if not inv:
         return
     gib = inv["memory_total_bytes"] / 2**30
@@ -425,7 +294,7 @@ def appendix_configuration(reports_dir: str | Path) -> None:
         rows.append(("Rewritten by this run (not code)", ", ".join(inv["run_updated_files"]) +
                      ": DVC records the outputs of each stage it ran"))
     rows += [(f"Privilege: {k}", v) for k, v in inv.get("privileges", {}).items()]
-    show_html('<h2 class="appendix">Appendix A — System configuration</h2>')
+    show_html('<h2 class="appendix first-appendix">Appendix A — System configuration</h2>')
     show_table(pd.DataFrame(rows, columns=["Item", "Value"]))
     trows = []
     for t in inv.get("targets", []):
@@ -482,8 +351,14 @@ def appendix_procedure(reports_dir: str | Path, params_file: str | Path) -> None
         "(the method is the `cache_method` column of runs.csv); device counters and CPU were sampled "
         f"every {params.run.monitor_interval_s} s while the run was in flight. Runs repeat and "
         "interleave targets so drift affects all targets alike. " + _which_params(reports_dir, params, params_file))
-    text = yaml.safe_dump(config_mod.raw_params(params), sort_keys=False)
-    show_html(f"<pre class='params'>{html.escape(text)}</pre>")
+    raw = config_mod.raw_params(params)
+    text = yaml.safe_dump(raw, sort_keys=False)
+    # print sets the parameters in three narrow columns, where a target's long path would wrap mid-name: there the
+    # targets are Appendix A's table (name, path, device, profile, access); the HTML shows them here as well
+    rest = yaml.safe_dump({k: v for k, v in raw.items() if k != "targets"}, sort_keys=False)
+    show_html(f"<pre class='params html-only'>{html.escape(text)}</pre>"
+              "<pre class='params print-only'>targets: # each target's name, path, device, profile and access: "
+              f"Appendix A\n{html.escape(rest)}</pre>")
 
 
 def _which_params(reports_dir, params, params_file) -> str:

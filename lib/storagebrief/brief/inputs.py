@@ -249,3 +249,44 @@ def readable(reports_dir: str | Path) -> list[StudyInput]:
 
 __all__ = ["StudyInput", "Unreadable", "params_hashes", "read_csv", "read_json", "read_study", "readable", "studies",
            "target_order"]
+
+
+def unapplied_profiles(frame: pd.DataFrame) -> dict[str, str]:
+    """target -> how much of its emulated profile was not applied, from the runs' own rows."""
+    out = {}
+    if "emulated" not in frame or "profile" not in frame:
+        return out
+    for name, g in frame.groupby("target"):
+        prof = str(g.profile.fillna("").iloc[0])
+        applied = g.emulated.astype(str).str.lower().eq("true")
+        if prof and prof != "nan" and not applied.all():
+            share = "none" if not applied.any() else f"{int((~applied).sum())} of {len(g)}"
+            out[name] = f"profile {prof} not applied in {share} of its runs (they ran unthrottled)"
+    return out
+
+
+def all_unapplied(reports_dir) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for s in readable(reports_dir):
+        for t, why in unapplied_profiles(s.frame).items():
+            out.setdefault(t, why)
+    return out
+
+
+def latest_inventory(reports_dir) -> dict:
+    """The newest inventory.json that reads (a study's corrupt one does not take the appendix with it), with
+    the targets of every study's inventory: a study that ran on some targets only (the object sweep's
+    directory-vs-S3 pair) does not hide the others. A target's newest description wins."""
+    found = sorted(Path(reports_dir).glob("*/inventory.json"), key=lambda p: p.stat().st_mtime)
+    newest, targets = {}, {}
+    for f in found:
+        try:
+            inv = read_json(f)
+        except (Unreadable, OSError):
+            continue
+        if isinstance(inv.get("targets", []), list):
+            newest = inv
+            for t in inv.get("targets", []):
+                if isinstance(t, dict) and "name" in t:
+                    targets[t["name"]] = t
+    return {**newest, "targets": list(targets.values())} if newest else {}

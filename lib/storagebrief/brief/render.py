@@ -13,6 +13,27 @@ CSS = Path(__file__).resolve().parents[1] / "templates" / "brief.css"
 PACKAGE_NOTEBOOK = Path(__file__).resolve().parents[3] / "notebooks" / "brief.py"
 
 
+# The HTML's long tables sort by a click on a column's header: numbers as numbers ("1,234.5", "12 %"; a number
+# with a unit is text), before text; a second click reverses. Inline, so the page still opens with no network.
+SORT_SCRIPT = """
+document.querySelectorAll('table.sortable').forEach(function (table) {
+  table.querySelectorAll('thead th').forEach(function (th, col) {
+    th.addEventListener('click', function () {
+      var body = table.tBodies[0], rows = Array.prototype.slice.call(body.rows);
+      var dir = th.dataset.dir === 'asc' ? -1 : 1; th.dataset.dir = dir === 1 ? 'asc' : 'desc';
+      var key = function (r) { var t = r.cells[col] ? r.cells[col].textContent.trim() : '';
+        var c = t.replace(/[,%\\s]/g, '').replace('\\u2212', '-'), n = Number(c);
+        return (c === '' || isNaN(n)) ? t : n; };
+      rows.sort(function (a, b) { var x = key(a), y = key(b);
+        if (typeof x === typeof y) { return (x < y ? -1 : x > y ? 1 : 0) * dir; }
+        return (typeof x === 'number' ? -1 : 1) * dir; });
+      rows.forEach(function (r) { body.appendChild(r); });
+    });
+  });
+});
+"""
+
+
 def brief_notebook(project_dir: str | Path) -> Path:
     """The project's notebooks/brief.py (Jupytext; what DVC tracks), else the one beside this code."""
     own = Path(project_dir) / "notebooks" / "brief.py"
@@ -59,7 +80,9 @@ def check_layout(pdf_path: Path, html_path: Path, params_file: Path, log=print) 
     found = layout.check(pdf_path, html_path, targets if has_answer else [])
     if "pages" in found:
         log(f"brief.pdf: {found['pages']} pages, body {found['body_pages']} (before the first appendix)")
-    for problem in layout.problems(found) + ([found["skipped"]] if "skipped" in found else []):
+    from .scorecard import numbers_not_in_chapters
+    found["page1_numbers"] = numbers_not_in_chapters(html_path.read_text())
+    for problem in layout.problems(found) + found["page1_numbers"] + ([found["skipped"]] if "skipped" in found else []):
         log(f"brief layout: {problem}")
     return found
 
@@ -90,8 +113,13 @@ def render(reports_dir: str | Path = "reports", params_file: str | Path = "param
                             exclude_output_prompt=True)
     body, _ = exporter.from_notebook_node(nb)
     body = with_contents(body)
+    from ..core import config as config_mod
+    from ..report.words import reader_html
+    names = frozenset(t.name for t in config_mod.load(params_file, check_targets=False).targets)
+    body = reader_html(body, keep=names)          # reader words for internal keys (outside code and Appendix B)
     page = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>Storage performance brief</title>"
-            f"<style>{CSS.read_text()}</style></head><body><main>{body}</main></body></html>")
+            f"<style>{CSS.read_text()}</style></head><body><main>{body}</main><script>{SORT_SCRIPT}</script>"
+            "</body></html>")
     html_path = reports_dir / "brief.html"
     results.atomic_write_text(html_path, page)
     out = {"html": str(html_path), "pdf": None, "pdf_error": None}

@@ -36,8 +36,9 @@ def markdown_html(text: str) -> str:
 
 def show_md(text: str, detail: bool = False) -> None:
     """Markdown on the page; detail=True: to the study's appendix inside details_to() (text that
-    explains a detail table)."""
-    if detail and _DETAILS:
+    explains a detail table). In a brief's chapter the first paragraph stays (what the study measures), the
+    others follow in its appendix (CHAPTER_KEEPS)."""
+    if _DETAILS and (detail or not _chapter_keeps("text")):
         _DETAILS[-1].items.append(("md", text))
         return
     show_html(markdown_html(text))
@@ -54,6 +55,7 @@ class Appendix:
     def __init__(self, letter: str, title: str, anchor: str):
         self.letter, self.title, self.anchor = letter, title, anchor
         self.items: list[tuple[str, str]] = []      # ("html" | "md", text), in order
+        self.kept = {"figure": 0, "table": 0, "text": 0, "analysis": 0}   # what its chapter showed (CHAPTER_KEEPS)
 
     def show(self) -> None:
         show_html(f'<h2 class="appendix" id="{self.anchor}">{html.escape(self.heading())}</h2>')
@@ -81,9 +83,23 @@ def details_to(appendix: Appendix | None):
         _DETAILS.remove(appendix)
 
 
-def _place(text: str, body: bool) -> None:
-    if _DETAILS and not body:
-        _DETAILS[-1].items.append(("html", text))
+# A chapter of the brief keeps its first key figure and its first key table (issue 49: one short chapter per
+# study, "the one figure that shows it, one compact table"); the others a study marks key go to its appendix.
+CHAPTER_KEEPS = {"figure": 1, "table": 1, "text": 1}
+
+
+def _chapter_keeps(kind: str) -> bool:
+    """Count one more `kind` for the open chapter: whether it stays in the body."""
+    a = _DETAILS[-1]
+    a.kept[kind] += 1
+    return a.kept[kind] <= CHAPTER_KEEPS[kind]
+
+
+def _place(text: str, body: bool, kind: str = "") -> None:
+    if _DETAILS and body and kind:
+        body = _chapter_keeps(kind)
+    if _DETAILS and not body:     # an appendix figure prints smaller (brief.css): the appendices' page budget
+        _DETAILS[-1].items.append(("html", text.replace("<figure>", '<figure class="detail">', 1)))
     else:
         show_html(text)
 
@@ -91,7 +107,7 @@ def _place(text: str, body: bool) -> None:
 _BREAKS_INSIDE = re.compile(r"[^\s<>]*[^\s<>][-/‐–][^\s<>]+")   # hdd-emulated, MB/s, llama3-8b
 
 
-def _wrap_at_spaces_only(table: str) -> str:
+def wrap_at_spaces_only(table: str) -> str:
     """A cell's lines break at spaces only: a word a browser would break after its hyphen or slash
     ("hdd-" / "emulated", "MB/" / "s") is kept whole (span.nw: white-space: nowrap). Text is unchanged."""
     return re.sub(r">([^<]+)<", lambda m: ">" + _BREAKS_INSIDE.sub(lambda w: f'<span class="nw">{w.group(0)}</span>',
@@ -159,12 +175,32 @@ def _one_table(frame: pd.DataFrame, floatfmt: str) -> str:
     numeric = len(frame.columns) > 1 and all(pd.api.types.is_numeric_dtype(frame[c]) for c in frame.columns[1:])
     body = frame.to_html(index=False, classes="brief-table numeric" if numeric else "brief-table", border=0,
                          na_rep="–", float_format=lambda v: floatfmt.format(v))
-    return _wrap_at_spaces_only(body)
+    return wrap_at_spaces_only(body)
+
+
+# An appendix table longer than this (rows × the page-wide parts it prints in) is one a reader would rather sort
+# than read (issue 49): the HTML brief holds it in a collapsed section, sortable in the page; the PDF prints its
+# caption and where it is, not its rows.
+RAW_TABLE_ROWS = 8
+
+
+def raw_table_html(frame: pd.DataFrame, caption: str = "", floatfmt: str = "{:,.1f}") -> str:
+    """A long table for the HTML only: collapsed (<details>), sortable by a click on a column's header (the
+    page's own script, no network); print shows one line saying where it is."""
+    what = caption or "Table"
+    one = _one_table(frame, floatfmt).replace('class="dataframe brief-table', 'class="dataframe brief-table sortable')
+    return (f'<details class="raw html-only"><summary>{html.escape(what)} ({len(frame):,} rows; click a column '
+            f'to sort)</summary>{one}</details><p class="print-only caption">{html.escape(what)} ({len(frame):,} '
+            "rows): in the HTML brief (brief.html: collapsed, sortable), computed from the studies' CSV files.</p>")
 
 
 def show_table(frame: pd.DataFrame, caption: str = "", floatfmt: str = "{:,.1f}", body: bool = False) -> None:
-    """A table; inside details_to() it goes to the study's appendix unless body=True (a key table)."""
-    _place(table_html(frame, caption, floatfmt), body)
+    """A table; inside details_to() it goes to the study's appendix unless body=True (a key table), and a
+    long one there to the HTML only (raw_table_html)."""
+    if _DETAILS and not body and len(frame) * len(column_parts(frame, floatfmt)) > RAW_TABLE_ROWS:
+        _place(raw_table_html(frame, caption, floatfmt), False)
+        return
+    _place(table_html(frame, caption, floatfmt), body, "table")
 
 
 VECTOR_MAX_POINTS = 20_000   # a figure drawing more marks than this stays raster (an SVG of it is slow and huge)
@@ -224,7 +260,7 @@ def figure_html(fig, caption: str = "") -> str:
 
 def show_figure(fig, caption: str = "", detail: bool = False) -> None:
     """A figure on the page; detail=True: to the study's appendix inside details_to() (not a key figure)."""
-    _place(figure_html(fig, caption), not detail)
+    _place(figure_html(fig, caption), not detail, "figure")
 
 
 _TARGET_ORDER: list[str] = []      # every target of the brief, in params order (set by the cover)
@@ -290,10 +326,25 @@ def fmt_s(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+CHAPTER_BULLETS = 5     # a chapter's analysis: its first five bullets; the rest in its appendix
+
+
 def analysis(lines: list[str], title: str = "Analysis", tail: str = "") -> None:
-    """The generated analysis paragraph: a bold title, one bullet per finding, closing text."""
-    body = "\n".join(lines)
-    show_md(f"**{title}.**\n\n{body}" + (f"\n\n{tail}" if tail else ""))
+    """The generated analysis paragraph: a bold title, one bullet per finding, closing text. In a brief's
+    chapter, its first analysis keeps CHAPTER_BULLETS bullets; the rest, the closing text and any later
+    analysis continue in its appendix."""
+    first = True
+    if _DETAILS:
+        _DETAILS[-1].kept["analysis"] += 1
+        first = _DETAILS[-1].kept["analysis"] == 1
+    if _DETAILS and not first:
+        show_md(f"**{title}.**\n\n" + "\n".join(lines) + (f"\n\n{tail}" if tail else ""), detail=True)
+        return
+    keep = lines[:CHAPTER_BULLETS] if _DETAILS else lines
+    rest = lines[len(keep):]
+    show_html(markdown_html(f"**{title}.**\n\n" + "\n".join(keep) + (f"\n\n{tail}" if tail and not _DETAILS else "")))
+    if rest or (tail and _DETAILS):
+        show_md(f"**{title} (continued).**\n\n" + "\n".join(rest) + (f"\n\n{tail}" if tail else ""), detail=True)
 
 
 def limits_box(warnings: list[str]) -> None:

@@ -5,6 +5,7 @@ costs training (overhead vs interval, sync vs async; stall per checkpoint) and t
 own checkpoints in the Samsung SDC 2023 study's BERT rows (framework_brief); limits."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -350,6 +351,41 @@ def trace_workloads(frame, names: list[str]) -> list[tuple[str, str]]:
     return out
 
 
+HOURLY_S = 3600.0     # the interval a reader plans for: how many hosts would checkpoint the job every hour
+
+
+def _hosts_for_hourly(r) -> int | None:
+    """Hosts writing at this host's honest save rate that would save the job's checkpoint within the overhead
+    limit of an hourly interval (assumes the rate adds up across hosts; sync saves)."""
+    rate = r.get("save_gib_per_s")
+    if rate is None or pd.isna(rate) or rate <= 0:
+        return None
+    budget_s = HOURLY_S * r.overhead_limit_percent / 100
+    return max(1, math.ceil(r.checkpoint_gib / rate / budget_s))
+
+
+def _interval_answer(r) -> str:
+    """What was measured here first, then the projection with its assumption in words."""
+    intervals = f"sync every {_duration(r.sync_interval_s)}" + (
+        f", async every {_duration(r.async_interval_s)}" if not pd.isna(r.async_interval_s) else "")
+    hosts = _hosts_for_hourly(r)
+    if hosts is None:
+        return intervals
+    return (f"this host saves at {significant(r.save_gib_per_s)} GiB/s; from this one host alone: {intervals}; "
+            f"saving every hour within {r.overhead_limit_percent:g} % needs {hosts:,} such hosts writing at once "
+            "(if their rates add up)")
+
+
+def _page_one_cell(r) -> dict:
+    """Page 1's cell and caveat: what was measured here, and the projection's assumption in words."""
+    hosts = _hosts_for_hourly(r)
+    if hosts is None:
+        return {}
+    return {"short": f"{significant(r.save_gib_per_s)} GiB/s per host · hourly needs {hosts:,} hosts",
+            "note": f"save rate measured on this machine; hosts: if it adds up across hosts, sync saves in "
+                    f"{r.overhead_limit_percent:g} % of each hour"}
+
+
 def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
     """Page 1: for the largest llama3 model, the shortest checkpoint interval keeping training's overhead
     within the limit on each target (sync and async), and the restore time after a failure."""
@@ -365,11 +401,11 @@ def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
     for _, r in t[t.model == big].iterrows():
         if pd.isna(r.sync_interval_s):
             continue
-        out.append({"question": f"Checkpoint interval for ≤ {r.overhead_limit_percent:g} % overhead, {big} "
-                                f"({int(r.ranks)} ranks, {r.checkpoint_gib:,.0f} GiB)",
+        out.append({"question": f"Checkpointing {big} ({int(r.ranks)} ranks, {r.checkpoint_gib:,.0f} GiB) at ≤ "
+                                f"{r.overhead_limit_percent:g} % overhead: this host's save rate, hosts for hourly saves",
                     "target": r.target,
-                    "answer": f"sync every {_duration(r.sync_interval_s)}"
-                              + (f", async every {_duration(r.async_interval_s)}" if not pd.isna(r.async_interval_s) else ""),
+                    "answer": _interval_answer(r),
+                    **_page_one_cell(r),
                     "basis": f"restore {_duration(r.restore_s)}; one host's honest save rate extrapolated to the "
                              "whole job on this one target"
                              + ("; S3: multipart uploads, acknowledged not fsync'ed by a local gateway"

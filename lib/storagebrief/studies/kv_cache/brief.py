@@ -4,6 +4,7 @@ limited each run, then the reload-vs-recompute break-even (answers, the figure o
 against context length, the prefill measurement and the H200 reproduction); limits. Page 1: answers()."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ from ...kit import client_check
 from ...kit.client_check import unchecked
 from ...kit.files import read_csv_or_none, read_json_or
 from ...kit.runs import ok_runs, what_failed
+from ...report.words import display
 from ...report.display import analysis, show_figure, show_md, show_table, style, target_colors
 from . import breakeven
 from .metrics import client_checks
@@ -354,8 +356,18 @@ def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
         same_model = set(frame.workload[frame.model == m]) if "model" in frame else set()
         parts = [f"{r.accelerator}: {r.answer.replace('reloading beats recomputing ', '')} (needs "
                  f"{_gib(r.read_gib_per_s_needed)} at {int(r.need_at_tokens) // 1024}K)" for _, r in g.iterrows()]
+        # the cell: each accelerator's outcome in a few words; the caveat: the rate the fastest one needs
+        outcomes: dict[str, list[str]] = {}
+        for _, r in g.iterrows():
+            outcome = re.sub(r"\s*\([^()]*\)", "", r.answer.replace("reloading beats recomputing ", ""))
+            outcomes.setdefault(outcome, []).append(display(r.accelerator))      # "(one run: no range)": chapter's
+        fastest = g.loc[g.read_gib_per_s_needed.idxmax()]
         out.append({"question": f"KV cache ({m}): beyond how many tokens does reloading from storage beat "
                                 "recomputing?", "target": t, "answer": "; ".join(parts),
+                    "short": "; ".join(f"{', '.join(a)}: {o}" for o, a in outcomes.items()),
+                    "note": f"reload measured at {g.reload_read_gib_per_s.iloc[0]:.3f} GiB/s; "
+                            f"{display(fastest.accelerator)} needs {_gib(fastest.read_gib_per_s_needed)} at "
+                            f"{int(fastest.need_at_tokens) // 1024}K tokens",
                     "basis": f"reload at {g.reload_read_gib_per_s.iloc[0]:.3f} GiB/s + "
                              f"{g.reload_latency_s.iloc[0] * 1e3:.1f} ms measured on this target (one request, "
                              "cold); recompute from the prefill FLOP model"

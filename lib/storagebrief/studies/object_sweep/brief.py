@@ -203,6 +203,10 @@ def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
         if len(lim):
             basis += f"; {len(lim)} of {len(g)} points limited by the CPU, not the storage"
         out.append({"question": "Object store throughput (S3 GET / PUT)", "target": name, "answer": answer,
+                    "short": ", ".join(f"{op.upper()} {r.throughput_mb_per_s:,.0f} MB/s" for op, r in best.items()),
+                    "note": "best idle point: " + ", ".join(f"{op.upper()} at {size_label(int(r.object_bytes))} "
+                                                            f"objects × {int(r.concurrency)} in flight"
+                                                            for op, r in best.items()),
                     "basis": basis + "; object sweep"})
     return out
 

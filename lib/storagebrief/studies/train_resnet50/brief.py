@@ -306,4 +306,26 @@ def trace_workloads(frame, names: list[str]) -> list[tuple[str, str]]:
 
 
 # The brief's optional parts this study does not have (core/contract.py BriefRoom).
-answers = None
+def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
+    """Page 1: per target, one training job's images/s with no memory limit, and what the most limited memory
+    did to the job's reads and its time (metrics.memory_effect, as the chapter's analysis says it)."""
+    ok = ok_runs(frame)
+    mem = ok[ok.sweep == "memory"] if "sweep" in ok else ok
+    out = []
+    for t in names:
+        base = mem[(mem.target == t) & (mem.memory_setting == "none")]
+        if base.empty:
+            continue
+        rate = base.images_per_s.mean()
+        eff = memory_effect(frame, t)
+        answer, short = f"{rate:,.1f} images/s with no memory limit", f"{rate:,.1f} images/s"
+        note = ""
+        if eff and not math.isinf(eff["read_ratio"]):
+            answer += (f"; memory limited to {eff['setting']} made the job read ×{eff['read_ratio']:.1f} as much and "
+                       f"changed its time by {eff['time_change_percent']:+.1f} %")
+            short += f" · limited memory: reads ×{eff['read_ratio']:.1f}"
+            note = f"memory limit {eff['setting']}: the dataset-to-memory ratio of the most limited run"
+        out.append({"question": "ResNet50 training: one job's images/s, and its reads with memory limited",
+                    "target": t, "answer": answer, "short": short, "note": note,
+                    "basis": f"means over repeats of the memory sweep; {len(base)} baseline run(s); ResNet50 study"})
+    return out

@@ -149,8 +149,11 @@ def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
                      f"{int(r.threads)} thread(s), {r.regime} ({r.prediction_error:+.0%}); vector search")
         else:
             answer, basis = f"no point reached recall {floor}", "vector search: raise search_list"
+        cell = ({"short": f"{_rate(r.qps)} queries/s", "note": f"{r.reads_per_query_engine:.0f} reads per query; "
+                 f"the device's IOPS predict {_rate(r.qps_predicted)} queries/s"} if name in best.index
+                else {"short": "recall not reached", "note": f"no point reached recall {floor}"})
         out.append({"question": f"Vector search: queries/s at recall ≥ {floor}", "target": name, "answer": answer,
-                    "basis": basis})
+                    "basis": basis, **cell})
     return out
 
 

@@ -1,0 +1,122 @@
+"""Page 1 (issue 49): a cover of two or three plain sentences and the scorecard (brief/scorecard.py), questions
+as rows and targets as columns; the full answers and their basis print in each study's chapter (chapter_answer).
+Machine paths and device ids are in Appendix A, not here."""
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+import pandas as pd
+
+from ..core import config as config_mod
+from ..report.display import markdown_html, set_target_order, show_html, show_table
+from ..report.words import display
+from ..studies import get as get_study
+from . import accelerators, inputs, scorecard
+from .parts import in_kernel, not_rendered, part
+
+ACCELERATOR_STUDIES = ("emulate", "transfer_sweep")     # both answer "how many accelerators": one reconciled row
+
+
+def _target_words(t: dict, unapplied: dict) -> str:
+    """'hdd-emulated (an emulated hdd_7200 disk: read ≤ 150 MB/s)' in words, no path."""
+    name, prof, s3 = t["name"], t.get("profile") or {}, t.get("s3") or {}
+    if s3:
+        return f"{name} (S3 objects through {'a local gateway' if s3.get('kind') != 'external' else 'an endpoint'})"
+    if t.get("profile_name"):
+        if name in unapplied:
+            return f"{name} (meant as an emulated {display(t['profile_name'])}, not applied: ran unthrottled)"
+        caps = ", ".join(x for x in (f"read ≤ {prof['read_mb_per_s']:g} MB/s" if prof.get("read_mb_per_s") else "",
+                                     f"≤ {prof['read_iops']:,} IOPS" if prof.get("read_iops") else "") if x)
+        return f"{name} (an emulated {display(t['profile_name'])}{': ' + caps if caps else ''})"
+    return f"{name} (a directory on this machine's disk)"
+
+
+@part("The cover")
+def cover(reports_dir: str | Path, params_file: str | Path) -> None:
+    params = config_mod.load(params_file, check_targets=False)   # the brief writes nothing into targets
+    set_target_order([t.name for t in params.targets])             # one colour per target in every figure
+    studies = inputs.studies(reports_dir)
+    inv = inputs.latest_inventory(reports_dir)
+    unapplied = inputs.all_unapplied(reports_dir)
+    targets = [_target_words(t, unapplied) for t in inv.get("targets", [])]
+    cpu = inv.get("cpu_model", "this machine")
+    threads = f", {inv['cpu_threads']} CPU threads" if inv.get("cpu_threads") else ""
+    n = len(studies)
+    summary = (f"{n} stud{'y' if n == 1 else 'ies'} of how storage shapes AI pipelines ran the {params.scale} "
+               f"profile on one machine ({cpu}{threads}) against {len(targets)} storage target"
+               f"{'' if len(targets) == 1 else 's'}: {'; '.join(targets) or 'none'}.")
+    summary += " Each study's chapter shows how its answer was measured and what limited it."
+    if params.scale in ("quick", "tiny"):
+        summary += " The runs are short and scaled down: the numbers describe this machine, not a cluster."
+    odd = [s.title + (" could not be read" if not s.ok else " was cut short") for s in studies
+           if not s.ok or s.cut_short()]
+    show_html('<div class="cover"><h1>Storage performance brief</h1>'
+              f'<p class="summary">{html.escape(summary)}</p>'
+              + (f'<p class="meta">{html.escape("; ".join(odd))}.</p>' if odd else "") + '</div>')
+
+
+def page_one_rows(reports_dir: str | Path) -> list[dict]:
+    """Every page-1 answer (question, target, answer, basis, optional short/note) with the study whose
+    chapter prints it: the accelerators question once per workload and target (brief/accelerators.py)."""
+    studies = inputs.readable(reports_dir)
+    found_by = {s.key: _study_answers(s) for s in studies}
+    by_key = {s.key: s for s in studies}
+    acc = _value("the accelerators answer", accelerators.answers, by_key.get("emulate"),
+                 by_key.get("transfer_sweep"), found_by.get("emulate")) \
+        if set(ACCELERATOR_STUDIES) & set(by_key) else []
+    home = next((k for k in ACCELERATOR_STUDIES if k in by_key), None)
+    rows = [{**a, "study": home} for a in acc]          # the question a reader comes for, first
+    for s in studies:
+        for a in found_by[s.key]:
+            if acc and s.key in ACCELERATOR_STUDIES and str(a["question"]).startswith(accelerators.REPLACES_PREFIX):
+                continue
+            rows.append({**a, "study": s.key})
+    return rows
+
+
+@part("The answers")
+def answers(reports_dir: str | Path) -> None:
+    """Page 1's scorecard, from every readable study that has answers."""
+    rows = page_one_rows(reports_dir)
+    if not rows:
+        return
+    targets = [t["name"] for t in inputs.latest_inventory(reports_dir).get("targets", [])]
+    chapters = {str(a["question"]): f"section-{a['study']}" for a in rows if a.get("study")}
+    show_html('<h2 class="answers">The answers</h2>' + scorecard.table_html(rows, targets, chapters))
+
+
+def chapter_answer(key: str, reports_dir: str | Path) -> None:
+    """A chapter's page-1 answer in full, right under its headline (every number page 1 shows is here);
+    its basis goes to the chapter's appendix (inside details_to)."""
+    rows = [a for a in page_one_rows(reports_dir) if a.get("study") == key]
+    for q in dict.fromkeys(str(a["question"]) for a in rows):
+        mine = [a for a in rows if str(a["question"]) == q]
+        notes = list(dict.fromkeys(scorecard.note(a) for a in mine if scorecard.note(a)))
+        show_html(markdown_html(f"**{q}** " + "; ".join(f"{a['target']}: {a['answer']}" for a in mine) + "."
+                                + "".join(f" Note: {n}." for n in notes)))     # the chapter's own, always shown
+    if rows:
+        show_table(pd.DataFrame([{"Question": a["question"], "Target": a["target"], "Answer": a["answer"],
+                                  "Basis (what limited it, how measured)": a.get("basis", "")} for a in rows]),
+                   "Page 1's answers of this study with their basis.")
+
+
+def _study_answers(s) -> list[dict]:
+    try:
+        return get_study(s.key).answers(s.dir, s.frame, s.names)
+    except Exception as exc:   # noqa: BLE001 - one study's arithmetic must not take the others' answers
+        if not in_kernel():
+            raise
+        return [{"question": s.title, "target": "–", "answer": "could not be computed",
+                 "basis": f"{type(exc).__name__}: {exc}"}]
+
+
+def _value(what: str, fn, *args) -> list:
+    """fn(*args), or [] with a note in a kernel when it raised (the studies' own rows then stand)."""
+    try:
+        return fn(*args)
+    except Exception as exc:   # noqa: BLE001
+        if not in_kernel():
+            raise
+        not_rendered(what, exc)
+        return []
