@@ -14,6 +14,7 @@ NAMES = {"this-cpu": "this machine's CPU", "h200": "H200", "h100-sxm": "H100 SXM
          "au_percent": "AU %", "samples_per_s": "samples/s", "limited_by": "limited by",
          "limited_by_reason": "why limited", "cache_method": "cache method", "drop_caches": "drop caches",
          "fadvise_dontneed": "fadvise (don't need)", "search_list": "search list size",
+         "study_to_reference": "ours ÷ reference",
          # the emulated device profiles (core/targets.py DEVICE_PROFILES)
          "hdd_7200": "7,200 rpm HDD", "sata_ssd": "SATA SSD", "nvme_gen3": "PCIe 3.0 NVMe SSD",
          "nvme_gen4": "PCIe 4.0 NVMe SSD", "nvme_gen5": "PCIe 5.0 NVMe SSD"}

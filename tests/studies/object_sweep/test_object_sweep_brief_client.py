@@ -29,3 +29,16 @@ def test_a_ratio_the_client_did_not_limit_carries_no_such_note(tmp_path):
     _write(tmp_path, "")
     (answer,) = brief.answers(tmp_path, None, ["dir", "obj"])
     assert "0.10–0.10 × the directory 'dir'" in answer["basis"] and "client's CPU" not in answer["basis"]
+
+
+def test_the_reference_clients_mb_per_s_stands_beside_the_point_when_it_ran(tmp_path):
+    _write(tmp_path, "client CPU")
+    pts = pd.read_csv(tmp_path / "points.csv")
+    pts["reference_mb_per_s"] = [150.0, 60.0]
+    pts["study_to_reference"] = pts.throughput_mb_per_s / pts.reference_mb_per_s
+    pts.to_csv(tmp_path / "points.csv", index=False)
+    (answer,) = brief.answers(tmp_path, None, ["dir", "obj"])
+    assert "a compiled S3 client at the same points: GET 150 MB/s, PUT 60 MB/s" in answer["basis"]
+    _write(tmp_path, "client CPU")                   # the knob off: no reference column, no such words
+    (answer,) = brief.answers(tmp_path, None, ["dir", "obj"])
+    assert "compiled" not in answer["basis"]

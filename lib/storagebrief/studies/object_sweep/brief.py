@@ -28,14 +28,16 @@ def section(study_dir: Path, frame, names: list[str]) -> None:
     _targets(study)
     _figure(pts, [n for n in names if n in set(pts.target)])
     cols = ["target", "access", "load", "op", "object_bytes", "concurrency", "repeats", "throughput_mb_per_s",
-            "throughput_mb_per_s_min", "throughput_mb_per_s_max", "objects_per_s", "latency_ms_p50",
+            "throughput_mb_per_s_min", "throughput_mb_per_s_max", "reference_mb_per_s", "study_to_reference",
+            "objects_per_s", "latency_ms_p50",
             "latency_ms_p99", "client_cpu_s_per_gb", "gateway_cpu_s_per_gb", "limited_by"]
     t = pts[[c for c in cols if c in pts]].copy()
     t["object_bytes"] = t.object_bytes.map(lambda b: size_label(int(b)))
     show_table(t.rename(columns={"object_bytes": "object"}),
                "Every point: median over repeats (MB/s min and max beside it), request latency p50/p99 in ms, "
                "client and gateway CPU seconds per GB moved; limited_by names the CPU where it, not the storage, "
-               "set the figure")
+               "set the figure" + ("; reference MB/s: a compiled S3 client (Go, minio-go) on the same keys"
+                                   if _has_reference(pts) else ""))
     pairs = read_csv_or_none(study_dir / "pairs.csv")
     if (study_dir / "pairs.csv").is_file():             # missing: named above, not "no pair ran"
         _pairs(pairs, study_dir)
@@ -160,11 +162,23 @@ def _analysis(pts, pairs, study: dict) -> None:
         if len(cpu):
             lines.append(f"- Client CPU per GB through S3: {cpu.min():.2f}–{cpu.max():.2f} s/GB (directory: "
                          f"{pairs.directory_client_cpu_s_per_gb.min():.2f}–{pairs.directory_client_cpu_s_per_gb.max():.2f}).")
+    if _has_reference(pts):
+        r = pts.study_to_reference.dropna()
+        low = int((r < 0.8).sum())
+        lines.append(f"- Beside a compiled S3 client (Go, minio-go) on the same gateway and keys, this study's client "
+                     f"reached {r.min():.2f}–{r.max():.2f} × its MB/s (median {r.median():.2f} over {len(r)} points)"
+                     + (f"; at {low} points below 0.8 ×, the store gave more than this study's client took."
+                        if low else "."))
     lim = pts[_texts(pts.limited_by) != ""]
     lines.append(f"- {len(lim)} of {len(pts)} points were limited by the CPU, not the storage"
                  + (f" ({', '.join(sorted(set(lim.target)))}): their figures are the client's ceiling on this "
                     "machine, not the store's." if len(lim) else "."))
     analysis(lines)
+
+
+def _has_reference(pts) -> bool:
+    """The reference client ran beside this study's at some point (object_sweep.reference_client)."""
+    return "reference_mb_per_s" in pts and pts.reference_mb_per_s.notna().any()
 
 
 def _texts(column) -> pd.Series:
@@ -202,6 +216,11 @@ def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
         lim = g[_texts(g.limited_by) != ""]
         if len(lim):
             basis += f"; {len(lim)} of {len(g)} points limited by the CPU, not the storage"
+        ref = {op: r.reference_mb_per_s for op, r in best.items()
+               if "reference_mb_per_s" in r and pd.notna(r.reference_mb_per_s)}
+        if ref:
+            basis += "; a compiled S3 client at the same points: " + ", ".join(
+                f"{op.upper()} {v:,.0f} MB/s" for op, v in ref.items())
         out.append({"question": "Object store throughput (S3 GET / PUT)", "target": name, "answer": answer,
                     "short": ", ".join(f"{op.upper()} {r.throughput_mb_per_s:,.0f} MB/s" for op, r in best.items()),
                     "note": "best idle point: " + ", ".join(f"{op.upper()} at {size_label(int(r.object_bytes))} "
