@@ -14,6 +14,8 @@ from contextlib import contextmanager
 
 import pandas as pd
 
+from . import words
+
 
 def show_html(text: str) -> None:
     """HTML this package built, every value in it through html.escape; text from elsewhere goes through show_md."""
@@ -173,6 +175,9 @@ def table_html(frame: pd.DataFrame, caption: str = "", floatfmt: str = "{:,.1f}"
 def _one_table(frame: pd.DataFrame, floatfmt: str) -> str:
     # numbers in the columns after the first: keep each on one line (long text elsewhere may wrap at spaces)
     numeric = len(frame.columns) > 1 and all(pd.api.types.is_numeric_dtype(frame[c]) for c in frame.columns[1:])
+    # headers in reader words here, not only in the rendered brief: a notebook shows the same tables (issue 48:
+    # notebook 08's points table had raw column names)
+    frame = frame.rename(columns=lambda c: words.display(c) if isinstance(c, str) else c)
     body = frame.to_html(index=False, classes="brief-table numeric" if numeric else "brief-table", border=0,
                          na_rep="–", float_format=lambda v: floatfmt.format(v))
     return wrap_at_spaces_only(body)
