@@ -30,7 +30,7 @@ def test_the_quick_profiles_cap_holds_eight_accelerators_reads():
 
 
 def test_a_fixed_list_past_the_cap_is_refused_before_work(tmp_path):
-    with pytest.raises(config.ParamsError, match=r"emulate.*accelerators: workload 'unet3d': 16 accelerators need "
+    with pytest.raises(config.ParamsError, match=r"emulate\.accelerators = \[4, 16\]: workload 'unet3d': 16 accelerators need "
                                                  r"16 × \(4 read threads × 0.48 MiB in flight \+ 0.5 MiB own\) = "
                                                  r"39 MiB, over 65% of the 32 MiB page-cache cap.*at most 8 fit; "
                                                  r"use counts up to 8"):
@@ -46,7 +46,7 @@ def test_a_cap_that_holds_no_accelerator_names_memory_limit_mib(tmp_path):
     section = {**QUICK, "accelerators": "auto", "read_threads": 16, "memory_limit_mib": 16, "num_files": 4000,
                "workload_overrides": {"unet3d": {"record_bytes": 4 << 20, "record_bytes_stdev": 0,
                                                  "compute_s": {"v100": 0.04}}}}
-    with pytest.raises(config.ParamsError, match=r"memory_limit_mib: workload 'unet3d': 1 accelerators need .* at most "
+    with pytest.raises(config.ParamsError, match=r"emulate\.memory_limit_mib = 16: workload 'unet3d': 1 accelerators need .* at most "
                                                  r"0 fit; raise memory_limit_mib"):
         config.validate(params_dict(tmp_path, section))
 
