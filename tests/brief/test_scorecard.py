@@ -64,7 +64,7 @@ def test_answers_that_run_past_page_one_are_found():
 def test_a_chapter_keeps_one_paragraph_one_figure_one_table_and_five_bullets(monkeypatch):
     shown = []
     monkeypatch.setattr(display, "show_html", shown.append)
-    monkeypatch.setattr(display, "figure_html", lambda fig, cap="": f"<figure>{cap}</figure>")
+    monkeypatch.setattr(display, "figure_html", lambda fig, cap="", raster=False: f"<figure>{cap}</figure>")
     a = display.Appendix("D", "x", "appendix-x")
     with display.details_to(a):
         display.show_md("What ran: the first paragraph.")

@@ -90,3 +90,25 @@ def test_log_axes_label_only_major_ticks_as_plain_numbers():
         major = [t.get_text() for t in axis.get_majorticklabels() if t.get_text() and lo <= t.get_position()[axis is ax.yaxis] <= hi]
         assert len(major) >= 2 and all("10^" not in m and "×" not in m and "$" not in m for m in major), major
     plt.close(f)
+
+
+def test_a_chapters_key_figure_stays_vector_and_an_appendix_figure_is_an_image(monkeypatch):
+    """The PDF printer draws an SVG figure glyph by glyph (half the quick brief's render time): the appendices'
+    figures, printed small, go as 150-dpi images; the one figure a chapter keeps stays SVG."""
+    import matplotlib.pyplot as plt
+
+    def fig():
+        f, ax = plt.subplots(figsize=(3, 2))
+        ax.plot([1, 2, 3], [2, 1, 3])
+        return f
+    shown = []
+    monkeypatch.setattr(display, "show_html", shown.append)
+    a = display.Appendix("D", "x", "appendix-x")
+    with display.details_to(a):
+        display.show_figure(fig(), "key")
+        display.show_figure(fig(), "second")
+        display.show_figure(fig(), "detail", detail=True)
+    assert _data(shown[0])[0] == "image/svg+xml"
+    assert [_data(text)[0] for _, text in a.items] == ["image/png", "image/png"]
+    display.show_figure(fig(), "a notebook's own")            # outside a brief: as before, vector
+    assert _data(shown[-1])[0] == "image/svg+xml"

@@ -237,7 +237,7 @@ def _marks(fig) -> int:
     return n
 
 
-def figure_html(fig, caption: str = "") -> str:
+def figure_html(fig, caption: str = "", raster: bool = False) -> str:
     """The figure as an inline image: SVG (vector: sharp when zoomed, in the HTML and the PDF; text as
     paths, so no font is needed; dense scatters and bar sets embedded as one image), or PNG at 150 dpi when
     it draws more than VECTOR_MAX_POINTS marks."""
@@ -250,7 +250,7 @@ def figure_html(fig, caption: str = "") -> str:
     # what still does not fit goes to the layout check (report/layout.py) as a comment the reader never sees
     unfit = "".join(f"<!-- {FIGURE_LAYOUT} {html.escape(p).replace('--', '- -')} -->" for p in figurefit.problems(fig))
     buf = io.BytesIO()
-    vector = _marks(fig) <= VECTOR_MAX_POINTS
+    vector = not raster and _marks(fig) <= VECTOR_MAX_POINTS
     if vector:
         _rasterize_dense(fig)
     with plt.rc_context({"svg.fonttype": "path", "svg.hashsalt": "storagebrief"}):   # reproducible ids
@@ -264,8 +264,13 @@ def figure_html(fig, caption: str = "") -> str:
 
 
 def show_figure(fig, caption: str = "", detail: bool = False) -> None:
-    """A figure on the page; detail=True: to the study's appendix inside details_to() (not a key figure)."""
-    _place(figure_html(fig, caption), not detail, "figure")
+    """A figure on the page; detail=True: to the study's appendix inside details_to() (not a key figure). An
+    appendix figure is a 150-dpi image, not SVG: it prints small, and the PDF printer took about half the quick
+    brief's 52 s drawing SVG figures glyph by glyph (measured), most of them the appendices'."""
+    body = not detail
+    if _DETAILS and body:
+        body = _chapter_keeps("figure")
+    _place(figure_html(fig, caption, raster=bool(_DETAILS) and not body), body)
 
 
 _TARGET_ORDER: list[str] = []      # every target of the brief, in params order (set by the cover)
