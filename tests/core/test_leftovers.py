@@ -24,6 +24,22 @@ def _storagebrief_cgroups(pid: int) -> list[Path]:
     return [d for parent in leftovers._all_controller_dirs() for d in parent.glob(f"{cgroups.PREFIX}*-{pid}-*")]
 
 
+def _default_signals() -> None:
+    for sig in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+def _where(pid: int) -> str:
+    """What a hung process and its children wait in (kernel wait channel, state)."""
+    def one(p: int) -> str:
+        try:
+            state = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            return f"pid {p} state {state} in {Path(f'/proc/{p}/wchan').read_text() or '-'}"
+        except OSError:
+            return f"pid {p} gone"
+    return "; ".join(one(p) for p in [pid, *_children(pid)])
+
+
 def _children(pid: int) -> list[int]:
     out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
     return [int(p) for p in out]
@@ -67,13 +83,23 @@ def test_kill_9_leaves_nothing_a_rerun_or_doctor_does_not_remove(tmp_path):
 @pytest.mark.e2e
 def test_hangup_and_ctrl_c_end_with_one_line_and_no_leftovers(tmp_path, sig, code, words):
     f = _slow_preprocess(tmp_path)
+    # as from a terminal: a suite started under nohup or in a script's background inherits SIGHUP or SIGINT
+    # ignored, and a run rightly keeps what it was given
     run = _cli("preprocess", "--params", str(f), "--out", str(tmp_path / "o"), "--progress", "off",
-               "-S", "run.cold_cache=false")
-    assert _wait_for(lambda: _storagebrief_cgroups(run.pid), 300)
-    workers = _children(run.pid)
-    run.send_signal(sig)
-    sent = time.monotonic()
-    _, err = run.communicate(timeout=120)
+               "-S", "run.cold_cache=false", preexec_fn=_default_signals)
+    try:
+        assert _wait_for(lambda: _storagebrief_cgroups(run.pid), 300)
+        workers = _children(run.pid)
+        run.send_signal(sig)
+        sent = time.monotonic()
+        try:
+            _, err = run.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the run did not end: {_where(run.pid)}")
+    finally:
+        if run.poll() is None:            # a hung run must not outlive its test (later tests count processes)
+            run.kill()
+            run.communicate()
     assert run.returncode == code, err
     # ~1.5 s here; workers still warming up were joined for 10 s each (21.5 s with two) before they were stopped
     assert time.monotonic() - sent < 9, f"the run took {time.monotonic() - sent:.1f} s to stop"

@@ -51,6 +51,22 @@ def test_cpuset_cgroup_holds_a_process_and_is_removed():
     assert not [d for d in cgroups.leftover_dirs(os.getpid()) if "t-cpuset" in d.name]
 
 
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root for a cpuset cgroup")
+def test_a_confined_rerun_does_not_forget_a_signal_the_run_already_took(monkeypatch):
+    """A Ctrl-C swallowed inside os.fork is remembered (cgroups.raise_pending_signal); making the check's cpuset
+    group after it must not clear it, or the run goes on to the end."""
+    import signal
+    monkeypatch.setattr(cgroups, "_pending_signal", signal.SIGINT)
+    conf = client_check.confine("t-pending", [0])
+    try:
+        if conf.method == client_check.AFFINITY:
+            pytest.skip(conf.reason)
+        with pytest.raises(KeyboardInterrupt):
+            cgroups.raise_pending_signal()
+    finally:
+        conf.remove()
+
 def test_verdict_words_fell_rose_or_held():
     base = {"gib_per_s": [2.0, 2.2]}
     fell = client_check.sensitivity(base, {"gib_per_s": [1.0]})

@@ -40,7 +40,7 @@ class CpusetCgroup(cgroups.Cgroup):
             d.mkdir(exist_ok=True)
             self.dirs["cpuset"] = (1, d)
             cgroups._live[self.name] = self
-            cgroups.install_handlers()
+            cgroups._install_handlers()     # not install_handlers: a pending signal must not be forgotten
             (d / "cpuset.mems").write_text((parent / "cpuset.mems").read_text().strip() or "0")
             (d / "cpuset.cpus").write_text(cpu_list(self.cpus))
         except PermissionError as exc:
