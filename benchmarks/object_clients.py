@@ -13,7 +13,7 @@ in the gateway's page cache for both: neither side is cold) and PUT the same num
 each batch outside the clock. Each side's bytes, wall time and CPU come from its own counters; the gateway's CPU
 from /proc. Every batch is printed (MB/s, client CPU s/GB, gateway CPU s/GB, and for the study side the
 object sweep's limited_by with its evidence, judged with the machine's CPU busy over the batch as the study's
-monitor gives it), then per point and round the ratio study ÷ reference. --study-processes 1,2 adds a side
+monitor gives it and the workers' readiness sampled as the sweep samples it, kit/client_bound.ReadySampler), then per point and round the ratio study ÷ reference. --study-processes 1,2 adds a side
 "study x2": the same worker as two processes sharing the point (object_sweep.client_processes = 2).
 Not a test: figures depend on the machine and its load.
 """
@@ -98,14 +98,19 @@ def batch(side: str, gw, op: str, size: int, conc: int, keys: list[str]) -> dict
     n = int(side.split("x")[1]) if "x" in side else 1
     parts = shares(keys, conc, n) if side.startswith("study") else [(keys, conc)]
     procs = [_start(side, gw, op, size, c, k, len(parts) > 1) for k, c in parts]
+    from storagebrief.kit.client_bound import ReadySampler, add_ready
+    study = side.startswith("study")
     g0, (b0, t0) = _gateway_cpu(gw.proc.pid), _cpu_ticks()
-    for proc in procs:
-        _go(proc)
-    rows = [_result(proc) for proc in procs]
+    with ReadySampler([proc.pid for proc in procs] if study else []) as ready:    # as the sweep samples its workers
+        for proc in procs:
+            _go(proc)
+        rows = [_result(proc) for proc in procs]
     g1, (b1, t1) = _gateway_cpu(gw.proc.pid), _cpu_ticks()
     for row in rows:
         if "error" in row:
             raise SystemExit(f"{side} {op} {size} c{conc}: {row['error']}")
+        if study:
+            row["client_processes"] = add_ready(row["client_processes"], ready.fractions())
     row = rows[0] if len(rows) == 1 else s3ops.merged(rows).row()
     gb = row["bytes_moved"] / 1e9
     row.update({"mb_per_s": row["bytes_moved"] / row["wall_seconds"] / 1e6,

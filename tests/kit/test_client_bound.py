@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 from storagebrief.kit import client_bound, s3study
 from conftest import REPO
@@ -83,3 +84,49 @@ def test_one_saturated_process_of_several_makes_the_row_client_bound_and_each_is
     # many threads' run-queue waits overlap: their sum is no evidence of a process wanting a core
     many = client_bound.ProcessCPU(0.5, 2.0, 1.0, thread_runnable_seconds=0.3, waited_seconds=6.0, label="worker")
     assert not client_bound.judge([many])[0]
+
+
+def test_the_ready_sampler_sees_a_spinning_process_ready_and_a_sleeping_one_not():
+    """Sampled from this process, as the object sweep samples its workers: a process that always has CPU work is
+    ready (on a CPU or in the run queue) in nearly every sample however loaded the machine is; one that waits
+    is not."""
+    spin = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    nap = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        time.sleep(0.3)                                   # both started
+        with client_bound.ReadySampler([spin.pid, nap.pid], period_s=0.01) as s:
+            time.sleep(1.0)
+        got = s.fractions()
+    finally:
+        for p in (spin, nap):
+            p.kill()
+            p.wait()
+    assert got[spin.pid] > 0.9 and got[nap.pid] < 0.2, got
+    assert client_bound.ready_now(spin.pid) is None       # gone: no sample counted
+    assert client_bound.ReadySampler([spin.pid]).fractions() == {}    # too few samples to say
+
+
+def test_a_client_that_always_had_work_ready_is_client_bound_though_it_got_less_than_a_core():
+    """A boto3 PUT worker beside the gateway on 2 CPUs: 0.78 of a core used, no one thread ready long (its work
+    moves between 8 threads), but a thread of it ready in 94 % of the samples: it never waited on the store."""
+    p = client_bound.ProcessCPU(4.1, 5.3, 1.0, thread_runnable_seconds=1.5, waited_seconds=2.0, label="put worker",
+                                pid=4242, ready_fraction=None)
+    assert not client_bound.judge([p])[0]
+    sampled = client_bound.ProcessCPU(**client_bound.add_ready([p.as_dict()], {4242: 0.94})[0])
+    bound, why = client_bound.judge([sampled])
+    assert bound and "starved" in why and "in 94% of the samples" in why, why
+    label, _ = s3study.judge_row(_row(sampled, access="S3 local gateway", gateway_cpu_seconds=2.7))
+    assert label == "client CPU"
+    waiting = client_bound.ProcessCPU(**client_bound.add_ready([p.as_dict()], {4242: 0.55})[0])
+    assert not client_bound.judge([waiting])[0]           # idle between responses: the store set the pace
+
+
+def test_client_and_gateway_count_the_cpu_the_client_wanted_not_only_what_it_got(monkeypatch):
+    """PUT 1M c8 beside the gateway on 2 CPUs: the client used 0.69 of a core and had a thread ready in 83 % of the
+    samples, the gateway 0.89 cores: together they wanted 86 % of both CPUs, though they got 79 %."""
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    sampled = client_bound.ProcessCPU(0.46, 0.67, 1.0, label="put worker", pid=1, ready_fraction=0.83)
+    label, why = s3study.judge_row(_row(sampled, access="S3 local gateway", gateway_cpu_seconds=0.60))
+    assert label == "client + gateway CPU" and "together 86 % of all 2 CPUs" in why, why
+    unsampled = client_bound.ProcessCPU(0.46, 0.67, 1.0, label="put worker")       # what it got: 79 %
+    assert s3study.judge_row(_row(unsampled, access="S3 local gateway", gateway_cpu_seconds=0.60))[0] == ""

@@ -9,8 +9,12 @@ may run on (affinity) and its cgroup's CPU quota. At >= BOUND_FRACTION of those 
 process on a loaded machine may want its core and not get it: its busiest thread's time ready to run (on a CPU
 or in the kernel's run queue, /proc/.../task/*/schedstat) over the wall time says that (starved) - per thread,
 as the run-queue waits of many threads overlap and their sum overstates what the process wanted (measured:
-32 boto3 threads at 0.5 of a core summed 1.5-3 s of waits in 0.5 s). Either way a CPU, not the storage, set
-the figure.
+32 boto3 threads at 0.5 of a core summed 1.5-3 s of waits in 0.5 s). And from outside (`ReadySampler`, in the
+launching process, so the sampling takes nothing from the client's own interpreter): how often the process had
+any thread on a CPU or ready for one (state R in /proc/<pid>/task/*/stat), a lower bound on the cores it wanted at
+every sample. A client that always had CPU work ready was never waiting on the store, whatever CPU share it got
+(measured: a boto3 PUT 64K c8 worker at 0.78-0.84 of a core, beside the gateway on 2 CPUs, had a thread ready in
+93-95 % of the samples; GET workers at 0.9 of a core in 98-99 %). Either way a CPU, not the storage, set the figure.
 
 Shared by every study whose client is Python (the object sweep now; emulate, checkpoint and the KV cache can
 hand their own process measurements to `judge`). The worker measures itself (`SelfMeter`); the judgement runs
@@ -37,6 +41,8 @@ class ProcessCPU:
     thread_runnable_seconds: float = 0.0   # its busiest thread's time on a CPU or waiting in the run queue
     waited_seconds: float = 0.0            # all its threads' run-queue waits, summed (evidence only: they overlap)
     label: str = "client"
+    pid: int = 0
+    ready_fraction: float | None = None    # share of ReadySampler's samples with a thread of it on a CPU or ready
 
     @property
     def cores_used(self) -> float:
@@ -47,7 +53,7 @@ class ProcessCPU:
         """What it used, or what its busiest thread alone wanted (on a CPU or ready for one), whichever is more;
         never above its usable cores."""
         thread = self.thread_runnable_seconds / self.wall_seconds if self.wall_seconds > 0 else 0.0
-        return min(max(self.cores_used, thread), self.usable_cores)
+        return min(max(self.cores_used, thread, self.ready_fraction or 0.0), self.usable_cores)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -106,15 +112,73 @@ class SelfMeter:
                  for tid, (run, wait) in now.items()]
         return ProcessCPU(r.ru_utime + r.ru_stime - self._cpu0, wall, usable_cores(threads, interpreter_bound),
                           max((run + wait for run, wait in delta), default=0) / 1e9,
-                          sum(wait for _, wait in delta) / 1e9, label)
+                          sum(wait for _, wait in delta) / 1e9, label, os.getpid())
+
+
+def ready_now(pid: int) -> bool | None:
+    """Has the process a thread on a CPU or in the run queue (state R) right now? None once it is gone."""
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return None
+    for task in tasks:
+        try:
+            if (task / "stat").read_text().rsplit(")", 1)[1].split(None, 1)[0] == "R":
+                return True
+        except (OSError, IndexError):
+            continue
+    return False
+
+
+class ReadySampler:
+    """How often each of some processes had a thread ready to run, sampled every `period_s` from a thread of the
+    process that waits for them (20 ms: ~0.5 % of a core here, beside a batch of a few seconds ~200 samples).
+    Use around the measured batch: `with ReadySampler(pids) as s: ...` then `s.fractions()` (pid -> share)."""
+
+    def __init__(self, pids: list[int], period_s: float = 0.02):
+        self.pids, self.period_s = list(pids), period_s
+        self._seen = {p: [0, 0] for p in self.pids}       # pid -> [samples, samples with a ready thread]
+        self._stop = None
+
+    def __enter__(self) -> "ReadySampler":
+        import threading
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ready-sampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period_s):
+            for pid in self.pids:
+                ready = ready_now(pid)
+                if ready is not None:
+                    self._seen[pid][0] += 1
+                    self._seen[pid][1] += ready
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def fractions(self, least: int = 20) -> dict[int, float]:
+        """pid -> share of samples with a ready thread; a process sampled fewer than `least` times is left out
+        (a batch too short to say)."""
+        return {p: r / n for p, (n, r) in self._seen.items() if n >= least}
+
+
+def add_ready(processes: list[dict], fractions: dict[int, float]) -> list[dict]:
+    """Rows' `client_processes` dicts with their sampled ready share (matched by pid)."""
+    return [{**p, "ready_fraction": fractions.get(p.get("pid"), p.get("ready_fraction"))} for p in processes]
 
 
 def evidence(p: ProcessCPU) -> str:
     """One process in words: its CPU over the wall time, against its usable cores."""
     text = (f"{p.label} {p.cpu_seconds:.2f} CPU-s / {p.wall_seconds:.2f} s wall = {p.cores_used:.2f} of "
             f"{p.usable_cores:g} usable core{'s' if p.usable_cores != 1 else ''}")
-    if p.cores_wanted > p.cores_used + 0.05:
-        text += f" (its busiest thread ready to run {p.cores_wanted:.2f} of the time)"
+    thread = p.thread_runnable_seconds / p.wall_seconds if p.wall_seconds > 0 else 0.0
+    if p.ready_fraction is not None:
+        text += f" (a thread of it on a CPU or ready for one in {p.ready_fraction:.0%} of the samples)"
+    if thread > max(p.cores_used, p.ready_fraction or 0.0) + 0.05:
+        text += f" (its busiest thread ready to run {min(thread, p.usable_cores):.2f} of the time)"
     return text
 
 

@@ -124,15 +124,20 @@ def gateway_words(row: dict) -> str:
 def judge_row(row: dict, machine_busy_percent: float | None = None) -> tuple[str, str]:
     """(limited_by, its evidence). 'client CPU' when a client process used, or was ready to use, ≥ 85 % of the
     cores it can use (kit/client_bound: `client_processes` in the row), or the client alone used
-    CLIENT_LIMIT_PERCENT of all CPUs; 'client + gateway CPU' when the two together did; 'machine CPU' when every
+    CLIENT_LIMIT_PERCENT of all CPUs; 'client + gateway CPU' when the two together did (the client counted as it
+    wanted the CPU: used or ready for); 'machine CPU' when every
     CPU was busy (MACHINE_BUSY_PERCENT: the busy load, or other work on the machine): then the figure is the
     CPU's, not the storage's. '' otherwise; the evidence names each process's share and the gateway's either way."""
     ncpu, wall = os.cpu_count() or 1, row.get("wall_seconds") or 0
     if not wall:
         return "", ""
-    bound, words = client_bound.judge(client_bound.from_row(row))
+    processes = client_bound.from_row(row)
+    bound, words = client_bound.judge(processes)
     client = 100 * row["client_cpu_seconds"] / (wall * ncpu)
-    both = 100 * (row["client_cpu_seconds"] + (row.get("gateway_cpu_seconds") or 0)) / (wall * ncpu)
+    # with the gateway: the client's CPU as it wanted it (used, or ready for: a share it did not get went to
+    # the gateway or the kernel), so a client held back by the gateway's CPU on the same machine counts whole
+    wanted = sum(p.cores_wanted * p.wall_seconds for p in processes) or row["client_cpu_seconds"]
+    both = 100 * (max(wanted, row["client_cpu_seconds"]) + (row.get("gateway_cpu_seconds") or 0)) / (wall * ncpu)
     words = "; ".join(x for x in (words or f"client {client:.0f} % of {ncpu} CPUs", gateway_words(row)) if x)
     if bound:
         return "client CPU", words

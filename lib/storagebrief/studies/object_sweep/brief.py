@@ -56,9 +56,10 @@ def _what_ran(frame, study: dict, pts) -> None:
         "write whole files. GETs start from a cold cache where the files are on this machine. Throughput is "
         "bytes / wall time in MB/s (10⁶ B/s); latency is per request, sent to last body byte. The client runs in "
         "a process of its own, so its CPU is its alone. A row is marked as limited by the CPU (limited_by, the "
-        "evidence in limited_by_reason) when a client process used, or waited to use, ≥ "
+        "evidence in limited_by_reason) when a client process used, or was ready to use, ≥ "
         f"{study.get('client_bound_percent_of_usable_cores', 85)} % of the cores it can use (one for a Python "
-        f"client: its interpreter lock), when the client, or client + gateway, used ≥ "
+        "client: its interpreter lock; ready: a thread of it on a CPU or waiting for one, sampled every 20 ms), "
+        f"when the client, or client + gateway, used or wanted ≥ "
         f"{study.get('client_limit_percent', 80)} % of all {study.get('cpus')} CPUs, or when the whole machine was "
         "≥ 90 % busy: such a figure is the client's or the CPU's ceiling, not the store's.")
 

@@ -39,12 +39,14 @@ COLUMNS: tuple[Column, ...] = (
     Column("client_cores_used_max", "cores", "the busiest client process's CPU seconds / wall seconds"),
     Column("client_usable_cores", "cores", "cores the client processes can use together: one per interpreter-bound "
            "(Python) process, else its threads, capped by affinity and cgroup quota (kit/client_bound)"),
-    Column("limited_by", "", "client CPU (a client process used, or waited to use, ≥ 85 % of its usable cores, or the "
-           "client ≥ 80 % of all CPUs) | client + gateway CPU (together ≥ 80 % of all CPUs) | machine CPU (every CPU "
+    Column("limited_by", "", "client CPU (a client process used, or was ready to use, ≥ 85 % of its usable cores: "
+           "its busiest thread's run-queue time, or a thread of it on a CPU or ready in that share of 20-ms samples; or "
+           "the client ≥ 80 % of all CPUs) | client + gateway CPU (together ≥ 80 % of all CPUs, the client at the CPU it "
+           "wanted) | machine CPU (every CPU "
            "≥ 90 % busy: the busy load or other work): the CPU, not the storage, set the figure; empty otherwise",
            "text"),
     Column("limited_by_reason", "", "the evidence: each client process's CPU over the wall time against its usable "
-           "cores; the local gateway's CPU, or 'not measured (external)'", "text"),
+           "cores and its sampled readiness; the local gateway's CPU, or 'not measured (external)'", "text"),
     Column("reference_mb_per_s", "MB/s", "the compiled reference client (benchmarks/s3ref, Go with minio-go) on the "
            "same keys and cold state, when object_sweep.reference_client is on (idle points, local gateway)"),
     Column("reference_client_cpu_s_per_gb", "s/GB", "the reference client's CPU seconds per 10⁹ bytes moved"),

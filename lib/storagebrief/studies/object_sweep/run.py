@@ -25,7 +25,7 @@ from ...core.config import ParamsError
 from ...core.s3store import S3Failed
 from ...core.store import Store
 from ...core.sweep import Measurement, Point
-from ...kit import s3ops, s3ref, s3study, space
+from ...kit import client_bound, s3ops, s3ref, s3study, space
 from ...kit.child import Child
 from ...kit.client_bound import BOUND_FRACTION
 from ...kit.s3study import CLIENT_LIMIT_PERCENT, judge_row
@@ -209,11 +209,12 @@ def _measure(run, c: Config, store, scope, busy, cfg: dict, env: dict, keys: lis
         if c.load == "busy":
             _busy_load(run, busy)
         g0 = store.server_cpu_seconds()
-        run.start_clock()
-        for w in workers:                   # one 'go' each, back to back: the shares start together
-            w.send(GO)
-        got = [_expect(store, w, "done", BATCH_S) for w in workers]
-        run.stop_clock()
+        with client_bound.ReadySampler([w.pid for w in workers]) as ready:   # from here: no thread in the client
+            run.start_clock()
+            for w in workers:                   # one 'go' each, back to back: the shares start together
+                w.send(GO)
+            got = [_expect(store, w, "done", BATCH_S) for w in workers]
+            run.stop_clock()
         g1 = store.server_cpu_seconds()
     finally:
         busy.kill()
@@ -222,7 +223,8 @@ def _measure(run, c: Config, store, scope, busy, cfg: dict, env: dict, keys: lis
     if failed:
         store.check()
         raise S3Failed(f"target '{run.target.name}' {c.label}: {failed[0]}")
-    got = [r["batch"] for r in got]
+    got = [{**r["batch"], "client_processes": client_bound.add_ready(r["batch"].get("client_processes") or [],
+                                                                      ready.fractions())} for r in got]
     row = got[0] if len(got) == 1 else s3ops.merged(got).row()
     if c.op == "put":
         store.delete(keys)          # a PUT point's objects go after the run (outside the clock): space stays bounded
