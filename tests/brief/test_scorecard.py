@@ -92,11 +92,13 @@ def test_the_checkpoint_answer_says_what_was_measured_and_the_projections_assump
         {"target": "local", "model": "llama3-1t", "ranks": 1024, "checkpoint_bytes": 15427 << 30, "checkpoint_gib": 15427.0,
          "overhead_limit_percent": 5, "sync_interval_s": 891_720.0, "async_interval_s": 44_640.0, "restore_s": 9e4,
          "save_gib_per_s": 0.346}]}))
-    row, = brief.answers(tmp_path, pd.DataFrame({"target": ["local"]}), ["local"])
+    runs = pd.DataFrame({"target": ["local"] * 3, "sweep": ["protocol"] * 3, "status": ["ok"] * 3,
+                         "honest_save_gib_per_s": [0.301, 0.346, 0.391]})
+    row, = brief.answers(tmp_path, runs, ["local"])
     # 15,427 GiB ÷ 0.346 GiB/s = 44,587 s a save; within 5 % of an hour (180 s): 248 hosts at this rate
-    assert row["short"] == "0.346 GiB/s per host · hourly needs 248 hosts"
+    assert row["short"] == "0.346 GiB/s per host (0.301–0.391) · hourly needs 248 hosts"
     assert "if it adds up across hosts" in row["note"]
-    assert row["answer"] == ("this host saves at 0.346 GiB/s; from this one host alone: sync every 10.3 d, async "
+    assert row["answer"] == ("this host saves at 0.346 GiB/s (3 runs 0.301–0.391); from this one host alone: sync every 10.3 d, async "
                              "every 12.4 h; saving every hour within 5 % needs 248 such hosts writing at once (if "
                              "their rates add up)")
 
@@ -159,8 +161,8 @@ def test_the_resnet50_study_answers_on_page_one():
              "job_read_bytes": rb, "training_time_s": tt, "reread_ratio": 1.0}
             for s, ips, rb, tt in (("none", 30.0, 100.0, 10.0), ("none", 34.0, 100.0, 10.0), ("2.5:1", 20.0, 260.0, 17.0))]
     row, = brief.answers(None, pd.DataFrame(rows), ["t", "absent"])
-    assert row["short"] == "32.0 images/s · limited memory: reads ×2.6"
-    assert row["answer"] == ("32.0 images/s with no memory limit; memory limited to 2.5:1 made the job read ×2.6 as "
+    assert row["short"] == "32.0 images/s (30.0–34.0) · limited memory: reads ×2.6"
+    assert row["answer"] == ("32.0 images/s with no memory limit (2 runs 30.0–34.0); memory limited to 2.5:1 made the job read ×2.6 as "
                              "much and changed its time by +70.0 %")
 
 
@@ -174,3 +176,20 @@ def test_snapshot_cards_keep_hyphenated_names_whole(monkeypatch, tmp_path):
     monkeypatch.setattr(assemble, "snapshot_headlines", lambda reports_dir: ([card], []))
     assemble.snapshot(tmp_path)
     assert 'local vs <span class="nw">hdd-emulated</span>' in "".join(shown)
+
+
+def test_a_page_one_answer_shows_the_range_of_its_runs_and_which_other_choices_it_holds():
+    """Issue 48: two studies of the same knobs gave 203 and 544 MB/s of ingest at P = 1 and P = 4, and page 1
+    showed neither a range nor that P was unsettled. Now the cell carries the runs' range, and the footnote the
+    other process counts whose runs reach into it."""
+    from storagebrief.report.words import spread, spread_cell
+    from storagebrief.studies.preprocess import brief as pre
+    assert spread([449.5, 612.0, 520.0]) == "3 runs 449.5–612.0" and spread([3.0]) == "one run: no range"
+    assert spread_cell([449.5, 612.0]) == "449.5–612.0" and spread_cell([float("nan"), 2.0]) == "one run"
+    rates = {1: [203.0, 420.0, 380.0], 2: [300.0, 500.0, 460.0], 4: [544.0, 430.0, 450.0], 8: [100.0, 120.0, 110.0]}
+    frame = pd.DataFrame([{"target": "local", "sweep": "processes", "processes": p, "repeat": i + 1,
+                           "input_mb_per_s": v, "status": "ok"} for p, vs in rates.items() for i, v in enumerate(vs)])
+    (a,) = pre.answers(".", frame, ["local"])
+    assert a["short"] == "474.7 MB/s at P = 4 (430.0–544.0)", a
+    assert "(3 runs 430.0–544.0)" in a["answer"] and a["note"] == "P = 2 within that range", a   # P = 1 tops at 420
+    assert scorecard.numbers(a["short"]) == ["474.7", "4", "430.0", "544.0"]

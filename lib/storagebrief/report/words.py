@@ -75,3 +75,20 @@ def internal_words(page: str, keep: frozenset[str] = frozenset()) -> list[str]:
     text = _SKIP.sub(" ", page)
     found = [m.group(0) for m in SNAKE.finditer(text)] + [m.group(0) for m in CATALOGUE.finditer(text)]
     return [w for w in found if w not in keep]
+
+
+def spread(values, fmt="{:,.1f}") -> str:
+    """The range of the runs behind an answer, in words: '3 runs 449.5–612.0', or 'one run: no range' (page 1
+    shows it beside the answer, so a reader can tell whether a second study's answer differs from this one).
+    fmt: a format string or a function of the number."""
+    v = [float(x) for x in values if x is not None and x == x]
+    if len(v) < 2:
+        return "one run: no range"
+    f = fmt.format if isinstance(fmt, str) else fmt
+    return f"{len(v)} runs {f(min(v))}–{f(max(v))}"
+
+
+def spread_cell(values, fmt="{:,.1f}") -> str:
+    """spread() for a page-1 cell: '449.5–612.0', or 'one run'."""
+    words = spread(values, fmt)
+    return words.split(" ", 2)[2] if words[:1].isdigit() else "one run"

@@ -17,6 +17,7 @@ from ...kit.files import read_csv_or_none, read_json_or
 from ...kit.runs import failed_runs, ok_runs, what_failed
 from ...report.display import analysis, show_figure, show_md, show_table, style
 from ...report.formatting import significant
+from ...report.words import spread, spread_cell
 from . import framework_brief, metrics
 
 
@@ -364,26 +365,35 @@ def _hosts_for_hourly(r) -> int | None:
     return max(1, math.ceil(r.checkpoint_gib / rate / budget_s))
 
 
-def _interval_answer(r) -> str:
-    """What was measured here first, then the projection with its assumption in words."""
+def _interval_answer(r, runs: list[float]) -> str:
+    """What was measured here first (with its runs' range), then the projection with its assumption in words."""
     intervals = f"sync every {_duration(r.sync_interval_s)}" + (
         f", async every {_duration(r.async_interval_s)}" if not pd.isna(r.async_interval_s) else "")
     hosts = _hosts_for_hourly(r)
     if hosts is None:
         return intervals
-    return (f"this host saves at {significant(r.save_gib_per_s)} GiB/s; from this one host alone: {intervals}; "
+    return (f"this host saves at {significant(r.save_gib_per_s)} GiB/s ({spread(runs, significant)}); from this "
+            f"one host alone: {intervals}; "
             f"saving every hour within {r.overhead_limit_percent:g} % needs {hosts:,} such hosts writing at once "
             "(if their rates add up)")
 
 
-def _page_one_cell(r) -> dict:
-    """Page 1's cell and caveat: what was measured here, and the projection's assumption in words."""
+def _page_one_cell(r, runs: list[float]) -> dict:
+    """Page 1's cell and caveat: what was measured here (its runs' range), and the projection's assumption."""
     hosts = _hosts_for_hourly(r)
     if hosts is None:
         return {}
-    return {"short": f"{significant(r.save_gib_per_s)} GiB/s per host · hourly needs {hosts:,} hosts",
+    return {"short": f"{significant(r.save_gib_per_s)} GiB/s per host ({spread_cell(runs, significant)}) · hourly "
+                     f"needs {hosts:,} hosts",
             "note": f"save rate measured on this machine; hosts: if it adds up across hosts, sync saves in "
                     f"{r.overhead_limit_percent:g} % of each hour"}
+
+
+def _save_runs(frame, target: str) -> list[float]:
+    """Every protocol run's honest save GiB/s on the target: the runs whose mean is the page-1 save rate."""
+    if frame is None or not len(frame):
+        return []
+    return metrics.save_runs(ok_runs(frame), target)
 
 
 def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
@@ -404,8 +414,8 @@ def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
         out.append({"question": f"Checkpointing {big} ({int(r.ranks)} ranks, {r.checkpoint_gib:,.0f} GiB) at ≤ "
                                 f"{r.overhead_limit_percent:g} % overhead: this host's save rate, hosts for hourly saves",
                     "target": r.target,
-                    "answer": _interval_answer(r),
-                    **_page_one_cell(r),
+                    "answer": _interval_answer(r, _save_runs(frame, r.target)),
+                    **_page_one_cell(r, _save_runs(frame, r.target)),
                     "basis": f"restore {_duration(r.restore_s)}; one host's honest save rate extrapolated to the "
                              "whole job on this one target"
                              + ("; S3: multipart uploads, acknowledged not fsync'ed by a local gateway"

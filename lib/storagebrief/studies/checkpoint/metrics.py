@@ -352,6 +352,12 @@ def _positive_mean(values) -> float | None:
     return sum(v) / len(v) if v else None
 
 
+def save_runs(ok, target: str) -> list[float]:
+    """The positive honest save GiB/s of every protocol run on the target (target_rates' save rate is their mean)."""
+    prot = _sweep(ok[ok.target == target], "protocol")
+    return [float(x) for x in prot.get("honest_save_gib_per_s", []) if x == x and x > 0]
+
+
 def target_rates(ok, target: str) -> dict:
     """The target's measured rates: honest save / restore GiB/s (all ranks' bytes ÷ the last rank's end,
     mean over protocol runs) and the async snapshot's in-memory copy GiB/s (one process, mean over

@@ -11,6 +11,7 @@ from ...kit.figures import metric_vs
 from ...kit.files import read_csv_or_none, read_json_or
 from ...kit.runs import ok_runs
 from ...report.display import analysis, fmt_s, show_figure, show_md, show_table, style
+from ...report.words import spread, spread_cell
 
 
 def section(study_dir: Path, frame, names: list[str]) -> None:
@@ -203,9 +204,18 @@ def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
     ok = ok[ok.sweep == "processes"] if "sweep" in ok else ok
     out = []
     for t in names:
-        g = ok[ok.target == t].groupby("processes").input_mb_per_s.mean()
+        mine = ok[ok.target == t]
+        g = mine.groupby("processes").input_mb_per_s.mean()
         if len(g):
+            best = int(g.idxmax())
+            runs = mine[mine.processes == best].input_mb_per_s
+            # other process counts whose runs reach the best one's slowest: the best P is not settled among them
+            near = [int(p) for p, x in mine.groupby("processes").input_mb_per_s if int(p) != best and x.max() >= runs.min()]
+            tied = f"; P = {', '.join(str(p) for p in near)} within that range" if near and len(runs) > 1 else ""
             out.append({"question": "Ingest bandwidth (TIFF → OpenCV → TFRecord), best process count",
-                        "target": t, "answer": f"{g.max():,.1f} MB/s at P = {int(g.idxmax())}",
+                        "target": t, "answer": f"{g.max():,.1f} MB/s at P = {best} ({spread(runs)}){tied}",
+                        "short": f"{g.max():,.1f} MB/s at P = {best} ({spread_cell(runs)})",
+                        "note": tied.removeprefix("; "),
                         "basis": f"mean over repeats, P in {', '.join(str(int(x)) for x in g.index)}; preprocessing study"})
     return out
+

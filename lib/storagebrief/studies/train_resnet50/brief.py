@@ -11,6 +11,7 @@ from ...kit.disk_metrics import cell
 from ...kit.files import read_csv_or_none
 from ...kit.runs import ok_runs
 from ...report.display import analysis, show_figure, show_md, show_table, style
+from ...report.words import spread, spread_cell
 from .metrics import memory_effect
 from .params import MIB, parse_memory
 
@@ -318,7 +319,8 @@ def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
             continue
         rate = base.images_per_s.mean()
         eff = memory_effect(frame, t)
-        answer, short = f"{rate:,.1f} images/s with no memory limit", f"{rate:,.1f} images/s"
+        answer = f"{rate:,.1f} images/s with no memory limit ({spread(base.images_per_s)})"
+        short = f"{rate:,.1f} images/s ({spread_cell(base.images_per_s)})"
         note = ""
         if eff and not math.isinf(eff["read_ratio"]):
             answer += (f"; memory limited to {eff['setting']} made the job read ×{eff['read_ratio']:.1f} as much and "
