@@ -48,3 +48,15 @@ def test_a_change_to_report_headlines_reruns_every_study_stage_and_the_brief(tmp
     stale = {name for name, changes in status.items()
              if any("lib/storagebrief/report" in c.get("changed deps", {}) for c in changes if isinstance(c, dict))}
     assert stale == set(stages), f"stages DVC would not re-run: {sorted(set(stages) - stale)}"
+
+
+def test_a_stage_that_measures_s3_targets_declares_the_gateways_log_folder():
+    """`dvc repro -f` after a quick study: DVC removed the emulate stage's declared outs but not logs/ (the local
+    gateway's log), and the rerun refused reports/emulate as "holding files no emulate run wrote"."""
+    from storagebrief import studies
+    from conftest import REPO
+    stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    for study in studies.REGISTRY.values():
+        if study.object_targets:
+            assert "logs" in study.stage_outputs, study.name
+            assert f"reports/{study.name}/logs" in stages[study.name]["outs"], study.name

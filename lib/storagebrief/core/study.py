@@ -39,8 +39,11 @@ class Study:
 
     @property
     def stage_outputs(self) -> tuple[str, ...]:
-        """Everything the stage writes under reports/<name>/: the study's outputs + the engine's."""
-        return self.outputs + ENGINE_OUTPUTS
+        """Everything the stage writes under reports/<name>/: the study's outputs + the engine's, and logs/ where
+        it measures S3 targets (the local gateway's log goes there: undeclared, DVC left it behind and the next
+        run of the stage refused the folder as holding files no run wrote)."""
+        gateway_logs = ("logs",) if self.object_targets and "logs" not in self.outputs else ()
+        return self.outputs + gateway_logs + ENGINE_OUTPUTS
 
     @property
     def package(self) -> str:
