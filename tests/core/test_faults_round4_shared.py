@@ -392,6 +392,9 @@ def test_an_out_folder_another_user_made_in_a_shared_folder_is_refused(shared):
     _plant(lambda: os.mkdir(out))
     with pytest.raises(outdir.OutDirError, match=r"belongs to uid 65534, not to this user.*folder others can write"):
         outdir.OutputFolder(out, "s", ("runs.csv",), "refuse", lambda *_: None).check()
+    # refused: its lock (in /dev/shm/storagebrief-<uid>: the folder's parent is shared) went with the refusal; it
+    # stayed, held, until the process ended (the make test run left one behind)
+    assert not lock.folder_lock_path(out).exists()
 
 
 def test_an_output_folder_lock_in_the_runtime_folder_goes_with_its_run(shared):

@@ -190,6 +190,13 @@ class OutputFolder:
         final = self.final
         if final.exists() and not final.is_dir():
             raise OutDirError(f"output folder '{final}' is a file, not a directory")
+        try:
+            return self._check_locked(final)
+        except BaseException:
+            self.lock.release()        # refused here: the caller has no folder to release (a lock file in
+            raise                      # /dev/shm was left behind, held until the process ended)
+
+    def _check_locked(self, final: Path) -> "OutputFolder":
         if final.parent.is_dir():
             self.lock.acquire()        # released by release(), which the engine calls however the run ends
             _refuse_others_folder(final)

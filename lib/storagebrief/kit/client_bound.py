@@ -13,7 +13,7 @@ as the run-queue waits of many threads overlap and their sum overstates what the
 launching process, so the sampling takes nothing from the client's own interpreter): how often the process had
 any thread on a CPU or ready for one (state R in /proc/<pid>/task/*/stat), a lower bound on the cores it wanted at
 every sample. A client that always had CPU work ready was never waiting on the store, whatever CPU share it got
-(measured: a boto3 PUT 64K c8 worker at 0.78-0.84 of a core, beside the gateway on 2 CPUs, had a thread ready in
+(measured: a boto3 PUT 64K c8 worker at 0.80-0.82 of a core, beside the gateway on 2 CPUs, had a thread ready in
 93-95 % of the samples; GET workers at 0.9 of a core in 98-99 %). Either way a CPU, not the storage, set the figure.
 
 Shared by every study whose client is Python (the object sweep now; emulate, checkpoint and the KV cache can
