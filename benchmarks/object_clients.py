@@ -13,7 +13,8 @@ in the gateway's page cache for both: neither side is cold) and PUT the same num
 each batch outside the clock. Each side's bytes, wall time and CPU come from its own counters; the gateway's CPU
 from /proc. Every batch is printed (MB/s, client CPU s/GB, gateway CPU s/GB, and for the study side the
 object sweep's limited_by with its evidence, judged with the machine's CPU busy over the batch as the study's
-monitor gives it and the workers' readiness sampled as the sweep samples it, kit/client_bound.ReadySampler), then per point and round the ratio study ÷ reference. --study-processes 1,2 adds a side
+monitor gives it and the workers' readiness sampled as the sweep samples it, kit/client_bound.ReadySampler),
+then per point and round the ratio study ÷ reference. --study-processes 1,2 adds a side
 "study x2": the same worker as two processes sharing the point (object_sweep.client_processes = 2).
 Not a test: figures depend on the machine and its load.
 """

@@ -193,3 +193,19 @@ def test_a_page_one_answer_shows_the_range_of_its_runs_and_which_other_choices_i
     assert a["short"] == "474.7 MB/s at P = 4 (430.0–544.0)", a
     assert "(3 runs 430.0–544.0)" in a["answer"] and a["note"] == "P = 2 within that range", a   # P = 1 tops at 420
     assert scorecard.numbers(a["short"]) == ["474.7", "4", "430.0", "544.0"]
+
+
+def test_the_vector_search_answer_shows_its_repeats_range_at_the_chosen_point(tmp_path):
+    """The repeats behind page 1's point (points.csv's median) give its range; other points' runs do not."""
+    from storagebrief.studies.vector_search import brief as vs
+    runs = [{"target": "local", "data": "clustered", "search_list": L, "beam_width": 1, "threads": 1, "repeat": i,
+             "qps": q, "status": "ok"} for L, qs in ((50, [240.0, 262.0, 255.0]), (100, [150.0, 170.0])) for i, q in
+            enumerate(qs, 1)]
+    pd.DataFrame([{"target": "local", "data": "clustered", "search_list": L, "beam_width": 1, "threads": 1,
+                   "recall_at_k": rec, "qps": q, "reads_per_query_engine": 60.0, "qps_predicted": 261.0,
+                   "regime": "io", "prediction_error": 0.0}
+                  for L, rec, q in ((50.0, 0.951, 255.0), (100.0, 0.999, 160.0))]).to_csv(tmp_path / "points.csv")
+    (tmp_path / "study.json").write_text(json.dumps({"recall_floor": 0.95}))
+    (a,) = vs.answers(tmp_path, pd.DataFrame(runs), ["local"])
+    assert a["short"] == "255 queries/s (240–262)", a
+    assert "(3 runs 240–262)" in a["answer"], a

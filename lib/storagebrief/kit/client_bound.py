@@ -49,11 +49,15 @@ class ProcessCPU:
         return self.cpu_seconds / self.wall_seconds if self.wall_seconds > 0 else 0.0
 
     @property
+    def busiest_thread_share(self) -> float:
+        """Its busiest thread's time on a CPU or ready for one, over the wall time."""
+        return self.thread_runnable_seconds / self.wall_seconds if self.wall_seconds > 0 else 0.0
+
+    @property
     def cores_wanted(self) -> float:
-        """What it used, or what its busiest thread alone wanted (on a CPU or ready for one), whichever is more;
-        never above its usable cores."""
-        thread = self.thread_runnable_seconds / self.wall_seconds if self.wall_seconds > 0 else 0.0
-        return min(max(self.cores_used, thread, self.ready_fraction or 0.0), self.usable_cores)
+        """What it used, what its busiest thread alone wanted, or how often any thread was ready (sampled),
+        whichever is more; never above its usable cores."""
+        return min(max(self.cores_used, self.busiest_thread_share, self.ready_fraction or 0.0), self.usable_cores)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -174,7 +178,7 @@ def evidence(p: ProcessCPU) -> str:
     """One process in words: its CPU over the wall time, against its usable cores."""
     text = (f"{p.label} {p.cpu_seconds:.2f} CPU-s / {p.wall_seconds:.2f} s wall = {p.cores_used:.2f} of "
             f"{p.usable_cores:g} usable core{'s' if p.usable_cores != 1 else ''}")
-    thread = p.thread_runnable_seconds / p.wall_seconds if p.wall_seconds > 0 else 0.0
+    thread = p.busiest_thread_share
     if p.ready_fraction is not None:
         text += f" (a thread of it on a CPU or ready for one in {p.ready_fraction:.0%} of the samples)"
     if thread > max(p.cores_used, p.ready_fraction or 0.0) + 0.05:

@@ -36,6 +36,18 @@ def metrics(frame: pd.DataFrame, target_names: list[str], headlines: Callable[[p
     return out
 
 
+def at_point(frame: pd.DataFrame | None, target: str, point, keys: list[str], column: str) -> list[float]:
+    """`column` of every measured repeat on `target` whose `keys` equal `point`'s (a row of points.csv: its
+    figure is their median or mean), for the range page 1 shows; [] without runs."""
+    if frame is None or not len(frame):
+        return []
+    ok = ok_runs(frame)
+    same = ok.target == target
+    for k in keys:             # a points.csv value read back may be 50.0 where runs.csv has 50, or text
+        same &= (ok[k] == point[k]) | (ok[k].astype(str) == str(point[k]))
+    return list(ok[same][column])
+
+
 def failed_runs(frame: pd.DataFrame) -> pd.DataFrame:
     """The runs that did not measure (status other than ok)."""
     if "status" not in frame:

@@ -77,18 +77,25 @@ def internal_words(page: str, keep: frozenset[str] = frozenset()) -> list[str]:
     return [w for w in found if w not in keep]
 
 
+
+def _bounds(values, fmt) -> tuple[int, str, str] | None:
+    """(runs, lowest, highest) formatted, or None under two runs."""
+    v = [float(x) for x in values if x is not None and x == x]
+    if len(v) < 2:
+        return None
+    f = fmt.format if isinstance(fmt, str) else fmt
+    return len(v), f(min(v)), f(max(v))
+
+
 def spread(values, fmt="{:,.1f}") -> str:
     """The range of the runs behind an answer, in words: '3 runs 449.5–612.0', or 'one run: no range' (page 1
     shows it beside the answer, so a reader can tell whether a second study's answer differs from this one).
     fmt: a format string or a function of the number."""
-    v = [float(x) for x in values if x is not None and x == x]
-    if len(v) < 2:
-        return "one run: no range"
-    f = fmt.format if isinstance(fmt, str) else fmt
-    return f"{len(v)} runs {f(min(v))}–{f(max(v))}"
+    b = _bounds(values, fmt)
+    return f"{b[0]} runs {b[1]}–{b[2]}" if b else "one run: no range"
 
 
 def spread_cell(values, fmt="{:,.1f}") -> str:
     """spread() for a page-1 cell: '449.5–612.0', or 'one run'."""
-    words = spread(values, fmt)
-    return words.split(" ", 2)[2] if words[:1].isdigit() else "one run"
+    b = _bounds(values, fmt)
+    return f"{b[1]}–{b[2]}" if b else "one run"

@@ -8,10 +8,11 @@ from pathlib import Path
 import pandas as pd
 
 from ...kit.files import read_csv_or_none
-from ...kit.runs import ok_runs, open_section
+from ...kit.runs import at_point, open_section
 from ...kit.sizes import size_label
 from ...report.display import analysis, show_figure, show_md, show_table, target_colors
 from ...report.words import spread, spread_cell
+from .metrics import KEYS
 
 
 # The side files the section reads, and what goes missing with each (said, never shown as "none ran").
@@ -223,7 +224,7 @@ def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
         if ref:
             basis += "; a compiled S3 client at the same points: " + ", ".join(
                 f"{op.upper()} {v:,.0f} MB/s" for op, v in ref.items())
-        runs = {op: _runs(frame, name, r) for op, r in best.items()}
+        runs = {op: at_point(frame, name, r, KEYS, "throughput_mb_per_s") for op, r in best.items()}
         answer = ", ".join(f"{op.upper()} {r.throughput_mb_per_s:,.0f} MB/s ({size_label(int(r.object_bytes))} × "
                            f"{int(r.concurrency)}; {spread(runs[op], '{:,.0f}')})" for op, r in best.items())
         out.append({"question": "Object store throughput (S3 GET / PUT)", "target": name, "answer": answer,
@@ -234,16 +235,6 @@ def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
                                                             for op, r in best.items()),
                     "basis": basis + "; object sweep"})
     return out
-
-
-def _runs(frame, target: str, point) -> list[float]:
-    """The MB/s of every repeat at one point (its median is the point's figure)."""
-    if frame is None or not len(frame):
-        return []
-    ok = ok_runs(frame)
-    same = (ok.target == target) & (ok.load == point.load) & (ok.op == point.op) & \
-        (ok.object_bytes == point.object_bytes) & (ok.concurrency == point.concurrency)
-    return list(ok[same].throughput_mb_per_s)
 
 
 # The brief's optional parts this study does not have (core/contract.py BriefRoom).

@@ -209,7 +209,7 @@ def _measure(run, c: Config, store, scope, busy, cfg: dict, env: dict, keys: lis
         if c.load == "busy":
             _busy_load(run, busy)
         g0 = store.server_cpu_seconds()
-        with client_bound.ReadySampler([w.pid for w in workers]) as ready:   # from here: no thread in the client
+        with client_bound.ReadySampler([w.pid for w in workers]) as ready:   # sampled from here, not in the worker
             run.start_clock()
             for w in workers:                   # one 'go' each, back to back: the shares start together
                 w.send(GO)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from ...kit.files import read_csv_or_none, read_json_or
-from ...kit.runs import ok_runs, open_section
+from ...kit.runs import at_point, open_section
 from ...report.display import analysis, show_figure, show_md, show_table, target_colors
 from ...report.words import spread, spread_cell
 from .metrics import KEYS, best_at_floor
@@ -127,25 +127,6 @@ def _analysis(pts, floor: float, study: dict) -> None:
     analysis(lines)
 
 
-def _repeats(frame, target: str, point) -> list[float]:
-    """The queries/s of every repeat at one point (its median is the point's figure)."""
-    if frame is None or not len(frame):
-        return []
-    ok = ok_runs(frame)
-    same = ok.target == target
-    for k in KEYS:
-        same &= (ok[k] == point[k]) | (ok[k].astype(str) == str(point[k]))
-    return list(ok[same].qps)
-
-
-def _words(values: list[float]) -> str:
-    return spread([float(_rate(v).replace(",", "")) for v in values], "{:,g}")
-
-
-def _cell(values: list[float]) -> str:
-    return spread_cell([float(_rate(v).replace(",", "")) for v in values], "{:,g}")
-
-
 def _rate(qps: float) -> str:
     """Queries/s with the digits that matter: 306, 2.6."""
     return f"{qps:,.0f}" if qps >= 100 else f"{qps:.1f}"
@@ -163,14 +144,16 @@ def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
     for name in [n for n in names if n in set(pts.target)]:
         if name in best.index:
             r = best.loc[name]
+            qps_runs = at_point(frame, name, r, KEYS, "qps")
             answer = (f"at recall ≥ {floor} this storage serves {_rate(r.qps)} queries/s per client "
-                      f"({_words(_repeats(frame, name, r))}); each query costs "
+                      f"({spread(qps_runs, _rate)}); each query costs "
                       f"{r.reads_per_query_engine:.0f} reads; the device's IOPS predict {_rate(r.qps_predicted)}")
             basis = (f"recall {r.recall_at_k:.3f}, L {int(r.search_list)}, beam width {int(r.beam_width)}, "
                      f"{int(r.threads)} thread(s), {r.regime} ({r.prediction_error:+.0%}); vector search")
         else:
             answer, basis = f"no point reached recall {floor}", "vector search: raise search_list"
-        cell = ({"short": f"{_rate(r.qps)} queries/s ({_cell(_repeats(frame, name, r))})", "note": f"{r.reads_per_query_engine:.0f} reads per query; "
+        cell = ({"short": f"{_rate(r.qps)} queries/s ({spread_cell(qps_runs, _rate)})",
+                 "note": f"{r.reads_per_query_engine:.0f} reads per query; "
                  f"the device's IOPS predict {_rate(r.qps_predicted)} queries/s"} if name in best.index
                 else {"short": "recall not reached", "note": f"no point reached recall {floor}"})
         out.append({"question": f"Vector search: queries/s at recall ≥ {floor}", "target": name, "answer": answer,
