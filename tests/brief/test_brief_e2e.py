@@ -188,3 +188,20 @@ def test_every_studys_notebook_ran_in_the_chain_and_shows_its_runs(tiny_chain):
         assert status["complete"] is True and status["runs_done"] > 0, study.name
     changed = tiny_chain.run("git", "status", "--porcelain", "--", "notebooks", "params.yaml", "params", "dvc.yaml")
     assert changed.returncode == 0 and changed.stdout == ""
+
+
+@pytest.mark.slow
+def test_the_chains_brief_recorded_its_page_one_values_for_the_next_study(tiny_chain):
+    """Issue 48: the brief keeps the values behind its page-1 ranges (reports/answers-history.csv), one study of
+    each measured answer, so the next study of the same parameters on this machine shows the range over both; a
+    re-render of the same results adds nothing."""
+    from storagebrief.brief.pageone import page_one_rows, record_history
+    from storagebrief.kit import history
+
+    reports = tiny_chain.work / "reports"
+    rows = pd.read_csv(reports / history.FILE)
+    measured = {(a["study"], m, a["target"]) for a in page_one_rows(reports) for m in a.get("measures") or {}}
+    assert set(zip(rows.study, rows.measure, rows.target)) == measured
+    assert {"preprocess", "train_resnet50", "stream_inference", "checkpoint", "object_sweep"} <= set(rows.study)
+    assert rows.groupby("study").run_id.nunique().eq(1).all() and rows.value.notna().all()
+    assert record_history(reports) == 0

@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..core import config as config_mod
+from ..kit import history
 from ..report.display import markdown_html, set_target_order, show_html, show_table
 from ..report.words import display
 from ..studies import get as get_study
@@ -73,6 +74,13 @@ def page_one_rows(reports_dir: str | Path) -> list[dict]:
                 continue
             rows.append({**a, "study": s.key})
     return rows
+
+
+def record_history(reports_dir: str | Path) -> int:
+    """Record the values behind this brief's page-1 answers in reports/answers-history.csv (kit/history), so a
+    later brief of the same parameters on this machine shows the range over both studies; rows added."""
+    dirs = {s.key: s.dir for s in inputs.readable(reports_dir)}
+    return history.record(reports_dir, page_one_rows(reports_dir), dirs)
 
 
 @part("The answers")

@@ -134,6 +134,11 @@ def render(reports_dir: str | Path = "reports", params_file: str | Path = "param
             log(f"brief.pdf not rendered: {out['pdf_error']}")
         if out["pdf"]:
             out["layout"] = check_layout(pdf_path, html_path, params_file, log)
+    try:        # after the render: this brief's ranges hold earlier studies, the next one's hold this one too
+        from .pageone import record_history
+        out["history_rows"] = record_history(reports_dir)
+    except Exception as exc:  # noqa: BLE001 - the brief stands without its history
+        log(f"brief: page-1 values not recorded in {reports_dir.name}/answers-history.csv: {type(exc).__name__}: {exc}")
     headlines, left_out = snapshot_headlines(reports_dir, survive=True)
     results.write_json(reports_dir / "headlines.json", headlines)
     # Said on the terminal too: a brief with a part that could not be read or rendered is still written.

@@ -80,22 +80,44 @@ def internal_words(page: str, keep: frozenset[str] = frozenset()) -> list[str]:
 
 def _bounds(values, fmt) -> tuple[int, str, str] | None:
     """(runs, lowest, highest) formatted, or None under two runs."""
-    v = [float(x) for x in values if x is not None and x == x]
+    v = _numbers(values)
     if len(v) < 2:
         return None
     f = fmt.format if isinstance(fmt, str) else fmt
     return len(v), f(min(v)), f(max(v))
 
 
-def spread(values, fmt="{:,.1f}") -> str:
+def _numbers(values) -> list[float]:
+    return [float(x) for x in values if x is not None and x == x]
+
+
+def _with_earlier(values, earlier) -> tuple[int, list[float]]:
+    """(studies, every value) of this study's runs and the earlier studies' (kit/history.earlier)."""
+    before = [v for v in (_numbers(e) for e in earlier or []) if v]
+    return 1 + len(before), _numbers(values) + [x for v in before for x in v]
+
+
+def spread(values, fmt="{:,.1f}", earlier=None) -> str:
     """The range of the runs behind an answer, in words: '3 runs 449.5–612.0', or 'one run: no range' (page 1
     shows it beside the answer, so a reader can tell whether a second study's answer differs from this one).
+    With earlier studies of the same parameters on this machine (kit/history.earlier: one list per study), their
+    range too: '3 runs 449.5–612.0; 2 studies of these parameters on this machine: 430.2–612.0'.
     fmt: a format string or a function of the number."""
     b = _bounds(values, fmt)
-    return f"{b[0]} runs {b[1]}–{b[2]}" if b else "one run: no range"
+    own = f"{b[0]} runs {b[1]}–{b[2]}" if b else "one run: no range"
+    studies, every = _with_earlier(values, earlier)
+    if studies < 2 or not _numbers(values):
+        return own
+    _, lo, hi = _bounds(every, fmt)
+    return f"{own}; {studies} studies of these parameters on this machine: {lo}–{hi}"
 
 
-def spread_cell(values, fmt="{:,.1f}") -> str:
-    """spread() for a page-1 cell: '449.5–612.0', or 'one run'."""
+def spread_cell(values, fmt="{:,.1f}", earlier=None) -> str:
+    """spread() for a page-1 cell: '449.5–612.0', or 'one run'; with earlier studies, the range over all of
+    them: '430.2–612.0 over 2 studies'."""
+    studies, every = _with_earlier(values, earlier)
+    if studies > 1 and _numbers(values):
+        _, lo, hi = _bounds(every, fmt)
+        return f"{lo}–{hi} over {studies} studies"
     b = _bounds(values, fmt)
     return f"{b[1]}–{b[2]}" if b else "one run"

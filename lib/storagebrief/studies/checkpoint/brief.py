@@ -14,6 +14,7 @@ from ...kit import client_check
 from ...kit.client_check import unchecked
 from ...kit.figures import metric_vs
 from ...kit.files import read_csv_or_none, read_json_or
+from ...kit.history import earlier
 from ...kit.runs import failed_runs, ok_runs, what_failed
 from ...report.display import analysis, show_figure, show_md, show_table, style
 from ...report.formatting import significant
@@ -365,25 +366,25 @@ def _hosts_for_hourly(r) -> int | None:
     return max(1, math.ceil(r.checkpoint_gib / rate / budget_s))
 
 
-def _interval_answer(r, runs: list[float]) -> str:
+def _interval_answer(r, runs: list[float], before=None) -> str:
     """What was measured here first (with its runs' range), then the projection with its assumption in words."""
     intervals = f"sync every {_duration(r.sync_interval_s)}" + (
         f", async every {_duration(r.async_interval_s)}" if not pd.isna(r.async_interval_s) else "")
     hosts = _hosts_for_hourly(r)
     if hosts is None:
         return intervals
-    return (f"this host saves at {significant(r.save_gib_per_s)} GiB/s ({spread(runs, significant)}); from this "
+    return (f"this host saves at {significant(r.save_gib_per_s)} GiB/s ({spread(runs, significant, before)}); from this "
             f"one host alone: {intervals}; "
             f"saving every hour within {r.overhead_limit_percent:g} % needs {hosts:,} such hosts writing at once "
             "(if their rates add up)")
 
 
-def _page_one_cell(r, runs: list[float]) -> dict:
+def _page_one_cell(r, runs: list[float], before=None) -> dict:
     """Page 1's cell and caveat: what was measured here (its runs' range), and the projection's assumption."""
     hosts = _hosts_for_hourly(r)
     if hosts is None:
         return {}
-    return {"short": f"{significant(r.save_gib_per_s)} GiB/s per host ({spread_cell(runs, significant)}) · hourly "
+    return {"short": f"{significant(r.save_gib_per_s)} GiB/s per host ({spread_cell(runs, significant, before)}) · hourly "
                      f"needs {hosts:,} hosts",
             "note": f"save rate measured on this machine; hosts: if it adds up across hosts, sync saves in "
                     f"{r.overhead_limit_percent:g} % of each hour"}
@@ -394,6 +395,9 @@ def _save_runs(frame, target: str) -> list[float]:
     if frame is None or not len(frame):
         return []
     return metrics.save_runs(ok_runs(frame), target)
+
+
+MEASURE = "the largest model's honest save GiB/s"     # kit/history: earlier studies' runs of this answer
 
 
 def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
@@ -411,11 +415,13 @@ def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
     for _, r in t[t.model == big].iterrows():
         if pd.isna(r.sync_interval_s):
             continue
+        runs = _save_runs(frame, r.target)
+        before = earlier(study_dir, MEASURE, r.target)
         out.append({"question": f"Checkpointing {big} ({int(r.ranks)} ranks, {r.checkpoint_gib:,.0f} GiB) at ≤ "
                                 f"{r.overhead_limit_percent:g} % overhead: this host's save rate, hosts for hourly saves",
                     "target": r.target,
-                    "answer": _interval_answer(r, _save_runs(frame, r.target)),
-                    **_page_one_cell(r, _save_runs(frame, r.target)),
+                    "answer": _interval_answer(r, runs, before), **_page_one_cell(r, runs, before),
+                    "measures": {MEASURE: runs},
                     "basis": f"restore {_duration(r.restore_s)}; one host's honest save rate extrapolated to the "
                              "whole job on this one target"
                              + ("; S3: multipart uploads, acknowledged not fsync'ed by a local gateway"

@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from ...kit.files import read_csv_or_none
+from ...kit.history import earlier
 from ...kit.runs import at_point, open_section
 from ...kit.sizes import size_label
 from ...report.display import analysis, show_figure, show_md, show_table, target_colors
@@ -197,6 +198,9 @@ def _client_bound_note(pairs) -> str:
             "core): those ratios are the client's ceiling, not the object path's cost") if n else ""
 
 
+MEASURE = {"get": "best idle GET MB/s", "put": "best idle PUT MB/s"}     # kit/history: earlier studies' runs
+
+
 def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
     """Page 1: per S3 target, its best idle GET and PUT, and beside a directory on the same device, what the
     object path costs there."""
@@ -225,11 +229,13 @@ def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
             basis += "; a compiled S3 client at the same points: " + ", ".join(
                 f"{op.upper()} {v:,.0f} MB/s" for op, v in ref.items())
         runs = {op: at_point(frame, name, r, KEYS, "throughput_mb_per_s") for op, r in best.items()}
+        before = {op: earlier(study_dir, MEASURE[op], name) for op in best}
         answer = ", ".join(f"{op.upper()} {r.throughput_mb_per_s:,.0f} MB/s ({size_label(int(r.object_bytes))} × "
-                           f"{int(r.concurrency)}; {spread(runs[op], '{:,.0f}')})" for op, r in best.items())
+                           f"{int(r.concurrency)}; {spread(runs[op], '{:,.0f}', before[op])})" for op, r in best.items())
         out.append({"question": "Object store throughput (S3 GET / PUT)", "target": name, "answer": answer,
-                    "short": ", ".join(f"{op.upper()} {r.throughput_mb_per_s:,.0f} MB/s ({spread_cell(runs[op], '{:,.0f}')})"
+                    "short": ", ".join(f"{op.upper()} {r.throughput_mb_per_s:,.0f} MB/s ({spread_cell(runs[op], '{:,.0f}', before[op])})"
                                        for op, r in best.items()),
+                    "measures": {MEASURE[op]: runs[op] for op in best},
                     "note": "best idle point: " + ", ".join(f"{op.upper()} at {size_label(int(r.object_bytes))} "
                                                             f"objects × {int(r.concurrency)} in flight"
                                                             for op, r in best.items()),

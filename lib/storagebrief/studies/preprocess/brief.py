@@ -9,6 +9,7 @@ import pandas as pd
 
 from ...kit.figures import metric_vs
 from ...kit.files import read_csv_or_none, read_json_or
+from ...kit.history import earlier
 from ...kit.runs import ok_runs
 from ...report.display import analysis, fmt_s, show_figure, show_md, show_table, style
 from ...report.words import spread, spread_cell
@@ -198,6 +199,9 @@ def trace_workloads(frame, names: list[str]) -> list[tuple[str, str]]:
     return [(f"Preprocess, {int(top.processes)} processes", top.run_id)]
 
 
+MEASURE = "ingest MB/s at the best process count"     # kit/history: earlier studies' runs of this answer
+
+
 def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
     """Page 1: the best ingest bandwidth per target and the process count that gave it."""
     ok = ok_runs(frame)
@@ -212,9 +216,11 @@ def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
             # other process counts whose runs reach the best one's slowest: the best P is not settled among them
             near = [int(p) for p, x in mine.groupby("processes").input_mb_per_s if int(p) != best and x.max() >= runs.min()]
             tied = f"; P = {', '.join(str(p) for p in near)} within that range" if near and len(runs) > 1 else ""
+            before = earlier(study_dir, MEASURE, t)
             out.append({"question": "Ingest bandwidth (TIFF → OpenCV → TFRecord), best process count",
-                        "target": t, "answer": f"{g.max():,.1f} MB/s at P = {best} ({spread(runs)}){tied}",
-                        "short": f"{g.max():,.1f} MB/s at P = {best} ({spread_cell(runs)})",
+                        "target": t, "answer": f"{g.max():,.1f} MB/s at P = {best} ({spread(runs, earlier=before)}){tied}",
+                        "short": f"{g.max():,.1f} MB/s at P = {best} ({spread_cell(runs, earlier=before)})",
+                        "measures": {MEASURE: list(runs)},
                         "note": tied.removeprefix("; "),
                         "basis": f"mean over repeats, P in {', '.join(str(int(x)) for x in g.index)}; preprocessing study"})
     return out

@@ -8,6 +8,7 @@ from pathlib import Path
 from ...kit import disk_metrics
 from ...kit.disk_metrics import cell as _g
 from ...kit.files import read_json_or
+from ...kit.history import earlier
 from ...kit.runs import ok_runs
 from ...report.display import analysis, show_figure, show_md, show_table, style, target_colors
 from ...report.words import spread, spread_cell
@@ -141,6 +142,9 @@ def _analysis(ok, names: list[str], info: dict) -> None:
     analysis(lines)
 
 
+MEASURE = "frames/s at the best stream count"     # kit/history: earlier studies' runs of this answer
+
+
 def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
     """Page 1: the most frames/s the pipeline classified with every frame drained and none dropped."""
     ok = ok_runs(frame)
@@ -150,9 +154,11 @@ def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
         if len(g):
             best = g.loc[g.classified_frames_per_s.idxmax()]
             runs = g[g.streams == best.streams].classified_frames_per_s      # the repeats at the best stream count
+            before = earlier(study_dir, MEASURE, t)
             out.append({"question": "Streaming inference, frames/s with every frame classified",
-                        "target": t, "answer": f"{best.classified_frames_per_s:,.1f} frames/s ({spread(runs)})",
-                        "short": f"{best.classified_frames_per_s:,.1f} frames/s ({spread_cell(runs)})", "note": "",
+                        "target": t, "answer": f"{best.classified_frames_per_s:,.1f} frames/s ({spread(runs, earlier=before)})",
+                        "short": f"{best.classified_frames_per_s:,.1f} frames/s ({spread_cell(runs, earlier=before)})",
+                        "note": "", "measures": {MEASURE: list(runs)},
                         "basis": f"{int(best.streams)} streams, p99 latency {best.latency_ms_p99:,.0f} ms; "
                                  "streaming study (the consumers' CPU, not the disk, usually limits it)"})
     return out

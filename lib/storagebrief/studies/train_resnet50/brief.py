@@ -9,6 +9,7 @@ import numpy as np
 from ...kit import disk_metrics
 from ...kit.disk_metrics import cell
 from ...kit.files import read_csv_or_none
+from ...kit.history import earlier
 from ...kit.runs import ok_runs
 from ...report.display import analysis, show_figure, show_md, show_table, style
 from ...report.words import spread, spread_cell
@@ -307,6 +308,9 @@ def trace_workloads(frame, names: list[str]) -> list[tuple[str, str]]:
 
 
 # The brief's optional parts this study does not have (core/contract.py BriefRoom).
+MEASURE = "one job's images/s with no memory limit"     # kit/history: earlier studies' runs of this answer
+
+
 def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
     """Page 1: per target, one training job's images/s with no memory limit, and what the most limited memory
     did to the job's reads and its time (metrics.memory_effect, as the chapter's analysis says it)."""
@@ -319,8 +323,9 @@ def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
             continue
         rate = base.images_per_s.mean()
         eff = memory_effect(frame, t)
-        answer = f"{rate:,.1f} images/s with no memory limit ({spread(base.images_per_s)})"
-        short = f"{rate:,.1f} images/s ({spread_cell(base.images_per_s)})"
+        before = earlier(study_dir, MEASURE, t)
+        answer = f"{rate:,.1f} images/s with no memory limit ({spread(base.images_per_s, earlier=before)})"
+        short = f"{rate:,.1f} images/s ({spread_cell(base.images_per_s, earlier=before)})"
         note = ""
         if eff and not math.isinf(eff["read_ratio"]):
             answer += (f"; memory limited to {eff['setting']} made the job read ×{eff['read_ratio']:.1f} as much and "
@@ -329,5 +334,6 @@ def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
             note = f"memory limit {eff['setting']}: the dataset-to-memory ratio of the most limited run"
         out.append({"question": "ResNet50 training: one job's images/s, and its reads with memory limited",
                     "target": t, "answer": answer, "short": short, "note": note,
+                    "measures": {MEASURE: list(base.images_per_s)},
                     "basis": f"means over repeats of the memory sweep; {len(base)} baseline run(s); ResNet50 study"})
     return out

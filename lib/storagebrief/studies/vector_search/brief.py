@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from ...kit.files import read_csv_or_none, read_json_or
+from ...kit.history import earlier
 from ...kit.runs import at_point, open_section
 from ...report.display import analysis, show_figure, show_md, show_table, target_colors
 from ...report.words import spread, spread_cell
@@ -132,6 +133,9 @@ def _rate(qps: float) -> str:
     return f"{qps:,.0f}" if qps >= 100 else f"{qps:.1f}"
 
 
+MEASURE = "queries/s at the recall floor"     # kit/history: earlier studies' runs of this answer
+
+
 def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
     """Page 1: per target, the best QPS at recall >= the floor, its reads per query and the device's prediction."""
     study = read_json_or(Path(study_dir) / "study.json", {})
@@ -145,14 +149,16 @@ def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
         if name in best.index:
             r = best.loc[name]
             qps_runs = at_point(frame, name, r, KEYS, "qps")
+            before = earlier(study_dir, MEASURE, name)
             answer = (f"at recall ≥ {floor} this storage serves {_rate(r.qps)} queries/s per client "
-                      f"({spread(qps_runs, _rate)}); each query costs "
+                      f"({spread(qps_runs, _rate, before)}); each query costs "
                       f"{r.reads_per_query_engine:.0f} reads; the device's IOPS predict {_rate(r.qps_predicted)}")
             basis = (f"recall {r.recall_at_k:.3f}, L {int(r.search_list)}, beam width {int(r.beam_width)}, "
                      f"{int(r.threads)} thread(s), {r.regime} ({r.prediction_error:+.0%}); vector search")
         else:
             answer, basis = f"no point reached recall {floor}", "vector search: raise search_list"
-        cell = ({"short": f"{_rate(r.qps)} queries/s ({spread_cell(qps_runs, _rate)})",
+        cell = ({"short": f"{_rate(r.qps)} queries/s ({spread_cell(qps_runs, _rate, before)})",
+                 "measures": {MEASURE: qps_runs},
                  "note": f"{r.reads_per_query_engine:.0f} reads per query; "
                  f"the device's IOPS predict {_rate(r.qps_predicted)} queries/s"} if name in best.index
                 else {"short": "recall not reached", "note": f"no point reached recall {floor}"})
