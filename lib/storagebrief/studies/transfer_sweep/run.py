@@ -235,8 +235,8 @@ def run_one(run, config: Config) -> Measurement:
     t, p = run.target, run.p
     state: TransferState = run.sweep.state
     f = state.files[t.name]
-    # fio reads with O_DIRECT (the page cache is bypassed): evicting this file is enough. A whole-system
-    # drop_caches before each of the quick profile's 48 points cost 11 s of its 86 (measured).
+    # fio reads with O_DIRECT (the page cache is bypassed): evicting this file is enough. With a whole-system
+    # drop_caches before each, the quick profile's 48 points took 82 and 86 s; 75 s without (measured).
     if config.path == "cpu":
         run.evict([f], "the point's file; fio reads it with O_DIRECT")
     else:
