@@ -92,6 +92,11 @@ notebook-files: $(VENV)/.installed
 notebooks: $(VENV)/.installed
 	$(BIN)/storagebrief notebooks --refresh
 
+# rfc3987-syntax (jsonschema's optional "iri" format check, pulled in by jupyter-events' jsonschema[format-nongpl])
+# builds a lark grammar on import: 1.0-1.3 s in every process that imports nbformat, so twice per study stage
+# (jupytext, papermill; measured). Without it jsonschema skips that one format check; nothing here uses it.
+DROP_SLOW_IMPORT = $(BIN)/python -m uv pip uninstall -q --python $(BIN)/python rfc3987-syntax
+
 $(VENV)/.installed: pyproject.toml | system-deps
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 # uv (from PyPI) installs the same requirements as pip, in about 20 s instead of about 2 minutes here.
@@ -100,6 +105,7 @@ $(VENV)/.installed: pyproject.toml | system-deps
 # 16-19 s instead of 7 s, in every training job, consumer and notebook kernel of the study (measured).
 	$(BIN)/python -m pip install -q uv
 	$(BIN)/python -m uv pip install -q --compile-bytecode --python $(BIN)/python -e '.[mpi]'
+	$(DROP_SLOW_IMPORT)
 	$(BIN)/python -m compileall -q lib >/dev/null
 	$(BIN)/python -m ipykernel install --prefix $(CURDIR)/$(VENV) --name python3 >/dev/null
 	@touch $@
@@ -188,6 +194,7 @@ gpu: env
 	if [ $$rc = 3 ]; then echo "make gpu: skipped"; exit 0; elif [ $$rc != 0 ]; then exit $$rc; fi; \
 	echo "installing storagebrief[$$extra]"; \
 	$(BIN)/python -m uv pip install -q --compile-bytecode --python $(BIN)/python -e ".[mpi,$$extra]" && \
+	$(DROP_SLOW_IMPORT) && \
 	$(MAKE) --no-print-directory $(TOOLS)/bin/fio
 
 $(TOOLS)/bin/fio:

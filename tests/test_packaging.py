@@ -58,3 +58,20 @@ def test_clean_data_removes_only_storagebrief_targets(tmp_path):
                    env={"PATH": "/usr/bin:/bin"})
     assert sorted(p.name for p in targets.iterdir()) == ["README.md", "mine"]
     assert (targets / "mine" / "keep.txt").read_text() == "a user's file"
+
+
+@pytest.mark.parametrize("goal", [".venv/.installed", "gpu"])
+def test_every_install_leaves_out_the_iri_grammar(goal):
+    """rfc3987-syntax compiles a grammar on import (1.0-1.3 s in every process importing nbformat: jupytext and
+    papermill in each study stage), for a format check nothing here uses: whatever installs the environment
+    removes it right after (make -n: the recipe as make would run it, nothing executed)."""
+    import shutil
+    import subprocess
+
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    out = subprocess.run(["make", "-n", "-B", "--no-print-directory", goal], cwd=REPO, capture_output=True,
+                         text=True, check=True).stdout.splitlines()
+    installs = [i for i, line in enumerate(out) if "uv pip install" in line and "-e " in line]
+    assert installs, out
+    assert any("uv pip uninstall" in line and "rfc3987-syntax" in line for line in out[installs[-1]:]), out

@@ -343,6 +343,17 @@ def test_tiny_run_outputs(tiny_run):
 
 @pytest.mark.slow
 @pytest.mark.e2e
+def test_direct_io_points_evict_only_their_file(tiny_run):
+    """fio reads with O_DIRECT, so a point needs only its file's pages gone: no whole-system drop_caches
+    (which cost every point of the quick study time and evicted every other process's code)."""
+    runs = pd.read_csv(tiny_run / "runs.csv")
+    cpu = runs[runs.path == "cpu"]
+    assert len(cpu) == len(runs) > 0
+    assert cpu.cache_method.str.startswith("fadvise_dontneed (the point's file").all(), set(cpu.cache_method)
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_tiny_run_declares_every_column(tiny_run):
     """Every runs.csv column is declared (engine, monitor or the study's COLUMNS), and the brief's
     required columns are among the study's."""
