@@ -71,13 +71,18 @@ def _changes(name: str, knobs, section: dict) -> dict:
     return {k: v for k, v in knobs.items() if k not in section or section[k] != v}
 
 
-def _params_path(params_file) -> Path:
-    if params_file is None:
-        return config.default_params_file()
-    path = Path(params_file).expanduser()
+def project_path(path: str | Path) -> Path:
+    """A path a notebook was given: as it is when absolute or present in the current folder, else relative to the
+    project (JupyterLab starts the kernel in notebooks/, papermill and DVC at the root: the brief notebook's
+    "reports" and "params.yaml" failed as opened in JupyterLab)."""
+    path = Path(path).expanduser()
     if path.is_absolute() or path.exists():
         return path
     return config.project_root() / path      # relative to the project, wherever the kernel runs
+
+
+def _params_path(params_file) -> Path:
+    return config.default_params_file() if params_file is None else project_path(params_file)
 
 
 def run_study(name: str, knobs: dict | None = None, *, targets: list | None = None, out_dir=None,
