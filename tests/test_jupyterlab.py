@@ -278,7 +278,10 @@ BRIEF_SAYS = ("Storage performance brief",)
 def walked(request, tmp_path_factory):
     """(project, the server root, url, token, bin folder, environment) for the walk through every notebook."""
     if CLONE:
-        proj = Path(CLONE).resolve()
+        proj = Path(CLONE).expanduser().resolve()
+        if not all((proj / f).is_file() for f in ("params.yaml", "dvc.yaml", ".venv/bin/storagebrief")):
+            pytest.fail(f"STORAGEBRIEF_LAB_PROJECT={CLONE}: expected a clone of this project after `make lab` there "
+                        f"(params.yaml, dvc.yaml and .venv/bin/storagebrief in {proj})", pytrace=False)
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}      # the clone's own code, not ours
         bin_dir = proj / ".venv" / "bin"
         with lab_server(proj, tmp_path_factory.mktemp("jupyter-clone"), bin_dir, env) as (url, token):
