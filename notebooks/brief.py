@@ -11,8 +11,10 @@ reports_dir = "reports"
 params_file = "params.yaml"
 
 # %%
-from storagebrief import brief
+from storagebrief import brief, notebook
 
+# as opened in JupyterLab the kernel runs in notebooks/: relative paths are the project's
+reports_dir, params_file = notebook.project_path(reports_dir), notebook.project_path(params_file)
 brief.title_block(reports_dir, params_file)
 brief.answers(reports_dir)
 

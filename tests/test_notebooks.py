@@ -120,6 +120,17 @@ def test_a_notebook_runs_as_opened_from_notebooks_folder(tmp_path):
     assert _git_status() == before
 
 
+@pytest.mark.e2e
+def test_the_brief_notebook_runs_as_opened_from_notebooks_folder(tmp_path):
+    """Issue 48: brief.ipynb read its "params.yaml" and "reports" from notebooks/, where JupyterLab starts its kernel:
+    the cover could not be rendered and no study was found. Relative paths are the project's now."""
+    out = tmp_path / "executed.ipynb"
+    papermill.execute_notebook(jupytext.read(REPO / "notebooks" / "brief.py"), str(out), cwd=str(REPO / "notebooks"),
+                               kernel_name="python3", progress_bar=False)
+    errors, text = notebook_outputs(json.loads(out.read_text()))
+    assert not errors and "Storage performance brief" in text and "could not be rendered" not in text, text[-2000:]
+
+
 def test_a_typo_in_the_knobs_is_one_short_message_naming_the_near_miss(tmp_path):
     study = studies.get("preprocess")
     with pytest.raises(papermill.PapermillExecutionError) as exc:

@@ -71,13 +71,18 @@ def _changes(name: str, knobs, section: dict) -> dict:
     return {k: v for k, v in knobs.items() if k not in section or section[k] != v}
 
 
-def _params_path(params_file) -> Path:
-    if params_file is None:
-        return config.default_params_file()
-    path = Path(params_file).expanduser()
+def project_path(path: str | Path) -> Path:
+    """A path a notebook was given: as it is when absolute or present in the current folder, else relative to the
+    project (JupyterLab starts the kernel in notebooks/, papermill and DVC at the root: the brief notebook's
+    "reports" and "params.yaml" failed as opened in JupyterLab)."""
+    path = Path(path).expanduser()
     if path.is_absolute() or path.exists():
         return path
     return config.project_root() / path      # relative to the project, wherever the kernel runs
+
+
+def _params_path(params_file) -> Path:
+    return config.default_params_file() if params_file is None else project_path(params_file)
 
 
 def run_study(name: str, knobs: dict | None = None, *, targets: list | None = None, out_dir=None,
@@ -86,6 +91,65 @@ def run_study(name: str, knobs: dict | None = None, *, targets: list | None = No
 
     out_dir None: a new reports/runs/<time>/<name>/ (the pipeline's reports/<name>/ is dvc repro's)."""
     install_error_display()
+    with output_in_view():
+        return _run_study(name, knobs, targets=targets, out_dir=out_dir, progress=progress, overrides=overrides,
+                          params_file=params_file, show=show)
+
+
+# Follows the running cell's newest output (the progress bar, then each note) until the user scrolls or types, and
+# stops when the run ends (this output is replaced). `element` is this output's node in JupyterLab's JavaScript
+# renderer, which runs the script before the node is on the page: it waits for that. One scroll when the bar appeared
+# was not enough (seen): the browser's scroll anchoring and cells above it laid out again moved the view afterwards,
+# so every scroll the user did not make is followed by another look at the newest output.
+_FOLLOW_OUTPUT = """(function () {
+  let area = null, scroller = null, observer = null, user = false;
+  const follow = () => {
+    if (user || !element.isConnected) {
+      if (observer) observer.disconnect();
+      if (scroller) scroller.removeEventListener('scroll', follow);
+      return;
+    }
+    const newest = area.lastElementChild;
+    if (newest) newest.scrollIntoView({block: 'nearest'});
+  };
+  (function start(tries) {
+    area = element.isConnected ? element.closest('.jp-OutputArea') : null;
+    if (!area) { if (tries > 0) setTimeout(() => start(tries - 1), 50); return; }
+    scroller = element.closest('.jp-WindowedPanel-outer') || document;
+    for (const what of ['wheel', 'touchstart', 'keydown', 'mousedown']) {
+      scroller.addEventListener(what, () => { user = true; }, {once: true});
+    }
+    scroller.addEventListener('scroll', follow);
+    observer = new MutationObserver(follow);
+    observer.observe(area, {childList: true});
+    follow();
+  })(100);
+})();"""
+
+
+@contextlib.contextmanager
+def output_in_view():
+    """While a study runs in a Jupyter kernel: the running cell's newest output kept in view. Run All leaves
+    JupyterLab's view at the notebook's last cell, and on a laptop's screen the run cell's progress bar sat above it,
+    off screen (issue 48; every study notebook at 1366 x 768). A script output (_FOLLOW_OUTPUT), emptied when the run
+    ends so that a reopened notebook does not run it again, scrolls the notebook to the bar."""
+    try:
+        from IPython import get_ipython
+        from IPython.display import Javascript, display
+    except ImportError:
+        yield
+        return
+    if getattr(get_ipython(), "kernel", None) is None:       # a terminal IPython or a script: nothing to scroll
+        yield
+        return
+    handle = display(Javascript(_FOLLOW_OUTPUT), display_id=True)
+    try:
+        yield
+    finally:
+        handle.update({"text/plain": ""}, raw=True)
+
+
+def _run_study(name: str, knobs, *, targets, out_dir, progress, overrides, params_file, show) -> pd.DataFrame:
     study = studies.get(name)
     path = _params_path(params_file)
     raw = config.read_yaml(path)

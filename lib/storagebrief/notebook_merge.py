@@ -8,16 +8,13 @@ stale one back).
   `kept-by-refresh`). A cell you added stays where you put it; a cell you deleted stays deleted unless the script
   changed it. A notebook without the record (made before it) keeps every cell of yours the script does not hold,
   marked, below its nearest script cell.
-- `open_in_jupyter` asks every running Jupyter server of this user for its sessions: a notebook open there is
-  refused, since JupyterLab's next save would write its stale copy over the refreshed file.
+Whether a notebook is open in a running JupyterLab (refused: its next save would write its stale copy over the
+refreshed file) is notebooks.open_in_jupyterlab's.
 """
 from __future__ import annotations
 
 import copy
 import difflib
-import json
-import urllib.request
-from pathlib import Path
 
 TAG = "kept-by-refresh"
 MARK = ("kept by make notebooks ({when}): your version of the cell above, which the update to {script} changed "
@@ -125,28 +122,3 @@ def merge(old_cells: list, new_cells: list, base: list | None, when: str, script
             merged.append(cell)
         merged += after.get(i, [])
     return merged, said
-
-
-def open_in_jupyter(paths: list[Path]) -> dict[Path, str]:
-    """Which of `paths` a running Jupyter server of this user has open (a session: a notebook open with its kernel),
-    with that server's URL. A server that does not answer is skipped (it may have just stopped)."""
-    try:
-        from jupyter_server.serverapp import list_running_servers
-    except ImportError:
-        return {}
-    wanted = {Path(p).resolve(): Path(p) for p in paths}
-    found = {}
-    for server in list_running_servers():
-        try:
-            req = urllib.request.Request(f"{server['url'].rstrip('/')}/api/sessions",
-                                         headers={"Authorization": f"token {server.get('token', '')}"})
-            with urllib.request.urlopen(req, timeout=5) as answer:
-                sessions = json.loads(answer.read())
-        except (OSError, ValueError):
-            continue
-        root = Path(server.get("root_dir") or server.get("notebook_dir") or "/")
-        for session in sessions:
-            where = (root / session.get("path", "")).resolve()
-            if where in wanted:
-                found[wanted[where]] = server["url"]
-    return found

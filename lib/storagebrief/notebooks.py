@@ -20,6 +20,7 @@ import os
 import re
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 from . import notebook_merge as merging
@@ -245,6 +246,47 @@ class NotebookOpen(ValueError):
     """A notebook to refresh is open in a running JupyterLab: its next save would undo the refresh (one line)."""
 
 
+def _server_answers(api: str):
+    """(root folder, url, answer) of `api` from every running Jupyter server of this user (`jupyter server list`);
+    a server that does not answer it is skipped (it may have just stopped, or not be a JupyterLab)."""
+    try:
+        from jupyter_server.serverapp import list_running_servers
+    except ImportError:
+        return
+    for server in list_running_servers():
+        url = server["url"].rstrip("/")
+        req = urllib.request.Request(f"{url}/{api}", headers={"Authorization": f"token {server.get('token', '')}"})
+        try:
+            with urllib.request.urlopen(req, timeout=5) as answer:
+                body = json.loads(answer.read())
+        except (OSError, ValueError):
+            continue
+        yield Path(server.get("root_dir") or server.get("notebook_dir") or "/"), url, body
+
+
+def open_in_jupyterlab(paths: list[Path]) -> dict[Path, str]:
+    """Which of `paths` a running Jupyter server of this user has open, each with where: "at <url>" for a notebook
+    with a kernel (a session), "at <url> with no kernel" for one open in a JupyterLab tab without a session (its
+    kernel shut down, or opened with "No Kernel": issue 48), which the server knows only from the tabs JupyterLab
+    saves in its workspaces. A workspace keeps its tabs after the browser is closed: such a notebook is reported
+    until its tab is closed (conservative: the refusal costs a click, an overwrite costs the refresh)."""
+    wanted = {Path(p).resolve(): Path(p) for p in paths}
+    found = {}
+    for root, url, sessions in _server_answers("api/sessions"):
+        for session in sessions if isinstance(sessions, list) else []:
+            if (where := wanted.get((root / session.get("path", "")).resolve())) is not None:
+                found[where] = f"at {url}/"
+    for root, url, answer in _server_answers("lab/api/workspaces"):
+        spaces = answer.get("workspaces", {}).get("values", []) if isinstance(answer, dict) else []
+        for entry in (e for space in spaces for e in (space.get("data") or {}).values() if isinstance(e, dict)):
+            tab = entry.get("data")      # a document's tab: {"path": ..., "factory": "Notebook"}
+            if isinstance(tab, dict) and isinstance(tab.get("path"), str):
+                where = wanted.get((root / tab["path"]).resolve())
+                if where is not None and where not in found:
+                    found[where] = f"at {url}/ with no kernel"
+    return found
+
+
 def refresh(root: str | Path | None = None, log=print, only_missing: bool = False) -> list[Path]:
     """Each script's .ipynb made when missing, or (unless `only_missing`) brought up to the script's code when it
     differs, merged cell by cell (notebook_merge): your parameters cell, your edits and the outputs of unchanged
@@ -263,12 +305,12 @@ def refresh(root: str | Path | None = None, log=print, only_missing: bool = Fals
             continue                               # the script is as it was made from: the differences are yours
         if old is None or (not only_missing and _code(old) != _code(new)):
             todo.append((script, path, new, old))
-    busy = merging.open_in_jupyter([path for _, path, _, old in todo if old is not None])
+    busy = open_in_jupyterlab([path for _, path, _, old in todo if old is not None])
     if busy:
-        named = ", ".join(f"{p.parent.name}/{p.name} (at {url})" for p, url in busy.items())
+        named = ", ".join(f"{p.parent.name}/{p.name} ({where})" for p, where in busy.items())
         raise NotebookOpen(f"{named} open in JupyterLab: its next save would put the old code back over the refresh; "
-                           "save it, close it there (File → Close and Shut Down Notebook) and run `make notebooks` "
-                           "again")
+                           "save it, close it there (File → Close and Shut Down Notebook; with no kernel: File → "
+                           "Close Tab) and run `make notebooks` again")
     when, written = time.strftime("%Y-%m-%d_%H.%M.%S"), []
     for script, path, new, old in todo:
         merged = copy.deepcopy(new)
@@ -342,7 +384,7 @@ def save_code(ipynb: str | Path) -> Path:
     tracked.cells = cells
     from jupytext.config import load_jupytext_config    # jupytext.toml's metadata filters, as the CLI applies them
     jupytext.write(tracked, script, fmt="py:percent", config=load_jupytext_config(str(script.parent)))
-    if not merging.open_in_jupyter([ipynb]):  # (an open one would ask "File Changed" at its next save)
+    if not open_in_jupyterlab([ipynb]):       # (an open one would ask "File Changed" at its next save)
         merging.record_base(nb, tracked)      # the notebook and its script agree now: the next refresh's base
         nbformat.write(nb, ipynb)
     return script
