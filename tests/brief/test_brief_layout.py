@@ -105,6 +105,22 @@ def test_fit_thins_tick_labels_and_wraps_titles_keeping_every_word():
     assert 1 < len(shown) < 40
 
 
+def test_a_log_axis_minor_labels_are_checked_and_hidden_when_they_overlap():
+    """Issue 48: the KV-cache latency histogram's log axis (256–4096 µs) labelled its minor ticks "2×10³ 3×10³
+    4×10³ 6×10³" on top of each other, and the check saw only the major labels."""
+    import matplotlib.pyplot as plt
+
+    from storagebrief.report import figurefit
+    fig, ax = plt.subplots(figsize=(1.6, 1.6))
+    ax.plot([256, 4096], [1, 2])
+    ax.set_xscale("log")
+    assert any("overlap" in p for p in figurefit.problems(fig))
+    figurefit.fit(fig)
+    assert figurefit.problems(fig) == []
+    assert [t.label1.get_text() for t in ax.xaxis.get_major_ticks() if t.label1.get_visible()]   # the decades stay
+    plt.close(fig)
+
+
 def test_figure_html_marks_what_does_not_fit_for_the_layout_check():
     from storagebrief.report import display
     fig = _crowded_figure(LONG)

@@ -22,9 +22,11 @@ def _renderer(fig):
     return fig.canvas.get_renderer()
 
 
-def _tick_labels(axis, renderer):
-    """The visible, non-empty major tick labels of an axis with their extents, in axis order."""
-    ticks = [t for t in axis.get_major_ticks() if t.label1.get_visible() and t.label1.get_text()]
+def _tick_labels(axis, renderer, minor: bool = False):
+    """The visible, non-empty major tick labels of an axis with their extents, in axis order; with `minor`, the
+    minor ones too (a log axis of under about two decades labels "2×10³ 3×10³ 4×10³" between its majors)."""
+    ticks = [t for t in axis.get_major_ticks() + (axis.get_minor_ticks() if minor else [])
+             if t.label1.get_visible() and t.label1.get_text()]
     lo, hi = sorted(axis.get_view_interval())
     ticks = [t for t in ticks if lo - 1e-9 * abs(hi - lo) <= t.get_loc() <= hi + 1e-9 * abs(hi - lo)]
     return [(t, t.label1.get_window_extent(renderer)) for t in sorted(ticks, key=lambda t: t.get_loc())]
@@ -60,7 +62,14 @@ def _wrap_title(ax, title, renderer) -> None:
 
 
 def _thin(axis, renderer, fig) -> None:
-    """Keep every k-th tick label (k = 2, 3, …) while neighbours overlap; the first label always stays."""
+    """Hide the minor tick labels when any label overlaps one, then keep every k-th major label (k = 2, 3, …)
+    while neighbours overlap; the first label always stays."""
+    both = _tick_labels(axis, renderer, minor=True)
+    if len(both) > len(_tick_labels(axis, renderer)) and _overlapping([e for _, e in both], axis.axis_name == "x",
+                                                                       _gap_px([t for t, _ in both], fig)):
+        from matplotlib.ticker import NullFormatter
+        axis.set_minor_formatter(NullFormatter())
+        _layout(fig)
     ticks = _tick_labels(axis, renderer)
     horizontal = axis.axis_name == "x"
     gap = _gap_px([t for t, _ in ticks], fig)
@@ -98,7 +107,7 @@ def problems(fig) -> list[str]:
     for n, ax in enumerate(a for a in fig.axes if a.get_visible()):
         name = ax.get_title() or f"subplot {n + 1}"
         for axis in (ax.xaxis, ax.yaxis):
-            ticks = _tick_labels(axis, renderer)
+            ticks = _tick_labels(axis, renderer, minor=True)
             gap = _gap_px([t for t, _ in ticks], fig)
             for i, j in _overlapping([e for _, e in ticks], axis.axis_name == "x", gap):
                 out.append(f"{name!r}: {axis.axis_name} tick labels {ticks[i][0].label1.get_text()!r} and "
