@@ -38,7 +38,7 @@ def test_a_second_study_of_the_same_parameters_shows_the_range_over_both(tmp_pat
     first = _render(reports, *_study(reports, [500.4, 524.8]))
     assert first["short"] == "512.6 MB/s at P = 1 (500.4–524.8)", first        # nothing earlier yet
     second = _render(reports, *_study(reports, [489.0, 499.6]))
-    assert second["short"] == "494.3 MB/s at P = 1 (489.0–524.8 over 2 studies)", second
+    assert second["short"] == "494.3 MB/s at P = 1 (489.0–524.8)", second
     assert "(2 runs 489.0–499.6; 2 studies of these parameters on this machine: 489.0–524.8)" in second["answer"]
     rows = pd.read_csv(reports / history.FILE)
     assert list(rows.columns) == history.COLUMNS and len(rows) == 4 and rows.run_id.nunique() == 2
@@ -78,5 +78,18 @@ def test_no_results_folder_or_a_foreign_history_file_gives_no_earlier_study(tmp_
 
 def test_the_words_of_a_range_over_several_studies():
     assert spread([3.0], earlier=[[2.0, 4.0]]) == "one run: no range; 2 studies of these parameters on this machine: 2.0–4.0"
-    assert spread_cell([3.0], earlier=[[2.0], [5.0]]) == "2.0–5.0 over 3 studies"
+    assert spread_cell([3.0], earlier=[[2.0], [5.0]]) == "2.0–5.0"
     assert spread_cell([3.0, 3.5], earlier=[]) == "3.0–3.5" and spread_cell([], earlier=[[1.0, 2.0]]) == "one run"
+
+
+def test_page_one_says_once_how_many_studies_its_ranges_hold(tmp_path):
+    """The cells keep the range alone (page 1 spilled onto a second page with "over 2 studies" in eight cells);
+    one line under the table says how many studies the ranges hold, and only when some hold more than this one."""
+    from storagebrief.brief import scorecard
+    reports = tmp_path / "reports"
+    first = _render(reports, *_study(reports, [500.4, 524.8]))
+    d, frame = _study(reports, [489.0, 499.6])
+    second = pre.answers(d, frame, ["local"])[0]
+    assert "2 studies" not in scorecard.table_html([{**first, "studies": 1}], ["local"])
+    page = scorecard.table_html([{**second, "studies": 1 + len(history.earlier(d, pre.MEASURE, "local"))}], ["local"])
+    assert "489.0–524.8" in page and "A range holds every run of its answer in 2 studies of these parameters" in page

@@ -72,7 +72,9 @@ def page_one_rows(reports_dir: str | Path) -> list[dict]:
         for a in found_by[s.key]:
             if acc and s.key in ACCELERATOR_STUDIES and str(a["question"]).startswith(accelerators.REPLACES_PREFIX):
                 continue
-            rows.append({**a, "study": s.key})
+            # how many studies its range holds: this one and the earlier ones of these parameters (kit/history)
+            before = [len(history.earlier(s.dir, m, str(a["target"]))) for m in a.get("measures") or {}]
+            rows.append({**a, "study": s.key, "studies": 1 + max(before, default=0)})
     return rows
 
 

@@ -91,7 +91,19 @@ def _table(rows: list[dict], targets: list[str], chapter_of: dict[str, str]) -> 
                    for i, n in enumerate(notes, 1))
     return (f'<table class="scorecard"><thead>{head}</thead><tbody>{"".join(body)}</tbody></table>'
             f'<ol class="footnotes">{foot}<li class="basis">Each answer\'s basis (how it was measured, what '
-            'limited it) is in its study\'s chapter and appendix; "–": not measured on that target.</li></ol>')
+            'limited it) is in its study\'s chapter and appendix; "–": not measured on that target.'
+            f'{esc(_ranges_line(rows))}</li></ol>')
+
+
+def _ranges_line(rows: list[dict]) -> str:
+    """One sentence saying which ranges hold earlier studies of the same parameters on this machine (kit/history),
+    instead of the words in every cell."""
+    counts = sorted({int(a.get("studies") or 1) for a in rows} - {1})
+    if not counts:
+        return ""
+    n = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
+    return (f" A range holds every run of its answer in {n} studies of these parameters on this machine "
+            "(reports/answers-history.csv).")
 
 
 def _text(fragment: str) -> str:

@@ -114,10 +114,10 @@ def spread(values, fmt="{:,.1f}", earlier=None) -> str:
 
 def spread_cell(values, fmt="{:,.1f}", earlier=None) -> str:
     """spread() for a page-1 cell: '449.5–612.0', or 'one run'; with earlier studies, the range over all of
-    them: '430.2–612.0 over 2 studies'."""
+    them (how many studies: the scorecard's closing line and the chapter, so the cell stays short)."""
     studies, every = _with_earlier(values, earlier)
     if studies > 1 and _numbers(values):
         _, lo, hi = _bounds(every, fmt)
-        return f"{lo}–{hi} over {studies} studies"
+        return f"{lo}–{hi}"
     b = _bounds(values, fmt)
     return f"{b[1]}–{b[2]}" if b else "one run"
