@@ -43,13 +43,18 @@ study: study-deps
 	@$(MAKE) --no-print-directory dvc-lock-local
 	@ls -l reports/brief.html reports/brief.pdf
 
+# Two workers (pytest-xdist), each test file a unit of work handed out longest first, `serial` tests alone, a
+# per-test budget checked at the end (tests/suite.py, tests/budget.py; docs/testing.md). On these 2 cores most
+# whole-run tests wait on subprocesses, I/O and sleeps, so two workers keep both cores busy.
+PYTEST_WORKERS := -n 2 --dist loadfile --no-loadscope-reorder
+
 test: env kafka s3 s3ref test-hosts-deps
-	pytest -q -ra --durations=40 tests
+	pytest -q -ra $(PYTEST_WORKERS) --durations=25 tests
 
 # The tier to run while developing: unit and small integration tests, no whole study, no browser, no
 # DVC chain (markers: not slow and not e2e). Minutes, not half an hour; CI still runs `make test`.
 test-fast: env
-	pytest -q -ra -m "not slow and not e2e" tests
+	pytest -q -ra $(PYTEST_WORKERS) -m "not slow and not e2e" tests
 
 # The multi-host tests' client hosts (network namespaces with an sshd each) need the sshd binary from
 # openssh-server. Installed as root for the tests only, with its service kept from starting (a

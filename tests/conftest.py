@@ -19,6 +19,10 @@ from storagebrief.core import cache, cgroups
 
 REPO = Path(__file__).resolve().parents[1]
 
+# two workers, serial tests alone, the per-test budget (tests/suite.py); imported as a plugin before any test
+# module imports it, or pytest warns that it cannot rewrite its asserts
+pytest_plugins = ["suite"]
+
 # A test run started in the background by a shell without job control (`make test &`, some CI
 # runners) inherits SIGINT ignored, and so would every child it starts: the Ctrl-C tests would see
 # runs that cannot be interrupted. Restore Python's own handler (exec'd children then get SIGINT's default).
@@ -259,11 +263,7 @@ def _copy_repo(dst: Path) -> None:
 
 
 
-@pytest.fixture(scope="session")
-def tiny_chain(tmp_path_factory):
-    """`dvc repro` of the tiny profile in a copy of the repository: work (its folder), res (the run's
-    CompletedProcess) and run(*cmd) (a command in that folder)."""
-    tmp_path = tmp_path_factory.mktemp("chain")
+def _build_tiny_chain(tmp_path: Path) -> dict:
     work = tmp_path / "repo"
     _copy_repo(work)
     params = yaml.safe_load((work / "params.yaml").read_text())
@@ -274,15 +274,30 @@ def tiny_chain(tmp_path_factory):
     for section, values in TINY.items():
         params[section].update(values)
     (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-           "TF_CPP_MIN_LOG_LEVEL": "2"}
-    run = lambda *cmd: subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=1500)
+    run = _chain_runner(work)
     for cmd in (["git", "init", "-q"], ["git", "add", "-A"],
                 ["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "x"]):
         assert run(*cmd).returncode == 0
     res = run("dvc", "repro")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    return SimpleNamespace(work=work, res=res, run=run)
+    return {"work": str(work), "stdout": res.stdout, "stderr": res.stderr}
+
+
+def _chain_runner(work: Path):
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    return lambda *cmd: subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=1500)
+
+
+@pytest.fixture(scope="session")
+def tiny_chain(request):
+    """`dvc repro` of the tiny profile in a copy of the repository, built once per test run (both xdist workers
+    read the same one: tests/suite.py's built_once): work (its folder), res (the run's stdout and stderr) and
+    run(*cmd) (a command in that folder). Its readers only read it."""
+    from suite import built_once        # the plugin pytest_plugins loaded (imported here, not above: see there)
+    got = built_once(request, "tiny_chain", _build_tiny_chain)
+    work = Path(got["work"])
+    res = SimpleNamespace(returncode=0, stdout=got["stdout"], stderr=got["stderr"])
+    return SimpleNamespace(work=work, res=res, run=_chain_runner(work))
 
 
 def notebook_outputs(nb: dict) -> tuple[list[dict], str]:

@@ -125,6 +125,7 @@ def test_no_rank_outlives_the_study(tmp_path, sig):
 
 
 @pytest.mark.slow
+@pytest.mark.serial("compares the whole of /dev/shm before and after: another MPI run beside it adds segments")
 def test_kill_9_of_an_mpi_run_leaves_no_open_mpi_files_after_the_next_run(tmp_path):
     """kill -9 of the study and of mpirun together (the OOM killer, a process-group kill): Open MPI
     cannot clean up. Its session directory (default /tmp/ompi.<host>.<uid>/pid.<mpirun>, ~8 MB) and

@@ -30,6 +30,7 @@ def test_not_built_is_refused_before_any_work_naming_the_knob(tmp_path, monkeypa
 
 
 @pytest.mark.slow
+@pytest.mark.serial("asserts that no s3ref process runs anywhere afterwards")
 @needs_gateway
 @pytest.mark.skipif(s3ref.missing() is not None, reason=str(s3ref.missing()))
 def test_each_idle_point_on_the_gateway_carries_the_reference_clients_figures(tmp_path: Path):

@@ -366,6 +366,7 @@ def test_tiny_run_declares_every_column(tiny_run):
 
 @pytest.mark.privileged      # an emulated target: its throttle cgroup
 @pytest.mark.e2e
+@pytest.mark.serial("finds its busy point's stressors by name among every process")
 @pytest.mark.skipif(load.tool_binary("stress-ng") is None, reason="stress-ng is not installed")
 def test_sigterm_during_a_busy_point_leaves_no_row_stressor_or_cgroup(tmp_path):
     f = tmp_path / "params.yaml"
