@@ -183,6 +183,20 @@ def cli_process(*args, env=None, **kw):
                             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **(env or {})}, **kw)
 
 
+def cli_run(*args, timeout=300, cwd=None):
+    """`storagebrief <args>` run to its end in a fresh interpreter that imports what this one does: the finished
+    process (stdout and stderr as text)."""
+    return subprocess.run([sys.executable, "-m", "storagebrief.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+
+
+def one_line(res) -> str:
+    """The one line a finished process said on stderr (the test fails when it said more)."""
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    return lines[0]
+
+
 def run_study(command: str, tmp_path: Path, data: dict, timeout: float = 600):
     """`storagebrief <command>` on params.yaml = `data` in tmp_path, results in tmp_path/out: the finished process."""
     import subprocess

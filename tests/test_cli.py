@@ -1,8 +1,16 @@
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
+from storagebrief import cli
 from storagebrief.cli import main
+from storagebrief.core import config
+from conftest import cli_run as _cli
 
 
 def test_doctor_reports_capabilities(capsys):
@@ -127,3 +135,61 @@ def test_a_section_wide_check_names_its_key_and_value(capsys):
     assert main(["validate", "-S", "kv_cache.breakeven.accelerators=[zz]"]) == 2
     assert capsys.readouterr().err.startswith("storagebrief: error: invalid parameter kv_cache.breakeven.accelerators: "
                                               "'zz' is not allowed")
+
+
+# --------------------------------------------------------------------------- a bug is one line (issue 20)
+def test_a_bug_is_one_line_with_a_debug_hint_and_its_traceback_behind_debug(tmp_path, monkeypatch, capsys):
+    def broken(*_a, **_k):
+        raise RuntimeError("boom in the code")
+    monkeypatch.setattr(config, "load", broken)
+    monkeypatch.delenv("STORAGEBRIEF_DEBUG", raising=False)
+    assert cli.main(["validate"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["storagebrief: internal error: RuntimeError: boom in the code (a bug: run again with --debug "
+                   "for the traceback, and report it)"]
+    with pytest.raises(RuntimeError, match="boom in the code"):
+        cli.main(["--debug", "validate"])
+
+
+# --------------------------------------------------------------------------- a study piped into head (issue 36)
+@pytest.mark.slow
+def test_a_study_piped_into_head_is_no_broken_pipe(tmp_path):
+    f = tmp_path / "params.yaml"
+    f.write_text(yaml.safe_dump({"targets": [{"name": "t", "path": str(tmp_path / "t")}], "run": {"trace": False},
+                                 "checkpoint": {"models": ["llama3-8b"], "scale": 65536, "saves": 2, "restores": 1,
+                                                "pause_s": 0.2, "cost": {"modes": []}}}))
+    out = tmp_path / "out"
+    res = subprocess.run(["bash", "-c", f"{sys.executable} -m storagebrief.cli checkpoint --params {f} --out {out} "
+                                        "--progress off | head -1; echo \"status ${PIPESTATUS[0]}\" >&2"],
+                         capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert "BrokenPipe" not in res.stderr and "internal error" not in res.stderr, res.stderr
+    assert "status 0" in res.stderr and len(res.stdout.splitlines()) == 1
+    assert json.loads((out / "status.json").read_text())["complete"] is True     # the run went on to the end
+
+
+# --------------------------------------------------------------------------- Open MPI segments (issue 36)
+def test_doctor_clean_removes_an_unused_vader_segment_and_keeps_one_in_use(tmp_path):
+    import mmap
+    import time as _time
+    from storagebrief.core import leftovers
+    shm = Path("/dev/shm")
+    if not shm.is_dir():
+        pytest.skip("no /dev/shm on this machine")
+    tag = f"{os.getpid()}-{_time.monotonic_ns()}"
+    dead, live = shm / f"vader_segment.sbtest.{tag}.0", shm / f"vader_segment.sbtest.{tag}.1"
+    for f in (dead, live):
+        f.write_bytes(b"\0" * 4096)
+        os.utime(f, (_time.time() - 3600, _time.time() - 3600))     # older than a starting job's
+    fh = open(live, "r+b")
+    mapped = mmap.mmap(fh.fileno(), 4096)             # a rank still running maps its segment
+    try:
+        res = _cli("doctor", "--clean")
+        assert res.returncode == 0, res.stderr
+        assert f"removed leftover Open MPI segment {dead}" in res.stdout and not dead.exists()
+        assert live.exists() and str(live) not in res.stdout
+    finally:
+        mapped.close()
+        fh.close()
+        dead.unlink(missing_ok=True)
+        live.unlink(missing_ok=True)

@@ -1,14 +1,21 @@
-"""Result files get the umask's mode; headlines of an unapplied profile say so.
+"""Result files get the umask's mode; headlines of an unapplied profile say so; Appendix B says when the results
+were not made with the brief's params file (issue 44: it printed the project's params.yaml as "the parameters that
+ran").
 
 (Split from tests/test_faults.py, issue 10/20: tests unchanged.)"""
 from __future__ import annotations
 
+import json
 import os
+import shutil
 
 import pandas as pd
+import yaml
 
 from storagebrief.core import results
+from storagebrief.brief import assemble
 from storagebrief.brief import assemble as brief_mod
+from kv_tiny import result  # noqa: F401  (a tiny kv_cache run, a fixture)
 
 
 # --------------------------------------------------------------------------- honest files and brief
@@ -36,3 +43,21 @@ def test_headlines_of_an_unapplied_profile_say_so(tmp_path):
     assert hs and all(any("slow: profile hdd_7200 not applied" in c for c in h["caveats"]) for h in hs)
     assert brief_mod.unapplied_profiles(pd.DataFrame(rows)) == {
         "slow": "profile hdd_7200 not applied in none of its runs (they ran unthrottled)"}
+
+
+# --------------------------------------------------------------------------- results made with other params (issue 44)
+def test_appendix_b_says_when_the_results_were_made_with_other_params(result, tmp_path, monkeypatch):
+    root = tmp_path / "proj"
+    reports = root / "reports"
+    shutil.copytree(result, reports / "kv_cache")
+    (root / "t").mkdir(parents=True)
+    (root / "params.yaml").write_text(yaml.safe_dump({"targets": [{"name": "a", "path": str(root / "t")}]}))
+    from storagebrief.report import display
+    shown = []
+    monkeypatch.setattr(display, "show_html", shown.append)
+    monkeypatch.setattr(assemble, "show_html", shown.append)
+    assemble.appendix_procedure(reports, root / "params.yaml")
+    text = "\n".join(shown)
+    recorded = json.loads((reports / "kv_cache" / "inventory.json").read_text())["params_hash"]
+    assert "were not made with" in text and recorded in text, text[:2000]
+    assert "The parameters that ran" not in text

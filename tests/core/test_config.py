@@ -124,3 +124,43 @@ def test_overrides_into_lists_and_scalars_name_the_key(params_file, override, wo
 def test_params_that_is_a_directory_is_one_line(tmp_path):
     res = _cli("validate", "--params", str(tmp_path))
     assert res.returncode == 2 and "is a directory" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+# --------------------------------------------------------------------------- names that become paths (issue 36)
+@pytest.mark.parametrize("bad", ["../victim", "/abs/victim", "a/b", ".hidden", "..", "", "x" * 65, "sp ace"])
+def test_check_name_refuses_what_would_leave_its_folder(bad):
+    with pytest.raises(ValueError, match="is not allowed: a name used in file paths"):
+        config.check_name(bad, "checkpoint.shapes")
+
+
+@pytest.mark.parametrize("good", ["llama3-8b", "my_shape.v2", "A1", "1e+06"])
+def test_check_name_accepts_names(good):
+    assert config.check_name(good, "x") == good
+
+
+@pytest.mark.parametrize("bad", ["../victim", "/tmp/victim"])
+def test_a_target_name_that_is_a_path_is_refused_by_validate(tmp_path, bad):
+    f = tmp_path / "params.yaml"
+    f.write_text(yaml.safe_dump({"targets": [{"name": bad, "path": str(tmp_path / "t")}]}))
+    res = _cli("validate", "--params", str(f))
+    assert res.returncode == 2 and "targets.0.name" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+# --------------------------------------------------------------------------- params.yaml's faults (issue 36)
+def test_a_tab_in_params_yaml_is_one_line(tmp_path):
+    f = tmp_path / "params.yaml"
+    f.write_text("targets:\n\t- {name: t, path: /x}\n")
+    res = _cli("validate", "--params", str(f))
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert "tab" in res.stderr and "line 2" in res.stderr
+
+
+@pytest.mark.parametrize("inside", ["reports/t", ".git/t"])
+def test_a_target_inside_the_projects_reports_or_git_is_refused(tmp_path, inside):
+    root = tmp_path / "proj"
+    (root / "reports").mkdir(parents=True)
+    (root / ".git").mkdir()
+    (root / "dvc.yaml").write_text("stages: {}\n")
+    (root / "params.yaml").write_text(yaml.safe_dump({"targets": [{"name": "t", "path": inside}]}))
+    res = _cli("validate", "--params", str(root / "params.yaml"))
+    assert res.returncode == 2 and inside.split("/")[0] in res.stderr and len(res.stderr.strip().splitlines()) == 1

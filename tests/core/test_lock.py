@@ -3,15 +3,18 @@
 (Split from tests/test_faults.py, issue 10/20: tests unchanged.)"""
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from storagebrief.core import config, lock, targets
+from storagebrief.core import config, lock, runtime_dir, targets
 from conftest import write_params as _write_params, cli_process as _cli, wait_for as _wait_for
+from another_user import NOBODY, _as_nobody, _plant, as_root, precious, shared  # noqa: F401  (fixtures)
 
 
 # --------------------------------------------------------------------------- target lock
@@ -49,3 +52,77 @@ def test_concurrent_runs_on_one_target_wait_or_refuse_and_stay_clean(tmp_path):
     assert (a.images_ok == 6).all() and (c.images_ok == 6).all() and not (tmp_path / "b").exists()
 
 
+# --------------------------------------------------------------------------- locks in a shared folder (issue 44)
+@as_root
+def test_an_output_folder_lock_in_a_shared_folder_follows_no_planted_symlink(shared, precious):
+    out = shared / "out"
+    victim = precious / "victim.conf"
+    _plant(lambda: os.symlink(victim, shared / f".out{lock.LOCK_NAME}"))
+    held = lock.FolderLock(out, "refuse").acquire()
+    try:
+        assert victim.read_text() == "root's own file\n"
+        assert lock.folder_lock_path(out).parent == runtime_dir.path()
+    finally:
+        held.release()
+
+
+@as_root
+def test_a_lock_file_another_user_holds_beside_a_shared_out_is_not_waited_on(shared):
+    """A plain file planted at the lock name, flock()ed by uid 65534: the run neither waits nor refuses on it."""
+    planted = shared / f".out{lock.LOCK_NAME}"
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:          # uid 65534: plants the file and holds a flock on it
+        try:
+            _as_nobody()
+            fd = os.open(planted, os.O_RDWR | os.O_CREAT, 0o644)
+            os.write(fd, b'{"pid": 1, "command": "forged"}')
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.write(w, b"held")
+            time.sleep(60)
+        finally:
+            os._exit(0)
+    os.close(w)
+    try:
+        assert os.read(r, 4) == b"held"
+        held = lock.FolderLock(shared / "out", "refuse").acquire()      # would raise FolderBusy naming "forged"
+        held.release()
+    finally:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        os.close(r)
+
+
+@as_root
+def test_an_output_folder_lock_file_not_ours_is_refused_naming_its_owner(tmp_path):
+    out = tmp_path / "out"
+    f = lock.folder_lock_path(out)
+    f.write_text("")
+    os.chown(f, NOBODY, NOBODY)
+    with pytest.raises(lock.FolderBusy, match=f"lock file {f} belongs to .*uid {NOBODY}.*does not wait") as e:
+        lock.FolderLock(out, "wait").acquire()
+    assert "\n" not in str(e.value)
+
+
+@as_root
+def test_a_symlink_planted_at_a_target_lock_is_refused_not_followed(shared, precious):
+    victim = precious / "victim.conf"
+    _plant(lambda: os.symlink(victim, shared / lock.LOCK_NAME))
+    t = targets.resolve(config.TargetParams(name="x", path=str(shared)), targets.DEVICE_PROFILES)
+    with pytest.raises(lock.TargetBusy, match="is a symbolic link"):
+        lock.TargetLocks([t], "wait").acquire()
+    assert victim.read_text() == "root's own file\n"
+
+
+def test_an_output_folder_lock_in_the_runtime_folder_goes_with_its_run(shared):
+    """Locks of --out folders in /tmp piled up in /dev/shm/storagebrief-<uid> (one per folder, forever): released,
+    the file goes; a killed run's, unheld, goes with the next leftovers sweep; a held one stays."""
+    held = lock.FolderLock(shared / "a", "refuse").acquire()
+    path = lock.folder_lock_path(shared / "a")
+    assert path.parent == runtime_dir.path() and path.exists()
+    assert str(path) not in lock.stale_runtime_locks()          # held: a live run's
+    held.release()
+    assert not path.exists()
+    again = lock.FolderLock(shared / "a", "refuse").acquire()      # as after a kill -9: the fd closes unreleased
+    os.close(again.fd)
+    assert path.exists() and str(path) in lock.stale_runtime_locks() and not path.exists()

@@ -81,3 +81,43 @@ def test_the_harness_script_says_how_to_use_it():
     out = subprocess.run([sys.executable, "-m", "storagebrief.core.nethosts"], capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(REPO / "lib")})
     assert out.returncode == 2 and "up K FOLDER" in out.stderr
+
+
+# --------------------------------------------------------------------------- make hosts twice in one folder (issue 36)
+def test_host_keys_made_twice_in_one_folder_are_replaced_and_a_foreign_key_refused(tmp_path):
+    import shutil
+    from storagebrief.core import nethosts
+    if shutil.which("ssh-keygen") is None:
+        pytest.skip("ssh-keygen is not installed")
+    key = tmp_path / "id_ed25519"
+    nethosts._keygen(key)
+    first = key.read_text()
+    nethosts._keygen(key)                    # before: ssh-keygen refused to overwrite, a traceback
+    assert key.read_text() != first and "storagebrief-test-hosts" in key.with_suffix(".pub").read_text()
+    mine = tmp_path / "mine"
+    mine.write_text("a user's private key")
+    (tmp_path / "mine.pub").write_text("ssh-ed25519 AAAA user@laptop")
+    with pytest.raises(RuntimeError, match="is not a key storagebrief made"):
+        nethosts._keygen(mine)
+    assert mine.read_text() == "a user's private key"
+
+
+@pytest.mark.slow
+def test_make_hosts_twice_in_one_folder(tmp_path):
+    import signal as _signal
+    from storagebrief.core import nethosts
+    why = nethosts.unavailable()
+    if why:
+        pytest.skip(why)
+    for _ in range(2):
+        proc = subprocess.Popen([sys.executable, "-m", "storagebrief.core.nethosts", "up", "1", str(tmp_path / "hosts")],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if "Ctrl-C removes them" in line:
+                break
+        proc.send_signal(_signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0 and any("Ctrl-C removes them" in x for x in lines), err

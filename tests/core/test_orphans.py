@@ -24,7 +24,8 @@ import pytest
 import yaml
 
 from storagebrief.core import leftovers, procs
-from conftest import REPO, process_alive
+from conftest import REPO, process_alive, wait_for
+from another_user import _as_nobody, _dead_pid, _plant, _stop, as_root, shared  # noqa: F401  (shared: a fixture)
 
 ENV = {**os.environ, "PYTHONPATH": str(REPO / "lib")}
 FIO = shutil.which("fio") is not None
@@ -192,3 +193,22 @@ def test_sigterm_during_load_calibration_leaves_no_temp_files(tmp_path):
     assert not list(out.glob(procs.SCRATCH_PREFIX + "*")), "the scratch folder outlived the run"
     assert _wait(lambda: not any(process_alive(p) for p in load), 10)
 
+
+# --------------------------------------------------------------------------- the sweep leaves others' alone (issue 44)
+@as_root
+def test_the_sweep_removes_no_scratch_folder_and_kills_no_process_of_another_user(shared):
+    dead = _dead_pid()
+    theirs = shared / f"{procs.SCRATCH_PREFIX}mpi-{dead}-1"
+    _plant(lambda: (theirs.mkdir(), (theirs / "data").write_text("theirs")))
+    mine = shared / f"{procs.SCRATCH_PREFIX}mpi-{dead}-2"
+    mine.mkdir()
+    lines = procs.remove_dead_scratch(shared)
+    assert (theirs / "data").read_text() == "theirs" and not mine.exists(), lines
+    other = subprocess.Popen(["sleep", "60"], preexec_fn=_as_nobody,
+                             env={**os.environ, procs.OWNER_ENV: f"{dead}:1:forged"})
+    try:
+        assert wait_for(lambda: procs.marker(other.pid) is not None, 10)
+        lines = procs.kill_orphans()
+        assert other.poll() is None and not any(f"process {other.pid} " in ln for ln in lines), lines
+    finally:
+        _stop(other)

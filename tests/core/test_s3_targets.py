@@ -1,6 +1,7 @@
 """Object-storage targets against the real S3 gateway (versitygw, built by `make s3`), never a mock:
 params rules, the gateway's lifecycle and faults, and an external bucket whose foreign objects are
-never touched (a second local versitygw stands in for the user's store)."""
+never touched (a second local versitygw stands in for the user's store), and two runs on one store that never
+take each other for dead (a lease by the store's clock, or this machine + boot + PID namespace)."""
 from __future__ import annotations
 
 import json
@@ -245,3 +246,179 @@ def test_a_full_device_under_the_gateway_is_one_line(tmp_path):
         assert not process_alive(pid)
     finally:
         subprocess.run(["umount", str(mnt)])
+
+
+# --------------------------------------------------------------------------- the S3 set-up (issue 44)
+def test_a_secret_in_an_endpoint_url_is_refused_without_echoing_it(tmp_path):
+    data = {"targets": [{"name": "o", "path": str(tmp_path / "o"), "kind": "s3",
+                         "s3": {"endpoint": "http://alice:hunter2secret@s3.example.com:9000", "bucket": "abc"}}]}
+    with pytest.raises(config.ParamsError, match="holds credentials") as e:
+        config.validate(data, root=tmp_path, check_targets=False)
+    assert "hunter2secret" not in str(e.value) and "alice" not in str(e.value) and "***@s3.example.com" in str(e.value)
+
+
+def _s3_params(tmp_path: Path, **sections) -> dict:
+    return {"targets": [{"name": "dir", "path": str(tmp_path / "dir")},
+                        {"name": "obj", "path": str(tmp_path / "obj"), "kind": "s3", "s3": {}}], **sections}
+
+
+@needs_gateway
+@pytest.mark.parametrize("sections, says", [
+    ({"checkpoint": {"launcher": "mpi"}}, "checkpoint.launcher = mpi: S3 targets (obj) run with forked ranks only"),
+    ({"checkpoint": {"write_block_mib": 1}}, "checkpoint.write_block_mib = 1: S3 targets (obj) upload every file"),
+    ({"emulate": {"launcher": "mpi"}}, "emulate.launcher = mpi: S3 targets (obj) run with launcher: fork only"),
+])
+def test_validate_refuses_what_the_run_refuses_on_s3_targets(tmp_path, sections, says):
+    data = _s3_params(tmp_path, **sections)
+    with pytest.raises(config.ParamsError) as e:
+        config.validate(data, root=tmp_path)
+    assert says in str(e.value) and "\n" not in str(e.value)
+    config.validate(data, root=tmp_path, check_targets=False)          # readers of results: not refused
+    config.validate({**data, "targets": data["targets"][:1]}, root=tmp_path)    # no S3 target: fine
+
+
+def test_validate_refuses_a_local_gateway_target_without_versitygw(tmp_path, monkeypatch, capsys):
+    from storagebrief import cli
+    monkeypatch.setenv(s3gateway.BINARY_ENV, str(tmp_path / "no-versitygw"))
+    f = tmp_path / "params.yaml"
+    f.write_text(json.dumps(_s3_params(tmp_path, emulate={})))
+    assert cli.main(["validate", "--params", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert "S3 target(s) obj (local gateway): " in err and "no-versitygw: no such file" in err and err.count("\n") == 1
+    config.load(f)                      # a run of a study that measures no S3 target does not need versitygw
+    f.write_text(json.dumps(_s3_params(tmp_path)))                     # no study measures it: nothing to refuse
+    assert cli.main(["validate", "--params", str(f)]) == 0
+
+
+# --------------------------------------------------------------------------- liveness across hosts (issue 44)
+def _store(tmp: Path, gw) -> s3store.ObjectStore:
+    data = {"targets": [{"name": "ext", "path": str(tmp / "ext"), "kind": "s3",
+                         "s3": {"endpoint": gw.endpoint, "bucket": "theirs", "prefix": "bench"}}]}
+    return s3store.ObjectStore(targets.resolve_all(config.validate(data, root=tmp), create=True)[0], tmp / "logs")
+
+
+def _keys(c) -> set[str]:
+    return {o["Key"] for o in c.list_objects_v2(Bucket="theirs").get("Contents", [])}
+
+
+def _dead_pid() -> str:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return f"{proc.pid}:1"          # a PID that ran here and ended
+
+
+def _plant(c, gw, run: str, doc: dict, age_s: float = 0) -> str:
+    """A run folder with its marker and one object; an `age_s` old marker: its file's mtime on the store's disk
+    (versitygw's posix backend reports it as LastModified), so the store itself says how old it is."""
+    folder = f"bench/storagebrief-run-{run}/"
+    c.put_object(Bucket="theirs", Key=folder + s3store.MARKER, Body=json.dumps(doc).encode())
+    c.put_object(Bucket="theirs", Key=folder + "obj-0", Body=b"live bytes")
+    if age_s:
+        f = gw.root / "theirs" / folder / s3store.MARKER
+        os.utime(f, (time.time() - age_s, time.time() - age_s))
+    return folder
+
+
+@needs_gateway
+def test_a_live_run_in_another_pid_namespace_or_host_of_the_same_name_is_kept(tmp_path, external):
+    """Markers with this hostname and a PID that is not running here, freshly renewed: another PID namespace
+    (same machine and boot), another machine of the same name, and an old marker without identity. All kept.
+    Before: each was taken for a killed run and its live objects deleted (the first run died with NoSuchKey)."""
+    gw, c = external
+    mine, dead = runlease.identity(), _dead_pid()
+    folders = [_plant(c, gw, "other-ns", {**runlease.marker_doc(dead), "pid_ns": "0:1"}),
+               _plant(c, gw, "other-host", {**runlease.marker_doc(dead), "machine_id": "f" * 32}),
+               _plant(c, gw, "old", {"host": __import__("socket").gethostname(), "owner": dead})]
+    assert mine["boot_id"] and mine["pid_ns"]
+    st = _store(tmp_path, gw).open()
+    try:
+        assert st.removed_stale == []
+        assert all(f + "obj-0" in _keys(c) for f in folders)
+    finally:
+        st.close()
+    assert all(f + "obj-0" in _keys(c) for f in folders) and "datasets/keep.bin" in _keys(c)
+
+
+SECOND_RUN = """
+import sys
+from pathlib import Path
+from storagebrief.core import config, targets, s3store
+data = {"targets": [{"name": "ext", "path": sys.argv[1], "kind": "s3",
+                     "s3": {"endpoint": sys.argv[2], "bucket": "theirs", "prefix": "bench"}}]}
+st = s3store.ObjectStore(targets.resolve_all(config.validate(data, root=Path(sys.argv[1]).parent), create=True)[0],
+                         Path(sys.argv[3])).open()
+print(len(st.removed_stale), flush=True)
+st.close()
+"""
+
+
+@needs_gateway
+@pytest.mark.skipif(os.geteuid() != 0, reason="a PID namespace of its own (unshare --pid) needs root")
+def test_a_second_run_in_its_own_pid_namespace_keeps_the_first_runs_live_objects(tmp_path, external):
+    """The case as found: a live run on the external store, a second run with the same hostname in a PID namespace
+    of its own (its /proc shows none of ours). The first run's objects stay and it reads them after. Before: the
+    second deleted them as a killed run's, the first died with NoSuchKey."""
+    gw, c = external
+    first = _store(tmp_path, gw).open()
+    try:
+        first.put(first.key("obj-0"), b"live bytes")
+        res = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", SECOND_RUN,
+                              str(tmp_path / "ext2"), gw.endpoint, str(tmp_path / "logs2")],
+                             capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "PYTHONPATH": str(REPO / "lib")})
+        if res.returncode and "unshare" in res.stderr and "Traceback" not in res.stderr:
+            pytest.skip(f"no PID namespace here: {res.stderr.strip()}")
+        assert res.returncode == 0 and res.stdout.strip() == "0", res.stderr[-2000:]
+        assert first.get(first.key("obj-0")) == b"live bytes"
+    finally:
+        first.close()
+
+
+@needs_gateway
+def test_an_expired_lease_and_a_dead_run_of_this_namespace_are_removed(tmp_path, external):
+    """A marker not renewed for longer than the lease (by the store's clock; from another host, even one whose
+    process might run) goes; so does a fresh one written in this machine, boot and PID namespace whose process
+    has ended. Their neighbours and the user's object stay."""
+    gw, c = external
+    alive_elsewhere = {**runlease.marker_doc(f"{os.getpid()}:1"), "machine_id": "f" * 32}
+    expired = _plant(c, gw, "expired", alive_elsewhere, age_s=runlease.LEASE_S + 120)
+    same_ns_dead = _plant(c, gw, "dead-here", runlease.marker_doc(_dead_pid()))
+    fresh_elsewhere = _plant(c, gw, "fresh", alive_elsewhere, age_s=runlease.LEASE_S - 120)
+    st = _store(tmp_path, gw).open()
+    try:
+        said = " ".join(st.removed_stale)
+        assert "lease expired" in said and "on this machine has ended" in said, st.removed_stale
+    finally:
+        st.close()
+    keys = _keys(c)
+    assert not [k for k in keys if k.startswith((expired, same_ns_dead))]
+    assert fresh_elsewhere + "obj-0" in keys and "datasets/keep.bin" in keys
+
+
+@needs_gateway
+def test_the_lease_is_renewed_while_the_run_lives_and_never_after_it_closed(tmp_path, external, monkeypatch):
+    gw, c = external
+    monkeypatch.setattr(runlease, "RENEW_S", 0.3)
+    st = _store(tmp_path, gw).open()
+    key = st.prefix + s3store.MARKER
+    first = c.head_object(Bucket="theirs", Key=key)["LastModified"]
+    time.sleep(2.2)                 # LastModified has one-second resolution
+    assert c.head_object(Bucket="theirs", Key=key)["LastModified"] > first
+    doc = json.loads(c.get_object(Bucket="theirs", Key=key)["Body"].read())
+    assert doc["lease_s"] == runlease.LEASE_S and doc["pid_ns"] == runlease.identity()["pid_ns"]
+    st.close()
+    assert not st.lease.alive
+    time.sleep(1)
+    assert not [k for k in _keys(c) if k.startswith(st.prefix)]      # no renewal wrote it back
+
+
+def test_liveness_rules_without_a_store():
+    dead = _dead_pid()
+    here = runlease.marker_doc(dead)
+    assert runlease.why_dead(here, 5) and runlease.why_dead({**here, "pid_ns": "x"}, 5) is None
+    assert runlease.why_dead(runlease.marker_doc(f"{os.getpid()}:999"), 5)         # the PID reused by a later one
+    assert runlease.why_dead(runlease.marker_doc(f"{os.getpid()}:{runlease.start_ticks(os.getpid())}"), 5) is None
+    assert runlease.why_dead({"owner": dead}, None) is None                       # old, age unknown: kept
+    assert runlease.why_dead({"owner": dead}, runlease.LEASE_S + 1)
+    assert runlease.why_dead({**here, "pid_ns": "x", "lease_s": 10 * runlease.LEASE_S}, 2 * runlease.LEASE_S) is None
+    assert runlease.why_dead({"owner": "1:1", "machine_id": "", "boot_id": "", "pid_ns": ""}, 5) is None

@@ -8,9 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from storagebrief.core import config, s3gateway, s3store, targets
+from storagebrief.core import config, outdir, s3gateway, s3store, targets
 from storagebrief.core.store import DELETE_BATCH, DirStore, Store
 from storagebrief.kit import s3ops
+from users_folder import _unchanged, _victim
 
 try:
     s3gateway.binary()
@@ -184,3 +185,24 @@ def test_deletes_go_in_batches_of_1000_and_only_below_the_runs_prefix():
     with pytest.raises(AssertionError, match="refusing"):
         st.put("bench/someone-else", b"x")
     assert c.deletes == [DELETE_BATCH, 500]        # nothing else was sent
+
+
+# --------------------------------------------------------------------------- a symlink in a directory store (issue 44)
+def test_a_directory_store_never_writes_through_a_symlinked_folder_or_file(tmp_path):
+    """The object sweep's files on a directory target (core.store.DirStore): a folder below the store's root
+    that is a symlink is refused, and a file that is one is never opened through it."""
+    from storagebrief.core.store import DirStore
+    victim, files = _victim(tmp_path)
+    root = tmp_path / "t" / "storagebrief" / "object_sweep"
+    root.mkdir(parents=True)
+    (root / "data").symlink_to(victim / "data")
+    st = DirStore(root)
+    with pytest.raises(outdir.UnsafeFolder, match="data is a symlink"):
+        st.put("data/obj-00000", b"random")
+    (root / "put").mkdir()
+    (root / "put" / "obj-00000").symlink_to(victim / "precious.txt")
+    with pytest.raises(OSError):
+        st.put_parts("put/obj-00000", [b"x" * 10], 10)
+    st.put("put/obj-00000", b"ours")           # whole-object put: the link alone is replaced by our file
+    assert (root / "put" / "obj-00000").read_bytes() == b"ours"
+    _unchanged(victim, files)

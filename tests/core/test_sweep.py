@@ -60,6 +60,10 @@ def params(tmp_path):
     config._SECTIONS.pop("fake", None)
 
 
+def _quiet(**kw):
+    return dict(log=lambda *_: None, progress="off", **kw)
+
+
 def test_targets_interleave_inside_each_point_and_common_columns(params, tmp_path):
     frame = sweep.run(_study(), params, tmp_path / "out", log=lambda *_: None, progress="off")
     assert list(zip(frame.config, frame.repeat, frame.target)) == [
@@ -255,3 +259,10 @@ def test_a_held_cgroup_with_the_targets_profile_makes_its_runs_emulated(params, 
     group.remove()
     assert not sweep.Run(sw, two, 1, "r3").emulated
     sw.jobs.end_all()
+
+
+# --------------------------------------------------------------------------- a run id is a name (issue 36)
+def test_a_run_id_that_is_a_path_is_refused(params, tmp_path):
+    with pytest.raises(ValueError, match="run id"):
+        sweep.run(_study(run_id=lambda c, t, r: f"../../{c}"), params, tmp_path / "out", **_quiet())
+    assert not (tmp_path.parent / "a.csv").exists()

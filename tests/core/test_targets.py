@@ -8,7 +8,8 @@ import pytest
 import yaml
 
 from storagebrief.core import cgroups, config, monitor, targets
-from conftest import REPO, needs_blkio, needs_drop_caches
+from conftest import REPO, base_params, needs_blkio, needs_drop_caches, cli_run as _cli, one_line as _one_line
+from mounts import mount, needs_root  # noqa: F401  (mount: a fixture)
 
 
 @pytest.mark.parametrize("path", ["/", "/dev", "/dev/sda1", "/proc/self", "/sys/block", "/etc", "/usr/lib/x"])
@@ -115,3 +116,29 @@ def test_profile_bounds_are_the_kernels():
     for bad in ({"read_iops": 2**32 - 1}, {"write_mb_per_s": float("nan")}, {"read_mb_per_s": -5}):
         with pytest.raises(ValueError, match="outside what the kernel"):
             targets.DeviceProfile(**bad)
+
+
+# --------------------------------------------------------------------------- a target in memory says so (issue 20)
+@needs_root
+def test_ramfs_target_says_what_it_is_not_zero_bytes_free(tmp_path, mount):
+    ram = mount("ram", "-t", "ramfs", "ramfs")
+    data = base_params(tmp_path)
+    data["targets"] = [{"name": "ram", "path": str(ram / "t")}]
+    f = tmp_path / "params.yaml"
+    f.write_text(yaml.safe_dump(data))
+    res = _cli("preprocess", "--params", str(f), "--out", str(tmp_path / "out"))
+    line = _one_line(res)
+    assert res.returncode == 2 and "reports no size" in line and "ramfs" in line and "0 B" not in line
+
+
+@needs_root
+def test_tmpfs_target_is_named_as_memory_in_the_notes(tmp_path, mount):
+    mem = mount("mem", "-t", "tmpfs", "-o", "size=64m", "tmpfs")
+    data = base_params(tmp_path, image_counts=[], processes=[1])
+    data["targets"] = [{"name": "mem", "path": str(mem / "t")}]
+    f = tmp_path / "params.yaml"
+    f.write_text(yaml.safe_dump(data))
+    res = _cli("preprocess", "--params", str(f), "--out", str(tmp_path / "out"))
+    assert res.returncode == 0, res.stderr
+    notes = (tmp_path / "out" / "notes.json").read_text()
+    assert "is on tmpfs, a filesystem in memory" in notes and "not a storage device" in notes

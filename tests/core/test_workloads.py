@@ -86,3 +86,13 @@ def test_an_unknown_workload_without_overrides_names_what_is_missing():
 def test_empty_compute_times_are_refused():
     with pytest.raises(ValueError, match="at least one accelerator type"):
         WorkloadSpec(format="npz", record_bytes=1, batch_size=1, compute_s={})
+
+
+# --------------------------------------------------------------------------- an override's name is a name (issue 44)
+def test_workload_overrides_and_checkpoint_shape_names_follow_the_same_rule():
+    from storagebrief.core import checkpoint_workloads, workloads
+    with pytest.raises(ValueError, match="not allowed"):
+        workloads.merged_spec("<b>x</b>", {"<b>x</b>": {}})
+    raw = {**{k: v for k, v in checkpoint_workloads.WORKLOADS["llama3-8b"].__dict__.items()}, "name": "../x"}
+    with pytest.raises(checkpoint_workloads.CheckpointWorkloadError, match="not allowed"):
+        checkpoint_workloads.CheckpointWorkload(**raw)

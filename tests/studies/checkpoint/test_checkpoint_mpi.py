@@ -18,6 +18,8 @@ from storagebrief.studies.checkpoint import dataset, metrics
 from storagebrief.studies.checkpoint import run as ck_run
 from conftest import REPO, descendants, mpi_missing, process_alive, wait_for
 from test_checkpoint import KILL_SCRIPT, STUDY, _data   # KILL_SCRIPT: rank 2 sleeps 30 s after every barrier
+from test_checkpoint_ranks import _params
+from conftest import cli_run as _cli
 
 NEEDS_MPI = pytest.mark.skipif(mpi_missing() is not None, reason=f"MPI unavailable: {mpi_missing()}")
 BASE = {"layers": 4, "hidden": 512, "ffn": 1024, "heads": 8, "kv_heads": 2, "vocab": 32000}
@@ -178,3 +180,11 @@ def test_ranks_on_another_host_are_put_on_the_barriers_release_with_their_own_du
     release, got = pool.on_one_clock(100.0, [*((r, 0.0) for r in here), (far, 100.0 - 5000.0)])
     assert release == 100.0 and pool.clock == PER_RANK_CLOCK
     assert (got[2].start, got[2].end) == (100.0, 102.5) and got[:2] == here
+
+
+# --------------------------------------------------------------------------- validate and a hostfile (issue 36)
+def test_validate_refuses_a_missing_mpi_hostfile(tmp_path):
+    f = _params(tmp_path, launcher="mpi", mpi={"hostfile": str(tmp_path / "no-such-hostfile")})
+    res = _cli("validate", "--params", str(f))
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert "checkpoint.mpi.hostfile" in res.stderr and "does not exist" in res.stderr

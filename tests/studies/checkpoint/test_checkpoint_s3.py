@@ -1,7 +1,7 @@
 """checkpoint on an S3 target through the real local gateway (versitygw, not a mock): each rank's files as
 multipart uploads read back by ranged GETs, the bytes as written, rows comparable with the directory's, the
 intervals answer for the S3 target, the objects gone, no gateway, registry entry or cgroup left; a gateway
-killed mid-save is a failed row with one line (a killed rank: test_checkpoint_faults3.py); settings S3 cannot take are one line before any work."""
+killed mid-save is a failed row with one line (a killed rank: test_checkpoint_ranks.py); settings S3 cannot take are one line before any work."""
 from __future__ import annotations
 
 import json

@@ -22,7 +22,7 @@ from storagebrief.core import cgroups, columns, config, results, targets as targ
 from storagebrief.formats import tfrecord
 from storagebrief.studies.emulate import STUDY, dataset, metrics, params as emulate_params, plan as emulate_plan, run as emulate_run
 from storagebrief.studies.emulate.loader import Loader, batch_plan, epoch_files, steps_per_epoch
-from conftest import REPO
+from conftest import REPO, cli_run as _cli
 
 
 def _root_blkio_memory() -> str | None:
@@ -469,3 +469,13 @@ def test_notebook_is_thin_and_parameterised():
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
     assert 'notebook.run_study("emulate", emulate' in code
     assert 'brief.study_section("emulate", runs.attrs["out_dir"])' in code
+
+
+# --------------------------------------------------------------------------- an override's name is a name (issue 36)
+def test_a_workload_override_named_like_a_path_is_refused(tmp_path):
+    f = tmp_path / "params.yaml"
+    f.write_text(yaml.safe_dump({"targets": [{"name": "t", "path": str(tmp_path / "t")}],
+                                 "emulate": {"workloads": ["unet3d"],
+                                             "workload_overrides": {"../../victim": {"base": "unet3d"}}}}))
+    res = _cli("validate", "--params", str(f))
+    assert res.returncode == 2 and "a name used in file paths" in res.stderr, res.stderr

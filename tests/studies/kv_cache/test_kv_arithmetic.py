@@ -1,6 +1,6 @@
 """kv_cache arithmetic without any I/O: the bytes-per-token formula, the prefill FLOP model against the
 catalogue's H200 measurement, the break-even on hand-worked numbers, the union of in-flight time, and bad
-params refused before any work, naming the key."""
+params refused before any work, naming the key; the break-even stays a finite answer at every shape bound."""
 from __future__ import annotations
 
 import math
@@ -8,10 +8,12 @@ import math
 import pytest
 
 from storagebrief.core import config
+from storagebrief.studies.kv_cache import breakeven
 from storagebrief.studies.kv_cache import breakeven as be
 from storagebrief.studies.kv_cache.metrics import reload_fit, union_s
 from storagebrief.studies.kv_cache.workload import KIB, MODELS, ModelShape
 from conftest import REPO
+from test_kv_params import SHAPE_BOUNDS
 
 
 def test_kv_bytes_per_token_llama31_8b_is_128_kib_and_70b_320_kib():
@@ -129,3 +131,14 @@ def test_an_unstable_break_even_is_flagged_not_answered():
     assert steady["stable"] and be.sentence(a, steady) == "reloading beats recomputing beyond 3,000 tokens (runs: " \
                                                           "1,000–1,500)"
     assert be.sentence(a, be.spread([1000], 131072)).endswith("(one run: no range)")
+
+
+# --------------------------------------------------------------------------- the break-even at the bounds (issue 44)
+def test_the_break_even_at_every_bound_is_a_finite_answer():
+    """The largest shape the bounds allow, the slowest rate: the arithmetic stays in floats (an unbounded layers
+    count raised OverflowError here and ended a finished sweep as 'a bug')."""
+    big = ModelShape("big", **{k: v for k, v in SHAPE_BOUNDS.items()})
+    for tflops, rate, lat in ((1e-6, 1.0, 100.0), (1e6, 1e12, 0.0), (0.001, 1e-9, 1e9)):
+        a = breakeven.answer(big, tflops, rate, lat, 1 << 24, 1 << 24)
+        assert a["break_even_tokens"] is None or a["break_even_tokens"] >= 1
+        assert breakeven.sentence(a)

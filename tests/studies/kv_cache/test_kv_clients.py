@@ -1,7 +1,7 @@
-"""Faults, round 4 (issue 44), kv_cache side: the clients budgeted before any work (memory against the cgroup
-limit and MemAvailable, tasks against pids.max), a client the OOM killer took names the cgroup's limit, a stopped
-client ends the run in one line within a bounded time, a full target names the target and the file. Each failed
-on the code as found (fdbeda7)."""
+"""kv_cache's clients (studies/kv_cache/clients.py, issue 44): budgeted before any work (memory against the cgroup
+limit and MemAvailable, tasks against pids.max) by `validate` and by the KV run only, not by a load of params; a
+client the OOM killer took names the cgroup's limit; a stopped client ends the run in one line within a bounded
+time. Each failed on the code as found (fdbeda7)."""
 from __future__ import annotations
 
 import os
@@ -19,6 +19,7 @@ from storagebrief.kit import budget
 from storagebrief.studies.kv_cache import clients
 from child_cgroup import ENV, child_cgroup, cli_in, run_in
 from conftest import REPO
+
 
 SMALL = {"run": ["w"], "workloads": {"w": {"model": "llama3.1-8b", "users_per_client": 2, "concurrency": 2}},
          "clients": 2, "contexts": [{"tokens": 16, "weight": 1}], "turns": [{"tokens": 3, "weight": 1}],
@@ -68,6 +69,18 @@ def test_the_budget_counts_every_clients_buffers_and_tier():
     short = budget.Room(None, None, (1 << 20, ""), (int(4 * per / budget.MEMORY_SHARE) - (1 << 20), "MemAvailable"))
     with pytest.raises(ValueError, match=r"kv_cache.clients = 4 \(workload w\) need .*MemAvailable"):
         clients.check_budget(p, short)
+
+
+def test_a_section_beyond_this_machine_loads_and_stops_only_its_own_run(tmp_path, monkeypatch):
+    """Paper-scale KV caches need ~29 GiB available; on this 24 GiB machine that refusal stopped every study's
+    load (the budget was a section validator). It is `validate`'s and the KV run's, not another study's."""
+    monkeypatch.setattr(budget, "memory_left", lambda: (512 << 20, "a test's 512 MiB"))
+    data = {"targets": [{"name": "t", "path": str(tmp_path / "t")}], "kv_cache": HEAVY,
+            "object_sweep": {"object_sizes": ["4k"], "concurrency": [1], "loads": ["idle"]}}
+    p = config.validate(data)                                  # loads: another study's run is not stopped
+    machine_fit.check_machine(p, ["object_sweep"])
+    with pytest.raises(config.ParamsError, match=r"kv_cache.clients = 4 \(workload w\) need .*a test's 512 MiB"):
+        machine_fit.check_machine(p)
 
 
 # --------------------------------------------------------------------------- a client the OOM killer took
@@ -136,15 +149,3 @@ def test_a_stopped_client_is_named_and_ends_the_run_in_bounded_time(tmp_path):
 
 
 # a full target names the target and the file: test_kv_cache_runs.py::test_a_target_that_fills_mid_run_is_a_failed_row_and_left_clean
-
-
-def test_a_section_beyond_this_machine_loads_and_stops_only_its_own_run(tmp_path, monkeypatch):
-    """Paper-scale KV caches need ~29 GiB available; on this 24 GiB machine that refusal stopped every study's
-    load (the budget was a section validator). It is `validate`'s and the KV run's, not another study's."""
-    monkeypatch.setattr(budget, "memory_left", lambda: (512 << 20, "a test's 512 MiB"))
-    data = {"targets": [{"name": "t", "path": str(tmp_path / "t")}], "kv_cache": HEAVY,
-            "object_sweep": {"object_sizes": ["4k"], "concurrency": [1], "loads": ["idle"]}}
-    p = config.validate(data)                                  # loads: another study's run is not stopped
-    machine_fit.check_machine(p, ["object_sweep"])
-    with pytest.raises(config.ParamsError, match=r"kv_cache.clients = 4 \(workload w\) need .*a test's 512 MiB"):
-        machine_fit.check_machine(p)

@@ -1,40 +1,16 @@
-"""Faults, round 4 (issue 44), object-sweep side: the payload is one copy (it was three: numpy, `.tobytes()`, a GET
-worker's zeroed body), so the budget's arithmetic holds; an object beyond the memory the run may use is refused by
+"""The object sweep's worker and its budget (studies/object_sweep/worker.py, issue 44): a GET worker holds no body and
+a PUT worker one copy, so the budget's arithmetic holds; an object beyond the memory the run may use is refused by
 `validate` and the run, with the numbers; one that fits runs where it was OOM-killed. Each failed on the code as
 found (fdbeda7)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import yaml
 
-from child_cgroup import ENV, child_cgroup, cli_in
-from conftest import REPO
+from child_cgroup import child_cgroup, cli_in
+from peak_memory import MIB, OBJECT, _peak_kib
 from storagebrief.studies.object_sweep.worker import GO
-
-MIB = 1 << 20
-OBJECT = 256 * MIB
-
-
-def _peak_kib(code: str, stdin: str = "") -> int:
-    """The peak RSS (KiB) of a fresh Python running `code`: VmHWM, its own address space's high-water mark.
-    ru_maxrss survives exec on Linux, so it carried this pytest process's RSS at the fork (281 MiB late in the
-    whole suite) into the child's figure."""
-    probe = code + ("\nimport sys; print([l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM:')][0], "
-                    "file=sys.stderr)")
-    res = subprocess.run([sys.executable, "-c", probe], input=stdin, capture_output=True, text=True, env=ENV,
-                         cwd=REPO, timeout=120)
-    assert res.returncode == 0, res.stderr
-    return int(res.stderr.strip().splitlines()[-1])
-
-
-def test_the_payload_is_made_once_as_one_copy():
-    """256 MiB: 518 MiB above the interpreter before (an array and its .tobytes()), 278 MiB now."""
-    base = _peak_kib("from storagebrief.kit import s3ops")
-    peak = _peak_kib(f"from storagebrief.kit import s3ops; b = s3ops.payload({OBJECT}, 0); assert len(b) == {OBJECT}")
-    assert (peak - base) * 1024 < 1.2 * OBJECT, f"{(peak - base) / 1024:.0f} MiB for a 256 MiB payload"
 
 
 def test_a_get_worker_holds_no_body_and_a_put_worker_one(tmp_path):
