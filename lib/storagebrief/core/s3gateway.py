@@ -20,6 +20,13 @@ is removed only when it has a bucket name of ours (`sb-...`), is a real folder o
 in the very gateway root the run made (device and inode recorded at start, opened without following a
 symlink). Entries of earlier versions (/dev/shm/storagebrief-s3gw-*.json, writable by anyone's planting)
 are ignored; `legacy_entries()` lists them for doctor.
+
+The gateway proves it is ours before it gets a byte (issue 57): the port number is in versitygw's argv, which
+every user can read, so another user may bind it first. Ready means every socket listening on the port
+(/proc/net/tcp{,6}) is one of versitygw's own fds; anyone else's listener fails the start in one line
+(GatewaySetupError, naming its uid) before a connection is made. Then a GET, signed with this start's key, of a
+random nonce written into a proof bucket under the gateway's own root (0700 when ours) must return the nonce;
+the proof bucket is removed after (recorded in the registry first).
 """
 from __future__ import annotations
 
@@ -104,6 +111,47 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def listeners(port: int) -> list[tuple[int, int]]:
+    """(socket inode, uid) of every TCP socket listening on `port`, any address, IPv4 or IPv6 (this
+    network namespace's /proc/net/tcp{,6}: readable by every user, uid included)."""
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for ln in lines:
+            f = ln.split()
+            if len(f) > 9 and f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port:
+                found.append((int(f[9]), int(f[7])))
+    return found
+
+
+def socket_inodes(pid: int) -> set[int]:
+    """The inodes of the sockets process `pid` holds open (its /proc/<pid>/fd links socket:[inode])."""
+    out = set()
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return out
+    for fd in fds:
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            out.add(int(link[8:-1]))
+    return out
+
+
+def socket_holder(inode: int) -> int | None:
+    """A process holding socket `inode`, where this user may look (root: any); None when none is visible."""
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit() and inode in socket_inodes(int(d.name)):
+            return int(d.name)
+    return None
+
+
 def _log_cause(path: Path) -> str:
     try:
         text = path.read_text(errors="replace")[-(1 << 20):]
@@ -131,6 +179,7 @@ class Gateway:
         self.startup_s: float | None = None
         self.marker = ""                       # STORAGEBRIEF_OWNER of the gateway process
         self.root_id: list[int] | None = None  # (st_dev, st_ino) of root as made: the sweep removes only there
+        self._proof: tuple[str, bytes] | None = None   # (bucket, nonce) of the start-up proof request
 
     @property
     def endpoint(self) -> str:
@@ -157,6 +206,8 @@ class Gateway:
                                     "another port, or null to pick a free one")
         self.port = self.port or free_port()
         self.root.mkdir(parents=True, exist_ok=True)
+        if self.root.stat().st_uid == os.geteuid():
+            os.chmod(self.root, 0o700)       # the objects, and the proof nonce, are this user's alone
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.marker = f"{procs.owner_token()}:s3gw-{self.port}"
         env = {**os.environ, procs.OWNER_ENV: self.marker,
@@ -167,26 +218,80 @@ class Gateway:
         with open(self.log_path, "ab") as fh:
             self.proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          env=env, preexec_fn=self._preexec(), start_new_session=True)
-        self._register()
         try:
+            self._register()
+            self._make_proof()
             self._wait_ready(t0 + timeout_s)
         except BaseException:
             self.stop()
+            self._drop_proof()
             raise
         self.startup_s = time.monotonic() - t0
         return self
 
     def _wait_ready(self, deadline: float) -> None:
+        """Ready = the listener on 127.0.0.1:port is our child's own socket (no byte goes to anyone else's),
+        then an authenticated GET of a nonce only our gateway can serve (proof_bucket)."""
         while True:
+            inodes = listeners(self.port)
+            theirs = [(i, uid) for i, uid in inodes if i not in socket_inodes(self.proc.pid)] if inodes else []
+            if theirs:
+                inode, uid = theirs[0]
+                holder = socket_holder(inode)
+                raise GatewaySetupError(
+                    f"the gateway's port {self.port} on 127.0.0.1 was taken by another process (uid {uid}"
+                    + (f", pid {holder}" if holder else "") + ") before versitygw could bind it: another local "
+                    "user may be impersonating the gateway; nothing was sent to it; try again")
             self.check()
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as c:
-                c.settimeout(0.5)
-                if c.connect_ex(("127.0.0.1", self.port)) == 0:
-                    return
+            if inodes:
+                return self._prove(deadline)
             if time.monotonic() > deadline:
                 raise GatewayDied(f"versitygw did not listen on 127.0.0.1:{self.port} within the start-up time; "
                                   f"its log says: {_log_cause(self.log_path)} ({self.log_path})")
             time.sleep(0.05)
+
+    def _prove(self, deadline: float) -> None:
+        """GET the nonce written under our own root, signed with this start's key: only our gateway has both."""
+        import boto3
+        from botocore.config import Config
+
+        name, nonce = self._proof
+        cfg = Config(signature_version="s3v4", connect_timeout=2, read_timeout=10, retries={"max_attempts": 1},
+                     s3={"addressing_style": "path"})
+        c = boto3.client("s3", endpoint_url=self.endpoint, region_name=self.region, config=cfg, **self.credentials)
+        while True:
+            try:
+                body = c.get_object(Bucket=name, Key="nonce")["Body"].read()
+                break
+            except Exception as exc:   # noqa: BLE001 -- retried until the deadline, then named
+                self.check()
+                if time.monotonic() > deadline:
+                    raise GatewayDied(f"versitygw on 127.0.0.1:{self.port} did not answer its proof request "
+                                      f"({one_line(str(exc), 160)}); its log says: {_log_cause(self.log_path)}") from None
+                time.sleep(0.1)
+        if body != nonce:
+            raise GatewaySetupError(f"the server on 127.0.0.1:{self.port} answered the gateway's proof request "
+                                    f"with {len(body)} bytes that are not the nonce: it is not our versitygw; "
+                                    "try again")
+        self._drop_proof()
+
+    def _make_proof(self) -> None:
+        """A bucket folder of ours holding a random nonce, under the root (0700 where ours)."""
+        name, nonce = f"sb-proof-{secrets.token_hex(6)}", secrets.token_bytes(32)
+        self.own_bucket(name)                 # recorded first: a kill -9 leaves it to the leftovers sweep
+        folder = self.root / name
+        folder.mkdir(mode=0o700)
+        fd = os.open(folder / "nonce", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(nonce)
+        self._proof = (name, nonce)
+
+    def _drop_proof(self) -> None:
+        if self._proof is not None:
+            name, self._proof = self._proof[0], None
+            remove_bucket(self.root, self.root_id, name)
+            self.buckets = [b for b in self.buckets if b != name]
+            self._write_registry()
 
     def check(self) -> None:
         """Raise GatewayDied, quoting its log, when the gateway has exited."""

@@ -6,7 +6,9 @@ body byte read or sent), and reads this process's CPU time (user + system, all t
 whole batch: CPU seconds per GB is the client's cost, and CPU busy (and run-queue wait) ÷ (wall × the
 cores this process can use: one for an interpreter-bound client, kit/client_bound) says whether the
 client, not the store, was the limit. The payload is random bytes made once (incompressible,
-as in warp and elbencho); GET bodies are read and dropped.
+as in warp and elbencho); GET bodies are read, counted and dropped: a
+body whose received length is not the object's size fails the batch (ShortRead), so bytes_moved is
+always bytes received.
 
 `s3dlio_batch` does the same with s3dlio (Rust, the library MLPerf Storage v3.0 uses for object
 runs) for the client comparison in benchmarks/s3_clients.py; its client is one process-wide
@@ -38,6 +40,10 @@ def payload(size: int, seed: int = 0) -> bytes:
     for off in range(0, size, PAYLOAD_CHUNK):
         out.write(rng.integers(0, 256, min(PAYLOAD_CHUNK, size - off), dtype=np.uint8))
     return out.getvalue()
+
+
+class ShortRead(OSError):
+    """A GET's body came back shorter (or longer) than the object: the batch fails, nothing is counted."""
 
 
 def _length(body) -> int:
@@ -109,9 +115,12 @@ def boto3_batch(client, bucket: str, op: str, keys: list[str], body: bytes | int
         if op == "put":
             client.put_object(Bucket=bucket, Key=key, Body=body)
         else:
-            stream = client.get_object(Bucket=bucket, Key=key)["Body"]
-            while stream.read(1 << 20):
-                pass
+            stream, got = client.get_object(Bucket=bucket, Key=key)["Body"], 0
+            while chunk := stream.read(1 << 20):
+                got += len(chunk)
+            if got != body:
+                raise ShortRead(f"GET s3://{bucket}/{key} returned {got} of {body} bytes: a short body is not "
+                                "a whole object")
         return time.perf_counter() - t0
 
     return _timed(one, keys, op, body, concurrency, interpreter_bound=True)

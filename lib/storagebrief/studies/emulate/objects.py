@@ -91,6 +91,8 @@ class ObjectLoader(Loader):
             got_total += len(chunk)
             t0 = clock()
         body.close()
+        if got_total != length:     # a short body is no sample read: the run fails, never counts it
+            raise OSError(f"GET s3 {self.files[f]} bytes {offset}+{length}: received {got_total} bytes")
         if self.s3["backing"]:   # the gateway's file out of the page cache: later epochs from the device
             self._evict(self.files[f])
         return got_total
