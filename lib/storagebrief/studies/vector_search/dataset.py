@@ -15,15 +15,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
 from ...core import results
+from ...core.causes import EnvironmentFailure
 from ...core.folders import folder_below
 from ...kit.launch import open_launch
 from ...kit.ranks import Worker
-from . import STUDY
+from . import STUDY, fit
 from .params import VectorSearchParams
 
 SETS = ("clustered", "uniform")
@@ -117,7 +119,7 @@ def _build(p: VectorSearchParams, tmp: Path) -> float:
     (tmp / INDEX).mkdir()
     cfg = {"vectors": str(tmp / "vectors.npy"), "index_dir": str(tmp / INDEX), "graph_degree": p.graph_degree,
            "build_complexity": p.build_complexity, "pq_chunks": p.pq_chunks, "build_threads": p.build_threads,
-           "build_memory_gib": max(0.25, 4 * p.num_vectors * p.dimension * 4 / 2**30)}
+           "build_memory_gib": fit.build_memory_gib(p)}
     with open_launch(BUILDER, [0], cfg, start_timeout_s=120) as launch:
         _, done = launch.operate(timeout_s=24 * 3600)
     return float(done[0].result["build_seconds"])
@@ -132,12 +134,40 @@ def _have(directory: Path, want: dict) -> dict | None:
     return None
 
 
+def space_needed(p: VectorSearchParams, target, builds: bool) -> int:
+    """Bytes `target` needs for the sets it lacks (a kept set counts only when it holds this shape): each finished
+    set, and where they are built (`builds`: not copied from another target) the last at its build's peak."""
+    kinds = SETS if p.uniform_control else SETS[:1]
+    missing = [k for k in kinds if _have(folder(target, k), shape(p, k)) is None]
+    if not missing:
+        return 0
+    finished = p.dataset_bytes() // (2 if p.uniform_control else 1)
+    last = fit.build_peak_bytes(p)[0] if builds else finished
+    return finished * (len(missing) - 1) + last
+
+
 def _copy(source: Path, tmp: Path) -> dict:
     """The data set of another target, byte for byte (the index is the same wherever it lives)."""
     (tmp / INDEX).mkdir()
     for name in ("queries.npy", "truth.npy", *(f"{INDEX}/{f.name}" for f in index_files(source))):
         shutil.copyfile(source / name, tmp / name)
     return {**json.loads((source / MANIFEST).read_text()), "copied_from": str(source)}
+
+
+@contextmanager
+def _full_is_one_line(target, kind: str, tmp: Path, p: VectorSearchParams):
+    """A target that fills during a build (DiskANN's Rust error, or a write of ours): one line naming the folder
+    and the bytes its build needs, not the worker's traceback (the staging folder goes: results.staged_dir)."""
+    try:
+        yield
+    except Exception as exc:
+        if not fit.full_during_build(exc):
+            raise
+        need, how = fit.build_peak_bytes(p)
+        raise EnvironmentFailure(
+            f"vector_search: target '{target.name}' filled while building the {kind} set in {tmp}: No space left "
+            f"on device; its build needs about {need:,} bytes ({need / 2**30:,.2f} GiB) there at its peak ({how}): "
+            "free space on the target or lower vector_search.num_vectors") from None
 
 
 def ready(target, p: VectorSearchParams, kind: str, status=print, source_target=None) -> dict:
@@ -157,7 +187,7 @@ def ready(target, p: VectorSearchParams, kind: str, status=print, source_target=
         return {**manifest, "reused": False}
     status(f"vector_search: generating the {kind} set ({p.num_vectors:,} x {p.dimension}) and building its index "
            f"on '{target.name}'")
-    with results.staged_dir(directory) as tmp:
+    with results.staged_dir(directory) as tmp, _full_is_one_line(target, kind, tmp, p):
         vectors, queries = generate(p, kind)
         np.save(tmp / "vectors.npy", vectors)
         np.save(tmp / "queries.npy", queries)

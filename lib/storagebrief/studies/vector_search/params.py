@@ -62,11 +62,15 @@ class VectorSearchParams(OnSomeTargets):   # targets: a subset of the target nam
         return self
 
     def check_machine(self) -> None:
-        """Search threads within THREADS_PER_CORE x this machine's CPUs (validate and the study's run)."""
+        """Search threads within THREADS_PER_CORE x this machine's CPUs, then the tasks and memory of the largest
+        phase within this machine's limits (fit.check_budget, kit.budget): validate and the study's run."""
+        from .fit import check_budget
+
         cores = os.cpu_count() or 1
         if max(self.threads) > cores * THREADS_PER_CORE:
             raise ParamsError(f"vector_search.threads = {self.threads}: at most {cores * THREADS_PER_CORE} "
                               f"({THREADS_PER_CORE} per CPU, {cores} CPUs here)")
+        check_budget(self)
 
     # -- sizes: the index layout of DiskANN's disk index (4 KiB sectors of whole nodes) -----------------------
     @property

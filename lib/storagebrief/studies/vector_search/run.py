@@ -43,19 +43,21 @@ class VectorState:
 
 
 # --------------------------------------------------------------------------- prepare
-def _needed(p: VectorSearchParams, t) -> int:
-    kinds = dataset.SETS if p.uniform_control else dataset.SETS[:1]
-    have = [k for k in kinds if (dataset.folder(t, k) / dataset.MANIFEST).is_file()]
-    return p.dataset_bytes() * (len(kinds) - len(have)) // len(kinds)
+def _needed(p: VectorSearchParams, t, builds: bool) -> int:
+    """The sets `t` lacks (a kept set of another shape is rebuilt: not present); where they are built, the last
+    one at its build's peak (fit.build_peak_bytes: vectors, index and DiskANN's temporaries)."""
+    return dataset.space_needed(p, t, builds)
 
 
 def prepare(sweep) -> None:
     p: VectorSearchParams = sweep.p
     p.check_machine()
     sweep.state = VectorState()
-    space.check_space(sweep.targets, lambda t: _needed(p, t), "the vector sets and their DiskANN indexes")
     kinds = dataset.SETS if p.uniform_control else dataset.SETS[:1]
     first = sweep.targets[0] if sweep.targets else None
+    space.check_space(sweep.targets, lambda t: _needed(p, t, t is first),
+                      "the vector sets and their DiskANN indexes (a build's peak: the vectors, the index and "
+                      "DiskANN's temporaries)")
     for t in sweep.targets:     # built once, on the first target; the others get a copy (the same bytes)
         sweep.state.sets[t.name] = {k: dataset.ready(t, p, k, sweep.status, None if t is first else first)
                                     for k in kinds}
@@ -119,8 +121,12 @@ def run_one(run, config: Config) -> Measurement:
         run.stop_clock()
         after = cgroup_read_stats(group, t.device)
     result = done[0].result
-    resident = sum(cache.cached_pages(f) for f in files)
     qd = c.beam_width * c.threads
+    if result.get("error"):         # a search thread died: the row fails, and no QPS or recall is reported
+        return Measurement({"data": c.data, "search_list": c.search_list, "beam_width": c.beam_width,
+                            "threads": c.threads, "queue_depth": qd, "throttled": bool(run.emulated)},
+                           ok=False, failure_reason=result["error"])
+    resident = sum(cache.cached_pages(f) for f in files)
     dev = _probe(run, group, dataset.disk_index(folder), qd)
     truth = np.load(folder / "truth.npy")[: result["queries"]]
     block = metrics.block_reads(before, after, run.monitor.summary() if run.monitored else {})
