@@ -6,6 +6,8 @@ numbers; a search thread that dies fails its row, and its QPS and recall are nev
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import textwrap
 import threading
@@ -13,6 +15,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import yaml
 
 from storagebrief.core.causes import EnvironmentFailure
 from storagebrief.core.targets import Target
@@ -21,6 +24,7 @@ from storagebrief.studies.vector_search import dataset, fit, search
 from storagebrief.studies.vector_search import run as run_mod
 from storagebrief.studies.vector_search.params import VectorSearchParams
 from child_cgroup import child_cgroup, run_in
+from conftest import REPO
 
 
 def _p(**kw) -> VectorSearchParams:
@@ -43,6 +47,22 @@ def test_the_space_check_counts_the_builds_peak_and_only_a_kept_set_of_this_shap
     assert run_mod._needed(p, t, True) == peak                        # rebuilt: not present
     (d / dataset.MANIFEST).write_text(json.dumps({"shape": dataset.shape(p, "clustered")}))
     assert run_mod._needed(p, t, True) == 0
+
+
+def test_a_set_whose_index_fits_but_whose_build_does_not_is_refused_before_any_work(tmp_path, small_fs):
+    """12,000 x 128 on a 16 MiB filesystem: the finished index (14.4 MB) fits beside the 10 % reserve, the build's
+    peak (vectors.npy beside the index and its temporaries) does not. Before: accepted, then ENOSPC mid-build."""
+    section = {**_p(num_vectors=12_000, dimension=128, uniform_control=False).model_dump(exclude={"targets"})}
+    data = {"targets": [{"name": "small", "path": str(small_fs / "t")}], "vector_search": section}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(data))
+    out = subprocess.run([sys.executable, "-m", "storagebrief.cli", "vector-search", "--params",
+                          str(tmp_path / "params.yaml"), "--out", str(tmp_path / "out"), "--progress", "off"],
+                         cwd=REPO, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(REPO / "lib")})
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr[-3000:]
+    assert "target 'small'" in out.stderr and "a build's peak" in out.stderr
+    assert not [f for f in (small_fs / "t").rglob("*") if f.is_file() and f.name != ".storagebrief.lock"]
 
 
 def test_a_target_that_fills_during_the_build_is_one_line_naming_the_folder_and_the_bytes(small_fs):
