@@ -216,7 +216,7 @@ def ready(target, p: VectorSearchParams, kind: str, status=print, source_target=
         status(f"vector_search: copying the {kind} set to '{target.name}'")
         with results.staged_dir(directory) as tmp:
             manifest = _copy(source, tmp)
-            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
+            (tmp / MANIFEST).write_text(results.json_text(manifest, indent=1))
         return {**manifest, "reused": False}
     status(f"vector_search: generating the {kind} set ({p.num_vectors:,} x {p.dimension}) and building its index "
            f"on '{target.name}'")
@@ -231,5 +231,5 @@ def ready(target, p: VectorSearchParams, kind: str, status=print, source_target=
         files = {f.name: f.stat().st_size for f in index_files(tmp)}
         manifest = {"shape": want, "build_seconds": seconds, "index_files": files,
                     "index_bytes": sum(files.values()), "files": kept_files(tmp)}
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
+        (tmp / MANIFEST).write_text(results.json_text(manifest, indent=1))
     return {**manifest, "reused": False}

@@ -6,7 +6,6 @@ diskannpy-rust), not Milvus. v3.0 requires exactly five runs per point; a point 
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -70,4 +69,4 @@ def write(root: Path, frame, p, study: dict) -> None:
             "data": "generated clustered vectors with planted queries (v3.0 query_mode: planted); the uniform "
                     "control is v3.0's random data", "v30_keys": list(V30_KEYS), "added_keys": list(ADDED_KEYS),
             "points": points}
-    (root / "provenance.json").write_text(json.dumps(prov, indent=1))
+    results.write_json(root / "provenance.json", prov)
