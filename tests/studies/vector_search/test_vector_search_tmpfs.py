@@ -67,9 +67,20 @@ def test_a_tmpfs_target_runs_to_the_end_and_is_kept(tmp_path, tmpfs_target):
     assert "a bug" not in out.stderr and "Traceback" not in out.stderr
     runs = pd.read_csv(tmp_path / "out" / "runs.csv")
     assert set(runs.status) == {"ok"} and runs.reads_per_query_block.isna().all()
+    assert runs.block_source.str.startswith("not measured: no block device").all()
     summaries = list((tmp_path / "out" / "mlperf" / "mem").rglob("summary.json"))
     assert len(summaries) == len(runs)
     for f in summaries:
         s = json.loads(f.read_text(), parse_constant=lambda c: pytest.fail(f"{f} holds {c}"))
         assert s["disk_io"]["block_reads_per_query"] is None and "not measured" in s["disk_io"]["block_source"]
         assert all(v is None or not isinstance(v, float) or math.isfinite(v) for v in s.values())
+    # the brief says so in words rather than only "do not agree"
+    import IPython.display
+    shown, saved = [], IPython.display.display
+    IPython.display.display = lambda *objs, **kw: shown.extend(str(getattr(o, "data", o)) for o in objs)
+    try:
+        studies.get("vector_search").brief_section(tmp_path / "out", runs, ["mem"])
+    finally:
+        IPython.display.display = saved
+    assert "The block layer&#x27;s reads were not measured" in "".join(shown) or \
+        "The block layer's reads were not measured" in "".join(shown)
