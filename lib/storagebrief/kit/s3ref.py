@@ -38,7 +38,7 @@ def missing() -> str | None:
 
 
 def _ended(proc: subprocess.Popen) -> str:
-    """How the reference client ended, in words: 'killed by signal 9 (SIGKILL)' or 'exited with status N'."""
+    """How the reference client ended, in words: 'killed by signal 9 (SIGKILL)' or 'exited (status N)'."""
     try:
         code = proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
@@ -49,7 +49,7 @@ def _ended(proc: subprocess.Popen) -> str:
         except ValueError:
             name = "unknown signal"
         return f"was killed by signal {-code} ({name}) (from outside the run, or the OOM killer)"
-    return f"exited with status {code}"
+    return f"exited (status {code})"
 
 
 def _line(proc: subprocess.Popen, timeout_s: float, what: str) -> str:
