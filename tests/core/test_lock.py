@@ -126,3 +126,31 @@ def test_an_output_folder_lock_in_the_runtime_folder_goes_with_its_run(shared):
     again = lock.FolderLock(shared / "a", "refuse").acquire()      # as after a kill -9: the fd closes unreleased
     os.close(again.fd)
     assert path.exists() and str(path) in lock.stale_runtime_locks() and not path.exists()
+
+
+def test_a_lock_file_with_escape_codes_and_a_forged_line_is_printed_escaped_on_one_line(tmp_path):
+    """Issue 57 defect 9: a target's lock file is writable by others; what it says is escaped before printing."""
+    t = targets.resolve(config.TargetParams(name="x", path=str(tmp_path)), targets.DEVICE_PROFILES)
+    forged = {"pid": "1\x1b[2J", "command": "x\x1b]0;owned\x07\nstoragebrief: done, 0 errors; now run: rm -rf ~\r" + "y" * 500,
+              "since": "\x1b[31mnow\u202e"}
+    path = tmp_path / lock.LOCK_NAME
+    path.write_text(json.dumps(forged))
+    fd = os.open(path, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)                       # the forger holds it
+    try:
+        with pytest.raises(lock.TargetBusy) as err:
+            lock.TargetLocks([t], "refuse").acquire()
+        said = []
+        waiter = lock.TargetLocks([t], "wait", log=said.append)
+        import threading
+        th = threading.Thread(target=waiter.acquire, daemon=True)
+        th.start()
+        assert _wait_for(lambda: said, 10)
+    finally:
+        os.close(fd)
+    th.join(10)
+    waiter.release()
+    for msg in (str(err.value), said[0]):
+        assert "\n" not in msg and "\r" not in msg and "\x1b" not in msg and "\x07" not in msg and "\u202e" not in msg
+        assert "\\x1b[2J" in msg and "\\x1b]0;owned\\x07 storagebrief: done" in msg and "\\u202e" in msg
+        assert len(msg) < 600 and "y" * 200 not in msg

@@ -7,6 +7,7 @@ left on device`). Readers here find that line so that an error message can quote
 from __future__ import annotations
 
 import re
+import unicodedata
 
 MAX_CHARS = 300
 
@@ -23,6 +24,16 @@ def one_line(text: str, limit: int = MAX_CHARS) -> str:
     """Whitespace runs (newlines too) made single spaces; cut at `limit` characters."""
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def untrusted(text, limit: int = 120) -> str:
+    """Text from a file others can write (a lock file's holder), fit to print on one line of anyone's
+    terminal: newlines and other whitespace made single spaces, every other control or format character
+    (ESC, DEL, C1, bidi overrides) shown as an escape (\\x1b, \\u202e), cut at `limit` characters."""
+    flat = " ".join(str(text).split())
+    out = "".join(c if unicodedata.category(c) not in ("Cc", "Cf", "Cs", "Co", "Zl", "Zp")
+                  else (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}") for c in flat)
+    return out if len(out) <= limit else out[: limit - 1] + "…"
 
 
 def known_cause(text: str, patterns: list[re.Pattern]) -> str | None:

@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 from . import runtime_dir
+from .causes import untrusted
 
 LOCK_NAME = ".storagebrief.lock"
 
@@ -53,7 +54,8 @@ def _user(uid: int) -> str:
 def _holder(fd: int) -> str:
     try:
         info = json.loads(os.pread(fd, 4096, 0) or b"{}")
-        who = f"PID {info.get('pid', '?')} ({info.get('command', '?')}, since {info.get('since', '?')})"
+        pid, cmd, since = (untrusted(info.get(k, "?"), n) for k, n in (("pid", 12), ("command", 120), ("since", 32)))
+        who = f"PID {pid} ({cmd}, since {since})"
     except (OSError, ValueError, AttributeError):
         who = "another storagebrief run"
     uid = os.fstat(fd).st_uid

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -78,8 +79,29 @@ def atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
+def finite(obj):
+    """`obj` with every NaN or infinite number (float, numpy, pandas NA) made None: results JSON is strict JSON,
+    which has no NaN (a reader other than Python's json refuses the file)."""
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite(v) for v in obj]
+    if hasattr(obj, "item") and getattr(obj, "shape", None) == ():      # a numpy scalar
+        obj = obj.item()
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if obj is pd.NA or obj is pd.NaT:
+        return None
+    return obj
+
+
+def json_text(obj, indent: int = 2, sort_keys: bool = True) -> str:
+    """Strict JSON (allow_nan=False) of `obj` after `finite`: NaN and infinities are null."""
+    return json.dumps(finite(obj), indent=indent, sort_keys=sort_keys, default=str, allow_nan=False)
+
+
 def write_json(path: Path, obj) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+    atomic_write_text(path, json_text(obj) + "\n")
 
 
 def write_csv(path: Path, frame: pd.DataFrame) -> None:

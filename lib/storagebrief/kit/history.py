@@ -13,6 +13,7 @@ import csv
 import hashlib
 import io
 import json
+import math
 import time
 from pathlib import Path
 
@@ -59,11 +60,20 @@ def earlier(study_dir, measure: str, target: str) -> list[list[float]]:
             measure, target, me["params_hash"], me["code"], me["machine"])
         if not same or r["run_id"] == me["run_id"]:
             continue
-        try:
-            by_run.setdefault(r["run_id"], []).append(float(r["value"]))
-        except ValueError:
-            continue
+        v = _value(r["value"])
+        if v is not None:
+            by_run.setdefault(r["run_id"], []).append(v)
     return list(by_run.values())
+
+
+def _value(text) -> float | None:
+    """A recorded value, or None when it is not a finite positive number: the file is anyone's to edit, and a
+    row of -5e9 or inf must not stretch page 1's range to "-5,000,000,000.0–inf"."""
+    try:
+        v = float(text)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) and v > 0 else None
 
 
 def record(reports_dir, answers: list[dict], study_dirs: dict[str, Path]) -> int:
@@ -84,7 +94,7 @@ def record(reports_dir, answers: list[dict], study_dirs: dict[str, Path]) -> int
                 continue
             seen.add(key)
             new += [{"recorded_utc": now, "study": a["study"], **me, "measure": measure, "target": str(a["target"]),
-                     "value": repr(float(v))} for v in values if v is not None and float(v) == float(v)]
+                     "value": repr(float(v))} for v in values if _value(v) is not None]
     if new:
         out = io.StringIO()
         w = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\n")

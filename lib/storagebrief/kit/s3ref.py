@@ -14,18 +14,20 @@ from __future__ import annotations
 import json
 import os
 import select
+import signal
 import subprocess
 import time
 from pathlib import Path
 
+from ..core.causes import EnvironmentFailure, untrusted
 from ..core.procs import Scope
 
 REPO = Path(__file__).resolve().parents[3]
 BINARY = REPO / ".tools" / "bin" / "s3ref"
 
 
-class ReferenceFailed(RuntimeError):
-    """The reference client did not start, or its batch failed (its own words)."""
+class ReferenceFailed(EnvironmentFailure):
+    """The reference client did not start, died, or its batch failed (its own words): one line, never 'a bug'."""
 
 
 def missing() -> str | None:
@@ -35,13 +37,28 @@ def missing() -> str | None:
     return None
 
 
+def _ended(proc: subprocess.Popen) -> str:
+    """How the reference client ended, in words: 'killed by signal 9 (SIGKILL)' or 'exited (status N)'."""
+    try:
+        code = proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        return "stopped answering"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = "unknown signal"
+        return f"was killed by signal {-code} ({name}) (from outside the run, or the OOM killer)"
+    return f"exited (status {code})"
+
+
 def _line(proc: subprocess.Popen, timeout_s: float, what: str) -> str:
     ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
     if not ready:
         raise ReferenceFailed(f"the reference client gave no {what} within {timeout_s:g} s")
     line = proc.stdout.readline()
     if not line:
-        raise ReferenceFailed(f"the reference client exited (status {proc.wait()}) before its {what}")
+        raise ReferenceFailed(f"the reference S3 client {BINARY} (pid {proc.pid}) {_ended(proc)} before its {what}")
     return line.strip()
 
 
@@ -58,24 +75,40 @@ class Batch:
         self.proc = scope.popen([str(BINARY), "-endpoint", endpoint, "-bucket", bucket, "-region", region, "-op", op,
                                  "-size", str(size), "-concurrency", str(concurrency)], env=env,
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        self.proc.stdin.write("\n".join(keys) + "\n\n")
-        self.proc.stdin.flush()
+        self._send("\n".join(keys) + "\n\n", "its keys")
         got = _line(self.proc, ready_s, "'ready'")
         if got != "ready":
-            raise ReferenceFailed(f"the reference client did not start: {got[:300]}")
+            raise ReferenceFailed(f"the reference client did not start: {untrusted(got, 300)}")
+
+    def _send(self, text: str, what: str) -> None:
+        try:
+            self.proc.stdin.write(text)
+            self.proc.stdin.flush()
+        except (BrokenPipeError, ValueError):
+            raise ReferenceFailed(f"the reference S3 client {BINARY} (pid {self.proc.pid}) {_ended(self.proc)} "
+                                  f"before it was sent {what}") from None
 
     def go(self) -> None:
         self.t0 = time.monotonic()
-        self.proc.stdin.write("go\n")
-        self.proc.stdin.flush()
+        self._send("go\n", "'go'")
 
     def result(self, timeout_s: float) -> dict:
         """Its batch: objects, bytes_moved, wall_seconds, client_cpu_seconds, plus MB/s and CPU s per GB."""
-        row = json.loads(_line(self.proc, timeout_s, "result"))
-        self.proc.stdin.close()
+        line = _line(self.proc, timeout_s, "result (mid-batch)")
+        try:
+            row = json.loads(line)
+        except ValueError:
+            row = None
+        if not isinstance(row, dict):
+            raise ReferenceFailed(f"the reference client printed {untrusted(line, 120)!r} where its batch's JSON "
+                                  "result belongs")
+        try:
+            self.proc.stdin.close()
+        except BrokenPipeError:
+            pass
         self.proc.wait(timeout=30)
         if "error" in row:
-            raise ReferenceFailed(f"the reference client's batch failed: {row['error']}")
+            raise ReferenceFailed(f"the reference client's batch failed: {untrusted(row['error'], 300)}")
         gb = row["bytes_moved"] / 1e9
         return {**row, "mb_per_s": row["bytes_moved"] / row["wall_seconds"] / 1e6 if row["wall_seconds"] else None,
                 "cpu_s_per_gb": row["client_cpu_seconds"] / gb if gb else None}

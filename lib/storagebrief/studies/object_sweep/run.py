@@ -143,9 +143,27 @@ def run_one(run, config: Config) -> Measurement:
     busy = procs.Scope(f"{run.run_id}-busy")
     try:
         return _measure(run, config, store, scope, busy, cfg, env, keys)
+    except s3ref.ReferenceFailed as exc:
+        store.check()                       # a gateway that died is the cause to name, not its client's death
+        return _reference_failed(run, config, store, keys, str(exc))
     finally:
         busy.close()
         scope.close()
+
+
+def _reference_failed(run, c: Config, store, keys: list[str], why: str) -> Measurement:
+    """The point fails cleanly when the reference client dies or fails (kit/s3ref): a failed row naming the cause;
+    a PUT's objects removed; the sweep goes on."""
+    if c.op == "put":
+        try:
+            store.delete(keys)
+        except Exception as exc:            # noqa: BLE001  (close() removes what the study wrote in any case)
+            run.sweep.note(f"object_sweep: removing {c.label}'s objects after the reference client failed: {exc}")
+    reason = f"reference client: {why}"
+    row = {"load": c.load, "op": c.op, "object_bytes": c.object_bytes, "object_label": size_label(c.object_bytes),
+           "concurrency": c.concurrency, "kind": run.target.kind, "access": store.access,
+           "throttled": bool(run.emulated), "limited_by": "reference client failed", "limited_by_reason": reason}
+    return Measurement(row, ok=False, failure_reason=reason)
 
 
 def _cold_cache(run, c: Config, store) -> None:

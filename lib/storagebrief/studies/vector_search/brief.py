@@ -117,6 +117,10 @@ def _analysis(pts, floor: float, study: dict) -> None:
     lines.append(f"- Reads per query from the engine, the process and the block layer agree within 5 % at "
                  f"{len(c) - len(off)} of {len(c)} points" + (f" (not at {len(off)}: see the table)." if len(off)
                                                                else "."))
+    unmeasured = c[c.reads_per_query_block.isna()] if "reads_per_query_block" in c else c.iloc[:0]
+    if len(unmeasured):
+        lines.append(f"- The block layer's reads were not measured at {len(unmeasured)} of {len(c)} points (no block "
+                     "device behind the target, as on tmpfs): the engine's and the process's counts stand alone there.")
     cpu = c[c.regime == "CPU-bound"]
     if len(cpu):
         lines.append(f"- {len(cpu)} point(s) were CPU-bound (I/O under half of query latency): there the measured "

@@ -12,6 +12,7 @@ which forks the search workers later.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -125,12 +126,69 @@ def _build(p: VectorSearchParams, tmp: Path) -> float:
     return float(done[0].result["build_seconds"])
 
 
-def _have(directory: Path, want: dict) -> dict | None:
+HASH_UP_TO = 256 * 2**20         # files up to this size get a checksum in the manifest (cheap); larger: size only
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def kept_files(directory: Path) -> dict:
+    """Every file a data set keeps, by its path inside the folder: its size, and its sha256 where cheap."""
+    out = {}
+    for f in [directory / "queries.npy", directory / "truth.npy", *index_files(directory)]:
+        size = f.stat().st_size
+        out[str(f.relative_to(directory))] = {"bytes": size, **({"sha256": _sha256(f)} if size <= HASH_UP_TO else {})}
+    return out
+
+
+def damage(directory: Path, have: dict) -> str | None:
+    """What is wrong with a kept data set against its manifest (a missing, truncated or changed file), or None.
+    A manifest of before the checksums (index_files: sizes only) is held to its sizes and the queries and truth
+    files it must have."""
+    files = have.get("files")
+    if files is None:
+        files = {f"{INDEX}/{n}": {"bytes": b} for n, b in (have.get("index_files") or {}).items()}
+        files.update({n: {} for n in ("queries.npy", "truth.npy")})
+    if f"{INDEX}/{disk_index(directory).name}" not in files:
+        return "its manifest lists no disk index"
+    for name, want in files.items():
+        f = directory / name
+        try:
+            size = f.lstat().st_size if f.is_file() and not f.is_symlink() else None
+        except OSError:
+            size = None
+        if size is None:
+            return f"{name} is missing"
+        if "bytes" in want and size != want["bytes"]:
+            return f"{name} is {size:,} bytes, its manifest says {want['bytes']:,}"
+        if "sha256" in want and _sha256(f) != want["sha256"]:
+            return f"{name} does not match its manifest's checksum"
+    return None
+
+
+def _have(directory: Path, want: dict, status=None) -> dict | None:
+    """The kept data set's manifest when it is of this shape and whole; None (saying why when `status`) when it
+    must be made again."""
     man = directory / MANIFEST
-    if man.is_file():
+    if not man.is_file():
+        return None
+    try:
         have = json.loads(man.read_text())
-        if have.get("shape") == want and disk_index(directory).is_file():
+    except (OSError, ValueError) as exc:
+        why = f"its {MANIFEST} cannot be read ({exc.__class__.__name__})"
+    else:
+        if not isinstance(have, dict) or have.get("shape") != want:
+            return None
+        why = damage(directory, have)
+        if why is None:
             return have
+    if status is not None:
+        status(f"vector_search: the kept data set in {directory} is damaged ({why}): building it again")
     return None
 
 
@@ -151,7 +209,12 @@ def _copy(source: Path, tmp: Path) -> dict:
     (tmp / INDEX).mkdir()
     for name in ("queries.npy", "truth.npy", *(f"{INDEX}/{f.name}" for f in index_files(source))):
         shutil.copyfile(source / name, tmp / name)
-    return {**json.loads((source / MANIFEST).read_text()), "copied_from": str(source)}
+    manifest = {**json.loads((source / MANIFEST).read_text()), "copied_from": str(source)}
+    why = damage(tmp, {**manifest, "files": manifest.get("files") or kept_files(source)})
+    if why is not None:
+        raise ValueError(f"vector_search: the copy of {source} is not whole ({why}); free space on the target and "
+                         "run again")
+    return {**manifest, "files": kept_files(tmp)}
 
 
 @contextmanager
@@ -175,7 +238,7 @@ def ready(target, p: VectorSearchParams, kind: str, status=print, source_target=
     when that holds it); its manifest."""
     directory = folder(target, kind)
     want = shape(p, kind)
-    have = _have(directory, want)
+    have = _have(directory, want, status)
     if have is not None:
         return {**have, "reused": True}
     source = folder(source_target, kind) if source_target is not None else None
@@ -183,7 +246,7 @@ def ready(target, p: VectorSearchParams, kind: str, status=print, source_target=
         status(f"vector_search: copying the {kind} set to '{target.name}'")
         with results.staged_dir(directory) as tmp:
             manifest = _copy(source, tmp)
-            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
+            (tmp / MANIFEST).write_text(results.json_text(manifest, indent=1))
         return {**manifest, "reused": False}
     status(f"vector_search: generating the {kind} set ({p.num_vectors:,} x {p.dimension}) and building its index "
            f"on '{target.name}'")
@@ -197,6 +260,6 @@ def ready(target, p: VectorSearchParams, kind: str, status=print, source_target=
         (tmp / "vectors.npy").unlink()          # the index holds the full vectors: no second copy kept
         files = {f.name: f.stat().st_size for f in index_files(tmp)}
         manifest = {"shape": want, "build_seconds": seconds, "index_files": files,
-                    "index_bytes": sum(files.values())}
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
+                    "index_bytes": sum(files.values()), "files": kept_files(tmp)}
+        (tmp / MANIFEST).write_text(results.json_text(manifest, indent=1))
     return {**manifest, "reused": False}

@@ -38,7 +38,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("reads_per_query_process", "", "/proc/self/io read_bytes of the search process / 4096 / queries"),
     Column("reads_per_query_block", "", "block-layer reads per query: the run's cgroup counters, else device-wide "
            "diskstats bytes / 4096 (block_source says which)"),
-    Column("block_source", "", "cgroup (the run's own processes) | diskstats (the whole device)", "text"),
+    Column("block_source", "", "cgroup (the run's own processes) | diskstats (the whole device) | not measured: no block device …", "text"),
     Column("reads_agree", "", f"True when the three reads-per-query figures agree within {AGREE:.0%}", "bool"),
     Column("bytes_per_query", "bytes", "read_bytes of the search process / queries"),
     Column("io_time_share", "", "the engine's I/O time / its latency, summed over queries"),
@@ -63,6 +63,9 @@ RUNS_COLUMNS = columns.kinds(("data", "search_list", "beam_width", "threads", "r
                               "latency_ms_p99", "reads_per_query_engine", "qps_predicted", "regime"), COLUMNS)
 
 
+NO_BLOCK = "not measured: no block device (tmpfs or another in-memory filesystem)"
+
+
 def block_reads(before, after, monitor: dict) -> dict:
     """The block layer's reads of the measured interval: the cgroup's (requests, bytes) when it counted them,
     else the device-wide diskstats bytes."""
@@ -70,7 +73,7 @@ def block_reads(before, after, monitor: dict) -> dict:
         return {"source": "cgroup", "bytes": after[0] - before[0], "requests": after[1] - before[1]}
     if "device_read_bytes" in monitor:
         return {"source": "diskstats", "bytes": monitor["device_read_bytes"], "requests": None}
-    return {"source": "", "bytes": None, "requests": None}
+    return {"source": NO_BLOCK, "bytes": None, "requests": None}
 
 
 def _per_query_reads(block: dict, n: int) -> float | None:

@@ -6,7 +6,7 @@ diskannpy-rust), not Milvus. v3.0 requires exactly five runs per point; a point 
 """
 from __future__ import annotations
 
-import json
+import math
 from pathlib import Path
 
 from ...core import results
@@ -18,9 +18,22 @@ V30_KEYS = ("throughput_qps", "mean_latency_ms", "p95_latency_ms", "p99_latency_
 ADDED_KEYS = ("ios_per_query", "bytes_per_query", "beam_width", "search_list", "device_iops_at_qd", "qps_predicted",
               "prediction_error")
 
+NO_BLOCK = ("not measured: no block-layer count for this target (no block device behind it, as on tmpfs); "
+            "block_reads_per_query is null")
+
+
+def _num(x) -> float | None:
+    """A figure, or None where it was not measured (None, NaN, inf: a tmpfs target has no block layer)."""
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
 
 def summary(r, p, study: dict) -> dict:
     n = int(r.queries)
+    block = _num(r.reads_per_query_block)
     return {"throughput_qps": float(r.qps), "mean_latency_ms": float(r.latency_ms_mean),
             "p95_latency_ms": float(r.latency_ms_p95), "p99_latency_ms": float(r.latency_ms_p99),
             "p999_latency_ms": float(r.latency_ms_p999), "recall": float(r.recall_at_k),
@@ -28,12 +41,12 @@ def summary(r, p, study: dict) -> dict:
             "database": study["engine"], "total_time_seconds": n / float(r.qps) if r.qps else None,
             "query_count": n,
             "disk_io": {"read_bytes": float(r.bytes_per_query) * n, "source": "/proc/self/io of the search process",
-                        "block_reads_per_query": None if r.reads_per_query_block != r.reads_per_query_block
-                        else float(r.reads_per_query_block), "block_source": r.block_source},
+                        "block_reads_per_query": block,
+                        "block_source": r.block_source if block is not None else NO_BLOCK},
             "ios_per_query": float(r.reads_per_query_engine), "bytes_per_query": float(r.bytes_per_query),
             "beam_width": int(r.beam_width), "search_list": int(r.search_list), "threads": int(r.threads),
-            "data": r.data, "device_iops_at_qd": float(r.device_iops_at_qd), "qps_predicted": float(r.qps_predicted),
-            "prediction_error": float(r.prediction_error), "regime": r.regime}
+            "data": r.data, "device_iops_at_qd": _num(r.device_iops_at_qd), "qps_predicted": _num(r.qps_predicted),
+            "prediction_error": _num(r.prediction_error), "regime": r.regime}
 
 
 def write(root: Path, frame, p, study: dict) -> None:
@@ -56,4 +69,4 @@ def write(root: Path, frame, p, study: dict) -> None:
             "data": "generated clustered vectors with planted queries (v3.0 query_mode: planted); the uniform "
                     "control is v3.0's random data", "v30_keys": list(V30_KEYS), "added_keys": list(ADDED_KEYS),
             "points": points}
-    (root / "provenance.json").write_text(json.dumps(prov, indent=1))
+    results.write_json(root / "provenance.json", prov)

@@ -11,11 +11,13 @@ cgroup (probe.py), from which the point's QPS is predicted (metrics.py).
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ...core import cache, cgroups, results, targets as targets_mod
+from ...core.causes import EnvironmentFailure
 from ...core.sweep import Measurement, Point
 from ...kit import space
 from ...kit.cgroup_io import cgroup_read_stats
@@ -49,9 +51,31 @@ def _needed(p: VectorSearchParams, t, builds: bool) -> int:
     return dataset.space_needed(p, t, builds)
 
 
+ENGINE = "diskannpy-rust==0.49.1"
+
+
+def engine_missing() -> str | None:
+    """Why the search engine cannot run here (one line: the package, where it is pinned, what to do), or None."""
+    import importlib.util
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        v = version("diskannpy-rust")
+    except PackageNotFoundError:
+        v = None
+    if v is None or importlib.util.find_spec("diskannpy") is None:
+        other = "" if importlib.util.find_spec("diskannpy") is None else \
+            " (a `diskannpy` of another package is installed: the C++ diskannpy, which has the same import name)"
+        return (f"vector_search needs {ENGINE} (pyproject.toml, environment.yml), which is not installed in "
+                f"{sys.executable}{other}: pip install '{ENGINE}'")
+    return None
+
+
 def prepare(sweep) -> None:
     p: VectorSearchParams = sweep.p
     p.check_machine()
+    why = engine_missing()
+    if why:
+        raise EnvironmentFailure(why)
     sweep.state = VectorState()
     kinds = dataset.SETS if p.uniform_control else dataset.SETS[:1]
     first = sweep.targets[0] if sweep.targets else None

@@ -1,0 +1,86 @@
+"""Issue 57 defect 3: a tmpfs target has no block layer; its missing block-layer count is carried as missing (null,
+said in words), and the run completes and is kept."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+import yaml
+
+from storagebrief import studies
+from storagebrief.studies.vector_search import mlperf
+from conftest import REPO
+
+TINY = studies.get("vector_search").tiny
+
+
+def _row(**over):
+    r = dict(queries=20, qps=500.0, latency_ms_mean=1.0, latency_ms_p95=2.0, latency_ms_p99=3.0, latency_ms_p999=4.0,
+             recall_at_k=0.9, bytes_per_query=0.0, reads_per_query_block=None, block_source="",
+             reads_per_query_engine=17.0, beam_width=1, search_list=10, threads=1, data="clustered",
+             device_iops_at_qd=1e5, qps_predicted=5e3, prediction_error=-0.9, regime="I/O-bound")
+    return SimpleNamespace(**{**r, **over})
+
+
+def test_a_missing_block_layer_count_is_null_and_said_in_words():
+    p = SimpleNamespace(num_vectors=2000, dimension=16)
+    for missing in (None, float("nan")):
+        s = mlperf.summary(_row(reads_per_query_block=missing), p, {"engine": "e"})
+        assert s["disk_io"]["block_reads_per_query"] is None and "not measured" in s["disk_io"]["block_source"]
+        json.dumps(s, allow_nan=False)
+    s = mlperf.summary(_row(reads_per_query_block=3.0, block_source="cgroup", prediction_error=float("nan")),
+                       p, {"engine": "e"})
+    assert s["disk_io"]["block_reads_per_query"] == 3.0 and s["disk_io"]["block_source"] == "cgroup"
+    assert s["prediction_error"] is None
+
+
+@pytest.fixture
+def tmpfs_target(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mnt = tmp_path / "mem"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m", "storagebrief-test-vec", str(mnt)], check=True)
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+@pytest.mark.slow
+def test_a_tmpfs_target_runs_to_the_end_and_is_kept(tmp_path, tmpfs_target):
+    data = {"targets": [{"name": "mem", "path": str(tmpfs_target / "t")}],
+            "run": {"cold_cache": True, "monitor_interval_s": 0.2}, "vector_search": TINY}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(data))
+    out = subprocess.run([sys.executable, "-m", "storagebrief.cli", "vector-search", "--params",
+                          str(tmp_path / "params.yaml"), "--out", str(tmp_path / "out"), "--progress", "off"],
+                         cwd=REPO, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "PYTHONPATH": str(REPO / "lib")})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "a bug" not in out.stderr and "Traceback" not in out.stderr
+    runs = pd.read_csv(tmp_path / "out" / "runs.csv")
+    assert set(runs.status) == {"ok"} and runs.reads_per_query_block.isna().all()
+    assert runs.block_source.str.startswith("not measured: no block device").all()
+    summaries = list((tmp_path / "out" / "mlperf" / "mem").rglob("summary.json"))
+    assert len(summaries) == len(runs)
+    for f in summaries:
+        s = json.loads(f.read_text(), parse_constant=lambda c: pytest.fail(f"{f} holds {c}"))
+        assert s["disk_io"]["block_reads_per_query"] is None and "not measured" in s["disk_io"]["block_source"]
+        assert all(v is None or not isinstance(v, float) or math.isfinite(v) for v in s.values())
+    # the brief says so in words rather than only "do not agree"
+    import IPython.display
+    shown, saved = [], IPython.display.display
+    IPython.display.display = lambda *objs, **kw: shown.extend(str(getattr(o, "data", o)) for o in objs)
+    try:
+        studies.get("vector_search").brief_section(tmp_path / "out", runs, ["mem"])
+    finally:
+        IPython.display.display = saved
+    assert "The block layer&#x27;s reads were not measured" in "".join(shown) or \
+        "The block layer's reads were not measured" in "".join(shown)
