@@ -43,9 +43,12 @@ def test_the_space_check_counts_the_builds_peak_and_only_a_kept_set_of_this_shap
     d = dataset.folder(t, "clustered")
     (d / dataset.INDEX).mkdir(parents=True)
     dataset.disk_index(d).write_bytes(b"x")
-    (d / dataset.MANIFEST).write_text(json.dumps({"shape": dataset.shape(_p(), "clustered")}))   # another shape
-    assert run_mod._needed(p, t, True) == peak                        # rebuilt: not present
-    (d / dataset.MANIFEST).write_text(json.dumps({"shape": dataset.shape(p, "clustered")}))
+    for name in ("queries.npy", "truth.npy"):
+        (d / name).write_bytes(b"q")
+    files = dataset.kept_files(d)                                      # a whole set, as its manifest lists it
+    (d / dataset.MANIFEST).write_text(json.dumps({"shape": dataset.shape(_p(), "clustered"), "files": files}))
+    assert run_mod._needed(p, t, True) == peak                        # another shape: rebuilt, not present
+    (d / dataset.MANIFEST).write_text(json.dumps({"shape": dataset.shape(p, "clustered"), "files": files}))
     assert run_mod._needed(p, t, True) == 0
 
 
