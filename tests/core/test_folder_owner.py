@@ -160,3 +160,20 @@ def test_an_out_folder_inside_a_targets_study_folder_is_refused_naming_both(stud
     assert res.returncode == 2 and len(lines) == 1, res.stderr[-3000:]
     assert f"output folder '{out}'" in lines[0] and f"target 't's data ({target / 'storagebrief'})" in lines[0]
     assert not out.exists() and list((target / "storagebrief" / study).iterdir()) == []
+
+
+def test_folders_made_below_a_target_are_ours_and_closed_whatever_the_umask(tmp_path):
+    """core.folders.ours makes each missing step 0755 (a umask of 002 would leave 0775, which the next run refuses)
+    and proves each one from storagebrief/ down; a step another user owns is refused before anything is made."""
+    old = os.umask(0o002)
+    try:
+        made = folders.ours(tmp_path / "t" / "storagebrief" / "checkpoint" / "cost")
+    finally:
+        os.umask(old)
+    for step in (made, made.parent, made.parent.parent):
+        assert stat.S_IMODE(step.stat().st_mode) == 0o755, step
+    if os.geteuid() == 0:
+        os.chown(made.parent, NOBODY, NOBODY)
+        with pytest.raises(folders.UnsafeFolder, match=f"checkpoint belongs to uid {NOBODY}"):
+            folders.ours(made / "more")
+        assert not (made / "more").exists()

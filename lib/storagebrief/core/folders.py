@@ -24,7 +24,7 @@ class UnsafeDelete(ValueError):
 
 
 class UnsafeFolder(UnsafeDelete):
-    """A folder between a target and a run's files is a symlink, not a folder, or not ours: nothing was written there."""
+    """A folder between a target and a run's files is a symlink, not a folder, or not ours: nothing was written."""
 
 
 DATA = "storagebrief"          # <target>/storagebrief/: every study's folders on a target
@@ -117,8 +117,12 @@ def ours(folder: str | Path) -> Path:
     steps = _data_steps(folder)
     for step in steps:                  # before: no folder is made through a symlink or in another user's folder
         _real_folder(step, steps[0].parent)
-    folder.mkdir(mode=0o755, parents=True, exist_ok=True)
-    for step in steps:                  # after: none was planted meanwhile
+    steps[0].parent.mkdir(parents=True, exist_ok=True)
+    for step in steps:                  # one by one, 0755 whatever the umask; then: none was planted meanwhile
+        try:
+            os.mkdir(step, 0o755)
+        except FileExistsError:
+            pass
         _real_folder(step, steps[0].parent)
     return folder
 
