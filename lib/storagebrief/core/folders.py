@@ -3,12 +3,19 @@
 `<target>/storagebrief/<study>` comes from `study_folder` (through `targets.Target.study_dir`, the one accessor
 every study uses) and a run's own folders below it from `folder_below`: each step is checked with lstat, never
 followed, and a symlink or a file there is refused in one line (UnsafeFolder, a ValueError: exit 2) before
-anything is written. A leaf: core.outdir (the delete guard) and core.targets both use it.
+anything is written. So is a folder there that is not ours (another user's) or that group or others can write
+without the sticky bit (`not_ours`: the question is answered here, once): another user could swap what we write
+for a symlink. A data set's staging folder is `tempfile.mkdtemp` in such a checked folder (`staging_folder`), and
+it is renamed into place through the parent's directory fd, opened O_NOFOLLOW and checked again (`rename_in`).
+An output folder inside a target's storagebrief/ is refused too (`refuse_out_in_target_data`): a rebuild there
+would delete it. A leaf: core.outdir (the delete guard), core.targets and core.results use it.
 """
 from __future__ import annotations
 
 import os
+import shutil
 import stat
+import tempfile
 from pathlib import Path
 
 
@@ -17,11 +24,36 @@ class UnsafeDelete(ValueError):
 
 
 class UnsafeFolder(UnsafeDelete):
-    """A folder between a target and a run's files is a symlink (or not a folder): nothing was written there."""
+    """A folder between a target and a run's files is a symlink, not a folder, or not ours: nothing was written."""
 
 
-def _real_folder(folder: Path, top: Path, top_is: str = "the target") -> None:
-    """Refuse `folder` when it is a symlink or something other than a folder (lstat: never followed)."""
+DATA = "storagebrief"          # <target>/storagebrief/: every study's folders on a target
+ALLOWED = ("storagebrief writes only in folders of its own below a target (owned by this user, not writable by "
+           "group or others unless sticky)")
+
+
+def not_ours(st: os.stat_result) -> str | None:
+    """Why a folder (its lstat) is not one storagebrief may write into, or None: another user's, or group/other
+    writable without the sticky bit (then anyone in it may rename what we made and put a symlink in its place)."""
+    mode, me = stat.S_IMODE(st.st_mode), os.geteuid()
+    if st.st_uid != me:
+        return f"belongs to uid {st.st_uid} (mode {mode:04o}), not to this user (uid {me})"
+    if mode & 0o022 and not mode & stat.S_ISVTX:
+        who = "others" if mode & 0o002 else "its group"
+        return f"is writable by {who} (owner uid {st.st_uid}, mode {mode:04o}, no sticky bit)"
+    return None
+
+
+def _refuse_not_ours(folder: Path, st: os.stat_result) -> None:
+    why = not_ours(st)
+    if why is not None:
+        raise UnsafeFolder(f"{folder} {why}: {ALLOWED}; nothing was written there: remove it (or chmod go-w it if "
+                           "it is yours) and run again")
+
+
+def _real_folder(folder: Path, top: Path, top_is: str = "the target", own: bool = True) -> None:
+    """Refuse `folder` when it is a symlink, something other than a folder (lstat: never followed) or, with `own`,
+    a folder that is not ours (not_ours)."""
     try:
         st = os.lstat(folder)
     except FileNotFoundError:
@@ -33,6 +65,8 @@ def _real_folder(folder: Path, top: Path, top_is: str = "the target") -> None:
                            "only in real folders below the target; remove the symlink")
     if not stat.S_ISDIR(st.st_mode):
         raise UnsafeFolder(f"{folder} is not a folder: storagebrief keeps its files there; move it away")
+    if own:
+        _refuse_not_ours(folder, st)
 
 
 def study_folder(target_path: str | Path, study: str) -> Path:
@@ -40,18 +74,18 @@ def study_folder(target_path: str | Path, study: str) -> Path:
     accessor every study uses), after proving that neither it nor storagebrief/ is a symlink or a file: what a
     run writes or deletes below it stays on the target, in folders storagebrief made."""
     target = Path(os.path.abspath(target_path))
-    folder = target / "storagebrief" / study
+    folder = target / DATA / study
     for step in (folder.parent, folder):
         _real_folder(step, target)
     return folder
 
 
 def folder_below(base: str | Path, *parts: str, create: bool = True) -> Path:
-    """`base`/parts..., each part a real folder (made here when missing, never through a symlink): a run's own
-    folder below a study folder. A part that is a symlink or a file is refused (UnsafeFolder, one line)."""
+    """`base`/parts..., each part a real folder of ours (made here when missing, never through a symlink): a run's
+    own folder below a study folder. A part that is a symlink, a file or not ours is refused (UnsafeFolder)."""
     folder = Path(base)
-    if create and parts and not folder.exists():
-        folder.mkdir(parents=True, exist_ok=True)
+    if create and parts:
+        ours(folder)
     for part in parts:
         if not part or part in (".", "..") or "/" in part:
             raise UnsafeFolder(f"refusing folder name '{part}' below {base}")
@@ -63,3 +97,88 @@ def folder_below(base: str | Path, *parts: str, create: bool = True) -> Path:
             except FileExistsError:
                 _real_folder(folder, Path(base), "the study folder")     # made meanwhile: still no symlink
     return folder
+
+
+def _data_steps(folder: Path) -> list[Path]:
+    """`folder` and its parents up to the nearest storagebrief/ (the target's data), top first; `folder` alone when
+    it is not below one."""
+    steps = [folder]
+    for parent in folder.parents:
+        if steps[-1].name == DATA:
+            return steps[::-1]
+        steps.append(parent)
+    return [folder]
+
+
+def ours(folder: str | Path) -> Path:
+    """`folder`, made when missing (0755 at most), then each step from the target's storagebrief/ down to it proven
+    a real folder of ours (never followed): the one check before anything is written below a target."""
+    folder = Path(os.path.abspath(folder))
+    steps = _data_steps(folder)
+    for step in steps:                  # before: no folder is made through a symlink or in another user's folder
+        _real_folder(step, steps[0].parent)
+    steps[0].parent.mkdir(parents=True, exist_ok=True)
+    for step in steps:                  # one by one, 0755 whatever the umask; then: none was planted meanwhile
+        try:
+            os.mkdir(step, 0o755)
+        except FileExistsError:
+            pass
+        _real_folder(step, steps[0].parent)
+    return folder
+
+
+def staging_folder(directory: str | Path) -> Path:
+    """A fresh folder beside `directory` to build it in: `tempfile.mkdtemp` (a name no one can predict, made by us
+    alone) inside the parent, after the parent is proven ours (`ours`); readable as a data folder (0755)."""
+    directory = Path(directory)
+    parent = ours(directory.parent)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=parent))
+    os.chmod(tmp, 0o755)            # its parent is ours and closed to others: the name cannot be swapped
+    return tmp
+
+
+def stale_staging(directory: str | Path) -> list[Path]:
+    """Staging folders an earlier killed run left beside `directory`: real folders of ours only."""
+    directory = Path(directory)
+    found = []
+    for old in directory.parent.glob(f".{directory.name}.tmp-*"):
+        try:
+            st = os.lstat(old)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():
+            found.append(old)
+    return found
+
+
+def rename_in(tmp: Path, directory: Path) -> None:
+    """Put the staged `tmp` in `directory`'s place (the earlier one removed) through the parent's directory fd,
+    opened O_NOFOLLOW and checked ours again: nothing is renamed or deleted through a symlink."""
+    parent = Path(directory).parent
+    fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        _refuse_not_ours(parent, os.fstat(fd))
+        name = Path(directory).name
+        try:
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            st = None
+        if st is not None and not stat.S_ISDIR(st.st_mode):
+            raise UnsafeFolder(f"{directory} is {'a symlink' if stat.S_ISLNK(st.st_mode) else 'not a folder'}: "
+                               f"{ALLOWED}; remove it and run again")
+        if st is not None:
+            shutil.rmtree(name, dir_fd=fd)
+        os.rename(Path(tmp).name, name, src_dir_fd=fd, dst_dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def refuse_out_in_target_data(out: str | Path, targets) -> None:
+    """An output folder inside a target's storagebrief/ is refused (one line naming both): a rebuild of a data set
+    there deletes it. `targets`: (name, path) pairs."""
+    real = Path(os.path.realpath(out))
+    for name, path in targets:
+        data = Path(os.path.realpath(Path(path) / DATA))
+        if real == data or data in real.parents:
+            raise UnsafeFolder(f"output folder '{out}' lies inside target '{name}'s data ({data}): studies rebuild "
+                               "and delete folders there; choose an output folder outside it")

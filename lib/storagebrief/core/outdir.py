@@ -25,6 +25,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import secrets
 import shutil
 import time
 from pathlib import Path
@@ -136,7 +137,7 @@ def _exchange(a: Path, b: Path) -> None:
             return
     except (AttributeError, OSError):
         pass
-    parked = a.with_name(f".{a.name}.swap-{os.getpid()}")
+    parked = a.with_name(f".{a.name}.swap-{os.getpid()}-{secrets.token_hex(8)}")   # not predictable: never planted
     os.rename(a, parked)
     os.rename(b, a)
     os.rename(parked, b)

@@ -164,18 +164,18 @@ def read_runs(path: Path, required: tuple[str, ...] = ()) -> pd.DataFrame:
 def staged_dir(directory: Path):
     """Build a dataset folder beside its final place, then rename it in (write its manifest last,
     inside the block). A run killed mid-way leaves no half dataset where the next run looks for
-    one; halves of earlier killed runs are removed first (the target lock keeps others out)."""
+    one; halves of earlier killed runs (ours) are removed first (the target lock keeps our other runs
+    out). The staging folder is mkdtemp's, in a parent proven ours (core.folders: another user can
+    neither predict nor swap it), and the rename goes through the parent's directory fd."""
+    from .folders import rename_in, stale_staging, staging_folder
     directory = Path(directory)
-    tmp = directory.with_name(f".{directory.name}.tmp-{os.getpid()}")
-    if directory.parent.exists():
-        for old in directory.parent.glob(f".{directory.name}.tmp-*"):
+    tmp = staging_folder(directory)          # its parent proven ours first
+    for old in stale_staging(directory):
+        if old != tmp:
             shutil.rmtree(old, ignore_errors=True)
-    tmp.mkdir(parents=True)
     try:
         yield tmp
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    if directory.exists():
-        shutil.rmtree(directory)
-    tmp.rename(directory)
+    rename_in(tmp, directory)

@@ -32,8 +32,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from . import (cgroups, characterize, columns, config, contract, inventory, leftovers, longjob, machine_fit, outdir,
-               plans, results, targets as targets_mod)
+from . import (cgroups, characterize, columns, config, contract, folders, inventory, leftovers, longjob, machine_fit,
+               outdir, plans, results, targets as targets_mod)
 from .config import check_name
 from .contract import Measurement, Point
 from .engine_outputs import CHARACTERIZATION, TRACES
@@ -261,6 +261,7 @@ def run(study, params, out_dir: str | Path | None, log=print, progress: str = "a
         machine_fit.check_machine(params, [study.name])     # its processes and memory fit, before anything is made
         machine_fit.check_tools(params, [study.name])       # the gateway, Kafka's jars: before anything is made
         final = check_out_dir(out_dir if out_dir is not None else _default_out_dir(study, params))
+        folders.refuse_out_in_target_data(final, [(t.name, t.path) for t in params.targets])   # a rebuild deletes it
         folder = outdir.OutputFolder(final, study.name, study.stage_outputs, params.run.on_busy_target,
                                      say).check()      # locks it (one writer), writes nothing in it yet
         hooks: contract.RunRoom = contract.checked(study.room("run"), contract.RunRoom, f"{study.package}.run")

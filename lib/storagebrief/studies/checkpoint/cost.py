@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...core.folders import folder_below
+from ...core.folders import folder_below, ours
 from ...core.sweep import Point
 from ...kit.ranks import Forked, Worker
 from ...kit.checkpoint_cost import CostResult, overhead_percent, run_training
@@ -88,7 +88,7 @@ def measure(run, p, config, baselines: dict) -> tuple[dict, list[dict]]:
     c = p.cost
     where = folder(run.target)
     dataset.remove(where, run.target, "checkpoint")     # what a killed run left (the outdir delete guard checks it)
-    where.mkdir(parents=True)
+    ours(where)                 # made, each step below storagebrief/ proven ours (core.folders)
     run.cold_cache([where])     # os.sync first: earlier runs' dirty pages are not written back during this one
     res = train(run, where, mode=config.mode, steps=c.steps, interval_steps=config.interval_steps or c.steps,
                 compute_s=c.compute_s, checkpoint_bytes=p.cost_bytes, files=c.files, staging=c.staging)

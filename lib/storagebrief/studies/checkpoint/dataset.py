@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from ...core import results
+from ...core.folders import ours
 from ...core.outdir import remove_tree, study_folder
 from ...core.checkpoint_workloads import CheckpointFile, checkpoint_folder
 from ...kit.checkpoint import fsync_dir  # noqa: F401  (dataset.fsync_dir: the run uses it)
@@ -42,7 +43,7 @@ def folder(root: Path, step: int) -> Path:
 def clear(root: Path, target, study: str) -> None:
     """Remove earlier runs' checkpoints (complete or not): every run starts from an empty folder."""
     remove(root, target, study)
-    root.mkdir(parents=True)
+    ours(root)                      # made, each step below storagebrief/ proven ours (core.folders)
 
 
 def write_manifest(where: Path, model: str, step: int, scale: float, files: list[CheckpointFile]) -> dict:

@@ -28,7 +28,7 @@ import numpy as np
 from ...core import cgroups, longjob, targets as targets_mod
 from ...core.columns import Column
 from ...core.longjob import JobDied, LongJob
-from ...core.folders import folder_below
+from ...core.folders import folder_below, ours
 from ...core.sweep import Measurement, Point
 from ...formats.tfrecord import frame
 from ...kit.ingest import IngestWriter
@@ -210,7 +210,7 @@ def measure(run, config) -> Measurement:
     f = run.p.framework
     where = folder(run.target) / run.run_id
     dataset.remove(folder(run.target), run.target, "checkpoint")    # what a killed run left (the outdir delete guard)
-    where.mkdir(parents=True)
+    ours(where)                 # made, each step below storagebrief/ proven ours (core.folders)
     base = base_row(f, config)
     writer = None
     try:

@@ -20,7 +20,7 @@ from typing import Any
 
 from ...core import results
 from ...core.config import ParamsError
-from ...core.folders import folder_below
+from ...core.folders import folder_below, ours
 from ...core.sweep import Measurement, Point
 from ...kit import latency
 from ...kit.child import Child
@@ -214,6 +214,7 @@ def _cluster(run):
     data = folder_below(t.study_dir(STUDY.name), "kafka", create=False)
     if data.exists():
         kafka.shutil.rmtree(data, ignore_errors=True)             # a killed run's leftovers
+    ours(data)                  # the brokers' data: in a folder of ours (core.folders)
     cl = kafka.Cluster(data, sweep.out_dir / "logs", brokers=p.brokers,
                        lib=Path(p.kafka_lib).expanduser() if p.kafka_lib else None, heap_mib=p.broker_heap_mib,
                        base_port=p.base_port, procs_files=group.procs_files if group else None,
@@ -336,7 +337,7 @@ def _play(run, c: Config, bootstrap: str, topics: list[str], jobs: list[dict], c
 
     p, t = run.p, run.target
     work = folder_below(t.study_dir(STUDY.name), "work", create=False)
-    work.mkdir(parents=True, exist_ok=True)
+    ours(work)                  # made, each step below storagebrief/ proven ours (core.folders)
     logs = run.sweep.out_dir / "logs"
     producers: list[Child] = []
     consumers: list[Child] = run.sweep.state.consumers
