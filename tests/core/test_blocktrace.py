@@ -39,6 +39,7 @@ def _device(path: Path) -> targets.BlockDevice:
 
 
 @needs_tracefs
+@pytest.mark.serial("traces every request to the disk: another test's reads of the file's sectors would count")
 def test_capture_around_direct_io_has_the_right_bytes(tmp_path):
     dev = _device(tmp_path)
     data = tmp_path / "data.bin"

@@ -5,10 +5,15 @@ import mmap
 import os
 import time
 
+import pytest
+
 from storagebrief.core import cache
 from storagebrief.studies.train_resnet50.cachecap import DatasetCacheCap
 
 MIB = 1 << 20
+
+# every test here reads what the page cache holds of its files, which a study beside it empties with drop_caches
+pytestmark = pytest.mark.serial("asserts page-cache residency, which drop_caches by a study beside it empties")
 
 
 def _files(tmp_path, n: int, size: int) -> list[str]:

@@ -85,6 +85,7 @@ def _group_alive(pgid: int) -> list[int]:
 
 
 @pytest.mark.skipif(load.tool_binary("stress-ng") is None, reason="stress-ng is not installed")
+@pytest.mark.serial("compares the whole machine's CPU busy with and without its load")
 def test_busy_load_raises_measured_cpu_and_is_gone_after_stop(tmp_path):
     a = load.cpu_times()
     time.sleep(0.8)
