@@ -24,7 +24,7 @@ pytest_plugins = ["suite"]
 def _build(folder):
     with open(Path(os.environ["SPANS"]).parent / "builds", "a") as fh:
         fh.write(os.environ.get("PYTEST_XDIST_WORKER", "") + "\\n")
-    time.sleep(1.5)                  # over the tiny budget: a shared build is its own, listed line
+    time.sleep(0.8)                  # over the tiny budget: a shared build is its own, listed line
     return {"worker": os.environ.get("PYTEST_XDIST_WORKER", "")}
 
 @pytest.fixture(scope="session")
@@ -54,7 +54,7 @@ import pytest
 LOG = Path(os.environ["SPANS"])
 
 def _span(name):
-    t0 = time.time(); time.sleep(0.4); t1 = time.time()
+    t0 = time.time(); time.sleep(0.25); t1 = time.time()
     with open(LOG / f"{name}-{os.getpid()}", "w") as fh:
         json.dump([t0, t1, os.environ.get("PYTEST_XDIST_WORKER", "")], fh)
 
@@ -71,10 +71,10 @@ def test_reads_chain(tiny_chain, i):
     _span(f"chain{i}")
 
 def test_slow_listed():
-    time.sleep(1.2)
+    time.sleep(0.8)
 
 def test_slow_unlisted():
-    time.sleep(1.2)
+    time.sleep(0.8)
 '''
 
 
@@ -98,7 +98,7 @@ def _suite(tmp_path: Path) -> Path:
 def test_serial_runs_alone_the_chain_stays_on_one_worker_and_the_budget_names_its_offender(tmp_path):
     root, spans = _suite(tmp_path), tmp_path / "spans"
     spans.mkdir()
-    env = {**os.environ, "SPANS": str(spans), "STORAGEBRIEF_TEST_BUDGET_S": "1.0", "PYTHONDONTWRITEBYTECODE": "1"}
+    env = {**os.environ, "SPANS": str(spans), "STORAGEBRIEF_TEST_BUDGET_S": "0.5", "PYTHONDONTWRITEBYTECODE": "1"}
     res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist",
                           "loadfile", "--no-loadscope-reorder"], cwd=root, env=env, capture_output=True, text=True,
                          timeout=300)
