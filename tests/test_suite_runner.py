@@ -138,3 +138,17 @@ def test_suite_costs_gives_each_study_its_folder_and_its_registry_cases(tmp_path
     assert got == {"checkpoint": (2, 14.5), "vector_search": (1, 2.0), "shared": (2, 4.0)}
     text = suite_costs.table(got, ["checkpoint", "vector_search", "emulate"])
     assert "| emulate | 0 | 0 |" in text and "| all | 5 | 20 |" in text
+
+
+def test_every_over_budget_entry_names_a_test_that_exists_and_says_why():
+    import ast
+    import budget
+    repo = HERE.parent
+    for key, (seconds, why) in budget.OVER_BUDGET.items():
+        assert seconds > budget.BUDGET_S * 0.5 and len(why) > 20, key
+        if key.startswith("fixture "):
+            continue
+        path, _, name = key.partition("::")
+        tree = ast.parse((repo / path).read_text())
+        names = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+        assert name.split("[", 1)[0] in names, f"{key}: no such test"
