@@ -17,10 +17,11 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Callable, Literal
 
-import yaml
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
                       model_validator)
 
+from .paramsfile import (MAX_OVERRIDE_BYTES, MAX_PARAMS_BYTES, ParamsError, read_yaml, safe_yaml,  # noqa: F401
+                         yaml_error_line)
 from .s3target import S3TargetParams, check_kind, redact_url
 from .targets import DEVICE_PROFILES, DeviceProfile, check_target_path, check_target_usable
 
@@ -52,10 +53,6 @@ def __getattr__(name: str):
 
 
 PAPER_OVERLAY = "params/paper.yaml"
-
-
-class ParamsError(ValueError):
-    """A parameter is wrong; the message names key, value and what is allowed."""
 
 
 PROJECT_MARKERS = ("params.yaml", "dvc.yaml")
@@ -221,52 +218,6 @@ def _study_model(section: str):
     return _SECTIONS[section]()
 
 
-MAX_PARAMS_BYTES = 1 << 20        # a params file is a page of knobs, not data
-MAX_OVERRIDE_BYTES = 64 << 10
-
-
-class _ParamsLoader(yaml.SafeLoader):
-    """YAML for params: no aliases (an alias bomb would expand to gigabytes; params have no use for
-    them) and no duplicate keys (YAML keeps the last silently; a user means one of them)."""
-
-    def compose_node(self, parent, index):
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise ParamsError(f"YAML alias '*{event.anchor}' (line {event.start_mark.line + 1}) is not allowed "
-                              "in params: write the value out")
-        return super().compose_node(parent, index)
-
-    def construct_mapping(self, node, deep=False):
-        seen = {}
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
-            if key in seen:
-                raise ParamsError(f"duplicate key '{key}' (lines {seen[key]} and {key_node.start_mark.line + 1}): "
-                                  "keep one")
-            seen[key] = key_node.start_mark.line + 1
-        return super().construct_mapping(node, deep=deep)
-
-
-def safe_yaml(text: str, what: str, limit: int = MAX_PARAMS_BYTES):
-    """Parse params YAML bounded in size, without aliases or duplicate keys."""
-    if len(text.encode()) > limit:
-        raise ParamsError(f"{what} is {len(text.encode()):,} bytes; params are limited to {limit:,} bytes")
-    try:
-        return yaml.load(text, Loader=_ParamsLoader)
-    except yaml.YAMLError as exc:
-        raise ParamsError(yaml_error_line(exc, what)) from None
-
-
-def yaml_error_line(exc: Exception, what: str) -> str:
-    """YAML's several-line message as one line: where, what, and for a tab what to do."""
-    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-    tab = " (a tab: YAML indents with spaces only; replace the tab with spaces)" if "\\t" in repr(problem) \
-        or "'\\t'" in str(problem) else ""
-    return f"{what} is not valid YAML{where}: {' '.join(str(problem).split())}{tab}"
-
-
 def parse_override(text: str) -> tuple[list[str], Any]:
     """'preprocess.processes=[1,2]' -> (['preprocess', 'processes'], [1, 2])."""
     if "=" not in text:
@@ -418,6 +369,12 @@ def validate(data: dict, root: Path | None = None, changes: dict | None = None,
     names = [t.name for t in params.targets]
     if len(set(names)) != len(names):
         raise ParamsError(f"targets: names must be unique, got {names}")
+    for name, section in params.sections.items():      # what the engine would refuse at run time, refused here
+        unknown = [t for t in getattr(section, "targets", None) or [] if t not in names] \
+            if isinstance(section, OnSomeTargets) else []
+        if unknown:
+            raise ParamsError(f"{name}.targets = {section.targets}: unknown target name(s) {unknown}; allowed: "
+                              f"{', '.join(names)}")
     if check_targets:
         _check_object_sections(params)
     catalogue = params.profile_catalogue()
@@ -451,21 +408,7 @@ def _check_object_sections(params: Params) -> None:
             hook([t.name for t in s3])
 
 
-def read_yaml(path: str | Path) -> dict:
-    """params.yaml as plain data, before overrides and validation."""
-    path = Path(path)
-    if path.is_dir():
-        raise ParamsError(f"params file '{path}' is a directory; give the params.yaml inside it")
-    if not path.exists():
-        raise ParamsError(f"params file '{path}' does not exist (resolved: {path.resolve()})")
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ParamsError(f"params file '{path}' cannot be read: {exc}") from None
-    data = safe_yaml(text, str(path)) or {}
-    if not isinstance(data, dict):
-        raise ParamsError(f"{path} must be a mapping of sections (scale, targets, run, <study>...)")
-    return data
+
 
 
 def load(path: str | Path | None = None, overrides: list[str] | str | None = None,

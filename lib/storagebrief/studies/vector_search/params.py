@@ -31,7 +31,7 @@ class VectorSearchParams(OnSomeTargets):   # targets: a subset of the target nam
     recall_floor: float = Field(0.95, gt=0, le=1)                # QPS is reported among points at or above it
     uniform_control: bool = True      # the same index shape on uniform random data and queries (v3.0's data)
     repeats: int = Field(1, ge=1, le=100)
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=2**32 - 1)    # numpy refuses a negative seed (a run would end in "a bug")
 
     @field_validator("search_list")
     @classmethod
@@ -57,6 +57,9 @@ class VectorSearchParams(OnSomeTargets):   # targets: a subset of the target nam
             raise ValueError(f"vector_search.pq_chunks = {self.pq_chunks} is above dimension = {self.dimension}")
         if self.clusters > self.num_vectors:
             raise ValueError(f"vector_search.clusters = {self.clusters} is above num_vectors = {self.num_vectors}")
+        if self.queries > self.num_vectors:
+            raise ValueError(f"vector_search.queries = {self.queries} is above num_vectors = {self.num_vectors} "
+                             "(each planted query is a database vector plus noise)")
         if self.min_queries > self.queries:
             raise ValueError(f"vector_search.min_queries = {self.min_queries} is above queries = {self.queries}")
         return self

@@ -1,0 +1,32 @@
+"""The vector-search knobs refused by `validate` before any work (issue 57's minor cases): a negative seed, more
+queries than vectors, and a name in vector_search.targets that is not a target (any study's `targets`)."""
+from __future__ import annotations
+
+import pytest
+
+from storagebrief import studies
+from storagebrief.core import config
+from conftest import REPO
+
+
+def _data(tmp_path, **section):
+    return {"targets": [{"name": "local", "path": str(tmp_path / "t")}],
+            "vector_search": {**studies.get("vector_search").tiny, **section}}
+
+
+@pytest.mark.parametrize("knob, value, says", [
+    ("seed", -1, "seed"),
+    ("queries", 3_000, "queries = 3000 is above num_vectors"),
+    ("targets", ["local", "nope"], "unknown target name(s) ['nope']; allowed: local"),
+])
+def test_a_bad_knob_is_refused_naming_it(tmp_path, knob, value, says):
+    data = _data(tmp_path, **{knob: value})
+    if knob == "queries":
+        data["vector_search"]["num_vectors"] = 2_000
+    with pytest.raises(config.ParamsError) as err:
+        config.validate(data, root=REPO)
+    assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_tiny_settings_still_validate(tmp_path):
+    assert config.validate(_data(tmp_path), root=REPO).section("vector_search").seed >= 0
