@@ -443,3 +443,14 @@ def test_a_one_key_change_in_a_nested_group_names_that_key_once():
     said = notebook._describe_changes("kv_cache", notebook._changes("kv_cache", knobs, section), section, False,
                                       Path("params.yaml"))
     assert said == f"Knobs changed here over params.yaml: {group}.{inner}.{leaf} = 'changed' (params.yaml: {old!r})"
+
+
+def test_a_notebook_that_is_not_json_is_one_line_naming_it(tmp_path):
+    """Issue 57 (minor): a cut-short .ipynb made `storagebrief notebooks` end in nbformat's message with no file named,
+    and other readers in "a bug"; now one line naming the file and the way back, the file's own text escaped."""
+    nb = tmp_path / "01_x.ipynb"
+    nb.write_text('{"cells": [\x1b[31m')
+    with pytest.raises(config.ParamsError) as err:
+        notebooks.read_ipynb(nb)
+    said = str(err.value)
+    assert str(nb) in said and "make notebooks" in said and "\n" not in said and "\x1b" not in said

@@ -239,7 +239,20 @@ def stale(root: str | Path | None = None) -> list[Path]:
     import nbformat
 
     return [s.with_suffix(".ipynb") for s in scripts(root) if s.with_suffix(".ipynb").exists()
-            and _code(nbformat.read(s.with_suffix(".ipynb"), as_version=4)) != _code(jupytext.read(s))]
+            and _code(read_ipynb(s.with_suffix(".ipynb"))) != _code(jupytext.read(s))]
+
+
+def read_ipynb(path: Path):
+    """A notebook file as nbformat reads it; one that is not a notebook (cut short, hand-edited, not JSON) is one
+    line naming it and the way back, never nbformat's message alone."""
+    import nbformat
+    try:
+        return nbformat.read(path, as_version=4)
+    except (ValueError, KeyError, TypeError, OSError) as exc:       # nbformat's NotJSONError is a ValueError
+        from .core.causes import untrusted
+        cause = untrusted(str(exc), 120)          # it quotes the file's own text
+        raise config.ParamsError(f"{path} is not a readable notebook ({cause}); move it aside and run `make notebooks`"
+                                 " to make it again from its tracked script") from None
 
 
 class NotebookOpen(ValueError):
@@ -300,7 +313,7 @@ def refresh(root: str | Path | None = None, log=print, only_missing: bool = Fals
     for script in scripts(root):
         path, new = script.with_suffix(".ipynb"), jupytext.read(script)
         new.metadata.pop("jupytext", None)         # no pairing: saving the .ipynb never writes the script
-        old = nbformat.read(path, as_version=4) if path.exists() else None
+        old = read_ipynb(path) if path.exists() else None
         if old is not None and merging.base_of(old) == [merging.key(c) for c in new.cells]:
             continue                               # the script is as it was made from: the differences are yours
         if old is None or (not only_missing and _code(old) != _code(new)):
@@ -355,7 +368,7 @@ def drift(ipynb: Path) -> list[str]:
     import jupytext
     import nbformat
 
-    nb, script = nbformat.read(ipynb, as_version=4), jupytext.read(ipynb.with_suffix(".py"))
+    nb, script = read_ipynb(ipynb), jupytext.read(ipynb.with_suffix(".py"))
     return merging.differing([c for c in nb.cells if not _is_parameters(c)],
                              [c for c in script.cells if not _is_parameters(c)])
 
@@ -372,7 +385,7 @@ def save_code(ipynb: str | Path) -> Path:
         raise config.ParamsError(f"--save-code {ipynb}: expected a notebook beside its tracked script "
                                  f"(notebooks/NN_<study>.ipynb with its .py); {script} does not exist")
     tracked = jupytext.read(script)
-    nb = nbformat.read(ipynb, as_version=4)
+    nb = read_ipynb(ipynb)
     params = next((c for c in tracked.cells if _is_parameters(c)), None)
     cells = []
     for cell in nb.cells:
