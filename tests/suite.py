@@ -9,8 +9,7 @@ read built once per run, and every test held to a time budget.
   for that build and reads it; without xdist it is a plain session fixture.
 - **Order.** Files go out longest first (the seconds `budget.OVER_BUDGET` lists, one second for any other
   test; a shared fixture's seconds go to the first file that reads it), so the two workers finish together
-  instead of one waiting out a long file at the end; files with `serial` tests go last, when what runs
-  beside them is short.
+  instead of one waiting out a long file at the end.
 - **Serial.** `@pytest.mark.serial("why")` runs a test with the other worker idle: every test holds a
   shared lock for its set-up, call and tear-down; a serial one takes a turnstile first (so no new test
   starts beside it), then the lock exclusively.
@@ -43,7 +42,8 @@ def _file_of(item) -> str:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session, config, items):
-    """Files longest first, files with serial tests last; inside a file, collection order is kept."""
+    """Files longest first (a serial test waits at most for the test beside it to end, wherever its file is);
+    inside a file, collection order is kept."""
     files: dict[str, list] = {}
     for item in items:
         mark = item.get_closest_marker("serial")
@@ -55,8 +55,7 @@ def pytest_collection_modifyitems(session, config, items):
         first = next((_file_of(m) for m in items if name in getattr(m, "fixturenames", ())), None)
         if first:
             weight[first] += budget.seconds(f"fixture {name}") or 0.0
-    serial = {f for f, members in files.items() if any(m.get_closest_marker("serial") for m in members)}
-    ordered = sorted(files, key=lambda f: (f in serial, -weight[f]))
+    ordered = sorted(files, key=lambda f: -weight[f])
     items[:] = [m for f in ordered for m in files[f]]
 
 

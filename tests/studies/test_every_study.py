@@ -50,6 +50,7 @@ def _ours(pid: int) -> list[Path]:
 
 @pytest.mark.slow
 @pytest.mark.e2e
+@pytest.mark.serial("another storagebrief run beside it sweeps the killed run's cgroups before doctor --clean can")
 @needs_root("kill -9 leftovers are cgroups, which need root here")
 @pytest.mark.parametrize("study", STUDIES, ids=lambda s: s.name)
 def test_kill_9_mid_run_then_rerun_leaves_no_cgroup_and_no_orphan(study, tmp_path):

@@ -225,6 +225,11 @@ def test_unlimited_run_completes_without_memory_cgroups(shared, monkeypatch):
 
 
 # --------------------------------------------------------------------------- real training runs
+# The baseline's second epoch must come from the page cache: a study beside it dropping every cache (drop_caches,
+# as root) turns "stays cached" into re-reads (seen under two workers: the 4:1 run read +23 % instead of > +50 %).
+MEMORY_RUNS_ALONE = "its baseline's second epoch must stay in the page cache, which a study beside it drops"
+
+
 @pytest.fixture(scope="module")
 def memory_runs(shared):
     """Baseline and 4:1-limited training of the same 96 MB dataset (2 epochs each)."""
@@ -240,6 +245,7 @@ def memory_runs(shared):
 @pytest.mark.privileged
 @pytest.mark.slow
 @needs_cgroups
+@pytest.mark.serial(MEMORY_RUNS_ALONE)
 def test_second_epoch_reads_rise_only_when_the_dataset_exceeds_the_limit(memory_runs):
     (base, _, base_epochs, _), (lim, _, lim_epochs, _) = memory_runs
     assert base["status"] == "ok", base["failure_reason"]
@@ -266,6 +272,7 @@ def test_second_epoch_reads_rise_only_when_the_dataset_exceeds_the_limit(memory_
 @pytest.mark.privileged
 @pytest.mark.slow
 @needs_cgroups
+@pytest.mark.serial(MEMORY_RUNS_ALONE)
 def test_tiny_training_really_trains(memory_runs):
     (base, jobs, epochs, series), _ = memory_runs
     assert base["status"] == "ok"
@@ -370,6 +377,7 @@ def test_sigterm_of_the_study_removes_its_cgroups(shared):
 @pytest.mark.privileged
 @pytest.mark.slow
 @needs_cgroups
+@pytest.mark.serial(MEMORY_RUNS_ALONE)
 def test_tables_and_headlines_from_real_rows(memory_runs):
     (base, *_), (lim, *_) = memory_runs
     rows = []
@@ -386,6 +394,9 @@ def test_tables_and_headlines_from_real_rows(memory_runs):
     assert {h["metric"] for h in hs.values()} == {"training_time_s", "images_per_s", "job_read_bytes"}
     reads = hs["job_read_bytes:local|4:1_vs_none"]   # the seed's finding, limited vs none on one target
     assert reads["delta_percent"] == round((lim["job_read_bytes"] / base["job_read_bytes"] - 1) * 100, 1)
+    if base["foreign_cache_drops"]:
+        pytest.skip(f"another process dropped the page cache {base['foreign_cache_drops']} times during the "
+                    "baseline run; the limited run's extra reads cannot be judged")
     assert reads["delta_percent"] > 50 and reads["ref"] == "memory 4:1" and reads["other"] == "no limit"
     m = trmet.metrics(frame, ["local", "other"])
     assert m["runs"] == 4 and "local" in m
