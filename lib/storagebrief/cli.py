@@ -205,6 +205,7 @@ def _docs(args) -> int:
 
 def _validate(args) -> int:
     params = config.load(args.params, args.overrides)
+    config.check_section_targets(params)     # every section's targets, as each study's run checks its own
     machine_fit.check_machine(params)        # every section's processes, files and memory against this machine's limits
     machine_fit.check_tools(params)          # versitygw for local-gateway S3 targets, as the object studies' runs need
     shown = args.params or config.default_params_file()
