@@ -84,6 +84,7 @@ def test_characterize_unwritable_out_is_refused_and_a_failed_write_leaves_nothin
     assert ch.CSV_COLUMNS.index("warning") == ch.CSV_COLUMNS.index("requests_beyond_capacity") + 1
 
 
+@pytest.mark.slow   # over 10 s in the fast tier (two workers): make test-fast <= 3 min
 def test_the_brief_command_prints_no_kernel_log_lines(tmp_path):
     """Issue 48: `!storagebrief brief …` in a notebook printed the brief kernel's "[IPKernelApp] WARNING | Kernel is
     running over TCP without encryption" (and on shutdown "ERROR | KeyboardInterrupt caught in kernel") on success."""

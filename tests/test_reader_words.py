@@ -58,6 +58,7 @@ def test_the_word_is_caught_and_the_knob_is_not():
     assert not _hits("as the Samsung SDC 2023 study's tables do", "x")
 
 
+@pytest.mark.slow   # over 10 s in the fast tier (two workers): make test-fast <= 3 min
 def test_package_messages_and_brief_text_name_the_study():
     found = []
     for path in sorted((REPO / "lib" / "storagebrief").rglob("*.py")):

@@ -95,6 +95,7 @@ def _suite(tmp_path: Path) -> Path:
     return root
 
 
+@pytest.mark.slow   # over 10 s in the fast tier (two workers): make test-fast <= 3 min
 def test_serial_runs_alone_the_chain_stays_on_one_worker_and_the_budget_names_its_offender(tmp_path):
     root, spans = _suite(tmp_path), tmp_path / "spans"
     spans.mkdir()
@@ -115,6 +116,7 @@ def test_serial_runs_alone_the_chain_stays_on_one_worker_and_the_budget_names_it
     assert len((tmp_path / "builds").read_text().split()) == 1        # built once, whoever asked
 
 
+@pytest.mark.slow   # over 10 s in the fast tier (two workers): make test-fast <= 3 min
 def test_without_xdist_the_plugin_runs_every_test_in_one_process(tmp_path):
     root, spans = _suite(tmp_path), tmp_path / "spans"
     spans.mkdir()

@@ -129,6 +129,7 @@ def test_figure_html_marks_what_does_not_fit_for_the_layout_check():
     assert found and all("wider than its subplot" in f or "overlap" in f for f in found)
 
 
+@pytest.mark.slow   # over 10 s in the fast tier (two workers): make test-fast <= 3 min
 def test_characterization_size_and_lba_grids_fit(monkeypatch):
     """Many request sizes and long workload names: the size histograms (power-of-two bins) and the LBA grid
     come out with no overlapping tick label and every title whole."""

@@ -201,6 +201,7 @@ def _tiny(tmp_path: Path, trace: bool) -> Path:
     return f
 
 
+@pytest.mark.slow   # over 10 s in the fast tier (two workers): make test-fast <= 3 min
 @needs_tracefs
 def test_engine_traces_every_measured_run_and_writes_characterization(tmp_path):
     params = config.load(_tiny(tmp_path, trace=True))

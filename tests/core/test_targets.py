@@ -119,6 +119,7 @@ def test_profile_bounds_are_the_kernels():
 
 
 # --------------------------------------------------------------------------- a target in memory says so (issue 20)
+@pytest.mark.slow   # over 10 s in the fast tier (two workers): make test-fast <= 3 min
 @needs_root
 def test_ramfs_target_says_what_it_is_not_zero_bytes_free(tmp_path, mount):
     ram = mount("ram", "-t", "ramfs", "ramfs")
@@ -131,6 +132,7 @@ def test_ramfs_target_says_what_it_is_not_zero_bytes_free(tmp_path, mount):
     assert res.returncode == 2 and "reports no size" in line and "ramfs" in line and "0 B" not in line
 
 
+@pytest.mark.slow   # over 10 s in the fast tier (two workers): make test-fast <= 3 min
 @needs_root
 def test_tmpfs_target_is_named_as_memory_in_the_notes(tmp_path, mount):
     mem = mount("mem", "-t", "tmpfs", "-o", "size=64m", "tmpfs")

@@ -80,6 +80,7 @@ def test_verdict_sits_beside_the_headline_and_on_page_1(tmp_path):
     assert "client check (m) on 1 of 2 CPUs: client-bound" in page1["basis"]
 
 
+@pytest.mark.slow   # over 10 s in the fast tier (two workers): make test-fast <= 3 min
 @two_cpus
 def test_a_small_run_with_the_check_on(tmp_path):
     """Real ranks, confined: one more protocol run per target, tagged and left out of every scored figure; its
@@ -109,6 +110,7 @@ def test_a_small_run_with_the_check_on(tmp_path):
     assert not [d for d in cgroups.leftover_dirs(os.getpid()) if "halfcpus" in d.name]
 
 
+@pytest.mark.slow   # over 10 s in the fast tier (two workers): make test-fast <= 3 min
 @two_cpus
 def test_without_a_cgroup_the_ranks_pin_themselves(tmp_path, monkeypatch):
     """Not root / no cpuset: the confined run's ranks pin every thread to the half (sched_setaffinity), and the

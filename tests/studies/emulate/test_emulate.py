@@ -195,6 +195,7 @@ def test_masked_crc32c_known_value():
     assert tfrecord.masked_crc(b"123456789") == (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
+@pytest.mark.slow   # over 10 s in the fast tier (two workers): make test-fast <= 3 min
 def test_generated_tfrecords_read_back_with_tensorflow_crc_checks(tmp_path):
     """tf.data checks the length CRC and the data CRC of every frame: each generated file reads back whole."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

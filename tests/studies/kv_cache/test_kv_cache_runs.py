@@ -69,6 +69,7 @@ def test_a_run_writes_reads_and_leaves_no_kv_file(tmp_path):
     assert set(lat.op) == {"read", "write"} and set(lat.span) == {"host", "device"}
 
 
+@pytest.mark.slow   # over 10 s in the fast tier (two workers): make test-fast <= 3 min
 @pytest.mark.skipif(mpi_missing() is not None, reason=str(mpi_missing()))
 def test_clients_as_mpi_ranks_measure_the_same_way_and_leave_nothing(tmp_path):
     out, runs = _run(tmp_path, [{"name": "t", "path": str(tmp_path / "t")}], {**SMALL, "launcher": "mpi"})

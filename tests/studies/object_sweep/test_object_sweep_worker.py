@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import yaml
 
 from child_cgroup import child_cgroup, cli_in
@@ -49,6 +50,7 @@ def test_an_object_beyond_the_memory_the_run_may_use_is_refused_by_validate_and_
     assert not (tmp_path / "dir").exists()                   # refused before any object was written
 
 
+@pytest.mark.slow   # over 10 s in the fast tier (two workers): make test-fast <= 3 min
 def test_a_256_mib_object_runs_where_its_copies_were_oom_killed(tmp_path):
     """560 MiB: the study process peaked at 619 MiB making the GET objects' body (killed); now 377 MiB."""
     f = _params(tmp_path, "256m")
