@@ -109,6 +109,7 @@ def built_once(request, name: str, build):
 _RUN_DIR = pytest.StashKey[str]()
 
 
+@pytest.hookimpl(optionalhook=True)     # xdist's hook: pytest without xdist (-p no:xdist) runs too
 def pytest_configure_node(node):          # the controller, once per worker: the run's shared folder
     node.workerinput[RUN_DIR_KEY] = node.config.stash[_RUN_DIR]
 
