@@ -1,6 +1,7 @@
 """Shared fixtures: a small params file with targets inside the test's tmp dir."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -86,16 +87,22 @@ def needs_gateway(fn):
     return pytest.mark.skipif(why is not None, reason=str(why))(fn)
 
 
-@pytest.fixture
-def small_fs(tmp_path):
-    """A 16 MiB tmpfs as the target's filesystem (root), unmounted afterwards."""
-    mnt = tmp_path / "small"
+@contextlib.contextmanager
+def tmpfs_at(mnt: Path, size: str, label: str):
+    """A tmpfs of `size` mounted at `mnt` (made here; root), unmounted afterwards."""
     mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "storagebrief-test-full", str(mnt)], check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", label, str(mnt)], check=True)
     try:
         yield mnt
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A 16 MiB tmpfs as the target's filesystem (root), unmounted afterwards."""
+    with tmpfs_at(tmp_path / "small", "16m", "storagebrief-test-full") as mnt:
+        yield mnt
 
 
 def process_alive(pid: int) -> bool:

@@ -6,8 +6,6 @@ numbers; a search thread that dies fails its row, and its QPS and recall are nev
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import textwrap
 import threading
@@ -15,7 +13,6 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-import yaml
 
 from storagebrief.core.causes import EnvironmentFailure
 from storagebrief.core.targets import Target
@@ -24,7 +21,7 @@ from storagebrief.studies.vector_search import dataset, fit, search
 from storagebrief.studies.vector_search import run as run_mod
 from storagebrief.studies.vector_search.params import VectorSearchParams
 from child_cgroup import child_cgroup, run_in
-from conftest import REPO
+from conftest import run_study
 
 
 def _p(**kw) -> VectorSearchParams:
@@ -57,11 +54,7 @@ def test_a_set_whose_index_fits_but_whose_build_does_not_is_refused_before_any_w
     peak (vectors.npy beside the index and its temporaries) does not. Before: accepted, then ENOSPC mid-build."""
     section = {**_p(num_vectors=12_000, dimension=128, uniform_control=False).model_dump(exclude={"targets"})}
     data = {"targets": [{"name": "small", "path": str(small_fs / "t")}], "vector_search": section}
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(data))
-    out = subprocess.run([sys.executable, "-m", "storagebrief.cli", "vector-search", "--params",
-                          str(tmp_path / "params.yaml"), "--out", str(tmp_path / "out"), "--progress", "off"],
-                         cwd=REPO, capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "PYTHONPATH": str(REPO / "lib")})
+    out = run_study("vector-search", tmp_path, data, timeout=300)
     assert out.returncode == 2, out.stderr[-3000:]
     assert len(out.stderr.strip().splitlines()) == 1, out.stderr[-3000:]
     assert "target 'small'" in out.stderr and "a build's peak" in out.stderr

@@ -5,18 +5,14 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pandas as pd
 import pytest
-import yaml
 
 from storagebrief import studies
 from storagebrief.studies.vector_search import mlperf
-from conftest import REPO
+from conftest import run_study, tmpfs_at
 
 TINY = studies.get("vector_search").tiny
 
@@ -45,24 +41,15 @@ def test_a_missing_block_layer_count_is_null_and_said_in_words():
 def tmpfs_target(tmp_path):
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
-    mnt = tmp_path / "mem"
-    mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m", "storagebrief-test-vec", str(mnt)], check=True)
-    try:
+    with tmpfs_at(tmp_path / "mem", "256m", "storagebrief-test-vec") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 @pytest.mark.slow
 def test_a_tmpfs_target_runs_to_the_end_and_is_kept(tmp_path, tmpfs_target):
     data = {"targets": [{"name": "mem", "path": str(tmpfs_target / "t")}],
             "run": {"cold_cache": True, "monitor_interval_s": 0.2}, "vector_search": TINY}
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(data))
-    out = subprocess.run([sys.executable, "-m", "storagebrief.cli", "vector-search", "--params",
-                          str(tmp_path / "params.yaml"), "--out", str(tmp_path / "out"), "--progress", "off"],
-                         cwd=REPO, capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "PYTHONPATH": str(REPO / "lib")})
+    out = run_study("vector-search", tmp_path, data)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "a bug" not in out.stderr and "Traceback" not in out.stderr
     runs = pd.read_csv(tmp_path / "out" / "runs.csv")
