@@ -19,7 +19,7 @@ import pytest
 
 from storagebrief import studies
 from storagebrief.core import folders, results
-from conftest import REPO
+from conftest import cli_run
 
 NOBODY = 65534
 
@@ -58,11 +58,6 @@ def _tree(folder: Path) -> dict:
     return {str(p.relative_to(folder)): (p.lstat().st_uid, stat.S_IMODE(p.lstat().st_mode)) for p in folder.rglob("*")}
 
 
-def _cli(*args, timeout=180):
-    return subprocess.run([sys.executable, "-m", "storagebrief.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "PYTHONPATH": str(REPO / "lib")})
-
-
 @pytest.mark.parametrize("made", ["both-0777-by-nobody", "study-0755-by-nobody"])
 @pytest.mark.parametrize("study", list(studies.REGISTRY.values()), ids=lambda s: s.name)
 def test_a_study_folder_another_user_made_is_refused_in_one_line_by_every_study(study, made, open_target):
@@ -84,7 +79,7 @@ def test_a_study_folder_another_user_made_is_refused_in_one_line_by_every_study(
     before = _tree(target)
     params = base / "params.yaml"
     params.write_text(f"targets: [{{name: t, path: {target}}}]\nrun: {{trace: false}}\n{study.name}: {{}}\n")
-    res = _cli(study.command, "--params", str(params), "--out", str(base / "out"), "--progress", "off")
+    res = cli_run(study.command, "--params", str(params), "--out", str(base / "out"), "--progress", "off")
     lines = res.stderr.strip().splitlines()
     assert res.returncode == 2 and len(lines) == 1, res.stderr[-3000:]
     assert f"{named} belongs to uid {NOBODY}" in lines[0] and "not to this user" in lines[0], lines
@@ -155,7 +150,7 @@ def test_an_out_folder_inside_a_targets_study_folder_is_refused_naming_both(stud
     out = target / "storagebrief" / study / "out"
     params = tmp_path / "params.yaml"
     params.write_text(f"targets: [{{name: t, path: {target}}}]\nrun: {{trace: false}}\n{study}: {{}}\n")
-    res = _cli(studies.REGISTRY[study].command, "--params", str(params), "--out", str(out), "--progress", "off")
+    res = cli_run(studies.REGISTRY[study].command, "--params", str(params), "--out", str(out), "--progress", "off")
     lines = res.stderr.strip().splitlines()
     assert res.returncode == 2 and len(lines) == 1, res.stderr[-3000:]
     assert f"output folder '{out}'" in lines[0] and f"target 't's data ({target / 'storagebrief'})" in lines[0]

@@ -4,21 +4,13 @@ symlink at <target>/storagebrief or <target>/storagebrief/<study> is refused in 
 leads to is byte for byte as it was."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 
 import pytest
 
 from storagebrief import studies
 from storagebrief.core import outdir, targets
-from conftest import REPO
+from conftest import REPO, cli_run
 from users_folder import _unchanged, _victim
-
-
-def _cli(*args, timeout=180):
-    return subprocess.run([sys.executable, "-m", "storagebrief.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "PYTHONPATH": str(REPO / "lib")})
 
 
 @pytest.mark.parametrize("where", ["storagebrief", "study"])
@@ -39,7 +31,7 @@ def test_a_symlinked_study_folder_is_refused_in_one_line_by_every_study(study, w
         link = target / "storagebrief" / study.name
     params = tmp_path / "params.yaml"
     params.write_text(f"targets: [{{name: t, path: {target}}}]\nrun: {{trace: false}}\n{study.name}: {{}}\n")
-    res = _cli(study.command, "--params", str(params), "--out", str(tmp_path / "out"), "--progress", "off")
+    res = cli_run(study.command, "--params", str(params), "--out", str(tmp_path / "out"), "--progress", "off")
     lines = res.stderr.strip().splitlines()
     assert res.returncode == 2 and len(lines) == 1, res.stderr[-3000:]
     assert f"{link} is a symlink" in lines[0] and "remove the symlink" in lines[0], lines
