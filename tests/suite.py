@@ -79,7 +79,7 @@ def built_once(request, name: str, build):
     if shared is None:
         with shared_setup(name):
             return build(request.getfixturevalue("tmp_path_factory").mktemp(name))
-    fd = os.open(shared / f"{name}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fd = _open_lock(request.config, name)
     record = shared / f"{name}.json"
     try:
         t0 = time.monotonic()
