@@ -12,7 +12,8 @@ read built once per run, and every test held to a time budget.
   instead of one waiting out a long file at the end.
 - **Serial.** `@pytest.mark.serial("why")` runs a test with the other worker idle: every test holds a
   shared lock for its set-up, call and tear-down; a serial one takes a turnstile first (so no new test
-  starts beside it), then the lock exclusively.
+  starts beside it), then the lock exclusively. The serial tests are the run's last phase (`SerialLast`),
+  so what they wait for is the other worker's last short test, not a long file.
 - **Budget.** A test whose set-up, call and tear-down take over `budget.BUDGET_S` and that is not on
   `budget.OVER_BUDGET` fails the run at its end, with the list of offenders; a shared fixture's build is a
   line of its own (`fixture <name>`), not part of whichever test needed it first.
@@ -42,8 +43,8 @@ def _file_of(item) -> str:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session, config, items):
-    """Files longest first (a serial test waits at most for the test beside it to end, wherever its file is);
-    inside a file, collection order is kept."""
+    """Files longest first, then every serial test (its file's order kept), so the serial phase comes last; inside a
+    file, collection order is kept."""
     files: dict[str, list] = {}
     for item in items:
         mark = item.get_closest_marker("serial")
@@ -56,7 +57,39 @@ def pytest_collection_modifyitems(session, config, items):
         if first:
             weight[first] += budget.seconds(f"fixture {name}") or 0.0
     ordered = sorted(files, key=lambda f: -weight[f])
-    items[:] = [m for f in ordered for m in files[f]]
+    serial = [m for f in ordered for m in files[f] if m.get_closest_marker("serial") is not None]
+    items[:] = [m for f in ordered for m in files[f] if m.get_closest_marker("serial") is None] + serial
+    shared = _run_dir(config)
+    if shared is not None:              # for the controller's scheduler (SerialLast): which tests are serial
+        tmp = shared / f"serial.json.{os.getpid()}"
+        tmp.write_text(json.dumps([m.nodeid for m in serial]))
+        os.replace(tmp, shared / "serial.json")
+
+
+SERIAL_PHASE = "serial phase: "
+
+
+@pytest.hookimpl(optionalhook=True)     # xdist's hook (see pytest_configure_node)
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile` with the serial tests last: each file's serial tests are a unit of their own, handed out
+    after every other file, so a serial test waits only for the last short tests beside it to end, not for
+    whatever long file the other worker is in (the DVC chain, the notebook walk), and the other worker's idle
+    time is the serial tests' own."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SerialLast(LoadFileScheduling):
+        serial: set[str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.serial is None:     # first asked in schedule(), once every worker has collected (and written it)
+                record = Path(config.stash[_RUN_DIR]) / "serial.json"
+                self.serial = set(json.loads(record.read_text())) if record.exists() else set()
+            scope = super()._split_scope(nodeid)
+            return SERIAL_PHASE + scope if nodeid in self.serial else scope
+
+    return SerialLast(config, log)
 
 
 def pytest_configure(config):

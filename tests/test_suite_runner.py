@@ -1,5 +1,5 @@
 """The suite's own machinery (tests/suite.py, tests/budget.py), run on a small made-up suite in two xdist workers
-as `make test` runs the real one: a serial test has no other test beside it, a shared fixture read from two files
+as `make test` runs the real one: a serial test has no other test beside it and runs last, a shared fixture read from two files
 on two workers is built once, and an unlisted test over the budget fails the run by name while a listed one and
 the shared fixture's build (a line of its own) do not."""
 from __future__ import annotations
@@ -31,6 +31,16 @@ def _build(folder):
 def tiny_chain(request):
     from suite import built_once
     return built_once(request, "tiny_chain", _build)
+
+@pytest.hookimpl(hookwrapper=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):     # the controller: the order units are handed out in
+    sched = (yield).get_result()
+    real = sched._assign_work_unit
+    def logged(node):
+        with open(Path(os.environ["SPANS"]).parent / "units", "a") as fh:
+            fh.write(next(iter(sched.workqueue)) + "\\n")
+        real(node)
+    sched._assign_work_unit = logged
 '''
 
 OTHER = '''
@@ -113,6 +123,8 @@ def test_serial_runs_alone_the_chain_stays_on_one_worker_and_the_budget_names_it
     s0, s1, _ = got["serial"]
     beside = [n for n, (a, b, _) in got.items() if n != "serial" and a < s1 and b > s0]
     assert not beside, f"ran beside the serial test: {beside}"
+    units = (tmp_path / "units").read_text().split("\n")[:-1]      # the serial test's own unit, handed out last
+    assert units[-1] == "serial phase: tests/test_made_up.py" and len(units) == 3, units
     assert len((tmp_path / "builds").read_text().split()) == 1        # built once, whoever asked
 
 
