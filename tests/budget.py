@@ -26,7 +26,7 @@ OVER_BUDGET: dict[str, tuple[float, str]] = {
     "tests/studies/train_resnet50/test_train_resnet50.py::test_second_epoch_reads_rise_only_when_the_dataset_exceeds_the_limit":
         (111, "builds the module's two training runs (two epochs, no limit and 4:1; TensorFlow start-ups), alone"),
     "tests/studies/train_resnet50/test_train_resnet50.py::test_parallel_jobs_each_get_a_cgroup_and_interrupt_cleans_up":
-        (65, "parallel TensorFlow jobs, each in its cgroup, interrupted"),
+        (20, "the module's generated dataset, then two TensorFlow jobs started in their cgroups and interrupted"),
     "tests/studies/checkpoint/test_framework.py::test_killing_the_tensorflow_job_is_a_failed_row_and_leaves_nothing":
         (51, "the module's TensorFlow framework run, then a job killed mid-save"),
     "tests/studies/checkpoint/test_checkpoint.py::test_tiny_run_through_the_engine_on_two_targets":

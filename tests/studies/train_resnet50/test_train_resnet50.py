@@ -314,11 +314,15 @@ def test_parallel_jobs_each_get_a_cgroup_and_interrupt_cleans_up(shared, monkeyp
     real_poll = trr._poll
 
     def spy(jobs, until, stall_s, timeout_s):
-        real_poll(jobs, until, stall_s, timeout_s)
-        if until == "ready":
+        if until == "ready":    # both jobs started, each in its cgroup (its first act), loading TensorFlow: Ctrl-C
+            deadline = time.monotonic() + 120
+            while not all(j.proc.pid in j.group.pids() for j in jobs) and time.monotonic() < deadline:
+                time.sleep(0.05)
             seen["groups"] = [(j.group.dirs["memory"][1], j.proc.pid, j.group.pids(), j.spec["cpus"]) for j in jobs]
             seen["procs"] = [j.proc for j in jobs]
+            assert all(j.proc.poll() is None for j in jobs)
             raise KeyboardInterrupt   # as Ctrl-C would, while both jobs are alive in their cgroups
+        real_poll(jobs, until, stall_s, timeout_s)
 
     monkeypatch.setattr(trr, "_poll", spy)
     monkeypatch.setattr(trr, "scenarios", lambda p: [trr.RunSpec("parallel", 2, "2.5:1")])
