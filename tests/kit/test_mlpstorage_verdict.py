@@ -39,4 +39,5 @@ def test_mlperfs_categories_and_reasons_by_mlperfs_code(tmp_path):
     assert any("Invalid model for checkpointing" in i["text"] for i in runs["llama9-9b"]["issues"])
     said = " ".join(verdict.lines(out, "checkpointing"))
     assert "read 2 of 2 exported runs: CLOSED 1, INVALID 1" in said and "Invalid model" in said
+    assert said in verdict.paragraph(out, "checkpointing") and verdict.paragraph(out, "training") is None
     assert (out / "mlperf" / "reportgen-t.txt").read_text().count("checkpointing_run_") >= 2   # its own report
