@@ -41,3 +41,18 @@ def test_mlperfs_categories_and_reasons_by_mlperfs_code(tmp_path):
     assert "read 2 of 2 exported runs: CLOSED 1, INVALID 1" in said and "Invalid model" in said
     assert said in verdict.paragraph(out, "checkpointing") and verdict.paragraph(out, "training") is None
     assert (out / "mlperf" / "reportgen-t.txt").read_text().count("checkpointing_run_") >= 2   # its own report
+
+
+def test_a_failure_of_mlperfs_own_code_is_said_to_be_its_own(tmp_path):
+    """A training run read from disk: MLPerf's size check fails on the system information its reader dropped."""
+    if verdict.missing():
+        pytest.skip(verdict.missing())
+    out = tmp_path / "out"
+    _run(out, "training", "unet3d", "2026-12-07T06:12:08Z",
+         {"dataset": {"num_files_train": 9, "num_samples_per_file": 1, "record_length_bytes": 4096},
+          "reader": {"batch_size": 1}}, {"dataset.num_files_train": 9})
+    doc = verdict.record(out)
+    (run,) = doc["targets"]["t"]["runs"]
+    assert run["category"] == "INVALID"
+    assert any("check_num_files_train failed" in i["text"] for i in run["issues"])
+    assert "drops the system information" in verdict.lines(out, "training")[0]
