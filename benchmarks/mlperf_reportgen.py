@@ -100,7 +100,8 @@ def submission_check(reports: Path, work: Path) -> None:
                         "--csv", str(work / "submission_summary.csv")], env={**os.environ, "PYTHONPATH": str(h)},
                        capture_output=True, text=True, timeout=120, cwd=str(work))
     lines = (p.stdout + p.stderr).splitlines()
-    said = [ln.split("] ", 1)[-1] for ln in lines if " ERROR]" in ln or "SUMMARY" in ln or "Error:" in ln]
+    said = [ln.split("] ", 1)[-1] for ln in lines
+            if any(w in ln for w in (" ERROR]", " WARNING]", "SUMMARY", "Error:", "checks passed for", "failed for"))]
     print(f"\n== MLPerf's submission checker on {dest}: exit {p.returncode}")
     for ln in dict.fromkeys(said):
         print(f"   {ln}")

@@ -40,7 +40,7 @@ def test_metadata_file_keys_and_our_figures_beside_the_tools_file(tmp_path):
     assert meta_path.name == "training_20261207_061208_metadata.json"
     meta = json.loads(meta_path.read_text())
     for key in ("benchmark_type", "model", "command", "run_datetime", "num_processes", "parameters",
-                "override_parameters", "system_info", "accelerator"):
+                "override_parameters", "system_info", "accelerator", "combined_params", "params_dict"):
         assert key in meta, key
     assert meta["run_datetime"] == d.name and meta["args"]["results_dir"] == str(tmp_path)
     assert meta["system_info"]["total_memory_bytes"] == 8 * 2**30 and meta["system_info"]["num_hosts"] == 1

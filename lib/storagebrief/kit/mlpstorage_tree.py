@@ -89,15 +89,19 @@ def run_folder(results_dir: Path, kind: str, model: str, started_at) -> Path:
 
 def write_run(folder: Path, kind: str, *, model: str, command: str | None, num_processes: int,
               accelerator: str | None, parameters: dict, overrides: dict, inv: dict, tool_files: dict,
-              ours: dict, extra: dict | None = None) -> Path:
-    """The run's metadata file (base.py's core keys, `extra` for a benchmark's own, as kvcache.py adds), the
-    tool's output files (name -> JSON) and storagebrief.json; returns the metadata file."""
+              ours: dict, extra: dict | None = None, args: dict | None = None) -> Path:
+    """The run's metadata file (base.py's core keys, `extra` for a benchmark's own, as kvcache.py adds; `args`
+    added to its CLI arguments), the tool's output files (name -> JSON) and storagebrief.json; returns the metadata
+    file. `combined_params` and `params_dict` repeat `parameters` and `override_parameters` under the names of the
+    Benchmark attributes they come from, which MLPerf's submission checker reads."""
     meta = {"benchmark_type": kind, "model": model, "command": command, "run_datetime": folder.name,
             "num_processes": int(num_processes), "accelerator": accelerator, "result_dir": str(folder),
             "parameters": parameters, "override_parameters": overrides, "system_info": system_info(inv),
+            "combined_params": parameters, "params_dict": overrides,
             "verification": None, "command_output_files": sorted(tool_files),
             "args": {"program": PROGRAM[kind], "command": command, "model": model, "num_processes": int(num_processes),
-                     "accelerator_type": accelerator, "results_dir": str(folder.parents[DEPTH[kind] - 1])},
+                     "accelerator_type": accelerator, "results_dir": str(folder.parents[DEPTH[kind] - 1]),
+                     **(args or {})},
             **(extra or {})}
     path = folder / f"{kind}_{folder.name}_metadata.json"
     results.write_json(path, meta)

@@ -60,8 +60,10 @@ def export(out_dir: Path, frame, ckpts, pause_s: float) -> list[Path]:
                 "figures": {k: v for k, v in full.items() if not _dlio(k)},
                 "note": "honest_* = bytes ÷ the time until the last rank's fsync returned; MLPerf's keys in "
                         "summary.json use rank 0's own duration"}
+        folder = next((t.get("path") for t in inv.get("targets") or [] if t.get("name") == r.target), None)
         tree.write_run(d, "checkpointing", model=str(r.model), command="run", num_processes=int(r.ranks),
                        accelerator=None, parameters=params, overrides=over, inv=inv,
-                       tool_files={"summary.json": summary}, ours=ours)
+                       tool_files={"summary.json": summary}, ours=ours,
+                       args={"checkpoint_folder": f"{folder}/storagebrief/checkpoint" if folder else None})
         made.append(d)
     return made
