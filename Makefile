@@ -30,13 +30,14 @@ GO_VERSION := 1.25.5
 NOTEBOOKS := $(patsubst %.py,%.ipynb,$(wildcard notebooks/[0-9]*_*.py notebooks/brief.py))
 
 .PHONY: study study-deps test test-fast env system-deps kafka s3 doctor gpu brief notebooks notebook-files lab s3ref clean-data \
-	clean hosts test-hosts-deps dvc-lock-local
+	clean hosts test-hosts-deps dvc-lock-local mlpstorage mlpstorage-try
 
 # What a study needs, built side by side: the Python environment, Kafka's jars and the gateway's Go build took
 # 44, 5 and 76 s one after another on a clean clone here. apt (system-deps) runs first and alone: two apt-gets
 # at once would fight over its lock.
 study-deps:
 	@$(MAKE) --no-print-directory -j3 --output-sync=target env kafka s3
+	@$(MAKE) --no-print-directory mlpstorage-try
 
 study: study-deps
 	@if [ "$(SCALE)" = "paper" ]; then dvc exp run -S scale=paper; else dvc repro; fi
@@ -48,7 +49,7 @@ study: study-deps
 # whole-run tests wait on subprocesses, I/O and sleeps, so two workers keep both cores busy.
 PYTEST_WORKERS := -n 2 --dist loadfile --no-loadscope-reorder
 
-test: env kafka s3 s3ref test-hosts-deps
+test: env kafka s3 s3ref test-hosts-deps mlpstorage-try
 	pytest -q -ra $(PYTEST_WORKERS) --durations=25 tests
 
 # The tier to run while developing: unit and small integration tests, no whole study, no browser, no
@@ -67,6 +68,36 @@ test-hosts-deps:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq openssh-server >/dev/null; \
 	  rc=$$?; [ -n "$$guard" ] && rm -f /usr/sbin/policy-rc.d; exit $$rc; \
 	fi
+
+# MLPerf Storage's own tools (issue 60): mlpstorage_py of its v3.0 code line at a pinned commit, copied into
+# MLPSTORAGE (outside git) with a Python 3.12 virtual environment of its own holding what its report generator
+# imports (pinned). Studies and benchmarks/mlperf_reportgen.py run it on their MLPerf results trees
+# (docs/mlperf-tools.md). MLPSTORAGE_GIT may name a local clone or mirror; PYTHON312 a Python 3.12.
+MLPSTORAGE := .mlpstorage
+MLPSTORAGE_COMMIT := 64165f7f3ca583c30efb6839a8d1cfe334343c7b
+MLPSTORAGE_GIT ?= https://github.com/russfellows/mlc-storage.git
+PYTHON312 ?= $(shell for p in python3.12 $$HOME/.pyenv/versions/3.12.*/bin/python /root/.pyenv/versions/3.12.*/bin/python; do \
+  q=$$(command -v $$p 2>/dev/null) && $$q -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null && \
+  { echo $$q; break; }; done)
+MLPSTORAGE_PIP := psutil==7.2.2 pyarrow==26.0.1 PyYAML==6.0.4 packaging==26.4 rich==15.0.0 python-dotenv==1.2.4
+
+mlpstorage: $(MLPSTORAGE)/.installed
+
+# What `make study` and `make test` use: MLPerf's tools where they can be installed, else one line and on without
+# them (the studies' verdicts.json and the brief then say MLPerf's report generator was not run; its tests skip).
+mlpstorage-try:
+	@$(MAKE) --no-print-directory mlpstorage >$(MLPSTORAGE).log 2>&1 || \
+	  echo "make mlpstorage failed (see $(MLPSTORAGE).log: Python 3.12 and $(MLPSTORAGE_GIT) needed): going on without MLPerf's report generator"
+
+$(MLPSTORAGE)/.installed:
+	@test -n "$(PYTHON312)" && "$(PYTHON312)" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' || \
+	  { echo "make mlpstorage: needs Python 3.12 (PYTHON312=$(PYTHON312)); set PYTHON312=/path/to/python3.12" >&2; exit 1; }
+	rm -rf $(MLPSTORAGE) && mkdir -p $(MLPSTORAGE)/git
+	git -C $(MLPSTORAGE)/git init -q && git -C $(MLPSTORAGE)/git fetch -q --depth 1 "$(MLPSTORAGE_GIT)" $(MLPSTORAGE_COMMIT)
+	git -C $(MLPSTORAGE)/git archive $(MLPSTORAGE_COMMIT) mlpstorage_py configs/dlio/workload | tar -x -C $(MLPSTORAGE)
+	rm -rf $(MLPSTORAGE)/git
+	"$(PYTHON312)" -m venv $(MLPSTORAGE)/venv && $(MLPSTORAGE)/venv/bin/pip install -q $(MLPSTORAGE_PIP)
+	echo $(MLPSTORAGE_COMMIT) > $(MLPSTORAGE)/COMMIT && touch $@
 
 env: system-deps $(VENV)/.installed notebook-files dvc-lock-local
 

@@ -49,6 +49,7 @@ def _parser() -> argparse.ArgumentParser:
                          "current one holding params.yaml and dvc.yaml)")
     bp.add_argument("--reports", default=None, help="results folder (default: reports/ beside the params file)")
     bp.add_argument("--no-pdf", action="store_true")
+    _add_export(sub)
     cp = sub.add_parser("characterize", help="block-level I/O summary statistics of a trace (tracefs text or raw pages, blkparse text)")
     cp.add_argument("--trace", required=True, help="trace file (plain text or .gz)")
     cp.add_argument("--format", required=True, choices=FORMATS,
@@ -231,6 +232,27 @@ def _brief(args) -> int:
     return 0 if (out["pdf"] or args.no_pdf) else 1
 
 
+def _add_export(sub) -> None:
+    ep = sub.add_parser("export", help="a submitter's folder of the MLPerf-named studies' runs, for MLPerf "
+                                       "Storage's own tools (docs/mlperf-tools.md)")
+    ep.add_argument("--mlperf", required=True, metavar="DIR", help="a new or empty folder for the submitter's folder")
+    ep.add_argument("--reports", default=None, help="results folder (default: reports/ beside the params file)")
+    ep.add_argument("--params", default=None, help=PARAMS_HELP)
+    ep.add_argument("--division", default="open", help="open (default) or closed: the folder's division")
+    ep.add_argument("--submitter", default="storagebrief", help="the submitter's folder name (default storagebrief)")
+
+
+def _export(args) -> int:
+    from .kit import mlpstorage_export
+    params_file = Path(args.params) if args.params else config.project_root() / "params.yaml"
+    dest = Path(args.mlperf).resolve()
+    mlpstorage_export.check(dest, args.division, args.submitter)     # bad input: one line, before any work
+    reports = Path(args.reports) if args.reports else params_file.resolve().parent / "reports"
+    made = mlpstorage_export.export(reports, dest, args.division, args.submitter)
+    print("\n".join(mlpstorage_export.summary_lines(made)))
+    return 0
+
+
 def _stdout_gone() -> None:
     """The reader of our stdout left (`storagebrief checkpoint … | head -1`): the rest of what we print
     goes nowhere, and the run goes on (its results are files), instead of failing on a BrokenPipeError."""
@@ -287,7 +309,8 @@ def _lab(args) -> int:
 
 
 COMMANDS = {"calibrate-accelerator": _calibrate, "doctor": _doctor, "characterize": _characterize, "notebooks": _notebooks,
-            "dvc-stages": _dvc_stages, "docs": _docs, "validate": _validate, "brief": _brief, "lab": _lab}
+            "dvc-stages": _dvc_stages, "docs": _docs, "validate": _validate, "brief": _brief, "lab": _lab,
+            "export": _export}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -94,9 +94,15 @@ def test_rules_run_six_times_and_export_by_key(tmp_path, monkeypatch):
         s = json.loads((d / "summary.json").read_text())
         m = s["metric"]
         assert all(k in m for k in KEYS)
-        r = by_id.loc[s["storagebrief"]["run_id"]]
+        ours = json.loads((d / "storagebrief.json").read_text())     # our own words: never in DLIO's file
+        assert "storagebrief" not in s
+        r = by_id.loc[ours["run_id"]]
         assert m["train_au_mean_percentage"] == pytest.approx(r.au_percent) and m["train_au_percentage"] == [m["train_au_mean_percentage"]]
         assert m["train_throughput_mean_samples_per_second"] == pytest.approx(r.samples_per_s)
         assert m["train_io_mean_MB_per_second"] == pytest.approx(r.loader_read_mib_per_s)   # 2^20, as DLIO
-        prov = json.loads((d / "provenance.json").read_text())
-        assert prov["tool"] == "storagebrief" and prov["git_commit"] and "params_hash" in prov
+        assert ours["tool"] == "storagebrief" and ours["git_commit"] and "params_hash" in ours
+        meta = json.loads((d / f"training_{d.name}_metadata.json").read_text())     # as mlpstorage names it
+        assert (meta["benchmark_type"], meta["model"], meta["command"], meta["run_datetime"]) == \
+            ("training", "unet3d", "run", d.name)
+        assert meta["parameters"]["dataset"]["num_files_train"] == int(r.num_files)
+        assert meta["override_parameters"]["train.computation_time"] == pytest.approx(0.001)   # not MLPerf's

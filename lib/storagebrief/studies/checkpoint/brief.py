@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ...kit import client_check
+from ...kit import client_check, mlpstorage_verdict
 from ...kit.client_check import unchecked
 from ...kit.figures import metric_vs
 from ...kit.files import read_csv_or_none, read_json_or
@@ -37,6 +37,8 @@ def section(study_dir: Path, frame, names: list[str]) -> None:
     cost = ok[ok.sweep == "cost"] if "sweep" in ok else ok.iloc[0:0]
     ok = ok[~ok.sweep.isin(["cost", "framework"])] if "sweep" in ok else ok
     _what_ran(ok, study)
+    if verdict := mlpstorage_verdict.paragraph(study_dir, "checkpointing"):    # MLPerf's code on the runs
+        show_md(verdict)
     study["client_checks"] = _checks(study_dir, frame)
     _versus(ok, names, study)
     _client_check(study)

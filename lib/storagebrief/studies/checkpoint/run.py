@@ -33,12 +33,12 @@ from ...core.folders import folder_below
 from ...core.store import DirStore
 from ...core.memory_state import NONE as NO_PREP, SETTLE_S, prefault, reporting_passes
 from ...core.sweep import Measurement, Point
-from ...kit import client_check
+from ...kit import client_check, mlpstorage_verdict
 from ...kit.launch import check_launch
 from ...kit.checkpoint import incompressible
 from ...kit.client_check import unchecked
 from ...kit.space import check_space, out_of_space
-from . import STUDY, cost, dataset, framework, metrics
+from . import STUDY, cost, dataset, framework, metrics, mlperf_tree
 from . import objects
 from .params import CheckpointParams
 from .rank_io import direct_refusal
@@ -350,6 +350,8 @@ def finish(sweep, frame) -> None:
             results.write_csv(sweep.out_dir / name, pd.DataFrame(columns=cols))
     (sweep.out_dir / "logs").mkdir(exist_ok=True)    # the framework sweep's TensorFlow log (a stage output)
     results.write_json(sweep.out_dir / "mlperf_summary.json", metrics.mlperf_summary(ckpts))
+    mlperf_tree.export(sweep.out_dir, frame, ckpts, p.pause_s)
+    mlpstorage_verdict.record(sweep.out_dir)
     for t in sweep.target_names:
         rate = metrics.best_write_gb_per_s(ckpts, t)
         if rate and state.generator_gb_per_s < 3 * rate:

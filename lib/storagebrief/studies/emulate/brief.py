@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ...kit import client_check
+from ...kit import client_check, mlpstorage_verdict
 from ...kit.figures import metric_vs
 from ...kit.files import read_csv_or_none, read_json_or
 from ...report.display import analysis, fmt_s, show_figure, show_md, show_table, style, target_colors
@@ -37,6 +37,8 @@ def section(study_dir: Path, frame, names: list[str]) -> None:
     _supported_table(sup)
     brief_s3.section(frame, full, desc)
     _mlperf_rules(rules)
+    if verdict := mlpstorage_verdict.paragraph(study_dir, "training"):    # MLPerf's code on the runs
+        show_md(verdict)
     _search_table(frame)
     _limits_table(frame)
     _client_check(checked)

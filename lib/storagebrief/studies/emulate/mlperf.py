@@ -21,10 +21,9 @@ from __future__ import annotations
 import json
 import math
 import shutil
-from datetime import datetime
 from pathlib import Path
 
-from ...core import results
+from ...kit import mlpstorage_tree as tree
 
 WARMUP_RUNS, SCORED_RUNS = 1, 5
 RUNS = WARMUP_RUNS + SCORED_RUNS
@@ -73,21 +72,16 @@ def verdicts(frame) -> list[dict]:
     return out
 
 
-def _stamp(started_at: str) -> str:
-    try:
-        return datetime.fromisoformat(str(started_at).replace("Z", "+00:00")).strftime("%Y%m%d_%H%M%S")
-    except ValueError:
-        return "unknown_time"
-
-
-def summary(r) -> dict:
-    """One run's summary.json: DLIO's training keys under "metric", the run's shape around them."""
+def summary(r, inv: dict | None = None) -> dict:
+    """One run's summary.json: DLIO's training keys under "metric", the run's shape and DLIO's host keys around
+    them."""
     au, sps, mib = float(r.au_percent), float(r.samples_per_s), float(r.loader_read_mib_per_s)
     thr = float(r.au_threshold_percent)
     return {
         "model": str(r.workload), "accelerator": str(r.accelerator_type), "num_accelerators": int(r.accelerators),
         "num_hosts": int(r.hosts) if "hosts" in r and not _nan(r.hosts) else 1,
         "num_files_train": int(r.num_files), "epochs": int(r.epochs), "start": str(r.get("started_at", "")),
+        **(tree.dlio_hosts(inv) if inv else {}),
         "metric": {
             "train_au_percentage": [au],
             "train_au_mean_percentage": au,
@@ -99,41 +93,74 @@ def summary(r) -> dict:
             "train_io_mean_MB_per_second": mib,
             "train_io_stdev_MB_per_second": 0.0,
         },
-        "storagebrief": {"run_id": str(r.get("run_id", "")), "target": str(r.target), "repeat": int(r["repeat"]),
-                         "au_threshold_percent": thr, "limited_by": str(r.get("limited_by", "")),
-                         "mlperf_run": None if _nan(r.get("mlperf_run")) else str(r.get("mlperf_run")),
-                         "au_window": "one window per run (steady-state steps), not per epoch"},
     }
+
+
+def ours(r) -> dict:
+    """storagebrief.json: the run in this study's words (MLPerf's tools do not read it)."""
+    return {"study": "emulate", "run_id": str(r.get("run_id", "")), "target": str(r.target),
+            "repeat": int(r["repeat"]), "au_threshold_percent": float(r.au_threshold_percent),
+            "limited_by": str(r.get("limited_by", "")),
+            "mlperf_run": None if _nan(r.get("mlperf_run")) else str(r.get("mlperf_run")),
+            "au_window": "one window per run (steady-state steps), not per epoch"}
 
 
 def _nan(x) -> bool:
     return x is None or (isinstance(x, float) and math.isnan(x))
 
 
+def parameters(r, ref: dict, spec: dict) -> tuple[dict, dict]:
+    """The DLIO workload parameters the run had (mlpstorage's combined_params) and the overrides MLPerf's benchmark
+    would have been given to get them: dataset.num_files_train and reader.read_threads always (CLOSED-allowed), and
+    each workload parameter whose value differs from MLPerf's reference for the accelerator (the study's
+    `reference`: MLPerf's record size, batch size and compute time), which MLPerf's rules allow in no division."""
+    acc = str(r.accelerator_type)
+    ckpt = int(r.checkpoints) if "checkpoints" in r and not _nan(r.checkpoints) else 0
+    params = {
+        "model": {"name": str(r.workload)}, "framework": "pytorch",
+        "workflow": {"generate_data": False, "train": True, "checkpoint": ckpt > 0},
+        "dataset": {"format": spec.get("format"), "num_files_train": int(r.num_files),
+                    "num_samples_per_file": int(spec.get("samples_per_file", 1)),
+                    "record_length_bytes": int(spec["record_bytes"]),
+                    "record_length_bytes_stdev": int(spec.get("record_bytes_stdev", 0))},
+        "reader": {"batch_size": int(r.batch_size), "read_threads": int(r.read_threads),
+                   "prefetch_size": int(r.prefetch), "odirect": bool(r.odirect),
+                   "transfer_size": int(r.read_block_bytes)},
+        "train": {"epochs": int(r.epochs), "computation_time": float(r.compute_s)},
+        "metric": {"au": float(r.au_threshold_percent) / 100},
+    }
+    over = {"dataset.num_files_train": params["dataset"]["num_files_train"],
+            "reader.read_threads": params["reader"]["read_threads"]}
+    want = {"dataset.record_length_bytes": ref.get("record_bytes"),
+            "dataset.record_length_bytes_stdev": ref.get("record_bytes_stdev"),
+            "reader.batch_size": (ref.get("batch_size_by_accelerator") or {}).get(acc, ref.get("batch_size")),
+            "train.computation_time": (ref.get("compute_s") or {}).get(acc)}
+    for key, ref_value in want.items():
+        section, name = key.split(".")
+        if ref_value is not None and not math.isclose(float(params[section][name]), float(ref_value), rel_tol=1e-9):
+            over[key] = params[section][name]
+    return params, over
+
+
 def export(out_dir: Path, frame) -> list[Path]:
-    """Every run of the sweep as MLPerf Storage's results layout under out_dir/mlperf/; returns the run folders."""
-    inv = {}
+    """Every run of the sweep as mlpstorage writes a training run, one results directory per target
+    (kit/mlpstorage_tree.py); returns the run folders."""
+    inv, study = {}, {}
     try:
         inv = json.loads((Path(out_dir) / "inventory.json").read_text())
+        study = json.loads((Path(out_dir) / "study.json").read_text())
     except (OSError, ValueError):
         pass
-    root = Path(out_dir) / EXPORT_DIR / "results"
-    shutil.rmtree(root.parent, ignore_errors=True)      # this study's own export of an earlier sweep here
+    shutil.rmtree(Path(out_dir) / EXPORT_DIR, ignore_errors=True)   # this study's own export of an earlier sweep
     made = []
     rows = frame[frame.client_check.isna()] if "client_check" in frame else frame
     rows = rows[rows.status.astype(str) != "failed"] if "status" in rows else rows    # an S3 store that failed
     for _, r in rows.iterrows():
-        base = root / str(r.target) / "training" / str(r.workload) / "run" / _stamp(r.get("started_at", ""))
-        d, k = base, 1
-        while d in made:                  # two runs started within one second
-            k += 1
-            d = base.with_name(f"{base.name}_{k}")
-        d.mkdir(parents=True, exist_ok=True)
-        results.write_json(d / "summary.json", summary(r))
-        results.write_json(d / "provenance.json", {
-            "tool": "storagebrief", "study": "emulate", "git_commit": inv.get("git_commit", "unknown"),
-            "params_hash": inv.get("params_hash", ""), "run_id": str(r.get("run_id", "")),
-            "package_git_commit": inv.get("package_git_commit", "")})
+        w = (study.get("workloads") or {}).get(str(r.workload), {})
+        params, over = parameters(r, w.get("reference") or {}, w.get("spec") or w.get("reference") or {})
+        d = tree.run_folder(tree.root(out_dir, r.target), "training", str(r.workload), r.get("started_at", ""))
+        tree.write_run(d, "training", model=str(r.workload), command="run", num_processes=int(r.accelerators),
+                       accelerator=str(r.accelerator_type), parameters=params, overrides=over, inv=inv,
+                       tool_files={"summary.json": summary(r, inv)}, ours=ours(r))
         made.append(d)
     return made
-

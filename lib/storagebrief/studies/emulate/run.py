@@ -41,7 +41,7 @@ from ...core.sweep import Measurement, Point
 from ...kit.cgroup_io import CgroupIoSampler, cgroup_read_stats
 from ...kit.launch import check_launch
 from ...kit.client_check import CoreBusy
-from ...kit import s3study
+from ...kit import mlpstorage_verdict, s3study
 from ...kit.space import check_space, existing_bytes
 from . import STUDY, mlperf, objects
 from .accelerators import run_once
@@ -440,6 +440,7 @@ def finish(sweep, frame) -> None:
     ml = mlperf_results(frame)
     results.write_json(sweep.out_dir / "mlperf_results.json", ml)
     mlperf.export(sweep.out_dir, frame)
+    mlpstorage_verdict.record(sweep.out_dir)
     if sweep.state.search is not None:         # the answer from the rows must be the one the search reached
         rows = {(r["workload"], r["target"]): r for r in ml["accelerators_supported"]}
         for (w, t), out in sweep.state.search.outcomes().items():

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ...kit import client_check
+from ...kit import client_check, mlpstorage_verdict
 from ...kit.client_check import unchecked
 from ...kit.files import read_csv_or_none, read_json_or
 from ...kit.runs import ok_runs, what_failed
@@ -37,6 +37,8 @@ def section(study_dir: Path, frame, names: list[str]) -> None:
     ok = ok_runs(unchecked(frame))          # the client check's re-runs count in no figure (their own paragraph)
     checked = client_checks(frame) if len(ok) else []
     _what_ran(ok, study)
+    if verdict := mlpstorage_verdict.paragraph(study_dir, "kv_cache"):    # MLPerf's code on the runs
+        show_md(verdict)
     _versus(ok, checked)
     if checked:
         show_md(client_check.markdown(checked, "the clients", "honest read or write GiB/s or reload rate"))

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 
 from ...core import results
 from ...core.sweep import Measurement, Point
-from ...kit import client_check
+from ...kit import client_check, mlpstorage_verdict
 from ...kit.launch import check_launch, open_launch
 from ...kit.space import check_space, out_of_space
-from . import STUDY, breakeven, clients, dataset, metrics, prefill
+from . import STUDY, breakeven, clients, dataset, metrics, mlperf_tree, prefill
 from .params import KvCacheParams
 from .workload import GIB, MIB, MLPERF
 
@@ -231,6 +231,8 @@ def finish(sweep, frame) -> None:
     if not sweep.tables.get("latency.csv"):
         results.write_csv(sweep.out_dir / "latency.csv", pd.DataFrame(columns=metrics.LATENCY_TABLE_COLUMNS))
     results.write_json(sweep.out_dir / "mlperf_kvcache_summary.json", metrics.mlperf_summary(frame))
+    mlperf_tree.export(sweep.out_dir, frame, p.seed)
+    mlpstorage_verdict.record(sweep.out_dir)
     cpu_tflops, prefill_summary = _prefill(sweep, p)
     rows = breakeven_rows(frame, sweep.target_names, p, cpu_tflops)
     results.write_csv(sweep.out_dir / "breakeven.csv", pd.DataFrame(rows, columns=BREAKEVEN_COLUMNS))

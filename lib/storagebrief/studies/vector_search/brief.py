@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ...kit import mlpstorage_verdict
 from ...kit.files import read_csv_or_none, read_json_or
 from ...kit.history import earlier
 from ...kit.runs import at_point, open_section
@@ -42,6 +43,8 @@ def section(study_dir: Path, frame, names: list[str]) -> None:
                   "÷ the engine's reads per query; per-query latency percentiles; pages of the index cached after "
                   "the run", floatfmt="{:,.2f}")
     _uniform(pts)
+    if verdict := mlpstorage_verdict.paragraph(study_dir, "vector_database"):    # MLPerf's code on the runs
+        show_md(verdict)
     _analysis(pts, floor, study)
 
 

@@ -19,10 +19,10 @@ import numpy as np
 from ...core import cache, cgroups, results, targets as targets_mod
 from ...core.causes import EnvironmentFailure
 from ...core.sweep import Measurement, Point
-from ...kit import space
+from ...kit import mlpstorage_verdict, space
 from ...kit.cgroup_io import cgroup_read_stats
 from ...kit.launch import open_launch
-from . import STUDY, dataset, metrics, mlperf, probe, search
+from . import STUDY, dataset, metrics, mlperf, mlperf_tree, probe, search
 from .params import VectorSearchParams
 
 
@@ -192,6 +192,8 @@ def finish(sweep, frame) -> None:
     results.write_csv(sweep.out_dir / "points.csv", pts)
     results.write_csv(sweep.out_dir / "probes.csv", pd.DataFrame(sweep.state.probes))
     mlperf.write(sweep.out_dir / "mlperf", frame, p, _study_json(sweep))
+    mlperf_tree.export(sweep.out_dir, frame, p, _study_json(sweep))
+    mlpstorage_verdict.record(sweep.out_dir)
 
 
 # The engine's optional hooks this study does not have (core/contract.py RunRoom).
