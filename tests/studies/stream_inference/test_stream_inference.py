@@ -120,10 +120,15 @@ def test_a_producer_keeps_its_frame_rate_on_a_small_stream(running, tmp_path):
 
 @pytest.mark.slow
 @needs_kafka
-def test_stop_reaps_every_node_and_frees_its_ports(tmp_path):
+def test_stop_reaps_every_node_and_frees_its_ports(tmp_path, monkeypatch):
+    monkeypatch.setenv(kafka.JVM_OPTIONS_ENV, "-XX:TieredStopAtLevel=1  -Dstoragebrief.test='a b'")
     cl = kafka.Cluster(tmp_path / "d", tmp_path / "l", brokers=3, heap_mib=256).start()
     pids, ports = cl.pids, cl.ports + cl.cports
     assert all(not kafka.port_free(p) for p in cl.ports)
+    for pid in pids:            # Kafka's variable reaches every node, after our own options, split as a shell would
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        assert argv.index(b"-Dstoragebrief.test=a b") == argv.index(b"-XX:TieredStopAtLevel=1") + 1
+        assert argv.index(b"-XX:TieredStopAtLevel=1") > argv.index(b"-XX:+UseSerialGC")
     cl.stop()
     assert not any(process_alive(p) for p in pids)
     assert all(kafka.port_free(p) for p in ports)
@@ -262,6 +267,12 @@ def test_missing_jars_and_java_are_named(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(kafka.KafkaSetupError, match="Java not found.*make kafka"):
         kafka.find_java()
+
+
+def test_unparsable_jvm_options_are_one_line_naming_kafkas_variable(monkeypatch):
+    monkeypatch.setenv(kafka.JVM_OPTIONS_ENV, "-Xss1m '-Dx=unclosed")
+    with pytest.raises(kafka.KafkaSetupError, match="KAFKA_JVM_PERFORMANCE_OPTS=.*No closing quotation"):
+        kafka.jvm_options()
 
 
 @pytest.mark.e2e

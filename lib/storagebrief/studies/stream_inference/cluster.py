@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -46,6 +47,21 @@ logger.state.level = warn
 class KafkaSetupError(ValueError):
     """Java, the jars or the ports are missing, found before any work: an expected one-line error
     (exit 2 in the CLI); the message says what to do."""
+
+
+# Kafka's own variable for its JVMs' options (kafka-run-class.sh reads it), honoured the same way: appended after
+# ours, so a flag given there wins (HotSpot takes the last of two). The suite sets -XX:TieredStopAtLevel=1 (no C2
+# compiler: about 40 % less CPU to start a broker, tests/conftest.py); a study run records what it was given.
+JVM_OPTIONS_ENV = "KAFKA_JVM_PERFORMANCE_OPTS"
+
+
+def jvm_options() -> list[str]:
+    """The brokers' extra JVM options from KAFKA_JVM_PERFORMANCE_OPTS (KafkaSetupError naming it if unparsable)."""
+    try:
+        return shlex.split(os.environ.get(JVM_OPTIONS_ENV, ""))
+    except ValueError as exc:
+        raise KafkaSetupError(f"{JVM_OPTIONS_ENV}={os.environ[JVM_OPTIONS_ENV]!r}: {exc} (JVM options, "
+                              "split as a shell would)") from None
 
 
 class KafkaStartFailed(EnvironmentFailure):
@@ -275,7 +291,7 @@ class Cluster:
     def _java(self, main: str, *args: str, heap_mib: int) -> list[str]:
         return [self.java, f"-Xmx{heap_mib}m", f"-Xms{min(heap_mib, 64)}m", "-XX:+UseSerialGC",
                 "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
-                f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
+                f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}", *jvm_options(),
                 "-cp", f"{self.lib}/*", main, *args]
 
     def _preexec(self):

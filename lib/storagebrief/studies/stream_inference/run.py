@@ -103,7 +103,10 @@ def _kafka_setup(sweep, st: StreamState) -> None:
         kafka.pick_ports(2 * p.brokers, p.base_port)       # refuses ports in use, before any work
     st.brokers = p.brokers
     st.kafka = {"mode": "started", "version": kafka.kafka_version(), "lib": str(lib), "java": java,
-                "java_major": major}
+                "java_major": major, "jvm_options": " ".join(kafka.jvm_options())}
+    if st.kafka["jvm_options"]:
+        sweep.note(f"the brokers' JVMs ran with {kafka.JVM_OPTIONS_ENV}={st.kafka['jvm_options']} (after "
+                   "storagebrief's own options)")
 
 
 def _check_space(sweep, own) -> None:
