@@ -2,13 +2,12 @@
 vectors, the index and DiskANN's temporaries) and only a kept set of this shape; a target that fills during a
 build is one line naming the folder and the bytes; the memory of the largest phase and the tasks of the largest
 phase are checked against this machine's limits (kit.budget) by validate and the run, in one line with the
-numbers; a search thread that dies fails its row, and its QPS and recall are never reported."""
+numbers; a search process whose query fails fails its row, and its QPS and recall are never reported."""
 from __future__ import annotations
 
 import json
 import sys
 import textwrap
-import threading
 from types import SimpleNamespace
 
 import numpy as np
@@ -117,10 +116,10 @@ def test_more_search_tasks_than_the_pids_limit_leaves_are_refused_with_the_numbe
     with pytest.raises(ValueError) as err:
         _p(threads=[1, 4]).check_machine()
     text = str(err.value)
-    assert len(text.splitlines()) == 1 and "9 tasks (the search worker: 2 + 3 DiskANN threads + 4 search threads)" \
+    assert len(text.splitlines()) == 1 and "20 tasks (4 search process(es) x (2 + 3 DiskANN threads))" \
         in text and "more than the 6 this run may start (pids.max 40 in /x (34 in use))" in text
     monkeypatch.setattr(budget, "pids_left", lambda: (6, "pids.max"))
-    _p(threads=[1], build_threads=1).check_machine()      # 2 + 3 + 1 fits
+    _p(threads=[1], build_threads=1).check_machine()      # one process: 2 + 3 fits
 
 
 def test_under_a_pids_limit_validate_refuses_the_search_threads():
@@ -128,11 +127,11 @@ def test_under_a_pids_limit_validate_refuses_the_search_threads():
         res = run_in(d, [sys.executable, "-c", _VALIDATE.replace("THREADS", "4")
                          .replace("VECTORS", "2000")], timeout=120)
     assert res.returncode == 2, res.stderr
-    assert "search threads)" in res.stderr and f"pids.max 8 in {d}" in res.stderr
+    assert "search process(es) x" in res.stderr and f"pids.max 8 in {d}" in res.stderr
 
 
 class _Index:
-    """A search index whose query 3 raises (an engine's error inside one query thread)."""
+    """A search index whose query 3 raises (an engine's error inside one search process)."""
     def batch_search(self, q, k, L, n):
         if int(q[0, 0]) == 3:
             raise RuntimeError("engine failed\nsecond line of its message")
@@ -140,16 +139,21 @@ class _Index:
             "mean_latency": 100.0, "mean_io_time": 50.0, "mean_cpus": 10.0, "mean_ios": 3.0})
 
 
-def _state(threads=2):
+def _state():
     queries = np.arange(40, dtype=np.float32)[:, None].repeat(4, axis=1)
-    cfg = {"k": 2, "search_list": 10, "beam_width": 1, "threads": threads, "max_point_s": 5.0, "min_queries": 40}
+    cfg = {"k": 2, "search_list": 10, "beam_width": 1, "max_point_s": 5.0, "min_queries": 40}
     return {"cfg": cfg, "index": _Index(), "queries": queries}
 
 
-def test_an_exception_in_one_query_thread_fails_the_row_and_reports_no_qps_or_recall(tmp_path, monkeypatch):
-    result = search._work(_state(), 0, None, None)
-    assert result["error"].startswith("search thread query-") and "failed on query 3: RuntimeError: engine failed" \
-        in result["error"] and "\n" not in result["error"]
+def _line(items):
+    return SimpleNamespace(tasks=lambda: iter(items))
+
+
+def test_an_exception_in_one_search_process_fails_the_row_and_reports_no_qps_or_recall(tmp_path, monkeypatch):
+    result = search.merge([search._work(_state(), 0, None, _line([0, 2, 4])),
+                           search._work(_state(), 1, None, _line([1, 3, 5]))], 0.0)
+    assert result["error"].startswith("search process 1 failed on query 3: RuntimeError: engine failed") \
+        and "\n" not in result["error"]
     assert "found" not in result and "wall_s" not in result
 
     class Launch:
@@ -159,9 +163,12 @@ def test_an_exception_in_one_query_thread_fails_the_row_and_reports_no_qps_or_re
         def __exit__(self, *exc):
             return False
 
+        def put_tasks(self, items):
+            pass
+
         def operate(self, on_start=None, timeout_s=None):
             on_start()
-            return 0.0, [SimpleNamespace(result=result)]
+            return 0.0, [SimpleNamespace(result=r) for r in ({"error": result["error"]},)]
 
     monkeypatch.setattr(run_mod, "open_launch", lambda *a, **k: Launch())
     monkeypatch.setattr(run_mod, "cgroup_read_stats", lambda *a: None)
@@ -172,17 +179,17 @@ def test_an_exception_in_one_query_thread_fails_the_row_and_reports_no_qps_or_re
     assert not {"qps", "recall_at_k", "latency_ms_p99", "queries"} & set(m.row)
 
 
-def test_a_query_thread_that_cannot_start_fails_the_point_naming_the_limits(monkeypatch):
-    real, started = threading.Thread.start, []
-
-    def start(self):
-        if self.name.startswith("query-") and started:
-            raise RuntimeError("can't start new thread")
-        started.append(self.name) if self.name.startswith("query-") else None
-        real(self)
-
-    monkeypatch.setattr(threading.Thread, "start", start)
-    state = _state(threads=3)
-    state["index"].batch_search = lambda q, k, L, n: _Index().batch_search(q * 0 + 1, k, L, n)
-    result = search._work(state, 0, None, None)
-    assert result["error"].startswith("could not start search thread 2 of 3: can't start new thread (now: ")
+def test_the_processes_results_merge_in_query_order_with_the_wall_from_the_start_line():
+    state = _state()
+    state["index"] = SimpleNamespace(batch_search=lambda q, k, L, n: SimpleNamespace(
+        identifiers=np.full((1, k), int(q[0, 0])), search_stats={"mean_latency": 100.0, "mean_io_time": 50.0,
+                                                                 "mean_cpus": 10.0, "mean_ios": 3.0}))
+    a, b = search._work(state, 0, None, _line([0, 3, 4])), search._work(state, 1, None, _line([1, 2]))
+    got = search.merge([a, b], release=float(min(a["stats"][0, 0], b["stats"][0, 0])))
+    assert got["queries"] == 5 and got["processes"] == 2 and list(got["index"]) == [0, 1, 2, 3, 4]
+    assert [int(f[0]) for f in got["found"]] == [0, 1, 2, 3, 4]          # each answer stays with its query
+    assert got["wall_s"] == pytest.approx(got["stats"][:, 1].max() - min(a["stats"][0, 0], b["stats"][0, 0]))
+    # past the deadline a process takes no new query once min_queries were taken (query i is the i-th taken)
+    state["cfg"] = {**state["cfg"], "max_point_s": 0.0, "min_queries": 2}
+    late = search._work(state, 0, None, _line([0, 1, 2, 3]))
+    assert list(late["index"]) == [0, 1]

@@ -58,7 +58,12 @@ def test_a_small_real_run_measures_every_point_and_writes_the_mlperf_layout(tmp_
     prov = json.loads((tmp_path / "out" / "mlperf" / "provenance.json").read_text())
     assert "diskannpy-rust" in prov["engine"] and "Milvus" in prov["not"]
     probes = pd.read_csv(tmp_path / "out" / "probes.csv")
-    assert len(probes) == len(runs) and set(probes.queue_depth) == {1} and (probes.iops > 0).all()
+    # one probe per run, in its pattern: one job (threads 1) of beams of 1
+    assert len(probes) == len(runs) and set(probes.beam_width) == {1} and set(probes.jobs) == {1}
+    assert (probes.iops > 0).all() and runs.inflight_source.notna().all() and (runs.queue_depth > 0).all()
+    assert (runs.queries_in_flight > 0).all() and (runs.queries_in_flight <= 1 + 1e-9).all()
+    off = runs[(runs.prediction_error.abs() > 0.10)]
+    assert off.limited_by.fillna("").str.len().gt(0).all(), off[["prediction_error", "limited_by"]]
     # nothing of the run is left: no search client, no fio
     left = subprocess.run(["pgrep", "-f", f"fio.*{tmp_path}"], capture_output=True, text=True).stdout.split()
     assert not left

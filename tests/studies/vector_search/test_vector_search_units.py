@@ -68,11 +68,14 @@ def test_ground_truth_is_the_exact_k_nearest_in_order():
     assert dataset.recall_at_k(half, truth) == pytest.approx(0.4)
 
 
-def _result(ios=30.0, io_us=900.0, lat_us=1000.0, n=10, read_bytes=None, cpu_s=0.01, wall=1.0):
-    stats = np.array([[lat_us / 1e6 * 1.05, lat_us, io_us, 50.0, ios]] * n)
-    stats[-1, 0] = 0.05                                          # one slow query: the tail is a query's
+def _result(ios=30.0, io_us=900.0, lat_us=1000.0, n=10, read_bytes=None, cpu_s=0.01, wall=1.0, processes=1,
+            slow=True):
+    start = np.arange(n) * wall / n                              # per query: start, end (s), the engine's figures
+    stats = np.column_stack([start, start + lat_us / 1e6 * 1.05, [lat_us] * n, [io_us] * n, [50.0] * n, [ios] * n])
+    if slow:
+        stats[-1, 1] = stats[-1, 0] + 0.05                       # one slow query: the tail is a query's
     return {"queries": n, "wall_s": wall, "read_bytes": int(read_bytes if read_bytes is not None else ios * 4096 * n),
-            "cpu_s": cpu_s, "found": np.tile(np.arange(10), (n, 1)), "stats": stats}
+            "cpu_s": cpu_s, "found": np.tile(np.arange(10), (n, 1)), "stats": stats, "processes": processes}
 
 
 def test_row_reads_three_ways_prediction_regime_and_per_query_tail():
@@ -98,6 +101,33 @@ def test_row_reads_three_ways_prediction_regime_and_per_query_tail():
     assert metrics.point_row(_result(), truth, block, {"iops": 300.0}, 0, p, 2, 60.0)["limited_by"] == ""
 
 
+def test_a_point_off_its_prediction_by_more_than_ten_percent_always_names_its_limit():
+    p, truth = _p(), np.tile(np.arange(10), (40, 1))
+    block = {"source": "cgroup", "bytes": 30 * 4096 * 40, "requests": 1200}
+    depth = {"reads_in_flight": 0.5, "inflight_source": "block layer (trace)", "read_latency_us_block": 80.0}
+    dev = {"iops": 1560.0, "fio_iops": 2000.0, "pattern_iops": 2000.0, "block_latency_us": 60.0}
+    row = metrics.point_row(_result(n=40, slow=False), truth, block, dev, 0, p, 2, None, depth)     # 40 q/s against 52
+    assert row["prediction_error"] == pytest.approx(40 / 52 - 1) and not row["too_short"]
+    assert row["limited_by"] == "the device (not as fio in the search's pattern)"
+    assert "80 us at the block layer, fio's in their pattern 60 us" in row["limited_by_reason"]
+    assert row["queue_depth"] == 0.5 and row["qps_device_bound"] == pytest.approx(2000 / 30)
+    short = metrics.point_row(_result(n=3), truth[:3], {**block, "bytes": 30 * 4096 * 3}, dev, 0, p, 2,
+                              None, depth)
+    assert short["too_short"] and short["limited_by"].startswith("too few queries (3: QPS ± ")
+    # two search processes on two CPUs, each a whole core busy: the client, judged against the cores it can use
+    two = metrics.point_row(_result(n=40, cpu_s=1.7, processes=2, slow=False), truth, block, dev, 0, p, 2, None, depth)
+    assert two["limited_by"] == "client CPU" and "85 % of 2 CPU(s)" in two["limited_by_reason"]
+    for r in (row, short, two):
+        assert abs(r["prediction_error"]) > metrics.BAND and r["limited_by"]
+
+
+def test_the_qps_error_bar_shrinks_with_the_square_root_of_the_queries():
+    lat = np.array([1.0, 3.0] * 50)
+    assert metrics.qps_ci95(lat) == pytest.approx(100 * 1.96 * lat.std(ddof=1) / 2.0 / 10)
+    assert metrics.qps_ci95(np.tile(lat, 4)) == pytest.approx(metrics.qps_ci95(lat) / 2, rel=0.01)
+    assert metrics.qps_ci95(np.array([1.0])) == float("inf")
+
+
 def test_without_a_cgroup_the_block_count_is_the_device_wide_one_and_said_so():
     assert metrics.block_reads(None, None, {"device_read_bytes": 8192})["source"] == "diskstats"
     assert metrics.block_reads((10, 1), (4106, 2), {})["bytes"] == 4096
@@ -105,13 +135,17 @@ def test_without_a_cgroup_the_block_count_is_the_device_wide_one_and_said_so():
 
 
 def test_fio_json_is_read_for_iops():
-    doc = {"jobs": [{"error": 0, "read": {"iops": 1234.5, "lat_ns": {"mean": 8000.0}, "total_ios": 99,
-                                          "runtime": 1500}}]}
-    assert probe.parse(doc) == {"iops": 1234.5, "lat_us_mean": 8.0, "ios": 99, "runtime_ms": 1500}
+    doc = {"jobs": [{"error": 0, "read": {"iops": 1234.5, "lat_ns": {"mean": 8000.0}, "clat_ns": {"mean": 6000.0},
+                                          "total_ios": 99, "runtime": 1500}}]}
+    assert probe.parse(doc) == {"iops": 1234.5, "lat_us_mean": 8.0, "clat_us_mean": 6.0, "ios": 99,
+                                "runtime_ms": 1500}
     with pytest.raises(probe.ProbeFailed):
         probe.parse({"jobs": [{"error": 5, "read": {}}]})
-    args = probe.fio_args("/x/ann_disk.index", 4, 1.5, "/o.json")
+    args = probe.fio_args("/x/ann_disk.index", 4, 1.5, "/o.json", jobs=3)
     assert "--direct=1" in args and "--iodepth=4" in args and "--bs=4096" in args and "--readonly" in args
+    # a search hop's pattern: a beam submitted at once and waited for whole, one job per search process
+    assert {"--iodepth_batch_submit=4", "--iodepth_batch_complete_min=4", "--numjobs=3", "--group_reporting=1"} \
+        <= set(args)
     assert "--ramp_time=200ms" in args          # the throttle's debt from the searches is not counted
 
 

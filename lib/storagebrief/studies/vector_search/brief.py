@@ -31,7 +31,8 @@ def section(study_dir: Path, frame, names: list[str]) -> None:
     clustered = pts[pts.data == "clustered"]
     _figure(clustered, [n for n in names if n in set(clustered.target)])
     cols = {"target": "target", "search_list": "L", "beam_width": "W", "threads": "threads", "recall_at_k": "recall",
-            "qps": "QPS", "qps_predicted": "QPS predicted", "prediction_error": "error", "regime": "regime",
+            "queries": "queries", "qps": "QPS", "qps_ci95_percent": "± %", "queue_depth": "reads in flight",
+            "qps_predicted": "QPS predicted", "prediction_error": "error", "regime": "regime",
             "reads_per_query_engine": "reads/q engine", "reads_per_query_process": "reads/q process",
             "reads_per_query_block": "reads/q block", "latency_ms_p50": "p50 ms", "latency_ms_p99": "p99 ms",
             "latency_ms_p999": "p99.9 ms", "resident_index_pages": "cached pages", "limited_by": "limited by"}
@@ -39,9 +40,11 @@ def section(study_dir: Path, frame, names: list[str]) -> None:
     t["recall"] = [f"{r:.3f}" + (" (below floor)" if r < floor else "") for r in clustered.recall_at_k]
     t["error"] = [f"{e:+.0%}" for e in clustered.prediction_error]
     show_table(t, f"Every clustered point (median over repeats): recall@{study.get('k', 10)}, QPS measured and "
-                  "predicted from fio's 4 KiB random-read IOPS at queue depth W x threads on the same index file "
-                  "÷ the engine's reads per query; per-query latency percentiles; pages of the index cached after "
-                  "the run", floatfmt="{:,.2f}")
+                  "(± its 95 % confidence half-width from the queries it ran) and predicted from the device's 4 KiB "
+                  "random-read IOPS at the reads the point kept in flight (measured), from fio's reads in the "
+                  "search's pattern (threads jobs, beams of W) on the same index file, ÷ the engine's reads per "
+                  "query; per-query latency percentiles; pages of the index cached after the run",
+               floatfmt="{:,.2f}")
     _uniform(pts)
     if verdict := mlpstorage_verdict.paragraph(study_dir, "vector_database"):    # MLPerf's code on the runs
         show_md(verdict)

@@ -10,10 +10,11 @@ Memory, the largest of three phases (each figure stated in the refusal):
   sum and its float32 copy) + a ground-truth block (GT_BLOCK queries x num_vectors x 16 bytes: distances, ids);
 - the build worker: the vectors handed to DiskANN + DiskANN's build RAM budget (`build_memory_gib`, passed to
   it as build_memory_maximum) + PROCESS_BYTES;
-- the search worker: the PQ codes (num_vectors x pq_chunks) + the queries + PROCESS_BYTES.
+- the search: `threads` worker processes, each with the PQ codes (num_vectors x pq_chunks) + the queries +
+  PROCESS_BYTES.
 
 Tasks, the largest of three phases: the build worker (kit.budget's TASKS_PER_WORKER + build threads + 1), the
-search worker (TASKS_PER_WORKER + ENGINE_THREADS + the most search threads) and fio's probe (FIO_TASKS).
+search (the most `threads` workers, each TASKS_PER_WORKER + ENGINE_THREADS) and fio's probe (FIO_TASKS).
 """
 from __future__ import annotations
 
@@ -57,14 +58,15 @@ def memory_need(p) -> tuple[int, str]:
     vec = vector_bytes(p)
     gen = GEN_COPIES * vec + GT_BLOCK * p.num_vectors * 16
     build = vec + int(build_memory_gib(p) * GIB) + PROCESS_BYTES
-    search = p.num_vectors * p.pq_chunks + p.queries * p.dimension * 4 + PROCESS_BYTES
+    procs = max(p.threads)
+    search = procs * (p.num_vectors * p.pq_chunks + p.queries * p.dimension * 4 + PROCESS_BYTES)
     phases = {
         "generation": (gen, f"{GEN_COPIES} x the vectors {p.num_vectors:,} x {p.dimension} x 4 B + a ground-truth "
                             f"block {GT_BLOCK} x {p.num_vectors:,} x 16 B"),
         "the build": (build, f"the vectors {vec / GIB:,.2f} GiB + DiskANN's build RAM {build_memory_gib(p):,.2f} GiB"
                              f" + {PROCESS_BYTES / MIB:.0f} MiB for the worker"),
-        "the search": (search, f"PQ codes {p.num_vectors:,} x {p.pq_chunks} B + the queries + "
-                               f"{PROCESS_BYTES / MIB:.0f} MiB for the worker"),
+        "the search": (search, f"{procs} search process(es) x (PQ codes {p.num_vectors:,} x {p.pq_chunks} B + the "
+                               f"queries + {PROCESS_BYTES / MIB:.0f} MiB for the worker)"),
     }
     name, (need, how) = max(phases.items(), key=lambda kv: kv[1][0])
     return need, f"{name}: {how}"
@@ -76,8 +78,8 @@ def task_need(p) -> tuple[int, str]:
     build_threads = p.build_threads or os.cpu_count() or 1
     phases = {
         "the build": (w + build_threads + 1, f"the build worker: {w} + {build_threads} build threads + 1"),
-        "the search": (w + ENGINE_THREADS + max(p.threads),
-                       f"the search worker: {w} + {ENGINE_THREADS} DiskANN threads + {max(p.threads)} search threads"),
+        "the search": (max(p.threads) * (w + ENGINE_THREADS),
+                       f"{max(p.threads)} search process(es) x ({w} + {ENGINE_THREADS} DiskANN threads)"),
         "the probe": (FIO_TASKS, "fio"),
     }
     return max(phases.values(), key=lambda v: v[0])

@@ -17,15 +17,30 @@ PAGE = 4096
 KEYS = ["data", "search_list", "beam_width", "threads"]
 AGREE = 0.05                  # reads per query from the three sources agree within 5 %
 IO_BOUND_SHARE = 0.5          # I/O time at least this share of a query's latency: the device set the pace
+BAND = 0.10                   # predicted and measured within this: the prediction holds; else limited_by names why
+CLIENT_BUSY = 80.0            # % of the cores the search processes can use: the client's CPU set the pace
 
 
 COLUMNS: tuple[Column, ...] = (
     Column("data", "", "clustered (planted queries) | uniform (v3.0's random data and queries: the control)", "text"),
     Column("search_list", "", "L: the candidate list of a search (DiskANN's complexity)"),
     Column("beam_width", "", "reads a search keeps in flight per hop"),
-    Column("threads", "", "concurrent queries (Python threads, one query at a time each)"),
-    Column("queue_depth", "", "beam_width x threads: the reads in flight at most, the probe's depth"),
+    Column("threads", "", "queries in flight: search processes, each with the index open, one query at a time"),
+    Column("queue_depth_max", "", "beam_width x threads: the most reads the point could keep in flight"),
+    Column("queue_depth", "", "the reads the point kept in flight on average, measured (inflight_source says "
+                              "how): the depth its prediction is at"),
+    Column("inflight_source", "", "block layer (trace): the search's reads inside the index file's extents | per-query "
+                                  "timing: the queries waiting on I/O at once (a throttled target, or no block trace)",
+           "text"),
+    Column("read_latency_us_block", "us", "mean block-layer latency of the search's reads (issue to completion; "
+                                          "block-layer source only)"),
+    Column("queries_in_flight", "", "sum of the queries' wall times / the point's wall time: the queries really "
+           "in flight (Little's law)"),
     Column("queries", "", "queries the point ran (stopped after max_point_s, at least min_queries)"),
+    Column("qps_ci95_percent", "%", "95 % confidence half-width of qps from the spread of per-query latencies "
+           "(1.96 x their coefficient of variation / sqrt(queries))"),
+    Column("too_short", "", f"True when qps_ci95_percent > {BAND:.0%}: the point ran too few queries for its error bars",
+           "bool"),
     Column("recall_at_k", "", "mean |found ∩ true k nearest| / k over the queries run (exact L2 ground truth)"),
     Column("below_recall_floor", "", "True when recall_at_k < recall_floor: its QPS is not an answer", "bool"),
     Column("qps", "queries/s", "queries / wall time of the measured interval"),
@@ -47,15 +62,22 @@ COLUMNS: tuple[Column, ...] = (
            "Python call around the search, which no IOPS figure predicts"),
     Column("resident_index_pages", "", "pages of the index files in the page cache after the run (direct I/O: 0)"),
     Column("page_cache_bypassed", "", "True when no page of the index files was cached after the run", "bool"),
-    Column("device_iops_at_qd", "IOPS", "fio's 4 KiB random-read IOPS on the index file at queue_depth (an emulated "
-           "target: under the same profile, at most its read cap)"),
-    Column("fio_iops_at_qd", "IOPS", "fio's own IOPS figure (above device_iops_at_qd only where a fresh throttle's "
-           "start-up burst exceeded the profile's cap)"),
+    Column("device_iops_at_qd", "IOPS", "the device's 4 KiB random-read IOPS at queue_depth: queue_depth / the "
+           "block-layer latency of fio's reads in the point's pattern (threads jobs, beams of beam_width); without "
+           "a block-layer depth, fio's IOPS x the share of the time the device had the searches' work (inflight.py)"),
+    Column("fio_iops_at_qd", "IOPS", "fio's own IOPS in the point's pattern, no time between beams (above the "
+           "profile's cap only where a fresh throttle's start-up burst exceeded it)"),
+    Column("fio_read_latency_us_block", "us", "block-layer latency of fio's reads in the point's pattern at "
+           "queue_depth (between two probes' depths where a second probe brought fio's depth near the point's)"),
+    Column("qps_device_bound", "queries/s", "fio's IOPS in the point's pattern (at most the profile's cap) / "
+           "reads_per_query_engine: the QPS with no time between hops"),
     Column("qps_predicted", "queries/s", "device_iops_at_qd / reads_per_query_engine"),
     Column("prediction_error", "", "qps / qps_predicted - 1 (negative: slower than the device allows)"),
     Column("regime", "", "I/O-bound (io_time_share >= 0.5) | CPU-bound", "text"),
     Column("limited_by", "", "machine CPU (every CPU ≥ 90 % busy: other work) | client CPU | the engine (CPU in the "
-           "search) when not the device; empty: the device I/O set the pace", "text"),
+           "search) | the device (its reads took longer or shorter than fio's in the search's pattern) | too few queries; "
+           "never empty where qps and qps_predicted part by more than 10 %; empty: the device I/O set the pace "
+           "as fio predicts", "text"),
     Column("limited_by_reason", "", "the figures behind limited_by", "text"),
     Column("throttled", "", "True when the search ran inside the target's throttle cgroup", "bool"),
 )
@@ -83,52 +105,86 @@ def _per_query_reads(block: dict, n: int) -> float | None:
 
 
 def point_row(result: dict, truth: np.ndarray, block: dict, dev: dict, resident: int, p, cpus: int,
-              machine_busy_percent: float | None = None) -> dict:
+              machine_busy_percent: float | None = None, depth: dict | None = None) -> dict:
     n = int(result["queries"])
-    stats = np.asarray(result["stats"], dtype=float).reshape(-1, 5)
-    lat_ms = stats[:, 0] * 1e3
-    engine = float(stats[:, 4].mean()) if n else float("nan")
+    stats = np.asarray(result["stats"], dtype=float).reshape(-1, 6)
+    lat_ms = (stats[:, 1] - stats[:, 0]) * 1e3
+    engine = float(stats[:, 5].mean()) if n else float("nan")
     process = result["read_bytes"] / PAGE / n if n else float("nan")
     blk = _per_query_reads(block, n)
     figures = [x for x in (engine, process, blk) if x is not None]
     agree = bool(figures and max(figures) <= min(figures) * (1 + AGREE) and blk is not None)
-    share = float(stats[:, 2].sum() / stats[:, 1].sum()) if n and stats[:, 1].sum() > 0 else float("nan")
+    share = float(stats[:, 3].sum() / stats[:, 2].sum()) if n and stats[:, 2].sum() > 0 else float("nan")
     wall = float(result["wall_s"])
     qps = n / wall if wall > 0 else float("nan")
     cpu_pct = 100.0 * result["cpu_s"] / (wall * cpus) if wall > 0 else float("nan")
+    procs = int(result.get("processes", 1))
+    usable = 100.0 * result["cpu_s"] / (wall * min(procs, cpus)) if wall > 0 else float("nan")
     predicted = dev["iops"] / engine if engine > 0 else float("nan")
+    ci = qps_ci95(lat_ms)
     recall = recall_at_k(np.asarray(result["found"]), truth)
-    row = {"queries": n, "recall_at_k": recall, "below_recall_floor": recall < p.recall_floor, "qps": qps,
+    depth = depth or {}
+    row = {"queries": n, "qps_ci95_percent": ci, "too_short": bool(ci > 100 * BAND),
+           "recall_at_k": recall, "below_recall_floor": recall < p.recall_floor, "qps": qps,
            "latency_ms_mean": float(lat_ms.mean()),
            **{f"latency_ms_{k}": float(np.percentile(lat_ms, q)) for k, q in
               (("p50", 50), ("p95", 95), ("p99", 99), ("p999", 99.9))},
            "reads_per_query_engine": engine, "reads_per_query_process": process, "reads_per_query_block": blk,
            "block_source": block["source"], "reads_agree": agree, "bytes_per_query": result["read_bytes"] / n,
            "io_time_share": share, "client_cpu_percent": cpu_pct,
-           "call_overhead_ms": float((lat_ms - stats[:, 1] / 1e3).mean()) if n else float("nan"), "resident_index_pages": int(resident),
-           "page_cache_bypassed": resident == 0, "device_iops_at_qd": dev["iops"], "fio_iops_at_qd": dev.get("fio_iops", dev["iops"]),
+           "call_overhead_ms": float((lat_ms - stats[:, 2] / 1e3).mean()) if n else float("nan"),
+           "resident_index_pages": int(resident), "page_cache_bypassed": resident == 0,
+           "queue_depth": depth.get("reads_in_flight", float("nan")), "inflight_source": depth.get("inflight_source", ""),
+           "read_latency_us_block": depth.get("read_latency_us_block", float("nan")),
+           "queries_in_flight": float(lat_ms.sum() / 1e3 / wall) if wall > 0 else float("nan"),
+           "device_iops_at_qd": dev["iops"], "fio_iops_at_qd": dev.get("fio_iops", dev["iops"]),
+           "fio_read_latency_us_block": dev.get("block_latency_us") or float("nan"),
+           "qps_device_bound": dev.get("pattern_iops", dev["iops"]) / engine if engine > 0 else float("nan"),
            "qps_predicted": predicted,
            "prediction_error": qps / predicted - 1 if predicted > 0 else float("nan"),
            "regime": "I/O-bound" if share >= IO_BOUND_SHARE else "CPU-bound"}
-    row.update(limited(share, cpu_pct, cpus, machine_busy_percent))
+    row.update(limited(share, usable, min(procs, cpus), machine_busy_percent, row["prediction_error"], ci, n,
+                       row["read_latency_us_block"], row["fio_read_latency_us_block"]))
     return row
 
 
-def limited(share: float, cpu_pct: float, cpus: int, machine_busy_percent: float | None = None) -> dict:
-    """What set the pace: the device (empty), the client's CPU (the process used most of the machine), the engine's
-    own CPU work per query (its latency mostly outside I/O), or the machine's CPU (every CPU busy with other work:
-    the search waits to be scheduled, and its I/O completions are reaped late, so even the I/O time is not the
-    device's; measured: a paper-scale point on a 95-98 % busy machine ran 27-49 % below the fio prediction with
-    93 % of its latency in I/O)."""
-    why = f"I/O time {share:.0%} of query latency; search process {cpu_pct:.0f} % of {cpus} CPUs"
+def qps_ci95(lat_ms: np.ndarray) -> float:
+    """95 % confidence half-width of a point's QPS, in %, from its per-query latencies: 1.96 x cv / sqrt(n)."""
+    n = len(lat_ms)
+    if n < 2 or not lat_ms.mean() > 0:
+        return float("inf")
+    return float(100 * 1.96 * lat_ms.std(ddof=1) / lat_ms.mean() / np.sqrt(n))
+
+
+def limited(share: float, cpu_pct: float, cores: int, machine_busy_percent: float | None = None,
+            error: float = 0.0, ci: float = 0.0, n: int = 0, read_us: float = float("nan"),
+            fio_us: float = float("nan")) -> dict:
+    """What set the pace: the device as fio predicts (empty), the machine's CPU (every CPU busy with other work: the
+    search waits to be scheduled and its I/O completions are reaped late; measured: a paper-scale point on a
+    95-98 % busy machine ran 27-49 % below the prediction with 93 % of its latency in I/O), the client's CPU (the
+    search processes used most of the cores they can use: `cpu_pct` is of `cores`), the engine's own CPU work per
+    query (its latency mostly outside I/O), a point too short for its error bars, or the device itself (the
+    searches' reads took longer or shorter than fio's in their pattern). Never empty where measured and
+    predicted part by more than BAND."""
+    why = f"I/O time {share:.0%} of query latency; search processes {cpu_pct:.0f} % of {cores} CPU(s)"
+    off = error == error and abs(error) > BAND
+    if off:
+        why += f"; measured {error:+.0%} from the prediction"
     if machine_busy_percent is not None and machine_busy_percent >= MACHINE_BUSY_PERCENT:
         return {"limited_by": f"machine CPU ({machine_busy_percent:.0f} % busy)",
                 "limited_by_reason": f"{why}; every CPU {machine_busy_percent:.0f} % busy"}
-    if share >= IO_BOUND_SHARE:
-        return {"limited_by": "", "limited_by_reason": why}
-    if cpu_pct >= 80:
+    if cpu_pct >= CLIENT_BUSY and (share < IO_BOUND_SHARE or off):
         return {"limited_by": "client CPU", "limited_by_reason": why}
-    return {"limited_by": "the engine (CPU in the search)", "limited_by_reason": why}
+    if share < IO_BOUND_SHARE:
+        return {"limited_by": "the engine (CPU in the search)", "limited_by_reason": why}
+    if not off:
+        return {"limited_by": "", "limited_by_reason": why}
+    if ci > 100 * BAND:
+        return {"limited_by": f"too few queries ({n}: QPS ± {ci:.0f} %)", "limited_by_reason": why}
+    parts = [why]
+    if read_us == read_us and fio_us == fio_us:
+        parts.append(f"the searches' reads took {read_us:.0f} us at the block layer, fio's in their pattern {fio_us:.0f} us")
+    return {"limited_by": "the device (not as fio in the search's pattern)", "limited_by_reason": "; ".join(parts)}
 
 
 def headlines(frame, target_names: list[str]) -> list[dict]:
@@ -163,9 +219,9 @@ def points(frame: pd.DataFrame, floor: float) -> pd.DataFrame:
     ok = kit_runs.ok_runs(frame)
     if ok.empty:
         return pd.DataFrame()
-    nums = ["queries", "recall_at_k", "qps", "latency_ms_p50", "latency_ms_p95", "latency_ms_p99", "latency_ms_p999",
+    nums = ["queries", "qps_ci95_percent", "queue_depth", "queries_in_flight", "recall_at_k", "qps", "latency_ms_p50", "latency_ms_p95", "latency_ms_p99", "latency_ms_p999",
             "reads_per_query_engine", "reads_per_query_process", "reads_per_query_block", "bytes_per_query",
-            "io_time_share", "client_cpu_percent", "call_overhead_ms", "resident_index_pages", "device_iops_at_qd", "qps_predicted",
+            "io_time_share", "client_cpu_percent", "call_overhead_ms", "resident_index_pages", "device_iops_at_qd", "qps_predicted", "qps_device_bound",
             "prediction_error"]
     g = ok.groupby(["target", *KEYS], dropna=False)
     out = g.agg(repeats=("repeat", "count"), **{c: (c, "median") for c in nums if c in ok},

@@ -1,12 +1,13 @@
 """The vector search on the shared engine (core.sweep): search list L x beam width x search threads x target, on
 the clustered set, and the uniform control (v3.0's data) at each L on the first target.
 
-prepare() makes each target's data sets and indexes (dataset.py; kept for later sweeps). A run: one search client
-(search.py, a kit.ranks worker in the run's cgroup: the target's throttle, or a cgroup of its own that only counts
-its reads) opens the index; the engine evicts the index files; the clock runs while it searches. After the clock:
+prepare() makes each target's data sets and indexes (dataset.py; kept for later sweeps). A run: `threads` search
+processes (search.py, kit.ranks workers in the run's cgroup: the target's throttle, or a cgroup of its own that only
+counts their reads) open the index; the engine evicts the index files; the clock runs while they search. After the clock:
 the index's pages still in the page cache (DiskANN reads with O_DIRECT: none should be), the cgroup's block-layer
-read counters, and fio's 4 KiB random-read IOPS on the same index file at the point's queue depth in the same
-cgroup (probe.py), from which the point's QPS is predicted (metrics.py).
+read counters, the reads the searches kept in flight, and fio's 4 KiB random-read IOPS on the same index file in the same
+cgroup (probe.py) at the depth the searches kept (inflight.py), from which the point's QPS is predicted
+(metrics.py).
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from ...core.sweep import Measurement, Point
 from ...kit import mlpstorage_verdict, space
 from ...kit.cgroup_io import cgroup_read_stats
 from ...kit.launch import open_launch
-from . import STUDY, dataset, metrics, mlperf, mlperf_tree, probe, search
+from . import STUDY, dataset, inflight, metrics, mlperf, mlperf_tree, probe, search
 from .params import VectorSearchParams
 
 
@@ -137,50 +138,98 @@ def run_one(run, config: Config) -> Measurement:
     files = dataset.index_files(folder)
     group = _group(run)
     cfg = {"folder": str(folder), "k": p.k, "search_list": c.search_list, "beam_width": c.beam_width,
-           "threads": c.threads, "max_point_s": p.max_point_s, "min_queries": p.min_queries}
-    with open_launch(search.WORKER, [0], cfg, procs_files=group.procs_files if group else None) as launch:
+           "max_point_s": p.max_point_s, "min_queries": p.min_queries}
+    keys = {"data": c.data, "search_list": c.search_list, "beam_width": c.beam_width, "threads": c.threads,
+            "queue_depth_max": c.beam_width * c.threads, "throttled": bool(run.emulated)}
+    with open_launch(search.WORKER, range(c.threads), cfg, procs_files=group.procs_files if group else None,
+                     tasks=True) as launch:
+        launch.put_tasks(range(p.queries))
         run.evict(files, "the index files")
         before = cgroup_read_stats(group, t.device)
-        _, done = launch.operate(on_start=run.start_clock, timeout_s=p.max_point_s * 50 + 600)
+        release, done = launch.operate(on_start=run.start_clock, timeout_s=p.max_point_s * 50 + 600)
         run.stop_clock()
         after = cgroup_read_stats(group, t.device)
-    result = done[0].result
-    qd = c.beam_width * c.threads
-    if result.get("error"):         # a search thread died: the row fails, and no QPS or recall is reported
-        return Measurement({"data": c.data, "search_list": c.search_list, "beam_width": c.beam_width,
-                            "threads": c.threads, "queue_depth": qd, "throttled": bool(run.emulated)},
-                           ok=False, failure_reason=result["error"])
+    result = search.merge([d.result for d in done], release)
+    if result.get("error"):         # a search process failed: the row fails, and no QPS or recall is reported
+        return Measurement(keys, ok=False, failure_reason=result["error"])
     resident = sum(cache.cached_pages(f) for f in files)
-    dev = _probe(run, group, dataset.disk_index(folder), qd)
-    truth = np.load(folder / "truth.npy")[: result["queries"]]
+    disk_index = dataset.disk_index(folder)
+    trace = run.trace.path if getattr(run, "trace", None) is not None else None
+    spans = _extents(disk_index, t)
+    depth = inflight.measured_depth(result, result["wall_s"], trace, spans, bool(run.emulated))
+    dev = _probe(run, group, disk_index, depth, spans, c)
+    truth = np.load(folder / "truth.npy")[result["index"]]
     block = metrics.block_reads(before, after, run.monitor.summary() if run.monitored else {})
     machine = run.monitor.summary().get("cpu_busy_percent") if run.monitored else None
-    row = metrics.point_row(result, truth, block, dev, resident, p, os.cpu_count() or 1, machine)
-    row.update({"data": c.data, "search_list": c.search_list, "beam_width": c.beam_width, "threads": c.threads,
-                "queue_depth": qd, "throttled": bool(run.emulated)})
+    row = metrics.point_row(result, truth, block, dev, resident, p, os.cpu_count() or 1, machine, depth)
+    row.update(keys)
     return Measurement(row)
 
 
-def _probe(run, group, index_file, queue_depth: int) -> dict:
-    """fio right after the searches: the device's IOPS of this moment (a shared disk's speed drifts: a probe
-    minutes away predicted a local point 40-126 % off, measured), under the same profile as the searches."""
-    out = run.sweep.out_dir / "logs" / f"{run.run_id}-fio.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    measured = probe.probe(index_file, queue_depth, run.p.probe_s, out, probe_group(run, group), f"{run.run_id}-fio")
+def _extents(index_file, target) -> list | None:
+    """The index file's sectors on the disk (the block trace's reads inside them are the search's), or None."""
+    dev = target.device
+    if dev is None or dev.major is None:
+        return None
+    try:
+        return inflight.extents(index_file, dev.partition)
+    except OSError:                 # a filesystem without FIEMAP: the depth comes from per-query timing
+        return None
+
+
+def _probe(run, group, index_file, depth: dict, spans, config: Config) -> dict:
+    """fio right after the searches, in their pattern (`threads` jobs of beams of `beam_width` reads): the device's
+    IOPS of this moment (a shared disk's speed drifts: a probe minutes away predicted a local point 40-126 % off,
+    measured), under the same profile as the searches; where the searches' depth is the block layer's, fio's reads
+    are traced there too (like with like), a second probe with as many jobs as bring fio's depth near theirs when
+    the first was far from it, and the IOPS at the searches' depth come from the latency there (inflight.py)."""
+    traced = depth["inflight_source"].startswith("block layer")
+    got = [_one_probe(run, group, index_file, config.beam_width, config.threads, spans, traced, "")]
+    jobs = inflight.second_jobs(depth["reads_in_flight"], got[0], config.threads) if traced else None
+    if jobs is not None:
+        got.append(_one_probe(run, group, index_file, config.beam_width, jobs, spans, traced, f"-j{jobs}"))
+    return {**got[0], "iops": inflight.device_iops(depth, got, config.threads), "pattern_iops": got[0]["iops"],
+            "block_latency_us": inflight.latency_at(depth["reads_in_flight"], {
+                g["block_depth"]: g["block_latency_us"] for g in got}) if got[0].get("block_latency_us") else None}
+
+
+def _one_probe(run, group, index_file, beam_width: int, jobs: int, spans, traced: bool, tag: str) -> dict:
     limits = targets_mod.io_limits(run.target) if run.emulated else None
+    out = run.sweep.out_dir / "logs" / f"{run.run_id}-fio{tag}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    trace = _trace_start(run, out.with_suffix(".tracefs-raw.gz")) if traced else None
+    try:
+        measured = probe.probe(index_file, beam_width, run.p.probe_s, out, probe_group(run, group, f"probe{tag}"),
+                               f"{run.run_id}-fio", jobs=jobs)
+    finally:
+        done = trace.stop() if trace is not None else None
     got = {"target": run.target.name, "run_id": run.run_id, **probe.within_profile(measured, limits)}
+    block = inflight.traced_reads(done.path, spans) if done is not None else {"reads": 0}
+    if block["reads"]:
+        got.update(block_depth=block["depth"], block_latency_us=block["latency_us"])
     run.sweep.state.probes.append(got)
     return got
 
 
-def probe_group(run, group):
+def _trace_start(run, path):
+    """A block trace of the target's device around one probe, or None where tracing is unavailable."""
+    from ...core import blocktrace
+
+    dev = run.target.device
+    try:
+        return blocktrace.BlockTrace((dev.major, dev.minor), path, run.sweep.params.run.trace_buffer_kib).start()
+    except blocktrace.TraceUnavailable:
+        return None
+
+
+def probe_group(run, group, suffix: str = "probe"):
     """Where the probe runs: on an emulated target, a fresh cgroup with the same profile. The searches' throttle
     group still owes for their last reads, and a probe in it started slow (an emulated-HDD probe read ~2/3 of the
     cap in 1 of 12 points, measured: that point's prediction was 48.6 % low); a new group owes nothing. Elsewhere
     the searches' own (counting) group."""
     if not run.emulated or group is None:
         return group
-    return run.throttle("probe") or group
+    return run.throttle(suffix) or group
 
 
 # --------------------------------------------------------------------------- finish

@@ -1,17 +1,19 @@
-"""The search worker (kit.ranks, in the run's cgroup: the target's throttle): it opens the index before the clock
-(DiskANN reads its PQ tables and header then), and from the start line runs the planted queries one at a time on
-`threads` Python threads, each query a one-row batch so that the engine's statistics are that query's own
-(latency, reads, I/O time, CPU time), and each timed alone: per-query percentiles, not batch means (v3.0's
-p99 is a percentile of batch averages).
+"""The search workers (kit.ranks, forked, in the run's cgroup: the target's throttle): `threads` processes, each with
+the index open (DiskANN reads its PQ tables and header then, before the clock), each running one query at a time,
+so `threads: N` keeps N queries in flight. Python threads around the engine's one-row calls kept about one in flight
+(the call holds the GIL: two threads ran at 0.99-1.42x one thread's QPS, issue 59); N processes ran at 2.0-2.5x
+on `local` at N = 2 (docs/studies/vector_search.md). The workers take the query numbers from one shared queue in
+order, so query i is the i-th taken, and each query is a one-row batch so that the engine's statistics are that
+query's own (latency, reads, I/O time, CPU time), timed alone: per-query percentiles, not batch means (v3.0's p99
+is a percentile of batch averages).
 
-Reads per query, the worker's two sources: the engine's own count (search_stats mean_ios) and this process's
+Reads per query, the workers' two sources: the engine's own count (search_stats mean_ios) and the processes'
 /proc/self/io read_bytes / 4096 over the measured interval (direct I/O is counted there; the page cache is not
 involved). The third, the block layer's, is the launcher's (run.py).
 """
 from __future__ import annotations
 
 import resource
-import threading
 import time
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from ...kit.ranks import Worker
 from .dataset import engine
 
 PAGE = 4096
+STATS = ("start", "end", "latency_us", "io_us", "cpu_us", "ios")   # per query: CLOCK_MONOTONIC s, the engine's
 
 
 def read_bytes() -> int:
@@ -50,51 +53,33 @@ def _setup(rank: int, n: int, cfg: dict) -> dict:
 
 
 def _work(state: dict, rank: int, msg, line) -> dict:
-    """The point's queries on `threads` threads. A thread that raises (or cannot start) stops the others at their
-    next query and the point's result carries `error`, its cause in one line: run.py fails the row, and no QPS or
+    """This worker's queries, one at a time, from the shared queue until it ends or `max_point_s` passed (query i
+    is the i-th taken: none starts past the deadline once min_queries were taken). A query that raises ends this
+    worker's loop and its result carries `error`, its cause in one line: run.py fails the row, and no QPS or
     recall counts a query that never finished."""
     cfg, index, queries = state["cfg"], state["index"], state["queries"]
-    k, L, threads = cfg["k"], cfg["search_list"], cfg["threads"]
-    deadline = time.perf_counter() + cfg["max_point_s"]
-    lock = threading.Lock()
-    taken, errors = [0], []
-    found = np.full((len(queries), k), -1, dtype=np.int64)
-    stats = np.full((len(queries), 5), np.nan)     # wall_s, engine latency us, io time us, cpu us, ios
-
-    def next_query() -> int | None:
-        with lock:
-            i = taken[0]
-            if errors or i >= len(queries) or (i >= cfg["min_queries"] and time.perf_counter() > deadline):
-                return None
-            taken[0] += 1
-            return i
-
-    def loop() -> None:
-        i = None
-        try:
-            while (i := next_query()) is not None:
-                t0 = time.perf_counter()
-                r = index.batch_search(queries[i:i + 1], k, L, 1)
-                wall = time.perf_counter() - t0
-                s = r.search_stats
-                found[i] = np.asarray(r.identifiers)[0][:k]
-                stats[i] = (wall, s["mean_latency"], s["mean_io_time"], s["mean_cpus"], s["mean_ios"])
-        except BaseException as exc:                # the thread's death fails the point; it never counts
-            with lock:
-                errors.append(f"search thread {threading.current_thread().name} failed on query {i}: "
-                              f"{type(exc).__name__}: {first_line(exc)}")
-
-    b0, c0, t0 = read_bytes(), cpu_seconds(), time.perf_counter()
-    pool = _start(loop, threads, errors, lock)
-    for th in pool:
-        th.join()
-    wall, b1, c1 = time.perf_counter() - t0, read_bytes(), cpu_seconds()
-    n = taken[0]
-    if errors:
-        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        return {"error": errors[0] + more, "queries": n}
-    return {"queries": n, "wall_s": wall, "read_bytes": b1 - b0, "cpu_s": c1 - c0,
-            "found": found[:n], "stats": stats[:n]}
+    k, L = cfg["k"], cfg["search_list"]
+    deadline = time.monotonic() + cfg["max_point_s"]
+    done, found, stats = [], [], []
+    b0, c0 = read_bytes(), cpu_seconds()
+    i = None
+    try:
+        for i in line.tasks():
+            if i >= cfg["min_queries"] and time.monotonic() > deadline:
+                break
+            t0 = time.monotonic()
+            r = index.batch_search(queries[i:i + 1], k, L, 1)
+            t1 = time.monotonic()
+            s = r.search_stats
+            done.append(i)
+            found.append(np.asarray(r.identifiers)[0][:k])
+            stats.append((t0, t1, s["mean_latency"], s["mean_io_time"], s["mean_cpus"], s["mean_ios"]))
+    except Exception as exc:                # the query's failure fails the point; it never counts
+        return {"error": f"search process {rank} failed on query {i}: {type(exc).__name__}: {first_line(exc)}",
+                "queries": len(done)}
+    return {"index": np.asarray(done, dtype=np.int64), "found": np.asarray(found, dtype=np.int64).reshape(-1, k),
+            "stats": np.asarray(stats, dtype=float).reshape(-1, len(STATS)),
+            "read_bytes": read_bytes() - b0, "cpu_s": cpu_seconds() - c0}
 
 
 def first_line(exc: BaseException) -> str:
@@ -102,22 +87,20 @@ def first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else "(no message)"
 
 
-def _start(loop, threads: int, errors: list, lock) -> list[threading.Thread]:
-    """The search threads, started; one that cannot start (a pids or nproc limit) is recorded in `errors`, with
-    the limits' numbers, and the others stop at their next query."""
-    pool = []
-    for j in range(threads):
-        th = threading.Thread(target=loop, name=f"query-{j}")
-        try:
-            th.start()
-        except RuntimeError as exc:                 # can't start new thread
-            from ...kit.budget import process_limits
-            with lock:
-                errors.append(f"could not start search thread {j + 1} of {threads}: {first_line(exc)} "
-                              f"(now: {process_limits()})")
-            break
-        pool.append(th)
-    return pool
+def merge(results: list[dict], release: float) -> dict:
+    """The workers' results as one point's: queries in the order they were taken, the wall time from the start
+    line to the last query's end, bytes and CPU summed; `error`: the first worker's that failed."""
+    errors = [r["error"] for r in results if r.get("error")]
+    if errors:
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        return {"error": errors[0] + more, "queries": sum(int(r.get("queries", 0)) for r in results)}
+    index = np.concatenate([r["index"] for r in results])
+    order = np.argsort(index, kind="stable")
+    stats = np.concatenate([r["stats"] for r in results])[order]
+    end = float(stats[:, 1].max()) if len(stats) else release
+    return {"queries": len(index), "index": index[order], "found": np.concatenate([r["found"] for r in results])[order],
+            "stats": stats, "wall_s": end - release, "processes": len(results),
+            "read_bytes": sum(r["read_bytes"] for r in results), "cpu_s": sum(r["cpu_s"] for r in results)}
 
 
 WORKER = Worker("vector search client", _setup, _work)
