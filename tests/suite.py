@@ -215,6 +215,7 @@ class Budget:
 
     def __init__(self):
         self.seconds: dict[str, float] = {}
+        self.load: dict[str, float] = {}        # the machine's load per core when each test ended (budget.allowed)
         self.counted: dict[str, int] = {}       # shared set-ups already counted, per test (every later report
                                                 # of the test carries its user_properties again)
 
@@ -226,17 +227,19 @@ class Budget:
             took -= seconds                     # a fixture many tests share: its own line, off this test
         self.counted[report.nodeid] = len(shared)
         self.seconds[report.nodeid] = self.seconds.get(report.nodeid, 0.0) + took
+        self.load[report.nodeid] = max(self.load.get(report.nodeid, 0.0), os.getloadavg()[0] / (os.cpu_count() or 1))
 
     def pytest_sessionfinish(self, session):
-        if budget.over(self.seconds) and session.exitstatus == pytest.ExitCode.OK:
+        if budget.over(self.seconds, self.load) and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter):
-        over = budget.over(self.seconds)
+        over = budget.over(self.seconds, self.load)
         if over:
             terminalreporter.section("over the per-test budget", red=True)
             terminalreporter.write_line(
-                f"{len(over)} test(s) took over {budget.BUDGET_S:.0f} s and are not on tests/budget.py's "
-                f"OVER_BUDGET list (make them faster, or list them there with why):")
+                f"{len(over)} test(s) took over {budget.BUDGET_S:.0f} s (more where the machine was loaded) and are "
+                f"not on tests/budget.py's OVER_BUDGET list (make them faster, or list them there with why):")
             for nodeid, seconds in over:
-                terminalreporter.write_line(f"  {seconds:6.1f} s  {nodeid}")
+                terminalreporter.write_line(f"  {seconds:6.1f} s  {nodeid} (allowed "
+                                            f"{budget.allowed(self.load.get(nodeid, 0.0)):.0f} s)")

@@ -109,7 +109,8 @@ def _suite(tmp_path: Path) -> Path:
 def test_serial_runs_alone_the_chain_stays_on_one_worker_and_the_budget_names_its_offender(tmp_path):
     root, spans = _suite(tmp_path), tmp_path / "spans"
     spans.mkdir()
-    env = {**os.environ, "SPANS": str(spans), "STORAGEBRIEF_TEST_BUDGET_S": "0.5", "PYTHONDONTWRITEBYTECODE": "1"}
+    env = {**os.environ, "SPANS": str(spans), "STORAGEBRIEF_TEST_BUDGET_S": "0.5", "PYTHONDONTWRITEBYTECODE": "1",
+           "STORAGEBRIEF_TEST_BUDGET_LOAD": "fixed"}
     res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist",
                           "loadfile", "--no-loadscope-reorder"], cwd=root, env=env, capture_output=True, text=True,
                          timeout=300)
@@ -166,3 +167,13 @@ def test_every_over_budget_entry_names_a_test_that_exists_and_says_why():
         tree = ast.parse((repo / path).read_text())
         names = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
         assert name.split("[", 1)[0] in names, f"{key}: no such test"
+
+
+def test_the_budget_grows_with_the_load_per_core_past_one():
+    import budget
+    b = budget.BUDGET_S
+    took = {"tests/a.py::test_x": 1.3 * b, "tests/a.py::test_y": 1.3 * b, "tests/a.py::test_z": 3.3 * b}
+    load = {"tests/a.py::test_x": 0.9, "tests/a.py::test_y": 1.5, "tests/a.py::test_z": 3.0}
+    assert budget.allowed(0.2) == budget.allowed(1.0) == b and budget.allowed(3.0) == 3 * b
+    assert budget.over(took, load) == [("tests/a.py::test_z", 3.3 * b), ("tests/a.py::test_x", 1.3 * b)]
+    assert [n for n, _ in budget.over(took)] == ["tests/a.py::test_z", "tests/a.py::test_x", "tests/a.py::test_y"]

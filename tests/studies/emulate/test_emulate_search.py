@@ -307,7 +307,8 @@ def test_finish_notes_a_search_whose_rows_give_another_answer(tmp_path):
                    "demand_samples_per_s": 1.0, "loader_read_mib_per_s": 1.0, "loader_read_mb_per_s": 1.0,
                    "client_cpu_s_per_gb": 1.0, "num_files": 48, "sample_bytes_mean": 1.0, "batch_size": 2,
                    "compute_s": 0.02, "epochs": 2, "dataset_sizing": "fixed", "steps": 10, "au_warmup_steps": 1,
-                   "au_drain_steps": 1}.items():
+                   "au_drain_steps": 1, "read_threads": 2, "prefetch": 1, "odirect": False,   # what the MLPerf
+                   "read_block_bytes": 65536}.items():                                          # tree writes
         frame[col] = v
     notes: list[str] = []
     sweep = SimpleNamespace(targets=[], out_dir=tmp_path, state=SimpleNamespace(search=sp), note=notes.append)

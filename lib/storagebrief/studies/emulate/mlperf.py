@@ -121,7 +121,8 @@ def parameters(r, ref: dict, spec: dict) -> tuple[dict, dict]:
         "workflow": {"generate_data": False, "train": True, "checkpoint": ckpt > 0},
         "dataset": {"format": spec.get("format"), "num_files_train": int(r.num_files),
                     "num_samples_per_file": int(spec.get("samples_per_file", 1)),
-                    "record_length_bytes": int(spec["record_bytes"]),
+                    # the workload's record size; without the study's record of it, the mean the run read
+                    "record_length_bytes": int(spec.get("record_bytes") or r.sample_bytes_mean),
                     "record_length_bytes_stdev": int(spec.get("record_bytes_stdev", 0))},
         "reader": {"batch_size": int(r.batch_size), "read_threads": int(r.read_threads),
                    "prefetch_size": int(r.prefetch), "odirect": bool(r.odirect),
