@@ -1,5 +1,5 @@
-"""mlperf_kvcache_summary.json speaks MLPerf's own output: every key path under a run's `summary` is one MLPerf's
-KV-cache tool writes (the fixture lists them, derived from its code at upstream commit 284ce72: the `summary`
+"""The KV tool file of MLPerf's results tree (kvcache_results_<stamp>.json) speaks MLPerf's own output: every key
+path under a run's `summary` is one MLPerf's KV-cache tool writes (the fixture lists them, derived from its code at upstream commit 284ce72: the `summary`
 dict of kv_cache/benchmark.py:1422-1466 and `cache_stats` of kv_cache/cache.py:953-1024), computed with MLPerf's
 arithmetic (bytes ÷ the measured wait); this study's own figures sit apart under names MLPerf does not use."""
 from __future__ import annotations

@@ -267,7 +267,7 @@ MLPERF_SOURCE = ("MLPerf Storage kv_cache_benchmark, upstream commit 284ce72: su
 
 
 def mlperf_summary(frame) -> dict:
-    """mlperf_kvcache_summary.json: per run, MLPerf's own key paths (summary.*, summary.cache_stats.*) with MLPerf's
+    """Per run (mlperf_tree.py's KV tool file and storagebrief.json): MLPerf's own key paths (summary.*, summary.cache_stats.*) with MLPerf's
     arithmetic on this study's I/O (bytes ÷ the measured wait; `_gbps` holds GiB/s, `_gb` GiB, as MLPerf's do), and
     this study's own figures under `storagebrief`, under names MLPerf does not use."""
     out: dict = {"note": "MLPerf's arithmetic on this study's I/O, not MLPerf's tool: summary.* and "
