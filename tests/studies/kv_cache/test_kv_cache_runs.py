@@ -58,9 +58,10 @@ def test_a_run_writes_reads_and_leaves_no_kv_file(tmp_path):
     r = json.loads(next(folder.glob("kvcache_results_*.json")).read_text())
     r["storagebrief"] = json.loads((folder / "storagebrief.json").read_text())
     stats = r["summary"]["cache_stats"]
-    for key in ("tier_storage_read_bandwidth_gbps", "tier_storage_write_bandwidth_gbps",
-                "storage_read_device_p95_ms", "storage_write_device_p95_ms"):
+    for key in ("tier_storage_read_bandwidth_gbps", "tier_storage_write_bandwidth_gbps"):
         assert stats[key] > 0
+    assert r["storagebrief"]["read_device_p95_ms_max_of_clients"] > 0
+    assert r["storagebrief"]["write_device_p95_ms_max_of_clients"] > 0
     # MLPerf's denominator: the wait for the duration as measured (at least the nominal 0.4 s)
     elapsed = r["summary"]["elapsed_time"]
     assert 0.4 <= elapsed == pytest.approx(runs.elapsed_time_s.iloc[0])
