@@ -69,13 +69,19 @@ test-hosts-deps:
 	  rc=$$?; [ -n "$$guard" ] && rm -f /usr/sbin/policy-rc.d; exit $$rc; \
 	fi
 
-# MLPerf Storage's own tools (issue 60): mlpstorage_py of its v3.0 code line at a pinned commit, copied into
-# MLPSTORAGE (outside git) with a Python 3.12 virtual environment of its own holding what its report generator
-# imports (pinned). Studies and benchmarks/mlperf_reportgen.py run it on their MLPerf results trees
-# (docs/mlperf-tools.md). MLPSTORAGE_GIT may name a local clone or mirror; PYTHON312 a Python 3.12.
+# MLPerf Storage's own tools (issue 60): mlpstorage_py, MLPerf's DLIO workload files and its KV-cache tool at a
+# pinned commit of its v3.0 code line, vendored unmodified as a gzip'd `git archive` (third_party/mlperf-storage/,
+# its README says where from and how to refresh it), checked against its SHA256SUMS and extracted into MLPSTORAGE
+# (outside git), with a Python 3.12 virtual environment of its own holding what its report generator imports
+# (pinned, from PyPI). Studies and benchmarks/mlperf_reportgen.py run it on their MLPerf results trees
+# (docs/mlperf-tools.md). MLPSTORAGE_GIT may name a clone or mirror to take the commit from instead; PYTHON312 a
+# Python 3.12.
 MLPSTORAGE := .mlpstorage
 MLPSTORAGE_COMMIT := 64165f7f3ca583c30efb6839a8d1cfe334343c7b
-MLPSTORAGE_GIT ?= https://github.com/russfellows/mlc-storage.git
+MLPSTORAGE_DIR := third_party/mlperf-storage
+MLPSTORAGE_ARCHIVE := $(MLPSTORAGE_DIR)/mlc-storage-$(MLPSTORAGE_COMMIT).tar.gz
+MLPSTORAGE_PATHS := mlpstorage_py configs/dlio/workload kv_cache_benchmark LICENSE.md
+MLPSTORAGE_GIT ?=
 PYTHON312 ?= $(shell for p in python3.12 $$HOME/.pyenv/versions/3.12.*/bin/python /root/.pyenv/versions/3.12.*/bin/python; do \
   q=$$(command -v $$p 2>/dev/null) && $$q -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null && \
   { echo $$q; break; }; done)
@@ -87,16 +93,27 @@ mlpstorage: $(MLPSTORAGE)/.installed
 # them (the studies' verdicts.json and the brief then say MLPerf's report generator was not run; its tests skip).
 mlpstorage-try:
 	@$(MAKE) --no-print-directory mlpstorage >$(MLPSTORAGE).log 2>&1 || \
-	  echo "make mlpstorage failed (see $(MLPSTORAGE).log: Python 3.12 and $(MLPSTORAGE_GIT) needed): going on without MLPerf's report generator"
+	  echo "make mlpstorage failed, going on without MLPerf's report generator (all of it in $(MLPSTORAGE).log): $$(grep -v '^make.*: \*\*\*' $(MLPSTORAGE).log | tail -n 1)"
 
-$(MLPSTORAGE)/.installed:
+$(MLPSTORAGE)/.installed: $(if $(MLPSTORAGE_GIT),,$(MLPSTORAGE_ARCHIVE) $(MLPSTORAGE_DIR)/SHA256SUMS)
+	@[ -n "$(MLPSTORAGE_GIT)" ] || { \
+	  want=$$(awk '$$2 == "$(notdir $(MLPSTORAGE_ARCHIVE))" {print $$1}' $(MLPSTORAGE_DIR)/SHA256SUMS 2>/dev/null); \
+	  got=$$(sha256sum < $(MLPSTORAGE_ARCHIVE) | cut -d' ' -f1); \
+	  [ -n "$$want" ] && [ "$$got" = "$$want" ] || \
+	    { echo "make mlpstorage: $(MLPSTORAGE_ARCHIVE) has sha256 $$got, $(MLPSTORAGE_DIR)/SHA256SUMS says $${want:-nothing}: not extracted (refresh it as $(MLPSTORAGE_DIR)/README.md says)" >&2; exit 1; }; }
 	@test -n "$(PYTHON312)" && "$(PYTHON312)" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' || \
 	  { echo "make mlpstorage: needs Python 3.12 (PYTHON312=$(PYTHON312)); set PYTHON312=/path/to/python3.12" >&2; exit 1; }
-	rm -rf $(MLPSTORAGE) && mkdir -p $(MLPSTORAGE)/git
-	git -C $(MLPSTORAGE)/git init -q && git -C $(MLPSTORAGE)/git fetch -q --depth 1 "$(MLPSTORAGE_GIT)" $(MLPSTORAGE_COMMIT)
-	git -C $(MLPSTORAGE)/git archive $(MLPSTORAGE_COMMIT) mlpstorage_py configs/dlio/workload | tar -x -C $(MLPSTORAGE)
-	rm -rf $(MLPSTORAGE)/git
-	"$(PYTHON312)" -m venv $(MLPSTORAGE)/venv && $(MLPSTORAGE)/venv/bin/pip install -q $(MLPSTORAGE_PIP)
+	rm -rf $(MLPSTORAGE) && mkdir -p $(MLPSTORAGE)
+	@if [ -n "$(MLPSTORAGE_GIT)" ]; then \
+	  echo "taking $(MLPSTORAGE_COMMIT) from MLPSTORAGE_GIT=$(MLPSTORAGE_GIT)"; \
+	  mkdir -p $(MLPSTORAGE)/git && git -C $(MLPSTORAGE)/git init -q && \
+	  git -C $(MLPSTORAGE)/git fetch -q --depth 1 "$(MLPSTORAGE_GIT)" $(MLPSTORAGE_COMMIT) && \
+	  git -C $(MLPSTORAGE)/git archive --format=tar $(MLPSTORAGE_COMMIT) $(MLPSTORAGE_PATHS) | tar -x -C $(MLPSTORAGE) && \
+	  rm -rf $(MLPSTORAGE)/git; \
+	else \
+	  echo "extracting $(MLPSTORAGE_ARCHIVE) (sha256 checked)"; tar -xzf $(MLPSTORAGE_ARCHIVE) -C $(MLPSTORAGE); \
+	fi
+	"$(PYTHON312)" -m venv $(MLPSTORAGE)/venv && $(MLPSTORAGE)/venv/bin/pip install -q --disable-pip-version-check $(MLPSTORAGE_PIP)
 	echo $(MLPSTORAGE_COMMIT) > $(MLPSTORAGE)/COMMIT && touch $@
 
 env: system-deps $(VENV)/.installed notebook-files dvc-lock-local

@@ -1,12 +1,14 @@
 """The kv_cache study's MLPerf-family workload beside MLPerf Storage's own KV-cache tool, on one target, alternating.
 
-    flock /work/notes/cpu.lock .venv/bin/python benchmarks/kv_cache_vs_mlperf.py --mlperf-dir DIR/kv_cache_benchmark \
+    make mlpstorage            # once: MLPerf's code, vendored (third_party/mlperf-storage/), into .mlpstorage/
+    flock /work/notes/cpu.lock .venv/bin/python benchmarks/kv_cache_vs_mlperf.py [--mlperf-dir DIR] \
         --target data/targets/local [--work data/benchmarks/kv_cache_vs_mlperf] [--rounds 3] [--duration 20] \
         [--users 8] [--allocs 8] [--context 256 2048] [--seed 42] [--reseed]
 
-MLPerf's tool is not part of this project: point --mlperf-dir at the `kv_cache_benchmark/` folder of a checkout
-(upstream mlcommons/storage from commit 284ce72, or the public forks idevasena/storage_mlcommons and
-russfellows/mlc-storage). Its own virtual environment is made under --work from the "Core dependencies (required)"
+MLPerf's tool is not part of this project's code: --mlperf-dir is the `kv_cache_benchmark/` folder that `make
+mlpstorage` extracts into .mlpstorage/ from the vendored archive (russfellows/mlc-storage at the commit the Makefile
+pins), or of a checkout you name (upstream mlcommons/storage from commit 284ce72, or the public fork
+idevasena/storage_mlcommons). Its own virtual environment is made under --work from the "Core dependencies (required)"
 section of its requirements.txt (numpy, pyyaml; PyPI must be reachable once). Each round runs the tool
 (`kv-cache.py --gpu-mem-gb 0 --cpu-mem-gb 0 --generation-mode none`, its templates' contexts set to --context
 through a config file written under --work) and then the study's clients (mlperf family, one client process, the
@@ -29,6 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "lib"))
 GIB = 1 << 30
+MLPERF_DIR = REPO / ".mlpstorage" / "kv_cache_benchmark"         # what `make mlpstorage` extracts
 
 
 def core_requirements(req: Path) -> list[str]:
@@ -165,7 +168,8 @@ def line(rnd: int, name: str, r: dict) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ours-once", type=Path, help=argparse.SUPPRESS)
-    ap.add_argument("--mlperf-dir", type=Path)
+    ap.add_argument("--mlperf-dir", type=Path, default=MLPERF_DIR,
+                    help="MLPerf's kv_cache_benchmark folder (default: %(default)s, from `make mlpstorage`)")
     ap.add_argument("--target", type=Path)
     ap.add_argument("--work", type=Path, default=REPO / "data" / "benchmarks" / "kv_cache_vs_mlperf")
     ap.add_argument("--rounds", type=int, default=3)
@@ -181,8 +185,10 @@ def main() -> None:
     a = ap.parse_args()
     if a.ours_once:
         return ours_once(a.ours_once)
-    if not a.mlperf_dir or not (a.mlperf_dir / "kv-cache.py").is_file():
-        raise SystemExit(f"--mlperf-dir {a.mlperf_dir}: not allowed: a kv_cache_benchmark folder holding kv-cache.py")
+    if not (a.mlperf_dir / "kv-cache.py").is_file():
+        hint = ": run `make mlpstorage`" if a.mlperf_dir == MLPERF_DIR else ""
+        raise SystemExit(f"--mlperf-dir {a.mlperf_dir}: not allowed: a kv_cache_benchmark folder holding kv-cache.py"
+                         + hint)
     if not a.target or not a.target.is_dir():
         raise SystemExit(f"--target {a.target}: not allowed: an existing directory on the disk to measure")
     for k, lo in (("rounds", 1), ("duration", 1), ("users", 1), ("allocs", 0)):

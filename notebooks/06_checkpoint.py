@@ -13,8 +13,8 @@
 # (8b, 70b, 405b, 1t; sizes from DLIO's formula, files laid out per rank as DeepSpeed ZeRO writes them) are
 # written `saves` times, one process per writing rank, each file in 32 MiB writes of incompressible bytes and
 # fsync'ed at close, then read back `restores` times (4 reader threads per rank, 128 MiB reads) after the caches
-# were dropped; a pause before every operation, off the clock. `mlperf_summary.json` carries MLPerf's own
-# `summary.json` keys (its "GB" is GiB).
+# were dropped; a pause before every operation, off the clock. Each run's `summary.json` in `mlperf/results/`
+# carries MLPerf's own keys (its "GB" is GiB), as MLPerf's mlpstorage lays a run out.
 #
 # **How it goes past MLPerf.** MLPerf's throughput is all ranks' bytes ÷ *rank 0's own* duration, with no barrier
 # before the clock stops: a rank that finishes later is not waited for. Beside that figure this study reports the

@@ -104,7 +104,7 @@ def _kv_results(tmp: Path, dest: Path) -> None:
                                            failure_reason=f"target full mid-run: {mark('failure_reason')}")
             frame = pd.concat([frame, extra], ignore_index=True)
         frame.to_csv(f, index=False)
-    for name in ("study.json", "inventory.json", "mlperf_kvcache_summary.json"):
+    for name in ("study.json", "inventory.json"):
         f = dest / name
         f.write_text(json.dumps(_rename(json.loads(f.read_text()), table)))
     notes = json.loads((dest / "notes.json").read_text())

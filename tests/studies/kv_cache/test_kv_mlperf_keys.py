@@ -1,5 +1,5 @@
-"""mlperf_kvcache_summary.json speaks MLPerf's own output: every key path under a run's `summary` is one MLPerf's
-KV-cache tool writes (the fixture lists them, derived from its code at upstream commit 284ce72: the `summary`
+"""The KV tool file of MLPerf's results tree (kvcache_results_<stamp>.json) speaks MLPerf's own output: every key
+path under a run's `summary` is one MLPerf's KV-cache tool writes (the fixture lists them, derived from its code at upstream commit 284ce72: the `summary`
 dict of kv_cache/benchmark.py:1422-1466 and `cache_stats` of kv_cache/cache.py:953-1024), computed with MLPerf's
 arithmetic (bytes ÷ the measured wait); this study's own figures sit apart under names MLPerf does not use."""
 from __future__ import annotations
@@ -40,9 +40,17 @@ def test_every_mlperf_key_path_is_one_mlperfs_tool_writes():
     ours = ["summary." + p for p in _paths(run["summary"])]
     assert ours and set(ours) <= set(FIXTURE["paths"]), set(ours) - set(FIXTURE["paths"])
     for must in ("summary.cache_stats.tier_storage_read_bandwidth_gbps",
-                 "summary.cache_stats.tier_storage_write_bandwidth_gbps", "summary.cache_stats.storage_read_device_p95_ms",
-                 "summary.cache_stats.storage_write_device_p95_ms", "summary.elapsed_time", "summary.total_requests"):
+                 "summary.cache_stats.tier_storage_write_bandwidth_gbps", "summary.elapsed_time", "summary.total_requests"):
         assert must in ours
+
+
+def test_device_p95s_measured_another_way_stay_out_of_mlperfs_keys():
+    """MLPerf's storage_*_device_p95_ms are one P95 of every request (its read span np.load); ours are the largest of
+    the clients' P95s of the read() calls / the fsync: another meaning, so under our own names only."""
+    run, = metrics.mlperf_summary(_frame())["runs"].values()
+    assert not {"storage_read_device_p95_ms", "storage_write_device_p95_ms"} & set(run["summary"]["cache_stats"])
+    assert run["storagebrief"]["read_device_p95_ms_max_of_clients"] == 9.0
+    assert run["storagebrief"]["write_device_p95_ms_max_of_clients"] == 20.0
 
 
 def test_mlperfs_arithmetic_bytes_over_the_measured_wait():

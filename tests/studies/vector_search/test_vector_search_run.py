@@ -50,13 +50,15 @@ def test_a_small_real_run_measures_every_point_and_writes_the_mlperf_layout(tmp_
     assert c.reads_per_query_engine.is_monotonic_increasing          # a longer list reads more
     pts = pd.read_csv(tmp_path / "out" / "points.csv")
     assert len(pts) == len(runs) and "below_recall_floor" in pts
+    folders = {json.loads((d / "storagebrief.json").read_text())["run_id"]: d
+               for d in (tmp_path / "out" / "mlperf" / "results" / "dir" / "vector_database" / "run").iterdir()}
+    assert sorted(folders) == sorted(runs.run_id) and not (tmp_path / "out" / "mlperf" / "dir").exists()
     for r in runs.itertuples():
-        s = json.loads((tmp_path / "out" / "mlperf" / "dir" / f"{r.data}-L{r.search_list}-w{r.beam_width}-t"
-                        f"{r.threads}" / "run-1" / "summary.json").read_text())
-        assert s["throughput_qps"] == pytest.approx(r.qps) and s["recall"] == pytest.approx(r.recall_at_k)
-        assert s["ios_per_query"] == pytest.approx(r.reads_per_query_engine) and s["num_vectors"] == 2000
-    prov = json.loads((tmp_path / "out" / "mlperf" / "provenance.json").read_text())
-    assert "diskannpy-rust" in prov["engine"] and "Milvus" in prov["not"]
+        s = json.loads((folders[r.run_id] / "statistics.json").read_text())
+        assert s["throughput_qps"] == pytest.approx(r.qps) and s["recall"]["recall_at_k"] == pytest.approx(r.recall_at_k)
+        ours = json.loads((folders[r.run_id] / "storagebrief.json").read_text())
+        assert ours["point"]["reads_per_query_engine"] == pytest.approx(r.reads_per_query_engine)
+        assert "diskannpy-rust" in ours["engine"] and "Milvus" in ours["not"]
     probes = pd.read_csv(tmp_path / "out" / "probes.csv")
     # one probe per run, in its pattern: one job (threads 1) of beams of 1
     assert len(probes) == len(runs) and set(probes.beam_width) == {1} and set(probes.jobs) == {1}

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from storagebrief import studies
-from storagebrief.studies.vector_search import mlperf
+from storagebrief.studies.vector_search import mlperf_tree
 from conftest import run_study, tmpfs_at
 
 TINY = studies.get("vector_search").tiny
@@ -26,14 +26,12 @@ def _row(**over):
 
 
 def test_a_missing_block_layer_count_is_null_and_said_in_words():
-    p = SimpleNamespace(num_vectors=2000, dimension=16)
     for missing in (None, float("nan")):
-        s = mlperf.summary(_row(reads_per_query_block=missing), p, {"engine": "e"})
-        assert s["disk_io"]["block_reads_per_query"] is None and "not measured" in s["disk_io"]["block_source"]
+        s = mlperf_tree.point(_row(reads_per_query_block=missing), 1)
+        assert s["reads_per_query_block"] is None and "not measured" in s["block_source"]
         json.dumps(s, allow_nan=False)
-    s = mlperf.summary(_row(reads_per_query_block=3.0, block_source="cgroup", prediction_error=float("nan")),
-                       p, {"engine": "e"})
-    assert s["disk_io"]["block_reads_per_query"] == 3.0 and s["disk_io"]["block_source"] == "cgroup"
+    s = mlperf_tree.point(_row(reads_per_query_block=3.0, block_source="cgroup", prediction_error=float("nan")), 1)
+    assert s["reads_per_query_block"] == 3.0 and s["block_source"] == "cgroup"
     assert s["prediction_error"] is None
 
 
@@ -55,11 +53,11 @@ def test_a_tmpfs_target_runs_to_the_end_and_is_kept(tmp_path, tmpfs_target):
     runs = pd.read_csv(tmp_path / "out" / "runs.csv")
     assert set(runs.status) == {"ok"} and runs.reads_per_query_block.isna().all()
     assert runs.block_source.str.startswith("not measured: no block device").all()
-    summaries = list((tmp_path / "out" / "mlperf" / "mem").rglob("summary.json"))
-    assert len(summaries) == len(runs)
-    for f in summaries:
-        s = json.loads(f.read_text(), parse_constant=lambda c: pytest.fail(f"{f} holds {c}"))
-        assert s["disk_io"]["block_reads_per_query"] is None and "not measured" in s["disk_io"]["block_source"]
+    ours = list((tmp_path / "out" / "mlperf" / "results" / "mem").rglob("storagebrief.json"))
+    assert len(ours) == len(runs)
+    for f in ours:
+        s = json.loads(f.read_text(), parse_constant=lambda c: pytest.fail(f"{f} holds {c}"))["point"]
+        assert s["reads_per_query_block"] is None and "not measured" in s["block_source"]
         assert all(v is None or not isinstance(v, float) or math.isfinite(v) for v in s.values())
     # the brief says so in words rather than only "do not agree"
     import IPython.display

@@ -1,6 +1,7 @@
 """vector_search without a device: knobs refused before work naming the key, the data (seeded, planted queries,
 exact ground truth), the row arithmetic (reads three ways, regime, limited_by, the prediction), fio's JSON read,
-and the MLPerf v3.0 layout read back by key."""
+and each run as mlpstorage writes it: vdbbench's keys with vdbbench's meaning, this study's figures by
+its own names."""
 from __future__ import annotations
 
 import json
@@ -12,7 +13,8 @@ import pytest
 
 from storagebrief.core import config
 from storagebrief.core.config import ParamsError
-from storagebrief.studies.vector_search import dataset, metrics, mlperf, probe
+from storagebrief.kit import mlpstorage_tree as tree
+from storagebrief.studies.vector_search import dataset, metrics, mlperf_tree, probe
 from storagebrief.studies.vector_search.params import VectorSearchParams
 
 
@@ -157,25 +159,26 @@ def test_best_qps_is_taken_only_among_points_at_the_recall_floor():
     assert metrics.best_at_floor(pts, 0.999).empty
 
 
-def test_mlperf_layout_is_read_back_by_key(tmp_path):
+def test_mlperf_tree_holds_vdbbenchs_keys_and_ours_by_our_names(tmp_path):
     p = _p()
     row = {"target": "t", "data": "clustered", "search_list": 20, "beam_width": 2, "threads": 1, "repeat": 1,
-           "status": "ok", "queries": 20, "qps": 40.0, "latency_ms_mean": 25.0, "latency_ms_p95": 30.0,
-           "latency_ms_p99": 35.0, "latency_ms_p999": 36.0, "recall_at_k": 0.97, "bytes_per_query": 4096 * 30.0,
-           "reads_per_query_block": 30.2, "block_source": "cgroup", "reads_per_query_engine": 30.0,
-           "device_iops_at_qd": 1260.0, "qps_predicted": 42.0, "prediction_error": -0.05, "regime": "I/O-bound"}
-    frame = pd.DataFrame([row, {**row, "repeat": 2, "qps": 41.0}])
-    mlperf.write(tmp_path / "mlperf", frame, p, {"engine": "diskannpy-rust 0.49.1"})
-    runs = sorted((tmp_path / "mlperf" / "t" / "clustered-L20-w2-t1").glob("run-*/summary.json"))
-    assert len(runs) == 2
-    s = json.loads(runs[1].read_text())
-    assert set(mlperf.V30_KEYS) | set(mlperf.ADDED_KEYS) <= set(s)
-    assert s["throughput_qps"] == 41.0 and s["recall"] == 0.97 and s["ios_per_query"] == 30.0
-    assert s["index_type"] == "DISKANN" and s["query_count"] == 20 and s["disk_io"]["read_bytes"] == 4096 * 30 * 20
-    prov = json.loads((tmp_path / "mlperf" / "provenance.json").read_text())
-    assert "open-division" in prov["division"] and "Milvus" in prov["not"]
-    assert prov["points"] == [{"target": "t", "point": "clustered-L20-w2-t1", "runs_present": 2,
-                               "runs_required": 5, "complete": False}]
+           "status": "ok", "queries": 20, "qps": 40.0, "latency_ms_mean": 25.0, "latency_ms_p50": 24.0,
+           "latency_ms_p95": 30.0, "latency_ms_p99": 35.0, "latency_ms_p999": 36.0, "recall_at_k": 0.97,
+           "bytes_per_query": 4096 * 30.0, "reads_per_query_block": 30.2, "block_source": "cgroup",
+           "reads_per_query_engine": 30.0, "device_iops_at_qd": 1260.0, "qps_predicted": 42.0,
+           "prediction_error": -0.05, "regime": "I/O-bound", "run_id": "r1", "started_at": "2026-12-07T06:00:00Z"}
+    frame = pd.DataFrame([row, {**row, "repeat": 2, "qps": 41.0, "run_id": "r2", "started_at": "2026-12-07T06:00:05Z"}])
+    made = mlperf_tree.export(tmp_path, frame, p, {"engine": "diskannpy-rust 0.49.1"})
+    assert len(made) == 2 and not (tmp_path / "mlperf" / "t").exists()          # no per-point layout beside it
+    stats = json.loads((made[1] / "statistics.json").read_text())
+    assert stats["throughput_qps"] == 41.0 and stats["recall"]["recall_at_k"] == 0.97 and "disk_io" not in stats
+    ours = json.loads((made[1] / tree.OURS).read_text())
+    assert ours["run_id"] == "r2" and "Milvus" in ours["not"]
+    pt = ours["point"]
+    assert pt["point"] == "clustered-L20-w2-t1" and pt["reads_per_query_engine"] == 30.0
+    assert pt["process_read_bytes"] == 4096 * 30 * 20 and pt["qps_predicted"] == 42.0
+    assert (pt["runs_of_point"], pt["runs_required"], pt["complete"]) == (2, 5, False)   # never padded
+    assert not {"throughput_qps", "disk_io", "recall", "database"} & set(pt)            # no vdbbench key of ours
 
 
 def test_on_an_emulated_target_the_probe_gets_a_fresh_throttle_not_the_searches_indebted_one():

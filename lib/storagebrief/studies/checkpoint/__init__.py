@@ -9,10 +9,9 @@ STUDY = Study(
     notebook="notebooks/06_checkpoint.py",
     object_targets=True,        # the save / restore protocol runs on S3 targets (objects.py); cost, framework: directories
     outputs=("runs.csv", "checkpoints.csv", "ranks.csv", "cost_checkpoints.csv", "latency.csv", "timeseries",
-             "inventory.json", "notes.json", "study.json", "mlperf_summary.json", "mlperf", "logs", "notebook.ipynb"),
+             "inventory.json", "notes.json", "study.json", "mlperf", "logs", "notebook.ipynb"),
     brief_inputs=("runs.csv", "checkpoints.csv", "ranks.csv", "cost_checkpoints.csv", "latency.csv", "study.json",
-                  "mlperf_summary.json", "mlperf",
-                  "notes.json", "inventory.json"),
+                  "mlperf", "notes.json", "inventory.json"),
     # llama3-8b's 8 ranks, each file divided by 65536 (≈ 1.6 MiB a checkpoint): every path (saves,
     # retain's deletions, cold restores with a rank shift) in a second or two per target; the cost
     # sweep: baseline, sync and async at one interval, 6 steps of 20 ms;

@@ -25,8 +25,7 @@ from . import framework_brief, metrics
 # Files beside runs.csv the section reads, and what is left out without each.
 SIDE_FILES = {"study.json": "the settings, checkpoint sizes and the intervals table",
               "checkpoints.csv": "the per-checkpoint table", "ranks.csv": "per-rank times",
-              "latency.csv": "the latency histograms", "cost_checkpoints.csv": "the cost sweep's per-checkpoint records",
-              "mlperf_summary.json": "MLPerf's summary figures"}
+              "latency.csv": "the latency histograms", "cost_checkpoints.csv": "the cost sweep's per-checkpoint records"}
 
 
 def section(study_dir: Path, frame, names: list[str]) -> None:

@@ -288,8 +288,9 @@ def _summary(g) -> dict:
 
 
 def mlperf_summary(ckpts) -> dict:
-    """{target: {model: summary}}: MLPerf's keys exactly (rank 0's clock, "GB" = GiB) and ours beside
-    them (honest_*: the last rank's end; *_rank_skew_*), over every checkpoint of the target's runs."""
+    """{target: {model: summary}}: MLPerf's keys exactly (rank 0's clock, "GB" = GiB) and ours (honest_*: the last
+    rank's end; *_rank_skew_*), over every checkpoint of the target's runs; mlperf_tree.py puts MLPerf's keys of one
+    run in its summary.json and ours in its storagebrief.json."""
     if ckpts is None or ckpts.empty:
         return {}
     out: dict = {}

@@ -338,7 +338,7 @@ def close(sweep) -> None:
 
 
 def finish(sweep, frame) -> None:
-    """mlperf_summary.json per (target, model), study.json, and the generator's note."""
+    """MLPerf's results tree (mlperf_tree.py) and its verdicts, study.json, and the generator's note."""
     import pandas as pd
 
     p: CheckpointParams = sweep.p
@@ -349,7 +349,6 @@ def finish(sweep, frame) -> None:
         if not sweep.tables.get(name):              # the stage's outputs exist even with a sweep off
             results.write_csv(sweep.out_dir / name, pd.DataFrame(columns=cols))
     (sweep.out_dir / "logs").mkdir(exist_ok=True)    # the framework sweep's TensorFlow log (a stage output)
-    results.write_json(sweep.out_dir / "mlperf_summary.json", metrics.mlperf_summary(ckpts))
     mlperf_tree.export(sweep.out_dir, frame, ckpts, p.pause_s)
     mlpstorage_verdict.record(sweep.out_dir)
     for t in sweep.target_names:

@@ -12,8 +12,8 @@ Rules (mlcommons/storage Submission_guidelines.md, sections 6.6 and 7, kept in v
 
 Export (`mlperf/results/<target>/training/<workload>/run/<YYYYmmdd_HHMMSS>/`): one folder per run of
 the sweep (the client check's confined re-runs are not runs of the sweep), each with `summary.json`
-(the training keys of DLIO's summary under "metric") and `provenance.json` (storagebrief, the commit,
-the params hash, the run id). One AU window per run: the per-epoch lists hold that run's one value.
+(the training keys of DLIO's summary under "metric"), MLPerf's metadata file and `storagebrief.json`
+(storagebrief, the commit, the params hash, the run id). One AU window per run: the per-epoch lists hold that run's one value.
 train_io_mean_MB_per_second is in 2^20 bytes per second, as DLIO computes it.
 """
 from __future__ import annotations

@@ -9,9 +9,9 @@ STUDY = Study(
     title="KV-cache offload: reload from storage or recompute",
     notebook="notebooks/07_kv_cache.py",
     outputs=("runs.csv", "latency.csv", "prefill.csv", "breakeven.csv", "timeseries", "inventory.json",
-             "notes.json", "study.json", "mlperf_kvcache_summary.json", "mlperf", "notebook.ipynb"),
+             "notes.json", "study.json", "mlperf", "notebook.ipynb"),
     brief_inputs=("runs.csv", "latency.csv", "prefill.csv", "breakeven.csv", "study.json",
-                  "mlperf_kvcache_summary.json", "mlperf", "notes.json", "inventory.json"),
+                  "mlperf", "notes.json", "inventory.json"),
     # llama3.1-8b's real 128 KiB per token, 16-32 token contexts (2-4 MiB files), 2 clients × 2 users for
     # half a second; the prefill measurement off (TensorFlow's start-up is most of a tiny run)
     tiny={"run": ["tiny"], "workloads": {"tiny": {"model": "llama3.1-8b", "users_per_client": 2,

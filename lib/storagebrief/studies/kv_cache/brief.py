@@ -111,8 +111,9 @@ def _what_ran(ok, study: dict) -> None:
         "(posix_fadvise DONTNEED before the read; drop_caches as root before each run). The quick profile keeps the "
         "real bytes per token and cuts users, contexts and time; MLPerf's closed options (300 s, 3 trials, seed 42) "
         "are the paper-scale presets `mlperf-closed-1..3`. GiB = 2³⁰ bytes (MLPerf's `gbps` keys hold GiB/s). "
-        "`mlperf_kvcache_summary.json` writes MLPerf's own key paths (`summary.cache_stats.*`) with MLPerf's "
-        "arithmetic on this study's I/O: figures of MLPerf's kind, not figures from MLPerf's tool.")
+        "Each run's `kvcache_results_<stamp>.json` in `mlperf/results/` writes MLPerf's own key paths "
+        "(`summary.cache_stats.*`) with MLPerf's arithmetic on this study's I/O: figures of MLPerf's kind, not "
+        "figures from MLPerf's tool.")
 
 
 def versus_table(ok) -> pd.DataFrame:

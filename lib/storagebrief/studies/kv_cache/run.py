@@ -5,7 +5,8 @@ run.start_clock()/stop_clock() bracket them (monitor, block trace); every run wr
 that fills up mid-run gives a failed row with the reason, and the study goes on with the next run.
 
 finish(): the prefill rate of this machine (prefill.py, a subprocess), the break-even per target, model and
-accelerator (breakeven.py) into breakeven.csv and study.json, and mlperf_kvcache_summary.json.
+accelerator (breakeven.py) into breakeven.csv and study.json, and each run as mlpstorage writes a KV-cache run
+(mlperf_tree.py) with MLPerf's report generator's verdicts.
 """
 from __future__ import annotations
 
@@ -230,7 +231,6 @@ def finish(sweep, frame) -> None:
     p: KvCacheParams = sweep.p
     if not sweep.tables.get("latency.csv"):
         results.write_csv(sweep.out_dir / "latency.csv", pd.DataFrame(columns=metrics.LATENCY_TABLE_COLUMNS))
-    results.write_json(sweep.out_dir / "mlperf_kvcache_summary.json", metrics.mlperf_summary(frame))
     mlperf_tree.export(sweep.out_dir, frame, p.seed)
     mlpstorage_verdict.record(sweep.out_dir)
     cpu_tflops, prefill_summary = _prefill(sweep, p)

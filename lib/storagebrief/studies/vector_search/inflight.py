@@ -23,7 +23,6 @@ from __future__ import annotations
 import array
 import fcntl
 import math
-import os
 import struct
 from pathlib import Path
 

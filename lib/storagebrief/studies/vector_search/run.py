@@ -23,7 +23,7 @@ from ...core.sweep import Measurement, Point
 from ...kit import mlpstorage_verdict, space
 from ...kit.cgroup_io import cgroup_read_stats
 from ...kit.launch import open_launch
-from . import STUDY, dataset, inflight, metrics, mlperf, mlperf_tree, probe, search
+from . import STUDY, dataset, inflight, metrics, mlperf_tree, probe, search
 from .params import VectorSearchParams
 
 
@@ -240,7 +240,6 @@ def finish(sweep, frame) -> None:
     pts = metrics.points(frame, p.recall_floor)
     results.write_csv(sweep.out_dir / "points.csv", pts)
     results.write_csv(sweep.out_dir / "probes.csv", pd.DataFrame(sweep.state.probes))
-    mlperf.write(sweep.out_dir / "mlperf", frame, p, _study_json(sweep))
     mlperf_tree.export(sweep.out_dir, frame, p, _study_json(sweep))
     mlpstorage_verdict.record(sweep.out_dir)
 
