@@ -28,6 +28,7 @@ class UnsafeFolder(UnsafeDelete):
 
 
 DATA = "storagebrief"          # <target>/storagebrief/: every study's folders on a target
+MODE = 0o755                   # every folder we make below a target (a umask only removes bits: never 0775)
 ALLOWED = ("storagebrief writes only in folders of its own below a target (owned by this user, not writable by "
            "group or others unless sticky)")
 
@@ -93,7 +94,7 @@ def folder_below(base: str | Path, *parts: str, create: bool = True) -> Path:
         _real_folder(folder, Path(base), "the study folder")
         if create:
             try:
-                os.mkdir(folder)
+                os.mkdir(folder, MODE)          # 0755 at most whatever the umask: our own check accepts it
             except FileExistsError:
                 _real_folder(folder, Path(base), "the study folder")     # made meanwhile: still no symlink
     return folder
@@ -120,7 +121,7 @@ def ours(folder: str | Path) -> Path:
     steps[0].parent.mkdir(parents=True, exist_ok=True)
     for step in steps:                  # one by one, 0755 whatever the umask; then: none was planted meanwhile
         try:
-            os.mkdir(step, 0o755)
+            os.mkdir(step, MODE)
         except FileExistsError:
             pass
         _real_folder(step, steps[0].parent)
@@ -133,8 +134,19 @@ def staging_folder(directory: str | Path) -> Path:
     directory = Path(directory)
     parent = ours(directory.parent)
     tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=parent))
-    os.chmod(tmp, 0o755)            # its parent is ours and closed to others: the name cannot be swapped
+    os.chmod(tmp, MODE)             # its parent is ours and closed to others: the name cannot be swapped
     return tmp
+
+
+def close_modes(tmp: Path) -> None:
+    """Take group and other write off every folder a study made inside its staging folder `tmp` (walked through
+    directory fds, never following a symlink), before it is renamed into place: under a umask such as 002 a plain
+    mkdir there gives 0775, which `not_ours` would refuse on the next run."""
+    for _, dirs, _, fd in os.fwalk(tmp, follow_symlinks=False):
+        for name in dirs:
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and st.st_mode & 0o022:
+                os.chmod(name, stat.S_IMODE(st.st_mode) & ~0o022, dir_fd=fd)
 
 
 def stale_staging(directory: str | Path) -> list[Path]:
