@@ -13,6 +13,7 @@ would delete it. A leaf: core.outdir (the delete guard), core.targets and core.r
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -161,6 +162,53 @@ def stale_staging(directory: str | Path) -> list[Path]:
         if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():
             found.append(old)
     return found
+
+
+STAGED = re.compile(r"\..+\.tmp-[A-Za-z0-9_]+")     # staging_folder's names (mkdtemp's; older: a PID)
+
+
+def _own_dir(name: str, fd: int) -> bool:
+    """`name` in the folder `fd` is a real folder (lstat: a symlink is not) of this user."""
+    try:
+        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
+
+
+def sweep_staging(study: Path, prefixes: tuple[str, ...] = (), depth: int = 2) -> list[str]:
+    """Remove the staging folders killed runs left in a study folder and its folders down to `depth` levels:
+    `staging_folder`'s `.<name>.tmp-*` and names starting with one of `prefixes` (other mkdtemp folders). Only real
+    folders of ours, closed to others, are entered, and only real folders of ours are removed, each through its
+    parent's directory fd (opened O_NOFOLLOW): a symlink is never followed. The caller holds the target's lock (no
+    run of ours is staging there now). One line per folder removed."""
+    try:
+        fd = os.open(study, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return []
+    return _sweep_in(fd, Path(study), prefixes, depth)
+
+
+def _sweep_in(fd: int, where: Path, prefixes: tuple[str, ...], depth: int) -> list[str]:
+    lines: list[str] = []
+    try:
+        if not_ours(os.fstat(fd)) is not None:
+            return lines
+        for name in sorted(e.name for e in os.scandir(fd)):
+            if not _own_dir(name, fd):
+                continue
+            if STAGED.fullmatch(name) or (prefixes and name.startswith(prefixes)):
+                shutil.rmtree(name, dir_fd=fd)
+                lines.append(f"removed leftover staging folder {where / name} (a killed run's half-made data)")
+            elif depth > 1:
+                try:
+                    sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                except OSError:
+                    continue
+                lines += _sweep_in(sub, where / name, prefixes, depth - 1)
+    finally:
+        os.close(fd)
+    return lines
 
 
 def rename_in(tmp: Path, directory: Path) -> None:
