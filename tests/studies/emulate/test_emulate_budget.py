@@ -9,7 +9,7 @@ import pytest
 
 from storagebrief.kit import budget
 from storagebrief.studies.emulate.params import EmulateParams
-from child_cgroup import child_cgroup, cli_in
+from child_cgroup import validate_in
 
 
 def test_accelerators_read_threads_and_buffers_beyond_the_limits_are_refused_with_the_numbers(monkeypatch):
@@ -31,11 +31,6 @@ def test_accelerators_read_threads_and_buffers_beyond_the_limits_are_refused_wit
 
 
 def test_validate_under_a_pids_limit_refuses_the_accelerators_read_threads(tmp_path):
-    params = tmp_path / "params.yaml"
-    params.write_text(f"targets: [{{name: t, path: {tmp_path / 't'}}}]\n"
-                      "emulate: {accelerators: [1, 8], dataset_sizing: fixed}\n")
-    with child_cgroup("pids", {"pids.max": 40}) as d:
-        res = cli_in(d, "validate", "--params", str(params), timeout=120)
-    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    res, d = validate_in("pids", {"pids.max": 40}, tmp_path, "emulate: {accelerators: [1, 8], dataset_sizing: fixed}")
     assert "emulate: 8 accelerators of unet3d with 4 read threads each, 48 tasks (8 × (2 + 4 read threads))" \
         in res.stderr and f"pids.max 40 in {d}" in res.stderr

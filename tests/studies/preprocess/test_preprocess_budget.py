@@ -8,7 +8,7 @@ import pytest
 
 from storagebrief.kit import budget
 from storagebrief.studies.preprocess.params import PreprocessParams
-from child_cgroup import child_cgroup, cli_in
+from child_cgroup import validate_in
 
 
 def test_workers_beyond_the_memory_or_the_pids_limit_are_refused_with_the_numbers(monkeypatch):
@@ -28,12 +28,7 @@ def test_workers_beyond_the_memory_or_the_pids_limit_are_refused_with_the_number
 
 
 def test_validate_in_a_small_memory_cgroup_refuses_the_workers_before_any_work(tmp_path):
-    target = tmp_path / "t"
-    params = tmp_path / "params.yaml"
-    params.write_text(f"targets: [{{name: t, path: {target}}}]\n"
-                      "preprocess: {processes: [1, 8], image_width: 8000, image_height: 8000}\n")
-    with child_cgroup("memory", {"memory.limit_in_bytes": 700 * 10**6}) as d:
-        res = cli_in(d, "validate", "--params", str(params), timeout=120)
-    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    res, d = validate_in("memory", {"memory.limit_in_bytes": 700 * 10**6}, tmp_path,
+                         "preprocess: {processes: [1, 8], image_width: 8000, image_height: 8000}")
     assert "preprocess.processes = [1, 8]: 8 worker processes need" in res.stderr
     assert f"the memory cgroup {d}" in res.stderr

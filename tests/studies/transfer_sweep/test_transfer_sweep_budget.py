@@ -10,7 +10,7 @@ import pytest
 
 from storagebrief.kit import budget
 from storagebrief.studies.transfer_sweep.params import TransferSweepParams
-from child_cgroup import child_cgroup, cli_in
+from child_cgroup import validate_in
 
 
 def test_fio_jobs_and_buffers_beyond_the_limits_are_refused_with_the_numbers(monkeypatch):
@@ -32,11 +32,7 @@ def test_fio_jobs_and_buffers_beyond_the_limits_are_refused_with_the_numbers(mon
 
 
 def test_validate_under_a_pids_limit_refuses_a_psync_queue_depth_before_any_work(tmp_path):
-    params = tmp_path / "params.yaml"
-    params.write_text(f"targets: [{{name: t, path: {tmp_path / 't'}}}]\n"
-                      "transfer_sweep: {engine: psync, queue_depths: [1, 64], gpu: 'off', loads: [idle]}\n")
-    with child_cgroup("pids", {"pids.max": 40}) as d:
-        res = cli_in(d, "validate", "--params", str(params), timeout=120)
-    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    res, d = validate_in("pids", {"pids.max": 40}, tmp_path,
+                         "transfer_sweep: {engine: psync, queue_depths: [1, 64], gpu: 'off', loads: [idle]}")
     assert "queue depth 64 (psync, numjobs 1): 64 fio jobs, 65 tasks (fio 1 + 64 jobs)" in res.stderr
     assert f"pids.max 40 in {d}" in res.stderr
