@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -71,3 +72,17 @@ def _stop(p: subprocess.Popen) -> None:
     if p.poll() is None:
         p.kill()
     p.wait()
+
+
+@contextmanager
+def nobodys_runtime_folder():
+    """Around a test that runs storagebrief as uid 65534: /dev/shm/storagebrief-65534 (its runtime folder), when the
+    test made it, is removed afterwards if empty (core.runtime_dir.remove_if_empty: never one another run holds)."""
+    from storagebrief.core import runtime_dir
+    folder = runtime_dir.SHM / f"{runtime_dir.NAME}-{NOBODY}"
+    existed = os.path.lexists(folder)
+    try:
+        yield folder
+    finally:
+        if not existed:
+            runtime_dir.remove_if_empty(folder)

@@ -70,3 +70,15 @@ def run_in(d: Path, argv: list[str], timeout: float = 300, **kw) -> subprocess.C
 
 def cli_in(d: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return run_in(d, [sys.executable, "-m", "storagebrief.cli", *args], timeout=timeout)
+
+
+def validate_in(controller: str, limits: dict[str, int], tmp_path: Path, section: str):
+    """`storagebrief validate` of a params file with one target and `section` (a YAML line, e.g. "preprocess: {...}")
+    run in a fresh cgroup with `limits`; (the CompletedProcess, the cgroup's directory), having checked it is one
+    line and exit 2."""
+    params = tmp_path / "params.yaml"
+    params.write_text(f"targets: [{{name: t, path: {tmp_path / 't'}}}]\n{section}\n")
+    with child_cgroup(controller, limits) as d:
+        res = cli_in(d, "validate", "--params", str(params), timeout=120)
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    return res, d

@@ -194,3 +194,64 @@ def test_doctor_clean_removes_an_unused_vader_segment_and_keeps_one_in_use(tmp_p
         fh.close()
         dead.unlink(missing_ok=True)
         live.unlink(missing_ok=True)
+
+
+# --------------------------------------------------------------------------- staging folders of killed builds (issue 57)
+_STAGE = """import sys, time
+from pathlib import Path
+from storagebrief.core import results
+with results.staged_dir(Path(sys.argv[1])) as tmp:
+    (tmp / "index").mkdir()
+    (tmp / "index" / "ann_disk.index").write_bytes(b"x" * 4096)
+    print(tmp, flush=True)
+    time.sleep(600)
+"""
+
+
+def _killed_builds(*directories: Path) -> list[Path]:
+    """The staging folders builds killed with SIGKILL inside core.results.staged_dir left (mkdtemp's names)."""
+    started = [subprocess.Popen([sys.executable, "-c", _STAGE, str(d)], stdout=subprocess.PIPE, text=True,
+                                env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}) for d in directories]
+    left = []
+    for proc, directory in zip(started, directories):
+        left.append(Path(proc.stdout.readline().strip()))
+        proc.kill()
+        proc.wait(timeout=30)
+        assert left[-1].is_dir() and left[-1].name.startswith(f".{directory.name}.tmp-"), left[-1]
+    return left
+
+
+def test_doctor_clean_removes_a_killed_builds_staging_folder_and_only_ours(tmp_path):
+    """A vector index build (and a transfer-sweep file, an emulate set one level down) killed with SIGKILL leave
+    mkdtemp's `.<set>.tmp-*`: `doctor --clean` names and removes each, on every target of the params file, and never
+    a symlink of that shape (nor what it leads to) nor a target another run holds. Before: not seen."""
+    from storagebrief.core import leftovers, lock
+    targets = {n: tmp_path / n for n in ("a", "b")}
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump({"targets": [{"name": n, "path": str(p)} for n, p in targets.items()]}))
+    data = {n: p / "storagebrief" for n, p in targets.items()}
+    *left, busy = _killed_builds(data["a"] / "vector_search" / "clustered", data["a"] / "emulate" / "unet3d" / "data",
+                                 data["b"] / "transfer_sweep" / "data", data["b"] / "train_resnet50" / "tiny")
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep").write_text("not ours to delete")
+    planted = data["a"] / "vector_search" / ".random.tmp-abcdefgh"
+    planted.symlink_to(victim)
+    theirs = data["a"] / "vector_search" / ".flat.tmp-12345678"     # another user's (uid 65534), where root can
+    theirs.mkdir()
+    if os.geteuid() == 0:
+        os.chown(theirs, 65534, 65534)
+    fd = lock.lock_file(targets["b"] / lock.LOCK_NAME, "target 'b'", "refuse", print)   # another run holds b
+    try:
+        lines = leftovers.remove_dead_staging([("b", targets["b"])])
+    finally:
+        os.close(fd)
+    assert len(lines) == 1 and lines[0].startswith(f"target 'b' ({targets['b']}) is in use by PID {os.getpid()} ")
+    assert lines[0].endswith("its staging folders were left alone") and left[2].is_dir() and busy.is_dir()
+    res = _cli("doctor", "--clean", "--params", str(params))
+    assert res.returncode == 0, res.stderr
+    for tmp in [*left, busy]:
+        assert f"removed leftover staging folder {tmp} " in res.stdout and not tmp.exists(), res.stdout
+    assert planted.is_symlink() and (victim / "keep").read_text() == "not ours to delete"
+    assert str(planted) not in res.stdout
+    assert theirs.is_dir() == (os.geteuid() == 0)

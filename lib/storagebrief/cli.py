@@ -30,8 +30,12 @@ def _parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True)
     dp = sub.add_parser("doctor", help="what this machine allows and what each missing piece disables")
     dp.add_argument("--clean", action="store_true",
-                    help="remove storagebrief cgroups (and processes in them), tracefs instances and Open MPI "
-                         "vader_segment files in /dev/shm left by runs that were killed")
+                    help="remove storagebrief cgroups (and processes in them), tracefs instances, Open MPI "
+                         "vader_segment files in /dev/shm and the targets' staging folders left by runs that were "
+                         "killed")
+    dp.add_argument("--params", default=None,
+                    help="params file whose targets --clean looks at for staging folders (default: params.yaml of "
+                         "the project around the current directory, when there is one)")
     for command, study in studies.by_command().items():
         sp = sub.add_parser(command, help=f"run the {study.name} study: {study.title}")
         sp.add_argument("--params", default=None, help=PARAMS_HELP)
@@ -110,13 +114,29 @@ def _quiet_unraisable(unraisable) -> None:
 def _doctor(args) -> int:
     from .core.inventory import doctor_lines
     if args.clean:
-        from .core.leftovers import remove_leftovers, remove_mpi_segments
-        print("\n".join(remove_leftovers() + remove_mpi_segments()) or "no leftovers of killed storagebrief runs (cgroups, processes, "
-                                                "tracefs instances, temporary folders)")
+        from .core.leftovers import remove_dead_staging, remove_leftovers, remove_mpi_segments
+        from .kit.checkpoint_cost import FOLDER_PREFIX
+        targets, note = _doctor_targets(args.params)
+        print("\n".join(remove_leftovers() + remove_mpi_segments()
+                        + remove_dead_staging(targets, (FOLDER_PREFIX,)) + note)
+              or "no leftovers of killed storagebrief runs (cgroups, processes, tracefs instances, temporary and "
+                 "staging folders)")
     print("\n".join(_runtime_lines()))
     from .studies.transfer_sweep.gpu import doctor_line as gpu_line
     print("\n".join(doctor_lines() + [f"{'GPU ':.<23} {gpu_line()}"]))
     return 0
+
+
+def _doctor_targets(params: str | None) -> tuple[list[tuple[str, str]], list[str]]:
+    """(name, path) of the params file's targets for doctor --clean, and a note when there is no project
+    params file (then no target is looked at). A params file named with --params must load."""
+    if params is None:
+        try:
+            params = config.default_params_file()
+        except config.ParamsError:
+            return [], ["no project params.yaml here: no target's staging folders looked at (name one with --params)"]
+    loaded = config.load(params, check_targets=False)
+    return [(t.name, t.path) for t in loaded.targets], []
 
 
 def _runtime_lines() -> list[str]:

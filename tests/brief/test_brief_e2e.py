@@ -190,6 +190,26 @@ def test_every_studys_notebook_ran_in_the_chain_and_shows_its_runs(tiny_chain):
     assert changed.returncode == 0 and changed.stdout == ""
 
 
+def test_every_studys_results_json_is_strict_json(tiny_chain):
+    """Issue 57: results are valid JSON in every study, not only vector_search: each JSON file a study wrote in its
+    results folder (status, notes, study, summaries, inventory, …; what other tools wrote below it not counted)
+    parses with NaN, Infinity and -Infinity refused."""
+    from storagebrief import studies
+
+    def refuse(constant):
+        raise ValueError(f"holds {constant}")
+
+    seen = 0
+    for study in studies.REGISTRY.values():
+        for f in sorted((tiny_chain.work / "reports" / study.name).glob("*.json")):
+            try:
+                json.loads(f.read_text(), parse_constant=refuse)
+            except ValueError as exc:
+                pytest.fail(f"{f.relative_to(tiny_chain.work)} is not strict JSON: {exc}")
+            seen += 1
+    assert seen >= 2 * len(studies.REGISTRY)            # status.json and notes.json of each at least
+
+
 @pytest.mark.slow
 def test_the_chains_brief_recorded_its_page_one_values_for_the_next_study(tiny_chain):
     """Issue 48: the brief keeps the values behind its page-1 ranges (reports/answers-history.csv), one study of

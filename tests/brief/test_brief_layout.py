@@ -105,6 +105,35 @@ def test_fit_thins_tick_labels_and_wraps_titles_keeping_every_word():
     assert 1 < len(shown) < 40
 
 
+@pytest.mark.parametrize("width, target", [(5.0, "local"), (9.5, "nvme-scratch-array-of-the-lab-2")])
+def test_a_kv_cache_trace_title_always_fits_its_subplot_and_the_figure(width, target):
+    """Issue 57: "KV cache tiny (llama3.1-8b) (local)" was seen wider than its subplot in the characterization
+    grid (three per row): a word alone wider than the subplot ("(llama3.1-8b)", a long target name) could not be
+    wrapped, and the layout after wrapping narrowed the subplots again unchecked. Now the font shrinks and the
+    layout is redone until every rendered title lies within its subplot's width and the figure."""
+    import matplotlib.pyplot as plt
+
+    from storagebrief.brief.characterization import _grid
+    from storagebrief.report import figurefit
+    title = f"KV cache tiny (llama3.1-8b) ({target})"
+    fig, axes = _grid(3, width=width)
+    for ax in axes:
+        ax.bar(range(3), [100000, 5000, 30])
+        ax.set_title(title, fontsize=9)
+        ax.set(xlabel="KiB (power-of-two bins)", ylabel="requests")
+    fig.tight_layout()
+    figurefit.fit(fig)
+    fig.draw_without_rendering()
+    renderer = fig.canvas.get_renderer()
+    for ax in axes:
+        box, plot, page = ax.title.get_window_extent(renderer), ax.get_window_extent(renderer), fig.bbox
+        assert box.width <= plot.width + figurefit.PAD_PX, (ax.get_title(), box.width, plot.width)
+        assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1, (box, page)
+        assert " ".join(ax.get_title().split()) == title and ax.title.get_fontsize() >= figurefit.MIN_TITLE_PT
+    assert figurefit.problems(fig) == []
+    plt.close(fig)
+
+
 def test_a_log_axis_minor_labels_are_checked_and_hidden_when_they_overlap():
     """Issue 48: the KV-cache latency histogram's log axis (256–4096 µs) labelled its minor ticks "2×10³ 3×10³
     4×10³ 6×10³" on top of each other, and the check saw only the major labels."""

@@ -172,3 +172,21 @@ def test_folders_made_below_a_target_are_ours_and_closed_whatever_the_umask(tmp_
         with pytest.raises(folders.UnsafeFolder, match=f"checkpoint belongs to uid {NOBODY}"):
             folders.ours(made / "more")
         assert not (made / "more").exists()
+
+
+def test_a_second_run_under_umask_002_accepts_the_folders_the_first_one_made(tmp_path):
+    """Under umask 002 a plain mkdir gives 0775, which our own check refuses (group-writable): before, a run's
+    folder from folder_below and a folder a study made inside its staging folder (vector_search's index/) were
+    0775, so the next run was refused by storagebrief's own folders. Now both are 0755 and the second pass works."""
+    old = os.umask(0o002)
+    try:
+        study = folders.ours(tmp_path / "t" / "storagebrief" / "vector_search")
+        for _ in range(2):                              # the second pass is the next run: it checks what exists
+            run = folders.folder_below(study, "runs", "r1")
+            with results.staged_dir(study / "clustered") as tmp:
+                (tmp / "index" / "part").mkdir(parents=True)
+            inner = folders.folder_below(study, "clustered", "index", "part", create=False)
+    finally:
+        os.umask(old)
+    for folder in (run, run.parent, study / "clustered", inner, inner.parent):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o755, folder

@@ -19,6 +19,7 @@ import yaml
 
 from storagebrief import studies
 from storagebrief.core import config, leftovers
+from another_user import nobodys_runtime_folder
 from conftest import descendants, REPO, needs_root, process_alive
 
 NOBODY = 65534
@@ -103,30 +104,35 @@ def test_runs_without_root_and_says_what_it_could_not_do(study):
     that target; an unthrottled one beside it added a minute of runs and nothing refused."""
     base = Path(tempfile.mkdtemp(prefix="sb-nonroot-"))
     try:
-        os.chmod(base, 0o777)
-        f = _params(base, study.name, unthrottled=False)
-        os.chmod(f, 0o644)
-        site = [p for p in sys.path if p.endswith("site-packages")]
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "HOME": str(base), "MPLCONFIGDIR": str(base / "mpl"),
-               "PYTHONPATH": os.pathsep.join([str(REPO / "lib"), *site])}
-        cmd = [study.command, "--params", str(f), "--out", str(base / "out"), "--progress", "off",
-               "-S", f"{study.name}.repeats=1"]
-        if os.geteuid() == 0:
-            py = _unprivileged_python()
-            argv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *py]
-        else:
-            argv = [sys.executable]
-        res = subprocess.run([*argv, "-m", "storagebrief.cli", *cmd], cwd=base, env=env, capture_output=True,
-                             text=True, timeout=900)
-        assert res.returncode == 0, res.stderr[-3000:]
-        runs = pd.read_csv(base / "out" / "runs.csv")
-        notes = " ".join(json.loads((base / "out" / "notes.json").read_text())["warnings"])
-        assert len(runs) and not runs.emulated.any()
-        assert "profile not applied" in notes and "slow" in notes
-        methods = set(runs.cache_method.fillna("").astype(str))
-        assert methods and all(m.startswith("fadvise_dontneed") for m in methods), methods   # not drop_caches
-        if study.name == "train_resnet50":
-            assert "memory-limited runs skipped" in notes and (runs.status == "ok").all()
-        assert (base / "out" / "runs.csv").stat().st_mode & 0o044 == 0o044   # others may read the results
+        with nobodys_runtime_folder():      # made by the run (its output folder's lock): removed if left
+            _run_as_nobody(study, base)
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def _run_as_nobody(study, base: Path) -> None:
+    os.chmod(base, 0o777)
+    f = _params(base, study.name, unthrottled=False)
+    os.chmod(f, 0o644)
+    site = [p for p in sys.path if p.endswith("site-packages")]
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "HOME": str(base), "MPLCONFIGDIR": str(base / "mpl"),
+           "PYTHONPATH": os.pathsep.join([str(REPO / "lib"), *site])}
+    cmd = [study.command, "--params", str(f), "--out", str(base / "out"), "--progress", "off",
+           "-S", f"{study.name}.repeats=1"]
+    if os.geteuid() == 0:
+        py = _unprivileged_python()
+        argv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *py]
+    else:
+        argv = [sys.executable]
+    res = subprocess.run([*argv, "-m", "storagebrief.cli", *cmd], cwd=base, env=env, capture_output=True,
+                         text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    runs = pd.read_csv(base / "out" / "runs.csv")
+    notes = " ".join(json.loads((base / "out" / "notes.json").read_text())["warnings"])
+    assert len(runs) and not runs.emulated.any()
+    assert "profile not applied" in notes and "slow" in notes
+    methods = set(runs.cache_method.fillna("").astype(str))
+    assert methods and all(m.startswith("fadvise_dontneed") for m in methods), methods   # not drop_caches
+    if study.name == "train_resnet50":
+        assert "memory-limited runs skipped" in notes and (runs.status == "ok").all()
+    assert (base / "out" / "runs.csv").stat().st_mode & 0o044 == 0o044   # others may read the results

@@ -13,6 +13,7 @@ would delete it. A leaf: core.outdir (the delete guard), core.targets and core.r
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -28,6 +29,7 @@ class UnsafeFolder(UnsafeDelete):
 
 
 DATA = "storagebrief"          # <target>/storagebrief/: every study's folders on a target
+MODE = 0o755                   # every folder we make below a target (a umask only removes bits: never 0775)
 ALLOWED = ("storagebrief writes only in folders of its own below a target (owned by this user, not writable by "
            "group or others unless sticky)")
 
@@ -93,7 +95,7 @@ def folder_below(base: str | Path, *parts: str, create: bool = True) -> Path:
         _real_folder(folder, Path(base), "the study folder")
         if create:
             try:
-                os.mkdir(folder)
+                os.mkdir(folder, MODE)          # 0755 at most whatever the umask: our own check accepts it
             except FileExistsError:
                 _real_folder(folder, Path(base), "the study folder")     # made meanwhile: still no symlink
     return folder
@@ -120,7 +122,7 @@ def ours(folder: str | Path) -> Path:
     steps[0].parent.mkdir(parents=True, exist_ok=True)
     for step in steps:                  # one by one, 0755 whatever the umask; then: none was planted meanwhile
         try:
-            os.mkdir(step, 0o755)
+            os.mkdir(step, MODE)
         except FileExistsError:
             pass
         _real_folder(step, steps[0].parent)
@@ -133,8 +135,19 @@ def staging_folder(directory: str | Path) -> Path:
     directory = Path(directory)
     parent = ours(directory.parent)
     tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=parent))
-    os.chmod(tmp, 0o755)            # its parent is ours and closed to others: the name cannot be swapped
+    os.chmod(tmp, MODE)             # its parent is ours and closed to others: the name cannot be swapped
     return tmp
+
+
+def close_modes(tmp: Path) -> None:
+    """Take group and other write off every folder a study made inside its staging folder `tmp` (walked through
+    directory fds, never following a symlink), before it is renamed into place: under a umask such as 002 a plain
+    mkdir there gives 0775, which `not_ours` would refuse on the next run."""
+    for _, dirs, _, fd in os.fwalk(tmp, follow_symlinks=False):
+        for name in dirs:
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and st.st_mode & 0o022:
+                os.chmod(name, stat.S_IMODE(st.st_mode) & ~0o022, dir_fd=fd)
 
 
 def stale_staging(directory: str | Path) -> list[Path]:
@@ -149,6 +162,53 @@ def stale_staging(directory: str | Path) -> list[Path]:
         if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():
             found.append(old)
     return found
+
+
+STAGED = re.compile(r"\..+\.tmp-[A-Za-z0-9_]+")     # staging_folder's names (mkdtemp's; older: a PID)
+
+
+def _own_dir(name: str, fd: int) -> bool:
+    """`name` in the folder `fd` is a real folder (lstat: a symlink is not) of this user."""
+    try:
+        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
+
+
+def sweep_staging(study: Path, prefixes: tuple[str, ...] = (), depth: int = 2) -> list[str]:
+    """Remove the staging folders killed runs left in a study folder and its folders down to `depth` levels:
+    `staging_folder`'s `.<name>.tmp-*` and names starting with one of `prefixes` (other mkdtemp folders). Only real
+    folders of ours, closed to others, are entered, and only real folders of ours are removed, each through its
+    parent's directory fd (opened O_NOFOLLOW): a symlink is never followed. The caller holds the target's lock (no
+    run of ours is staging there now). One line per folder removed."""
+    try:
+        fd = os.open(study, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return []
+    return _sweep_in(fd, Path(study), prefixes, depth)
+
+
+def _sweep_in(fd: int, where: Path, prefixes: tuple[str, ...], depth: int) -> list[str]:
+    lines: list[str] = []
+    try:
+        if not_ours(os.fstat(fd)) is not None:
+            return lines
+        for name in sorted(e.name for e in os.scandir(fd)):
+            if not _own_dir(name, fd):
+                continue
+            if STAGED.fullmatch(name) or (prefixes and name.startswith(prefixes)):
+                shutil.rmtree(name, dir_fd=fd)
+                lines.append(f"removed leftover staging folder {where / name} (a killed run's half-made data)")
+            elif depth > 1:
+                try:
+                    sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                except OSError:
+                    continue
+                lines += _sweep_in(sub, where / name, prefixes, depth - 1)
+    finally:
+        os.close(fd)
+    return lines
 
 
 def rename_in(tmp: Path, directory: Path) -> None:

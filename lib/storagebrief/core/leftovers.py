@@ -24,7 +24,7 @@ import os
 import time
 from pathlib import Path
 
-from . import blocktrace, lock, nethosts, procs, s3gateway
+from . import blocktrace, folders, lock, nethosts, procs, s3gateway
 from .cgroups import PREFIX, own_dirs
 
 SHM = Path("/dev/shm")
@@ -130,6 +130,32 @@ def remove_mpi_segments(shm: Path = SHM, min_age_s: float = MPI_SEGMENT_MIN_AGE_
             out.append(f"could not remove leftover Open MPI segment {f}: {exc.strerror}")
             continue
         out.append(f"removed leftover Open MPI segment {f} ({st.st_size:,} bytes; no process had it open)")
+    return out
+
+
+def remove_dead_staging(targets, prefixes: tuple[str, ...] = ()) -> list[str]:
+    """Staging folders killed runs left below each target's storagebrief/ (folders.sweep_staging: mkdtemp's
+    `.<name>.tmp-*` and `prefixes`, real folders of ours only, never through a symlink), for doctor --clean.
+    `targets`: (name, path) pairs. A target another run holds now is left alone, said in one line: its staging
+    folders may be that run's."""
+    out = []
+    for name, path in targets:
+        path = Path(path)
+        if not (path / folders.DATA).is_dir():
+            continue
+        try:
+            fd = lock.lock_file(path / lock.LOCK_NAME, f"target '{name}' ({path})", "refuse", print)
+        except lock.TargetBusy as exc:
+            out.append(f"{str(exc).split('; wait for it')[0]}: its staging folders were left alone")
+            continue
+        except OSError as exc:
+            out.append(f"target '{name}' ({path}): its lock cannot be taken ({exc.strerror}): its staging folders "
+                       "were left alone")
+            continue
+        try:
+            out += folders.sweep_staging(path / folders.DATA, prefixes, depth=3)
+        finally:
+            os.close(fd)        # closing drops the flock
     return out
 
 

@@ -167,7 +167,7 @@ def staged_dir(directory: Path):
     one; halves of earlier killed runs (ours) are removed first (the target lock keeps our other runs
     out). The staging folder is mkdtemp's, in a parent proven ours (core.folders: another user can
     neither predict nor swap it), and the rename goes through the parent's directory fd."""
-    from .folders import rename_in, stale_staging, staging_folder
+    from .folders import close_modes, rename_in, stale_staging, staging_folder
     directory = Path(directory)
     tmp = staging_folder(directory)          # its parent proven ours first
     for old in stale_staging(directory):
@@ -178,4 +178,5 @@ def staged_dir(directory: Path):
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    close_modes(tmp)                         # folders the study made inside: 0755 whatever the umask
     rename_in(tmp, directory)

@@ -11,9 +11,16 @@ that passes the same test (`usable()`), so an entry written while the first was 
 
 Files inside are made with mkstemp or O_CREAT|O_EXCL|O_NOFOLLOW and read with O_NOFOLLOW, owner checked
 (`open_own`): the folder is ours, the check is the second net.
+
+A process that used the folder removes it at exit when it is empty (`remove_if_empty`), so runs leave no empty
+`/dev/shm/storagebrief-<uid>` behind. Users hold a shared flock on the folder from `path()` until they exit; the
+removal takes it exclusively without waiting (any other user of it keeps it) and a `path()` that finds its folder
+removed meanwhile makes it again: nobody writes into a folder that is being removed.
 """
 from __future__ import annotations
 
+import atexit
+import fcntl
 import os
 import stat
 from pathlib import Path
@@ -68,8 +75,73 @@ def skipped() -> list[str]:
     return list(_skipped)
 
 
+_held: dict[Path, tuple[int, int]] = {}     # folder -> (fd holding a shared flock on it, the PID that opened it)
+
+
 def path() -> Path:
-    """The folder (created when missing); RuntimeDirError when no candidate is private."""
+    """The folder (created when missing), held (a shared flock) until this process exits, when it is removed if
+    empty; RuntimeDirError when no candidate is private."""
+    for _ in range(100):
+        found = _find()
+        if _hold(found):
+            return found
+    raise RuntimeDirError(f"the runtime folder {found} keeps being removed while it is opened; try again")
+
+
+def _hold(folder: Path) -> bool:
+    """A shared flock on `folder` (kept until exit); False when it was removed (or replaced) before we held it."""
+    if folder in _held and _held[folder][1] == os.getpid():
+        return True
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    fcntl.flock(fd, fcntl.LOCK_SH)          # waits out a removal in progress
+    held, now = os.fstat(fd), _lstat(folder)
+    if now is None or (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino):
+        os.close(fd)
+        return False
+    if not _held:
+        atexit.register(_release_all)
+    _held[folder] = (fd, os.getpid())
+    return True
+
+
+def _lstat(folder: Path):
+    try:
+        return os.lstat(folder)
+    except OSError:
+        return None
+
+
+def remove_if_empty(folder: Path, fd: int | None = None) -> bool:
+    """Remove the runtime folder when it is empty and no process holds it (an exclusive flock, not waited for).
+    `fd`: our own open fd on it (its shared flock is given up first). True when it was removed."""
+    if fd is None:
+        try:
+            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if why_not(Path(folder)) is not None or os.listdir(fd):
+            return False
+        os.rmdir(folder)
+        return True
+    except OSError:                  # held by another process, or not empty after all
+        return False
+    finally:
+        os.close(fd)
+
+
+def _release_all() -> None:
+    for folder, (fd, pid) in list(_held.items()):
+        del _held[folder]
+        if pid == os.getpid():       # a forked child shares the flock: only the process that took it removes
+            remove_if_empty(folder, fd)
+
+
+def _find() -> Path:
     _skipped.clear()
     for cand in candidates():
         if why_not(cand) == "missing":

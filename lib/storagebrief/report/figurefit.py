@@ -1,7 +1,8 @@
 """Figures whose text fits: tick labels that never overlap, subplot titles that stay over their own plot.
 
 `fit(fig)` lays the figure out (no pixels drawn), wraps every subplot title that is wider than its
-subplot onto more lines, and thins an axis's tick labels (every 2nd, 3rd, … kept) while two of them
+subplot onto more lines (a word wider than it alone: a smaller font), lays it out again until every title
+fits, and thins an axis's tick labels (every 2nd, 3rd, … kept) while two of them
 overlap. `problems(fig)` says, in words, what still does not fit; figure_html embeds those as an HTML
 comment the brief's layout check (report/layout.py) reads, so the layout test fails on them. Measured
 in display units after layout, so any font, size or number of subplots is judged as drawn.
@@ -9,8 +10,11 @@ in display units after layout, so any font, size or number of subplots is judged
 from __future__ import annotations
 
 import textwrap
+import warnings
 
 PAD_PX = 1.0            # a title may overrun its subplot by this much (rounding)
+MIN_TITLE_PT = 5.0      # a title's font shrinks no further (a word wider than its subplot at this size stays marked)
+FIT_ROUNDS = 4          # wrap, lay out again (the subplots move), wrap again: until nothing changes
 GAP_EM = 0.5            # tick labels closer than half their font size read as one number ("128256512")
 
 
@@ -51,12 +55,26 @@ def _titles(fig):
     return [(ax, ax.title) for ax in fig.axes if ax.get_visible() and ax.title.get_text()]
 
 
+def _wide(ax, title, renderer) -> bool:
+    return title.get_window_extent(renderer).width > ax.get_window_extent(renderer).width
+
+
 def _wrap_title(ax, title, renderer) -> None:
-    """Re-wrap a title onto more lines until it is no wider than its subplot (words, hyphenated ones too, are never cut)."""
+    """Re-wrap a title onto more lines until it is no wider than its subplot (words, hyphenated ones too, are never
+    cut); when one word alone is wider (a narrow subplot, a long target name), its font shrinks, down to
+    MIN_TITLE_PT, and at each size the title is wrapped again from one line."""
     words = " ".join(title.get_text().split())
-    width = ax.get_window_extent(renderer).width
+    _wrapped(ax, title, renderer, words)
+    while _wide(ax, title, renderer) and title.get_fontsize() > MIN_TITLE_PT:
+        title.set_fontsize(max(MIN_TITLE_PT, title.get_fontsize() * 0.9))
+        _wrapped(ax, title, renderer, words)
+
+
+def _wrapped(ax, title, renderer, words: str) -> None:
+    """`words` on as few lines as fit the subplot (lines of 80 % fewer characters each try, 8 at least)."""
     chars = len(words)
-    while title.get_window_extent(renderer).width > width and chars > 8:
+    title.set_text(words)
+    while _wide(ax, title, renderer) and chars > 8:
         chars = int(chars * 0.8)
         title.set_text("\n".join(textwrap.wrap(words, chars, break_long_words=False, break_on_hyphens=False)))
 
@@ -86,11 +104,16 @@ def fit(fig) -> None:
     """Wrap titles wider than their subplot; thin tick labels that overlap."""
     _layout(fig)
     renderer = _renderer(fig)
-    before = [title.get_text() for _, title in _titles(fig)]
-    for ax, title in _titles(fig):
-        _wrap_title(ax, title, renderer)
-    if before != [title.get_text() for _, title in _titles(fig)] and not fig.get_constrained_layout():
-        fig.tight_layout()          # room for the titles' new lines
+    for _ in range(FIT_ROUNDS):     # tight_layout moves and narrows subplots: a title that fit may not any more
+        before = [(title.get_text(), title.get_fontsize()) for _, title in _titles(fig)]
+        for ax, title in _titles(fig):
+            _wrap_title(ax, title, renderer)
+        if before == [(title.get_text(), title.get_fontsize()) for _, title in _titles(fig)]:
+            break
+        if not fig.get_constrained_layout():
+            with warnings.catch_warnings():     # "cannot make Axes width small enough": the check below says so
+                warnings.simplefilter("ignore", UserWarning)
+                fig.tight_layout()              # room for the titles' new lines
         _layout(fig)
     for ax in fig.axes:
         if ax.get_visible():

@@ -66,6 +66,25 @@ class EmulateParams(LaunchParams):
         """The largest N a run may have: search_max under auto, else the list's largest."""
         return self.search_max if self.search else max(self.accelerators)
 
+    def check_machine(self) -> None:
+        """The largest accelerator count's processes and their read threads and buffers within this machine's limits
+        (kit.budget; machine_fit.check_machine: `validate` and this study's run, before any work): each forked
+        accelerator is a process with its queue's feeder thread and `read_threads` loader threads, each thread one
+        read buffer of read_block_kib. With launcher: mpi the ranks live on their hosts (mpirun's preflight)."""
+        if self.launcher == "mpi":
+            return
+        from ...kit import budget
+        n, block = self.max_accelerators, self.read_block_kib * 1024
+        name, threads = max(((w, self.read_threads or self.spec(w).read_threads) for w in self.workloads),
+                            key=lambda wt: wt[1])
+        what = f"emulate: {n:,} accelerators of {name} with {threads} read threads each"
+        lower = "lower emulate.accelerators (search_max under auto) or read_threads, use launcher: mpi, or raise the limit"
+        budget.check(f"{what},", tasks=n * (budget.TASKS_PER_WORKER + threads), lower=lower,
+                     how=f"{n:,} × ({budget.TASKS_PER_WORKER} + {threads} read threads)")
+        budget.check(what, memory=n * (threads * block + budget.PROCESS_OWN_BYTES), lower=lower,
+                     how=f"{n:,} × ({threads} × {self.read_block_kib:,} KiB read buffers + "
+                         f"{budget.PROCESS_OWN_BYTES // budget.MIB} MiB per process)")
+
     @property
     def page_cache_capped(self) -> bool:
         """The accelerators run under the page-cache cap (a directory target's memory cgroup)."""

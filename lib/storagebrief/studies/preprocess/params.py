@@ -57,5 +57,24 @@ class PreprocessParams(Strict):
     def image_bytes(self) -> int:
         return self.image_width * self.image_height * self.channels * (self.bit_depth // 8)
 
+    def check_machine(self) -> None:
+        """The largest process count's workers within this machine's process, file and memory limits (kit.budget;
+        machine_fit.check_machine: `validate` and this study's run, before any work). A worker holds an image three
+        times at its peak: the file's bytes, the decoded array and its colour-mapped copy (pipeline.decode_resize;
+        the resized output is small), beside its own process memory."""
+        from ...kit import budget
+        n = max(self.processes)
+        what, lower = f"preprocess.processes = {self.processes}: {n:,} worker processes", \
+            "lower preprocess.processes (or the image size), or raise the limit"
+        budget.check(f"{what},", tasks=n * budget.TASKS_PER_WORKER, how=f"{n:,} × {budget.TASKS_PER_WORKER}",
+                     lower=lower)
+        budget.check(f"{what},", files=n * budget.FILES_PER_WORKER, how=f"{n:,} × {budget.FILES_PER_WORKER} pipes",
+                     lower=lower)
+        per = 3 * self.image_bytes + budget.PROCESS_OWN_BYTES
+        budget.check(what, memory=n * per, lower=lower,
+                     how=f"{n:,} × (3 × {self.image_bytes / budget.MIB:,.1f} MiB per {self.image_width}x"
+                         f"{self.image_height} image at {self.channels} × {self.bit_depth} bits + "
+                         f"{budget.PROCESS_OWN_BYTES // budget.MIB} MiB per process)")
+
 
 Params = PreprocessParams

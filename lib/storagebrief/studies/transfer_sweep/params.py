@@ -102,5 +102,31 @@ class TransferSweepParams(Strict):
     def file_bytes(self) -> int:
         return self.file_mib * 2**20
 
+    def check_machine(self) -> None:
+        """The largest point's tasks and buffers within this machine's limits (kit.budget; machine_fit.check_machine:
+        `validate` and this study's run, before any work). fio forks one process per job (psync: one per request in
+        flight; the GPU path, when a GPU is visible: one slot per request), each with iodepth buffers of the largest
+        block; a busy point adds its load's workers (a CPU and a memory worker per CPU and their parent)."""
+        import os
+
+        from ...kit import budget
+        from .fio import split_queue_depth
+        qd, bs = max(self.queue_depths), max(self.block_sizes)
+        iodepth, jobs = split_queue_depth(qd, self.numjobs, self.engine)
+        if self.gpu == "auto" and os.path.exists("/dev/nvidiactl"):
+            iodepth, jobs = (1, qd) if qd > jobs else (iodepth, jobs)
+        cpus = os.cpu_count() or 1
+        load = 2 * cpus + 1 if "busy" in self.loads else 0
+        what = (f"transfer_sweep: queue depth {qd:,} ({self.engine}, numjobs {self.numjobs}): {jobs:,} fio "
+                f"job{'s' if jobs != 1 else ''}")
+        lower = ("lower transfer_sweep.queue_depths (a synchronous engine runs one process per request in flight), "
+                 "use engine io_uring or libaio, or raise the limit")
+        budget.check(f"{what},", tasks=1 + jobs + load, lower=lower,
+                     how=f"fio 1 + {jobs:,} jobs" + (f" + the busy load's {load} workers ({cpus} CPUs)" if load else ""))
+        budget.check(what, memory=jobs * (iodepth * bs + budget.PROCESS_OWN_BYTES),
+                     lower="lower transfer_sweep.queue_depths or block_sizes, or raise the limit",
+                     how=f"{jobs:,} × ({iodepth:,} × {bs / 2**20:g} MiB buffers + "
+                         f"{budget.PROCESS_OWN_BYTES // budget.MIB} MiB per process)")
+
 
 Params = TransferSweepParams
