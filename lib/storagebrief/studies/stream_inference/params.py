@@ -142,6 +142,36 @@ class StreamParams(OnSomeTargets):     # targets (a subset of the target names) 
     def video_list(self) -> list[Video]:
         return [parse_video(x) for x in self.videos]
 
+    def check_machine(self) -> None:
+        """The brokers started here, one producer process per stream (the largest stream count) and the consumer
+        group within this machine's limits (kit.budget; machine_fit.check_machine: `validate` and the run, before any
+        work). The figures are floors measured here (see the constants below)."""
+        from ...kit import budget
+        brokers = 0 if self.bootstrap_servers else self.brokers
+        streams = max(self.streams)
+        producer_tasks = PRODUCER_TASKS + max(brokers, len(self.bootstrap_servers), 1)   # librdkafka: one per broker
+        tasks = brokers * BROKER_TASKS + streams * producer_tasks + self.consumers * CONSUMER_TASKS
+        memory = (brokers * (self.broker_heap_mib * MIB + BROKER_OWN_BYTES) + streams * PRODUCER_BYTES
+                  + self.consumers * CONSUMER_BYTES)
+        what = (f"stream_inference.streams = {self.streams}, consumers = {self.consumers}, brokers = {brokers}: "
+                f"{brokers:,} brokers, {streams:,} producer processes and {self.consumers:,} consumers")
+        lower = "lower stream_inference.streams, consumers or brokers (broker_heap_mib), or raise the limit"
+        budget.check(f"{what},", tasks=tasks, lower=lower,
+                     how=f"{brokers:,} × {BROKER_TASKS} + {streams:,} × {producer_tasks} + {self.consumers:,} × "
+                         f"{CONSUMER_TASKS} threads")
+        budget.check(what, memory=memory, lower=lower,
+                     how=f"{brokers:,} × ({self.broker_heap_mib:,} MiB heap + {BROKER_OWN_BYTES // MIB} MiB) + "
+                         f"{streams:,} × {PRODUCER_BYTES // MIB} MiB + {self.consumers:,} × {CONSUMER_BYTES // MIB} MiB")
+
+
+# Floors measured on this machine (2 CPUs, 2026-12-07): a Kafka 4.4.0 broker 89 threads and 37-73 MiB resident
+# beside a 256 MiB heap; a producer (Python, OpenCV, librdkafka) 54 MiB and 5 threads plus one per broker; a consumer
+# (TensorFlow, ResNet50 inference at 32x32) 880 MiB and 10 threads.
+MIB = 1 << 20
+BROKER_TASKS, BROKER_OWN_BYTES = 89, 64 * MIB
+PRODUCER_TASKS, PRODUCER_BYTES = 5, 54 * MIB
+CONSUMER_TASKS, CONSUMER_BYTES = 10, 880 * MIB
+
 
 @dataclass(frozen=True)
 class Config:

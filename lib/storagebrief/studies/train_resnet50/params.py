@@ -118,4 +118,22 @@ class TrainParams(OnSomeTargets):     # targets (a subset of the target names) a
         return self
 
 
+    def check_machine(self) -> None:
+        """The most TensorFlow jobs a run trains at once (the largest of parallel_models, else one) within this
+        machine's limits (kit.budget; machine_fit.check_machine: `validate` and the run, before any work). A job's
+        figures are floors measured here (ResNet50 at 32x32, batch 16, 2 CPUs): 1,007 MiB resident and 9 threads
+        once training; a larger input or batch needs more, which the memory-limited runs then measure."""
+        from ...kit import budget
+        jobs = max(self.parallel_models or [1])
+        what = (f"train_resnet50.parallel_models = {self.parallel_models}: {jobs:,} TensorFlow "
+                f"job{'s' if jobs > 1 else ''} at once")
+        lower = "lower train_resnet50.parallel_models, or raise the limit"
+        budget.check(f"{what},", tasks=jobs * JOB_TASKS, lower=lower, how=f"{jobs:,} × {JOB_TASKS} threads")
+        budget.check(what, memory=jobs * JOB_BYTES, lower=lower, how=f"{jobs:,} × {JOB_BYTES // MIB:,} MiB each")
+
+
+# One training job's floor (TensorFlow 2 + ResNet50, 32x32, batch 16, measured on this 2-CPU machine, 2026-12-07)
+JOB_BYTES = 1007 * MIB
+JOB_TASKS = 9
+
 Params = TrainParams   # the name core.study looks for
