@@ -178,6 +178,15 @@ def base_params(tmp: Path, **preprocess) -> dict:
 
 
 
+def bare_project(tmp_path: Path) -> Path:
+    """tmp_path/proj: a project as config.project_root finds one (params.yaml and dvc.yaml), nothing else in it."""
+    root = tmp_path / "proj"
+    root.mkdir()
+    for marker in ("params.yaml", "dvc.yaml"):
+        (root / marker).write_text("{}\n")
+    return root
+
+
 def write_params(tmp_path: Path, **preprocess) -> Path:
     """params.yaml in tmp_path: base_params() with these preprocess knobs."""
     f = tmp_path / "params.yaml"

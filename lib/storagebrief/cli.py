@@ -295,10 +295,12 @@ def _study(args) -> int:
     study = studies.get(args.command)
     params = config.load(args.params, args.overrides)
     params.section(study.name)
-    from .notebook import quiet_library_logs     # TensorFlow 2.21's start-up info lines ignore TF_CPP_MIN_LOG_LEVEL
-    with quiet_library_logs():
+    from .core import inventory
+    from .notebook import quiet_library_logs, record_in_history     # TensorFlow 2.21's start-up info lines ignore
+    with quiet_library_logs(), inventory.entered("CLI"):                 # TF_CPP_MIN_LOG_LEVEL
         frame = study.run(params, Path(args.out) if args.out else None, progress=args.progress, log=_say)
     status = frame.attrs.get("out_dir") or args.out
+    record_in_history(study.name, Path(status), _say)
     _say(f"wrote {len(frame)} runs to {Path(status) / 'runs.csv'}")
     return 0
 

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from . import studies
-from .core import config
+from .core import config, inventory
 
 _PACKAGE_DIR = str(Path(__file__).resolve().parent)
 
@@ -165,11 +165,23 @@ def _run_study(name: str, knobs, *, targets, out_dir, progress, overrides, param
     root = Path(params.root)
     if out_dir is not None and not Path(out_dir).expanduser().is_absolute():
         out_dir = root / out_dir
-    with quiet_library_logs():
+    with quiet_library_logs(), inventory.entered("notebook"):
         frame = study.run(params, out_dir, progress=progress, log=show)
     final = Path(frame.attrs.get("out_dir", out_dir or ""))
+    record_in_history(study.name, final, show)
     show(brief_hint(final, study.name, root, pipeline=out_dir is None))
     return frame
+
+
+def record_in_history(name: str, study_dir: Path, show=print) -> None:
+    """A finished run's page-1 values into its project's history (kit/history), so every later brief of the same
+    knobs counts it; a history that cannot be written is one line, and the run's results stand."""
+    from .brief.pageone import record_run
+    try:
+        record_run(name, study_dir)
+    except Exception as exc:  # noqa: BLE001 - the run is done; its history row is not worth failing it
+        why = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
+        show(f"page-1 values not recorded in the project's history: {why}")
 
 
 def brief_hint(study_dir: Path, name: str, root: Path, pipeline: bool = True) -> str:

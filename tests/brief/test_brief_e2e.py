@@ -212,14 +212,17 @@ def test_every_studys_results_json_is_strict_json(tiny_chain):
 
 @pytest.mark.slow
 def test_the_chains_brief_recorded_its_page_one_values_for_the_next_study(tiny_chain):
-    """Issue 48: the brief keeps the values behind its page-1 ranges (reports/answers-history.csv), one study of
-    each measured answer, so the next study of the same parameters on this machine shows the range over both; a
-    re-render of the same results adds nothing."""
+    """Issues 48, 61: each stage's run kept the values behind its page-1 ranges in the project's history
+    (reports/history/answers.csv), one study of each measured answer, all from the pipeline (DVC_STAGE), so the
+    next study of the same parameters on this machine shows the range over both; the brief's render and a
+    re-render of the same results add nothing."""
     from storagebrief.brief.pageone import page_one_rows, record_history
     from storagebrief.kit import history
 
     reports = tiny_chain.work / "reports"
-    rows = pd.read_csv(reports / history.FILE)
+    assert history.location(reports) == tiny_chain.work / "reports" / "history" / "answers.csv"
+    rows = pd.read_csv(history.location(reports))
+    assert set(rows.entry) == {"pipeline"} and not (reports / history.LEGACY).exists()
     measured = {(a["study"], m, a["target"]) for a in page_one_rows(reports) for m in a.get("measures") or {}}
     assert set(zip(rows.study, rows.measure, rows.target)) == measured
     assert {"preprocess", "train_resnet50", "stream_inference", "checkpoint", "object_sweep"} <= set(rows.study)

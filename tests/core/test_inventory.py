@@ -42,3 +42,18 @@ def test_commit_is_the_projects_and_the_package_is_named_when_it_comes_from_else
     package_head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=inventory.PACKAGE_DIR, capture_output=True,
                                   text=True).stdout[:12]
     assert inv["package_git_commit"] == (package_head or "not a git checkout")
+
+
+def test_a_run_records_how_it_was_started(monkeypatch):
+    """Issue 61: the history counts a range's studies by entry point; DVC sets DVC_STAGE for every stage command
+    (`dvc repro`, `make study`), the notebooks and the CLI say their own."""
+    monkeypatch.delenv("DVC_STAGE", raising=False)
+    assert inventory.entry_point() == ""
+    with inventory.entered("notebook"):
+        assert inventory.entry_point() == "notebook"
+        monkeypatch.setenv("DVC_STAGE", "preprocess")
+        assert inventory.entry_point() == "pipeline"
+    monkeypatch.delenv("DVC_STAGE")
+    with inventory.entered("CLI"):
+        assert inventory.collect()["entry"] == "CLI"
+    assert inventory.entry_point() == ""

@@ -39,8 +39,9 @@ def test_a_second_study_of_the_same_parameters_shows_the_range_over_both(tmp_pat
     assert first["short"] == "512.6 MB/s at P = 1 (500.4–524.8)", first        # nothing earlier yet
     second = _render(reports, *_study(reports, [489.0, 499.6]))
     assert second["short"] == "494.3 MB/s at P = 1 (489.0–524.8)", second
-    assert "(2 runs 489.0–499.6; 2 studies of these parameters on this machine: 489.0–524.8)" in second["answer"]
-    rows = pd.read_csv(reports / history.FILE)
+    assert ("(2 runs 489.0–499.6; 2 studies (2 other) of these parameters on this machine, 4 runs: 489.0–524.8)"
+            in second["answer"]), second["answer"]
+    rows = pd.read_csv(history.location(reports))
     assert list(rows.columns) == history.COLUMNS and len(rows) == 4 and rows.run_id.nunique() == 2
 
 
@@ -72,12 +73,17 @@ def test_no_results_folder_or_a_foreign_history_file_gives_no_earlier_study(tmp_
     assert history.earlier(None, pre.MEASURE, "local") == [] and history.identity(tmp_path) is None
     reports = tmp_path / "reports"
     d, _ = _study(reports, [1.0, 2.0])
-    (reports / history.FILE).write_text("a,b\n1,2\n")
+    history.location(reports).parent.mkdir(parents=True)
+    history.location(reports).write_text("a,b\n1,2\n")
     assert history.earlier(d, pre.MEASURE, "local") == []
 
 
 def test_the_words_of_a_range_over_several_studies():
-    assert spread([3.0], earlier=[[2.0, 4.0]]) == "one run: no range; 2 studies of these parameters on this machine: 2.0–4.0"
+    assert spread([3.0], earlier=[[2.0, 4.0]]) == ("one run: no range; 2 studies of these parameters on this machine, "
+                                                   "3 runs: 2.0–4.0")
+    before = history.Earlier([[2.0, 4.0], [5.0]], ["notebook", "pipeline"], "notebook")
+    assert spread([3.0, 3.5], earlier=before) == ("2 runs 3.0–3.5; 3 studies (1 pipeline, 2 notebook) of these "
+                                                  "parameters on this machine, 5 runs: 2.0–5.0")
     assert spread_cell([3.0], earlier=[[2.0], [5.0]]) == "2.0–5.0"
     assert spread_cell([3.0, 3.5], earlier=[]) == "3.0–3.5" and spread_cell([], earlier=[[1.0, 2.0]]) == "one run"
 

@@ -33,11 +33,11 @@ def _render(reports, d, frame) -> dict:
 def test_a_history_row_that_is_not_a_finite_positive_number_is_ignored(tmp_path):
     reports = tmp_path / "reports"
     _render(reports, *_study(reports, [500.4, 524.8]))
-    rows = pd.read_csv(reports / history.FILE, dtype=str)
+    rows = pd.read_csv(history.location(reports), dtype=str)
     bad = []
     for i, v in enumerate(["-5000000000", "inf", "-inf", "nan", "0", "1e400", "x"]):
         bad.append({**rows.iloc[0].to_dict(), "run_id": f"forged{i:06d}", "value": v})
-    pd.concat([rows, pd.DataFrame(bad)]).to_csv(reports / history.FILE, index=False)
+    pd.concat([rows, pd.DataFrame(bad)]).to_csv(history.location(reports), index=False)
     d, frame = _study(reports, [489.0, 499.6])
     assert history.earlier(d, pre.MEASURE, "local") == [[500.4, 524.8]]
     a = pre.answers(d, frame, ["local"])[0]
@@ -51,4 +51,4 @@ def test_only_finite_positive_values_are_recorded(tmp_path):
     n = history.record(reports, [{"study": "preprocess", "target": "local",
                                   "measures": {pre.MEASURE: [500.4, float("inf"), float("nan"), -1.0, None]}}],
                        {"preprocess": d})
-    assert n == 1 and pd.read_csv(reports / history.FILE).value.tolist() == [500.4]
+    assert n == 1 and pd.read_csv(history.location(reports)).value.tolist() == [500.4]

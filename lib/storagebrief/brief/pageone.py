@@ -72,17 +72,29 @@ def page_one_rows(reports_dir: str | Path) -> list[dict]:
         for a in found_by[s.key]:
             if acc and s.key in ACCELERATOR_STUDIES and str(a["question"]).startswith(accelerators.REPLACES_PREFIX):
                 continue
-            # how many studies its range holds: this one and the earlier ones of these parameters (kit/history)
-            before = [len(history.earlier(s.dir, m, str(a["target"]))) for m in a.get("measures") or {}]
-            rows.append({**a, "study": s.key, "studies": 1 + max(before, default=0)})
+            # how many studies its range holds and where they came from: this one and the earlier ones of these
+            # parameters (kit/history)
+            before = max((history.earlier(s.dir, m, str(a["target"])) for m in a.get("measures") or {}),
+                         key=len, default=history.Earlier())
+            rows.append({**a, "study": s.key, "studies": 1 + len(before), "origins": before.origins()})
     return rows
 
 
 def record_history(reports_dir: str | Path) -> int:
-    """Record the values behind this brief's page-1 answers in reports/answers-history.csv (kit/history), so a
-    later brief of the same parameters on this machine shows the range over both studies; rows added."""
+    """Record the values behind this brief's page-1 answers in the project's history (kit/history), so a later
+    brief of the same parameters on this machine shows the range over both studies; rows added."""
     dirs = {s.key: s.dir for s in inputs.readable(reports_dir)}
     return history.record(reports_dir, page_one_rows(reports_dir), dirs)
+
+
+def record_run(key: str, study_dir: str | Path) -> int:
+    """At the end of a study's run (a notebook, the CLI, `dvc repro`): the values behind its page-1 answers in its
+    project's history (kit/history; none outside a project), whether or not a brief is rendered; rows added."""
+    s = inputs.read_study(key, study_dir)
+    if not s.ok:
+        return 0
+    rows = [{**a, "study": key} for a in get_study(key).answers(s.dir, s.frame, s.names)]
+    return history.record(Path(study_dir).parent, rows, {key: s.dir}, project_only=True)
 
 
 @part("The answers")

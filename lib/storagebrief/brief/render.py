@@ -138,7 +138,9 @@ def render(reports_dir: str | Path = "reports", params_file: str | Path = "param
         from .pageone import record_history
         out["history_rows"] = record_history(reports_dir)
     except Exception as exc:  # noqa: BLE001 - the brief stands without its history
-        log(f"brief: page-1 values not recorded in {reports_dir.name}/answers-history.csv: {type(exc).__name__}: {exc}")
+        from ..kit.history import UnsafeHistory, location
+        why = str(exc) if isinstance(exc, UnsafeHistory) else f"{type(exc).__name__}: {exc}"
+        log(f"brief: page-1 values not recorded in {location(reports_dir)}: {why}")
     headlines, left_out = snapshot_headlines(reports_dir, survive=True)
     results.write_json(reports_dir / "headlines.json", headlines)
     # Said on the terminal too: a brief with a part that could not be read or rendered is still written.

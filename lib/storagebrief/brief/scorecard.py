@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import re
 
+from ..kit import history
 from ..report.display import wrap_at_spaces_only
 
 NUMBER = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)?")
@@ -96,14 +97,17 @@ def _table(rows: list[dict], targets: list[str], chapter_of: dict[str, str]) -> 
 
 
 def _ranges_line(rows: list[dict]) -> str:
-    """One sentence saying which ranges hold earlier studies of the same parameters on this machine (kit/history),
-    instead of the words in every cell."""
-    counts = sorted({int(a.get("studies") or 1) for a in rows} - {1})
-    if not counts:
+    """One sentence saying which ranges hold earlier studies of the same parameters on this machine (kit/history)
+    and where those studies came from, instead of the words in every cell."""
+    more = [a for a in rows if int(a.get("studies") or 1) > 1]
+    if not more:
         return ""
+    counts = sorted({int(a["studies"]) for a in more})
     n = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
-    return (f" A range holds every run of its answer in {n} studies of these parameters on this machine "
-            "(reports/answers-history.csv).")
+    origins = list(dict.fromkeys(str(a["origins"]) for a in more if a.get("origins")))
+    where = f" ({' or '.join(origins)})" if origins else ""
+    return (f" A range holds every run of its answer in {n} studies{where} of these parameters on this machine "
+            f"({history.SHOWN}).")
 
 
 def _text(fragment: str) -> str:

@@ -1,6 +1,8 @@
 """System inventory for the brief's configuration appendix, and `doctor`."""
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import platform
 import shutil
@@ -90,6 +92,26 @@ def host_facts() -> dict:
             "os": _os_release(), "kernel": platform.release(), "python": platform.python_version()}
 
 
+# How a run was started (kit/history counts a range's studies by it): the front doors set it for their run.
+ENTRY: contextvars.ContextVar[str] = contextvars.ContextVar("storagebrief_entry", default="")
+
+
+@contextlib.contextmanager
+def entered(how: str):
+    """A run started from `how` ('notebook': notebook.run_study; 'CLI': `storagebrief <study>`)."""
+    token = ENTRY.set(how)
+    try:
+        yield
+    finally:
+        ENTRY.reset(token)
+
+
+def entry_point() -> str:
+    """'pipeline' under `dvc repro` or `make study` (DVC sets DVC_STAGE for every stage's command, the papermill
+    kernel inherits it), else the front door's (entered), '' for a library call."""
+    return "pipeline" if os.environ.get("DVC_STAGE") else ENTRY.get()
+
+
 def collect(params=None, targets=None) -> dict:
     """Everything a reader needs to judge where the numbers came from."""
     # The project (params.yaml's folder: params, notebooks, dvc.lock) names the commit; when the package
@@ -107,6 +129,7 @@ def collect(params=None, targets=None) -> dict:
         "package_git_commit": (_git("rev-parse", "HEAD")[:12] or "not a git checkout")
         if package_top != project_top else "same checkout",
         "params_hash": getattr(params, "source_hash", ""),
+        "entry": entry_point(),
         "privileges": privileges(),
         "targets": [t.describe() for t in (targets or [])],
     }

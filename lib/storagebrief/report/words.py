@@ -101,7 +101,8 @@ def spread(values, fmt="{:,.1f}", earlier=None) -> str:
     """The range of the runs behind an answer, in words: '3 runs 449.5–612.0', or 'one run: no range' (page 1
     shows it beside the answer, so a reader can tell whether a second study's answer differs from this one).
     With earlier studies of the same parameters on this machine (kit/history.earlier: one list per study), their
-    range too: '3 runs 449.5–612.0; 2 studies of these parameters on this machine: 430.2–612.0'.
+    range too, with how many studies and runs it holds and where they came from: '3 runs 449.5–612.0; 2 studies
+    (1 notebook, 1 pipeline) of these parameters on this machine, 5 runs: 430.2–612.0'.
     fmt: a format string or a function of the number."""
     b = _bounds(values, fmt)
     own = f"{b[0]} runs {b[1]}–{b[2]}" if b else "one run: no range"
@@ -109,7 +110,9 @@ def spread(values, fmt="{:,.1f}", earlier=None) -> str:
     if studies < 2 or not _numbers(values):
         return own
     _, lo, hi = _bounds(every, fmt)
-    return f"{own}; {studies} studies of these parameters on this machine: {lo}–{hi}"
+    origins = getattr(earlier, "origins", None)
+    where = f" ({origins()})" if origins else ""
+    return f"{own}; {studies} studies{where} of these parameters on this machine, {len(every)} runs: {lo}–{hi}"
 
 
 def spread_cell(values, fmt="{:,.1f}", earlier=None) -> str:
