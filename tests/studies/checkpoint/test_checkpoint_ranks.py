@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from storagebrief.core import cgroups, config
+from storagebrief.core import cgroup_tree, cgroups, config
 from conftest import cli_run as _cli
 
 
@@ -47,7 +47,7 @@ def _pids_cgroup(limit: int) -> Path | None:
     if os.geteuid() != 0:
         return None
     try:
-        _, own = cgroups.controller_dir("pids")
+        _, own = cgroup_tree.controller_dir("pids")
     except cgroups.CgroupUnavailable:
         return None
     d = own / f"storagebrief-test-pids-{uuid.uuid4().hex[:8]}"
