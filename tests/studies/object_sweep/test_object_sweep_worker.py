@@ -17,7 +17,7 @@ from storagebrief.studies.object_sweep.worker import GO
 def test_a_get_worker_holds_no_body_and_a_put_worker_one(tmp_path):
     """The worker as the study starts it, on a directory: a GET held a zeroed copy of the object (304 MiB peak
     for 256 MiB), a PUT the array and its bytes (559 MiB)."""
-    cfg = {"size": OBJECT, "concurrency": 2, "seed": 0, "keys": ["a", "b"], "folder": str(tmp_path)}
+    cfg = {"size": OBJECT, "concurrency": 2, "seed": 0, "keys": ["a", "b"], "store": {"folder": str(tmp_path)}}
     run = "import runpy, sys; sys.argv = ['w']\ntry:\n    runpy.run_module('storagebrief.studies.object_sweep.worker', " \
           "run_name='__main__')\nexcept SystemExit:\n    pass"
     put = _peak_kib(run, json.dumps({**cfg, "op": "put"}) + "\n" + json.dumps(GO) + "\n") * 1024

@@ -2,8 +2,9 @@
 
 Its own process so that its CPU time is the client's alone (the engine's monitor and trace readers run
 in the study's process) and, on a directory target, so that it can sit in the target's throttle cgroup.
-The configuration comes on stdin as JSON, credentials in the environment (never argv or a file):
-STORAGEBRIEF_S3_ACCESS / STORAGEBRIEF_S3_SECRET for the local gateway, else boto3's own chain (the
+The configuration comes on stdin as JSON with the target's store handle (core.store.StoreHandle: the worker opens
+the same store itself, a directory's folder or an S3 client), credentials in the environment (never argv or a
+file): STORAGEBRIEF_S3_ACCESS / STORAGEBRIEF_S3_SECRET for the local gateway, else boto3's own chain (the
 environment or the AWS profile named in the config). A kit.child: it says {"event": "ready"} once imports,
 client and payload are made, runs the batch on {"cmd": "go"} and says {"event": "done", "batch": row} (or
 {"event": "done", "error": "..."}: the parent names a dead gateway before the error)."""
@@ -23,25 +24,15 @@ def main() -> int:
     # a PUT's body made once, the one copy its threads all send; a GET holds none (only its size: it was a
     # zeroed copy of the object, never read)
     body = s3ops.payload(cfg["size"], cfg["seed"]) if cfg["op"] == "put" else cfg["size"]
-    client = None
-    if cfg.get("endpoint"):      # the run's store's child_config (core.store): this process's own client
-        from ...core.s3store import S3Client
-        creds = ({"aws_access_key_id": os.environ.pop("STORAGEBRIEF_S3_ACCESS"),
-                  "aws_secret_access_key": os.environ.pop("STORAGEBRIEF_S3_SECRET")}
-                 if "STORAGEBRIEF_S3_ACCESS" in os.environ else None)
-        client = S3Client({**cfg, "credentials": creds, "pool": cfg["concurrency"]}).client
+    from ...core.store import StoreHandle
+    store = StoreHandle(**cfg["store"]).with_secrets(os.environ).open(pool=cfg["concurrency"])
     _say({"event": "ready"})
     if json.loads(sys.stdin.readline() or "{}") != GO:
         return 1
     try:
-        if client is not None:
-            batch = s3ops.boto3_batch(client, cfg["bucket"], cfg["op"], cfg["keys"], body, cfg["concurrency"])
-        else:
-            batch = s3ops.file_batch(cfg["folder"], cfg["op"], cfg["keys"], body, cfg["concurrency"])
+        batch = s3ops.store_batch(store, cfg["op"], cfg["keys"], body, cfg["concurrency"])
     except Exception as exc:   # noqa: BLE001 -- the parent names the cause (a dead gateway first)
-        from ...core.s3store import explain
-        msg = explain(exc, cfg.get("endpoint") or cfg.get("folder"), cfg.get("bucket", ""), "endpoint")
-        _say({"event": "done", "error": msg})
+        _say({"event": "done", "error": str(store.failure(exc))})
         return 0
     # one of several processes sharing the point: its part, latencies included, for the parent to merge
     _say({"event": "done", "batch": batch.part() if cfg.get("part") else batch.row()})

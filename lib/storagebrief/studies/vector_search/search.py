@@ -10,13 +10,13 @@ involved). The third, the block layer's, is the launcher's (run.py).
 """
 from __future__ import annotations
 
-import resource
 import threading
 import time
 from pathlib import Path
 
 import numpy as np
 
+from ...kit.client_bound import cpu_seconds
 from ...kit.ranks import Worker
 from .dataset import engine
 
@@ -31,10 +31,6 @@ def read_bytes() -> int:
                 return int(line.split()[1])
     return 0
 
-
-def cpu_seconds() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
 
 
 def _setup(rank: int, n: int, cfg: dict) -> dict:
