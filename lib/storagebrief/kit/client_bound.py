@@ -116,12 +116,15 @@ class SelfMeter:
     def stop(self, threads: int, interpreter_bound: bool, label: str = "client") -> ProcessCPU:
         wall = time.perf_counter() - self._t0
         cpu = cpu_seconds()
-        now = thread_sched()
-        delta = [(run - self._sched0.get(tid, (0, 0))[0], wait - self._sched0.get(tid, (0, 0))[1])
-                 for tid, (run, wait) in now.items()]
         return ProcessCPU(cpu - self._cpu0, wall, usable_cores(threads, interpreter_bound),
-                          max((run + wait for run, wait in delta), default=0) / 1e9,
-                          sum(wait for _, wait in delta) / 1e9, label, os.getpid())
+                          *sched_between(self._sched0, thread_sched()), label, os.getpid())
+
+
+def sched_between(before: dict, after: dict) -> tuple[float, float]:
+    """(its busiest thread's seconds on a CPU or ready for one, all its threads' run-queue waits summed) between
+    two thread_sched() readings of one process (read from inside it, or from outside by pid)."""
+    delta = [(run - before.get(tid, (0, 0))[0], wait - before.get(tid, (0, 0))[1]) for tid, (run, wait) in after.items()]
+    return max((run + wait for run, wait in delta), default=0) / 1e9, sum(wait for _, wait in delta) / 1e9
 
 
 def ready_now(pid: int) -> bool | None:

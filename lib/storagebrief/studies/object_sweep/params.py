@@ -15,7 +15,7 @@ class BusyParams(Strict):
 
 
 class ObjectSweepParams(OnSomeTargets):     # targets (a subset of the target names) and how the engine uses it: core.config
-    client: Literal["boto3"] = "boto3"                   # docs/targets.md: why boto3, not s3dlio
+    client: Literal["minio-go"] = "minio-go"             # the compiled client (kit/s3worker): docs/studies/object_sweep.md
     ops: list[Literal["put", "get"]] = Field(default_factory=lambda: ["put", "get"], min_length=1)
     object_sizes: list[int | str] = Field(default_factory=lambda: ["64k", "1m"], min_length=1, validate_default=True)
     concurrency: list[int] = Field(default_factory=lambda: [1, 8], min_length=1)

@@ -6,8 +6,9 @@ call goes through it. S3 targets: an ObjectStore (core.s3store): the local gatew
 cgroup holding the target's throttle (or one that only counts), so the device I/O it does is the emulated
 device's; an external endpoint gets its own run prefix. Directory targets: a DirStore on the study's folder; the
 same batches read and write whole files, in a worker inside the cgroup the store names (store.client_group: the
-target's throttle). A worker opens the target's store itself from its handle (core.store.StoreHandle). Each run is one
-worker process (worker.py: the client's CPU is its own), started before the clock; the busy load
+target's throttle). The client is compiled (kit/s3worker: Go with minio-go; `make s3worker`): it opens the
+target's store itself from its handle (core.store.StoreHandle) and moves every byte; Python starts it and reads
+its counts. Each run is one worker process (worker.py: the client's CPU is its own), started before the clock; the busy load
 (stress-ng at busy.cpu_percent of every CPU) runs beside it, outside every cgroup. GET reads the
 objects dataset.py wrote in prepare, from a cold cache where the files are on this machine; PUT writes
 a point's own keys, removed after the run (outside the clock). The engine closes the stores: the gateways stop
@@ -26,7 +27,7 @@ from ...core.config import ParamsError
 from ...core.s3store import S3Failed
 from ...core.store import Store
 from ...core.sweep import Measurement, Point
-from ...kit import client_bound, s3ops, s3ref, space
+from ...kit import client_bound, s3ops, s3ref, s3worker, space
 from ...kit.child import Child
 from ...kit.client_bound import BOUND_FRACTION
 from ...kit.s3study import CLIENT_LIMIT_PERCENT, judge_row
@@ -62,6 +63,8 @@ def prepare(sweep) -> None:
     if "busy" in p.loads and shutil.which("stress-ng") is None:
         raise ParamsError("object_sweep.loads has 'busy' but stress-ng is not installed (`make system-deps`); "
                           "install it or drop 'busy'")
+    if s3worker.missing():
+        raise ParamsError(f"object_sweep: {s3worker.missing()}")
     if p.reference_client and s3ref.missing():
         raise ParamsError(f"object_sweep.reference_client is true but {s3ref.missing()}; build it or set it false")
     check_budget(p)                 # the machine's limits now (validate too)
@@ -171,18 +174,20 @@ def shares(keys: list[str], concurrency: int, processes: int) -> list[tuple[list
 
 
 def _start_workers(run, scope, store, cfg: dict, env: dict, parts: list[tuple[list[str], int]]) -> list[Child]:
-    """Every worker started (imports, client) and ready before the clock; none touches data before 'go'. Each is a
-    kit.child in the run's cgroup (a directory target's throttle): a fresh interpreter, its log in logs/."""
+    """Every worker started (its client, a PUT's body) and ready before the clock; none touches data before 'go'.
+    Each is the compiled client (kit/s3worker) in the run's cgroup (a directory target's throttle), its log in
+    logs/; a PUT's folders exist first, as a bucket does."""
     logs = run.sweep.out_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     join = list(scope.group.procs_files) if scope.group is not None else None
+    if cfg["op"] == "put":
+        store.prepare_puts([k for keys, _ in parts for k in keys])
     workers: list[Child] = []
     try:
         for i, (keys, conc) in enumerate(parts):
-            w = Child(f"{STUDY.package}.worker", {}, logs / f"{run.run_id}-worker-{i}.log",
-                      f"object-sweep worker {i}", env=env, join=join)
+            w = s3worker.start({**cfg, "keys": keys, "concurrency": conc}, env,
+                               logs / f"{run.run_id}-worker-{i}.log", f"object-sweep worker {i}", join)
             workers.append(w)
-            w.send({**cfg, "keys": keys, "concurrency": conc, "part": len(parts) > 1})
         for w in workers:
             _expect(store, w, "ready", READY_S)
     except BaseException:
@@ -216,12 +221,14 @@ def _measure(run, c: Config, store, scope, busy, cfg: dict, env: dict, keys: lis
         if c.load == "busy":
             _busy_load(run, busy)
         g0 = store.server_cpu_seconds()
+        sched0 = [client_bound.thread_sched(w.pid) for w in workers]
         with client_bound.ReadySampler([w.pid for w in workers]) as ready:   # sampled from here, not in the worker
             run.start_clock()
             for w in workers:                   # one 'go' each, back to back: the shares start together
                 w.send(GO)
             got = [_expect(store, w, "done", BATCH_S) for w in workers]
             run.stop_clock()
+        sched1 = [client_bound.thread_sched(w.pid) for w in workers]
         g1 = store.server_cpu_seconds()
     finally:
         busy.kill()
@@ -230,9 +237,9 @@ def _measure(run, c: Config, store, scope, busy, cfg: dict, env: dict, keys: lis
     if failed:
         store.check()
         raise S3Failed(f"target '{run.target.name}' {c.label}: {failed[0]}")
-    got = [{**r["batch"], "client_processes": client_bound.add_ready(r["batch"].get("client_processes") or [],
-                                                                      ready.fractions())} for r in got]
-    row = got[0] if len(got) == 1 else s3ops.merged(got).row()
+    parts = [s3worker.batch(r, w.pid, s0, s1).part() for r, w, s0, s1 in zip(got, workers, sched0, sched1)]
+    parts = [{**b, "client_processes": client_bound.add_ready(b["client_processes"], ready.fractions())} for b in parts]
+    row = s3ops.merged(parts).row()
     if c.op == "put":
         store.delete(keys)          # a PUT point's objects go after the run (outside the clock): space stays bounded
     if reference and not ref_first:
