@@ -23,7 +23,9 @@ class ObjectSweepParams(OnSomeTargets):     # targets (a subset of the target na
     # tops out near one core (its interpreter lock), so several let the client use more cores
     client_processes: int = Field(1, ge=1, le=64)
     # also run the compiled reference client (benchmarks/s3ref, Go with minio-go; `make s3ref`) at every idle point
-    # on a local-gateway target, on the same keys and cold state, order alternating by repeat: its MB/s beside ours
+    # on a local-gateway target, on the same keys and cold state, order alternating by repeat: its MB/s beside ours.
+    # Since issue 58 the study's client is minio-go too (a newer release): a check of one library against itself,
+    # not an independent reference; benchmarks/object_clients.py compares with s3dlio
     reference_client: bool = False
     mib_per_point: float = Field(8, gt=0, le=1 << 20)     # data moved per point: objects = this / object size ...
     min_objects: int = Field(8, ge=1, le=1 << 20)         # ... but at least this many
