@@ -34,3 +34,15 @@ def test_a_batch_on_a_folder_is_counted_and_judged_as_a_compiled_client(tmp_path
     proc = b.processes[0]
     assert proc.pid == w.pid and "(Go)" in proc.label
     assert proc.usable_cores == min(2, len(os.sched_getaffinity(0)))      # not one core: no interpreter lock
+
+
+def test_the_object_sweep_refuses_to_start_without_it(tmp_path, monkeypatch):
+    """Checked with the other tools before anything is made (core.machine_fit.check_tools): one line naming the make
+    target, for a directory-only sweep too (its files go through the same client)."""
+    from storagebrief.core import config, machine_fit
+    monkeypatch.setattr(s3worker, "BINARY", tmp_path / "none")
+    params = config.validate({"targets": [{"name": "d", "path": str(tmp_path / "d")}], "object_sweep": {},
+                              "kv_cache": {}}, root=tmp_path)
+    with pytest.raises(config.ParamsError, match=r"^object_sweep: .* is not built: run `make s3worker`"):
+        machine_fit.check_tools(params, ["object_sweep"])
+    machine_fit.check_tools(params, ["kv_cache"])          # another study does not need it

@@ -66,6 +66,13 @@ class ObjectSweepParams(OnSomeTargets):     # targets (a subset of the target na
         from .worker import check_budget
         check_budget(self)
 
+    def check_tools(self) -> None:
+        """The compiled client every batch runs in (kit/s3worker, `make s3worker`): checked by core.machine_fit when
+        a run starts, before anything is made (one line)."""
+        from ...kit import s3worker
+        if s3worker.missing():
+            raise ValueError(f"object_sweep: {s3worker.missing()}")
+
     def objects_for(self, size: int) -> int:
         return max(self.min_objects, min(self.max_objects, int(self.mib_per_point * 2**20 // size)))
 

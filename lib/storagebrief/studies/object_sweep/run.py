@@ -63,8 +63,6 @@ def prepare(sweep) -> None:
     if "busy" in p.loads and shutil.which("stress-ng") is None:
         raise ParamsError("object_sweep.loads has 'busy' but stress-ng is not installed (`make system-deps`); "
                           "install it or drop 'busy'")
-    if s3worker.missing():
-        raise ParamsError(f"object_sweep: {s3worker.missing()}")
     if p.reference_client and s3ref.missing():
         raise ParamsError(f"object_sweep.reference_client is true but {s3ref.missing()}; build it or set it false")
     check_budget(p)                 # the machine's limits now (validate too)
