@@ -20,16 +20,18 @@ APT_PACKAGES := fio stress-ng stressapptest poppler-utils libpango-1.0-0 libpang
 KAFKA_POM := lib/storagebrief/studies/stream_inference/kafka-pom.xml
 KAFKA_LIB := .kafka/lib
 # Object-storage targets run a real S3 gateway, versitygw (Apache-2.0), built from the Go module proxy into
-# TOOLS (outside git). Its go.mod needs Go >= GO_MIN; without such a Go on PATH, `make s3` installs Go
+# TOOLS (outside git). The object sweep's client (s3worker: Go with minio-go v7.4.1, whose go.mod needs Go 1.26)
+# is built there too. Their go.mod files need Go >= GO_MIN; without such a Go on PATH, `make s3` installs Go
 # GO_VERSION into TOOLS/go from the Go module proxy (golang.org/toolchain, checked against sum.golang.org).
 TOOLS := .tools
 VERSITYGW_VERSION := v1.8.0
-GO_MIN := 1.25
-GO_VERSION := 1.25.5
+GO_MIN := 1.26
+GO_VERSION := 1.26.8
+S3WORKER_SRC := lib/storagebrief/studies/object_sweep/s3worker
 
 NOTEBOOKS := $(patsubst %.py,%.ipynb,$(wildcard notebooks/[0-9]*_*.py notebooks/brief.py))
 
-.PHONY: study study-deps test test-fast env system-deps kafka s3 doctor gpu brief notebooks notebook-files lab s3ref clean-data \
+.PHONY: study study-deps test test-fast env system-deps kafka s3 s3worker doctor gpu brief notebooks notebook-files lab s3ref clean-data \
 	clean hosts test-hosts-deps dvc-lock-local mlpstorage mlpstorage-try
 
 # What a study needs, built side by side: the Python environment, Kafka's jars and the gateway's Go build took
@@ -38,6 +40,7 @@ NOTEBOOKS := $(patsubst %.py,%.ipynb,$(wildcard notebooks/[0-9]*_*.py notebooks/
 study-deps:
 	@$(MAKE) --no-print-directory -j3 --output-sync=target env kafka s3
 	@$(MAKE) --no-print-directory mlpstorage-try
+	@$(MAKE) --no-print-directory s3worker
 
 study: study-deps
 	@if [ "$(SCALE)" = "paper" ]; then dvc exp run -S scale=paper; else dvc repro; fi
@@ -49,7 +52,7 @@ study: study-deps
 # whole-run tests wait on subprocesses, I/O and sleeps, so two workers keep both cores busy.
 PYTEST_WORKERS := -n 2 --dist loadfile --no-loadscope-reorder
 
-test: env kafka s3 s3ref test-hosts-deps mlpstorage-try
+test: env kafka s3 s3worker s3ref test-hosts-deps mlpstorage-try
 	pytest -q -ra $(PYTEST_WORKERS) --durations=25 tests
 
 # The tier to run while developing: unit and small integration tests, no whole study, no browser, no
@@ -204,6 +207,18 @@ s3: $(TOOLS)/.versitygw-$(VERSITYGW_VERSION)
 # sweep's reference_client knob (off by default): make study does not build it (about a minute, and its Go
 # modules); make test does, for its test.
 s3ref: $(TOOLS)/bin/s3ref
+
+# The object sweep's client (every GET and PUT of its batches, on directories and S3 targets alike): Go with
+# minio-go, built from $(S3WORKER_SRC) (its go.sum pins every module) into $(TOOLS)/bin/s3worker.
+s3worker: $(TOOLS)/bin/s3worker
+
+$(TOOLS)/bin/s3worker: $(S3WORKER_SRC)/main.go $(S3WORKER_SRC)/go.mod $(S3WORKER_SRC)/go.sum
+	@$(FIND_GO); \
+	echo "building the object sweep's client ($(S3WORKER_SRC)) with $$($$go env GOVERSION) into $(TOOLS)/bin"; \
+	cd $(S3WORKER_SRC) && GOPATH=$(CURDIR)/$(TOOLS)/gopath-s3worker GOCACHE=$(CURDIR)/$(TOOLS)/go-build-s3worker \
+	  GOFLAGS="-modcacherw -mod=readonly" GOTOOLCHAIN=local CGO_ENABLED=0 \
+	  $$go build -trimpath -o $(CURDIR)/$@ .
+	rm -rf $(TOOLS)/gopath-s3worker $(TOOLS)/go-build-s3worker
 
 # sets $$go to a Go >= GO_MIN: the one on PATH, else $(TOOLS)/go, installed there when missing
 FIND_GO = go=$$(command -v go || true); \

@@ -29,11 +29,11 @@ body = s3ops.payload(cfg["size"])
 keys = [f"{cfg['client']}/obj-{i:05d}" for i in range(cfg["objects"])]
 out = {}
 if cfg["client"] == "boto3":
-    from storagebrief.core import s3store
-    c = s3store.client(cfg["endpoint"], "us-east-1", {"aws_access_key_id": cfg["ak"], "aws_secret_access_key": cfg["sk"]},
-                       pool=cfg["concurrency"])
+    from storagebrief.core.store import StoreHandle
+    c = StoreHandle(s3={"endpoint": cfg["endpoint"], "bucket": cfg["bucket"], "region": "us-east-1", "credentials":
+                        {"aws_access_key_id": cfg["ak"], "aws_secret_access_key": cfg["sk"]}}).open(cfg["concurrency"])
     for op in ("put", "get"):
-        out[op] = s3ops.boto3_batch(c, cfg["bucket"], op, keys, body, cfg["concurrency"]).row()
+        out[op] = s3ops.store_batch(c, op, keys, body if op == "put" else len(body), cfg["concurrency"]).row()
 else:
     os.environ.update({"AWS_ACCESS_KEY_ID": cfg["ak"], "AWS_SECRET_ACCESS_KEY": cfg["sk"]})
     import s3dlio

@@ -30,7 +30,7 @@
 # runs (merged over params.yaml, validated before any work); change params.yaml for `dvc repro` too.
 object_sweep = {
     'targets': ['local', 'local-s3'],  # quick: directory vs S3 on one disk; []: every target (paper)
-    'client': 'boto3',  # the S3 client (benchmarks/s3_clients.py compared it with s3dlio)
+    'client': 'minio-go',  # the S3 client: the compiled s3worker (benchmarks/object_clients.py compares it with s3dlio)
     'ops': ['get', 'put'],
     'object_sizes': ['64k', '1m'],  # K: 1,024 B; paper: [4k, 64k, 1m, 16m]
     'concurrency': [8],  # requests in flight (client threads); paper: [1, 8, 32]

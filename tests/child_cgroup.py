@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from storagebrief.core import cgroups
+from storagebrief.core import cgroup_tree, cgroups
 
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
 
@@ -27,7 +27,7 @@ def child_cgroup(controller: str, limits: dict[str, int]):
     if os.geteuid() != 0:
         pytest.skip("needs root to create a cgroup")
     try:
-        version, own = cgroups.controller_dir(controller)
+        version, own = cgroup_tree.controller_dir(controller)
     except cgroups.CgroupUnavailable as exc:
         pytest.skip(f"no {controller} cgroup controller here: {exc}")
     d = own / f"storagebrief-test-{controller}-{uuid.uuid4().hex[:8]}"

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from storagebrief import studies
-from storagebrief.core import cache, cgroups
+from storagebrief.core import cache, cgroup_tree
 
 REPO = Path(__file__).resolve().parents[1]
 # Every Kafka broker the suite starts (about 15 clusters of one to three JVMs) runs without the C2 compiler: ~40 %
@@ -38,7 +38,7 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 def _controller(name: str) -> tuple[bool, str]:
     if os.geteuid() != 0:
         return False, "needs root to create cgroups"
-    state = cgroups.capabilities()[name]
+    state = cgroup_tree.capabilities()[name]
     if state.startswith("unavailable") or "not writable" in state:
         return False, f"{name} controller: {state}"
     return True, ""

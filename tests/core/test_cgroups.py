@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from storagebrief.core import cache, cgroups, targets
+from storagebrief.core import cache, cgroup_tree, cgroups, targets
 from conftest import needs_blkio, needs_memory_cgroup
 
 
 def test_own_paths_parse():
-    own = cgroups._own_paths()
+    own = cgroup_tree._own_paths()
     assert own  # every Linux process is in some cgroup
 
 
@@ -117,7 +117,7 @@ def test_ctrl_c_swallowed_inside_fork_is_raised_again():
     remembers the SIGINT and raises it again, so the run still stops (CI saw a run go on)."""
     script = textwrap.dedent("""
         import os, signal, sys, time
-        from storagebrief.core import cgroups
+        from storagebrief.core import cgroup_tree, cgroups
         sys.unraisablehook = lambda u: None
         cgroups.install_handlers()
         os.register_at_fork(before=lambda: (os.kill(os.getpid(), signal.SIGINT), time.sleep(0.2)))
@@ -138,8 +138,8 @@ def test_ctrl_c_swallowed_inside_fork_is_raised_again():
     assert "after fork" in proc.stdout and proc.returncode == 3, proc.stderr
 
 def test_unavailable_controller_is_a_clear_error(monkeypatch):
-    monkeypatch.setattr(cgroups, "_v1_mount", lambda c: None)
-    monkeypatch.setattr(cgroups, "_v2_mount", lambda: None)
+    monkeypatch.setattr(cgroup_tree, "_v1_mount", lambda c: None)
+    monkeypatch.setattr(cgroup_tree, "_v2_mount", lambda: None)
     with pytest.raises(cgroups.CgroupUnavailable, match="no writable 'memory'"):
         cgroups.Cgroup("x", memory_limit_bytes=1 << 30).create()
 
@@ -218,7 +218,7 @@ def test_io_max_read_back_v2(tmp_path, monkeypatch):
     g = cgroups.Cgroup("v2")
     g.dirs["blkio"] = (2, tmp_path)
     g._set_io(cgroups.IoLimits(device=(8, 0), read_bps=10**6, read_iops=1000))      # held: fine
-    assert cgroups.read_io_max(tmp_path / "io.max", (8, 0)) == {"rbps": 10**6, "riops": 1000}
+    assert cgroup_tree.read_io_max(tmp_path / "io.max", (8, 0)) == {"rbps": 10**6, "riops": 1000}
     with pytest.raises(cgroups.CgroupLimitError, match=r"io.max riops on 8:0: wrote 4,294,967,297 but the kernel "
                                                        r"stored 4,294,967,295"):
         g._set_io(cgroups.IoLimits(device=(8, 0), read_iops=2**32 + 1))
@@ -234,5 +234,5 @@ def test_set_io_throttles_a_counting_group_from_then_on(tmp_path):
     g._set_io(cgroups.IoLimits(device=(8, 0)))          # what create() writes for a counting group: nothing
     assert not (tmp_path / "io.max").exists()
     g.set_io(cgroups.IoLimits(device=(8, 0), read_bps=150 * 10**6, read_iops=150))
-    assert cgroups.read_io_max(tmp_path / "io.max", (8, 0)) == {"rbps": 150 * 10**6, "riops": 150}
+    assert cgroup_tree.read_io_max(tmp_path / "io.max", (8, 0)) == {"rbps": 150 * 10**6, "riops": 150}
     assert g.io.read_iops == 150

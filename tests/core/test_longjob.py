@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from storagebrief.core import cgroups, leftovers, longjob, sweep, targets as targets_mod
+from storagebrief.core import cgroup_tree, cgroups, leftovers, longjob, sweep, targets as targets_mod
 from conftest import needs_blkio, needs_memory_cgroup, process_alive, wait_for
 from test_sweep import FakeStudy, _study, params  # noqa: F401  (the engine's tiny study and its params)
 
@@ -133,13 +133,13 @@ def test_a_runs_limits_go_on_the_job_and_come_off_when_the_run_closes(params, tm
         run = sweep.Run(sw, slow, 1, "lj-limits-r1")
         assert run.limit_job(job, memory_limit_bytes=512 << 20) and run.emulated
         version, d = job.group.dirs["blkio"]
-        held = (cgroups.read_io_max(d / "io.max", io.device).get("riops") if version == 2 else
-                cgroups.read_v1_limit(d / "blkio.throttle.read_iops_device", io.device))
+        held = (cgroup_tree.read_io_max(d / "io.max", io.device).get("riops") if version == 2 else
+                cgroup_tree.read_v1_limit(d / "blkio.throttle.read_iops_device", io.device))
         assert held == io.read_iops
         assert job.group.memory_limit_applied() == 512 << 20
         run.close()                                                # failed or not, the limits come off
-        held = (cgroups.read_io_max(d / "io.max", io.device).get("riops") if version == 2 else
-                cgroups.read_v1_limit(d / "blkio.throttle.read_iops_device", io.device))
+        held = (cgroup_tree.read_io_max(d / "io.max", io.device).get("riops") if version == 2 else
+                cgroup_tree.read_v1_limit(d / "blkio.throttle.read_iops_device", io.device))
         assert not held and job.group.memory_limit_applied() >= longjob.ram_bytes() // 2
         bare = sweep.Run(sw, slow, 1, "lj-limits-r2")              # a job without an io group: unthrottled, said
         nogroup = _job(tmp_path, "lj-nogroup")

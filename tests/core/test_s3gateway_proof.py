@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from storagebrief.core import s3gateway
+from storagebrief.core import s3gateway, s3store
 from storagebrief.kit import s3ops
 
 try:
@@ -123,9 +123,11 @@ def test_a_short_get_body_is_not_counted_as_a_whole_object():
     """A GET whose body is shorter than the object (an impostor's empty 200) fails the batch in one line:
     bytes_moved never counts requested bytes that did not arrive."""
     client = SimpleNamespace(get_object=lambda Bucket, Key: {"Body": _Body(b"x" * 10 if Key == "k1" else b"")})
+    store = s3store.S3Client.__new__(s3store.S3Client)
+    store.client, store.bucket = client, "b"
     with pytest.raises(OSError, match=r"GET s3://b/k2 returned 0 of 10 bytes"):
-        s3ops.boto3_batch(client, "b", "get", ["k1", "k2"], 10, 2)
-    whole = s3ops.boto3_batch(client, "b", "get", ["k1", "k1"], 10, 2)
+        s3ops.store_batch(store, "get", ["k1", "k2"], 10, 2)
+    whole = s3ops.store_batch(store, "get", ["k1", "k1"], 10, 2)
     assert whole.row()["bytes_moved"] == 20
 
 

@@ -118,6 +118,24 @@ def test_the_contract(store):
     assert store.server_cpu_seconds() is None or store.server_cpu_seconds() >= 0
 
 
+def test_a_worker_opens_the_same_store_from_its_handle(store, tmp_path):
+    """A worker process gets the store's handle (pickled by a fork launcher, JSON through a child's stdin, its
+    credentials in its environment) and opens the same data: a DirStore on the folder, or its own S3 client."""
+    import dataclasses, json, pickle
+    from storagebrief.core.store import SECRET_ENV, StoreHandle
+    k = store.key("w/one")
+    store.prepare_puts([k])
+    assert store.transfer("put", k, b"x" * 3000) == 3000
+    bare, env = store.handle().without_secrets()
+    assert not (bare.s3 or {}).get("credentials")                    # never in what a child reads on stdin
+    assert set(env) == (set(SECRET_ENV) if store.access == "S3 local gateway" else set())
+    handle = StoreHandle(**json.loads(json.dumps(dataclasses.asdict(bare)))).with_secrets(dict(env))
+    for h in (handle, pickle.loads(pickle.dumps(store.handle()))):
+        worker = h.open(pool=2)
+        assert worker.get(k) == b"x" * 3000 and worker.transfer("get", k, 3000) == 3000
+    assert store.delete([k]) == 1
+
+
 def test_an_s3_part_below_5_mib_is_refused_and_a_failed_upload_leaves_no_parts(tmp_path):
     if NO_GATEWAY is not None:
         pytest.skip(NO_GATEWAY)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from storagebrief.core.store import DirStore
 from storagebrief.kit import s3ops
 from peak_memory import OBJECT, _peak_kib
 
@@ -16,13 +17,14 @@ def test_payload_is_reproducible_and_incompressible():
     assert counts.min() > 0                      # every byte value occurs: random, not a pattern
 
 
-def test_file_batch_moves_every_object_and_times_each_request(tmp_path):
+def test_a_store_batch_moves_every_object_and_times_each_request(tmp_path):
     body = s3ops.payload(64 << 10)
-    names = [f"obj-{i}" for i in range(12)]
-    put = s3ops.file_batch(tmp_path, "put", names, body, concurrency=4)
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names)
+    names = [f"sub/obj-{i}" for i in range(12)]
+    store = DirStore(tmp_path).handle().open()          # as a worker opens it: from the store's handle
+    put = s3ops.store_batch(store, "put", names, body, concurrency=4)
+    assert sorted(p.name for p in (tmp_path / "sub").iterdir()) == sorted(n.split("/")[1] for n in names)
     assert all((tmp_path / n).read_bytes() == body for n in names)
-    get = s3ops.file_batch(tmp_path, "get", names, body, concurrency=4)
+    get = s3ops.store_batch(store, "get", names, len(body), concurrency=4)
     for batch in (put, get):
         row = batch.row()
         assert batch.errors == 0 and len(batch.latencies_s) == len(names)     # one latency per request

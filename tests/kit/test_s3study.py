@@ -37,4 +37,4 @@ def test_pairs_match_only_a_local_gateway_on_the_same_device_and_profile(tmp_pat
     ts = targets.resolve_all(config.validate(data, root=tmp_path), create=True)
     if ts[0].device.major is None:
         pytest.skip(f"no block device under {tmp_path}: {ts[0].device.reason}")
-    assert s3study.same_device_pairs(ts) == [("dir", "obj")]
+    assert targets.same_device_pairs(ts) == [("dir", "obj")]

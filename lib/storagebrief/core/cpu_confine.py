@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import cgroups
+from . import cgroup_tree, cgroups
 
 CPUSET, QUOTA, AFFINITY = "cgroup cpuset", "cgroup cpu.max quota", "sched_setaffinity"
 
@@ -33,7 +33,7 @@ class CpusetCgroup(cgroups.Cgroup):
 
     def create(self) -> "CpusetCgroup":
         try:
-            version, parent = cgroups.controller_dir("cpuset")
+            version, parent = cgroup_tree.controller_dir("cpuset")
             if version != 1:
                 raise cgroups.CgroupUnavailable("the cpuset controller is in the v2 hierarchy")
             d = parent / self.name

@@ -1,7 +1,7 @@
 """Go for building versitygw (the local S3 gateway), without a system Go: `make s3` runs this file.
 
 A user's machine usually has no Go, and Debian 12's golang-go (1.19) is too old for versitygw's
-go.mod (1.25). This installs the official toolchain the way Go's own toolchain switch
+go.mod (1.25) and the object sweep's client (s3worker: minio-go v7.4.1 needs 1.26). This installs the official toolchain the way Go's own toolchain switch
 (GOTOOLCHAIN=auto) does: the module zip `golang.org/toolchain@v0.0.1-go<version>.<os>-<arch>` from
 the Go module proxy, checked against the Go checksum database (sum.golang.org) before it is
 unpacked into the project's tool folder (.tools/go, outside git). Standard library only: it runs

@@ -10,7 +10,7 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
-from . import blocktrace, cache, cgroups
+from . import blocktrace, cache, cgroup_tree
 
 PACKAGES = ("storagebrief", "tensorflow-cpu", "tensorflow", "opencv-python-headless", "numpy",
             "pandas", "scikit-learn", "seaborn", "matplotlib", "dvc", "papermill", "nbconvert",
@@ -138,7 +138,7 @@ def collect(params=None, targets=None) -> dict:
 
 def privileges() -> dict[str, str]:
     ok, why = cache.drop_caches_possible()
-    caps = cgroups.capabilities()
+    caps = cgroup_tree.capabilities()
     return {
         "root": "yes" if os.geteuid() == 0 else "no",
         "drop_caches": "yes" if ok else f"no: {why} (fadvise DONTNEED used instead)",

@@ -72,14 +72,36 @@ class Run(RunLimits):
     def throttle(self, suffix: str = "") -> cgroups.Cgroup | None:
         """A cgroup holding the target's emulated profile, or None (unthrottled target, or the
         capability is missing: the reason goes to the target's warnings)."""
-        io = targets_mod.io_limits(self.target)
-        if io is None:
-            return None
-        try:
-            return self.cgroup(suffix, io=io)
-        except cgroups.CgroupUnavailable as exc:
-            self.unthrottled(exc)
-            return None
+        return targets_mod.throttle_or_count(self.target, lambda io: self.cgroup(suffix, io=io),
+                                             self.unthrottled, counting=False)
+
+    def client_cgroup(self, memory_limit_bytes: int | None = None) -> cgroups.Cgroup | None:
+        """The cgroup for a client that reads the target's device itself (core.store.DirStore.client_group): the
+        target's throttle, or limits that only count its device reads, and/or a memory limit capping its page
+        cache; removed when the run ends. When both cannot be had it keeps what the machine allows (the throttle
+        alone, else the cap alone) and a note says what is missing; None when neither can be had."""
+        t = self.target
+        io = targets_mod.io_limits(t, accounting=True)       # unthrottled: counts the run's own reads
+        if t.emulated and io is None:
+            self.sweep.note(f"target '{t.name}': emulated profile not applied: {t.device.reason}")
+        attempts = [(memory_limit_bytes, io)]
+        if memory_limit_bytes is not None and io is not None:
+            attempts += [(None, io), (memory_limit_bytes, None)]
+        group, last_err = None, None
+        for mem, lim in attempts:
+            if mem is None and lim is None:
+                continue
+            try:
+                group = self.cgroup(memory_limit_bytes=mem, io=lim)
+                break
+            except cgroups.CgroupUnavailable as exc:
+                last_err = exc
+        if limits_set(io) and (group is None or group.io is None):
+            self.sweep.note(f"target '{t.name}': emulated profile not applied: {last_err}")
+        if memory_limit_bytes is not None and (group is None or group.memory_limit_bytes is None):
+            self.sweep.note(f"page cache not capped (memory cgroup unavailable: {last_err}); the loader evicted "
+                            "each file after reading it (fadvise DONTNEED) instead")
+        return group
 
     def unthrottled(self, reason) -> None:
         msg = f"target '{self.target.name}': emulated profile not applied: {reason}"

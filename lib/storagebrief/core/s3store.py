@@ -11,7 +11,7 @@
     removed. At the end only the run's own keys are deleted, by listing its run prefix.
 `S3Calls` holds the object calls (core.store's public face: put, multipart put, whole and ranged get,
 list, delete in batches); `ObjectStore` is the run's store (open, ownership, close), `S3Client` a child
-process's own client built from `ObjectStore.child_config()`.
+process's own client opened from `ObjectStore.handle()` (core.store.StoreHandle).
 Every failure to reach the store is one line naming the key and the cause (S3Error, exit 2):
 wrong endpoint, refused credentials, missing bucket, clock skew, a gateway that died.
 """
@@ -27,7 +27,7 @@ from pathlib import Path
 from . import procs, runlease
 from .causes import EnvironmentFailure, one_line
 from .s3gateway import Gateway, GatewayDied
-from .store import StoreBase, batches
+from .store import StoreBase, StoreHandle, batches
 
 RUN_FOLDER = "storagebrief-run-"
 MARKER = ".storagebrief-run.json"
@@ -161,6 +161,20 @@ class S3Calls(StoreBase):
             {"Range": f"bytes={offset}-" + ("" if length is None else f"{offset + length - 1}")}
         return self._call(self.client.get_object, Bucket=self.bucket, Key=key, **extra)["Body"]
 
+    def send_buffer(self, buf):
+        """As bytes, once: what botocore sends without a copy per request."""
+        return memoryview(bytes(buf))
+
+    def transfer(self, op: str, key: str, body) -> int:
+        """One whole-object PUT of `body`, or a GET whose body is read in 1 MiB reads and dropped (no copy kept)."""
+        if op == "put":
+            self.client.put_object(Bucket=self.bucket, Key=self._own(key), Body=body)
+            return len(body)
+        stream, got = self.client.get_object(Bucket=self.bucket, Key=key)["Body"], 0
+        while chunk := stream.read(1 << 20):
+            got += len(chunk)
+        return got
+
     def head(self, key: str) -> int:
         """The object's size (one HEAD: also opens a connection before a clock starts)."""
         return int(self._call(self.client.head_object, Bucket=self.bucket, Key=key)["ContentLength"])
@@ -200,6 +214,13 @@ class S3Calls(StoreBase):
         """Every key below `prefix` (inside this run's own prefix); returns the count."""
         return self._delete_keys(self.list(self._own(prefix)))
 
+    def failure(self, exc: BaseException) -> BaseException:
+        """An exception from a measured operation, one line where it is the store's (S3Failed)."""
+        from botocore import exceptions as bx
+        if isinstance(exc, (bx.BotoCoreError, bx.ClientError)):
+            return S3Failed(explain(exc, self.endpoint, self.bucket, "endpoint"))
+        return exc
+
     def describe(self) -> dict:
         """For study.json and the inventory (no credentials)."""
         return {"endpoint": self.endpoint, "gateway": "versitygw posix" if self.gateway else "",
@@ -208,17 +229,20 @@ class S3Calls(StoreBase):
 
 class S3Client(S3Calls):
     """A child process's own client (a rank's, after the fork) on the run's bucket, from
-    ObjectStore.child_config(); keys arrive whole (the run's prefix included). Its failures are raised as
+    ObjectStore.handle() (core.store.StoreHandle.open); keys arrive whole (the run's prefix included). Its failures are raised as
     the store raised them: the parent's ObjectStore.failure names the cause."""
 
     def __init__(self, cfg: dict):
-        self.bucket, self.endpoint = cfg["bucket"], cfg["endpoint"]
+        self.bucket, self.endpoint, self.reach = cfg["bucket"], cfg["endpoint"], cfg
         self.client = client(cfg["endpoint"], cfg["region"], cfg.get("credentials"), cfg.get("profile"),
                              pool=cfg.get("pool", 10), verify_tls=cfg.get("verify_tls", True),
                              addressing=cfg.get("addressing", "path"))
 
     def _call(self, fn, **kw):
         return fn(**kw)
+
+    def handle(self) -> StoreHandle:
+        return StoreHandle(s3={k: v for k, v in self.reach.items() if k != "pool"})
 
 
 class ObjectStore(S3Calls):
@@ -250,13 +274,23 @@ class ObjectStore(S3Calls):
             return None
         return [self.gateway.root / self.bucket / k for k in keys]
 
-    def child_config(self) -> dict:
-        """What a child process needs for its own client (S3Client): in memory only, never written anywhere
+    def handle(self) -> StoreHandle:
+        """What a child process opens its own client (S3Client) from: in memory only, never written anywhere
         (the local gateway's credentials are in it)."""
         s = self.s3
-        return {"endpoint": self.endpoint, "bucket": self.bucket, "region": s.region, "profile": s.profile,
-                "verify_tls": s.verify_tls, "addressing": s.addressing,
-                "credentials": self.gateway.credentials if self.gateway is not None else None}
+        return StoreHandle(s3={"endpoint": self.endpoint, "bucket": self.bucket, "region": s.region,
+                               "profile": s.profile, "verify_tls": s.verify_tls, "addressing": s.addressing,
+                               "credentials": self.gateway.credentials if self.gateway is not None else None})
+
+    def warm(self, key: str) -> None:
+        """One small GET pages the local gateway's code back in (a drop_caches evicts it too); the object's file is
+        evicted again. An external store: nothing here to warm."""
+        files = self.files([key])
+        if files is None:
+            return
+        from .cache import fadvise_dontneed
+        self.get(key, 0, 1)
+        fadvise_dontneed(files)
 
     def server_cpu_seconds(self) -> float | None:
         """The local gateway's CPU seconds so far (user + system, /proc/<pid>/stat); None: no local gateway."""

@@ -4,8 +4,15 @@ bucket (DLIO's `DataStorage` lesson). A study holds one `Store` per target and c
 
   * `DirStore`  a folder storagebrief owns on a directory target (`<target>/storagebrief/<study>/...`);
   * `ObjectStore` (core.s3store)  one run's bucket (local gateway) or run prefix (external endpoint);
-  * `S3Client` (core.s3store)  a child process's own client (a rank, a worker), built from the dict the
-    run's store hands it (`child_config`): a boto3 client is not fork-safe, so a child makes its own.
+  * `StoreHandle`  what a worker process (a rank, an accelerator, a sweep worker) opens the same store from
+    (`store.handle()`, picklable, in memory only): `handle.open()` gives a DirStore on the same folder, or an
+    `S3Client` (core.s3store) on the run's bucket: a boto3 client is not fork-safe, so a child makes its own.
+
+The store, not the study, says where its device reads are throttled and counted: `client_group(run)` is the
+cgroup the client's own processes go in (a directory's: the target's throttle, or one that only counts), and
+`io_group(client)` the cgroup whose counters hold the device reads (a directory's: the client's; a local
+gateway's: the gateway's own, which holds the throttle; an external store's: none here). The engine opens one
+store per target for a run (`sweep.store(target)`, core.stores) and closes it when the run ends.
 
 Keys are what `key(name)` returns (the run's prefix included; a directory's: the path below its root). Every
 call that writes or deletes refuses a key outside the store's own space: a store deletes only what
@@ -15,17 +22,18 @@ of DELETE_BATCH (DeleteObjects' limit), in one place.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Protocol, runtime_checkable
 
 DELETE_BATCH = 1000      # S3 DeleteObjects takes at most 1,000 keys a request
+UPLOAD_THREADS = 4       # fill(): files PUT at once (a dataset's generation is not timed)
 
 
 @runtime_checkable
 class Store(Protocol):
     """The public face every study uses (see the module docstring)."""
     access: str            # 'files' | 'S3 local gateway' | 'S3 external': the row's `access`
-    client_reads_device: bool   # the client's own I/O reaches the device (a directory), not a server's
     group: object          # the cgroup its server runs in (a local gateway's), or None
 
     def key(self, name: str) -> str: ...
@@ -41,17 +49,57 @@ class Store(Protocol):
     files_here: bool
     def evict_cold(self, run, keys: Iterable[str], what: str = "", drop: bool = False) -> str: ...
     def describe(self) -> dict: ...
-    def child_config(self) -> dict: ...
+    def handle(self) -> "StoreHandle": ...
+    def client_group(self, run, memory_limit_bytes: int | None = None): ...
+    def io_group(self, client_group): ...
+    def prepare_puts(self, keys) -> None: ...
+    def send_buffer(self, buf): ...
+    def fill(self, prefix: str, make, staging: Path, log=print) -> dict: ...
+    def warm(self, key: str) -> None: ...
+    def transfer(self, op: str, key: str, body) -> int: ...
     def server_cpu_seconds(self) -> float | None: ...
     def check(self) -> None: ...
     def failure(self, exc: BaseException) -> BaseException: ...
-    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class StoreHandle:
+    """What a worker process opens the target's store from (Store.handle()): a directory store's folder, or an
+    S3 store's reach (endpoint, bucket, region, profile, verify_tls, addressing, credentials). Picklable; kept in
+    memory only (a local gateway's credentials are in it): never written to a file or an argument list."""
+    folder: str | None = None
+    s3: dict | None = None
+
+    def open(self, pool: int = 10) -> "Store":
+        """This process's own store on the same data: a DirStore, or an S3Client with `pool` connections."""
+        if self.folder is not None:
+            return DirStore(self.folder)
+        from .s3store import S3Client
+        return S3Client({**self.s3, "pool": pool})
+
+    def without_secrets(self) -> tuple["StoreHandle", dict]:
+        """(this handle with no credentials, the credentials as environment variables) for a child started with
+        its configuration on stdin: credentials go in its environment only (with_secrets gives them back)."""
+        creds = (self.s3 or {}).get("credentials") or {}
+        if not creds:
+            return self, {}
+        return (StoreHandle(self.folder, {**self.s3, "credentials": None}),
+                {SECRET_ENV[0]: creds["aws_access_key_id"], SECRET_ENV[1]: creds["aws_secret_access_key"]})
+
+    def with_secrets(self, environ) -> "StoreHandle":
+        """The handle with the credentials a parent put in this process's environment (taken out of it)."""
+        if self.s3 is None or SECRET_ENV[0] not in environ:
+            return self
+        creds = {"aws_access_key_id": environ.pop(SECRET_ENV[0]), "aws_secret_access_key": environ.pop(SECRET_ENV[1])}
+        return StoreHandle(None, {**self.s3, "credentials": creds})
+
+
+SECRET_ENV = ("STORAGEBRIEF_S3_ACCESS", "STORAGEBRIEF_S3_SECRET")
 
 
 class StoreBase:
     """What every store does the same way."""
     access = ""
-    client_reads_device = False
     group = None           # the cgroup its server runs in (a local gateway's), kept by whoever opened it
 
     def key(self, name: str) -> str:
@@ -87,6 +135,61 @@ class StoreBase:
         """CPU seconds of the store's server on this machine (a local gateway); None: no such server."""
         return None
 
+    def client_group(self, run, memory_limit_bytes: int | None = None):
+        """The cgroup the run's client processes go in: none where a server does the device I/O (a local
+        gateway, in its own cgroup holding the throttle: the engine records the run emulated while it lives) or
+        the device is elsewhere (an external store). A page-cache cap has nothing to cap there either: the
+        client's reads are not file reads."""
+        return None
+
+    def io_group(self, client_group):
+        """The cgroup whose counters hold the run's device reads: the gateway's (None: not counted here)."""
+        return self.group
+
+    def send_buffer(self, buf):
+        """`buf` as this store sends it without a copy per request (an S3 client: bytes); a directory: as it is."""
+        return buf
+
+    def prepare_puts(self, keys) -> None:
+        """Whatever a timed batch of puts to `keys` needs made first (a directory's folders); nothing here."""
+
+    def warm(self, key: str) -> None:
+        """After a drop_caches, before a clock: page the store's server back in (a local gateway's code: its
+        page-ins would count as the run's device reads) with one small read of `key`, whose file is evicted
+        again. Nothing to do without a server on this machine."""
+
+    def fill(self, prefix: str, make, staging: Path, log=print) -> dict:
+        """A folder of files as this store's data below `prefix`: `make(folder)` writes them (returning a
+        description with "files", their paths) in `staging`, they are PUT UPLOAD_THREADS at a time, and
+        `staging` is removed. Returns the description with "files" the keys, "sizes" their bytes and "backing"
+        the folder of the server's files on this machine (None: elsewhere)."""
+        import shutil
+        from concurrent.futures import ThreadPoolExecutor
+        shutil.rmtree(staging, ignore_errors=True)
+        try:
+            data = make(Path(staging))
+            keys = [self.key(f"{prefix}/{Path(f).name}") for f in data["files"]]
+            sizes = [Path(f).stat().st_size for f in data["files"]]
+
+            def put(i: int) -> None:
+                with open(data["files"][i], "rb") as fh:
+                    self.put(keys[i], fh)
+            with ThreadPoolExecutor(UPLOAD_THREADS) as pool:
+                list(pool.map(put, range(len(keys))))
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        backing = self.files([self.key(prefix)])
+        log(f"PUT {len(keys)} objects ({sum(sizes) / 1e6:.1f} MB) to {self.url(self.key(prefix + '/'))}")
+        return {**data, "files": keys, "sizes": sizes, "backing": str(backing[0]) if backing else None}
+
+    def transfer(self, op: str, key: str, body) -> int:
+        """One whole-object request, streamed: 'put' `body` (bytes) to `key`, or 'get' `key` read to its end and
+        dropped; returns the bytes sent or received."""
+        if op == "put":
+            self.put(key, body)
+            return len(body)
+        return self.read_whole(key)
+
     def check(self) -> None:
         """Raise when the store's server died (a local gateway); nothing else to check."""
 
@@ -103,10 +206,44 @@ class DirStore(StoreBase):
     (temp file + rename) and persist across sweeps (a study's dataset is reused); delete removes only
     paths inside the folder (core.outdir's guard)."""
     access = "files"
-    client_reads_device = True
 
     def __init__(self, root: str | Path):
         self.root = Path(root)
+
+    def client_group(self, run, memory_limit_bytes: int | None = None):
+        """The client reads the device itself: the target's throttle, or a cgroup that only counts its reads, with
+        `memory_limit_bytes` capping its page cache (Run.client_cgroup: None where cgroups cannot be had, noted)."""
+        return run.client_cgroup(memory_limit_bytes)
+
+    def io_group(self, client_group):
+        return client_group
+
+    def transfer(self, op: str, key: str, body) -> int:
+        """A whole file written and closed (no fsync, no rename: a plain file write; its folder exists, made by
+        `prepare_puts` before the clock, as a bucket does) or read to its end in 1 MiB reads."""
+        if op == "put":
+            with open(self.path(key), "wb") as fh:
+                fh.write(body)
+            return len(body)
+        n = 0
+        with open(self.path(key), "rb", buffering=0) as fh:
+            while chunk := fh.read(1 << 20):
+                n += len(chunk)
+        return n
+
+    def fill(self, prefix: str, make, staging: Path, log=print) -> dict:
+        """The files made in place (`make(folder)` below this store's root; `staging` unused): "files" stay
+        their paths, "backing" is their folder."""
+        from .folders import folder_below
+        folder = folder_below(self.root, *Path(prefix).parts, create=False)
+        data = make(folder)
+        return {**data, "sizes": [Path(f).stat().st_size for f in data["files"]], "backing": str(folder)}
+
+    def prepare_puts(self, keys) -> None:
+        """The folders of these keys made (real folders below the root), before a timed batch of puts."""
+        from .folders import folder_below
+        for parent in {Path(k).parent for k in keys}:
+            folder_below(self.root, *parent.parts)
 
     def path(self, key: str) -> Path:
         """The file of `key`; a key that leaves the folder ('..', absolute) is refused."""
@@ -179,8 +316,8 @@ class DirStore(StoreBase):
     def describe(self) -> dict:
         return {}
 
-    def child_config(self) -> dict:
-        return {"folder": str(self.root)}
+    def handle(self) -> StoreHandle:
+        return StoreHandle(folder=str(self.root))
 
     def url(self, key: str) -> str:
         return f"files below {self.root / key}"
@@ -194,7 +331,7 @@ def batches(keys: list[str], size: int = DELETE_BATCH):
 
 def for_target(target, root: str | Path, open_s3=None) -> Store:
     """The target's store: a DirStore at `root` on a directory target; on an S3 target, `open_s3()` (the
-    caller opens it: a local gateway starts in a cgroup the caller owns, kit.s3study.open_store)."""
+    engine opens it: a local gateway starts in a cgroup the sweep owns, core.stores)."""
     if getattr(target, "s3", None) is None:
         return DirStore(root)
     return open_s3()

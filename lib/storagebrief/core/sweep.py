@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from . import (cgroups, characterize, columns, config, contract, folders, inventory, leftovers, longjob, machine_fit,
-               outdir, plans, results, targets as targets_mod)
+               outdir, plans, results, stores, targets as targets_mod)
 from .config import check_name
 from .contract import Measurement, Point
 from .engine_outputs import CHARACTERIZATION, TRACES
@@ -59,8 +59,12 @@ class Sweep:
         self.jobs = longjob.Jobs()            # processes that outlive a run: ended by the engine (core/longjob.py)
         self._throttles: dict[str, list[cgroups.Cgroup]] = {}   # target -> held cgroups holding its profile
         self._plan = None                     # what the engine runs (set_plan)
+        self._stores = stores.Stores(self)    # one store per target for the whole run (core/stores.py)
         self._only_the_section_targets()
         self._leave_out_object_targets()
+        check = getattr(self.p, "check_s3_targets", None)     # what the section refuses on S3 targets (validate too)
+        if check is not None:
+            check([t.name for t in self.targets if t.s3 is not None])
         for t in self.targets:
             t.study_dir(study.name)          # a symlinked study folder is refused before any work (core.outdir)
 
@@ -86,6 +90,16 @@ class Sweep:
         if target is not None:
             self._throttles.setdefault(target.name, []).append(group)
         return group
+
+    def store(self, target, pool: int = stores.DEFAULT_POOL):
+        """The target's store (core.store.Store), opened on first use and closed when the run ends."""
+        return self._stores.get(target, pool)
+
+    def close_stores(self) -> None:
+        """Every store closed (the engine's, after the study's close hook); a failure is a note."""
+        errors = self._stores.close()
+        if errors:
+            self.note(f"{self.study.name}: closing a target's store failed: " + "; ".join(errors))
 
     def throttled(self, target_name: str) -> bool:
         """A cgroup the sweep holds throttles this target's processes (its runs are emulated)."""
@@ -286,7 +300,10 @@ def run(study, params, out_dir: str | Path | None, log=print, progress: str = "a
                     if hooks.close is not None:
                         hooks.close(sweep)
                 finally:
-                    sweep.jobs.end_all()     # however the sweep ended: no long-lived job outlives it
+                    try:
+                        sweep.close_stores()     # gateways stopped, what the study wrote on S3 removed
+                    finally:
+                        sweep.jobs.end_all()     # however the sweep ended: no long-lived job outlives it
         folder.complete()
         frame.attrs["out_dir"] = str(final)
         if folder.kept is not None:

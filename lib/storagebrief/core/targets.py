@@ -414,6 +414,24 @@ def io_limits(target: Target, accounting: bool = False):
                             read_iops=p.read_iops, write_iops=p.write_iops)
 
 
+def throttle_or_count(target: Target, make, unthrottled, counting: bool = True):
+    """The one way a cgroup for the target's device I/O is made: `make(io)` with the target's emulated profile,
+    or (`counting`, unthrottled target) with limits that only count its device reads; None where the target
+    has no device here, or no cgroup can be had: then, for an emulated target, `unthrottled(reason)` (its
+    warning or the sweep's note) says the profile was not applied."""
+    from . import cgroups
+
+    io = io_limits(target, accounting=counting)
+    if io is None:
+        return None
+    try:
+        return make(io)
+    except cgroups.CgroupUnavailable as exc:
+        if target.emulated:
+            unthrottled(exc)
+        return None
+
+
 @contextmanager
 def emulation(target: Target, run_name: str):
     """Yield a cgroup that throttles the target's device to its profile, or None.
@@ -441,3 +459,18 @@ def emulation(target: Target, run_name: str):
         yield group
     finally:
         group.remove()
+
+
+def same_device_pairs(targets) -> list[tuple[str, str]]:
+    """(directory target, local-gateway S3 target) on one block device with one profile: the pairs whose
+    difference is the object path's cost alone."""
+    dirs = [t for t in targets if t.s3 is None and t.device and t.device.major is not None]
+    out = []
+    for s in targets:
+        if s.s3 is None or s.s3.external or not s.device or s.device.major is None:
+            continue
+        for d in dirs:
+            if d.device.majmin == s.device.majmin and d.profile_name == s.profile_name:
+                out.append((d.name, s.name))
+                break
+    return out

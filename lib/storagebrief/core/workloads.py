@@ -11,7 +11,8 @@ from typing import Literal
 
 from pydantic import Field, ValidationError, field_validator
 
-from .config import Strict, check_name, explain_error
+from .config import Strict, check_name
+from .params_input import explain_error
 from .measured_accelerators import with_measured
 
 MLPERF_DATASET_FACTOR = 5    # dataset >= 5 x memory available to the run

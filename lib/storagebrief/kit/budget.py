@@ -29,11 +29,11 @@ Left = tuple[int, str]        # (how many are left, where the limit is: the numb
 
 def _cgroup_dirs(controller: str, extra: list[Path] = ()) -> list[Path]:
     """This process's cgroup directory and its ancestors for `controller` (v1 or v2), nearest first."""
-    from ..core import cgroups
+    from ..core import cgroup_tree
 
     try:
-        _, d = cgroups.controller_dir(controller)
-    except (cgroups.CgroupUnavailable, OSError):
+        _, d = cgroup_tree.controller_dir(controller)
+    except (cgroup_tree.CgroupUnavailable, OSError):
         return list(extra)
     out = [*extra, d]
     while d.parent != d and (d.parent / "cgroup.procs").exists():

@@ -45,10 +45,11 @@ def child_env(extra: dict | None = None) -> dict:
 
 
 class Child:
-    """One `python -m module` worker: label names it in every message ("consumer 0")."""
+    """One `python -m module` worker (or `argv`, a compiled one speaking the same lines): label names it in every
+    message ("consumer 0")."""
 
     def __init__(self, module: str, arg: Any, log_file: Path, label: str = "worker", env: dict | None = None,
-                 join: list[str] | None = None):
+                 join: list[str] | None = None, argv: list[str] | None = None):
         self.label, self.log_path = label, Path(log_file)
         self.events: queue.Queue = queue.Queue()
         self.ended: str | None = None             # how it ended, once its stdout closed
@@ -57,7 +58,8 @@ class Child:
         rfd, wfd = os.pipe()
         try:
             with open(self.log_path, "ab") as log:    # the child holds its own copy of the descriptor
-                self.proc = self.scope.popen([sys.executable, "-m", module, json.dumps(arg)], env=child_env(env),
+                cmd = [*(argv or [sys.executable, "-m", module]), json.dumps(arg)]   # argv: a compiled worker
+                self.proc = self.scope.popen(cmd, env=child_env(env),
                                              stdin=subprocess.PIPE, stdout=wfd, stderr=log, text=True)
         except BaseException:
             os.close(rfd)

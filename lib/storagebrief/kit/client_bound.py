@@ -99,24 +99,32 @@ def thread_sched(pid: int | str = "self") -> dict[str, tuple[int, int]]:
     return out
 
 
+def cpu_seconds() -> float:
+    """This process's user + system CPU seconds, every thread (the one helper: ranks, workers, loaders)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
 class SelfMeter:
     """This process's CPU and its threads' run-queue time between start() and stop(): call stop() while the
     batch's threads are still alive (a thread that has exited takes its schedstat with it)."""
 
     def start(self) -> "SelfMeter":
-        r = resource.getrusage(resource.RUSAGE_SELF)
-        self._cpu0, self._sched0, self._t0 = r.ru_utime + r.ru_stime, thread_sched(), time.perf_counter()
+        self._cpu0, self._sched0, self._t0 = cpu_seconds(), thread_sched(), time.perf_counter()
         return self
 
     def stop(self, threads: int, interpreter_bound: bool, label: str = "client") -> ProcessCPU:
         wall = time.perf_counter() - self._t0
-        r = resource.getrusage(resource.RUSAGE_SELF)
-        now = thread_sched()
-        delta = [(run - self._sched0.get(tid, (0, 0))[0], wait - self._sched0.get(tid, (0, 0))[1])
-                 for tid, (run, wait) in now.items()]
-        return ProcessCPU(r.ru_utime + r.ru_stime - self._cpu0, wall, usable_cores(threads, interpreter_bound),
-                          max((run + wait for run, wait in delta), default=0) / 1e9,
-                          sum(wait for _, wait in delta) / 1e9, label, os.getpid())
+        cpu = cpu_seconds()
+        return ProcessCPU(cpu - self._cpu0, wall, usable_cores(threads, interpreter_bound),
+                          *sched_between(self._sched0, thread_sched()), label, os.getpid())
+
+
+def sched_between(before: dict, after: dict) -> tuple[float, float]:
+    """(its busiest thread's seconds on a CPU or ready for one, all its threads' run-queue waits summed) between
+    two thread_sched() readings of one process (read from inside it, or from outside by pid)."""
+    delta = [(run - before.get(tid, (0, 0))[0], wait - before.get(tid, (0, 0))[1]) for tid, (run, wait) in after.items()]
+    return max((run + wait for run, wait in delta), default=0) / 1e9, sum(wait for _, wait in delta) / 1e9
 
 
 def ready_now(pid: int) -> bool | None:

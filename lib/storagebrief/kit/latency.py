@@ -7,21 +7,29 @@ STATS = ("p50", "p95", "p99", "mean", "max")
 def percentiles(values, prefix: str = "latency", unit: str = "ms") -> dict:
     """{<prefix>_<unit>_p50: ..., _p95, _p99, _mean, _max} of `values` (an array or list, already in
     `unit`); every figure None when there are no values."""
+    return stats(values, f"{prefix}_{unit}")
+
+
+def stats(values, prefix: str, which=STATS, scale: float = 1.0, empty=None) -> dict:
+    """{<prefix>_<stat>: ...} for each of `which` (pNN percentiles, mean, max) of `values` times `scale`; every
+    figure `empty` when there are no values. The one place latency samples become columns."""
     import numpy as np
 
-    names = {k: f"{prefix}_{unit}_{k}" for k in STATS}
-    lat = np.asarray(values, dtype=np.float64)
+    lat = np.asarray(values, dtype=np.float64) * scale
     if not len(lat):
-        return {n: None for n in names.values()}
-    return {names["p50"]: float(np.percentile(lat, 50)), names["p95"]: float(np.percentile(lat, 95)),
-            names["p99"]: float(np.percentile(lat, 99)), names["mean"]: float(lat.mean()),
-            names["max"]: float(lat.max())}
+        return {f"{prefix}_{k}": empty for k in which}
+    qs = [float(k[1:]) for k in which if k.startswith("p")]
+    got = dict(zip([k for k in which if k.startswith("p")], np.percentile(lat, qs) if qs else []))
+    got.update({"mean": lat.mean(), "max": lat.max()})
+    return {f"{prefix}_{k}": float(got[k]) for k in which}
 
 
-def percentile(values, q: float, scale: float = 1.0) -> float:
-    """One percentile of `values` times `scale` (e.g. seconds -> ms: 1e3)."""
+def percentile(values, q: float, scale: float = 1.0, empty=None) -> float | None:
+    """One percentile of `values` times `scale` (e.g. seconds -> ms: 1e3); `empty` when there are none."""
     import numpy as np
 
+    if not len(values):
+        return empty
     return float(np.percentile(np.asarray(values, dtype=np.float64), q) * scale)
 
 

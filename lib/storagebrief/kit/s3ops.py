@@ -1,7 +1,7 @@
 """Timed S3 PUTs and GETs at a fixed concurrency, with the client's own CPU cost beside them.
 
-One call moves a list of keys with `concurrency` requests in flight (a thread pool over boto3, whose
-urllib3 pool holds one connection per thread), timing every request (start of the call to the last
+One call moves a list of keys with `concurrency` requests in flight through the target's store (core.store: a
+thread pool over its client, e.g. boto3, whose urllib3 pool holds one connection per thread; a directory's files), timing every request (start of the call to the last
 body byte read or sent), and reads this process's CPU time (user + system, all threads) around the
 whole batch: CPU seconds per GB is the client's cost, and CPU busy (and run-queue wait) ÷ (wall × the
 cores this process can use: one for an interpreter-bound client, kit/client_bound) says whether the
@@ -17,14 +17,14 @@ singleton bound to the first endpoint it sees, so a process uses it for one endp
 from __future__ import annotations
 
 import os
-import resource
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .client_bound import ProcessCPU, SelfMeter
+from . import latency
+from .client_bound import ProcessCPU, SelfMeter, cpu_seconds
 
 
 PAYLOAD_CHUNK = 16 << 20
@@ -51,12 +51,6 @@ def _length(body) -> int:
     return body if isinstance(body, int) else len(body)
 
 
-def cpu_seconds() -> float:
-    """This process's user + system CPU seconds (every thread)."""
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
 @dataclass
 class Batch:
     """What one batch of requests measured."""
@@ -75,14 +69,12 @@ class Batch:
         return self.objects * self.object_bytes
 
     def row(self) -> dict:
-        lat = np.array(self.latencies_s) * 1e3 if self.latencies_s else np.array([np.nan])
         ncpu = os.cpu_count() or 1
         gb = self.bytes / 1e9
         return {"objects": self.objects, "bytes_moved": self.bytes, "wall_seconds": self.wall_s,
                 "throughput_mb_per_s": self.bytes / self.wall_s / 1e6 if self.wall_s > 0 else np.nan,
                 "objects_per_s": self.objects / self.wall_s if self.wall_s > 0 else np.nan,
-                "latency_ms_p50": float(np.percentile(lat, 50)), "latency_ms_p99": float(np.percentile(lat, 99)),
-                "latency_ms_mean": float(lat.mean()), "latency_ms_max": float(lat.max()),
+                **latency.stats(self.latencies_s, "latency_ms", ("p50", "p99", "mean", "max"), 1e3, empty=np.nan),
                 "client_cpu_seconds": self.cpu_s,
                 "client_cpu_s_per_gb": self.cpu_s / gb if gb > 0 else np.nan,
                 "client_cpu_percent_of_machine": 100 * self.cpu_s / (self.wall_s * ncpu) if self.wall_s > 0 else np.nan,
@@ -107,20 +99,18 @@ def merged(parts: list[dict]) -> Batch:
                  [ProcessCPU(**q) for p in parts for q in p["client_processes"]])
 
 
-def boto3_batch(client, bucket: str, op: str, keys: list[str], body: bytes | int, concurrency: int) -> Batch:
-    """PUT `body` to every key, or GET every key (`body`: their size), `concurrency` at a time; raises the first
-    failure."""
+def store_batch(store, op: str, keys: list[str], body: bytes | int, concurrency: int) -> Batch:
+    """PUT `body` to every key, or GET every key whole (`body`: their size), through `store` (core.store: a
+    directory's files or an S3 client), `concurrency` at a time; every request timed from its start to its last
+    byte; raises the first failure, and ShortRead when a GET received other than the object's size."""
+    if op == "put":
+        store.prepare_puts(keys)       # a directory's folders exist before the clock, as a bucket does
+
     def one(key: str) -> float:
         t0 = time.perf_counter()
-        if op == "put":
-            client.put_object(Bucket=bucket, Key=key, Body=body)
-        else:
-            stream, got = client.get_object(Bucket=bucket, Key=key)["Body"], 0
-            while chunk := stream.read(1 << 20):
-                got += len(chunk)
-            if got != body:
-                raise ShortRead(f"GET s3://{bucket}/{key} returned {got} of {body} bytes: a short body is not "
-                                "a whole object")
+        got = store.transfer(op, key, body)
+        if op == "get" and got != body:
+            raise ShortRead(f"GET {store.url(key)} returned {got} of {body} bytes: a short body is not a whole object")
         return time.perf_counter() - t0
 
     return _timed(one, keys, op, body, concurrency, interpreter_bound=True)
@@ -135,28 +125,6 @@ def _timed(one, keys: list[str], op: str, body, concurrency: int, interpreter_bo
         proc = meter.stop(concurrency, interpreter_bound, label=f"{op} worker pid {os.getpid()}")
     return Batch(op, len(keys), _length(body), concurrency, proc.wall_seconds, proc.cpu_seconds, lats,
                  processes=[proc])
-
-
-def file_batch(folder, op: str, names: list[str], body: bytes | int, concurrency: int) -> Batch:
-    """The same requests on a directory: a PUT writes a whole file and closes it (no fsync, as a plain
-    file write), a GET reads it whole. The directory side of "directory vs S3" on one device."""
-    from pathlib import Path
-    folder = Path(folder)
-
-    def one(name: str) -> float:
-        t0 = time.perf_counter()
-        if op == "put":
-            (folder / name).write_bytes(body)
-        else:
-            with open(folder / name, "rb", buffering=0) as fh:
-                while fh.read(1 << 20):
-                    pass
-        return time.perf_counter() - t0
-
-    if op == "put":      # the folders exist before the clock, as a bucket does
-        for d in {(folder / n).parent for n in names}:
-            d.mkdir(parents=True, exist_ok=True)
-    return _timed(one, names, op, body, concurrency, interpreter_bound=True)
 
 
 def s3dlio_batch(bucket: str, op: str, keys: list[str], body: bytes, concurrency: int) -> Batch:

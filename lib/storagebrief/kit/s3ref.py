@@ -65,14 +65,16 @@ def _line(proc: subprocess.Popen, timeout_s: float, what: str) -> str:
 class Batch:
     """One started reference client, ready before the clock: go() then result()."""
 
-    def __init__(self, endpoint: str, bucket: str, region: str, credentials: dict, op: str, size: int,
-                 concurrency: int, keys: list[str], scope: Scope, ready_s: float = 60.0):
+    def __init__(self, handle, op: str, size: int, concurrency: int, keys: list[str], scope: Scope,
+                 ready_s: float = 60.0):
         why = missing()
         if why:
             raise ReferenceFailed(why)
-        env = {**os.environ, "STORAGEBRIEF_S3_ACCESS": credentials["aws_access_key_id"],
-               "STORAGEBRIEF_S3_SECRET": credentials["aws_secret_access_key"]}
-        self.proc = scope.popen([str(BINARY), "-endpoint", endpoint, "-bucket", bucket, "-region", region, "-op", op,
+        bare, secrets = handle.without_secrets()      # the store's handle (core.store): credentials in env only
+        reach = bare.s3
+        env = {**os.environ, **secrets}
+        self.proc = scope.popen([str(BINARY), "-endpoint", reach["endpoint"], "-bucket", reach["bucket"],
+                                 "-region", reach["region"], "-op", op,
                                  "-size", str(size), "-concurrency", str(concurrency)], env=env,
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         self._send("\n".join(keys) + "\n\n", "its keys")

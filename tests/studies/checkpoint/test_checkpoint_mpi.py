@@ -172,7 +172,7 @@ def test_ranks_on_another_host_are_put_on_the_barriers_release_with_their_own_du
     from storagebrief.studies.checkpoint.ranks import ONE_CLOCK, PER_RANK_CLOCK, RankPool
     from storagebrief.studies.checkpoint.rank_io import RankResult
 
-    pool = RankPool([0, 1, 2], 4096)
+    pool = RankPool([0, 1, 2], 4096, store={"folder": "/nonexistent"})      # never started: no rank opens it
     here = [RankResult(0, 0, 100.0, 101.0, 8, 1, 2, "a"), RankResult(1, 1, 100.2, 100.7, 8, 1, 2, "a")]
     release, got = pool.on_one_clock(100.0, [(r, 0.0) for r in here])
     assert release == 100.0 and got == here and pool.clock == ONE_CLOCK

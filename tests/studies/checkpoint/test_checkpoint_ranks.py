@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from storagebrief.core import cgroups, config
+from storagebrief.core import cgroup_tree, cgroups, config
 from conftest import cli_run as _cli
 
 
@@ -47,7 +47,7 @@ def _pids_cgroup(limit: int) -> Path | None:
     if os.geteuid() != 0:
         return None
     try:
-        _, own = cgroups.controller_dir("pids")
+        _, own = cgroup_tree.controller_dir("pids")
     except cgroups.CgroupUnavailable:
         return None
     d = own / f"storagebrief-test-pids-{uuid.uuid4().hex[:8]}"
@@ -71,7 +71,7 @@ def test_a_failed_fork_under_a_pids_limit_is_one_line_and_never_hangs(tmp_path):
         from storagebrief.errors import error_line, expected
         from storagebrief.studies.checkpoint.ranks import RankPool
         try:
-            with RankPool(list(range(64)), 1 << 16):
+            with RankPool(list(range(64)), 1 << 16, store={"folder": "/nonexistent"}):   # opened, never written
                 pass
         except Exception as exc:
             print(error_line(exc) if expected(exc) else f"BUG {type(exc).__name__}: {exc}", file=sys.stderr)
@@ -222,7 +222,7 @@ def test_a_failed_fork_under_rlimit_nproc_is_one_line_and_never_hangs():
         from storagebrief.errors import error_line, expected
         from storagebrief.studies.checkpoint.ranks import RankPool
         try:
-            with RankPool(list(range(64)), 1 << 16):
+            with RankPool(list(range(64)), 1 << 16, store={"folder": "/nonexistent"}):   # opened, never written
                 pass
         except Exception as exc:
             print(error_line(exc) if expected(exc) else f"BUG {type(exc).__name__}: {exc}", file=sys.stderr)

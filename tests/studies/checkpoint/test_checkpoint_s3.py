@@ -98,8 +98,7 @@ def test_a_multipart_object_reads_back_as_written(tmp_path):
     t = next(x for x in resolve_all(params, create=True) if x.name == "obj")
     store = ObjectStore(t, tmp_path / "logs", tag="ckpt-test").open()
     try:
-        rs = rank_io.RankStore({"endpoint": store.endpoint, "bucket": store.bucket, "region": "us-east-1",
-                                "credentials": store.gateway.credentials, "pool": 4})
+        rs = store.handle().open(pool=4)         # as a rank opens it: its own client from the store's handle
         block = 5 << 20
         buf = memoryview(bytes(range(256)) * (block // 256))
         files = [("a.distcp", 12 << 20), ("b.distcp", 300_000)]

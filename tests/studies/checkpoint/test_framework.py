@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from storagebrief import studies
-from storagebrief.core import cgroups, columns, config
+from storagebrief.core import cgroup_tree, cgroups, columns, config
 from storagebrief.studies.checkpoint import framework, metrics
 from storagebrief.studies.checkpoint.params import FrameworkParams
 from conftest import REPO, process_alive
@@ -84,7 +84,7 @@ def test_tensorflow_checkpoints_every_k_vs_default_with_limit_and_ingest(swept):
     for t in ("fast", "slow"):
         mine = fw[fw.target == t].set_index("framework_scenario")
         assert mine.loc["every", "tf_checkpoint_bytes_total"] > mine.loc["default", "tf_checkpoint_bytes_total"]
-    assert fw[fw.target == "slow"].emulated.all() == bool(cgroups.capabilities()["blkio"].startswith("v"))
+    assert fw[fw.target == "slow"].emulated.all() == bool(cgroup_tree.capabilities()["blkio"].startswith("v"))
     ingest = fw[fw.framework_scenario == "ingest"]
     assert (ingest.ingest_bytes > 0).all() and (ingest.ingest_mb_per_s > 0).all()
     assert fw[fw.framework_scenario != "ingest"].ingest_bytes.isna().all()
@@ -114,7 +114,7 @@ def test_block_characterization_of_every_framework_run(swept):
         assert 0 <= r.read_percent < 100 and 0 <= r.random_percent <= 100
         assert r.write_bytes >= r.tf_checkpoint_bytes_total, (r.run_id, r.write_bytes, r.tf_checkpoint_bytes_total)
     own = fw.dropna(subset=["job_write_bytes"])
-    if cgroups.capabilities()["blkio"].startswith("v"):
+    if cgroup_tree.capabilities()["blkio"].startswith("v"):
         assert len(own) == len(fw)
     for _, r in own.iterrows():     # the job's own requests (its cgroup): its saves, written by its fsyncs
         assert r.job_write_bytes >= 0.9 * r.tf_checkpoint_bytes_total and r.job_write_kib_mean > 0, r.run_id

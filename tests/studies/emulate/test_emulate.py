@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from storagebrief.core import cgroups, columns, config, results, targets as targets_mod, workloads
+from storagebrief.core import cgroup_tree, cgroups, columns, config, results, targets as targets_mod, workloads
 from storagebrief.formats import tfrecord
 from storagebrief.studies.emulate import STUDY, dataset, metrics, params as emulate_params, plan as emulate_plan, run as emulate_run
 from storagebrief.studies.emulate.loader import Loader, batch_plan, epoch_files, steps_per_epoch
@@ -29,7 +29,7 @@ def _root_blkio_memory() -> str | None:
     """Why privileged tests cannot run here, or None when they can."""
     if os.geteuid() != 0:
         return "needs root (cgroup blkio throttle and memory cap)"
-    caps = cgroups.capabilities()
+    caps = cgroup_tree.capabilities()
     for c in ("memory", "blkio"):
         if caps[c].startswith("unavailable") or "not writable" in caps[c]:
             return f"cgroup {c}: {caps[c]}"

@@ -12,6 +12,7 @@ import pytest
 
 from storagebrief import errors, studies
 from storagebrief.core import procs
+from storagebrief.core.store import StoreHandle
 from storagebrief.kit import s3ref
 from conftest import REPO, needs_gateway
 
@@ -35,8 +36,9 @@ def test_a_reference_client_killed_mid_batch_is_one_line_naming_the_signal(tmp_p
     monkeypatch.setattr(s3ref, "BINARY", _fake(tmp_path))
     scope = procs.Scope("ref-death")
     try:
-        b = s3ref.Batch("http://127.0.0.1:1", "b", "us-east-1",
-                        {"aws_access_key_id": "k", "aws_secret_access_key": "s"}, "get", 4096, 2, ["a", "b"], scope, 10)
+        handle = StoreHandle(s3={"endpoint": "http://127.0.0.1:1", "bucket": "b", "region": "us-east-1",
+                                 "credentials": {"aws_access_key_id": "k", "aws_secret_access_key": "s"}})
+        b = s3ref.Batch(handle, "get", 4096, 2, ["a", "b"], scope, 10)
         b.go()
         with pytest.raises(s3ref.ReferenceFailed) as err:
             b.result(10)

@@ -1,30 +1,58 @@
-"""The object sweep's worker and its budget (studies/object_sweep/worker.py, issue 44): a GET worker holds no body and
-a PUT worker one copy, so the budget's arithmetic holds; an object beyond the memory the run may use is refused by
+"""The object sweep's worker (the compiled s3worker, issue 58) and its budget (studies/object_sweep/worker.py, issue
+44): a GET worker holds no body and a PUT worker one copy, so the budget's arithmetic holds; an object beyond the memory the run may use is refused by
 `validate` and the run, with the numbers; one that fits runs where it was OOM-killed. Each failed on the code as
 found (fdbeda7)."""
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 import yaml
 
 from child_cgroup import child_cgroup, cli_in
 from peak_memory import MIB, OBJECT, _peak_kib
+from storagebrief.kit import s3worker
 from storagebrief.studies.object_sweep.worker import GO
 
 
+def _worker_peak(cfg: dict) -> tuple[dict, int]:
+    """The compiled worker as the study starts it: its 'done' event and its peak RSS (VmHWM) read while it waits
+    for its next command."""
+    proc = subprocess.Popen([str(s3worker.BINARY), "{}"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        proc.stdin.write(json.dumps(cfg) + "\n" + json.dumps(GO) + "\n")
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline()) == {"event": "ready"}
+        done = json.loads(proc.stdout.readline())
+        peak = next(int(line.split()[1]) for line in open(f"/proc/{proc.pid}/status") if line.startswith("VmHWM:"))
+        proc.stdin.write(json.dumps({"cmd": "exit"}) + "\n")
+        proc.stdin.close()
+        assert proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()
+    return done, peak * 1024
+
+
+@pytest.mark.skipif(s3worker.missing() is not None, reason=str(s3worker.missing()))
 def test_a_get_worker_holds_no_body_and_a_put_worker_one(tmp_path):
-    """The worker as the study starts it, on a directory: a GET held a zeroed copy of the object (304 MiB peak
-    for 256 MiB), a PUT the array and its bytes (559 MiB)."""
-    cfg = {"size": OBJECT, "concurrency": 2, "seed": 0, "keys": ["a", "b"], "folder": str(tmp_path)}
-    run = "import runpy, sys; sys.argv = ['w']\ntry:\n    runpy.run_module('storagebrief.studies.object_sweep.worker', " \
-          "run_name='__main__')\nexcept SystemExit:\n    pass"
-    put = _peak_kib(run, json.dumps({**cfg, "op": "put"}) + "\n" + json.dumps(GO) + "\n") * 1024
-    get = _peak_kib(run, json.dumps({**cfg, "op": "get"}) + "\n" + json.dumps(GO) + "\n") * 1024
-    assert (tmp_path / "a").stat().st_size == OBJECT
-    assert get < 128 * MIB, f"GET worker peak {get / MIB:.0f} MiB"
-    assert put < OBJECT + 128 * MIB, f"PUT worker peak {put / MIB:.0f} MiB"
+    """The compiled worker on a directory: a PUT holds its one body, a GET none (1 MiB a request in flight)."""
+    cfg = {"size": OBJECT, "concurrency": 2, "seed": 0, "keys": ["a", "b"], "store": {"folder": str(tmp_path)}}
+    put, put_peak = _worker_peak({**cfg, "op": "put"})
+    get, get_peak = _worker_peak({**cfg, "op": "get"})
+    assert (tmp_path / "a").stat().st_size == OBJECT and put["batch"]["bytes_moved"] == 2 * OBJECT
+    assert get["batch"]["bytes_moved"] == 2 * OBJECT and len(get["batch"]["latencies_s"]) == 2
+    assert get_peak < 64 * MIB, f"GET worker peak {get_peak / MIB:.0f} MiB"
+    assert put_peak < OBJECT + 64 * MIB, f"PUT worker peak {put_peak / MIB:.0f} MiB"
+
+
+@pytest.mark.skipif(s3worker.missing() is not None, reason=str(s3worker.missing()))
+def test_a_short_file_fails_the_batch_in_one_line(tmp_path):
+    """Bytes counted are bytes received: a GET of a file shorter than the object fails the batch, naming it."""
+    (tmp_path / "a").write_bytes(b"x" * 10)
+    done, _ = _worker_peak({"op": "get", "size": 4096, "concurrency": 1, "seed": 0, "keys": ["a"],
+                            "store": {"folder": str(tmp_path)}})
+    assert "batch" not in done and done["error"] == "get a: returned 10 of 4096 bytes: a short body is not a whole object"
 
 
 def _params(tmp_path, size: str) -> str:

@@ -1,8 +1,8 @@
 """The checkpoint protocol on S3 targets: every rank's files as objects, in the run's own bucket / prefix.
 
-prepare() opens one core.s3store.ObjectStore per S3 target (the local gateway, versitygw, inside a cgroup
-holding the target's throttle, so the emulated profile caps the device I/O it does; an external store
-gets its own run prefix). A protocol run then does what the directory run does, with keys for paths:
+prepare() opens every target's store (the engine's, core/stores.py: on an S3 target a core.s3store.ObjectStore,
+the local gateway, versitygw, inside a cgroup holding the target's throttle, so the emulated profile caps the
+device I/O it does; an external store gets its own run prefix); each rank opens its own from the store's handle. A protocol run then does what the directory run does, with keys for paths:
 checkpoint/<model>/global_epoch1_step<k>/<file>, each saved by its rank as one multipart upload of
 `write_block_mib` parts and, after the upload of every rank, a manifest object (off the ranks' clock);
 retain's deletions delete the oldest step's keys (timed apart); restores drop the page cache of the
@@ -16,44 +16,35 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import asdict
 
 from ...core.causes import EnvironmentFailure, one_line
 from ...core.checkpoint_workloads import checkpoint_folder
 from ...core.s3gateway import GatewayDied
 from ...core.store import Store
 from ...core.sweep import Measurement
-from ...kit import s3study
-from ...kit.s3study import client_group, same_device_pairs
-from . import STUDY, dataset, metrics
+from ...core.targets import same_device_pairs
+from . import dataset, metrics
 from .ranks import RankPool
 
-def check(sweep, p) -> None:
-    """Before any work: what S3 targets cannot do with these settings (Params.check_s3_targets, which validate
-    runs too)."""
-    p.check_s3_targets([t.name for t in sweep.targets if t.s3 is not None])
-
-
-def open_stores(sweep, state) -> None:
-    """Every target's store (core.store), kept in state for close: an S3 target's open (its local gateway in the
-    target's cgroup); a directory's is its study folder (the directory protocol writes it through its ranks)."""
+def target_store(sweep, t) -> Store:
+    """The target's store (the engine's, opened on first use: an S3 target's local gateway in the target's cgroup;
+    a directory's is its study folder, which the directory protocol's ranks write)."""
     p = sweep.p
-    pool = p.readers_per_rank * max(len(p.writers(m)) for m in p.models)
+    return sweep.store(t, pool=p.readers_per_rank * max(len(p.writers(m)) for m in p.models))
+
+
+def open_stores(sweep) -> None:
+    """Every target's store, opened before any measured work."""
     for t in sweep.targets:
-        s3study.store_for(sweep, t, STUDY.name, "ckpt", pool, state, t.study_dir(STUDY.name))
-
-
-def close(sweep, state) -> None:
-    """Always: every store closed (gateway stopped, the run's objects removed), the gateways' cgroups removed."""
-    errors = s3study.close_all(state.stores.values(), state.groups.values())
-    if errors:
-        sweep.note("checkpoint: cleaning up an S3 target failed: " + "; ".join(one_line(e, 200) for e in errors))
+        target_store(sweep, t)
 
 
 _SKIP_NOTED: set = set()
 
 
 def skip(sweep, which: str, target) -> bool:
-    if target.s3 is None or which == "protocol":
+    if target.name in sweep.state.directories or which == "protocol":
         return False
     key = (id(sweep), target.name, which)
     if key not in _SKIP_NOTED:
@@ -68,9 +59,9 @@ def targets_doc(sweep, state) -> dict:
     pairs on one block device with one profile: the brief's "directory vs S3 on the same device"."""
     out = {}
     for t in sweep.targets:
-        store = state.stores[t.name]
-        where = store.describe()
-        out[t.name] = {"kind": t.kind, "access": store.access,
+        st = target_store(sweep, t)
+        where = st.describe()
+        out[t.name] = {"kind": t.kind, "access": st.access,
                        "device": t.device.name if t.device else None, "profile": t.profile_name,
                        **{k: where[k] for k in ("endpoint", "gateway") if k in where}}
     return {"targets": out, "same_device_pairs": same_device_pairs(sweep.targets)}
@@ -128,17 +119,17 @@ def protocol(run, config, files: dict, measurement, fault: dict | None) -> Measu
     """One protocol run on an S3 target; `measurement` (run._measurement) makes the row and tables; `fault` is
     run.FAULT (the test hook; {"kill_gateway": True} kills the local gateway after rank 0's first part)."""
     p, t = run.p, run.target
-    store: Store = run.sweep.state.stores[t.name]
-    client_group(run, store)           # none: the ranks read no device; the gateway's cgroup holds the throttle
+    store: Store = target_store(run.sweep, t)
+    store.client_group(run)           # none: the ranks read no device; the gateway's cgroup holds the throttle
     root = f"checkpoint/{config.model}/"
     buf = min(p.write_block, max(f.bytes for fs in files.values() for f in fs))
-    if fault and fault.get("kill_gateway") and store.gateway is not None:
+    if fault and fault.get("kill_gateway"):      # the test hook: the local gateway's process
         fault = {**fault, "kill_gateway_pid": store.gateway.proc.pid, "kill_gateway_rank": min(files)}
     gw: dict = {}
     try:
         store.check()
         store.delete_under(store.key(root))
-        with RankPool(sorted(files), buf, None, fault, s3={**store.child_config(), "pool": p.readers_per_rank}) as pool:
+        with RankPool(sorted(files), buf, None, fault, store=asdict(store.handle()), readers=p.readers_per_rank) as pool:
             run.start_clock()
             ops, deletes = _run(run, pool, store, p, config.model, files, gw)
             run.stop_clock()
@@ -154,7 +145,7 @@ def protocol(run, config, files: dict, measurement, fault: dict | None) -> Measu
         return Measurement({**row, "access": store.access}, ok=False,
                            failure_reason=f"{reason}; this run's objects were removed")
     _remove_quietly(store, root)      # space stays bounded: the next model starts from an empty prefix
-    end = "upload completed (versitygw does not fsync)" if store.gateway is not None else "upload completed"
+    end = "upload completed" + (" (versitygw does not fsync)" if store.describe()["gateway"] else "")
     return measurement(run, config.model, ops, deletes, pool,
                        {"access": store.access, "save_ends_at": end, "gateway_cpu": gw, "save_io": "S3",
                         "memory_prep": "none: the saves are uploads (the store's writes are its own)"})

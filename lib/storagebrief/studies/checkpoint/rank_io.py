@@ -13,7 +13,6 @@ from __future__ import annotations
 import fcntl
 import mmap
 import os
-import resource
 import signal
 import tempfile
 import threading
@@ -22,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...core.s3store import S3Client
+from ...kit.client_bound import cpu_seconds
 from ...kit.latency import add_histograms, log2_bin, new_histogram
 
 CALLS = ("write", "fsync", "read")     # the calls whose latencies are counted
@@ -46,15 +45,6 @@ class RankResult:
     write_s: float = 0.0    # save: seconds inside write() (the copy into the page cache; S3: the part PUTs)
     fsync_s: float = 0.0    # save: seconds inside fsync() (S3: the upload's create + complete)
 
-
-def cpu_seconds() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
-class RankStore(S3Client):
-    """A rank's own S3 client (core.s3store.S3Client, made in the rank, after the fork: a boto3 client is not
-    fork-safe) from the run's store's child_config; keys arrive whole (the run's prefix included)."""
 
 
 def _timed(hist: list[int], call, *args):
@@ -189,7 +179,7 @@ def load(folder: Path, files: list[tuple[str, int]], block: int, readers: int) -
     return total, {"read": reads}
 
 
-def save_s3(store: RankStore, prefix: str, files: list[tuple[str, int]], buf: memoryview, block: int,
+def save_s3(store, prefix: str, files: list[tuple[str, int]], buf: memoryview, block: int,
             kill_pid: int | None = None) -> tuple[int, int, dict, tuple[float, float]]:
     """Every file as one multipart upload of `block` parts; returns (bytes, 0 fsyncs, histograms, (seconds in
     part PUTs, seconds in the rest of the uploads)).
@@ -221,7 +211,7 @@ def save_s3(store: RankStore, prefix: str, files: list[tuple[str, int]], buf: me
     return total, 0, {"write": puts, "fsync": ends}, (in_puts, in_rest)
 
 
-def load_s3(store: RankStore, prefix: str, files: list[tuple[str, int]], block: int, readers: int) -> tuple[int, dict]:
+def load_s3(store, prefix: str, files: list[tuple[str, int]], block: int, readers: int) -> tuple[int, dict]:
     """Every object read whole in `block` ranged GETs, `readers` in flight; returns (bytes, histograms)."""
     chunks = [(name, off, min(block, size - off)) for name, size in files for off in range(0, size, block)]
     local = threading.local()
@@ -246,7 +236,7 @@ def load_s3(store: RankStore, prefix: str, files: list[tuple[str, int]], block: 
 
 
 def operate(rank: int, msg: tuple, buf: memoryview, fault: dict | None, host: str = "",
-            store: RankStore | None = None, direct: bool = False) -> RankResult:
+            store=None, direct: bool = False) -> RankResult:
     """One save or load by this rank, timed from now (its barrier's release). msg = (op, folder, source
     rank, [(file, bytes)], block, readers). `fault` is the run's test hook (run.FAULT): a late rank
     (slow_rank, delay_s) or a failing one (fail_rank). direct: saves with O_DIRECT (checkpoint.save_io)."""
@@ -257,10 +247,11 @@ def operate(rank: int, msg: tuple, buf: memoryview, fault: dict | None, host: st
     if fault and fault.get("slow_rank") == rank:
         time.sleep(fault.get("delay_s", 0.5))    # test hook only: a late rank
     phases = (0.0, 0.0)
-    if store is not None and op == "save":
+    objects = store.access != "files"     # the rank's one question: its files are the run's S3 objects
+    if objects and op == "save":
         kill = fault.get("kill_gateway_pid") if fault and fault.get("kill_gateway_rank") == rank else None
         nbytes, fsyncs, latency, phases = save_s3(store, folder, files, buf, block, kill)
-    elif store is not None:
+    elif objects:
         (nbytes, latency), fsyncs = load_s3(store, folder, files, block, readers), 0
     elif op == "save":
         nbytes, fsyncs, latency, phases = save(Path(folder), files, buf, block, direct)

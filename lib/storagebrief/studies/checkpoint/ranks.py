@@ -26,20 +26,20 @@ from ...kit.budget import MIB, files_left, memory_left, nproc_left, pids_left
 from ...kit.checkpoint import incompressible
 from ...kit.launch import open_launch
 from ...kit.ranks import Worker
-from .rank_io import ONE_CLOCK, RankResult, RankStore, operate
+from ...core.store import StoreHandle
+from .rank_io import ONE_CLOCK, RankResult, operate
 
 PER_RANK_CLOCK = "per rank: CLOCK_MONOTONIC from the MPI barrier's release (ranks on other hosts)"
 
 
 def _setup(rank: int, n: int, cfg: dict) -> tuple:
-    buf = incompressible(cfg["buf_bytes"])             # generated before any clock
-    if cfg["s3"]:
-        buf = memoryview(bytes(buf))                   # as bytes, once: what botocore sends without a copy
-    elif cfg.get("direct"):
+    # its own store, opened from the run's handle (core.store: an S3 client per rank), before any clock
+    store = StoreHandle(**cfg["store"]).open(pool=cfg["readers"])
+    buf = store.send_buffer(incompressible(cfg["buf_bytes"]))     # generated before any clock, as the store sends it
+    if cfg.get("direct"):
         aligned = mmap.mmap(-1, len(buf))              # page-aligned, as O_DIRECT needs
         aligned[:] = buf
         buf = memoryview(aligned)
-    store = RankStore(cfg["s3"]) if cfg["s3"] else None   # its own client, made before any clock
     return buf, store, cfg["fault"], socket.gethostname(), bool(cfg.get("direct"))
 
 
@@ -54,14 +54,16 @@ WORKER = Worker("checkpoint rank", _setup, _operate, ref=f"{__name__}:WORKER")
 class RankPool:
     """The run's ranks; use as a context manager (they are always reaped). params: the study's launcher knobs
     (None: forked); work_dir: where Open MPI's files go under launcher: mpi; direct: saves with O_DIRECT
-    (checkpoint.save_io: direct)."""
+    (checkpoint.save_io: direct); store: the target's store handle (core.store.StoreHandle, as a dict) each rank
+    opens its own store from, with `readers` connections (an S3 client's)."""
 
     def __init__(self, ranks: list[int], buf_bytes: int, procs_files: list[str] | None = None,
-                 fault: dict | None = None, start_timeout_s: float = 120.0, s3: dict | None = None,
+                 fault: dict | None = None, start_timeout_s: float = 120.0, *, store: dict, readers: int = 1,
                  affinity: list[int] | None = None, params=None, work_dir: Path | None = None,
                  direct: bool = False):
         self.ranks = list(ranks)
-        self.launch = open_launch(WORKER, self.ranks, {"buf_bytes": buf_bytes, "fault": fault, "s3": s3,
+        self.launch = open_launch(WORKER, self.ranks, {"buf_bytes": buf_bytes, "fault": fault, "store": store,
+                                                       "readers": readers,
                                                        "direct": direct},
                                   params=params, work_dir=work_dir, section="checkpoint", procs_files=procs_files,
                                   affinity=affinity, start_timeout_s=start_timeout_s)

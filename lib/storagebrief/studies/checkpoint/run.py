@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from types import SimpleNamespace
 
 from ...core import results
 from ...core.config import ParamsError
 from ...core.checkpoint_workloads import GIB, files_of_rank, size_table
 from ...core.folders import folder_below
-from ...core.store import DirStore
 from ...core.memory_state import NONE as NO_PREP, SETTLE_S, prefault, reporting_passes
 from ...core.sweep import Measurement, Point
 from ...kit import client_check, mlpstorage_verdict
@@ -68,8 +67,8 @@ class CheckpointState:
     generator_gb_per_s: float = 0.0
     removed: list[str] = field(default_factory=list)
     baselines: dict = field(default_factory=dict)   # (target, repeat) -> the cost sweep's mode-none CostResult
-    stores: dict = field(default_factory=dict)      # S3 target name -> its open core.s3store.ObjectStore
-    groups: dict = field(default_factory=dict)      # S3 target name -> its gateway's cgroup
+    directories: set = field(default_factory=set)   # the directory targets: the only ones the cost, framework and
+                                                    # client-check sweeps measure (S3 targets run the protocol alone)
 
 
 def _generator_gb_per_s(tries: int = 3) -> float:
@@ -87,30 +86,31 @@ def prepare(sweep) -> None:
     """Space for retain + 1 checkpoints of the largest model on every target (the new one is written
     before the oldest goes); the generator's rate; folders of saves cut short removed."""
     p: CheckpointParams = sweep.p
-    sweep.state = state = CheckpointState()
+    # the study's one "directory or S3?": which targets its directory-only sweeps take part on, asked once
+    sweep.state = state = CheckpointState(directories={t.name for t in sweep.targets if t.s3 is None})
+    dirs = [t for t in sweep.targets if t.name in state.directories]
     cost.check_memory(p)
-    check_budget(p, s3=any(t.s3 is not None for t in sweep.targets))   # the machine's limits now (validate too)
+    check_budget(p, s3=len(dirs) < len(sweep.targets))   # the machine's limits now (validate too)
     # mpirun and mpi4py there, and mpirun starts the most ranks a model needs: before any checkpoint
     check_launch(p, max(len(p.writers(m)) for m in p.models), sweep.out_dir, STUDY.name,
                        "the models' rank counts", sweep.status)
     biggest = max(p.checkpoint_bytes(m) for m in p.models)
     c = p.cost
     cost_need = (c.steps // min(c.intervals_steps)) * p.cost_bytes if c.on and c.checkpointing_modes else 0
-    objects.check(sweep, p)
     local = [t for t in sweep.targets if t.on_this_machine]
-    check_space(local, lambda t: (p.retain + 1) * biggest + (cost_need if t.s3 is None else 0),
+    check_space(local, lambda t: (p.retain + 1) * biggest + (cost_need if t in dirs else 0),
                 f"{p.retain + 1} checkpoints (checkpoint.retain + the one being written) of "
                 f"{biggest / GIB:.2f} GiB at checkpoint.scale = {p.scale:g}"
                 + (f", and the cost sweep's {cost_need / GIB:.2f} GiB (checkpoint.cost)" if cost_need else ""))
-    for t in [t for t in sweep.targets if t.s3 is None]:
+    for t in dirs:
         for m in p.models:
             for gone in dataset.remove_incomplete(dataset.model_dir(t, STUDY.name, m), t, STUDY.name):
                 state.removed.append(str(gone))
                 sweep.note(f"removed {gone}: a checkpoint without its manifest (a save cut short)")
     state.generator_gb_per_s = _generator_gb_per_s()
-    objects.open_stores(sweep, state)
+    objects.open_stores(sweep)
     if p.save_io == "direct":          # directory targets write files; S3 targets upload parts either way
-        check_direct([(t.name, t.path) for t in sweep.targets if isinstance(state.stores[t.name], DirStore)])
+        check_direct([(t.name, t.path) for t in dirs])
 
 
 def check_direct(targets: list[tuple[str, object]]) -> None:
@@ -137,14 +137,14 @@ def _check_points(sweep, p: CheckpointParams) -> list[Point]:
     cpus = client_check.check_cpus(sweep.note, p.launcher) if p.client_check else []
     if not cpus:
         return []
-    s3 = [t.name for t in sweep.targets if t.s3 is not None]
+    s3 = [t.name for t in sweep.targets if t.name not in sweep.state.directories]
     if s3:
         sweep.note(f"client check: not on S3 target(s) {', '.join(s3)} (the local gateway shares the CPUs with the "
                    "ranks; confining the ranks alone does not say whether the client limits)")
     m, of = p.headline_model, len(os.sched_getaffinity(0))
     return [Point(Config("protocol", m, client_check=client_check.CHECK), r,
                   f"{m}: client check, the ranks on {len(cpus)} of {of} CPUs", targets=(t.name,))
-            for t in sweep.targets if t.s3 is None for r in range(1, p.client_check_repeats + 1)]
+            for t in sweep.targets if t.name in sweep.state.directories for r in range(1, p.client_check_repeats + 1)]
 
 
 def skip(sweep, point: Point, target) -> bool:
@@ -236,7 +236,7 @@ def run_one(run, config: Config) -> Measurement:
             row, records = cost.measure(run, run.p, config, run.sweep.state.baselines)
             keys = {"run_id": run.run_id, "target": run.target.name, "repeat": run.repeat}
             return Measurement(row, tables={cost.TABLE: [{**keys, **r} for r in records]})
-        if run.target.s3 is not None:
+        if run.target.name not in run.sweep.state.directories:
             return objects.protocol(run, config, _files(run.p, config.model), _measurement, FAULT)
         return _protocol(run, config)
     except (OSError, RuntimeError) as exc:
@@ -281,7 +281,8 @@ def _protocol(run, config: Config) -> Measurement:
     files = _files(p, model)
     root = dataset.model_dir(run.target, STUDY.name, model)
     dataset.clear(root, run.target, STUDY.name)
-    group = run.throttle()
+    store = objects.target_store(run.sweep, run.target)
+    group = store.client_group(run)         # the target's throttle, or a cgroup that only counts
     buf = min(p.write_block, max(f.bytes for fs in files.values() for f in fs))
     procs_files = group.procs_files if group else None
     conf = client_check.confine_run(run, group) if config.client_check else None
@@ -289,7 +290,7 @@ def _protocol(run, config: Config) -> Measurement:
         pool = RankPool(sorted(files), buf, (procs_files or []) + (conf.procs_files if conf else []), FAULT,
                         affinity=conf.affinity if conf else None, params=p,
                         work_dir=folder_below(run.target.study_dir(STUDY.name), "mpi", create=False),
-                        direct=p.save_io == "direct")
+                        direct=p.save_io == "direct", store=asdict(store.handle()))
         with pool:
             run.start_clock()
             saved, kept, deletes, preps = _saves(run, pool, p, model, root, files)
@@ -329,12 +330,6 @@ def _note_outside_cgroup(run, pool, procs_files) -> None:
     if outside and procs_files:
         run.sweep.note(f"checkpoint ranks on {', '.join(outside)} ran outside the run's cgroup (a cgroup lives "
                        "on one host): no throttle there; their times are per rank from the MPI barrier")
-
-
-def close(sweep) -> None:
-    """Always last: the S3 stores closed (the framework sweep's TensorFlow job is the engine's to stop)."""
-    if isinstance(sweep.state, CheckpointState):
-        objects.close(sweep, sweep.state)
 
 
 def finish(sweep, frame) -> None:
@@ -377,4 +372,4 @@ def finish(sweep, frame) -> None:
 
 
 # The engine's optional hooks this study does not have (core/contract.py RunRoom).
-configure = None
+configure = close = None     # the stores are the engine's (core/stores.py)

@@ -23,16 +23,16 @@ accelerators are stopped, and the error names who failed and why (kit.ranks).
 from __future__ import annotations
 
 import os
-import resource
 import socket
 import time
 from pathlib import Path
 
 import numpy as np
 
+from ...kit.client_bound import cpu_seconds
 from ...kit.launch import open_launch
 from ...kit.ranks import Worker
-from .loader import ALIGN, Loader, batch_plan
+from .loader import ALIGN, Loader, batch_plan, loader_class
 
 
 def warm_up(block: int, odirect: bool) -> None:
@@ -61,12 +61,7 @@ def setup_rank(cfg: dict, rank: int, n: int):
     batches = batch_plan(cfg["spans"], len(cfg["files"]), n, rank, cfg["epochs"], cfg["seed"],
                          cfg["batch"], cfg["steps_per_epoch"])
     warm_up(cfg["block"], cfg["odirect"])
-    if cfg.get("s3"):           # an S3 target: GETs (objects.py)
-        from .objects import ObjectLoader
-        loader = ObjectLoader(cfg["files"], batches, cfg["read_threads"], cfg["prefetch"], cfg["block"], cfg["s3"])
-    else:
-        loader = Loader(cfg["files"], batches, cfg["read_threads"], cfg["prefetch"], cfg["block"],
-                        odirect=cfg["odirect"], evict=cfg["evict"], readahead=cfg["readahead"])
+    loader = loader_class(cfg["loader"]).from_config(cfg, batches)     # files, or GETs through the store (objects.py)
     if cfg.get("fail_rank") == rank and cfg.get("fail_at_step") is None:
         raise RuntimeError("injected failure before the first step (test hook)")
     return batches, loader
@@ -109,11 +104,6 @@ def train(cfg: dict, rank: int, loader: Loader, steps: int, sync) -> dict:
             "latencies": loader.read_latencies().astype(np.float32),
             "checkpoint_s": ckpt_s, "checkpoints": ckpts}
 
-
-def cpu_seconds() -> float:
-    """User + system CPU seconds of this process so far, all its threads (ended ones included)."""
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    return ru.ru_utime + ru.ru_stime
 
 
 def write_checkpoint(directory: Path, nbytes: int, chunk: bytes) -> None:

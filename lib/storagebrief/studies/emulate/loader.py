@@ -76,6 +76,12 @@ class Loader:
     is timed. Buffers are allocated here, before the process joins a cgroup.
     """
 
+    @classmethod
+    def from_config(cls, cfg: dict, batches: list) -> "Loader":
+        """An accelerator's loader from the run's configuration (run.run_config)."""
+        return cls(cfg["files"], batches, cfg["read_threads"], cfg["prefetch"], cfg["block"],
+                   odirect=cfg["odirect"], evict=cfg["evict"], readahead=cfg["readahead"])
+
     def __init__(self, files: list[str], batches: list, threads: int, prefetch: int, block: int,
                  odirect: bool = False, evict: bool = False, readahead: bool = True):
         self.files, self.batches = files, batches
@@ -188,3 +194,12 @@ class Loader:
     def read_latencies(self) -> np.ndarray:
         return np.concatenate([np.frombuffer(a, dtype=np.float64) for a in self.latencies]) \
             if any(len(a) for a in self.latencies) else np.zeros(0)
+
+
+def loader_class(name: str):
+    """The loader the run's side named (run.py): "files" reads the target's files (this module), "objects" GETs
+    them through the target's store (objects.ObjectLoader)."""
+    if name == "files":
+        return Loader
+    from .objects import ObjectLoader
+    return ObjectLoader

@@ -21,6 +21,7 @@ import pandas as pd
 from ...core import columns
 from ...core.columns import Column
 from ...kit import client_check, runs
+from ...kit.latency import stats
 from ...report.headlines import versus_reference
 from .mlperf import verdicts as mlperf_verdicts
 from .limits import client_checks, client_cpu_columns, plain_records, supported
@@ -197,12 +198,7 @@ def job_metrics(times: np.ndarray, compute_s: float, batch: int, t_start: float,
 
 
 def latency_stats(lat_s: np.ndarray, prefix: str = "read_latency_us") -> dict:
-    if lat_s.size == 0:
-        return {f"{prefix}_{k}": float("nan") for k in ("mean", "p50", "p90", "p99", "max")}
-    us = lat_s.astype(np.float64) * 1e6
-    p50, p90, p99 = np.percentile(us, [50, 90, 99])
-    return {f"{prefix}_mean": float(us.mean()), f"{prefix}_p50": float(p50), f"{prefix}_p90": float(p90),
-            f"{prefix}_p99": float(p99), f"{prefix}_max": float(us.max())}
+    return stats(lat_s, prefix, ("mean", "p50", "p90", "p99", "max"), 1e6, empty=float("nan"))
 
 
 def latency_histogram(lat_s: np.ndarray) -> list[dict]:

@@ -1,9 +1,10 @@
 """emulate on S3 targets: the dataset as objects, the loader's GETs, the gateway's share of a run.
 
 Dataset: one object per sample file, as DLIO lays a dataset out in a bucket. The files are generated
-exactly as for a directory target (dataset.py: same formats, sizes, seed) in a staging folder beside
-the gateway's root, PUT through the target's own endpoint (the local gateway or your store) under
-`<run prefix><workload>/data/<file name>`, and the staging folder is removed. Generation is not timed.
+exactly as for a directory target (dataset.py: same formats, sizes, seed) and made the store's data by
+`store.fill` (core.store: on S3, generated in a staging folder beside the gateway's root, PUT through the
+target's own endpoint under `<run prefix><workload>/data/<file name>`, the staging folder removed; on a
+directory, in place). Generation is not timed.
 
 Reads (ObjectLoader): one GET per sample, covering exactly the bytes the directory loader reads (the
 sample's span: the whole object for one-sample npz / jpeg files but their format header, a ranged GET
@@ -22,58 +23,29 @@ is its own: the row says it is not controlled.
 from __future__ import annotations
 
 import os
-import shutil
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ...core.cache import fadvise_dontneed
 from ...core.causes import one_line
-from ...kit import s3study
-from .dataset import generate_dataset
 from .loader import Loader
 
-UPLOAD_THREADS = 4
-
-
-def generate_objects(store, staging: Path, name: str, spec, num_files: int, seed: int, log=print) -> dict:
-    """The workload's dataset as objects: generated in `staging`, PUT, staging removed.
-
-    Returns generate_dataset's description with "files" the objects' full keys, "sizes" their bytes and
-    "backing" the folder of the gateway's files (None on an external store)."""
-    shutil.rmtree(staging, ignore_errors=True)
-    try:
-        data = generate_dataset(staging, name, spec, num_files, seed, lambda *_: None)
-        keys = [store.key(f"{name}/data/{Path(f).name}") for f in data["files"]]
-        sizes = [Path(f).stat().st_size for f in data["files"]]
-
-        def put(i: int) -> None:
-            with open(data["files"][i], "rb") as fh:
-                store.put(keys[i], fh)
-        with ThreadPoolExecutor(UPLOAD_THREADS) as pool:
-            list(pool.map(put, range(len(keys))))
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    backing = store.files([store.key(f"{name}/data")])
-    log(f"PUT {len(keys)} {spec.format} objects for {name} ({data['bytes'] / 1e6:.1f} MB) to "
-        f"{store.url(store.key(name + '/data/'))}")
-    return {**data, "files": keys, "sizes": sizes, "backing": str(backing[0]) if backing else None}
-
-
-def client_config(store, data: dict, evict: bool) -> dict:
-    """What an accelerator's ObjectLoader needs (in memory only: forked, never written anywhere)."""
-    return {**store.child_config(), "sizes": data["sizes"], "backing": data["backing"] if evict else None}
-
-
 class ObjectLoader(Loader):
-    """The Loader's threads and queues, reading samples with GETs (module docstring). The client (one
-    connection per read thread) is made here, before the clock; one HEAD opens a connection."""
+    """The Loader's threads and queues, reading samples with GETs (module docstring). The accelerator's own
+    client, opened from the target's store handle (core.store.StoreHandle: one connection per read thread), is
+    made here, before the clock; one HEAD opens a connection. `evict`: each sample's backing file (the gateway's)
+    leaves the page cache after its GET."""
+
+    @classmethod
+    def from_config(cls, cfg: dict, batches: list) -> "ObjectLoader":
+        return cls(cfg["files"], batches, cfg["read_threads"], cfg["prefetch"], cfg["block"],
+                   {"store": cfg["store"], "sizes": cfg["sizes"], "backing": cfg["backing"] if cfg["evict"] else None})
 
     def __init__(self, keys: list[str], batches: list, threads: int, prefetch: int, block: int, s3: dict):
         super().__init__(keys, batches, threads, prefetch, block)
-        from ...core.s3store import S3Client
         self.s3 = s3
-        self.store = S3Client({**s3, "pool": self.threads})
+        from ...core.store import StoreHandle
+        self.store = StoreHandle(**s3["store"]).open(pool=self.threads)
         self.store.head(keys[0])
 
     def read_sample(self, k: int, f: int, offset: int, length: int) -> int:
@@ -102,14 +74,6 @@ class ObjectLoader(Loader):
 
     def read_batch(self, k: int, batch) -> int:
         return sum(self.read_sample(k, f, offset, length) for f, offset, length in batch)
-
-
-def warm_gateway(store, data: dict) -> None:
-    """After a cold cache: one small GET pages the gateway's code back in before the clock (drop_caches evicts
-    it too, and its page-ins would count as the run's device reads); the object's file is evicted again."""
-    key = data["files"][0]
-    store.get(key, 0, 1)
-    fadvise_dontneed([Path(data["backing"]) / key.rsplit("/", 1)[-1]])
 
 
 def gateway_columns(store, cpu_before: float | None, cpu_after: float | None, summary: dict) -> dict:
@@ -141,14 +105,9 @@ def store_failure(store) -> str | None:
     return None
 
 
-def sizing(store, evict: bool) -> str:
+def sizing(data: dict, evict: bool) -> str:
     """The dataset_sizing of an S3 run."""
-    if not store.files_here:
+    if data["backing"] is None:
         return "remote store: page cache not controlled"
     return ("memory_cap->fadvise_evict of the gateway's files (S3)" if evict else
             "gateway's files: cold cache per run, not capped")
-
-
-def close(state) -> list[str]:
-    """Every store closed (an S3 target's objects removed, its gateway stopped), the gateways' cgroups removed."""
-    return s3study.close_all(state.stores.values(), state.groups.values())

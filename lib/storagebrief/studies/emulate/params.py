@@ -58,8 +58,7 @@ class EmulateParams(LaunchParams):
 
     def budget_s(self, target) -> float:
         """The search budget of one target (or target name): S3 targets' own, to keep their extra time small."""
-        s3 = getattr(target, "s3", None) is not None
-        return self.s3_search_budget_s if s3 and self.s3_search_budget_s else self.search_budget_s
+        return self.s3_search_budget_s if on_s3(target) and self.s3_search_budget_s else self.search_budget_s
 
     @property
     def max_accelerators(self) -> int:
@@ -101,7 +100,7 @@ class EmulateParams(LaunchParams):
     def search_cap(self, name: str, target) -> tuple[int, str]:
         """The largest N a search of `name` on `target` probes, and what sets it: search_max, or on a directory
         target under the page-cache cap the most accelerators whose reads fit it (`memory`)."""
-        mem = None if getattr(target, "s3", None) is not None else self.memory_max_accelerators(name)
+        mem = None if on_s3(target) else self.memory_max_accelerators(name)
         return (mem, "memory") if mem is not None and mem < self.search_max else (self.search_max, "cap")
 
     @field_validator("read_block_kib")
@@ -193,6 +192,12 @@ class EmulateParams(LaunchParams):
         if s3 and self.launcher == "mpi":
             raise ParamsError(f"emulate.launcher = mpi: S3 targets ({', '.join(s3)}) run with launcher: fork only "
                               "(MPI ranks would carry the store's credentials in their config file); use fork")
+
+
+def on_s3(target) -> bool:
+    """emulate's one "directory or S3?", asked here only: an S3 target searches on its own budget, has no page-cache
+    cap, holds its dataset twice while it is PUT, and its accelerators GET the samples (run.py)."""
+    return getattr(target, "s3", None) is not None
 
 
 Params = EmulateParams   # the name core.study looks for

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import socket
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ...core import cgroups, results, targets as targets_mod
@@ -41,7 +41,7 @@ from ...core.sweep import Measurement, Point
 from ...kit.cgroup_io import CgroupIoSampler, cgroup_read_stats
 from ...kit.launch import check_launch
 from ...kit.client_check import CoreBusy
-from ...kit import mlpstorage_verdict, s3study
+from ...kit import mlpstorage_verdict
 from ...kit.space import check_space, existing_bytes
 from . import STUDY, mlperf, objects
 from .accelerators import run_once
@@ -51,7 +51,7 @@ from .limits import limited_by
 from .loader import steps_per_epoch
 from .metrics import (host_roles, latency_histogram, mlperf_results, per_host, summarize, throttle_au_bound,
                       throttle_cap_mb_per_s)
-from .params import EmulateParams
+from .params import EmulateParams, on_s3
 from .plan import ClientCheckPlan, EmulateConfig, SearchPlan, check_columns, confine_client, fixed_plan, measured
 
 # Test hook, None in use: keys merged into every run's accelerator config, e.g.
@@ -69,8 +69,6 @@ class EmulateState:
     search: SearchPlan | None = None                              # accelerators: auto
     last_n: dict[str, int] = field(default_factory=dict)         # workload -> the accelerator count last planned
     idle_latency_us: dict[str, float | None] = field(default_factory=dict)   # target -> idle device read latency
-    stores: dict = field(default_factory=dict)      # target -> its store (core.store: DirStore, ObjectStore)
-    groups: dict = field(default_factory=dict)      # S3 target -> its local gateway's cgroup
     dead: dict[str, str] = field(default_factory=dict)   # S3 target -> why its store failed mid-sweep
 
 
@@ -97,49 +95,51 @@ def _bytes_needed(p: EmulateParams, sizes: dict[str, int], t) -> int:
         spec = p.spec(name)
         existing = existing_bytes(folder_below(t.study_dir(STUDY.name), name, "data", create=False))
         need += max(0, int(sizes[name] * spec.samples_per_file * (spec.record_bytes + 64)) - existing)
-    local_s3 = t.kind == "s3" and t.on_this_machine
+    local_s3 = on_s3(t) and t.on_this_machine
     return need * (2 if local_s3 else 1) + int(p.checkpoint_mib * 2**20)
 
 
 def prepare(sweep) -> None:
     """Everything that can be wrong is checked before any measured work; then the datasets, and study.json."""
     p: EmulateParams = sweep.p
-    p.check_s3_targets([t.name for t in sweep.targets if t.s3 is not None])      # validate checked it too
     # hosts, hostfile, options: before any dataset
     check_launch(p, p.max_accelerators, sweep.out_dir, STUDY.name,
                        "the largest of emulate.accelerators (emulate.search_max with auto)", sweep.status)
     sizes = _dataset_sizes(p)
     check_space(sweep.targets, lambda t: _bytes_needed(p, sizes, t), f"the emulate datasets ({', '.join(p.workloads)})")
     memory_limit = p.memory_limit_mib * 2**20 if p.dataset_sizing == "memory_cap" and not p.odirect else None
-    sweep.state = state = EmulateState(datasets={}, memory_limit=memory_limit)   # close() finds the stores
+    sweep.state = state = EmulateState(datasets={}, memory_limit=memory_limit)
     for t in sweep.targets:
         for name in p.workloads:
             sweep.status(f"dataset of {name} on '{t.name}'")
             state.datasets[(t.name, name)] = _dataset(sweep, t, name, sizes[name])
-        first = state.datasets[(t.name, p.workloads[0])]
-        files = first["files"] if t.s3 is None else \
-            [str(Path(first["backing"]) / Path(k).name) for k in first["files"]] if first.get("backing") else []
-        targets_mod.check_profile_speed(t, [Path(f) for f in files[:16]]) if files else None
+        first = state.datasets[(t.name, p.workloads[0])]       # its files here (a gateway's too), or none
+        files = [Path(first["backing"]) / Path(k).name for k in first["files"][:16]] if first["backing"] else []
+        targets_mod.check_profile_speed(t, files) if files else None
     state.idle_latency_us = {t.name: idle_read_latency_us(t, t.study_dir(STUDY.name), p.read_block_kib * 1024)
                              for t in sweep.targets}
     datasets = state.datasets
     sweep.out_dir.mkdir(parents=True, exist_ok=True)
     results.write_json(sweep.out_dir / "study.json", {**study_description(p, datasets, sweep.targets),
                                                        "object_targets": {
-                                                           n: s.describe() for n, s in state.stores.items()
-                                                           if not s.client_reads_device},
-                                                       "s3_pairs": s3study.same_device_pairs(sweep.targets)})
+                                                           t.name: d for t in sweep.targets
+                                                           if (d := _store(sweep, t).describe())},
+                                                       "s3_pairs": targets_mod.same_device_pairs(sweep.targets)})
+
+
+def _store(sweep, t):
+    """The target's store (the engine's: core/stores.py)."""
+    p: EmulateParams = sweep.p
+    return sweep.store(t, pool=p.max_accelerators * (p.read_threads or max(p.spec(w).read_threads for w in p.workloads)))
 
 
 def _dataset(sweep, t, name: str, files: int) -> dict:
-    """A workload's dataset on one target: files in its study folder, or objects through its store."""
+    """A workload's dataset on one target, made the store's data (core.store's fill: a directory's files in its
+    study folder, in place; an S3 target's objects, PUT from a staging folder). "backing": its files here."""
     p: EmulateParams = sweep.p
-    folder = folder_below(t.study_dir(STUDY.name), name, create=False)
-    pool = p.max_accelerators * (p.read_threads or max(p.spec(w).read_threads for w in p.workloads))
-    store = s3study.store_for(sweep, t, STUDY.name, "emulate", pool, sweep.state, t.study_dir(STUDY.name))
-    if store.client_reads_device:      # generated in place
-        return generate_dataset(folder / "data", name, p.spec(name), files, p.seed, sweep.log)
-    return objects.generate_objects(store, folder / "staging", name, p.spec(name), files, p.seed, sweep.log)
+    staging = folder_below(t.study_dir(STUDY.name), name, create=False) / "staging"
+    return _store(sweep, t).fill(f"{name}/data", lambda folder: generate_dataset(
+        folder, name, p.spec(name), files, p.seed, sweep.log), staging, sweep.log)
 
 
 # --------------------------------------------------------------------------- plan
@@ -209,39 +209,6 @@ class CgroupReads:
     (bytes, requests, seconds); None where they could not be had."""
     run: tuple[int, int] | None
     window: tuple[int, int, float] | None
-
-
-def _run_cgroup(run, memory_limit: int | None) -> RunCgroup:
-    """A cgroup with the target's throttle and/or the page-cache cap; degrades with a warning.
-
-    When both cannot be had, it keeps what the machine allows: the throttle alone, else the cap
-    alone. The engine removes it.
-    """
-    t = run.target
-    io = targets_mod.io_limits(t, accounting=True)   # unthrottled: counts the run's own reads
-    limited = io is not None and any((io.read_bps, io.write_bps, io.read_iops, io.write_iops))
-    if t.emulated and io is None:
-        run.sweep.note(f"target '{t.name}': emulated profile not applied: {t.device.reason}")
-    attempts = [(memory_limit, io)]
-    if memory_limit is not None and io is not None:
-        attempts += [(None, io), (memory_limit, None)]
-    group, last_err = None, None
-    for mem, lim in attempts:
-        if mem is None and lim is None:
-            continue
-        try:
-            group = run.cgroup(memory_limit_bytes=mem, io=lim)
-            break
-        except cgroups.CgroupUnavailable as exc:
-            last_err = exc
-    throttled = limited and group is not None and group.io is not None
-    capped = group is not None and group.memory_limit_bytes is not None
-    if limited and not throttled:
-        run.sweep.note(f"target '{t.name}': emulated profile not applied: {last_err}")
-    if memory_limit is not None and not capped:
-        run.sweep.note(f"page cache not capped (memory cgroup unavailable: {last_err}); the loader evicted each "
-                       "file after reading it (fadvise DONTNEED) instead")
-    return RunCgroup(group, throttled, capped)
 
 
 def _sizing(p: EmulateParams, capped: bool, memory_limit: int | None) -> str:
@@ -325,20 +292,6 @@ def _launch(run, cfg: dict, n: int, procs: list[str] | None) -> dict:
     return raw
 
 
-def _object_run(run, store, data: dict, memory_limit: int | None) -> tuple[RunCgroup, bool]:
-    """An S3 run: the gateway's files from a cold cache; the gateway's cgroup holds the target's throttle, the
-    accelerators run in none (they read no device). Returns (the run's cgroup, evict the gateway's files)."""
-    t = run.target
-    if data.get("backing"):
-        run.cold_cache([Path(data["backing"])])
-        objects.warm_gateway(store, data)
-    else:
-        run.cache_not_controlled()
-    io = targets_mod.io_limits(t)
-    throttled = io is not None and store.group is not None       # the engine records the run emulated
-    return RunCgroup(None, throttled, False), memory_limit is not None and store.files_here
-
-
 def _delta(a: tuple[int, int] | None, b: tuple[int, int] | None) -> tuple[int, int] | None:
     return (b[0] - a[0], b[1] - a[1]) if a and b else None
 
@@ -359,7 +312,7 @@ def run_one(run, config: EmulateConfig) -> Measurement:
     """N emulated accelerators on run.target. On an S3 target whose gateway died (in this run or before): a
     failed row saying so, and every later point on that target is one too."""
     state: EmulateState = run.sweep.state
-    store, t = state.stores[run.target.name], run.target
+    store, t = _store(run.sweep, run.target), run.target
     if t.name in state.dead:
         why = f"not run: {state.dead[t.name]}"
         return Measurement(objects.failed_row(config, why), ok=False, failure_reason=why)
@@ -381,24 +334,26 @@ def _run_one(run, config: EmulateConfig, store) -> Measurement:
     t, p = run.target, run.p
     state: EmulateState = run.sweep.state
     data, memory_limit = state.datasets[(t.name, name)], state.memory_limit
-    if store.client_reads_device:
-        run.cold_cache([Path(data["files"][0]).parent])
-        cgroup = _run_cgroup(run, memory_limit)
-        evict = memory_limit is not None and not cgroup.capped
-    else:
-        cgroup, evict = _object_run(run, store, data, memory_limit)
-    group = cgroup.group
-    cfg = run_config(p, name, data, n, evict and store.client_reads_device,
-                     folder_below(t.study_dir(STUDY.name), "checkpoints", create=False), cgroup.capped)
-    if not store.client_reads_device:
-        cfg["s3"] = objects.client_config(store, data, evict)
+    store.evict_cold(run, [store.key(f"{name}/data")], drop=True)   # its files here (a gateway's too), or none
+    store.warm(data["files"][0])
+    group = store.client_group(run, memory_limit)     # a directory's throttle and page-cache cap; S3: none
+    capped = group is not None and group.memory_limit_bytes is not None
+    cgroup = RunCgroup(group, bool(run.emulated), capped)    # the profile on (the client's cgroup or the gateway's)
+    evict = memory_limit is not None and not capped and data["backing"] is not None
+    cfg = run_config(p, name, data, n, evict, folder_below(t.study_dir(STUDY.name), "checkpoints", create=False),
+                     capped)
+    # which loader the accelerators run, and how its rows say the page cache was kept out (on S3 the gateway's
+    # files are the cache, elsewhere than the client)
+    objects_side = on_s3(t)
+    cfg.update({"loader": "objects" if objects_side else "files", "store": asdict(store.handle()),
+                "sizes": data["sizes"], "backing": data["backing"]})
     if p.mlperf_rules:
         cfg["seed"] = p.seed + run.repeat     # the rules: the shuffle seed changes every run
     if FAULT:
         cfg.update(FAULT)
-    io_group = group if store.client_reads_device else store.group    # S3: the gateway reads the device
+    io_group = store.io_group(group)     # where the store's device reads are counted: the client's, or its gateway's
     cgio, cores = CgroupIoSampler(io_group, t.device, run.params.run.monitor_interval_s), CoreBusy()
-    io_before = None if store.client_reads_device else cgroup_read_stats(io_group, t.device)
+    io_before = cgroup_read_stats(io_group, t.device)
     gw_cpu_before = store.server_cpu_seconds()
     run.add_sampler(cgio)
     run.add_sampler(cores)
@@ -412,16 +367,15 @@ def _run_one(run, config: EmulateConfig, store) -> Measurement:
     gw_cpu_after = store.server_cpu_seconds()
     mem_stats = group.memory_stats() if cgroup.capped else {}
     summary, per, lat = summarize(raw, cfg, n)
-    reads = CgroupReads(cgroup_read_stats(group, t.device) if store.client_reads_device else
-                        _delta(io_before, cgroup_read_stats(io_group, t.device)), cgio.window(*summary.pop("window_t")))
+    reads = CgroupReads(_delta(io_before, cgroup_read_stats(io_group, t.device)), cgio.window(*summary.pop("window_t")))
     row = {**_row(run, config, data, cfg, summary, reads, cgroup), **cgio.summary(), **mem_stats,
            **cores.summary(), "device_read_latency_us_idle": run.sweep.state.idle_latency_us.get(t.name),
            "host_roles": host_roles(per, raw.get("launch_host") or socket.gethostname()),
            **check_columns(config, confined),
            "mlperf_run": mlperf.run_kind(run.repeat) if p.mlperf_rules and not config.cpus_confined else None,
            **objects.gateway_columns(store, gw_cpu_before, gw_cpu_after, summary)}
-    if not store.client_reads_device:
-        row["dataset_sizing"] = objects.sizing(store, evict)
+    if objects_side:
+        row["dataset_sizing"] = objects.sizing(data, evict)
     row.update(_limit_columns(run, row))
     row.update(_search_columns(p, config, time.perf_counter() - began, t))
     ids = {"run_id": run.run_id, "target": t.name, "workload": name, "accelerators": n, "repeat": run.repeat}
@@ -450,13 +404,5 @@ def finish(sweep, frame) -> None:
                            f"{got.get('accelerators_supported_text')}: the rows' answer is reported")
 
 
-def close(sweep) -> None:
-    """Always (after an exception or a signal too): every S3 target's objects removed, its gateway stopped."""
-    if isinstance(sweep.state, EmulateState):
-        errors = objects.close(sweep.state)
-        if errors:
-            sweep.note("emulate: cleaning up an object target failed: " + "; ".join(errors))
-
-
-# The engine's optional hooks this study does not have (core/contract.py RunRoom).
-configure = None
+# The engine's optional hooks this study does not have (core/contract.py RunRoom); the stores are the engine's.
+configure = close = None

@@ -23,7 +23,7 @@ from ...core import columns
 from ...core.columns import Column
 from ...kit import client_check, runs
 from ...kit.client_bound import BOUND_FRACTION
-from ...kit.latency import bin_edges_us, log2_bin, new_histogram
+from ...kit.latency import bin_edges_us, log2_bin, new_histogram, percentile
 from ...report.headlines import versus_reference
 from .client import Call
 from .workload import GIB
@@ -117,7 +117,7 @@ def union_s(intervals) -> float:
 
 
 def _pct(values_s, q) -> float | None:
-    return float(np.percentile(np.asarray(values_s) * 1e3, q)) if len(values_s) else None
+    return percentile(values_s, q, 1e3)
 
 
 def reload_fit(sizes, seconds, most_bytes_per_s: float | None = None) -> tuple[float | None, float]:

@@ -47,10 +47,16 @@ def section(study_dir: Path, frame, names: list[str]) -> None:
     _analysis(pts, pairs, study)
 
 
+def _client_words(client: str) -> str:
+    """The study's client as its study.json names it: the compiled worker since issue 58, boto3 before."""
+    return "a compiled client (Go with minio-go, one process, one connection per request in flight)" \
+        if client == "minio-go" else client
+
+
 def _what_ran(frame, study: dict, pts) -> None:
     objs = ", ".join(f"{k}: {v}" for k, v in study.get("objects", {}).items())
     show_md(
-        f"**What ran.** Whole-object GETs and PUTs through {study.get('client', 'boto3')} at object sizes "
+        f"**What ran.** Whole-object GETs and PUTs through {_client_words(study.get('client', 'boto3'))} at object sizes "
         f"{', '.join(size_label(int(b)) for b in sorted(pts.object_bytes.unique()))} (K = 1,024 B) and "
         f"{', '.join(str(int(c)) for c in sorted(pts.concurrency.unique()))} requests in flight, "
         f"{', '.join(sorted(pts.load.unique()))}, {int(frame.repeat.max())} repeats; objects per point {objs}. "
@@ -60,8 +66,9 @@ def _what_ran(frame, study: dict, pts) -> None:
         "bytes / wall time in MB/s (10⁶ B/s); latency is per request, sent to last body byte. The client runs in "
         "a process of its own, so its CPU is its alone. A row is marked as limited by the CPU (limited_by, the "
         "evidence in limited_by_reason) when a client process used, or was ready to use, ≥ "
-        f"{study.get('client_bound_percent_of_usable_cores', 85)} % of the cores it can use (one for a Python "
-        "client: its interpreter lock; ready: a thread of it on a CPU or waiting for one, sampled every 20 ms), "
+        f"{study.get('client_bound_percent_of_usable_cores', 85)} % of the cores it can use (its requests in "
+        "flight, capped by its CPUs; one for a Python client: its interpreter lock; ready: a thread of it on a CPU "
+        "or waiting for one, sampled every 20 ms), "
         f"when the client, or client + gateway, used or wanted ≥ "
         f"{study.get('client_limit_percent', 80)} % of all {study.get('cpus')} CPUs, or when the whole machine was "
         "≥ 90 % busy: such a figure is the client's or the CPU's ceiling, not the store's.")

@@ -8,7 +8,7 @@ from ...core import columns
 from ...core.columns import Column
 from ...kit import runs as kit_runs
 from ...report.headlines import versus_reference
-from ...kit.s3study import same_device_pairs
+from ...core.targets import same_device_pairs
 
 KEYS = ["load", "op", "object_bytes", "concurrency"]
 

@@ -15,7 +15,7 @@ class BusyParams(Strict):
 
 
 class ObjectSweepParams(OnSomeTargets):     # targets (a subset of the target names) and how the engine uses it: core.config
-    client: Literal["boto3"] = "boto3"                   # docs/targets.md: why boto3, not s3dlio
+    client: Literal["minio-go"] = "minio-go"             # the compiled client (kit/s3worker): docs/studies/object_sweep.md
     ops: list[Literal["put", "get"]] = Field(default_factory=lambda: ["put", "get"], min_length=1)
     object_sizes: list[int | str] = Field(default_factory=lambda: ["64k", "1m"], min_length=1, validate_default=True)
     concurrency: list[int] = Field(default_factory=lambda: [1, 8], min_length=1)
@@ -23,7 +23,9 @@ class ObjectSweepParams(OnSomeTargets):     # targets (a subset of the target na
     # tops out near one core (its interpreter lock), so several let the client use more cores
     client_processes: int = Field(1, ge=1, le=64)
     # also run the compiled reference client (benchmarks/s3ref, Go with minio-go; `make s3ref`) at every idle point
-    # on a local-gateway target, on the same keys and cold state, order alternating by repeat: its MB/s beside ours
+    # on a local-gateway target, on the same keys and cold state, order alternating by repeat: its MB/s beside ours.
+    # Since issue 58 the study's client is minio-go too (a newer release): a check of one library against itself,
+    # not an independent reference; benchmarks/object_clients.py compares with s3dlio
     reference_client: bool = False
     mib_per_point: float = Field(8, gt=0, le=1 << 20)     # data moved per point: objects = this / object size ...
     min_objects: int = Field(8, ge=1, le=1 << 20)         # ... but at least this many
@@ -63,6 +65,13 @@ class ObjectSweepParams(OnSomeTargets):     # targets (a subset of the target na
         `validate` and this study's run, not a load of another study's params)."""
         from .worker import check_budget
         check_budget(self)
+
+    def check_tools(self) -> None:
+        """The compiled client every batch runs in (kit/s3worker, `make s3worker`): checked by core.machine_fit when
+        a run starts, before anything is made (one line)."""
+        from ...kit import s3worker
+        if s3worker.missing():
+            raise ValueError(f"object_sweep: {s3worker.missing()}")
 
     def objects_for(self, size: int) -> int:
         return max(self.min_objects, min(self.max_objects, int(self.mib_per_point * 2**20 // size)))

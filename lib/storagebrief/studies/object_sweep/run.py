@@ -1,16 +1,18 @@
 """The object sweep on the shared engine (core.sweep): GET and PUT at object size x concurrency, idle
 vs busy, on every S3 target and, with the same client code path, on every directory target.
 
-prepare() makes one store per target (core.store, through kit.s3study.store_for) and every call goes through it.
-S3 targets: an ObjectStore (core.s3store): the local gateway (versitygw) starts inside a cgroup holding the
-target's throttle (or one that only holds it), so the device I/O it does is the emulated device's; an external
-endpoint gets its own run prefix. Directory targets: a DirStore on the study's folder; the same batches read and
-write whole files, in a worker inside the run's throttle cgroup. Each run is one
-worker process (worker.py: the client's CPU is its own), started before the clock; the busy load
+Every target's store is the engine's (sweep.store, core/stores.py: one per target for the whole run) and every
+call goes through it. S3 targets: an ObjectStore (core.s3store): the local gateway (versitygw) starts inside a
+cgroup holding the target's throttle (or one that only counts), so the device I/O it does is the emulated
+device's; an external endpoint gets its own run prefix. Directory targets: a DirStore on the study's folder; the
+same batches read and write whole files, in a worker inside the cgroup the store names (store.client_group: the
+target's throttle). The client is compiled (kit/s3worker: Go with minio-go; `make s3worker`): it opens the
+target's store itself from its handle (core.store.StoreHandle) and moves every byte; Python starts it and reads
+its counts. Each run is one worker process (worker.py: the client's CPU is its own), started before the clock; the busy load
 (stress-ng at busy.cpu_percent of every CPU) runs beside it, outside every cgroup. GET reads the
 objects dataset.py wrote in prepare, from a cold cache where the files are on this machine; PUT writes
-a point's own keys, removed after the run (outside the clock). close() stops the gateways and removes
-everything the study wrote on object targets (external: only its run prefix).
+a point's own keys, removed after the run (outside the clock). The engine closes the stores: the gateways stop
+and everything the study wrote on object targets goes (external: only its run prefix).
 """
 from __future__ import annotations
 
@@ -18,14 +20,14 @@ import os
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass
 
-from ...core import cgroups, procs, results
+from ...core import procs, results
 from ...core.config import ParamsError
 from ...core.s3store import S3Failed
 from ...core.store import Store
 from ...core.sweep import Measurement, Point
-from ...kit import client_bound, s3ops, s3ref, s3study, space
+from ...kit import client_bound, s3ops, s3ref, s3worker, space
 from ...kit.child import Child
 from ...kit.client_bound import BOUND_FRACTION
 from ...kit.s3study import CLIENT_LIMIT_PERCENT, judge_row
@@ -51,16 +53,9 @@ class Config:
         return f"{self.load} {self.op.upper()} {size_label(self.object_bytes)} x{self.concurrency}"
 
 
-@dataclass
-class ObjectState:
-    stores: dict[str, Store] = field(default_factory=dict)             # target name -> its store (core.store)
-    groups: dict[str, cgroups.Cgroup] = field(default_factory=dict)    # S3 target name -> its gateway's cgroup
-
-
 # --------------------------------------------------------------------------- prepare
 def _store(sweep, t) -> Store:
-    return s3study.store_for(sweep, t, STUDY.name, "osweep", max(sweep.p.concurrency), sweep.state,
-                             dataset.dir_root(t))
+    return sweep.store(t, pool=max(sweep.p.concurrency))
 
 
 def prepare(sweep) -> None:
@@ -71,7 +66,6 @@ def prepare(sweep) -> None:
     if p.reference_client and s3ref.missing():
         raise ParamsError(f"object_sweep.reference_client is true but {s3ref.missing()}; build it or set it false")
     check_budget(p)                 # the machine's limits now (validate too)
-    sweep.state = ObjectState()
     local = [t for t in sweep.targets if t.on_this_machine]
     space.check_space(local, lambda t: dataset.needed_bytes(p, p.ops), "the object sweep's objects")
     for t in sweep.targets:
@@ -81,12 +75,11 @@ def prepare(sweep) -> None:
 
 def _study_json(sweep) -> dict:
     p: ObjectSweepParams = sweep.p
-    st: ObjectState = sweep.state
     return {"client": p.client, "client_limit_percent": CLIENT_LIMIT_PERCENT, "cpus": os.cpu_count(),
             "client_bound_percent_of_usable_cores": round(100 * BOUND_FRACTION),
             "objects": {size_label(s): p.objects_for(s) for s in p.object_sizes},
             "busy_cpu_percent": p.busy.cpu_percent if "busy" in p.loads else None,
-            "targets": {t.name: {"kind": t.kind, **st.stores[t.name].describe(),
+            "targets": {t.name: {"kind": t.kind, **_store(sweep, t).describe(),
                                  "device": t.device.name if t.device else None}
                         for t in sweep.targets}}
 
@@ -107,12 +100,9 @@ def run_id(config: Config, target, repeat: int) -> str:
 def _worker_cfg(run, c: Config, keys: list[str], store: Store) -> tuple[dict, dict]:
     """The worker's configuration (stdin) and environment: credentials never go on stdin, argv or a file."""
     p = run.p
-    reach = store.child_config()
-    creds = reach.pop("credentials", None) or {}
-    env = {"STORAGEBRIEF_S3_ACCESS": creds["aws_access_key_id"],
-           "STORAGEBRIEF_S3_SECRET": creds["aws_secret_access_key"]} if creds else {}
+    handle, env = store.handle().without_secrets()
     return {"op": c.op, "size": c.object_bytes, "concurrency": c.concurrency, "seed": p.seed, "keys": keys,
-            **reach}, env
+            "store": asdict(handle)}, env
 
 
 def _busy_load(run, scope: procs.Scope) -> subprocess.Popen:
@@ -135,9 +125,9 @@ def _keys(c: Config, run, store) -> list[str]:
 
 def run_one(run, config: Config) -> Measurement:
     t = run.target
-    store: Store = run.sweep.state.stores[t.name]
+    store: Store = _store(run.sweep, t)
     keys = _keys(config, run, store)
-    group = s3study.client_group(run, store)
+    group = store.client_group(run)
     cfg, env = _worker_cfg(run, config, keys, store)
     scope = procs.Scope(run.run_id, group)
     busy = procs.Scope(f"{run.run_id}-busy")
@@ -182,18 +172,20 @@ def shares(keys: list[str], concurrency: int, processes: int) -> list[tuple[list
 
 
 def _start_workers(run, scope, store, cfg: dict, env: dict, parts: list[tuple[list[str], int]]) -> list[Child]:
-    """Every worker started (imports, client) and ready before the clock; none touches data before 'go'. Each is a
-    kit.child in the run's cgroup (a directory target's throttle): a fresh interpreter, its log in logs/."""
+    """Every worker started (its client, a PUT's body) and ready before the clock; none touches data before 'go'.
+    Each is the compiled client (kit/s3worker) in the run's cgroup (a directory target's throttle), its log in
+    logs/; a PUT's folders exist first, as a bucket does."""
     logs = run.sweep.out_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     join = list(scope.group.procs_files) if scope.group is not None else None
+    if cfg["op"] == "put":
+        store.prepare_puts([k for keys, _ in parts for k in keys])
     workers: list[Child] = []
     try:
         for i, (keys, conc) in enumerate(parts):
-            w = Child(f"{STUDY.package}.worker", {}, logs / f"{run.run_id}-worker-{i}.log",
-                      f"object-sweep worker {i}", env=env, join=join)
+            w = s3worker.start({**cfg, "keys": keys, "concurrency": conc}, env,
+                               logs / f"{run.run_id}-worker-{i}.log", f"object-sweep worker {i}", join)
             workers.append(w)
-            w.send({**cfg, "keys": keys, "concurrency": conc, "part": len(parts) > 1})
         for w in workers:
             _expect(store, w, "ready", READY_S)
     except BaseException:
@@ -227,12 +219,14 @@ def _measure(run, c: Config, store, scope, busy, cfg: dict, env: dict, keys: lis
         if c.load == "busy":
             _busy_load(run, busy)
         g0 = store.server_cpu_seconds()
+        sched0 = [client_bound.thread_sched(w.pid) for w in workers]
         with client_bound.ReadySampler([w.pid for w in workers]) as ready:   # sampled from here, not in the worker
             run.start_clock()
             for w in workers:                   # one 'go' each, back to back: the shares start together
                 w.send(GO)
             got = [_expect(store, w, "done", BATCH_S) for w in workers]
             run.stop_clock()
+        sched1 = [client_bound.thread_sched(w.pid) for w in workers]
         g1 = store.server_cpu_seconds()
     finally:
         busy.kill()
@@ -241,9 +235,9 @@ def _measure(run, c: Config, store, scope, busy, cfg: dict, env: dict, keys: lis
     if failed:
         store.check()
         raise S3Failed(f"target '{run.target.name}' {c.label}: {failed[0]}")
-    got = [{**r["batch"], "client_processes": client_bound.add_ready(r["batch"].get("client_processes") or [],
-                                                                      ready.fractions())} for r in got]
-    row = got[0] if len(got) == 1 else s3ops.merged(got).row()
+    parts = [s3worker.batch(r, w.pid, s0, s1).part() for r, w, s0, s1 in zip(got, workers, sched0, sched1)]
+    parts = [{**b, "client_processes": client_bound.add_ready(b["client_processes"], ready.fractions())} for b in parts]
+    row = s3ops.merged(parts).row()
     if c.op == "put":
         store.delete(keys)          # a PUT point's objects go after the run (outside the clock): space stays bounded
     if reference and not ref_first:
@@ -268,8 +262,7 @@ def _reference(run, c: Config, store, scope, keys: list[str]) -> dict:
     objects evicted first, a PUT's keys absent (removed after its batch). Outside the run's clock."""
     if c.op == "get":
         _cold_cache(run, c, store)
-    b = s3ref.Batch(store.endpoint, store.bucket, store.s3.region, store.gateway.credentials, c.op, c.object_bytes,
-                    c.concurrency, keys, scope, READY_S)
+    b = s3ref.Batch(store.handle(), c.op, c.object_bytes, c.concurrency, keys, scope, READY_S)
     b.go()
     got = b.result(BATCH_S)
     if c.op == "put":
@@ -296,15 +289,5 @@ def finish(sweep, frame) -> None:
     results.write_csv(sweep.out_dir / "pairs.csv", metrics.pairs(frame, sweep.targets))
 
 
-def close(sweep) -> None:
-    """Always: every store closed (gateway stopped, what the study wrote removed), cgroups removed."""
-    st = sweep.state if isinstance(sweep.state, ObjectState) else None
-    if st is None:
-        return
-    errors = s3study.close_all(st.stores.values(), st.groups.values())
-    if errors:
-        sweep.note("object_sweep: cleaning up an object target failed: " + "; ".join(errors))
-
-
-# The engine's optional hooks this study does not have (core/contract.py RunRoom).
-configure = skip = None
+# The engine's optional hooks this study does not have (core/contract.py RunRoom); the stores are the engine's.
+configure = skip = close = None

@@ -1,59 +1,17 @@
-"""One batch of GETs or PUTs in a process of its own (python -m storagebrief.studies.object_sweep.worker).
-
-Its own process so that its CPU time is the client's alone (the engine's monitor and trace readers run
-in the study's process) and, on a directory target, so that it can sit in the target's throttle cgroup.
-The configuration comes on stdin as JSON, credentials in the environment (never argv or a file):
-STORAGEBRIEF_S3_ACCESS / STORAGEBRIEF_S3_SECRET for the local gateway, else boto3's own chain (the
-environment or the AWS profile named in the config). A kit.child: it says {"event": "ready"} once imports,
-client and payload are made, runs the batch on {"cmd": "go"} and says {"event": "done", "batch": row} (or
-{"event": "done", "error": "..."}: the parent names a dead gateway before the error)."""
+"""The object sweep's worker: its start command and its budget. The worker itself is compiled (s3worker/main.go, Go
+with minio-go, run through kit/s3worker): one batch of GETs or PUTs in a process of its own, so that its CPU time
+is the client's alone (the engine's monitor and trace readers run in the study's process) and, on a directory
+target, so that it can sit in the target's throttle cgroup."""
 from __future__ import annotations
 
-import json
 import os
-import sys
 
 GO = {"cmd": "go"}             # the parent's start: the clock runs
 
 
-def main() -> int:
-    cfg = json.loads(sys.stdin.readline())
-    from ...kit import s3ops
-
-    # a PUT's body made once, the one copy its threads all send; a GET holds none (only its size: it was a
-    # zeroed copy of the object, never read)
-    body = s3ops.payload(cfg["size"], cfg["seed"]) if cfg["op"] == "put" else cfg["size"]
-    client = None
-    if cfg.get("endpoint"):      # the run's store's child_config (core.store): this process's own client
-        from ...core.s3store import S3Client
-        creds = ({"aws_access_key_id": os.environ.pop("STORAGEBRIEF_S3_ACCESS"),
-                  "aws_secret_access_key": os.environ.pop("STORAGEBRIEF_S3_SECRET")}
-                 if "STORAGEBRIEF_S3_ACCESS" in os.environ else None)
-        client = S3Client({**cfg, "credentials": creds, "pool": cfg["concurrency"]}).client
-    _say({"event": "ready"})
-    if json.loads(sys.stdin.readline() or "{}") != GO:
-        return 1
-    try:
-        if client is not None:
-            batch = s3ops.boto3_batch(client, cfg["bucket"], cfg["op"], cfg["keys"], body, cfg["concurrency"])
-        else:
-            batch = s3ops.file_batch(cfg["folder"], cfg["op"], cfg["keys"], body, cfg["concurrency"])
-    except Exception as exc:   # noqa: BLE001 -- the parent names the cause (a dead gateway first)
-        from ...core.s3store import explain
-        msg = explain(exc, cfg.get("endpoint") or cfg.get("folder"), cfg.get("bucket", ""), "endpoint")
-        _say({"event": "done", "error": msg})
-        return 0
-    # one of several processes sharing the point: its part, latencies included, for the parent to merge
-    _say({"event": "done", "batch": batch.part() if cfg.get("part") else batch.row()})
-    return 0
-
-
-def _say(event: dict) -> None:
-    print(json.dumps(event), flush=True)
-
-
 # --------------------------------------------------------------------------- the sweep's budget
-WORKER_OWN_BYTES = 128 << 20   # the worker's Python, numpy and boto3 client (measured 48 MiB on a directory; ×2 for S3)
+WORKER_OWN_BYTES = 128 << 20   # the worker's own (the Go client's runtime and buffers: 1 MiB a request; kept at the
+                               # Python worker's 48 MiB measured ×2, an upper bound)
 READ_CHUNK = 1 << 20           # a GET's read per request in flight (s3ops)
 
 
@@ -83,6 +41,3 @@ def check_budget(p, room=None) -> None:
                  how=(f"{workers:,} workers × ({each})" if workers > 1 else each)
                      + f" + {conc:,} × {READ_CHUNK / budget.MIB:.0f} MiB read chunks",
                  lower="lower object_sweep.object_sizes, concurrency or client_processes")
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import mmap
 import os
-import resource
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
+
+from ...kit.client_bound import cpu_seconds   # this process, every thread (kvikio's pool included)
 
 PLAT_BITS = 6                      # fio's FIO_IO_U_PLAT_BITS: 64 buckets per power of two
 PLAT_VAL = 1 << PLAT_BITS
@@ -102,12 +103,6 @@ class Counters:
         with self._lock:
             self._advance(time.perf_counter())
             self._measuring = on
-
-
-def cpu_seconds() -> float:
-    """This process's CPU time, user + system, all threads (kvikio's pool included)."""
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    return ru.ru_utime + ru.ru_stime
 
 
 def run_queue(read_one: Callable[[int, int], None], qd: int, block_bytes: int, file_bytes: int,

@@ -13,12 +13,12 @@ involved). The third, the block layer's, is the launcher's (run.py).
 """
 from __future__ import annotations
 
-import resource
 import time
 from pathlib import Path
 
 import numpy as np
 
+from ...kit.client_bound import cpu_seconds
 from ...kit.ranks import Worker
 from .dataset import engine
 
@@ -34,10 +34,6 @@ def read_bytes() -> int:
                 return int(line.split()[1])
     return 0
 
-
-def cpu_seconds() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
 
 
 def _setup(rank: int, n: int, cfg: dict) -> dict:

@@ -1,0 +1,252 @@
+// s3worker: the object sweep's client (studies/object_sweep/run.py): one batch of whole-object GETs or PUTs on
+// the target's store, a directory's files or an S3 bucket through minio-go, with `concurrency` requests in flight
+// (goroutines sharing one client, one connection each). Python only starts it and reads its counts.
+//
+// It speaks the JSON lines of kit/child.py: its configuration is the first line on stdin ({"op", "size",
+// "concurrency", "seed", "keys", "store": the target's core.store.StoreHandle}), S3 credentials in its environment
+// (STORAGEBRIEF_S3_ACCESS / STORAGEBRIEF_S3_SECRET; else AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or the AWS
+// profile the handle names), never argv. It says {"event": "ready"} once its client and a PUT's body are made,
+// runs the batch on {"cmd": "go"} and says {"event": "done", "batch": {...}} or {"event": "done", "error": "..."}.
+// A GET counts the bytes it received and fails when they are not the object's size; a PUT counts its body once
+// the store acknowledged it. Every request is timed from its start to its last byte; the CPU is this process's
+// (getrusage: user + system, every thread) over the batch.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+)
+
+type s3Reach struct {
+	Endpoint   string `json:"endpoint"`
+	Bucket     string `json:"bucket"`
+	Region     string `json:"region"`
+	Profile    string `json:"profile"`
+	VerifyTLS  *bool  `json:"verify_tls"`
+	Addressing string `json:"addressing"`
+}
+
+type config struct {
+	Op          string   `json:"op"`
+	Size        int64    `json:"size"`
+	Concurrency int      `json:"concurrency"`
+	Seed        int64    `json:"seed"`
+	Keys        []string `json:"keys"`
+	Store       struct {
+		Folder *string  `json:"folder"`
+		S3     *s3Reach `json:"s3"`
+	} `json:"store"`
+}
+
+// one request on the store: the bytes sent (PUT) or received (GET)
+type request func(ctx context.Context, key string) (int64, error)
+
+// read buffers (1 MiB), one per request in flight, reused: a buffer made per request cost more CPU than the
+// request itself at small objects
+var buffers = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}
+
+func say(event map[string]any) {
+	out, _ := json.Marshal(event)
+	fmt.Println(string(out))
+}
+
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return -1
+	}
+	return float64(ru.Utime.Sec+ru.Stime.Sec) + float64(ru.Utime.Usec+ru.Stime.Usec)/1e6
+}
+
+func folderRequests(folder string, op string, body []byte) request {
+	if op == "put" { // a whole file written and closed (no fsync, no rename), as a plain file write
+		return func(_ context.Context, key string) (int64, error) {
+			err := os.WriteFile(filepath.Join(folder, key), body, 0o666)
+			if err != nil {
+				return 0, err
+			}
+			return int64(len(body)), nil
+		}
+	}
+	return func(_ context.Context, key string) (int64, error) { // read to its end in 1 MiB reads, dropped
+		f, err := os.Open(filepath.Join(folder, key))
+		if err != nil {
+			return 0, err
+		}
+		defer f.Close()
+		bp := buffers.Get().(*[]byte)
+		defer buffers.Put(bp)
+		buf := *bp
+		var n int64
+		for {
+			m, err := f.Read(buf)
+			n += int64(m)
+			if errors.Is(err, io.EOF) {
+				return n, nil
+			}
+			if err != nil {
+				return n, err
+			}
+		}
+	}
+}
+
+func s3Client(r *s3Reach, conc int) (*minio.Client, error) {
+	u, err := url.Parse(r.Endpoint)
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("endpoint %q is not a URL like http://127.0.0.1:7070", r.Endpoint)
+	}
+	secure := u.Scheme == "https"
+	transport, err := minio.DefaultTransport(secure)
+	if err != nil {
+		return nil, err
+	}
+	transport.MaxIdleConnsPerHost, transport.MaxConnsPerHost = conc, conc // one connection per request in flight
+	if secure && r.VerifyTLS != nil && !*r.VerifyTLS {
+		transport.TLSClientConfig = &tls.Config{InsecureSkipVerify: true}
+	}
+	var creds *credentials.Credentials
+	if access := os.Getenv("STORAGEBRIEF_S3_ACCESS"); access != "" {
+		creds = credentials.NewStaticV4(access, os.Getenv("STORAGEBRIEF_S3_SECRET"), "")
+		os.Unsetenv("STORAGEBRIEF_S3_ACCESS")
+		os.Unsetenv("STORAGEBRIEF_S3_SECRET")
+	} else {
+		creds = credentials.NewChainCredentials([]credentials.Provider{
+			&credentials.EnvAWS{}, &credentials.FileAWSCredentials{Profile: r.Profile}})
+	}
+	lookup := minio.BucketLookupPath
+	if r.Addressing == "virtual" {
+		lookup = minio.BucketLookupDNS
+	}
+	return minio.New(u.Host, &minio.Options{Creds: creds, Secure: secure, Region: r.Region, Transport: transport,
+		BucketLookup: lookup})
+}
+
+func s3Requests(client *minio.Client, bucket string, op string, body []byte) request {
+	if op == "put" {
+		return func(ctx context.Context, key string) (int64, error) {
+			_, err := client.PutObject(ctx, bucket, key, bytes.NewReader(body), int64(len(body)),
+				minio.PutObjectOptions{ContentType: "application/octet-stream", DisableMultipart: true})
+			if err != nil {
+				return 0, err
+			}
+			return int64(len(body)), nil
+		}
+	}
+	return func(ctx context.Context, key string) (int64, error) {
+		obj, err := client.GetObject(ctx, bucket, key, minio.GetObjectOptions{})
+		if err != nil {
+			return 0, err
+		}
+		defer obj.Close()
+		bp := buffers.Get().(*[]byte)
+		defer buffers.Put(bp)
+		return io.CopyBuffer(io.Discard, obj, *bp)
+	}
+}
+
+func run(cfg *config, one request) map[string]any {
+	ctx := context.Background()
+	lat := make([]float64, len(cfg.Keys))
+	var next, moved int64
+	var firstErr atomic.Value
+	var wg sync.WaitGroup
+	cpu0, t0 := cpuSeconds(), time.Now()
+	for w := 0; w < cfg.Concurrency; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := atomic.AddInt64(&next, 1) - 1
+				if i >= int64(len(cfg.Keys)) || firstErr.Load() != nil {
+					return
+				}
+				start := time.Now()
+				n, err := one(ctx, cfg.Keys[i])
+				if err == nil && n != cfg.Size {
+					err = fmt.Errorf("returned %d of %d bytes: a short body is not a whole object", n, cfg.Size)
+				}
+				if err != nil {
+					firstErr.CompareAndSwap(nil, fmt.Sprintf("%s %s: %v", cfg.Op, cfg.Keys[i], err))
+					return
+				}
+				lat[i] = time.Since(start).Seconds()
+				atomic.AddInt64(&moved, n)
+			}
+		}()
+	}
+	wg.Wait()
+	wall, cpu := time.Since(t0).Seconds(), cpuSeconds()-cpu0
+	if e := firstErr.Load(); e != nil {
+		return map[string]any{"event": "done", "error": e}
+	}
+	return map[string]any{"event": "done", "batch": map[string]any{
+		"op": cfg.Op, "objects": len(cfg.Keys), "object_bytes": cfg.Size, "bytes_moved": moved,
+		"concurrency": cfg.Concurrency, "wall_seconds": wall, "client_cpu_seconds": cpu, "latencies_s": lat}}
+}
+
+func main() {
+	in := bufio.NewReaderSize(os.Stdin, 1<<20)
+	line, err := in.ReadBytes('\n')
+	var cfg config
+	if err == nil {
+		err = json.Unmarshal(line, &cfg)
+	}
+	if err != nil {
+		say(map[string]any{"event": "error", "error": fmt.Sprintf("no configuration on stdin: %v", err)})
+		os.Exit(2)
+	}
+	if (cfg.Op != "get" && cfg.Op != "put") || cfg.Concurrency < 1 || cfg.Size < 1 {
+		say(map[string]any{"event": "error", "error": fmt.Sprintf(
+			"op %q (allowed: get, put), concurrency %d and size %d (both >= 1)", cfg.Op, cfg.Concurrency, cfg.Size)})
+		os.Exit(2)
+	}
+	var body []byte
+	if cfg.Op == "put" { // made once, the one copy every request sends; random: incompressible
+		body = make([]byte, cfg.Size)
+		rand.New(rand.NewSource(cfg.Seed)).Read(body)
+	}
+	var one request
+	switch {
+	case cfg.Store.Folder != nil:
+		one = folderRequests(*cfg.Store.Folder, cfg.Op, body)
+	case cfg.Store.S3 != nil:
+		client, err := s3Client(cfg.Store.S3, cfg.Concurrency)
+		if err != nil {
+			say(map[string]any{"event": "error", "error": fmt.Sprintf("S3 client: %v", err)})
+			os.Exit(2)
+		}
+		one = s3Requests(client, cfg.Store.S3.Bucket, cfg.Op, body)
+	default:
+		say(map[string]any{"event": "error", "error": "the configuration names no store (folder or s3)"})
+		os.Exit(2)
+	}
+	say(map[string]any{"event": "ready"})
+	for {
+		line, err := in.ReadBytes('\n')
+		var cmd map[string]any
+		if err != nil || json.Unmarshal(line, &cmd) != nil || cmd["cmd"] == "exit" {
+			return
+		}
+		if cmd["cmd"] == "go" {
+			say(run(&cfg, one))
+		}
+	}
+}
