@@ -190,6 +190,7 @@ def test_every_studys_notebook_ran_in_the_chain_and_shows_its_runs(tiny_chain):
     assert changed.returncode == 0 and changed.stdout == ""
 
 
+@pytest.mark.slow
 def test_every_studys_results_json_is_strict_json(tiny_chain):
     """Issue 57: results are valid JSON in every study, not only vector_search: each JSON file a study wrote in its
     results folder (status, notes, study, summaries, inventory, …; what other tools wrote below it not counted)
