@@ -132,7 +132,9 @@ def test_the_capacity_lru_drops_the_least_recently_used_files(tmp_path):
     kept = [k for k in users.entries]
     assert kept == [r.key for r in reqs][-len(kept):]                 # the newest kept, oldest gone
     users._read(reqs[0].key, 0)
-    assert users.misses == 1
+    assert users.misses == 1 and users.turn_lookups == users.turn_misses == 0     # a decode read's miss
+    users.process(reqs[-1]._replace(reloads=(reqs[0].key, reqs[-2].key), decode_reads=0, key="next"))
+    assert (users.turn_lookups, users.turn_misses, users.misses) == (2, 1, 2)    # MLPerf's multi_turn_stats
     c.clear()
 
 

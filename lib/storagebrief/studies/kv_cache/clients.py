@@ -25,7 +25,8 @@ def _work(c: Client, rank: int, msg, line) -> dict:
         return c.run(time.monotonic())
     users = mlperf_users.Users(c)
     out = c.run(time.monotonic(), users.threads)
-    return {**out, "issued": users.issued, "misses": users.misses, "queued_at_end": users.queue.qsize()}
+    return {**out, "issued": users.issued, "misses": users.misses, "turn_lookups": users.turn_lookups,
+            "turn_misses": users.turn_misses, "queued_at_end": users.queue.qsize()}
 
 
 WORKER = Worker("kv_cache client", _setup, _work, ref=f"{__name__}:WORKER", on_failure=Client.clear)

@@ -58,6 +58,10 @@ COLUMNS: tuple[Column, ...] = (
     Column("requests_queued_at_end", "", "mlperf family: requests still waiting for a worker when the duration "
                                          "ended (never started, as in MLPerf's tool)"),
     Column("reload_misses", "", "mlperf family: reads of a cache the capacity LRU had evicted (no I/O)"),
+    Column("turn_reload_lookups", "", "mlperf family: earlier turns' caches a request looked up to reload (MLPerf's "
+                                      "multi_turn_stats: its hits + misses)"),
+    Column("turn_reload_misses", "", "mlperf family: those lookups that found the cache evicted (MLPerf's "
+                                     "multi_turn_stats cache_misses)"),
     Column("storage_reads", "", "KV entries read back from storage"),
     Column("storage_writes", "", "KV entries written to storage (requests' and evictions')"),
     Column("storage_read_bytes", "bytes", "bytes read from storage"),
@@ -151,10 +155,11 @@ def reload_fit(sizes, seconds, most_bytes_per_s: float | None = None) -> tuple[f
 
 def _open_loop(ranks: list[dict]) -> dict:
     """The mlperf family's queue figures, summed over the clients (absent for the closed loop)."""
-    keys = {"requests_issued": "issued", "requests_queued_at_end": "queued_at_end", "reload_misses": "misses"}
+    keys = {"requests_issued": "issued", "requests_queued_at_end": "queued_at_end", "reload_misses": "misses",
+            "turn_reload_lookups": "turn_lookups", "turn_reload_misses": "turn_misses"}
     if not ranks or "issued" not in ranks[0]:
         return {}
-    return {col: sum(int(c[k]) for c in ranks) for col, k in keys.items()}
+    return {col: sum(int(c.get(k, 0)) for c in ranks) for col, k in keys.items()}
 
 
 JOIN_TIMEOUT_S = 2.0              # MLPerf's thread.join(timeout=2.0) per thread after the deadline (benchmark.py:1248)

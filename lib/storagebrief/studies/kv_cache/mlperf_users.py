@@ -91,6 +91,7 @@ class Users:
         self.entries: OrderedDict = OrderedDict()        # key -> entry (client._put's), least recently used first
         self.stored = 0                                  # bytes of every entry kept, either tier
         self.misses = self.issued = 0
+        self.turn_lookups = self.turn_misses = 0         # earlier turns' reloads only (MLPerf's multi_turn_stats)
 
     def threads(self, deadline: float) -> list[threading.Thread]:
         users = [threading.Thread(target=self._user, args=(u, deadline), daemon=True, name=f"kv-user-{u}")
@@ -127,17 +128,23 @@ class Users:
                 self.entries.move_to_end(key)
             return entry
 
-    def _read(self, key: str, user: int) -> None:
+    def _read(self, key: str, user: int, turn: bool = False) -> None:
         entry = self._lookup(key)
-        if entry is None:                                 # evicted by capacity: MLPerf's miss, no I/O
+        if turn:
             with self.c.lock:
-                self.misses += 1
+                self.turn_lookups += 1
+        if entry is None:                                 # evicted by capacity: MLPerf's miss, no I/O
+            self._missed(turn)
             return
         try:
             self.c._reload(entry, user)
         except FileNotFoundError:                         # evicted while this read opened it
-            with self.c.lock:
-                self.misses += 1
+            self._missed(turn)
+
+    def _missed(self, turn: bool) -> None:
+        with self.c.lock:
+            self.misses += 1
+            self.turn_misses += turn
 
     def _make_room(self, nbytes: int) -> None:
         """Least recently used entries go until the new one fits the storage capacity (cache.py:431-437)."""
@@ -153,7 +160,7 @@ class Users:
 
     def process(self, req: Request) -> None:
         for key in req.reloads:                           # every earlier turn still cached
-            self._read(key, req.user)
+            self._read(key, req.user, turn=True)
         nbytes = req.context_tokens * self.spec["bytes_per_token"]
         self._make_room(nbytes)
         if self.allocs:
