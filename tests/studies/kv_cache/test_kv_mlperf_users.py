@@ -144,3 +144,47 @@ def test_an_mlperf_template_beyond_the_window_is_refused_naming_it():
                          "kv_cache": {"run": ["mlperf-closed-1"], "mlperf": {"templates": [
                              {"name": "x", "context_tokens": [1, 200000], "generate_tokens": [1, 2],
                               "think_s": [0, 1]}]}}}, root=REPO)
+
+
+def test_a_request_looks_up_every_turn_its_conversation_holds_when_taken_later_ones_included(tmp_path):
+    """The tool reloads get_all_previous_turn_keys at processing time: every key of the conversation but the
+    request's own, so turns its user enqueued meanwhile are looked up too and miss until written."""
+    c = Client(_spec(tmp_path), 0, incompressible(1 << 20))
+    c.evicted = {}
+    users = mu.Users(c)
+    reqs = []
+    for r in mu.user_requests(0, 0, c.spec):
+        if reqs and r.conversation != reqs[0].conversation:
+            break
+        reqs.append(r)
+    while len(reqs) < 3:                                       # one conversation of three turns
+        reqs.append(reqs[-1]._replace(turn=len(reqs) + 1, key=f"{reqs[0].key}-x{len(reqs)}"))
+    first, second, third = (r._replace(decode_reads=0) for r in reqs[:3])
+    for r in (first, second, third):
+        users.enqueue(r)
+    assert users.reloads(first) == [second.key, third.key]
+    users.process(first)                                       # both later turns not written yet: 2 misses
+    users.process(second)                                      # the first read, the third a miss
+    assert (users.turn_lookups, users.turn_misses) == (4, 3)
+    assert sum(1 for x in c.records if x.op == "read") == 1
+    c.clear()
+
+
+def test_a_decode_read_that_finds_its_file_evicted_writes_it_again_and_reads_no_more(tmp_path):
+    """benchmark.py:600-606: the first decode read missed, so the tool allocates the entry again, no batched reads."""
+    c = Client(_spec(tmp_path, storage_capacity_bytes=1), 0, incompressible(1 << 20))   # every file evicted at once
+    c.evicted = {}
+    users = mu.Users(c)
+    req = next(mu.user_requests(0, 0, c.spec))._replace(reloads=(), decode_reads=4)
+    users._make_room = lambda nbytes: None                      # written, then evicted before its first read:
+    put = users._write
+
+    def write_then_evict(r):
+        put(r)
+        with c.lock:
+            users.entries.pop(r.key, None)
+    users._write = write_then_evict
+    users.process(req)
+    ops = [x.op for x in c.records]
+    assert ops == ["write", "write"] and users.misses == 1      # no read: missed once, written again
+    c.clear()

@@ -8,10 +8,11 @@ commit 284ce72 (kv_cache_benchmark/kv_cache/, public fork idevasena/storage_mlco
   (benchmark.py:439-453, config.yaml:171-172). A request's context is U[L/4, L] tokens, its generation U[G/4, G]
   (benchmark.py:460-461); its cache is one file per turn holding that turn's context (conversation.py:79-96).
 - Workers: min(users, 500) threads take requests from the queue (benchmark.py:1231-1235); none starts after the
-  duration (benchmark.py:529-532). Per request: read back every earlier turn's file of the conversation still
-  cached (benchmark.py:552-565), write the new one (benchmark.py:567-573) under `max_concurrent_allocs` (a
+  duration (benchmark.py:529-532). Per request: read back every other turn's file of the conversation still
+  cached (benchmark.py:552-565): the turns enqueued by then, later ones included (conversation.py:98-104), write the new one (benchmark.py:567-573) under `max_concurrent_allocs` (a
   semaphore around the writes only, cache.py:277-280, 640-653; 0: none), then below 10,000 tokens read it
-  1 + ⌈G / 32⌉ times (benchmark.py:584-613).
+  1 + ⌈G / 32⌉ times (benchmark.py:584-613); where the first of those reads finds it evicted, write it again and
+  read no more (benchmark.py:600-606).
 - Capacity: the files stay until the storage tier's capacity is reached; then the least recently used go
   (cache.py:258-266, 431-437).
 
@@ -92,6 +93,7 @@ class Users:
         self.stored = 0                                  # bytes of every entry kept, either tier
         self.misses = self.issued = 0
         self.turn_lookups = self.turn_misses = 0         # earlier turns' reloads only (MLPerf's multi_turn_stats)
+        self.turns: dict = {}                            # (user, conversation) -> every turn's key enqueued so far
 
     def threads(self, deadline: float) -> list[threading.Thread]:
         users = [threading.Thread(target=self._user, args=(u, deadline), daemon=True, name=f"kv-user-{u}")
@@ -104,9 +106,14 @@ class Users:
             time.sleep(max(0.0, min(req.think_s, deadline - time.monotonic())))
             if time.monotonic() >= deadline or self.c.error is not None:
                 return
-            with self.c.lock:
-                self.issued += 1
-            self.queue.put(req)
+            self.enqueue(req)
+
+    def enqueue(self, req: Request) -> None:
+        """Queue a request, its key first added to its conversation's turns (the tool's add_turn)."""
+        with self.c.lock:
+            self.issued += 1
+            self.turns.setdefault((req.user, req.conversation), []).append(req.key)
+        self.queue.put(req)
 
     def _worker(self, deadline: float) -> None:
         try:
@@ -128,18 +135,21 @@ class Users:
                 self.entries.move_to_end(key)
             return entry
 
-    def _read(self, key: str, user: int, turn: bool = False) -> None:
+    def _read(self, key: str, user: int, turn: bool = False) -> bool:
+        """Read a cached file back: False where it is gone (evicted by capacity: MLPerf's miss, no I/O)."""
         entry = self._lookup(key)
         if turn:
             with self.c.lock:
                 self.turn_lookups += 1
-        if entry is None:                                 # evicted by capacity: MLPerf's miss, no I/O
+        if entry is None:
             self._missed(turn)
-            return
+            return False
         try:
             self.c._reload(entry, user)
         except FileNotFoundError:                         # evicted while this read opened it
             self._missed(turn)
+            return False
+        return True
 
     def _missed(self, turn: bool) -> None:
         with self.c.lock:
@@ -158,9 +168,25 @@ class Users:
                 self.stored -= victim["bytes"]
             self.c._drop(victim)
 
+    def reloads(self, req: Request) -> list[str]:
+        """The turns a request reloads, as the tool looks them up when a worker takes it: every key its conversation
+        holds then but its own (conversation.py:98-104), so turns its user enqueued since (an open loop) are looked
+        up too and miss unless written already; a request no user enqueued (a test's) reloads its earlier turns."""
+        with self.c.lock:
+            keys = self.turns.get((req.user, req.conversation))
+            return list(req.reloads) if keys is None else [k for k in keys if k != req.key]
+
     def process(self, req: Request) -> None:
-        for key in req.reloads:                           # every earlier turn still cached
+        for key in self.reloads(req):                     # every other turn of the conversation, if cached
             self._read(key, req.user, turn=True)
+        self._write(req)
+        if req.decode_reads and not self._read(req.key, req.user):
+            self._write(req)                              # evicted already: the tool writes it again, no more reads
+            return
+        for _ in range(req.decode_reads - 1):
+            self._read(req.key, req.user)
+
+    def _write(self, req: Request) -> None:
         nbytes = req.context_tokens * self.spec["bytes_per_token"]
         self._make_room(nbytes)
         if self.allocs:
@@ -173,8 +199,6 @@ class Users:
         with self.c.lock:
             self.entries[req.key] = entry
             self.stored += nbytes
-        for _ in range(req.decode_reads):
-            self._read(req.key, req.user)
 
     def clear(self) -> None:
         for entry in list(self.entries.values()):
