@@ -121,16 +121,16 @@ def test_writes_in_flight_never_exceed_max_concurrent_allocs(tmp_path, allocs):
 
 
 def test_the_capacity_lru_drops_the_least_recently_used_files(tmp_path):
-    c = Client(_spec(tmp_path, storage_capacity_bytes=200 * BPT), 0, incompressible(1 << 20))
+    c = Client(_spec(tmp_path, storage_capacity_bytes=100 * BPT), 0, incompressible(1 << 20))
     c.evicted = {}
     users = mu.Users(c)
     reqs = list(itertools.islice(mu.user_requests(0, 0, c.spec), 12))
     for r in reqs:
         users.process(r._replace(reloads=(), decode_reads=0))
     files = list((tmp_path / "c0").glob("*.kv"))
-    assert sum(f.stat().st_size for f in files) <= 200 * BPT
+    assert sum(f.stat().st_size for f in files) <= 100 * BPT
     kept = [k for k in users.entries]
-    assert kept == [r.key for r in reqs][-len(kept):]                 # the newest kept, oldest gone
+    assert 0 < len(kept) < len(reqs) and kept == [r.key for r in reqs][-len(kept):]   # the newest kept, oldest gone
     users._read(reqs[0].key, 0)
     assert users.misses == 1 and users.turn_lookups == users.turn_misses == 0     # a decode read's miss
     users.process(reqs[-1]._replace(reloads=(reqs[0].key, reqs[-2].key), decode_reads=0, key="next"))
@@ -187,4 +187,21 @@ def test_a_decode_read_that_finds_its_file_evicted_writes_it_again_and_reads_no_
     users.process(req)
     ops = [x.op for x in c.records]
     assert ops == ["write", "write"] and users.misses == 1      # no read: missed once, written again
+    c.clear()
+
+
+def test_users_draw_the_tools_qos_levels_and_the_queue_serves_the_highest_priority_first(tmp_path):
+    """workload.py:280-296 (interactive 0.15, responsive below 0.50, else batch) and the tool's PriorityQueue
+    keyed (-priority, time) (benchmark.py:168, 425-427): with a backlog, interactive users' requests go first."""
+    spec = _spec(tmp_path)
+    levels = collections.Counter(next(mu.user_requests(u, 0, spec)).priority for u in range(2000))
+    assert set(levels) == {1, 2, 3}
+    assert 0.12 < levels[3] / 2000 < 0.18 and 0.32 < levels[2] / 2000 < 0.38 and 0.47 < levels[1] / 2000 < 0.53
+    c = Client(spec, 0, incompressible(1 << 20))
+    users = mu.Users(c)
+    base = next(mu.user_requests(0, 0, spec))
+    for i, prio in enumerate([1, 3, 2, 3, 1]):
+        users.enqueue(base._replace(key=f"k{i}", priority=prio))
+    order = [users.queue.get_nowait()[-1].key for _ in range(5)]
+    assert order == ["k1", "k3", "k2", "k0", "k4"]
     c.clear()

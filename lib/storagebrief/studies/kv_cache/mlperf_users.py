@@ -7,16 +7,19 @@ commit 284ce72 (kv_cache_benchmark/kv_cache/, public fork idevasena/storage_mlco
 - Conversations: a user goes on with its conversation with probability 0.8 and at most `max_turns` turns
   (benchmark.py:439-453, config.yaml:171-172). A request's context is U[L/4, L] tokens, its generation U[G/4, G]
   (benchmark.py:460-461); its cache is one file per turn holding that turn's context (conversation.py:79-96).
+- QoS: each user draws a level after its template, interactive (priority 3) with probability 0.15, responsive (2)
+  below 0.50, else batch (1) (workload.py:280-296, config.yaml:75-107); the queue hands out the highest priority
+  first, then the earliest enqueued (benchmark.py:168, 425-427).
 - Workers: min(users, 500) threads take requests from the queue (benchmark.py:1231-1235); none starts after the
   duration (benchmark.py:529-532). Per request: read back every other turn's file of the conversation still
-  cached (benchmark.py:552-565): the turns enqueued by then, later ones included (conversation.py:98-104), write the new one (benchmark.py:567-573) under `max_concurrent_allocs` (a
-  semaphore around the writes only, cache.py:277-280, 640-653; 0: none), then below 10,000 tokens read it
+  cached (benchmark.py:552-565): the turns enqueued by then, later ones included (conversation.py:98-104);
+  write the new one (benchmark.py:567-573) under `max_concurrent_allocs` (a semaphore around the writes only, cache.py:277-280, 640-653; 0: none), then below 10,000 tokens read it
   1 + ⌈G / 32⌉ times (benchmark.py:584-613); where the first of those reads finds it evicted, write it again and
   read no more (benchmark.py:600-606).
 - Capacity: the files stay until the storage tier's capacity is reached; then the least recently used go
   (cache.py:258-266, 431-437).
 
-Left out: the QoS priority queue (FIFO here), the prefix cache (its system-prompt entries are never written
+Left out: the QoS latency targets, the prefix cache (its system-prompt entries are never written
 when caching is on by default, so its reads miss), RAG, autoscaling. Reads and writes are client.Client's
 (cold reads, fsync'ed writes of incompressible bytes), so both families count the same I/O.
 """
@@ -32,6 +35,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 MAX_WORKERS = 500                 # benchmark.py:1231
+INTERACTIVE, RESPONSIVE = 0.15, 0.50          # qos_distribution (config.yaml:105-107): priority 3 below, 2 below, 1
 
 
 class Request(NamedTuple):
@@ -44,6 +48,7 @@ class Request(NamedTuple):
     think_s: float                # the user's wait before enqueueing it
     reloads: tuple                # the earlier turns' keys of this conversation, oldest first
     decode_reads: int             # reads of the new file after its write (0 from prefill_only_tokens on)
+    priority: int = 1             # the user's QoS priority: 3 interactive, 2 responsive, 1 batch
 
 
 def workers(spec: dict) -> int:
@@ -58,16 +63,18 @@ def decode_reads(generate_tokens: int, context_tokens: int, spec: dict) -> int:
     return 1 + max(1, math.ceil(generate_tokens / spec["decode_batch_tokens"]))
 
 
-def profile(rng: random.Random, spec: dict) -> tuple[int, int, float]:
-    """(L, G, think s) of one user, from a template drawn at random."""
+def profile(rng: random.Random, spec: dict) -> tuple[int, int, float, int]:
+    """(L, G, think s, QoS priority) of one user, from a template drawn at random."""
     t = rng.choice(spec["templates"])
-    return (rng.randint(*t["context_tokens"]), rng.randint(*t["generate_tokens"]), rng.uniform(*t["think_s"]))
+    L, G, think = rng.randint(*t["context_tokens"]), rng.randint(*t["generate_tokens"]), rng.uniform(*t["think_s"])
+    q = rng.random()
+    return L, G, think, 3 if q < INTERACTIVE else 2 if q < RESPONSIVE else 1
 
 
 def user_requests(user: int, rank: int, spec: dict):
     """One user's requests, in order (an endless generator, the same for the same seed, rank and user)."""
     rng = random.Random(f"{spec['seed']}-{rank}-{user}")
-    L, G, think = profile(rng, spec)
+    L, G, think, priority = profile(rng, spec)
     conversation, turns = -1, []
     while True:
         if turns and (rng.random() >= 1 - spec["end_conversation_probability"] or len(turns) >= spec["max_turns"]):
@@ -77,7 +84,7 @@ def user_requests(user: int, rank: int, spec: dict):
         ctx, gen = rng.randint(max(1, L // 4), L), rng.randint(max(1, G // 4), G)
         key = f"u{user}-c{conversation}-t{len(turns) + 1}"
         yield Request(user, conversation, len(turns) + 1, key, ctx, gen, think * rng.uniform(0.8, 1.2),
-                      tuple(turns), decode_reads(gen, ctx, spec))
+                      tuple(turns), decode_reads(gen, ctx, spec), priority)
         turns.append(key)
 
 
@@ -86,7 +93,7 @@ class Users:
 
     def __init__(self, client):
         self.c, self.spec = client, client.spec
-        self.queue: queue.Queue = queue.Queue()
+        self.queue: queue.PriorityQueue = queue.PriorityQueue()   # (-priority, enqueued at, n, request)
         allocs = self.spec["max_concurrent_allocs"]
         self.allocs = threading.Semaphore(allocs) if allocs > 0 else None
         self.entries: OrderedDict = OrderedDict()        # key -> entry (client._put's), least recently used first
@@ -113,13 +120,14 @@ class Users:
         with self.c.lock:
             self.issued += 1
             self.turns.setdefault((req.user, req.conversation), []).append(req.key)
-        self.queue.put(req)
+            n = self.issued
+        self.queue.put((-req.priority, time.monotonic(), n, req))
 
     def _worker(self, deadline: float) -> None:
         try:
             while time.monotonic() < deadline and self.c.error is None:
                 try:
-                    req = self.queue.get(timeout=0.05)
+                    req = self.queue.get(timeout=0.05)[-1]
                 except queue.Empty:
                     continue
                 if time.monotonic() >= deadline:          # no request starts after the duration
