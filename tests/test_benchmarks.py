@@ -112,3 +112,24 @@ def test_kv_bench_reads_the_tools_file_as_the_tool_writes_it():
     assert kv.tool_figures(results, tier=True)["read_mib_each"] is None          # CPU-tier reads in read_iops
     q = kv.ratios({**f, "write_gib_per_s": 0.0}, {**f, "read_gib_per_s": 0.6, "turn_miss_percent": 10.0})
     assert q["read"] == pytest.approx(1.2) and q["miss_points"] == -30.0 and q["write"] != q["write"]
+
+
+def test_kv_bench_study_side_runs_once_and_gives_every_figure_compared(tmp_path):
+    """The study's side as a round runs it (--ours-once on a spec like run_ours writes), tiny and short."""
+    import json
+
+    kv = _kv_bench()
+    templates = [{"name": "chatbot", "context_tokens": [8, 32], "generate_tokens": [10, 40], "think_s": [0.01, 0.02]}]
+    spec = {"folder": str(tmp_path / "c"), "family": "mlperf", "seed": 5, "users": 3, "concurrency": 3,
+            "cpu_tier_bytes": 0, "bytes_per_token": 4096, "contexts": [(32, 1)], "turns": [(1, 1)], "turn_tokens": 1,
+            "decode_reads": 0, "prefill_only_tokens": 10000, "duration_s": 0.5, "write_block": 1 << 20,
+            "largest_entry_bytes": 32 * 4096, "max_concurrent_allocs": 2, "templates": templates,
+            "decode_batch_tokens": 32, "end_conversation_probability": 0.2, "max_turns": 50,
+            "storage_capacity_bytes": 0}
+    f = tmp_path / "spec.json"
+    f.write_text(json.dumps(spec))
+    out = _run(REPO / "benchmarks" / "kv_cache_vs_mlperf.py", "--ours-once", f)
+    assert out.returncode == 0, out.stderr[-1500:]
+    got = kv.study_figures(json.loads(out.stdout.strip().splitlines()[-1]), tier=False)
+    assert got["requests"] > 0 and got["write_mib_each"] > 0 and 0 <= got["turn_miss_percent"] <= 100
+    assert got["with_demotions_gib_per_s"] == pytest.approx(got["write_gib_per_s"])      # no CPU tier: equal
