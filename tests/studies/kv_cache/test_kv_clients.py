@@ -149,3 +149,37 @@ def test_a_stopped_client_is_named_and_ends_the_run_in_bounded_time(tmp_path):
 
 
 # a full target names the target and the file: test_kv_cache_runs.py::test_a_target_that_fills_mid_run_is_a_failed_row_and_left_clean
+
+
+# --------------------------------------------------------------------------- hints name knobs the workload has
+def _kv(section: dict):
+    return config.validate({"targets": [{"name": "t", "path": "/nonexistent/t"}], "kv_cache": section},
+                           check_targets=False).section("kv_cache")
+
+
+MLPERF_OWN = {"w": {"family": "mlperf", "model": "llama3.1-8b", "users_per_client": 3, "cpu_tier_gib": 0.5}}
+
+
+@pytest.mark.parametrize("room", ["memory", "tasks"])
+@pytest.mark.parametrize("run,workloads,named,absent", [
+    ("mlperf-closed-2", {}, ["kv_cache.clients", "MLPerf's 100 users per client", "family: mlperf"],
+     ["concurrency", "workloads.mlperf-closed-2"]),
+    ("w", MLPERF_OWN, ["kv_cache.clients", "workloads.w.users_per_client"], ["concurrency"]),
+    ("w", HEAVY["workloads"], ["kv_cache.clients", "workloads.w.concurrency"], ["users_per_client"]),
+])
+def test_a_refusal_names_only_knobs_the_workload_has(run, workloads, named, absent, room):
+    """A closed-2 preset that did not fit was told to lower `concurrency`, a knob the mlperf family lacks."""
+    p = _kv({**SMALL, "run": [run], "workloads": workloads})
+    short = (budget.Room(None, None, (1 << 20, ""), (1 << 20, "MemAvailable")) if room == "memory" else
+             budget.Room((3, "pids.max 3"), None, (1 << 20, ""), None))
+    with pytest.raises(ValueError) as e:
+        clients.check_budget(p, short)
+    msg = str(e.value)
+    assert "\n" not in msg and all(n in msg for n in named) and not any(a in msg for a in absent), msg
+
+
+def test_a_presets_cpu_tier_beyond_ram_names_no_workloads_key_it_lacks():
+    with pytest.raises(Exception) as e:
+        _kv({**SMALL, "run": ["mlperf-closed-2"], "workloads": {}, "clients": 1000})
+    assert "mlperf-closed-2's cpu_tier_gib (MLPerf's; lower kv_cache.clients) = 4" in str(e.value), str(e.value)
+    assert "workloads.mlperf-closed-2" not in str(e.value)

@@ -121,18 +121,20 @@ def test_writes_in_flight_never_exceed_max_concurrent_allocs(tmp_path, allocs):
 
 
 def test_the_capacity_lru_drops_the_least_recently_used_files(tmp_path):
-    c = Client(_spec(tmp_path, storage_capacity_bytes=200 * BPT), 0, incompressible(1 << 20))
+    c = Client(_spec(tmp_path, storage_capacity_bytes=100 * BPT), 0, incompressible(1 << 20))
     c.evicted = {}
     users = mu.Users(c)
     reqs = list(itertools.islice(mu.user_requests(0, 0, c.spec), 12))
     for r in reqs:
         users.process(r._replace(reloads=(), decode_reads=0))
     files = list((tmp_path / "c0").glob("*.kv"))
-    assert sum(f.stat().st_size for f in files) <= 200 * BPT
+    assert sum(f.stat().st_size for f in files) <= 100 * BPT
     kept = [k for k in users.entries]
-    assert kept == [r.key for r in reqs][-len(kept):]                 # the newest kept, oldest gone
+    assert 0 < len(kept) < len(reqs) and kept == [r.key for r in reqs][-len(kept):]   # the newest kept, oldest gone
     users._read(reqs[0].key, 0)
-    assert users.misses == 1
+    assert users.misses == 1 and users.turn_lookups == users.turn_misses == 0     # a decode read's miss
+    users.process(reqs[-1]._replace(reloads=(reqs[0].key, reqs[-2].key), decode_reads=0, key="next"))
+    assert (users.turn_lookups, users.turn_misses, users.misses) == (2, 1, 2)    # MLPerf's multi_turn_stats
     c.clear()
 
 
@@ -142,3 +144,64 @@ def test_an_mlperf_template_beyond_the_window_is_refused_naming_it():
                          "kv_cache": {"run": ["mlperf-closed-1"], "mlperf": {"templates": [
                              {"name": "x", "context_tokens": [1, 200000], "generate_tokens": [1, 2],
                               "think_s": [0, 1]}]}}}, root=REPO)
+
+
+def test_a_request_looks_up_every_turn_its_conversation_holds_when_taken_later_ones_included(tmp_path):
+    """The tool reloads get_all_previous_turn_keys at processing time: every key of the conversation but the
+    request's own, so turns its user enqueued meanwhile are looked up too and miss until written."""
+    c = Client(_spec(tmp_path), 0, incompressible(1 << 20))
+    c.evicted = {}
+    users = mu.Users(c)
+    reqs = []
+    for r in mu.user_requests(0, 0, c.spec):
+        if reqs and r.conversation != reqs[0].conversation:
+            break
+        reqs.append(r)
+    while len(reqs) < 3:                                       # one conversation of three turns
+        reqs.append(reqs[-1]._replace(turn=len(reqs) + 1, key=f"{reqs[0].key}-x{len(reqs)}"))
+    first, second, third = (r._replace(decode_reads=0) for r in reqs[:3])
+    for r in (first, second, third):
+        users.enqueue(r)
+    assert users.reloads(first) == [second.key, third.key]
+    users.process(first)                                       # both later turns not written yet: 2 misses
+    users.process(second)                                      # the first read, the third a miss
+    assert (users.turn_lookups, users.turn_misses) == (4, 3)
+    assert sum(1 for x in c.records if x.op == "read") == 1
+    c.clear()
+
+
+def test_a_decode_read_that_finds_its_file_evicted_writes_it_again_and_reads_no_more(tmp_path):
+    """benchmark.py:600-606: the first decode read missed, so the tool allocates the entry again, no batched reads."""
+    c = Client(_spec(tmp_path, storage_capacity_bytes=1), 0, incompressible(1 << 20))   # every file evicted at once
+    c.evicted = {}
+    users = mu.Users(c)
+    req = next(mu.user_requests(0, 0, c.spec))._replace(reloads=(), decode_reads=4)
+    users._make_room = lambda nbytes: None                      # written, then evicted before its first read:
+    put = users._write
+
+    def write_then_evict(r):
+        put(r)
+        with c.lock:
+            users.entries.pop(r.key, None)
+    users._write = write_then_evict
+    users.process(req)
+    ops = [x.op for x in c.records]
+    assert ops == ["write", "write"] and users.misses == 1      # no read: missed once, written again
+    c.clear()
+
+
+def test_users_draw_the_tools_qos_levels_and_the_queue_serves_the_highest_priority_first(tmp_path):
+    """workload.py:280-296 (interactive 0.15, responsive below 0.50, else batch) and the tool's PriorityQueue
+    keyed (-priority, time) (benchmark.py:168, 425-427): with a backlog, interactive users' requests go first."""
+    spec = _spec(tmp_path)
+    levels = collections.Counter(next(mu.user_requests(u, 0, spec)).priority for u in range(2000))
+    assert set(levels) == {1, 2, 3}
+    assert 0.12 < levels[3] / 2000 < 0.18 and 0.32 < levels[2] / 2000 < 0.38 and 0.47 < levels[1] / 2000 < 0.53
+    c = Client(spec, 0, incompressible(1 << 20))
+    users = mu.Users(c)
+    base = next(mu.user_requests(0, 0, spec))
+    for i, prio in enumerate([1, 3, 2, 3, 1]):
+        users.enqueue(base._replace(key=f"k{i}", priority=prio))
+    order = [users.queue.get_nowait()[-1].key for _ in range(5)]
+    assert order == ["k1", "k3", "k2", "k0", "k4"]
+    c.clear()

@@ -25,7 +25,8 @@ def _work(c: Client, rank: int, msg, line) -> dict:
         return c.run(time.monotonic())
     users = mlperf_users.Users(c)
     out = c.run(time.monotonic(), users.threads)
-    return {**out, "issued": users.issued, "misses": users.misses, "queued_at_end": users.queue.qsize()}
+    return {**out, "issued": users.issued, "misses": users.misses, "turn_lookups": users.turn_lookups,
+            "turn_misses": users.turn_misses, "queued_at_end": users.queue.qsize()}
 
 
 WORKER = Worker("kv_cache client", _setup, _work, ref=f"{__name__}:WORKER", on_failure=Client.clear)
@@ -70,10 +71,11 @@ def check_budget(p, room: budget.Room | None = None) -> None:
         in_flight = threads * largest if tier else 0
         per = block + largest + threads * block + tier + in_flight + budget.PROCESS_OWN_BYTES
         what = f"kv_cache.clients = {n:,} (workload {name})"
+        knobs = _knobs(p, name)
         budget.check(f"{what},", tasks=n * (budget.TASKS_PER_WORKER + threads + users), room=room,
                      how=f"{n:,} × ({budget.TASKS_PER_WORKER} + "
                          + (f"{threads} workers + {users} user threads)" if users else f"concurrency {threads})"),
-                     lower="lower kv_cache.clients or the workload's concurrency or users, use launcher: mpi, or raise the limit")
+                     lower=f"lower {knobs['tasks']}, use launcher: mpi, or raise the limit")
         budget.check(f"{what},", files=n * budget.FILES_PER_WORKER, room=room, how="pipes in the parent",
                      lower="lower kv_cache.clients, use launcher: mpi, or raise the limit")
         budget.check(what, memory=n * per, room=room,
@@ -82,5 +84,27 @@ def check_budget(p, room: budget.Room | None = None) -> None:
                          + (f" + cpu_tier_gib {tier / GIB:g} GiB + {threads} × {largest / MIB:,.0f} MiB "
                             "caches in flight" if tier else "")
                          + f" + {budget.PROCESS_OWN_BYTES / MIB:.0f} MiB per process)",
-                     lower=f"lower kv_cache.clients, workloads.{name}.cpu_tier_gib or concurrency, shorten the "
-                           "contexts, or use launcher: mpi across hosts")
+                     lower=f"lower {knobs['memory']}, or use launcher: mpi across hosts")
+
+
+def _knobs(p, name: str) -> dict[str, str]:
+    """The knobs that lower a workload's tasks and memory, as this workload has them: the closed loop's
+    `concurrency`, the mlperf family's users (one thread each) and templates' contexts; a preset (MLPerf's closed
+    option) fixes its users and CPU tier, so its hint names what is left and a workload of one's own."""
+    w = p.workload(name)
+    if name not in p.workloads:                                   # a preset: MLPerf's users and tier are fixed
+        own = (f" (the preset fixes MLPerf's {w.users_per_client} users per client: a workload of your own, "
+               "kv_cache.workloads.<name> with family: mlperf, may have fewer)")
+        return {"tasks": f"kv_cache.clients{own}",
+                "memory": f"kv_cache.clients, kv_cache.write_block_mib or the contexts of kv_cache.mlperf.templates"
+                          f"{own}"}
+    if w.family == MLPERF:
+        return {"tasks": f"kv_cache.clients or workloads.{name}.users_per_client (one thread per user)",
+                "memory": f"kv_cache.clients, workloads.{name}.users_per_client"
+                          + (f", workloads.{name}.cpu_tier_gib" if w.cpu_tier_gib else "")
+                          + ", kv_cache.write_block_mib or the contexts of kv_cache.mlperf.templates"}
+    return {"tasks": f"kv_cache.clients or workloads.{name}.concurrency",
+            "memory": f"kv_cache.clients, workloads.{name}.concurrency"
+                      + (f", workloads.{name}.cpu_tier_gib" if w.cpu_tier_gib else "")
+                      + ", kv_cache.write_block_mib or the longest conversation (kv_cache.contexts, turns, "
+                        "turn_tokens)"}

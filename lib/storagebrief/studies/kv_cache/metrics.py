@@ -5,7 +5,11 @@ Both bandwidths count the same bytes (every storage read and write of the run, a
                 elapsed_time_s, the wait for the duration as measured (MLPerf's `elapsed_time`,
                 benchmark.py:1242-1244, 1398 at 284ce72). The snapshot comes after the tool joins each worker
                 for up to 2 s in turn (benchmark.py:1246-1255); a read counts from its start (cache.py:803), a
-                write once done (cache.py:723). The other bytes (the rest of the overrun) count in no MLPerf figure;
+                write once done (cache.py:723). The other bytes (the rest of the overrun) count in no MLPerf figure.
+                MLPerf's storage write figures (bytes, bandwidth, device P95) count only the requests' own writes
+                (allocate_cache, cache.py:723-733): a CPU-tier entry demoted to storage (cache.py:380-425) adds to
+                none of them. So do ours under MLPerf's names; `storage_write_gib_per_elapsed_s` is the same
+                arithmetic with the demotions counted;
   honest        bytes ÷ io_busy_s, the union of wall-clock time in which any client had a storage call in
                 flight (from the first call's start to the last call's end, gaps where none was excluded).
 overstatement_ratio = MLPerf ÷ honest = io_busy_s ÷ elapsed_time_s. Latencies per call in ms, p50/p95/p99 of every
@@ -54,6 +58,10 @@ COLUMNS: tuple[Column, ...] = (
     Column("requests_queued_at_end", "", "mlperf family: requests still waiting for a worker when the duration "
                                          "ended (never started, as in MLPerf's tool)"),
     Column("reload_misses", "", "mlperf family: reads of a cache the capacity LRU had evicted (no I/O)"),
+    Column("turn_reload_lookups", "", "mlperf family: earlier turns' caches a request looked up to reload (MLPerf's "
+                                      "multi_turn_stats: its hits + misses)"),
+    Column("turn_reload_misses", "", "mlperf family: those lookups that found the cache evicted (MLPerf's "
+                                     "multi_turn_stats cache_misses)"),
     Column("storage_reads", "", "KV entries read back from storage"),
     Column("storage_writes", "", "KV entries written to storage (requests' and evictions')"),
     Column("storage_read_bytes", "bytes", "bytes read from storage"),
@@ -63,11 +71,16 @@ COLUMNS: tuple[Column, ...] = (
     Column("snapshot_s", "s", "when MLPerf's tool would take its stats snapshot, from the start: after joining each "
                               "worker busy at the deadline for up to 2 s in turn (at the latest)"),
     Column("mlperf_read_bytes", "bytes", "storage reads started by the snapshot (MLPerf counts a read at its start)"),
-    Column("mlperf_write_bytes", "bytes", "storage writes done by the snapshot (MLPerf counts a write once done)"),
+    Column("mlperf_write_bytes", "bytes", "the requests' own storage writes done by the snapshot (MLPerf counts a "
+                                          "write once done, and no CPU-tier demotion)"),
+    Column("demotion_write_bytes_to_snapshot", "bytes", "CPU-tier demotions written to storage by the snapshot (in "
+                                                        "no MLPerf figure: the tool's demotion path counts no bytes)"),
     Column("mlperf_read_gib_per_s", "GiB/s", "MLPerf's arithmetic on this study's I/O: mlperf_read_bytes ÷ "
                                              "elapsed_time_s"),
     Column("mlperf_write_gib_per_s", "GiB/s", "MLPerf's arithmetic on this study's I/O: mlperf_write_bytes ÷ "
                                               "elapsed_time_s"),
+    Column("storage_write_gib_per_elapsed_s", "GiB/s", "every storage write done by the snapshot, demotions "
+                                                       "included, ÷ elapsed_time_s"),
     Column("honest_read_gib_per_s", "GiB/s", "storage_read_bytes ÷ io_busy_s"),
     Column("honest_write_gib_per_s", "GiB/s", "storage_write_bytes ÷ io_busy_s"),
     Column("overstatement_ratio", "", "MLPerf-style ÷ honest (io_busy_s ÷ elapsed_time_s; > 1: MLPerf overstates)"),
@@ -76,7 +89,8 @@ COLUMNS: tuple[Column, ...] = (
                 "(the read() calls)" if op == "read" else "(open to close)" if span == "host" else "(the fsync)"))
       for op in ("read", "write") for span in ("host", "device") for q in ("p50", "p95", "p99")),
     Column("mlperf_device_read_p95_ms", "ms", "MLPerf's device read P95: the largest of the clients' P95s"),
-    Column("mlperf_device_write_p95_ms", "ms", "MLPerf's device write P95 (fsync): the largest of the clients' P95s"),
+    Column("mlperf_device_write_p95_ms", "ms", "MLPerf's device write P95 (fsync) of the requests' own writes "
+                                               "(no demotion): the largest of the clients' P95s"),
     Column("cpu_tier_read_hit_ratio", "", "reloads served by the CPU tier ÷ all reloads (empty: no reload)"),
     Column("storage_read_hit_ratio", "", "reloads served by storage ÷ all reloads"),
     Column("cpu_tier_write_ratio", "", "request writes that went to the CPU tier ÷ all request writes"),
@@ -141,10 +155,11 @@ def reload_fit(sizes, seconds, most_bytes_per_s: float | None = None) -> tuple[f
 
 def _open_loop(ranks: list[dict]) -> dict:
     """The mlperf family's queue figures, summed over the clients (absent for the closed loop)."""
-    keys = {"requests_issued": "issued", "requests_queued_at_end": "queued_at_end", "reload_misses": "misses"}
+    keys = {"requests_issued": "issued", "requests_queued_at_end": "queued_at_end", "reload_misses": "misses",
+            "turn_reload_lookups": "turn_lookups", "turn_reload_misses": "turn_misses"}
     if not ranks or "issued" not in ranks[0]:
         return {}
-    return {col: sum(int(c[k]) for c in ranks) for col, k in keys.items()}
+    return {col: sum(int(c.get(k, 0)) for c in ranks) for col, k in keys.items()}
 
 
 JOIN_TIMEOUT_S = 2.0              # MLPerf's thread.join(timeout=2.0) per thread after the deadline (benchmark.py:1248)
@@ -206,7 +221,9 @@ def run_row(spec: dict, result: dict) -> dict:
     rbytes, wbytes = sum(r.nbytes for r in reads), sum(r.nbytes for r in writes)
     snap = snapshot_time(st, t0 + elapsed)
     mlperf_r = sum(r.nbytes for r in reads if r.start <= snap)
-    mlperf_w = sum(r.nbytes for r in writes if r.end <= snap)
+    done_w = [r for r in writes if r.end <= snap]
+    mlperf_w = sum(r.nbytes for r in done_w if r.user >= 0)      # MLPerf counts no demotion (user -1)
+    demoted_w = sum(r.nbytes for r in done_w if r.user < 0)
     all_reads = [r for r in recs if r.op == "read"]
     req_writes = [r for r in recs if r.op == "write" and r.user >= 0]
     cpu_s = sum(c["cpu_s"] for c in result["ranks"])
@@ -221,7 +238,9 @@ def run_row(spec: dict, result: dict) -> dict:
            "storage_read_bytes": rbytes, "storage_write_bytes": wbytes, "io_busy_s": busy,
            "io_busy_percent": busy / wall * 100,
            "snapshot_s": snap - t0, "mlperf_read_bytes": mlperf_r, "mlperf_write_bytes": mlperf_w,
+           "demotion_write_bytes_to_snapshot": demoted_w,
            "mlperf_read_gib_per_s": mlperf_r / elapsed / GIB, "mlperf_write_gib_per_s": mlperf_w / elapsed / GIB,
+           "storage_write_gib_per_elapsed_s": (mlperf_w + demoted_w) / elapsed / GIB,
            "honest_read_gib_per_s": rbytes / busy / GIB if busy else None,
            "honest_write_gib_per_s": wbytes / busy / GIB if busy else None,
            "overstatement_ratio": busy / elapsed if busy else None,
@@ -240,7 +259,8 @@ def run_row(spec: dict, result: dict) -> dict:
         for q in (50, 95, 99):
             row[f"{op}_host_ms_p{q}"] = _pct(host, q)
             row[f"{op}_device_ms_p{q}"] = _pct(dev, q)
-        per_client = [_pct([r.device_s for r in done if r.rank == c["rank"]], 95) for c in result["ranks"]]
+        own = [r for r in done if r.user >= 0]                    # MLPerf's latencies: no demotion either
+        per_client = [_pct([r.device_s for r in own if r.rank == c["rank"]], 95) for c in result["ranks"]]
         per_client = [p for p in per_client if p is not None]
         row[f"mlperf_device_{op}_p95_ms"] = max(per_client) if per_client else None
     return row
@@ -266,17 +286,25 @@ MLPERF_SOURCE = ("MLPerf Storage kv_cache_benchmark, upstream commit 284ce72: su
                  "cache_stats = cache.py:953-1024")
 
 
+def _num(r, key: str, default=0.0) -> float:
+    """A row's figure; `default` where a runs.csv written before the column existed lacks it."""
+    v = r.get(key, default)
+    return default if v is None or v != v else float(v)
+
+
 def mlperf_summary(frame) -> dict:
     """Per run (mlperf_tree.py's KV tool file and storagebrief.json): MLPerf's own key paths (summary.*, summary.cache_stats.*) with MLPerf's
     arithmetic on this study's I/O (bytes ÷ the measured wait; `_gbps` holds GiB/s, `_gb` GiB, as MLPerf's do), and
     this study's own figures under `storagebrief`, under names MLPerf does not use."""
     out: dict = {"note": "MLPerf's arithmetic on this study's I/O, not MLPerf's tool: summary.* and "
                          "summary.cache_stats.* are MLPerf's key paths (bytes ÷ elapsed_time, the measured wait; "
-                         "'_gbps' = GiB/s, '_gb' = GiB). storagebrief.* = this study's own figures (honest = bytes "
-                         "÷ the time any storage call was in flight; the device P95s span the read() calls / the "
-                         "fsync, the largest of the clients' P95s: MLPerf's storage_*_device_p95_ms are one P95 of "
-                         "every request, its read span np.load, allocation included, so they are not written under "
-                         "MLPerf's keys).", "source": MLPERF_SOURCE, "runs": {}}
+                         "'_gbps' = GiB/s, '_gb' = GiB); the storage write keys count the requests' own writes, no CPU-tier "
+                         "demotion, as the tool's do (storagebrief.storage_write_gib_per_elapsed_s counts them). "
+                         "storagebrief.* = this study's own figures (honest = bytes ÷ the time any storage call was "
+                         "in flight; the device P95s span the read() calls / the fsync, the largest of the clients' "
+                         "P95s: MLPerf's storage_*_device_p95_ms are one P95 of every request, its read span np.load, "
+                         "allocation included, so they are not written under MLPerf's keys).",
+                         "source": MLPERF_SOURCE, "runs": {}}
     ok = runs.ok_runs(client_check.unchecked(frame)) if len(frame) else frame
     for _, r in ok.iterrows():
         elapsed = float(r.elapsed_time_s)
@@ -296,7 +324,11 @@ def mlperf_summary(frame) -> dict:
                 "io_busy_s": r.io_busy_s, "wall_s": r.wall_s, "overstatement_ratio": r.overstatement_ratio,
                 "storage_tokens_per_elapsed_s": r.storage_tokens_per_elapsed_s,
                 "read_device_p95_ms_max_of_clients": r.mlperf_device_read_p95_ms,
-                "write_device_p95_ms_max_of_clients": r.mlperf_device_write_p95_ms}}
+                "write_device_p95_ms_max_of_clients": r.mlperf_device_write_p95_ms,
+                # beside MLPerf's tier_storage_write_*: the same arithmetic with the CPU tier's demotions counted
+                "demotion_write_gib_to_snapshot": _num(r, "demotion_write_bytes_to_snapshot") / GIB,
+                "storage_write_gib_per_elapsed_s": _num(r, "storage_write_gib_per_elapsed_s",
+                                                        r.mlperf_write_gib_per_s)}}
     return out
 
 

@@ -7,15 +7,19 @@ commit 284ce72 (kv_cache_benchmark/kv_cache/, public fork idevasena/storage_mlco
 - Conversations: a user goes on with its conversation with probability 0.8 and at most `max_turns` turns
   (benchmark.py:439-453, config.yaml:171-172). A request's context is U[L/4, L] tokens, its generation U[G/4, G]
   (benchmark.py:460-461); its cache is one file per turn holding that turn's context (conversation.py:79-96).
+- QoS: each user draws a level after its template, interactive (priority 3) with probability 0.15, responsive (2)
+  below 0.50, else batch (1) (workload.py:280-296, config.yaml:75-107); the queue hands out the highest priority
+  first, then the earliest enqueued (benchmark.py:168, 425-427).
 - Workers: min(users, 500) threads take requests from the queue (benchmark.py:1231-1235); none starts after the
-  duration (benchmark.py:529-532). Per request: read back every earlier turn's file of the conversation still
-  cached (benchmark.py:552-565), write the new one (benchmark.py:567-573) under `max_concurrent_allocs` (a
-  semaphore around the writes only, cache.py:277-280, 640-653; 0: none), then below 10,000 tokens read it
-  1 + ⌈G / 32⌉ times (benchmark.py:584-613).
+  duration (benchmark.py:529-532). Per request: read back every other turn's file of the conversation still
+  cached (benchmark.py:552-565): the turns enqueued by then, later ones included (conversation.py:98-104);
+  write the new one (benchmark.py:567-573) under `max_concurrent_allocs` (a semaphore around the writes only, cache.py:277-280, 640-653; 0: none), then below 10,000 tokens read it
+  1 + ⌈G / 32⌉ times (benchmark.py:584-613); where the first of those reads finds it evicted, write it again and
+  read no more (benchmark.py:600-606).
 - Capacity: the files stay until the storage tier's capacity is reached; then the least recently used go
   (cache.py:258-266, 431-437).
 
-Left out: the QoS priority queue (FIFO here), the prefix cache (its system-prompt entries are never written
+Left out: the QoS latency targets, the prefix cache (its system-prompt entries are never written
 when caching is on by default, so its reads miss), RAG, autoscaling. Reads and writes are client.Client's
 (cold reads, fsync'ed writes of incompressible bytes), so both families count the same I/O.
 """
@@ -31,6 +35,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 MAX_WORKERS = 500                 # benchmark.py:1231
+INTERACTIVE, RESPONSIVE = 0.15, 0.50          # qos_distribution (config.yaml:105-107): priority 3 below, 2 below, 1
 
 
 class Request(NamedTuple):
@@ -43,6 +48,7 @@ class Request(NamedTuple):
     think_s: float                # the user's wait before enqueueing it
     reloads: tuple                # the earlier turns' keys of this conversation, oldest first
     decode_reads: int             # reads of the new file after its write (0 from prefill_only_tokens on)
+    priority: int = 1             # the user's QoS priority: 3 interactive, 2 responsive, 1 batch
 
 
 def workers(spec: dict) -> int:
@@ -57,16 +63,18 @@ def decode_reads(generate_tokens: int, context_tokens: int, spec: dict) -> int:
     return 1 + max(1, math.ceil(generate_tokens / spec["decode_batch_tokens"]))
 
 
-def profile(rng: random.Random, spec: dict) -> tuple[int, int, float]:
-    """(L, G, think s) of one user, from a template drawn at random."""
+def profile(rng: random.Random, spec: dict) -> tuple[int, int, float, int]:
+    """(L, G, think s, QoS priority) of one user, from a template drawn at random."""
     t = rng.choice(spec["templates"])
-    return (rng.randint(*t["context_tokens"]), rng.randint(*t["generate_tokens"]), rng.uniform(*t["think_s"]))
+    L, G, think = rng.randint(*t["context_tokens"]), rng.randint(*t["generate_tokens"]), rng.uniform(*t["think_s"])
+    q = rng.random()
+    return L, G, think, 3 if q < INTERACTIVE else 2 if q < RESPONSIVE else 1
 
 
 def user_requests(user: int, rank: int, spec: dict):
     """One user's requests, in order (an endless generator, the same for the same seed, rank and user)."""
     rng = random.Random(f"{spec['seed']}-{rank}-{user}")
-    L, G, think = profile(rng, spec)
+    L, G, think, priority = profile(rng, spec)
     conversation, turns = -1, []
     while True:
         if turns and (rng.random() >= 1 - spec["end_conversation_probability"] or len(turns) >= spec["max_turns"]):
@@ -76,7 +84,7 @@ def user_requests(user: int, rank: int, spec: dict):
         ctx, gen = rng.randint(max(1, L // 4), L), rng.randint(max(1, G // 4), G)
         key = f"u{user}-c{conversation}-t{len(turns) + 1}"
         yield Request(user, conversation, len(turns) + 1, key, ctx, gen, think * rng.uniform(0.8, 1.2),
-                      tuple(turns), decode_reads(gen, ctx, spec))
+                      tuple(turns), decode_reads(gen, ctx, spec), priority)
         turns.append(key)
 
 
@@ -85,12 +93,14 @@ class Users:
 
     def __init__(self, client):
         self.c, self.spec = client, client.spec
-        self.queue: queue.Queue = queue.Queue()
+        self.queue: queue.PriorityQueue = queue.PriorityQueue()   # (-priority, enqueued at, n, request)
         allocs = self.spec["max_concurrent_allocs"]
         self.allocs = threading.Semaphore(allocs) if allocs > 0 else None
         self.entries: OrderedDict = OrderedDict()        # key -> entry (client._put's), least recently used first
         self.stored = 0                                  # bytes of every entry kept, either tier
         self.misses = self.issued = 0
+        self.turn_lookups = self.turn_misses = 0         # earlier turns' reloads only (MLPerf's multi_turn_stats)
+        self.turns: dict = {}                            # (user, conversation) -> every turn's key enqueued so far
 
     def threads(self, deadline: float) -> list[threading.Thread]:
         users = [threading.Thread(target=self._user, args=(u, deadline), daemon=True, name=f"kv-user-{u}")
@@ -103,15 +113,21 @@ class Users:
             time.sleep(max(0.0, min(req.think_s, deadline - time.monotonic())))
             if time.monotonic() >= deadline or self.c.error is not None:
                 return
-            with self.c.lock:
-                self.issued += 1
-            self.queue.put(req)
+            self.enqueue(req)
+
+    def enqueue(self, req: Request) -> None:
+        """Queue a request, its key first added to its conversation's turns (the tool's add_turn)."""
+        with self.c.lock:
+            self.issued += 1
+            self.turns.setdefault((req.user, req.conversation), []).append(req.key)
+            n = self.issued
+        self.queue.put((-req.priority, time.monotonic(), n, req))
 
     def _worker(self, deadline: float) -> None:
         try:
             while time.monotonic() < deadline and self.c.error is None:
                 try:
-                    req = self.queue.get(timeout=0.05)
+                    req = self.queue.get(timeout=0.05)[-1]
                 except queue.Empty:
                     continue
                 if time.monotonic() >= deadline:          # no request starts after the duration
@@ -127,17 +143,26 @@ class Users:
                 self.entries.move_to_end(key)
             return entry
 
-    def _read(self, key: str, user: int) -> None:
+    def _read(self, key: str, user: int, turn: bool = False) -> bool:
+        """Read a cached file back: False where it is gone (evicted by capacity: MLPerf's miss, no I/O)."""
         entry = self._lookup(key)
-        if entry is None:                                 # evicted by capacity: MLPerf's miss, no I/O
+        if turn:
             with self.c.lock:
-                self.misses += 1
-            return
+                self.turn_lookups += 1
+        if entry is None:
+            self._missed(turn)
+            return False
         try:
             self.c._reload(entry, user)
         except FileNotFoundError:                         # evicted while this read opened it
-            with self.c.lock:
-                self.misses += 1
+            self._missed(turn)
+            return False
+        return True
+
+    def _missed(self, turn: bool) -> None:
+        with self.c.lock:
+            self.misses += 1
+            self.turn_misses += turn
 
     def _make_room(self, nbytes: int) -> None:
         """Least recently used entries go until the new one fits the storage capacity (cache.py:431-437)."""
@@ -151,9 +176,25 @@ class Users:
                 self.stored -= victim["bytes"]
             self.c._drop(victim)
 
+    def reloads(self, req: Request) -> list[str]:
+        """The turns a request reloads, as the tool looks them up when a worker takes it: every key its conversation
+        holds then but its own (conversation.py:98-104), so turns its user enqueued since (an open loop) are looked
+        up too and miss unless written already; a request no user enqueued (a test's) reloads its earlier turns."""
+        with self.c.lock:
+            keys = self.turns.get((req.user, req.conversation))
+            return list(req.reloads) if keys is None else [k for k in keys if k != req.key]
+
     def process(self, req: Request) -> None:
-        for key in req.reloads:                           # every earlier turn still cached
-            self._read(key, req.user)
+        for key in self.reloads(req):                     # every other turn of the conversation, if cached
+            self._read(key, req.user, turn=True)
+        self._write(req)
+        if req.decode_reads and not self._read(req.key, req.user):
+            self._write(req)                              # evicted already: the tool writes it again, no more reads
+            return
+        for _ in range(req.decode_reads - 1):
+            self._read(req.key, req.user)
+
+    def _write(self, req: Request) -> None:
         nbytes = req.context_tokens * self.spec["bytes_per_token"]
         self._make_room(nbytes)
         if self.allocs:
@@ -166,8 +207,6 @@ class Users:
         with self.c.lock:
             self.entries[req.key] = entry
             self.stored += nbytes
-        for _ in range(req.decode_reads):
-            self._read(req.key, req.user)
 
     def clear(self) -> None:
         for entry in list(self.entries.values()):

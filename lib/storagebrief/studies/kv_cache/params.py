@@ -165,7 +165,9 @@ class KvCacheParams(LaunchParams):
             tier = self.cpu_tier_bytes(name) * self.clients
             ram = _ram_bytes()
             if tier and ram and tier > ram:
-                raise ValueError(f"workloads.{name}.cpu_tier_gib = {w.cpu_tier_gib:g} is not allowed: × {self.clients} "
+                knob = (f"workloads.{name}.cpu_tier_gib" if name in self.workloads else
+                        f"{name}'s cpu_tier_gib (MLPerf's; lower kv_cache.clients)")
+                raise ValueError(f"{knob} = {w.cpu_tier_gib:g} is not allowed: × {self.clients} "
                                  f"clients = {tier / GIB:,.1f} GiB, more than this host's {ram / GIB:,.1f} GiB of RAM")
         from . import breakeven
         for a in self.breakeven.accelerators:
