@@ -30,9 +30,9 @@ def tool_reader(path: Path) -> dict:
             "read_gbps": cache_stats["tier_storage_read_bandwidth_gbps"],
             "write_gbps": cache_stats["tier_storage_write_bandwidth_gbps"],
             "read_gb": cache_stats["tier_storage_kv_bytes_read_gb"],
-            "written_gb": cache_stats["tier_storage_kv_bytes_written_gb"],
-            "read_p95": cache_stats["storage_read_device_p95_ms"],
-            "write_p95": cache_stats["storage_write_device_p95_ms"]}
+            "written_gb": cache_stats["tier_storage_kv_bytes_written_gb"]}
+# Not read: the tool's storage_*_device_p95_ms (one P95 of every request, its read span np.load) have no figure of that
+# meaning here (ours: the largest of the clients' P95s, in storagebrief.json), so our file leaves them out.
 
 
 def _paths(d: dict, prefix: str = "") -> list[str]:
@@ -68,9 +68,10 @@ def test_a_reader_written_for_the_tools_output_reads_our_file(tmp_path):
     got = tool_reader(f)
     assert got["written_gb"] == pytest.approx(2.0) and got["write_gbps"] == pytest.approx(0.2)
     assert got["read_gb"] == pytest.approx(2.0) and got["read_gbps"] == pytest.approx(0.2)
-    assert got["elapsed"] == 10.0 and got["requests"] == 2 and got["write_p95"] == pytest.approx(500.0)
+    assert got["elapsed"] == 10.0 and got["requests"] == 2
     absolute = _paths(json.loads(f.read_text()))
     assert absolute and set(absolute) <= set(FIXTURE["paths"]), set(absolute) - set(FIXTURE["paths"])
     ours = json.loads((d / "storagebrief.json").read_text())
     assert ours["storage_write_gib_per_elapsed_s"] == pytest.approx(0.5)
     assert ours["demotion_write_gib_to_snapshot"] == pytest.approx(3.0)
+    assert ours["write_device_p95_ms_max_of_clients"] == pytest.approx(500.0)     # no demotion in it, by our name
