@@ -238,7 +238,7 @@ def main() -> None:
     # allocates its n buffers after the preparation; the ranks made theirs before) backed by the host
     prep_bytes = n * size + n * min(wb, size)
     try:
-        with RankPool(list(range(n)), min(wb, size)) as pool:
+        with RankPool(list(range(n)), min(wb, size), store={"folder": str(base)}) as pool:   # a directory store
             runs = {"ranks": lambda: ranks_round(pool, base / "ranks", n, size, wb, rb, device, a.memory_prep,
                                                  prep_bytes),
                     "fio": lambda: fio_round(base / "fio", n, size, wb, rb, device, a.memory_prep, prep_bytes)}

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from storagebrief.core import config, outdir, s3gateway, s3store, targets
-from storagebrief.core.store import DELETE_BATCH, DirStore, Store
+from storagebrief.core.store import DELETE_BATCH, DirStore, Store, open_store
 from storagebrief.kit import s3ops
 from users_folder import _unchanged, _victim
 
@@ -131,7 +131,7 @@ def test_a_worker_opens_the_same_store_from_its_handle(store, tmp_path):
     assert set(env) == (set(SECRET_ENV) if store.access == "S3 local gateway" else set())
     handle = StoreHandle(**json.loads(json.dumps(dataclasses.asdict(bare)))).with_secrets(dict(env))
     for h in (handle, pickle.loads(pickle.dumps(store.handle()))):
-        worker = h.open(pool=2)
+        worker = open_store(h, pool=2)
         assert worker.get(k) == b"x" * 3000 and worker.transfer("get", k, 3000) == 3000
     assert store.delete([k]) == 1
 

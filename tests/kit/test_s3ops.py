@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from storagebrief.core.store import DirStore
+from storagebrief.core.store import DirStore, open_store
 from storagebrief.kit import s3ops
 from peak_memory import OBJECT, _peak_kib
 
@@ -20,7 +20,7 @@ def test_payload_is_reproducible_and_incompressible():
 def test_a_store_batch_moves_every_object_and_times_each_request(tmp_path):
     body = s3ops.payload(64 << 10)
     names = [f"sub/obj-{i}" for i in range(12)]
-    store = DirStore(tmp_path).handle().open()          # as a worker opens it: from the store's handle
+    store = open_store(DirStore(tmp_path).handle())     # as a worker opens it: from the store's handle
     put = s3ops.store_batch(store, "put", names, body, concurrency=4)
     assert sorted(p.name for p in (tmp_path / "sub").iterdir()) == sorted(n.split("/")[1] for n in names)
     assert all((tmp_path / n).read_bytes() == body for n in names)

@@ -11,7 +11,7 @@ from storagebrief.kit.client_bound import thread_sched
 
 
 def test_missing_names_the_make_target(tmp_path, monkeypatch):
-    monkeypatch.setattr(s3worker, "BINARY", tmp_path / "none")
+    monkeypatch.setenv(s3worker.BINARY_ENV, str(tmp_path / "none"))
     assert "run `make s3worker`" in s3worker.missing()
 
 
@@ -40,7 +40,7 @@ def test_the_object_sweep_refuses_to_start_without_it(tmp_path, monkeypatch):
     """Checked with the other tools before anything is made (core.machine_fit.check_tools): one line naming the make
     target, for a directory-only sweep too (its files go through the same client)."""
     from storagebrief.core import config, machine_fit
-    monkeypatch.setattr(s3worker, "BINARY", tmp_path / "none")
+    monkeypatch.setenv(s3worker.BINARY_ENV, str(tmp_path / "none"))
     params = config.validate({"targets": [{"name": "d", "path": str(tmp_path / "d")}], "object_sweep": {},
                               "kv_cache": {}}, root=tmp_path)
     with pytest.raises(config.ParamsError, match=r"^object_sweep: .* is not built: run `make s3worker`"):

@@ -115,6 +115,9 @@ def _sb(repo: Path, *args: str) -> subprocess.CompletedProcess:
     gw = REPO / ".tools" / "bin" / "versitygw"      # the copy has no .tools: validate asks for the params' S3 gateway
     if gw.is_file() and "STORAGEBRIEF_VERSITYGW" not in env:
         env["STORAGEBRIEF_VERSITYGW"] = str(gw)
+    worker = REPO / ".tools" / "bin" / "s3worker"        # the object sweep's client, built here, not in the copy
+    if worker.is_file() and "STORAGEBRIEF_S3WORKER" not in env:
+        env["STORAGEBRIEF_S3WORKER"] = str(worker)
     jars = REPO / ".kafka" / "lib"                  # nor .kafka: validate checks the streaming study's Kafka jars
     if jars.is_dir() and "STORAGEBRIEF_KAFKA_LIB" not in env:
         env["STORAGEBRIEF_KAFKA_LIB"] = str(jars)

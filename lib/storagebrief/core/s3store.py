@@ -27,7 +27,7 @@ from pathlib import Path
 from . import procs, runlease
 from .causes import EnvironmentFailure, one_line
 from .s3gateway import Gateway, GatewayDied
-from .store import StoreBase, StoreHandle, batches
+from .storebase import StoreBase, StoreHandle, batches
 
 RUN_FOLDER = "storagebrief-run-"
 MARKER = ".storagebrief-run.json"

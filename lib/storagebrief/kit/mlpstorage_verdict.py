@@ -44,6 +44,10 @@ def missing() -> str | None:
     h = home()
     if not (h / "venv" / "bin" / "python").exists() or not (h / "mlpstorage_py" / "report_generator.py").is_file():
         return f"MLPerf's mlpstorage is not installed in {h}: run `make mlpstorage` (Python 3.12, PyPI once)"
+    python = h / "venv" / "bin" / "python"
+    if not os.access(python, os.X_OK):     # e.g. its Python 3.12 under root's 0700 home, for another user
+        return (f"MLPerf's mlpstorage in {h} cannot be run by this user: its Python ({python.resolve()}) is not "
+                "executable here; install it as this user (make mlpstorage) to get MLPerf's verdict")
     return None
 
 
@@ -67,6 +71,9 @@ def run(results_dir: Path, log: Path | None = None) -> dict:
                            capture_output=True, text=True, timeout=TIMEOUT_S, cwd=str(results_dir))
     except subprocess.TimeoutExpired:
         raise ReportGenFailed(f"MLPerf's report generator ran past {TIMEOUT_S} s on {results_dir}") from None
+    except OSError as exc:
+        raise ReportGenFailed(f"MLPerf's report generator could not be started ({h / 'venv' / 'bin' / 'python'}: "
+                              f"{exc.strerror})") from None
     if log is not None:
         results.atomic_write_text(log, p.stdout + p.stderr)
     try:

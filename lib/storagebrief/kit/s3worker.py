@@ -18,19 +18,25 @@ from .client_bound import ProcessCPU, sched_between, usable_cores
 from .s3ops import Batch
 
 REPO = Path(__file__).resolve().parents[3]
-BINARY = REPO / ".tools" / "bin" / "s3worker"
+BINARY_ENV = "STORAGEBRIEF_S3WORKER"     # that file and no other (as STORAGEBRIEF_VERSITYGW for the gateway)
+
+
+def binary() -> Path:
+    """$STORAGEBRIEF_S3WORKER when set, else the project's .tools/bin/s3worker (`make s3worker`)."""
+    return Path(os.environ.get(BINARY_ENV) or REPO / ".tools" / "bin" / "s3worker")
 
 
 def missing() -> str | None:
     """Why the client cannot run here, or None when it can."""
-    if not BINARY.is_file() or not os.access(BINARY, os.X_OK):
-        return f"the object sweep's S3 client {BINARY} is not built: run `make s3worker` (Go, minio-go)"
+    b = binary()
+    if not b.is_file() or not os.access(b, os.X_OK):
+        return f"the object sweep's S3 client {b} is not built: run `make s3worker` (Go, minio-go)"
     return None
 
 
 def start(cfg: dict, env: dict, log_file: Path, label: str, join: list[str] | None) -> Child:
     """The worker started (in `join`'s cgroups) and sent its configuration; the caller expects 'ready'."""
-    w = Child("s3worker", {}, log_file, label, env=env, join=join, argv=[str(BINARY)])
+    w = Child("s3worker", {}, log_file, label, env=env, join=join, argv=[str(binary())])
     w.send(cfg)
     return w
 

@@ -15,6 +15,7 @@ import pytest
 
 from storagebrief import studies
 from storagebrief.core import config, s3gateway
+from storagebrief.core.store import open_store
 from storagebrief.core.checkpoint_workloads import layout, layout_bytes, workload
 from storagebrief.core.s3store import ObjectStore
 from storagebrief.studies.checkpoint import rank_io
@@ -98,7 +99,7 @@ def test_a_multipart_object_reads_back_as_written(tmp_path):
     t = next(x for x in resolve_all(params, create=True) if x.name == "obj")
     store = ObjectStore(t, tmp_path / "logs", tag="ckpt-test").open()
     try:
-        rs = store.handle().open(pool=4)         # as a rank opens it: its own client from the store's handle
+        rs = open_store(store.handle(), pool=4)         # as a rank opens it: its own client from the store's handle
         block = 5 << 20
         buf = memoryview(bytes(range(256)) * (block // 256))
         files = [("a.distcp", 12 << 20), ("b.distcp", 300_000)]

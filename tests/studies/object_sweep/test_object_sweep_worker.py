@@ -19,7 +19,7 @@ from storagebrief.studies.object_sweep.worker import GO
 def _worker_peak(cfg: dict) -> tuple[dict, int]:
     """The compiled worker as the study starts it: its 'done' event and its peak RSS (VmHWM) read while it waits
     for its next command."""
-    proc = subprocess.Popen([str(s3worker.BINARY), "{}"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([str(s3worker.binary()), "{}"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         proc.stdin.write(json.dumps(cfg) + "\n" + json.dumps(GO) + "\n")
         proc.stdin.flush()

@@ -26,7 +26,7 @@ from ...kit.budget import MIB, files_left, memory_left, nproc_left, pids_left
 from ...kit.checkpoint import incompressible
 from ...kit.launch import open_launch
 from ...kit.ranks import Worker
-from ...core.store import StoreHandle
+from ...core.store import StoreHandle, open_store
 from .rank_io import ONE_CLOCK, RankResult, operate
 
 PER_RANK_CLOCK = "per rank: CLOCK_MONOTONIC from the MPI barrier's release (ranks on other hosts)"
@@ -34,7 +34,7 @@ PER_RANK_CLOCK = "per rank: CLOCK_MONOTONIC from the MPI barrier's release (rank
 
 def _setup(rank: int, n: int, cfg: dict) -> tuple:
     # its own store, opened from the run's handle (core.store: an S3 client per rank), before any clock
-    store = StoreHandle(**cfg["store"]).open(pool=cfg["readers"])
+    store = open_store(StoreHandle(**cfg["store"]), pool=cfg["readers"])
     buf = store.send_buffer(incompressible(cfg["buf_bytes"]))     # generated before any clock, as the store sends it
     if cfg.get("direct"):
         aligned = mmap.mmap(-1, len(buf))              # page-aligned, as O_DIRECT needs

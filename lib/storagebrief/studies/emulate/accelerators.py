@@ -32,7 +32,8 @@ import numpy as np
 from ...kit.client_bound import cpu_seconds
 from ...kit.launch import open_launch
 from ...kit.ranks import Worker
-from .loader import ALIGN, Loader, batch_plan, loader_class
+from .loader import ALIGN, Loader, batch_plan
+from .objects import ObjectLoader
 
 
 def warm_up(block: int, odirect: bool) -> None:
@@ -61,7 +62,8 @@ def setup_rank(cfg: dict, rank: int, n: int):
     batches = batch_plan(cfg["spans"], len(cfg["files"]), n, rank, cfg["epochs"], cfg["seed"],
                          cfg["batch"], cfg["steps_per_epoch"])
     warm_up(cfg["block"], cfg["odirect"])
-    loader = loader_class(cfg["loader"]).from_config(cfg, batches)     # files, or GETs through the store (objects.py)
+    # the run's side (run.py): "files" reads the target's files (loader.py), "objects" GETs them through its store
+    loader = (Loader if cfg["loader"] == "files" else ObjectLoader).from_config(cfg, batches)
     if cfg.get("fail_rank") == rank and cfg.get("fail_at_step") is None:
         raise RuntimeError("injected failure before the first step (test hook)")
     return batches, loader

@@ -194,12 +194,3 @@ class Loader:
     def read_latencies(self) -> np.ndarray:
         return np.concatenate([np.frombuffer(a, dtype=np.float64) for a in self.latencies]) \
             if any(len(a) for a in self.latencies) else np.zeros(0)
-
-
-def loader_class(name: str):
-    """The loader the run's side named (run.py): "files" reads the target's files (this module), "objects" GETs
-    them through the target's store (objects.ObjectLoader)."""
-    if name == "files":
-        return Loader
-    from .objects import ObjectLoader
-    return ObjectLoader

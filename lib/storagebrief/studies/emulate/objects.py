@@ -44,8 +44,8 @@ class ObjectLoader(Loader):
     def __init__(self, keys: list[str], batches: list, threads: int, prefetch: int, block: int, s3: dict):
         super().__init__(keys, batches, threads, prefetch, block)
         self.s3 = s3
-        from ...core.store import StoreHandle
-        self.store = StoreHandle(**s3["store"]).open(pool=self.threads)
+        from ...core.store import StoreHandle, open_store
+        self.store = open_store(StoreHandle(**s3["store"]), pool=self.threads)
         self.store.head(keys[0])
 
     def read_sample(self, k: int, f: int, offset: int, length: int) -> int:
