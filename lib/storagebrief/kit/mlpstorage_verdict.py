@@ -42,12 +42,16 @@ def home() -> Path:
 def missing() -> str | None:
     """Why MLPerf's report generator cannot run here, or None when it can."""
     h = home()
-    if not (h / "venv" / "bin" / "python").exists() or not (h / "mlpstorage_py" / "report_generator.py").is_file():
-        return f"MLPerf's mlpstorage is not installed in {h}: run `make mlpstorage` (Python 3.12, PyPI once)"
     python = h / "venv" / "bin" / "python"
-    if not os.access(python, os.X_OK):     # e.g. its Python 3.12 under root's 0700 home, for another user
-        return (f"MLPerf's mlpstorage in {h} cannot be run by this user: its Python ({python.resolve()}) is not "
-                "executable here; install it as this user (make mlpstorage) to get MLPerf's verdict")
+    try:
+        if not python.exists() or not (h / "mlpstorage_py" / "report_generator.py").is_file():
+            return f"MLPerf's mlpstorage is not installed in {h}: run `make mlpstorage` (Python 3.12, PyPI once)"
+        runnable = os.access(python, os.X_OK)
+    except OSError:         # its venv's Python links into a folder this user may not enter (root's 0700 home)
+        runnable = False
+    if not runnable:
+        return (f"MLPerf's mlpstorage in {h} cannot be run by this user (its Python, {python}, links to a file "
+                "this user may not execute): install it as this user (make mlpstorage) to get MLPerf's verdict")
     return None
 
 
