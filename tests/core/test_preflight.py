@@ -4,6 +4,7 @@ a failure found later names its cause, not the generic text around it."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -175,7 +176,8 @@ def test_kafka_port_held_by_another_process_is_one_line_naming_it(tmp_path):
         port = s.getsockname()[1]
         res = _cli("stream-inference", _stream(tmp_path, base_port=port), tmp_path)
     line = _one_line_exit_2(res)
-    assert f"port(s) [{port}] already in use" in line and "base_port" in line, line
+    # ours is named; the next port, which the cluster needs too, may be another process's (seen once in the suite)
+    assert re.search(rf"port\(s\) \[{port}(, \d+)*\] already in use", line) and "base_port" in line, line
     _study_folder_empty(tmp_path)
 
 
