@@ -275,16 +275,26 @@ BRIEF_SAYS = ("Storage performance brief",)
 
 
 def _walk_knobs() -> dict[str, dict]:
-    """conftest.TINY's knobs less what the walk does not ask about: JupyterLab adds the same to a run whatever it
-    measures, and the tiny DVC chain runs every notebook with all of TINY (the memory-limited and parallel training
-    runs, the framework's TensorFlow checkpoints, a replicated Kafka cluster, the busy system) through papermill.
-    Each of those cost the walk a TensorFlow or JVM start-up (issue 56)."""
+    """conftest.TINY's knobs cut to one measured point per study (one size, one depth, one count, one repeat): the
+    walk asks what JupyterLab adds to a run (the kernel in notebooks/, Run All, the progress bar on screen, the
+    outputs as the browser holds them), the same whatever a study measures. The tiny DVC chain runs every notebook
+    with all of TINY (every point, the memory-limited and parallel training runs, the framework's TensorFlow
+    checkpoints, the cost sweep, a replicated Kafka cluster, the busy system, the client checks) through papermill.
+    Each of those cost the walk a TensorFlow or JVM start-up or a sweep (issue 56)."""
     from conftest import TINY
-    return {**TINY, "object_sweep": {**TINY["object_sweep"], "targets": ["local"]},
+    return {**TINY,
+            "preprocess": {**TINY["preprocess"], "processes": [1], "repeats": 1},
+            "emulate": {**TINY["emulate"], "accelerators": [1], "client_check": False},
             "train_resnet50": {**TINY["train_resnet50"], "memory_limits": ["none"], "parallel_models": []},
-            "checkpoint": {**TINY["checkpoint"], "framework": {**TINY["checkpoint"]["framework"], "scenarios": []}},
+            "transfer_sweep": {**TINY["transfer_sweep"], "block_sizes": ["4k"], "queue_depths": [1], "repeats": 1,
+                               "loads": ["idle"]},
             "stream_inference": {**TINY["stream_inference"], "brokers": 1, "replication_factors": [1]},
-            "transfer_sweep": {**TINY["transfer_sweep"], "loads": ["idle"]}}
+            "checkpoint": {**TINY["checkpoint"], "saves": 1, "restores": 1, "client_check": False,
+                           "cost": {**TINY["checkpoint"]["cost"], "modes": []},
+                           "framework": {**TINY["checkpoint"]["framework"], "scenarios": []}},
+            "kv_cache": {**TINY["kv_cache"], "repeats": 1, "client_check": False, "prefill": {"measure": False}},
+            "object_sweep": {**TINY["object_sweep"], "targets": ["local"], "object_sizes": ["64k"], "repeats": 1},
+            "vector_search": {**TINY["vector_search"], "search_list": [10], "uniform_control": False}}
 
 
 WALK_KNOBS = _walk_knobs()
