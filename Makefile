@@ -47,10 +47,11 @@ study: study-deps
 	@$(MAKE) --no-print-directory dvc-lock-local
 	@ls -l reports/brief.html reports/brief.pdf
 
-# Two workers (pytest-xdist), each test file a unit of work handed out longest first, `serial` tests alone, a
+# Three workers (pytest-xdist), each test file a unit of work handed out longest first, `serial` tests alone, a
 # per-test budget checked at the end (tests/suite.py, tests/budget.py; docs/testing.md). On these 2 cores most
-# whole-run tests wait on subprocesses, I/O and sleeps, so two workers keep both cores busy.
-PYTEST_WORKERS := -n 2 --dist loadfile --no-loadscope-reorder
+# whole-run tests wait on subprocesses, I/O and sleeps: two workers left the CPUs 24 % idle, three 13 %
+# (docs/testing.md).
+PYTEST_WORKERS := -n 3 --dist loadfile --no-loadscope-reorder
 
 test: env kafka s3 s3worker s3ref test-hosts-deps mlpstorage-try
 	pytest -q -ra $(PYTEST_WORKERS) --durations=25 tests
