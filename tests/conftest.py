@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -118,6 +119,7 @@ def process_alive(pid: int) -> bool:
         return False
 
 
+@functools.cache     # asked by eight test files at collection: `mpirun --version` took 0.37 s a time
 def mpi_missing() -> str | None:
     """Why MPI runs cannot be tested here (no mpirun, ...), or None."""
     from storagebrief.kit import mpi
@@ -237,6 +239,7 @@ def params_file(tmp_path):
     return make
 
 
+@functools.cache
 def hosts_missing() -> str | None:
     """Why test hosts (core.nethosts: network namespaces with sshd) cannot be made here, or None."""
     from storagebrief.core import nethosts
@@ -269,8 +272,9 @@ TINY = {
     "transfer_sweep": {"block_sizes": ["4k", "1m"], "queue_depths": [1, 4], "repeats": 2, "file_mib": 16,
                        "runtime_s": 0.3, "ramp_time_s": 0.05,
                        "busy": {"peak_seconds": 0.5, "calibrate_seconds": 0.5, "settle_s": 0.1}},
+    # one Kafka node per target: a replicated cluster is the stream study's own tests' (three nodes, rf 3)
     "stream_inference": {"videos": ["144p@12"], "duration_s": 2, "streams": [1], "topics": [1], "partitions": [2],
-                         "replication_factors": [3], "broker_heap_mib": 256, "drain_timeout_s": 15,
+                         "brokers": 1, "replication_factors": [1], "broker_heap_mib": 256, "drain_timeout_s": 15,
                          "input_size": 32, "batch_size": 8},
     "checkpoint": {"scale": 65536, "saves": 2, "restores": 2, "pause_s": 0.05, "write_block_mib": 1,
                    "read_block_mib": 1, "readers_per_rank": 2,

@@ -1,4 +1,4 @@
-"""How the suite runs on a 2-core machine (issue 56): two xdist workers (`make test` passes `-n 2 --dist
+"""How the suite runs on a 2-core machine (issue 56): three xdist workers (`make test` passes `-n 3 --dist
 loadfile`), whole test files kept together, the longest work first, `serial` tests alone, what many tests
 read built once per run, and every test held to a time budget.
 
@@ -8,12 +8,12 @@ read built once per run, and every test held to a time budget.
   first worker to need it builds it in the run's shared folder while the other, if it needs it too, waits
   for that build and reads it; without xdist it is a plain session fixture.
 - **Order.** Files go out longest first (the seconds `budget.OVER_BUDGET` lists, one second for any other
-  test; a shared fixture's seconds go to the first file that reads it), so the two workers finish together
+  test; a shared fixture's seconds go to the first file that reads it), so the workers finish together
   instead of one waiting out a long file at the end.
-- **Serial.** `@pytest.mark.serial("why")` runs a test with the other worker idle: every test holds a
+- **Serial.** `@pytest.mark.serial("why")` runs a test with the other workers idle: every test holds a
   shared lock for its set-up, call and tear-down; a serial one takes a turnstile first (so no new test
   starts beside it), then the lock exclusively. The serial tests are the run's last phase (`SerialLast`),
-  so what they wait for is the other worker's last short test, not a long file.
+  so what they wait for is the other workers' last short tests, not a long file.
 - **Budget.** A test whose set-up, call and tear-down take over `budget.BUDGET_S` and that is not on
   `budget.OVER_BUDGET` fails the run at its end, with the list of offenders; a shared fixture's build is a
   line of its own (`fixture <name>`), not part of whichever test needed it first.

@@ -279,7 +279,7 @@ def _walk_knobs() -> dict[str, dict]:
     walk asks what JupyterLab adds to a run (the kernel in notebooks/, Run All, the progress bar on screen, the
     outputs as the browser holds them), the same whatever a study measures. The tiny DVC chain runs every notebook
     with all of TINY (every point, the memory-limited and parallel training runs, the framework's TensorFlow
-    checkpoints, the cost sweep, a replicated Kafka cluster, the busy system, the client checks) through papermill.
+    checkpoints, the cost sweep, the busy system, the client checks) through papermill.
     Each of those cost the walk a TensorFlow or JVM start-up or a sweep (issue 56)."""
     from conftest import TINY
     return {**TINY,
@@ -288,7 +288,6 @@ def _walk_knobs() -> dict[str, dict]:
             "train_resnet50": {**TINY["train_resnet50"], "memory_limits": ["none"], "parallel_models": []},
             "transfer_sweep": {**TINY["transfer_sweep"], "block_sizes": ["4k"], "queue_depths": [1], "repeats": 1,
                                "loads": ["idle"]},
-            "stream_inference": {**TINY["stream_inference"], "brokers": 1, "replication_factors": [1]},
             "checkpoint": {**TINY["checkpoint"], "saves": 1, "restores": 1, "client_check": False,
                            "cost": {**TINY["checkpoint"]["cost"], "modes": []},
                            "framework": {**TINY["checkpoint"]["framework"], "scenarios": []}},

@@ -68,6 +68,7 @@ def test_tensorflow_checkpoints_every_k_vs_default_with_limit_and_ingest(swept):
     tmp, out, params = swept
     runs = pd.read_csv(out / "runs.csv")
     assert not columns.undeclared(runs.columns, columns.ENGINE_COLUMNS, columns.MONITOR_COLUMNS, metrics.COLUMNS)
+    assert {c.name for c in framework.COLUMNS} <= set(runs.columns)     # every one the study declares for them
     fw = runs[runs.sweep == "framework"]
     expected = set(TINY["scenarios"]) if not framework.memory_unavailable() else set(TINY["scenarios"]) - {"limited"}
     assert set(fw.framework_scenario) == expected and len(fw) == 2 * len(expected)

@@ -57,13 +57,30 @@ def write_params(tmp: Path, **train) -> Path:
     return path
 
 
+def _generated(folder: Path) -> dict:
+    """The module's dataset, generated once per test run (built_once): the serial memory-limit tests are a unit of
+    their own, so the module's fixtures are built twice, and generating it took 12 s of the serial phase."""
+    params = config.load(write_params(folder))
+    target = targets_mod.resolve_all(params)[0]
+    ds = trd.resolve_dataset(params, target, params.section("train_resnet50"), log=lambda *a: None)
+    return {"folder": str(Path(ds.files[0]).parent)}
+
+
 @pytest.fixture(scope="module")
-def shared(tmp_path_factory):
-    """One target with one generated dataset reused by the training tests."""
+def shared(request, tmp_path_factory):
+    """One target with one generated dataset reused by the training tests: the run's one generated set, hard-linked
+    into this module's own target (the study finds it by its manifest, as a set it generated there)."""
+    from suite import built_once
+    made = Path(built_once(request, "train_resnet50_dataset", _generated)["folder"])
     tmp = tmp_path_factory.mktemp("train")
     params = config.load(write_params(tmp))
     target = targets_mod.resolve_all(params)[0]
+    mine = target.study_dir(STUDY.name) / made.name
+    mine.mkdir(parents=True)
+    for f in made.iterdir():
+        os.link(f, mine / f.name)
     ds = trd.resolve_dataset(params, target, params.section("train_resnet50"), log=lambda *a: None)
+    assert Path(ds.files[0]).parent == mine, ds.files       # found, not generated again
     return tmp, params, target, ds
 
 
