@@ -138,3 +138,23 @@ def test_the_height_estimate_grows_with_the_text_and_finds_footnotes_past_page_o
     assert layout.scorecard_end_past_page_one(["The answers\n not measured on that\n target.\n"], html) == []
     assert layout.scorecard_end_past_page_one(["The answers\n not measured on", "that target."], html) == [
         "page 1's footnotes run onto page 2 ('… on that target.' is not on page 1)"]
+
+
+def test_the_chapter_keeps_what_page_one_leaves_out(monkeypatch):
+    """The CPU's row and a floor's internal reason: not on page 1, in full in the study's chapter."""
+    rows = [{"question": "KV cache (tiny): beyond how many tokens?", "target": "local", "study": "kv_cache",
+             "answer": "this-cpu: from the first token", "short": "this machine's CPU: from the first token",
+             "page_one": False},
+            {"question": "Accelerators supported (unet3d, AU ≥ 90 %)", "target": "local", "study": "kv_cache",
+             "answer": "≥ 8 (page-cache cap reached)", "short": "≥ 8 accelerators · not settled",
+             "unsettled": accelerators.UNSETTLED["memory"], "note": ""}]
+    shown = []
+    monkeypatch.setattr(pageone, "page_one_rows", lambda reports_dir: rows)
+    monkeypatch.setattr(pageone, "show_html", shown.append)
+    monkeypatch.setattr(pageone, "show_table", lambda frame, caption: shown.append(frame.to_string()))
+    pageone.chapter_answer("kv_cache", ".")
+    chapter = html.unescape("".join(shown))
+    assert "this-cpu: from the first token" in chapter and "page-cache cap reached" in chapter
+    assert "Note: not settled: " + accelerators.UNSETTLED["memory"] in chapter
+    page = html.unescape(scorecard.table_html(rows, ["local"]))
+    assert "KV cache (tiny)" not in page and "page-cache" not in page and "≥ 8 accelerators · not settled" in page
