@@ -25,10 +25,10 @@ def test_questions_are_rows_targets_columns_with_short_cells_and_letter_footnote
     questions, columns, cells, notes = scorecard.grid(ROWS, ["local", "hdd"])
     assert questions == ["Accelerators supported (unet3d, AU ≥ 90 %)", "Ingest bandwidth"]
     assert columns == ["local", "hdd"]
-    assert cells[(questions[0], "local")] == ("8 accelerators · client-bound beyond", 1)
+    assert cells[(questions[0], "local")] == ("8 accelerators · client-bound beyond", (1,))
     # no short form: the first clause without its parentheses, what was left out is the footnote
-    assert cells[(questions[0], "hdd")] == ("1", 2) and notes[1] == "storage-limited beyond"
-    assert cells[(questions[1], "hdd")] == ("48.3 MB/s at P = 2", 0)
+    assert cells[(questions[0], "hdd")] == ("1", (2,)) and notes[1] == "storage-limited beyond"
+    assert cells[(questions[1], "hdd")] == ("48.3 MB/s at P = 2", ())
     page = scorecard.table_html(ROWS, ["local", "hdd"], {q: "section-x" for q in questions})
     # a footnote mark is a letter: a digit after "8" read as "81" (pdftotext wrote "≥ 21" for "≥ 2" + mark 1)
     assert "<sup>a</sup>" in page and "<sup>b</sup>" in page and "<sup>1</sup>" not in page

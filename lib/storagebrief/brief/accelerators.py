@@ -25,6 +25,11 @@ REPLACES_PREFIX = "Accelerators supported"
 FLOORS = {"budget": "search budget reached", "cap": "search cap reached", "memory": "page-cache cap reached",
           "none": "no count tested failed",
           "": "no count tested failed"}
+# The same stops in words a reader of page 1 needs no study's settings for (its footnote; scorecard.py).
+UNSETTLED = {"budget": "the search ran out of time before a count of accelerators fell short",
+             "cap": "the largest count the search may try still kept up",
+             "memory": "more accelerators' data would not fit the memory this run allows for caching",
+             "": "every count tried kept up; a larger one was not tried"}
 
 
 def _json(path: Path) -> dict:
@@ -98,19 +103,34 @@ def forecasts(study) -> dict[tuple[str, str], dict]:
 def answer_text(e: dict) -> str:
     """'8 (range 8–15; client-limited beyond)', '3 (storage-limited beyond)', '≥ 4 (search budget reached)'."""
     lo, hi, by = e["low"], e["high"], e["limited_by"]
-    if e["first_fail"] is None or by in ("budget", "cap", "memory"):
+    if floor(e):
         return f"≥ {lo} ({FLOORS.get(by, by + '-limited beyond')})"
     span = f"range {lo}–{hi}; " if hi > lo else ""
     return f"{lo} ({span}{by}-limited beyond)"
 
 
+def floor(e: dict) -> bool:
+    """The count is a floor: the search stopped before a count failed (no failing count, or a budget, cap or
+    page-cache stop)."""
+    return e["first_fail"] is None or e["limited_by"] in ("budget", "cap", "memory")
+
+
 def short_text(e: dict) -> str:
-    """Page 1's cell: '8 accelerators · client-bound beyond', '≥ 4 accelerators · none failed'."""
+    """Page 1's cell: '8 accelerators · client-bound beyond'; a floor '≥ 4 accelerators · not settled' (why in
+    its footnote, unsettled(); the chapter's answer keeps the search's own reason)."""
     lo, by = e["low"], e["limited_by"]
     count = f"{lo} accelerator{'' if lo == 1 else 's'}"
-    if e["first_fail"] is None or by in ("budget", "cap", "memory"):
-        return f"≥ {count} · {FLOORS.get(by, by + '-bound beyond')}"
+    if floor(e):
+        return f"≥ {count} · not settled"
     return f"{count} · {by}-bound beyond"
+
+
+def unsettled(e: dict) -> str:
+    """Why a floor is not settled, in plain words ('' when the count is settled)."""
+    if not floor(e):
+        return ""
+    by = e["limited_by"]
+    return UNSETTLED.get(by if by in UNSETTLED else "", UNSETTLED[""])
 
 
 def short_note(e: dict, f: dict | None, extra: str) -> str:
@@ -203,5 +223,6 @@ def answers(emulate_study, sweep_study, emulate_rows: list[dict] | None = None) 
         if extra:
             basis += f"{'' if basis.endswith('.') else '.'} Emulate study: {extra}."
         rows.append({"question": question, "target": t, "answer": answer_text(e), "basis": basis,
-                     "short": short_text(e), "note": short_note(e, f, extra)})
+                     "short": short_text(e), "note": short_note(e, f, extra),
+                     **({"unsettled": unsettled(e)} if floor(e) else {})})
     return rows

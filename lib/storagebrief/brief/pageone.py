@@ -1,15 +1,19 @@
 """Page 1 (issue 49): a cover of two or three plain sentences and the scorecard (brief/scorecard.py), questions
 as rows and targets as columns; the full answers and their basis print in each study's chapter (chapter_answer).
-Machine paths and device ids are in Appendix A, not here."""
+Each target's device is named by its kind and model from the inventory ("a directory on a virtual disk, QEMU
+HARDDISK", issue 62); machine paths and device ids are in Appendix A, not here. Page 1 never spills: answers()
+fits the footnotes to what the cover leaves of the page (report/layout.page_one_pt)."""
 from __future__ import annotations
 
 import html
+import re
 from pathlib import Path
 
 import pandas as pd
 
 from ..core import config as config_mod
 from ..kit import history
+from ..report import layout
 from ..report.display import markdown_html, set_target_order, show_html, show_table
 from ..report.words import display
 from ..studies import get as get_study
@@ -17,20 +21,55 @@ from . import accelerators, inputs, scorecard
 from .parts import in_kernel, not_rendered, part
 
 ACCELERATOR_STUDIES = ("emulate", "transfer_sweep")     # both answer "how many accelerators": one reconciled row
+_COVER: list[str] = []          # the cover's HTML as last shown (title_block opens a brief with it)
+# A disk model naming a hypervisor's emulated device (QEMU HARDDISK, VBOX HARDDISK, VMware Virtual disk, Msft
+# Virtual Disk, Xen): the data sits on a virtual disk, whatever it reports as rotational.
+VIRTUAL_MODEL = re.compile(r"\b(?:QEMU|VBOX|VMware|Virtual|Xen)\b", re.I)
+MEMORY_FS = ("tmpfs", "ramfs")
+
+
+def device_words(t: dict) -> str:
+    """A target's device as a reader names it, from the inventory: 'a virtual disk, QEMU HARDDISK', 'an NVMe
+    SSD, Samsung SSD 990 PRO', 'memory (tmpfs)'; '' when the inventory does not say. No path, no device id."""
+    dev, fs = t.get("device") or {}, str(t.get("filesystem") or "")
+    if fs in MEMORY_FS:
+        return f"memory ({fs})"
+    interface = str(dev.get("interface") or "unknown")
+    model = re.sub(r"^ATA\s+", "", str(dev.get("model") or "").strip())     # Linux's vendor of every SATA disk
+    if not dev.get("name"):
+        return f"{'an' if fs[:1] in 'aeiou' else 'a'} {fs} file system" if fs and fs != "unknown" else ""
+    # a PCI vendor id (virtio reports 0x1af4) or the "<interface> disk" stand-in names no model
+    named = "" if re.fullmatch(r"0x[0-9a-f]+|unknown|", model, re.I) or model == f"{interface} disk" else model
+    if interface == "virtio" or VIRTUAL_MODEL.search(model):
+        kind = "a virtual disk"
+        named = named or ("virtio" if interface == "virtio" else "")
+    elif interface == "nvme":
+        kind = "an NVMe SSD"
+    elif dev.get("rotational") is True:
+        kind = "a hard disk"
+    elif dev.get("rotational") is False:
+        kind = "an SSD"
+    else:
+        kind = "a disk"
+    return kind + (f", {named}" if named else "")
 
 
 def _target_words(t: dict, unapplied: dict) -> str:
-    """'hdd-emulated (an emulated hdd_7200 disk: read ≤ 150 MB/s)' in words, no path."""
+    """'hdd-emulated (an emulated hdd_7200 disk: read ≤ 150 MB/s, on a virtual disk, virtio)' in words, no path."""
     name, prof, s3 = t["name"], t.get("profile") or {}, t.get("s3") or {}
+    dev = device_words(t)
     if s3:
-        return f"{name} (S3 objects through {'a local gateway' if s3.get('kind') != 'external' else 'an endpoint'})"
+        external = "external" in str(s3.get("kind", ""))
+        return (f"{name} (S3 objects through {'an endpoint' if external else 'a local gateway'}"
+                + ("" if external or not dev else f", on {dev}") + ")")
+    on = f", on {dev}" if dev else ""
     if t.get("profile_name"):
         if name in unapplied:
-            return f"{name} (meant as an emulated {display(t['profile_name'])}, not applied: ran unthrottled)"
+            return f"{name} (meant as an emulated {display(t['profile_name'])}, not applied: ran unthrottled{on})"
         caps = ", ".join(x for x in (f"read ≤ {prof['read_mb_per_s']:g} MB/s" if prof.get("read_mb_per_s") else "",
                                      f"≤ {prof['read_iops']:,} IOPS" if prof.get("read_iops") else "") if x)
-        return f"{name} (an emulated {display(t['profile_name'])}{': ' + caps if caps else ''})"
-    return f"{name} (a directory on this machine's disk)"
+        return f"{name} (an emulated {display(t['profile_name'])}{': ' + caps if caps else ''}{on})"
+    return f"{name} (a directory {'in' if dev.startswith('memory') else 'on'} {dev or 'this machine'})"
 
 
 @part("The cover")
@@ -52,9 +91,11 @@ def cover(reports_dir: str | Path, params_file: str | Path) -> None:
         summary += " The runs are short and scaled down: the numbers describe this machine, not a cluster."
     odd = [s.title + (" could not be read" if not s.ok else " was cut short") for s in studies
            if not s.ok or s.cut_short()]
-    show_html('<div class="cover"><h1>Storage performance brief</h1>'
-              f'<p class="summary">{html.escape(summary)}</p>'
-              + (f'<p class="meta">{html.escape("; ".join(odd))}.</p>' if odd else "") + '</div>')
+    text = ('<div class="cover"><h1>Storage performance brief</h1>'
+            f'<p class="summary">{html.escape(summary)}</p>'
+            + (f'<p class="meta">{html.escape("; ".join(odd))}.</p>' if odd else "") + '</div>')
+    _COVER[:] = [text]                 # what answers() leaves room for on page 1
+    show_html(text)
 
 
 def page_one_rows(reports_dir: str | Path) -> list[dict]:
@@ -105,7 +146,17 @@ def answers(reports_dir: str | Path) -> None:
         return
     targets = [t["name"] for t in inputs.latest_inventory(reports_dir).get("targets", [])]
     chapters = {str(a["question"]): f"section-{a['study']}" for a in rows if a.get("study")}
-    show_html('<h2 class="answers">The answers</h2>' + scorecard.table_html(rows, targets, chapters))
+    show_html(fitted(rows, targets, chapters, _COVER[0] if _COVER else ""))
+
+
+def fitted(rows: list[dict], targets: list[str], chapters: dict[str, str], cover: str = "") -> str:
+    """Page 1's answers as many footnotes as fit under `cover` on one page (report/layout.page_one_pt): past that
+    the other caveats share one footnote pointing to their chapters, which print every note in full."""
+    for n in range(scorecard.MAX_NOTES, -1, -1):
+        text = '<h2 class="answers">The answers</h2>' + scorecard.table_html(rows, targets, chapters, n)
+        if layout.page_one_pt(cover + text) <= layout.PAGE_ONE_PT:
+            break
+    return text
 
 
 def chapter_answer(key: str, reports_dir: str | Path) -> None:
@@ -114,7 +165,7 @@ def chapter_answer(key: str, reports_dir: str | Path) -> None:
     rows = [a for a in page_one_rows(reports_dir) if a.get("study") == key]
     for q in dict.fromkeys(str(a["question"]) for a in rows):
         mine = [a for a in rows if str(a["question"]) == q]
-        notes = list(dict.fromkeys(scorecard.note(a) for a in mine if scorecard.note(a)))
+        notes = list(dict.fromkeys(n for a in mine for n in scorecard.cell_notes(a)))
         show_html(markdown_html(f"**{q}** " + "; ".join(f"{a['target']}: {a['answer']}" for a in mine) + "."
                                 + "".join(f" Note: {n}." for n in notes)))     # the chapter's own, always shown
     if rows:

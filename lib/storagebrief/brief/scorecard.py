@@ -4,7 +4,16 @@ a few words, a footnote mark where the answer needs a caveat, the footnotes one 
 A study's page-1 answer (studies' answers(): question, target, answer, basis) may carry `short` (the cell) and
 `note` (its one-line caveat); without them the cell is the answer's first clause with its parentheses left out,
 and what was left out is the note. The full answer and its basis print in the study's chapter: every number of a
-cell is one the chapter prints too (tests/brief/test_scorecard.py).
+cell is one the chapter prints too (tests/brief/test_scorecard.py). Issue 62, a page 1 a vendor can quote:
+
+- `page_one: False`: an answer about this machine (its CPU, the client), not the storage: its chapter prints it,
+  page 1 does not (on_page_one).
+- `unsettled`: plain words why the answer is not settled (a search that stopped before a count failed, runs that
+  disagreed): the cell says "not settled" and one footnote gives those words; the internal reason ("page-cache
+  cap reached", "fit unstable: …") stays in the chapter's answer.
+- Page 1 never spills: a footnote is one line (NOTE_CHARS, the rest in its chapter) and past `max_notes` the
+  remaining caveats share one footnote pointing to their chapters (brief/pageone.answers fits max_notes to the
+  page with report/layout.page_one_pt).
 """
 from __future__ import annotations
 
@@ -16,14 +25,35 @@ from ..report.display import wrap_at_spaces_only
 
 NUMBER = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)?")
 _PAREN = re.compile(r"\s*\(([^()]*)\)")
+NOT_SETTLED = "not settled"
+MAX_NOTES = 12           # footnotes page 1 prints at most (fewer where the page is full: brief/pageone.fitted)
+NOTE_CHARS = 115         # one footnote line across page 1 at 7.5 pt (report/layout.py's character width)
+MORE = "other caveats: in each answer's chapter (its note)"
+
+
+def on_page_one(a: dict) -> bool:
+    """Whether page 1 shows the answer: not one about this machine's CPU or the client (`page_one: False`)."""
+    return a.get("page_one", True) is not False
 
 
 def short(a: dict) -> str:
     """The cell: the study's own short form, else the answer's first clause without its parentheses."""
     if a.get("short"):
-        return str(a["short"])
-    first = str(a.get("answer", "")).split(";")[0]
-    return _PAREN.sub("", first).strip() or str(a.get("answer", ""))
+        text = str(a["short"])
+    else:
+        first = str(a.get("answer", "")).split(";")[0]
+        text = _PAREN.sub("", first).strip() or str(a.get("answer", ""))
+    return text if not a.get("unsettled") or NOT_SETTLED in text else NOT_SETTLED
+
+
+def unsettled_note(a: dict) -> str:
+    """The footnote of an answer that is not settled: 'not settled: <plain words>', or ''."""
+    return f"{NOT_SETTLED}: {a['unsettled']}" if a.get("unsettled") else ""
+
+
+def cell_notes(a: dict) -> list[str]:
+    """Every footnote of a cell: why it is not settled first, then its caveat."""
+    return [n for n in (unsettled_note(a), note(a)) if n]
 
 
 def note(a: dict) -> str:
@@ -48,33 +78,49 @@ def mark(n: int) -> str:
     return "abcdefghijklmnopqrstuvwxyz"[(n - 1) % 26] * (1 + (n - 1) // 26)
 
 
-def grid(rows: list[dict], targets: list[str]) -> tuple[list[str], list[str], dict, list[str]]:
-    """(questions, targets with an answer, {(question, target): (cell, footnote number or 0)}, footnotes)."""
+def one_line(text: str, limit: int = NOTE_CHARS) -> str:
+    """A footnote cut to one line at a space (its chapter prints it whole)."""
+    if len(text) <= limit:
+        return text
+    more = " … (in full in its chapter)"
+    return text[:limit - len(more)].rsplit(" ", 1)[0].rstrip(" ;,:") + more
+
+
+def grid(rows: list[dict], targets: list[str], max_notes: int = MAX_NOTES
+         ) -> tuple[list[str], list[str], dict, list[str]]:
+    """(questions, targets with an answer, {(question, target): (cell, footnote numbers)}, footnotes) of the rows
+    page 1 shows. Past max_notes footnotes (why an answer is not settled kept first), the other caveats share
+    one last footnote saying their chapters print them."""
+    rows = [a for a in rows if on_page_one(a)]
     questions = list(dict.fromkeys(str(a["question"]) for a in rows))
     answered = {str(a["target"]) for a in rows}
     columns = [t for t in targets if t in answered] + sorted(answered - set(targets))
-    notes: list[str] = []
+    every = list(dict.fromkeys(n for a in rows for n in cell_notes(a)))
+    if len(every) > max_notes:
+        first = [n for n in every if n.startswith(NOT_SETTLED + ":")] + [n for n in every
+                                                                         if not n.startswith(NOT_SETTLED + ":")]
+        kept = set(first[:max(0, max_notes - 1)])
+        notes = [n for n in every if n in kept] + [MORE]
+    else:
+        notes = every
     cells = {}
     for a in rows:
-        text = note(a)
-        mark = 0
-        if text:
-            if text not in notes:
-                notes.append(text)
-            mark = notes.index(text) + 1
-        cells[(str(a["question"]), str(a["target"]))] = (short(a), mark)
+        marks = tuple(dict.fromkeys(notes.index(n) + 1 if n in notes else len(notes) for n in cell_notes(a)))
+        cells[(str(a["question"]), str(a["target"]))] = (short(a), marks)
     return questions, columns, cells, notes
 
 
-def table_html(rows: list[dict], targets: list[str], chapter_of: dict[str, str] | None = None) -> str:
+def table_html(rows: list[dict], targets: list[str], chapter_of: dict[str, str] | None = None,
+               max_notes: int = MAX_NOTES) -> str:
     """The scorecard table and its footnotes; chapter_of: question -> the chapter's anchor (the question links
     to where its full answer and basis print; a footnote names the chapter that prints it too)."""
-    return _table(rows, targets, chapter_of or {})
+    return _table(rows, targets, chapter_of or {}, max_notes)
 
 
-def _table(rows: list[dict], targets: list[str], chapter_of: dict[str, str]) -> str:
-    questions, columns, cells, notes = grid(rows, targets)
-    note_chapter = {note(a): chapter_of.get(str(a["question"]), "") for a in rows if note(a)}
+def _table(rows: list[dict], targets: list[str], chapter_of: dict[str, str], max_notes: int) -> str:
+    rows = [a for a in rows if on_page_one(a)]
+    questions, columns, cells, notes = grid(rows, targets, max_notes)
+    note_chapter = {n: chapter_of.get(str(a["question"]), "") for a in rows for n in cell_notes(a)}
     if not questions:
         return ""
     esc = html.escape
@@ -85,10 +131,10 @@ def _table(rows: list[dict], targets: list[str], chapter_of: dict[str, str]) -> 
         label = f'<a href="#{esc(link)}">{esc(q)}</a>' if link else esc(q)
         tds = []
         for t in columns:
-            cell, n = cells.get((q, t), ("–", 0))
-            tds.append(f"<td>{esc(cell)}" + (f"<sup>{mark(n)}</sup>" if n else "") + "</td>")
+            cell, marks = cells.get((q, t), ("–", ()))
+            tds.append(f"<td>{esc(cell)}" + (f"<sup>{','.join(map(mark, marks))}</sup>" if marks else "") + "</td>")
         body.append(f'<tr><th class="question">{label}</th>{wrap_at_spaces_only("".join(tds))}</tr>')
-    foot = "".join(f'<li data-chapter="{esc(note_chapter.get(n, ""))}"><sup>{mark(i)}</sup> {esc(n)}</li>'
+    foot = "".join(f'<li data-chapter="{esc(note_chapter.get(n, ""))}"><sup>{mark(i)}</sup> {esc(one_line(n))}</li>'
                    for i, n in enumerate(notes, 1))
     return (f'<table class="scorecard"><thead>{head}</thead><tbody>{"".join(body)}</tbody></table>'
             f'<ol class="footnotes">{foot}<li class="basis">Each answer\'s basis (how it was measured, what '

@@ -12,7 +12,9 @@
 - sparse pages: no page less than a quarter filled unless the next page starts a top-level section,
   or it is the last page.
 - page 1 holds the answers' "Accelerators supported" line of every target.
-- page 1's scorecard ends on page 1 (every question it asks is on page 1).
+- page 1's scorecard ends on page 1 (every question it asks is on page 1, and its last footnote line).
+  Before printing, page_one_pt estimates page 1's height from its HTML (the brief's CSS sizes, a calibrated
+  character width, greedy line wrapping) so brief/pageone.py fits its footnotes to the page.
 - the body (every page before the first appendix) has at most BODY_PAGES pages, the appendices APPENDIX_PAGES.
 - the HTML opens offline: no http(s) reference to fonts, style sheets, scripts or images.
 - every figure's text fits: no overlapping tick labels, no subplot title wider than its plot or over
@@ -230,6 +232,76 @@ def answers_past_page_one(pages: list[str], questions: list[str]) -> list[str]:
     return out
 
 
+# Page 1's text area (A4 less the 16 mm and 18 mm margins: 263 mm) and main's width (182 mm less 12 px a side),
+# in points; the estimate's room for error is the 8 % left over.
+PAGE_ONE_PT = 0.92 * 263 * 72 / 25.4
+MAIN_PT = 182 * 72 / 25.4 - 18
+EM = {False: 0.56, True: 0.61}          # DejaVu Sans's width of a character of prose, regular and bold, in em
+# (font pt, space above, space below, width taken from main) of page 1's blocks, after templates/brief.css
+BLOCKS = {"h1": (22, 0, 3, 25.5), "h2": (15, 16.5, 16.2, 0), "summary": (10.5, 3, 3, 25.5),
+          "meta": (9, 9, 9, 25.5), "p": (10, 9, 9, 0), "li": (7.5, 0, 0, 0)}
+LINE = 1.4                               # the body's line height
+_BLOCK = re.compile(r'<(h1|h2|p|li|table)\b([^>]*)>(.*?)</\1>', re.S)
+
+
+def _plain(fragment: str) -> str:
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", "", fragment)).split())
+
+
+def text_lines(text: str, size_pt: float, width_pt: float, bold: bool = False) -> int:
+    """Lines a text takes wrapped at spaces into width_pt (greedy, as a browser wraps)."""
+    cw = EM[bold] * size_pt
+    lines, used = 1, 0.0
+    for word in text.split():
+        w = len(word) * cw
+        if used and used + cw + w > width_pt:
+            lines, used = lines + 1, w
+        else:
+            used += (cw if used else 0.0) + w
+    return lines
+
+
+def _table_pt(table: str) -> float:
+    rows = re.findall(r"<tr>(.*?)</tr>", table, re.S)
+    cells = [re.findall(r"<(t[hd])\b([^>]*)>(.*?)</\1>", r, re.S) for r in rows]
+    n = max((len(c) for c in cells), default=1)
+    question = 0.31 * MAIN_PT
+    widths = [question] + [(MAIN_PT - question) / max(1, n - 1)] * (n - 1)
+    total = 6.0                                                       # the table's margin
+    for row in cells:
+        high = 0.0
+        for (tag, attrs, body), w in zip(row, widths):
+            plain_cell = 'class="question"' in attrs
+            lines = text_lines(_plain(body), 8, w - (9 if tag == "th" else 7.5), bold=not plain_cell)
+            high = max(high, lines * 8 * LINE + (4.5 if tag == "th" else 3.75))
+        total += high
+    return total
+
+
+def page_one_pt(page: str) -> float:
+    """Page 1's estimated height in points, from the brief's HTML up to the snapshot (which starts page 2):
+    the cover, the answers' heading, the scorecard and its footnotes."""
+    first = re.sub(r"<nav\b.*?</nav>", "", page.split('<h2 class="snapshot"')[0], flags=re.S)   # not printed
+    total = 12.0 if '<div class="cover">' in first else 0.0          # the cover's padding
+    for m in _BLOCK.finditer(first):
+        tag, attrs, body = m.groups()
+        if tag == "table":
+            total += _table_pt(body)
+            continue
+        cls = re.search(r'class="([^"]*)"', attrs)
+        size, above, below, inset = BLOCKS.get(cls.group(1) if cls and cls.group(1) in BLOCKS else tag, BLOCKS["p"])
+        total += above + below + text_lines(_plain(body), size, MAIN_PT - inset) * size * LINE
+    return total + (6.0 if "<ol" in first else 0.0) + (3.75 if "<h2" in first else 0.0)   # the list; h2's rule
+
+
+def scorecard_end_past_page_one(pages: list[str], html_text: str) -> list[str]:
+    """The scorecard's last footnote line (its closing words) not on page 1: the footnotes ran over."""
+    last = re.search(r'<li class="basis">(.*?)</li>', html_text, re.S)
+    tail = " ".join(_norm(_plain(last.group(1))).split()[-3:]) if last else ""
+    first = " ".join(" ".join(x.split()) for x in (pages[0] if pages else "").splitlines())
+    return [f"page 1's footnotes run onto page 2 ('… {tail}' is not on page 1)"] if tail and tail not in first else []
+
+
 EXTERNAL = re.compile(r"""(?:src|href|xlink:href)\s*=\s*["']?\s*(?:https?:)?//|url\(\s*["']?\s*(?:https?:)?//|"""
                       r"""@import\s+["']?(?:url\()?\s*["']?(?:https?:)?//""", re.I)
 
@@ -253,7 +325,8 @@ def check(pdf: str | Path, html_path: str | Path, targets: list[str] | None = No
     appendices = [h for h, cls in parsed.headings if "appendix" in cls.split()]
     body = body_pages(pages, appendices)
     out.update(pages=len(pages), body_pages=body, split_cells=split_cells(pages, parsed.cells),
-               answers_page1=answers_past_page_one(pages, parsed.questions),
+               answers_page1=answers_past_page_one(pages, parsed.questions)
+               + scorecard_end_past_page_one(pages, html_text),
                clipped_cells=clipped_cells(pages, parsed.cells),
                sparse_pages=sparse_pages(pdf, pages, tops),
                page1_answers=[f"page 1 has no 'Accelerators supported' answer for {t}"

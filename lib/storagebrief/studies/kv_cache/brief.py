@@ -347,9 +347,25 @@ def trace_workloads(frame, names: list[str]) -> list[tuple[str, str]]:
     return [(f"KV cache {r.workload} ({r.model})", r.run_id) for _, r in ref.drop_duplicates("workload").iterrows()]
 
 
+# Page 1's footnote for a break-even the runs disagree on (the chapter's answer: "fit unstable: …").
+UNSETTLED = "the runs disagreed too widely on where reloading starts to win for one answer"
+
+
+def _machine(r) -> bool:
+    """A row about this machine's own CPU as the accelerator (measured here), not about the storage."""
+    return str(getattr(r, "how", "")) == "measured here" or r.accelerator == "this-cpu"
+
+
+def _unstable(r) -> bool:
+    return str(getattr(r, "stable", "")).strip().lower() in ("false", "0")
+
+
 def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
     """Page 1: per target and model, beyond how many tokens reloading its KV cache from this target beats
-    recomputing it, per accelerator of the catalogue, and the read rate needed at need_at_tokens."""
+    recomputing it, per accelerator of the catalogue, and the read rate needed at need_at_tokens. This machine's
+    CPU as the accelerator is the chapter's (a CPU-vs-storage question): page 1's cell names the catalogue's
+    accelerators only, and a row of the CPU alone is the chapter's (page_one False); a fit the runs disagree on
+    is "not settled" on page 1 (scorecard.py)."""
     be = read_csv_or_none(Path(study_dir) / "breakeven.csv")
     if be is None:
         return []
@@ -359,12 +375,16 @@ def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
         same_model = set(frame.workload[frame.model == m]) if "model" in frame else set()
         parts = [f"{r.accelerator}: {r.answer.replace('reloading beats recomputing ', '')} (needs "
                  f"{_gib(r.read_gib_per_s_needed)} at {int(r.need_at_tokens) // 1024}K)" for _, r in g.iterrows()]
+        shown = g[[not _machine(r) for r in g.itertuples()]]
+        on_page = len(shown) > 0
+        shown = shown if on_page else g
         # the cell: each accelerator's outcome in a few words; the caveat: the rate the fastest one needs
         outcomes: dict[str, list[str]] = {}
-        for _, r in g.iterrows():
-            outcome = re.sub(r"\s*\([^()]*\)", "", r.answer.replace("reloading beats recomputing ", ""))
+        for r in shown.itertuples():
+            outcome = ("not settled" if _unstable(r) else
+                       re.sub(r"\s*\([^()]*\)", "", r.answer.replace("reloading beats recomputing ", "")))
             outcomes.setdefault(outcome, []).append(display(r.accelerator))      # "(one run: no range)": chapter's
-        fastest = g.loc[g.read_gib_per_s_needed.idxmax()]
+        fastest = shown.loc[shown.read_gib_per_s_needed.idxmax()]
         out.append({"question": f"KV cache ({m}): beyond how many tokens does reloading from storage beat "
                                 "recomputing?", "target": t, "answer": "; ".join(parts),
                     "short": "; ".join(f"{', '.join(a)}: {o}" for o, a in outcomes.items()),
@@ -375,5 +395,7 @@ def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
                              f"{g.reload_latency_s.iloc[0] * 1e3:.1f} ms measured on this target (one request, "
                              "cold); recompute from the prefill FLOP model"
                              + "".join(f"; {n}" for n in [check_note(checked, t, same_model)] if n)
-                             + "; kv_cache study"})
+                             + "; kv_cache study",
+                    **({"unsettled": UNSETTLED} if any(_unstable(r) for r in shown.itertuples()) else {}),
+                    **({} if on_page else {"page_one": False})})
     return out

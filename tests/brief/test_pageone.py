@@ -1,0 +1,160 @@
+"""Page 1 a vendor can quote (issue 62): the devices named from the inventory, no CPU-vs-storage rows, an answer
+that is not settled says so in plain words, and the page never spills whatever the footnotes (brief/pageone.py,
+brief/scorecard.py, report/layout.page_one_pt)."""
+import html
+import json
+import re
+from types import SimpleNamespace
+
+import pandas as pd
+
+from storagebrief.brief import accelerators, pageone, scorecard
+from storagebrief.report import layout
+
+
+def _target(name, device, fs="ext4", **more):
+    return {"name": name, "path": f"/srv/{name}", "device": device, "filesystem": fs, "profile": None,
+            "profile_name": None, "s3": None, **more}
+
+
+QEMU = {"name": "sda", "major": 8, "minor": 0, "model": "ATA QEMU HARDDISK", "rotational": True, "interface": "ata"}
+VIRTIO = {"name": "vda", "major": 254, "minor": 0, "model": "0x1af4", "rotational": True, "interface": "virtio"}
+NVME = {"name": "nvme0n1", "major": 259, "minor": 0, "model": "Samsung SSD 990 PRO 2TB", "rotational": False,
+        "interface": "nvme"}
+HDD = {"name": "sdb", "major": 8, "minor": 16, "model": "ATA ST4000DM004-2CV1", "rotational": True, "interface": "ata"}
+
+
+def test_the_cover_names_each_targets_device_kind_and_model_without_its_path_or_id():
+    words = {t["name"]: pageone._target_words(t, {}) for t in (
+        _target("local", QEMU), _target("vm", VIRTIO), _target("fast", NVME), _target("slow", HDD),
+        _target("ram", {"name": None, "reason": "tmpfs"}, fs="tmpfs"),
+        _target("s3", VIRTIO, kind="s3", s3={"kind": "local gateway (versitygw posix)"}),
+        _target("far", {}, kind="s3", s3={"kind": "external endpoint"}),
+        _target("hdd-emulated", VIRTIO, profile_name="hdd_7200", profile={"read_mb_per_s": 150.0}))}
+    assert words["local"] == "local (a directory on a virtual disk, QEMU HARDDISK)"   # QEMU's: virtual, not "hard disk"
+    assert words["vm"] == "vm (a directory on a virtual disk, virtio)"                   # 0x1af4: a vendor id, no model
+    assert words["fast"] == "fast (a directory on an NVMe SSD, Samsung SSD 990 PRO 2TB)"
+    assert words["slow"] == "slow (a directory on a hard disk, ST4000DM004-2CV1)"
+    assert words["ram"] == "ram (a directory in memory (tmpfs))"
+    assert words["s3"] == "s3 (S3 objects through a local gateway, on a virtual disk, virtio)"
+    assert words["far"] == "far (S3 objects through an endpoint)"
+    assert words["hdd-emulated"].endswith("read ≤ 150 MB/s, on a virtual disk, virtio)")
+    text = " ".join(words.values())
+    assert "/srv/" not in text and "vda" not in text and "nvme0n1" not in text and "254:0" not in text
+
+
+def _kv_breakeven(tmp_path, stable_h200=True):
+    rows = [{"target": "local", "model": "llama3.1-8b", "accelerator": a, "how": how, "answer": ans,
+             "read_gib_per_s_needed": need, "need_at_tokens": 8192, "reload_read_gib_per_s": 0.5,
+             "reload_latency_s": 0.002, "stable": stable}
+            for a, how, ans, need, stable in (
+                ("this-cpu", "measured here", "reloading beats recomputing from the first token", 0.001, True),
+                ("h200", "measured", "reloading beats recomputing beyond 4,096 tokens" if stable_h200 else
+                 "fit unstable: the break-even ran from 1 to 3 tokens over 2 runs", 9.0, stable_h200),
+                ("h100-sxm", "datasheet × utilisation", "reloading beats recomputing beyond 2,048 tokens", 7.0, True))]
+    pd.DataFrame(rows).to_csv(tmp_path / "breakeven.csv", index=False)
+    return pd.DataFrame({"target": ["local"], "model": ["llama3.1-8b"], "workload": ["w"]})
+
+
+def test_the_machines_cpu_is_the_chapters_answer_not_page_ones(tmp_path):
+    from storagebrief.studies.kv_cache import brief as kv
+    frame = _kv_breakeven(tmp_path)
+    row, = kv.answers(tmp_path, frame, ["local"])
+    assert "this-cpu: from the first token" in row["answer"]                   # the chapter prints it
+    assert row["short"] == "H200: beyond 4,096 tokens; H100 SXM: beyond 2,048 tokens"
+    assert "CPU" not in row["short"] and "unsettled" not in row and row.get("page_one", True)
+    # a model answered on this machine's CPU alone: the chapter's row, not page 1's
+    only = pd.read_csv(tmp_path / "breakeven.csv").head(1)
+    only.to_csv(tmp_path / "breakeven.csv", index=False)
+    cpu_row, = kv.answers(tmp_path, frame, ["local"])
+    assert cpu_row["page_one"] is False and not scorecard.on_page_one(cpu_row)
+    page = scorecard.table_html([row, {**cpu_row, "question": "KV cache (tiny): CPU only?"}], ["local"])
+    assert "KV cache (llama3.1-8b)" in page and "CPU only" not in page
+
+
+def test_an_unsettled_answer_says_not_settled_with_one_plain_footnote(tmp_path):
+    from storagebrief.studies.kv_cache import brief as kv
+    row, = kv.answers(tmp_path, _kv_breakeven(tmp_path, stable_h200=False), ["local"])
+    assert row["short"] == "H200: not settled; H100 SXM: beyond 2,048 tokens"
+    assert row["unsettled"] == kv.UNSETTLED and "fit unstable" in row["answer"]     # the chapter keeps the reason
+    d = tmp_path / "emulate"
+    d.mkdir()
+    recs = [{"workload": "unet3d", "target": t, "au_threshold_percent": 90.0, "accelerators_supported_at_least": 8,
+             "first_failing_accelerators": None, "supported_limited_by": by} for t, by in (("a", "memory"), ("b", "budget"))]
+    recs.append({**recs[0], "target": "c", "first_failing_accelerators": 16, "supported_limited_by": "storage"})
+    (d / "mlperf_results.json").write_text(json.dumps({"accelerators_supported": recs}))
+    acc = {r["target"]: r for r in accelerators.answers(SimpleNamespace(dir=d, frame=None), None)}
+    assert acc["a"]["answer"] == "≥ 8 (page-cache cap reached)" and acc["a"]["short"] == "≥ 8 accelerators · not settled"
+    assert "page-cache" not in acc["a"]["unsettled"] and "search budget" not in acc["b"]["unsettled"]
+    assert "unsettled" not in acc["c"] and acc["c"]["short"] == "8 accelerators · storage-bound beyond"
+    rows = [row, *acc.values()]
+    page = scorecard.table_html(rows, ["local", "a", "b", "c"], {r["question"]: "section-x" for r in rows})
+    for internal in ("page-cache cap", "search budget", "fit unstable", "1 to 3 tokens"):
+        assert internal not in page, internal
+    assert page.count("not settled: ") == 3                           # one footnote per plain reason
+    assert "not settled: " + accelerators.UNSETTLED["memory"] in html.unescape(page)
+
+
+def _long_rows(targets: list[str], questions: int) -> list[dict]:
+    return [{"question": f"Question {q} about storage with a long name ({q})", "target": t,
+             "answer": f"{q}.{i} MB/s", "short": f"{q}.{i} MB/s at P = 4 (1.0–9.9)",
+             "note": f"caveat {q}-{i}: " + "a long caveat in many words that runs far past one line " * 4}
+            for q in range(9) for i, t in enumerate(targets)]
+
+
+def test_page_one_never_spills_whatever_the_footnotes():
+    targets = [f"target-{i}" for i in range(6)]
+    rows = _long_rows(targets, 9)
+    cover = ('<div class="cover"><h1>Storage performance brief</h1><p class="summary">'
+             + "Nine studies ran the quick profile against six targets on one machine. " * 10 + "</p></div>")
+    chapters = {r["question"]: "section-x" for r in rows}
+    for n in (10_000, scorecard.MAX_NOTES):           # 54 long footnotes, or as many as page 1 prints at most: spill
+        whole = '<h2 class="answers">The answers</h2>' + scorecard.table_html(rows, targets, chapters, n)
+        assert layout.page_one_pt(cover + whole) > layout.PAGE_ONE_PT, n
+    page = pageone.fitted(rows, targets, chapters, cover)
+    assert layout.page_one_pt(cover + page) <= layout.PAGE_ONE_PT
+    text = html.unescape(page)
+    assert scorecard.MORE in text                                                # the rest: in their chapters
+    notes = [layout._plain(n.split(">", 1)[1]) for n in text.split("<li ")[1:]]
+    assert 1 < len(notes) - 2 < scorecard.MAX_NOTES
+    assert all(len(n) <= scorecard.NOTE_CHARS + 2 and n.endswith("(in full in its chapter)") for n in notes[:-2])
+    cells = re.sub(r"</?span[^>]*>", "", page)
+    assert all(f"<td>{r['short']}" in cells for r in rows)                       # every answer still on page 1
+
+
+def test_a_real_page_ones_footnotes_are_kept_when_they_fit():
+    rows = [{"question": "Q", "target": "local", "answer": "1 MB/s", "short": "1 MB/s", "note": "a short caveat"}]
+    page = pageone.fitted(rows, ["local"], {"Q": "section-x"}, '<div class="cover"><h1>B</h1></div>')
+    assert "a short caveat" in page and scorecard.MORE not in html.unescape(page)
+
+
+def test_the_height_estimate_grows_with_the_text_and_finds_footnotes_past_page_one():
+    assert layout.text_lines("word " * 10, 10, 1000) == 1
+    assert layout.text_lines("word " * 200, 10, 300) > layout.text_lines("word " * 100, 10, 300) > 1
+    short = '<p class="summary">one line</p>'
+    assert layout.page_one_pt(short * 2) > layout.page_one_pt(short)
+    assert layout.page_one_pt(short + '<h2 class="snapshot">S</h2>' + short * 50) == layout.page_one_pt(short)
+    html = '<ol class="footnotes"><li class="basis">Each answer\'s basis; "–": not measured on that target.</li></ol>'
+    assert layout.scorecard_end_past_page_one(["The answers\n not measured on that\n target.\n"], html) == []
+    assert layout.scorecard_end_past_page_one(["The answers\n not measured on", "that target."], html) == [
+        "page 1's footnotes run onto page 2 ('… on that target.' is not on page 1)"]
+
+
+def test_the_chapter_keeps_what_page_one_leaves_out(monkeypatch):
+    """The CPU's row and a floor's internal reason: not on page 1, in full in the study's chapter."""
+    rows = [{"question": "KV cache (tiny): beyond how many tokens?", "target": "local", "study": "kv_cache",
+             "answer": "this-cpu: from the first token", "short": "this machine's CPU: from the first token",
+             "page_one": False},
+            {"question": "Accelerators supported (unet3d, AU ≥ 90 %)", "target": "local", "study": "kv_cache",
+             "answer": "≥ 8 (page-cache cap reached)", "short": "≥ 8 accelerators · not settled",
+             "unsettled": accelerators.UNSETTLED["memory"], "note": ""}]
+    shown = []
+    monkeypatch.setattr(pageone, "page_one_rows", lambda reports_dir: rows)
+    monkeypatch.setattr(pageone, "show_html", shown.append)
+    monkeypatch.setattr(pageone, "show_table", lambda frame, caption: shown.append(frame.to_string()))
+    pageone.chapter_answer("kv_cache", ".")
+    chapter = html.unescape("".join(shown))
+    assert "this-cpu: from the first token" in chapter and "page-cache cap reached" in chapter
+    assert "Note: not settled: " + accelerators.UNSETTLED["memory"] in chapter
+    page = html.unescape(scorecard.table_html(rows, ["local"]))
+    assert "KV cache (tiny)" not in page and "page-cache" not in page and "≥ 8 accelerators · not settled" in page
