@@ -114,3 +114,20 @@ def test_a_two_study_brief_holds_those_studies_only_appendices_included(tmp_path
     text = " ".join(html.unescape(re.sub(r"<[^>]+>", " ", procedure)).split())
     assert "reports/runs/20261207-100000/preprocess run 20261207-100000" in text and \
         "reports/stream_inference the pipeline" in text and "2026-12-07 10:00 UTC" in text, text[:3000]
+
+
+@pytest.mark.e2e
+def test_the_brief_notebook_renders_the_studies_its_parameters_cell_names(tmp_path):
+    """From a notebook too: brief.ipynb's `studies = "…"`, as opened (its kernel in notebooks/)."""
+    import jupytext
+    import papermill
+    root = make_project(tmp_path)                  # reports/: preprocess and stream_inference
+    out = tmp_path / "executed.ipynb"
+    papermill.execute_notebook(jupytext.read(REPO / "notebooks" / "brief.py"), str(out), cwd=str(root / "notebooks"),
+                               kernel_name="python3", progress_bar=False, parameters={"studies": "stream-inference"})
+    cells = json.loads(out.read_text())["cells"]
+    shown = "".join("".join(o.get("data", {}).get("text/html", "")) + "".join(o.get("text", ""))
+                    for c in cells for o in c.get("outputs", []))
+    assert REGISTRY["stream_inference"].title in shown and REGISTRY["preprocess"].title not in shown, shown[-2000:]
+    assert "could not be rendered" not in shown and "Traceback" not in shown
+    assert (root / "reports" / "briefs" / "stream_inference" / "stream_inference").is_symlink()
