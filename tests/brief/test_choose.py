@@ -105,6 +105,7 @@ def test_a_two_study_brief_holds_those_studies_only_appendices_included(tmp_path
     others = [st for k, st in REGISTRY.items() if k not in ("preprocess", "stream_inference")]
     for st in others:                                                   # no chapter, appendix, card or settings
         assert st.title not in s and f"appendix-{st.name}" not in page and f'data-study="{st.name}"' not in page
+    assert "(in reports/runs/20261207-100000/preprocess/)" in page                # its appendix's CSV links say so
     details = [t for t in s if t.startswith("Appendix ") and t.endswith(": details") and "characterization" not in t]
     assert len(details) == 2, details                                   # one per chosen study
     procedure = s["Appendix B — Test procedure and parameters"]
