@@ -238,6 +238,8 @@ def test_the_printed_brief_command_works_from_the_notebooks_folder(tmp_path, mon
     run = root / "reports/runs/20261126T070000/preprocess"
     hint = notebook.brief_hint(run, "preprocess", root)
     assert "storagebrief brief --reports reports/runs/20261126T070000\n" in hint
+    # issue 62: a run in the project's reports/ also gets the chosen-studies form (not one outside it, below)
+    assert "each from its newest complete run: storagebrief brief --studies preprocess\n" in hint
     assert notebook.brief_hint(tmp_path / "x" / "preprocess", "preprocess", root, pipeline=False) == \
         f"A brief of this run alone: storagebrief brief --reports {tmp_path / 'x'}\n(in a terminal as it is; in a " \
         f"console or a cell: !storagebrief brief --reports {tmp_path / 'x'})"

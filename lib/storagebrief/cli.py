@@ -47,12 +47,7 @@ def _parser() -> argparse.ArgumentParser:
                              "study completes")
         sp.add_argument("--progress", choices=MODES, default="auto",
                         help="progress on stderr: a bar on a terminal, one line per run otherwise (auto)")
-    bp = sub.add_parser("brief", help="render reports/brief.html and reports/brief.pdf")
-    bp.add_argument("--params", default=None,
-                    help="params file (default: params.yaml of the project: the first folder at or above the "
-                         "current one holding params.yaml and dvc.yaml)")
-    bp.add_argument("--reports", default=None, help="results folder (default: reports/ beside the params file)")
-    bp.add_argument("--no-pdf", action="store_true")
+    _add_brief(sub)
     _add_export(sub)
     cp = sub.add_parser("characterize", help="block-level I/O summary statistics of a trace (tracefs text or raw pages, blkparse text)")
     cp.add_argument("--trace", required=True, help="trace file (plain text or .gz)")
@@ -236,6 +231,8 @@ def _validate(args) -> int:
 
 def _brief(args) -> int:
     from . import brief
+    from .brief import choose
+    keys = choose.parse(args.studies) if args.studies is not None else None    # a bad name: one line, before any work
     # Any directory works: defaults come from the project, not from where the command started.
     params_file = Path(args.params) if args.params else config.project_root() / "params.yaml"
     config.load(params_file, check_targets=False)   # a wrong params file is an error here, not in the kernel
@@ -245,11 +242,29 @@ def _brief(args) -> int:
     if not reports.is_dir():
         raise FileNotFoundError(f"no reports folder at {reports} (a folder holding one results folder per study: "
                                 "run a study first, from a notebook, `storagebrief <study>` or `dvc repro`)")
+    if keys is not None:         # each chosen study's newest complete results, linked into a brief folder of their own
+        chosen = choose.choose(reports, keys)
+        print("\n".join(choose.summary(chosen, reports)), file=sys.stderr)
+        reports = choose.prepare(reports, chosen)
     from .notebook import quiet_library_logs     # the brief's kernel's start-up and shutdown log lines
     with quiet_library_logs():
         out = brief.render(reports, params_file, pdf=not args.no_pdf, log=lambda m: print(m, file=sys.stderr))
     print(f"wrote {out['html']}" + (f" and {out['pdf']}" if out["pdf"] else ""))
     return 0 if (out["pdf"] or args.no_pdf) else 1
+
+
+def _add_brief(sub) -> None:
+    bp = sub.add_parser("brief", help="render reports/brief.html and reports/brief.pdf")
+    bp.add_argument("--params", default=None,
+                    help="params file (default: params.yaml of the project: the first folder at or above the "
+                         "current one holding params.yaml and dvc.yaml)")
+    bp.add_argument("--reports", default=None, help="results folder (default: reports/ beside the params file)")
+    bp.add_argument("--studies", default=None, metavar="NAMES",
+                    help="a brief of only these studies (comma-separated keys or command names, e.g. "
+                         "emulate,kv_cache,vector_search), each from its newest complete results in the reports "
+                         "folder: the pipeline's <study>/ or a notebook or CLI run's runs/<time>/<study>/; written to "
+                         "<reports>/briefs/<study>+<study>/")
+    bp.add_argument("--no-pdf", action="store_true")
 
 
 def _add_export(sub) -> None:

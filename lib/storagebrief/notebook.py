@@ -198,10 +198,21 @@ def brief_hint(study_dir: Path, name: str, root: Path, pipeline: bool = True) ->
         folder = str(study_dir.parent)
     command = f"storagebrief brief --reports {folder}"
     hint = (f"A brief of this run alone: {command}\n(in a terminal as it is; in a console or a cell: !{command})")
+    if _in_reports(study_dir, root):     # where `brief --studies` looks: the project's reports/ and reports/runs/
+        chosen = f"storagebrief brief --studies {name}"
+        hint += (f"\nA brief of the studies you choose, each from its newest complete run: {chosen}\n(more with commas, "
+                 f"e.g. --studies emulate,kv_cache,vector_search; in a console or a cell: !{chosen})")
     if pipeline:
         hint += ("\nThe pipeline's brief (reports/brief.html) shows what `dvc repro` ran: to put these knobs "
                  "there, set them in params.yaml and run `dvc repro`.")
     return hint
+
+
+def _in_reports(study_dir: Path, root: Path) -> bool:
+    """A study folder `storagebrief brief --studies` finds: reports/<study>/ or reports/runs/<time>/<study>/."""
+    reports = (Path(root) / "reports").resolve()
+    parent = Path(study_dir).resolve().parent
+    return parent == reports or parent.parent == reports / "runs"
 
 
 # The brief's own kernel (papermill's, a child of `storagebrief brief`) logs these to the shared stderr on every

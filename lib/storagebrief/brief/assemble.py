@@ -18,7 +18,7 @@ import pandas as pd
 from ..core import config as config_mod
 from ..studies import get as get_study
 from ..report import formatting
-from . import inputs, pageone
+from . import choose, inputs, pageone
 from .inputs import unapplied_profiles  # noqa: F401 - tests read it here
 from .parts import in_kernel as _in_kernel, not_rendered as _not_rendered, part as _part, survives as _survives
 from ..report.display import (Appendix, details_to, limits_box, raw_table_html, show_html, show_md, show_table,
@@ -243,7 +243,8 @@ def _csv_links(study_dir: Path) -> str:
     files = sorted(Path(study_dir).glob("*.csv"))
     links = ", ".join(f'<a href="{html.escape(study_dir.name)}/{html.escape(f.name)}">{html.escape(f.name)}</a>'
                       for f in files)
-    return f'<p class="csv-links">Every value of this study: {links} (in reports/{html.escape(study_dir.name)}/).</p>' \
+    where = choose.sources(study_dir.parent).get(study_dir.name, {}).get("folder", study_dir.name)  # --studies: its run
+    return f'<p class="csv-links">Every value of this study: {links} (in reports/{html.escape(str(where))}/).</p>' \
         if files else ""
 
 
@@ -345,13 +346,14 @@ def appendix_procedure(reports_dir: str | Path, params_file: str | Path) -> None
     import yaml
     params = config_mod.load(params_file, check_targets=False)
     show_html('<h2 class="appendix">Appendix B — Test procedure and parameters</h2>')
+    choose.show_sources(reports_dir)          # a brief of chosen studies: where each one's results came from
     show_md(
         "Each study ran from `params.yaml` through its DVC stage (papermill executes the numbered "
         "notebook, which calls `storagebrief`). Before every measured run the page cache was made cold "
         "(the method is the `cache_method` column of runs.csv); device counters and CPU were sampled "
         f"every {params.run.monitor_interval_s} s while the run was in flight. Runs repeat and "
         "interleave targets so drift affects all targets alike. " + _which_params(reports_dir, params, params_file))
-    raw = config_mod.raw_params(params)
+    raw = ran_params(config_mod.raw_params(params), reports_dir)
     text = yaml.safe_dump(raw, sort_keys=False)
     # print sets the parameters in three narrow columns, where a target's long path would wrap mid-name: there the
     # targets are Appendix A's table (name, path, device, profile, access); the HTML shows them here as well
@@ -359,6 +361,13 @@ def appendix_procedure(reports_dir: str | Path, params_file: str | Path) -> None
     show_html(f"<pre class='params html-only'>{html.escape(text)}</pre>"
               "<pre class='params print-only'>targets: # each target's name, path, device, profile and access: "
               f"Appendix A\n{html.escape(rest)}</pre>")
+
+
+def ran_params(raw: dict, reports_dir) -> dict:
+    """The parameters with only the sections of the studies in this brief (a one-study brief printed two pages
+    of settings for all nine): the shared ones (scale, targets, profiles, run) stay."""
+    present = {s.key for s in inputs.studies(reports_dir)}
+    return {k: v for k, v in raw.items() if k not in config_mod.study_sections() or k in present}
 
 
 def _which_params(reports_dir, params, params_file) -> str:
