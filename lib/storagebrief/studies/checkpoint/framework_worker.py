@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ...kit import checkpoint
+from ...kit.tf_import import tensorflow
 
 BATCHES = 4            # distinct synthetic batches, cycled (the input is not what is measured)
 
@@ -149,7 +150,7 @@ def worker_main(spec_path: str) -> None:
     fd = int(spec["event_fd"])
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     t0 = time.perf_counter()
-    import tensorflow as tf
+    tf = tensorflow()
 
     tf.config.threading.set_intra_op_parallelism_threads(spec["threads"])
     tf.config.threading.set_inter_op_parallelism_threads(max(2, spec["threads"]))

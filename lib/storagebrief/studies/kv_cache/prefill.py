@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from .workload import ModelShape
+from ...kit.tf_import import tensorflow
 
 TFLOP = 1e12
 
@@ -88,7 +89,7 @@ def measure(p: dict) -> dict:
     """Times of one prefill per context (every repeat), the model's parameter count."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import numpy as np
-    import tensorflow as tf
+    tf = tensorflow()
 
     if p.get("threads"):
         tf.config.threading.set_intra_op_parallelism_threads(p["threads"])

@@ -25,6 +25,7 @@ import numpy as np
 
 from ...formats.tfrecord import count_records, image_example
 from ...kit.ranks import Forked, Worker
+from ...kit.tf_import import tensorflow
 from .dataset import label_for
 from .params import INTERPOLATIONS, PreprocessParams
 
@@ -179,7 +180,7 @@ def _open(wid: int, workers: int, job: IngestJob) -> tuple:
     """A worker's shard writer (sharded mode), opened in the run's cgroup before the clock."""
     if job.mode != "sharded":
         return None, None
-    import tensorflow as tf
+    tf = tensorflow()
     shard = Path(job.out_dir) / f"part-{wid:05d}-of-{job.workers:05d}.tfrecord"
     return tf.io.TFRecordWriter(str(shard)), shard
 
@@ -278,7 +279,7 @@ def run_pipeline(files: list[Path], root: Path, out_dir: Path, processes: int, p
     try:
         with Forked(WORKER, range(processes), job, procs_files=procs_files, tasks=True) as launch:
             if p.output_mode == "single":
-                import tensorflow as tf
+                tf = tensorflow()
                 single_path = out_dir / "data.tfrecord"
                 single_writer = tf.io.TFRecordWriter(str(single_path))
             launch.put_tasks(str(f) for f in files)
@@ -323,7 +324,7 @@ def _measurements(out_dir: Path, skipped: list, done: list, parent_write: float,
 
 def verify_tfrecords(paths: list[str], expected: int, size: tuple[int, int]) -> dict:
     """Read the output back with tf.data: count, shapes and labels."""
-    import tensorflow as tf
+    tf = tensorflow()
 
     spec = {"image/encoded": tf.io.FixedLenFeature([], tf.string),
             "image/class/label": tf.io.FixedLenFeature([], tf.int64),

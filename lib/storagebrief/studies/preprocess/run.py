@@ -19,6 +19,7 @@ from ...core.outdir import remove_tree
 from ...core.sweep import Measurement, Point
 from ...kit.space import check_space
 from . import STUDY
+from ...kit.tf_import import tensorflow
 from .dataset import generate_dataset, list_source
 from .params import PreprocessParams
 from .pipeline import run_pipeline, verify_tfrecords
@@ -78,7 +79,7 @@ def prepare(sweep) -> None:
     p: PreprocessParams = sweep.p
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     sweep.status("loading TensorFlow")
-    import tensorflow  # noqa: F401  (imported once here so forked workers share it)
+    tensorflow()            # imported once here so forked workers share it
 
     sweep.state = PreprocessState()
     if not p.source_dir:

@@ -26,6 +26,8 @@ import sys
 import threading
 import time
 
+from ...kit.tf_import import tensorflow
+
 
 def _commands() -> "queue.Queue[dict]":
     q: queue.Queue = queue.Queue()
@@ -48,7 +50,7 @@ class Classifier:
     def __init__(self, input_size: int, batch_size: int):
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
         import numpy as np
-        import tensorflow as tf
+        tf = tensorflow()
 
         self.np, self.size, self.batch = np, input_size, batch_size
         gpus = tf.config.list_physical_devices("GPU")

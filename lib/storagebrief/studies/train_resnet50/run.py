@@ -36,6 +36,7 @@ from ...core.sweep import Measurement, Point
 from . import STUDY, prestart, reuse
 from .dataset import Dataset, resolve_datasets
 from ...kit.ingest import IngestWriter
+from ...kit import tf_import
 from .cachecap import DatasetCacheCap
 from .jobs import Job, JobFailed, _poll, new_job
 from .memory import (anon_bytes, final_stats, foreign_cache_drops, memory_need, reset_peak, safe_stats,
@@ -91,7 +92,7 @@ def warm_libraries() -> subprocess.Popen:
     charged to its cgroup as page cache (measured: 444 MiB 'held' by the first baseline vs 94 MiB
     by the next), which skews its startup, its page cache and a ratio run's cap.
     """
-    return subprocess.Popen([sys.executable, "-c", "import tensorflow as tf; tf.keras.applications.ResNet50"],
+    return subprocess.Popen([sys.executable, "-c", tf_import.WARM_UP],
                             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, preexec_fn=die_with_parent)
 

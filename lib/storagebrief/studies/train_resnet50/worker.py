@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ...kit import checkpoint
+from ...kit.tf_import import tensorflow
 
 
 def _proc_io_read_bytes() -> int:
@@ -226,7 +227,7 @@ def worker_main(spec_path: str) -> None:
             pass
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     t0 = time.perf_counter()
-    import tensorflow as tf
+    tf = tensorflow()
 
     tf.config.threading.set_intra_op_parallelism_threads(spec["threads"])
     tf.config.threading.set_inter_op_parallelism_threads(max(2, spec["threads"]))
