@@ -24,6 +24,11 @@ REPO = Path(__file__).resolve().parents[1]
 # less CPU to start one (measured on the brokers' stop test: 23.4 -> 13.6 s user). Kafka's own variable
 # (cluster.JVM_OPTIONS_ENV), which a user's shell may set too; the runs note it, and the tests' subprocesses inherit it.
 os.environ.setdefault("KAFKA_JVM_PERFORMANCE_OPTS", "-XX:TieredStopAtLevel=1")
+# No study run in the suite drops the whole machine's page cache: each evicts its own files (run.cold_cache: files,
+# core/cache.py FILES_ENV). A drop_caches by one test emptied what the tests beside it held cached on purpose (a
+# baseline's second epoch, a probe's file, a page-cache cap's residency: they ran alone for it) and made every other
+# process re-read its libraries. The tests of drop_caches itself unset it (monkeypatch.delenv) and run alone.
+os.environ.setdefault(cache.FILES_ENV, "files")
 
 # two workers, serial tests alone, the per-test budget (tests/suite.py); imported as a plugin before any test
 # module imports it, or pytest warns that it cannot rewrite its asserts

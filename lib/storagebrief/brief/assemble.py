@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..core import config as config_mod
+from ..core import cache, config as config_mod
 from ..studies import get as get_study
 from ..report import formatting
 from . import choose, inputs, pageone
@@ -44,7 +44,7 @@ def fallback_cache_methods(frame: pd.DataFrame) -> list[str]:
     """cache.cold_cache's fallbacks (no root, or cold cache off); a study may choose a method by
     design (training evicts its dataset files only: 'fadvise_dontneed (dataset files)')."""
     return sorted(m for m in set(frame.cache_method.fillna("").astype(str))
-                  if m == "fadvise_dontneed" or m.startswith("none"))
+                  if m in ("fadvise_dontneed", cache.BY_FILES_PARAM, cache.BY_FILES_ENV) or m.startswith("none"))
 
 
 def _caveats(s: inputs.StudyInput, h: dict) -> list[str]:
@@ -232,7 +232,8 @@ def _study_body(study, s: inputs.StudyInput, appendix: Appendix | None = None) -
     warnings = list(inputs.read_json(notes).get("warnings", [])) if notes.is_file() else []
     methods = fallback_cache_methods(frame)
     if methods:
-        warnings.append(f"cold cache by {', '.join(methods)} instead of drop_caches (needs root): files the "
+        why = "chosen" if set(methods) & {cache.BY_FILES_PARAM, cache.BY_FILES_ENV} else "needs root"
+        warnings.append(f"cold cache by {', '.join(methods)} instead of drop_caches ({why}): files the "
                         "run reads were evicted, other cached data (metadata, libraries) was not")
     limits_box(warnings)
 

@@ -120,11 +120,31 @@ def drop_caches_possible() -> tuple[bool, str]:
     return True, "root: drop_caches"
 
 
-def cold_cache(paths, enabled: bool = True) -> str:
-    """Make the next reads of `paths` come from the device; return the method used."""
+# run.cold_cache: files, or this variable set to `files` where params say true: evict only the run's own files
+# (fio's invalidate=1), never the whole machine's page cache. For a machine others use while a study runs (a CI
+# runner, a test suite on a shared host): a drop_caches empties their caches too and slows their next reads.
+FILES_ENV = "STORAGEBRIEF_COLD_CACHE"
+BY_FILES_PARAM = "fadvise_dontneed (run.cold_cache: files)"
+BY_FILES_ENV = f"fadvise_dontneed ({FILES_ENV}=files)"
+
+
+def files_env_error() -> str | None:
+    """One line when the variable holds anything but `files` (or is empty or unset)."""
+    value = os.environ.get(FILES_ENV, "")
+    if value in ("", "files"):
+        return None
+    return f"{FILES_ENV}={value[:40]!r}: allowed: files (evict only each run's own files), or unset"
+
+
+def cold_cache(paths, enabled: bool | str = True) -> str:
+    """Make the next reads of `paths` come from the device; return the method used. `enabled`: run.cold_cache
+    (true: drop_caches as root, else fadvise of `paths`; "files": fadvise of `paths` only; false: nothing)."""
     if not enabled:
         return "none (run.cold_cache is false)"
     os.sync()
+    if enabled == "files" or os.environ.get(FILES_ENV) == "files":
+        fadvise_dontneed(paths)
+        return BY_FILES_PARAM if enabled == "files" else BY_FILES_ENV
     ok, _ = drop_caches_possible()
     if ok:
         try:

@@ -20,6 +20,7 @@ from typing import Annotated, Any, Callable, Literal
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
                       model_validator)
 
+from . import cache
 from .paramsfile import (MAX_OVERRIDE_BYTES, MAX_PARAMS_BYTES, ParamsError, read_yaml, safe_yaml,  # noqa: F401
                          yaml_error_line)
 from .params_input import _format_error, apply_override, deep_merge, parse_override
@@ -182,11 +183,19 @@ def _outside_project_outputs(value: str, root: Path) -> None:
 
 
 class RunParams(Strict):
-    cold_cache: bool = True
+    cold_cache: bool | Literal["files"] = True   # true: drop_caches (root) else fadvise; files: fadvise only
     monitor_interval_s: float = Field(0.5, gt=0.01, le=60)
     on_busy_target: Literal["wait", "refuse"] = "wait"   # another run holds a target: queue or stop
     trace: bool = True                    # block events of each measured run (tracefs, root); else diskstats only
     trace_buffer_kib: int = Field(8192, ge=64, le=1 << 20)   # tracefs buffer per CPU (events not drained in time are lost)
+
+    @field_validator("cold_cache", mode="before")
+    @classmethod
+    def _cold_cache_choice(cls, v):
+        if v is True or v is False or v == "files":
+            return v
+        raise ValueError("allowed: true (drop_caches as root, else fadvise of the run's files), false, or files "
+                         "(fadvise of the run's files only: leaves a shared machine's other caches alone)")
 
 
 class Params(Strict):
@@ -228,6 +237,8 @@ def validate(data: dict, root: Path | None = None, changes: dict | None = None,
     nothing is written into them and a target folder that no longer exists is fine."""
     if not isinstance(data, dict):
         raise ParamsError("params must be a mapping of sections")
+    if (why := cache.files_env_error()) is not None:
+        raise ParamsError(why)
     data = copy.deepcopy(data)
     if data.get("scale") == "paper":
         overlay = (root or Path.cwd()) / PAPER_OVERLAY

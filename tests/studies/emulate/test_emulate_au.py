@@ -214,7 +214,6 @@ def test_two_probes_with_two_causes_are_uncertain():
                                                          "uncertain (client × 1, storage × 1)")
 
 
-@pytest.mark.serial("asserts a file stays in the page cache, which a study beside it empties with drop_caches")
 def test_idle_probe_reads_its_own_file_and_leaves_the_page_cache(tmp_path):
     """O_DIRECT reads drop a file's cached pages: the probe must not read the dataset (run.cold_cache: false)."""
     import shutil

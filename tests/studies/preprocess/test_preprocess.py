@@ -166,6 +166,7 @@ def test_degrades_without_privileges(params_file, tmp_path, monkeypatch):
     """No drop_caches and no cgroups: the study still runs and records why."""
     from storagebrief.core import cache
     monkeypatch.setattr(cache, "drop_caches_possible", lambda: (False, "needs root"))
+    monkeypatch.delenv(cache.FILES_ENV, raising=False)        # the fallback as a user without root meets it
 
     def refuse(controller):
         raise cgroups.CgroupUnavailable(f"no writable '{controller}' cgroup controller (test)")

@@ -12,8 +12,8 @@ from storagebrief.studies.train_resnet50.cachecap import DatasetCacheCap
 
 MIB = 1 << 20
 
-# every test here reads what the page cache holds of its files, which a study beside it empties with drop_caches
-pytestmark = pytest.mark.serial("asserts page-cache residency, which drop_caches by a study beside it empties")
+# every test here reads what the page cache holds of its files: no study run in the suite drops the machine's page
+# cache (conftest: each evicts its own files), so they run beside the others
 
 
 def _files(tmp_path, n: int, size: int) -> list[str]:

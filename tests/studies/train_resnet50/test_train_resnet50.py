@@ -244,8 +244,9 @@ def test_unlimited_run_completes_without_memory_cgroups(shared, monkeypatch):
 
 # --------------------------------------------------------------------------- real training runs
 # The baseline's second epoch must come from the page cache: a study beside it dropping every cache (drop_caches,
-# as root) turns "stays cached" into re-reads (seen under two workers: the 4:1 run read +23 % instead of > +50 %).
-MEMORY_RUNS_ALONE = "its baseline's second epoch must stay in the page cache, which a study beside it drops"
+# as root) turned "stays cached" into re-reads (seen under two workers: the 4:1 run read +23 % instead of > +50 %),
+# and these runs ran alone for it. No study run in the suite drops the machine's cache now (conftest: each evicts
+# its own files), so they run beside the others.
 
 
 @pytest.fixture(scope="module")
@@ -263,7 +264,6 @@ def memory_runs(shared):
 @pytest.mark.privileged
 @pytest.mark.slow
 @needs_cgroups
-@pytest.mark.serial(MEMORY_RUNS_ALONE)
 def test_second_epoch_reads_rise_only_when_the_dataset_exceeds_the_limit(memory_runs):
     (base, _, base_epochs, _), (lim, _, lim_epochs, _) = memory_runs
     assert base["status"] == "ok", base["failure_reason"]
@@ -290,7 +290,6 @@ def test_second_epoch_reads_rise_only_when_the_dataset_exceeds_the_limit(memory_
 @pytest.mark.privileged
 @pytest.mark.slow
 @needs_cgroups
-@pytest.mark.serial(MEMORY_RUNS_ALONE)
 def test_tiny_training_really_trains(memory_runs):
     (base, jobs, epochs, series), _ = memory_runs
     assert base["status"] == "ok"
@@ -399,7 +398,6 @@ def test_sigterm_of_the_study_removes_its_cgroups(shared):
 @pytest.mark.privileged
 @pytest.mark.slow
 @needs_cgroups
-@pytest.mark.serial(MEMORY_RUNS_ALONE)
 def test_tables_and_headlines_from_real_rows(memory_runs):
     (base, *_), (lim, *_) = memory_runs
     rows = []
