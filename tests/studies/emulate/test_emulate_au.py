@@ -130,13 +130,12 @@ def test_cpu_starved_client_is_classified_client_and_not_supported(tmp_path):
     row = frame.iloc[0]
     assert row.client_cores == 1
     assert row.au_percent < 90, row.au_percent
-    # The evidence is the client's (a saturated machine or core, a busy accelerator, accelerators late by
-    # themselves), whichever of them the load beside this test left strongest (CI once saw 89 % machine CPU
-    # with the busiest core and AU without the delays carrying the verdict).
-    client, _, _ = limits._evidence(row.to_dict(), 100.0)
-    assert client, row.limited_by_reason
+    # The evidence is the client's (a saturated machine or core, a busy accelerator, or accelerators late by
+    # themselves: most of the lost time their own delays), whichever the load beside this test left strongest
+    # (under the suite: 89 % machine CPU once, a 0.89 delay share with nothing saturated another time).
+    client, storage, delay = limits._evidence(row.to_dict(), 100.0)
+    assert (client or delay >= 0.5) and not storage, row.limited_by_reason
     assert row.limited_by == "client" and not row.au_pass, row.limited_by_reason
-    assert any(phrase in row.limited_by_reason for phrase in client), row.limited_by_reason
     assert row.demand_samples_per_s == pytest.approx(8 * 2 / 0.001)
     assert row.samples_per_s < 0.9 * row.demand_samples_per_s
     assert row.client_cpu_s > 0 and row.client_cpu_s_per_gb > 0
