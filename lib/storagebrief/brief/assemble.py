@@ -18,7 +18,7 @@ import pandas as pd
 from ..core import config as config_mod
 from ..studies import get as get_study
 from ..report import formatting
-from . import choose, inputs, pageone
+from . import choose, inputs, pageone, scorecard
 from .inputs import unapplied_profiles  # noqa: F401 - tests read it here
 from .parts import in_kernel as _in_kernel, not_rendered as _not_rendered, part as _part, survives as _survives
 from ..report.display import (Appendix, details_to, limits_box, raw_table_html, show_html, show_md, show_table,
@@ -146,11 +146,14 @@ def snapshot(reports_dir: str | Path) -> None:
             + "".join(f'<div class="card-caveat">⚠ {html.escape(c)}</div>' for c in h.get("caveats", []))
             + '</div>')
     body = '<div class="cards">' + wrap_at_spaces_only("".join(cards)) + "</div>"   # "hdd-" / "emulated" seen
+    used = scorecard.glossary_terms(" ".join(f"{h['label']} {h['text']} {h['ref']} {h['other']}" for h in hs))
+    terms = [w for w in used if w not in pageone.DEFINED]           # where a reader meets them first (issue 62)
     show_html('<h2 class="snapshot">Test results snapshot</h2><p>Reference target compared with each other target (for '
               'training, also each memory limit with no limit on the same target); "up to" is the largest '
               f'difference over the configurations both ran (means over repeats). The {len(hs)} largest effects '
               f'of {total} comparisons, ' + ("at least one per study" if every else "each study's largest first")
-              + '; all of them are in Appendix C.</p>' + body + missing)
+              + '; all of them are in Appendix C.' + (f' Terms: {html.escape("; ".join(terms))}.' if terms else "")
+              + '</p>' + body + missing)
 
 
 @_part("Appendix C")
