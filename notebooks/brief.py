@@ -17,7 +17,7 @@ from storagebrief import brief, notebook
 # as opened in JupyterLab the kernel runs in notebooks/: relative paths are the project's
 reports_dir, params_file = notebook.project_path(reports_dir), notebook.project_path(params_file)
 if studies:         # as `storagebrief brief --studies`: their results linked into reports/briefs/<study>+<study>/
-    notebook.install_error_display()        # a name that is not a study: the CLI's one line, not a traceback
+    notebook.install_error_display()        # a name that is not a study: one line naming `studies`, not a traceback
     reports_dir = brief.chosen_studies(reports_dir, studies)
 brief.title_block(reports_dir, params_file)
 brief.answers(reports_dir)

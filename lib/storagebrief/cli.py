@@ -233,22 +233,31 @@ def _brief(args) -> int:
     from . import brief
     from .brief import choose
     keys = choose.parse(args.studies) if args.studies is not None else None    # a bad name: one line, before any work
+    from .core.outdir import check_own_out
+    out_dir = check_own_out(args.out) if args.out is not None else None        # a symlink, a file, not ours: likewise
     # Any directory works: defaults come from the project, not from where the command started.
     params_file = Path(args.params) if args.params else config.project_root() / "params.yaml"
-    config.load(params_file, check_targets=False)   # a wrong params file is an error here, not in the kernel
+    params = config.load(params_file, check_targets=False)   # a wrong params file: an error here, not in the kernel
     reports = Path(args.reports) if args.reports else params_file.resolve().parent / "reports"
     if not reports.is_absolute() and not reports.is_dir():   # a relative folder: here, else the project's
         reports = params_file.resolve().parent / reports
     if not reports.is_dir():
         raise FileNotFoundError(f"no reports folder at {reports} (a folder holding one results folder per study: "
                                 "run a study first, from a notebook, `storagebrief <study>` or `dvc repro`)")
+    if out_dir is not None:
+        from .core.folders import refuse_out_in_target_data
+        refuse_out_in_target_data(out_dir, [(t.name, t.path) for t in params.targets])    # a rebuild deletes it
     if keys is not None:         # each chosen study's newest complete results, linked into a brief folder of their own
         chosen = choose.choose(reports, keys)
-        print("\n".join(choose.summary(chosen, reports)), file=sys.stderr)
+        print("\n".join(choose.summary(chosen)), file=sys.stderr)
         reports = choose.prepare(reports, chosen)
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        check_own_out(out_dir)                   # made meanwhile: still a real folder of ours
     from .notebook import quiet_library_logs     # the brief's kernel's start-up and shutdown log lines
     with quiet_library_logs():
-        out = brief.render(reports, params_file, pdf=not args.no_pdf, log=lambda m: print(m, file=sys.stderr))
+        out = brief.render(reports, params_file, pdf=not args.no_pdf, log=lambda m: print(m, file=sys.stderr),
+                           out_dir=out_dir)
     print(f"wrote {out['html']}" + (f" and {out['pdf']}" if out["pdf"] else ""))
     return 0 if (out["pdf"] or args.no_pdf) else 1
 
@@ -264,6 +273,9 @@ def _add_brief(sub) -> None:
                          "emulate,kv_cache,vector_search), each from its newest complete results in the reports "
                          "folder: the pipeline's <study>/ or a notebook or CLI run's runs/<time>/<study>/; written to "
                          "<reports>/briefs/<study>+<study>/")
+    bp.add_argument("--out", default=None, metavar="DIR",
+                    help="write brief.html, brief.pdf (and brief.ipynb, headlines.json) into DIR instead of beside the "
+                         "results; made when missing; refused when it is a symlink, a file or not your own folder")
     bp.add_argument("--no-pdf", action="store_true")
 
 

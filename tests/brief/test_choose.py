@@ -13,9 +13,10 @@ import yaml
 
 from conftest import REPO
 from storagebrief import cli
-from storagebrief.brief import choose
+from storagebrief.brief import assemble, choose
+from storagebrief.brief.render import relinked
 from storagebrief.studies import REGISTRY
-from test_brief_faults import brief, make_project, preprocess_rows, sections, study_rows, write_study
+from test_brief_faults import brief, make_project, preprocess_rows, sections, stream_rows, study_rows, write_study
 
 
 def _status(d: Path, complete: bool, finished: str | None, study: str = "preprocess") -> None:
@@ -31,6 +32,13 @@ def _run(reports: Path, stamp: str, complete: bool, finished: str | None, tmp: P
     return d
 
 
+def _entry(d: Path, how: str | None) -> None:
+    """The entry point the study's run recorded (core.inventory.entry_point), or none recorded."""
+    inv = json.loads((d / "inventory.json").read_text())
+    inv.pop("entry", None)
+    (d / "inventory.json").write_text(json.dumps({**inv, **({"entry": how} if how else {})}))
+
+
 def test_a_name_that_is_not_a_study_is_one_line_naming_studies_before_any_work(tmp_path, capsys):
     # the params file does not exist: the name is refused before the params (or anything else) are read
     for bad, said in (("emulate,nope", "'nope' is not a study"), ("emulate,", "an empty name")):
@@ -42,6 +50,92 @@ def test_a_name_that_is_not_a_study_is_one_line_naming_studies_before_any_work(t
     # keys and command names alike, in the brief's (registry) order, each once
     assert choose.parse("vector-search, kv_cache,emulate,kv-cache") == \
         [k for k in REGISTRY if k in ("emulate", "kv_cache", "vector_search")]
+    # brief.ipynb's parameter is named as the notebook spells it, before its reports folder is even looked at
+    with pytest.raises(choose.ChoiceError) as exc:
+        choose.from_notebook(tmp_path / "no-reports", "emulate,nope")
+    assert str(exc.value).startswith("studies = 'emulate,nope': 'nope' is not a study; allowed (comma-separated): ")
+    assert "--studies" not in str(exc.value) and "kv_cache (kv-cache)" in str(exc.value)
+
+
+@pytest.mark.e2e
+def test_a_bad_name_in_the_brief_notebooks_parameters_is_one_line_under_papermill(tmp_path):
+    import jupytext
+    import papermill
+    root = make_project(tmp_path)
+    with pytest.raises(papermill.PapermillExecutionError) as exc:
+        papermill.execute_notebook(jupytext.read(REPO / "notebooks" / "brief.py"), str(tmp_path / "executed.ipynb"),
+                                   cwd=str(root / "notebooks"), kernel_name="python3", progress_bar=False,
+                                   parameters={"studies": "emulate,nope"})
+    shown = [line for line in exc.value.traceback if line.strip()]
+    assert len(shown) == 1 and "Traceback" not in shown[0], exc.value.traceback
+    assert "storagebrief: error: studies = 'emulate,nope': 'nope' is not a study; allowed" in shown[0], shown
+    assert "vector_search (vector-search)" in shown[0]
+    assert not (root / "reports" / "briefs").exists() and not (root / "reports" / "brief.html").exists()
+
+
+def test_a_run_folder_given_as_reports_is_that_run_and_a_top_folder_says_who_wrote_it(tmp_path):
+    """Issue 62: `--reports reports/runs/<time> --studies …` labelled the run's results "the pipeline"."""
+    reports = tmp_path / "reports"
+    run = _run(reports, "20261203-100000", True, "2026-12-03T10:00:00+00:00", tmp_path)
+    got = choose.choose(run.parent, ["preprocess"])["preprocess"]
+    assert got.origin == "run 20261203-100000" and got.dir == run, got
+    assert choose.summary({"preprocess": got})[0].startswith(
+        f"{REGISTRY['preprocess'].title}: results of run 20261203-100000 ({run}/, finished 2026-12-03 10:00 UTC)")
+    top = write_study(reports, "preprocess", preprocess_rows(), tmp_path)       # reports/preprocess/: who wrote it
+    for how, origin in (("CLI", "a CLI run"), ("notebook", "a notebook run"), ("pipeline", "the pipeline"),
+                        (None, "the pipeline")):                 # not recorded: results older than the record
+        _entry(top, how)
+        assert choose.complete_results(reports, "preprocess")[-1].origin == origin, how
+    # inside a project, the terminal and Appendix B name the folder from the project's root
+    (tmp_path / "params.yaml").write_text("{}")
+    (tmp_path / "dvc.yaml").write_text("stages: {}")
+    assert choose.shown(run) == "reports/runs/20261203-100000/preprocess"
+
+
+def test_appendix_b_says_how_each_study_really_ran(tmp_path):
+    """Issue 62: Appendix B said every study "ran through its DVC stage", notebook and CLI runs included."""
+    reports = tmp_path / "reports"
+    pre = write_study(reports, "preprocess", preprocess_rows(), tmp_path)
+    stream = write_study(reports, "stream_inference", stream_rows(), tmp_path)
+    for d in (pre, stream):
+        _entry(d, "pipeline")
+    assert assemble.how_ran(reports) == ("Each study ran through its DVC stage (`dvc repro`: papermill executes the "
+                                         "numbered notebook, which calls `storagebrief`).")
+    _entry(pre, "notebook")
+    _entry(stream, None)
+    said = assemble.how_ran(reports)
+    assert said.startswith("The Preprocessing ingest study ran from its notebook") and "DVC stage" not in said, said
+    assert "how the Streaming inference through Kafka study was started was not recorded" in said, said
+    _entry(pre, "CLI")
+    _entry(stream, "CLI")
+    assert assemble.how_ran(reports) == "Each study ran from the command line (`storagebrief <study>`)."
+
+
+def test_brief_out_that_is_a_symlink_a_file_or_not_ours_is_one_line_before_any_work(tmp_path, capsys):
+    root = make_project(tmp_path)
+    real = tmp_path / "real"
+    real.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    a_file = tmp_path / "a_file"
+    a_file.write_text("keep me")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o775)
+    for out, says in ((link, "is a symlink"), (a_file, "is a file, not a folder"), (shared, "writable by its group"),
+                      (Path("/proc/storagebrief-out"), "--out '/proc/storagebrief-out' lies under /proc"),
+                      (tmp_path / "t" / "slow" / "storagebrief" / "out", "lies inside target 'slow'")):
+        assert cli.main(["brief", "--studies", "preprocess", "--out", str(out), "--params", str(root / "params.yaml"),
+                         "--no-pdf"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and says in err and (str(out) in err or "output folder" in err), err
+    assert not (root / "reports" / "briefs").exists() and not list(real.iterdir()) and not list(shared.iterdir())
+    assert a_file.read_text() == "keep me" and not (tmp_path / "t" / "slow" / "storagebrief").exists()
+    # a brief written elsewhere links the studies' CSV files from where it lies
+    body = '<a href="#appendix-x">A</a> <a href="preprocess/runs.csv">runs.csv</a> <a href="https://x.org/a">x</a>'
+    moved = relinked(body, tmp_path / "reports" / "briefs" / "preprocess", tmp_path / "out")
+    assert moved == ('<a href="#appendix-x">A</a> <a href="../reports/briefs/preprocess/preprocess/runs.csv">runs.csv'
+                     '</a> <a href="https://x.org/a">x</a>')
 
 
 def test_the_newest_complete_results_are_chosen_and_an_unfinished_newer_run_is_passed_over(tmp_path):
@@ -95,9 +189,13 @@ def test_a_two_study_brief_holds_those_studies_only_appendices_included(tmp_path
     write_study(reports, "checkpoint", study_rows("checkpoint"), tmp_path)            # not chosen
     chosen_run = _run(reports, "20261207-100000", True, "2026-12-07T10:00:00+00:00", tmp_path)
     _run(reports, "20261207-110000", False, None, tmp_path)                            # newer, cut short
-    page, res = brief(root / "notebooks", "--studies", "stream-inference,preprocess")
+    elsewhere = tmp_path / "elsewhere" / "brief"             # --out: made, and the brief's files go there only
+    page, res = brief(root / "notebooks", "--studies", "stream-inference,preprocess", "--out", str(elsewhere))
     folder = reports / "briefs" / "preprocess+stream_inference"
-    assert (folder / "brief.html").is_file() and (folder / "preprocess").resolve() == chosen_run.resolve()
+    assert (elsewhere / "brief.html").is_file() and (elsewhere / "headlines.json").is_file()
+    assert not (folder / "brief.html").exists() and (folder / "preprocess").resolve() == chosen_run.resolve()
+    links = re.findall(r'href="([^"#][^"]*\.csv)"', page)
+    assert links and all((elsewhere / html.unescape(a)).is_file() for a in links), links[:5]
     assert "results of run 20261207-100000" in res.stderr and "results of the pipeline" in res.stderr, res.stderr
     s = sections(page)
     titles = [REGISTRY[k].title for k in ("preprocess", "stream_inference")]

@@ -106,7 +106,9 @@ def test_page_one_never_spills_whatever_the_footnotes():
     targets = [f"target-{i}" for i in range(6)]
     rows = _long_rows(targets, 9)
     cover = ('<div class="cover"><h1>Storage performance brief</h1><p class="summary">'
-             + "Nine studies ran the quick profile against six targets on one machine. " * 10 + "</p></div>")
+             + "Nine studies ran the quick profile against six targets on one machine. " * 7 + "</p>"
+             + '<p class="setup"><b>Set-up:</b> ' + "the quick profile, scaled-down data, one machine."
+             + "</p></div>")
     chapters = {r["question"]: "section-x" for r in rows}
     for n in (10_000, scorecard.MAX_NOTES):           # 54 long footnotes, or as many as page 1 prints at most: spill
         whole = '<h2 class="answers">The answers</h2>' + scorecard.table_html(rows, targets, chapters, n)
@@ -115,7 +117,8 @@ def test_page_one_never_spills_whatever_the_footnotes():
     assert layout.page_one_pt(cover + page) <= layout.PAGE_ONE_PT
     text = html.unescape(page)
     assert scorecard.MORE in text                                                # the rest: in their chapters
-    notes = [layout._plain(n.split(">", 1)[1]) for n in text.split("<li ")[1:]]
+    notes = [layout._plain(n.split(">", 1)[1]) for n in text.split("<li ")[1:] if not n.startswith('class="glossary"')]
+    assert '<li class="glossary"><b>Terms:</b> P: processes at once.</li><li class="basis">' in text
     assert 1 < len(notes) - 2 < scorecard.MAX_NOTES
     assert all(len(n) <= scorecard.NOTE_CHARS + 2 and n.endswith("(in full in its chapter)") for n in notes[:-2])
     cells = re.sub(r"</?span[^>]*>", "", page)
@@ -158,3 +161,56 @@ def test_the_chapter_keeps_what_page_one_leaves_out(monkeypatch):
     assert "Note: not settled: " + accelerators.UNSETTLED["memory"] in chapter
     page = html.unescape(scorecard.table_html(rows, ["local"]))
     assert "KV cache (tiny)" not in page and "page-cache" not in page and "≥ 8 accelerators · not settled" in page
+
+
+def test_page_one_states_the_set_up_and_defines_the_terms_it_uses(tmp_path):
+    """Issue 62: a vendor's quote carries its context (the profile, the data's sizes against the papers', the
+    machine), and "AU ≥ 90 %", "unet3d" are defined where a reader meets them."""
+    emulate, vector = tmp_path / "emulate", tmp_path / "vector_search"
+    for d in (emulate, vector):
+        d.mkdir()
+    (emulate / "study.json").write_text(json.dumps({"accelerator_type": "v100", "workloads": {"unet3d": {
+        "spec": {"record_bytes": 500_000, "compute_s": {"v100": 0.04}},
+        "reference": {"record_bytes": 146_600_628, "compute_s": {"v100": 1.3604}}}}}))
+    (vector / "study.json").write_text(json.dumps({"num_vectors": 2000, "dimension": 16}))
+    studies = [SimpleNamespace(key=d.name, dir=d, ok=True) for d in (emulate, vector)]
+    inv = {"cpu_model": "Intel(R) Xeon(R) Processor @ 2.80GHz", "cpu_threads": 2, "memory_total_bytes": 25276194816}
+    assert pageone.setup_words("quick", studies, inv) == (
+        "the quick profile, short runs on data scaled down to finish in minutes (unet3d samples of 0.50 MB and 0.04 s "
+        "of compute per batch, against MLPerf's 146.6 MB and 1.36 s on a V100; vector search over 2,000 vectors of 16 "
+        "dimensions), on one machine (Intel(R) Xeon(R) Processor @ 2.80GHz, 2 CPU threads, 23.5 GiB memory); the "
+        "numbers describe this machine, not a cluster (the paper profile runs the papers' sizes).")
+    (emulate / "study.json").write_text(json.dumps({"accelerator_type": "v100", "workloads": {"unet3d": {
+        "spec": {"record_bytes": 146_600_628, "compute_s": {"v100": 1.3604}},
+        "reference": {"record_bytes": 146_600_628, "compute_s": {"v100": 1.3604}}}}}))
+    paper = pageone.setup_words("paper", studies[:1], {})
+    assert paper == "the paper profile (unet3d samples of 146.6 MB and 1.36 s of compute per batch), on one machine " \
+                    "(a CPU not recorded)."
+    rows = [{"question": "Accelerators supported (unet3d, AU ≥ 90 %)", "target": "local", "answer": "8",
+             "short": "8 accelerators · storage-bound beyond"},
+            {"question": "Vector search: queries/s at recall ≥ 0.95", "target": "local", "answer": "175 queries/s"}]
+    page = html.unescape(scorecard.table_html(rows, ["local"]))
+    terms = re.search(r'<li class="glossary"><b>Terms:</b> (.*?)</li><li class="basis">', page).group(1)
+    assert terms.startswith("AU: accelerator utilisation") and "accelerators supported: the most" in terms
+    assert "unet3d: MLPerf Storage's 3D U-Net" in terms and "recall: the share" in terms
+    assert "p99" not in terms and "KV cache" not in terms and "GET" not in terms        # only the terms page 1 uses
+    assert "Terms" not in scorecard.table_html([{"question": "Q", "target": "t", "answer": "1 MB/s"}], ["t"])
+
+
+def test_the_snapshot_defines_the_terms_its_cards_use_that_page_one_did_not(tmp_path, monkeypatch):
+    """p99 and QD are met first on the snapshot's cards (page 2): defined there, once."""
+    from test_brief_faults import preprocess_rows, stream_rows, write_study
+
+    from storagebrief.brief import assemble
+    reports = tmp_path / "reports"
+    write_study(reports, "preprocess", preprocess_rows(), tmp_path)
+    write_study(reports, "stream_inference", stream_rows(), tmp_path)        # its cards: p99 latency
+    shown = []
+    monkeypatch.setattr(assemble, "show_html", shown.append)
+    monkeypatch.setattr(pageone, "DEFINED", [])
+    assemble.snapshot(reports)
+    intro = html.unescape(re.search(r"<p>(.*?)</p>", shown[-1]).group(1))
+    assert intro.endswith("all of them are in Appendix C. Terms: p99: the latency 99 % of requests beat."), intro
+    monkeypatch.setattr(pageone, "DEFINED", ["p99: the latency 99 % of requests beat"])    # page 1 defined it
+    assemble.snapshot(reports)
+    assert "Terms:" not in re.search(r"<p>(.*?)</p>", shown[-1]).group(1)

@@ -18,7 +18,7 @@ import pandas as pd
 from ..core import cache, config as config_mod
 from ..studies import get as get_study
 from ..report import formatting
-from . import choose, inputs, pageone
+from . import choose, inputs, pageone, scorecard
 from .inputs import unapplied_profiles  # noqa: F401 - tests read it here
 from .parts import in_kernel as _in_kernel, not_rendered as _not_rendered, part as _part, survives as _survives
 from ..report.display import (Appendix, details_to, limits_box, raw_table_html, show_html, show_md, show_table,
@@ -146,11 +146,14 @@ def snapshot(reports_dir: str | Path) -> None:
             + "".join(f'<div class="card-caveat">⚠ {html.escape(c)}</div>' for c in h.get("caveats", []))
             + '</div>')
     body = '<div class="cards">' + wrap_at_spaces_only("".join(cards)) + "</div>"   # "hdd-" / "emulated" seen
+    used = scorecard.glossary_terms(" ".join(f"{h['label']} {h['text']} {h['ref']} {h['other']}" for h in hs))
+    terms = [w for w in used if w not in pageone.DEFINED]           # where a reader meets them first (issue 62)
     show_html('<h2 class="snapshot">Test results snapshot</h2><p>Reference target compared with each other target (for '
               'training, also each memory limit with no limit on the same target); "up to" is the largest '
               f'difference over the configurations both ran (means over repeats). The {len(hs)} largest effects '
               f'of {total} comparisons, ' + ("at least one per study" if every else "each study's largest first")
-              + '; all of them are in Appendix C.</p>' + body + missing)
+              + '; all of them are in Appendix C.' + (f' Terms: {html.escape("; ".join(terms))}.' if terms else "")
+              + '</p>' + body + missing)
 
 
 @_part("Appendix C")
@@ -244,8 +247,8 @@ def _csv_links(study_dir: Path) -> str:
     files = sorted(Path(study_dir).glob("*.csv"))
     links = ", ".join(f'<a href="{html.escape(study_dir.name)}/{html.escape(f.name)}">{html.escape(f.name)}</a>'
                       for f in files)
-    where = choose.sources(study_dir.parent).get(study_dir.name, {}).get("folder", study_dir.name)  # --studies: its run
-    return f'<p class="csv-links">Every value of this study: {links} (in reports/{html.escape(str(where))}/).</p>' \
+    where = choose.sources(study_dir.parent).get(study_dir.name, {}).get("folder") or choose.shown(study_dir)
+    return f'<p class="csv-links">Every value of this study: {links} (in {html.escape(str(where))}/).</p>' \
         if files else ""
 
 
@@ -349,8 +352,7 @@ def appendix_procedure(reports_dir: str | Path, params_file: str | Path) -> None
     show_html('<h2 class="appendix">Appendix B — Test procedure and parameters</h2>')
     choose.show_sources(reports_dir)          # a brief of chosen studies: where each one's results came from
     show_md(
-        "Each study ran from `params.yaml` through its DVC stage (papermill executes the numbered "
-        "notebook, which calls `storagebrief`). Before every measured run the page cache was made cold "
+        how_ran(reports_dir) + " Before every measured run the page cache was made cold "
         "(the method is the `cache_method` column of runs.csv); device counters and CPU were sampled "
         f"every {params.run.monitor_interval_s} s while the run was in flight. Runs repeat and "
         "interleave targets so drift affects all targets alike. " + _which_params(reports_dir, params, params_file))
@@ -362,6 +364,39 @@ def appendix_procedure(reports_dir: str | Path, params_file: str | Path) -> None
     show_html(f"<pre class='params html-only'>{html.escape(text)}</pre>"
               "<pre class='params print-only'>targets: # each target's name, path, device, profile and access: "
               f"Appendix A\n{html.escape(rest)}</pre>")
+
+
+# How a study's run was started (inventory.json `entry`, core.inventory.entry_point), {its}: "its" or "their"
+HOW_RAN = {"pipeline": "through {its} DVC stage (`dvc repro`: papermill executes the numbered notebook, which calls "
+                       "`storagebrief`)",
+           "notebook": "from {its} notebook (JupyterLab or papermill; the notebook calls `storagebrief`)",
+           "CLI": "from the command line (`storagebrief <study>`)"}
+
+
+def how_ran(reports_dir) -> str:
+    """How each study in the brief was started, from what its results recorded: through its DVC stage, its notebook
+    or the command line ('Each study ran … through its DVC stage' was printed for every run, issue 62)."""
+    recorded = inputs.entries(reports_dir)
+    names = {s.title: re.split(r"[:(]", s.title)[0].strip() for s in inputs.studies(reports_dir)}
+    groups: dict[str, list[str]] = {}
+    for title, name in names.items():
+        how = recorded.get(title)
+        groups.setdefault(how if how in HOW_RAN else "", []).append(name)
+    if len(groups) == 1 and "" not in groups:
+        how, = groups
+        return "Each study ran " + HOW_RAN[how].format(its="its") + "."
+    parts = []
+    for how in (*HOW_RAN, ""):
+        if how not in groups:
+            continue
+        who = groups[how]
+        listed = "the " + (who[0] if len(who) == 1 else ", ".join(who[:-1]) + " and " + who[-1]) + \
+            (" study" if len(who) == 1 else " studies")
+        its = "its" if len(who) == 1 else "their"
+        parts.append(f"{listed} ran {HOW_RAN[how].format(its=its)}" if how else
+                     f"how {listed} {'was' if len(who) == 1 else 'were'} started was not recorded")
+    text = "; ".join(parts) + "."
+    return text[0].upper() + text[1:]
 
 
 def ran_params(raw: dict, reports_dir) -> dict:

@@ -37,9 +37,10 @@ def allowed() -> str:
     return ", ".join(s.name + (f" ({s.command})" if s.command != s.name else "") for s in REGISTRY.values())
 
 
-def parse(text: str | list[str]) -> list[str]:
+def parse(text: str | list[str], option: str = "--studies") -> list[str]:
     """Study keys (registry order) from a comma-separated list of keys or command names (kv_cache or kv-cache);
-    a notebook's list of names too."""
+    a notebook's list of names too. `option` names the parameter in the error: `--studies`, or brief.ipynb's
+    `studies =`."""
     if isinstance(text, (list, tuple)):
         text = ",".join(map(str, text))
     names = [n.strip() for n in str(text).split(",")]
@@ -48,7 +49,7 @@ def parse(text: str | list[str]) -> list[str]:
         key = next((s.name for s in REGISTRY.values() if n in (s.name, s.command)), None)
         if key is None:
             what = "an empty name" if not n else f"'{n}' is not a study"
-            raise ChoiceError(f"--studies {text!r}: {what}; allowed (comma-separated): {allowed()}")
+            raise ChoiceError(f"{option} {text!r}: {what}; allowed (comma-separated): {allowed()}")
         chosen.add(key)
     return [k for k in REGISTRY if k in chosen]
 
@@ -58,7 +59,7 @@ class Source:
     key: str
     dir: Path                  # the study's results folder
     finished: datetime         # UTC
-    origin: str                # "the pipeline" or "run <time>"
+    origin: str                # "the pipeline", "run <time>", "a notebook run" or "a CLI run"
 
 
 def _finished(d: Path, key: str) -> datetime | None:
@@ -82,10 +83,38 @@ def _finished(d: Path, key: str) -> datetime | None:
     return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
 
 
+def entry_of(d: Path) -> str:
+    """How the run that wrote the results in d was started (inventory.json `entry`: pipeline, notebook, CLI), or ''."""
+    try:
+        got = json.loads((d / "inventory.json").read_text()).get("entry")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    return got if isinstance(got, str) else ""
+
+
+def _top_origin(reports: Path, d: Path) -> str:
+    """Where `<reports>/<study>/` came from: a run's own folder when `reports` is one (`--reports
+    reports/runs/<time>`), else the pipeline's folder unless its inventory says a notebook or CLI run wrote it
+    there (`storagebrief <study> --out reports/<study>`)."""
+    if reports.resolve().parent.name == "runs":
+        return f"run {reports.resolve().name}"
+    how = entry_of(d)
+    return f"a {how} run" if how in ("notebook", "CLI") else "the pipeline"
+
+
+def shown(path: str | Path) -> str:
+    """A results folder as a reader finds it: relative to its project ('reports/runs/<time>/emulate'), else the
+    whole path."""
+    from ..kit.history import project_of
+    path = Path(os.path.abspath(path))
+    root = project_of(path)
+    return os.path.relpath(path, root) if root is not None else str(path)
+
+
 def complete_results(reports: str | Path, key: str) -> list[Source]:
     """Every complete result of study `key` under `reports`, oldest first."""
     reports = Path(reports)
-    places = [(reports / key, "the pipeline")]
+    places = [(reports / key, _top_origin(reports, reports / key))]
     runs = reports / "runs"
     if runs.is_dir():
         places += [(d / key, f"run {d.name}") for d in sorted(runs.iterdir()) if d.is_dir()]
@@ -94,13 +123,19 @@ def complete_results(reports: str | Path, key: str) -> list[Source]:
     return sorted(found, key=lambda s: (s.finished, str(s.dir)))
 
 
-def choose(reports: str | Path, keys: list[str]) -> dict[str, Source]:
+def _name(option: str) -> str:
+    """The parameter alone: '--studies', or 'studies' for the notebook's `studies =`."""
+    return option.rstrip(" =")
+
+
+def choose(reports: str | Path, keys: list[str], option: str = "--studies") -> dict[str, Source]:
     """Each chosen study's newest complete results; ChoiceError naming those that have none."""
     found = {k: complete_results(reports, k) for k in keys}
     missing = [k for k, v in found.items() if not v]
     if missing:
         raise ChoiceError(
-            f"--studies: no complete results of {', '.join(missing)} in {reports}/<study>/ or {reports}/runs/*/<study>/ "
+            f"{_name(option)}: no complete results of {', '.join(missing)} in {reports}/<study>/ or "
+            f"{reports}/runs/*/<study>/ "
             "(a run cut short or still running is not complete): " + (
                 f"run it first (its notebook, `storagebrief {REGISTRY[missing[0]].command}` or `dvc repro "
                 f"{missing[0]}`)" if len(missing) == 1 else "run them first (their notebooks, `storagebrief "
@@ -112,39 +147,44 @@ def folder_for(reports: str | Path, keys: list[str]) -> Path:
     return Path(reports) / BRIEFS / "+".join(keys)
 
 
-def prepare(reports: str | Path, chosen: dict[str, Source]) -> Path:
+def prepare(reports: str | Path, chosen: dict[str, Source], option: str = "--studies") -> Path:
     """The brief folder of these studies: a link per study to its chosen results and sources.json. Links a
     previous --studies left there are replaced; anything else named after a study is not ours, and refused."""
     reports = Path(reports)
     folder = folder_for(reports, list(chosen))
     for d in (reports / BRIEFS, folder):
         if d.is_symlink() or (d.exists() and not d.is_dir()):
-            raise ChoiceError(f"--studies: '{d}' is a link or a file, not a folder this command made: move it away")
+            raise ChoiceError(f"{_name(option)}: '{d}' is a link or a file, not a folder this command made: move it "
+                              "away")
     folder.mkdir(parents=True, exist_ok=True)
     for entry in folder.iterdir():
         if entry.name in REGISTRY:
             if not entry.is_symlink():
-                raise ChoiceError(f"--studies: '{entry}' is not a link this command made (it holds results of its "
-                                  "own): move it away")
+                raise ChoiceError(f"{_name(option)}: '{entry}' is not a link this command made (it holds results of "
+                                  "its own): move it away")
             entry.unlink()
     for key, src in chosen.items():
         os.symlink(os.path.relpath(src.dir.resolve(), folder.resolve()), folder / key, target_is_directory=True)
-    results.write_json(folder / SOURCES, {key: {"folder": os.path.relpath(src.dir.resolve(), reports.resolve()),
+    results.write_json(folder / SOURCES, {key: {"folder": shown(src.dir),
                                                 "origin": src.origin,
                                                 "finished_at": src.finished.isoformat(timespec="seconds")}
                                           for key, src in chosen.items()})
     return folder
 
 
+NOTEBOOK_OPTION = "studies ="      # brief.ipynb's parameter, as its errors name it
+
+
 def from_notebook(reports: str | Path, studies: str) -> Path:
-    """The brief notebook's `studies = "a,b"`: the folder of a brief of those studies (parse, choose, prepare)."""
-    keys = parse(studies)
-    return prepare(reports, choose(reports, keys))
+    """The brief notebook's `studies = "a,b"`: the folder of a brief of those studies (parse, choose, prepare);
+    a bad name is the CLI's one line naming the notebook's parameter, before any work."""
+    keys = parse(studies, NOTEBOOK_OPTION)
+    return prepare(reports, choose(reports, keys, NOTEBOOK_OPTION), NOTEBOOK_OPTION)
 
 
-def summary(chosen: dict[str, Source], reports: str | Path) -> list[str]:
+def summary(chosen: dict[str, Source]) -> list[str]:
     """One line per study for the terminal: which results the brief shows."""
-    return [f"{REGISTRY[k].title}: results of {src.origin} ({Path(reports).name}/{os.path.relpath(src.dir, reports)}/, "
+    return [f"{REGISTRY[k].title}: results of {src.origin} ({shown(src.dir)}/, "
             f"finished {src.finished.strftime('%Y-%m-%d %H:%M UTC')})" for k, src in chosen.items()]
 
 
@@ -168,12 +208,9 @@ def show_sources(reports_dir: str | Path) -> None:
         return
     rows = []
     for key, src in found.items():
-        try:
-            entry = json.loads((Path(reports_dir) / key / "inventory.json").read_text()).get("entry") or "not recorded"
-        except (OSError, ValueError, AttributeError):
-            entry = "not recorded"
-        rows.append({"Study": REGISTRY[key].title, "Results": f"reports/{src.get('folder', '?')}",
-                     "From": src.get("origin", "?"), "Started from": entry, "Finished": _when(src.get("finished_at"))})
+        how = entry_of(Path(reports_dir) / key) or "not recorded"
+        rows.append({"Study": REGISTRY[key].title, "Results": str(src.get("folder", "?")),
+                     "From": src.get("origin", "?"), "Started from": how, "Finished": _when(src.get("finished_at"))})
     show_table(pd.DataFrame(rows), "The studies chosen for this brief (storagebrief brief --studies), each from its "
                                    "newest complete results")
 

@@ -230,12 +230,12 @@ def studies(reports_dir: str | Path) -> list[StudyInput]:
     return out
 
 
-def params_hashes(reports_dir: str | Path) -> dict[str, str]:
-    """Study title -> the params hash its results recorded (inventory.json), where they recorded one."""
+def recorded(reports_dir: str | Path, key: str) -> dict[str, str]:
+    """Study title -> what its results recorded under `key` in inventory.json, where they recorded a text."""
     out = {}
     for s in studies(reports_dir):
         try:
-            h = read_json(s.dir / "inventory.json").get("params_hash")
+            h = read_json(s.dir / "inventory.json").get(key)
         except (Unreadable, OSError):
             continue
         if isinstance(h, str) and h:
@@ -243,12 +243,22 @@ def params_hashes(reports_dir: str | Path) -> dict[str, str]:
     return out
 
 
+def params_hashes(reports_dir: str | Path) -> dict[str, str]:
+    """Study title -> the params hash its results recorded (inventory.json), where they recorded one."""
+    return recorded(reports_dir, "params_hash")
+
+
+def entries(reports_dir: str | Path) -> dict[str, str]:
+    """Study title -> how its run was started (inventory.json `entry`: pipeline, notebook or CLI), where recorded."""
+    return recorded(reports_dir, "entry")
+
+
 def readable(reports_dir: str | Path) -> list[StudyInput]:
     return [s for s in studies(reports_dir) if s.ok]
 
 
-__all__ = ["StudyInput", "Unreadable", "params_hashes", "read_csv", "read_json", "read_study", "readable", "studies",
-           "target_order"]
+__all__ = ["StudyInput", "Unreadable", "entries", "params_hashes", "read_csv", "read_json", "read_study", "readable",
+           "studies", "target_order"]
 
 
 def unapplied_profiles(frame: pd.DataFrame) -> dict[str, str]:

@@ -22,6 +22,7 @@ from .parts import in_kernel, not_rendered, part
 
 ACCELERATOR_STUDIES = ("emulate", "transfer_sweep")     # both answer "how many accelerators": one reconciled row
 _COVER: list[str] = []          # the cover's HTML as last shown (title_block opens a brief with it)
+DEFINED: list[str] = []         # the glossary lines page 1 printed (the snapshot defines only the others)
 # A disk model naming a hypervisor's emulated device (QEMU HARDDISK, VBOX HARDDISK, VMware Virtual disk, Msft
 # Virtual Disk, Xen): the data sits on a virtual disk, whatever it reports as rotational.
 VIRTUAL_MODEL = re.compile(r"\b(?:QEMU|VBOX|VMware|Virtual|Xen)\b", re.I)
@@ -80,22 +81,70 @@ def cover(reports_dir: str | Path, params_file: str | Path) -> None:
     inv = inputs.latest_inventory(reports_dir)
     unapplied = inputs.all_unapplied(reports_dir)
     targets = [_target_words(t, unapplied) for t in inv.get("targets", [])]
-    cpu = inv.get("cpu_model", "this machine")
-    threads = f", {inv['cpu_threads']} CPU threads" if inv.get("cpu_threads") else ""
     n = len(studies)
-    summary = (f"{n} stud{'y' if n == 1 else 'ies'} of how storage shapes AI pipelines ran the {params.scale} "
-               f"profile on one machine ({cpu}{threads}) against {len(targets)} storage target"
-               f"{'' if len(targets) == 1 else 's'}: {'; '.join(targets) or 'none'}.")
-    summary += " Each study's chapter shows how its answer was measured and what limited it."
-    if params.scale in ("quick", "tiny"):
-        summary += " The runs are short and scaled down: the numbers describe this machine, not a cluster."
+    summary = (f"{n} stud{'y' if n == 1 else 'ies'} of how storage shapes AI pipelines, against {len(targets)} "
+               f"storage target{'' if len(targets) == 1 else 's'}: {'; '.join(targets) or 'none'}. Each study's "
+               "chapter shows how its answer was measured and what limited it.")
     odd = [s.title + (" could not be read" if not s.ok else " was cut short") for s in studies
            if not s.ok or s.cut_short()]
     text = ('<div class="cover"><h1>Storage performance brief</h1>'
             f'<p class="summary">{html.escape(summary)}</p>'
+            f'<p class="setup"><b>Set-up:</b> {html.escape(setup_words(params.scale, studies, inv))}</p>'
             + (f'<p class="meta">{html.escape("; ".join(odd))}.</p>' if odd else "") + '</div>')
     _COVER[:] = [text]                 # what answers() leaves room for on page 1
     show_html(text)
+
+
+def setup_words(scale: str, studies: list, inv: dict) -> str:
+    """Page 1's set-up sentence (issue 62: a vendor's quote carries its context): the profile, what it sizes the
+    data at against the papers' sizes (the emulated training's samples and compute, the vector search's set), and
+    the machine. From the studies' own records (study.json, inventory.json), not from params.yaml."""
+    sizes = [w for s in studies if s.ok for w in _sizes(s.key, s.dir)]
+    cpu = inv.get("cpu_model") or "a CPU not recorded"
+    more = ", ".join(x for x in (f"{inv['cpu_threads']} CPU threads" if inv.get("cpu_threads") else "",
+                                 f"{inv['memory_total_bytes'] / 2**30:.1f} GiB memory"
+                                 if isinstance(inv.get("memory_total_bytes"), (int, float)) else "") if x)
+    machine = f"one machine ({cpu}{', ' + more if more else ''})"
+    if scale == "paper":
+        return f"the paper profile{' (' + '; '.join(sizes) + ')' if sizes else ''}, on {machine}."
+    return (f"the {scale} profile, short runs on data scaled down to finish in minutes"
+            f"{' (' + '; '.join(sizes) + ')' if sizes else ''}, on {machine}; the numbers describe this machine, not "
+            "a cluster (the paper profile runs the papers' sizes).")
+
+
+def _sizes(key: str, d: Path) -> list[str]:
+    """What a study's run sized its data at, in words, where the study records it; [] otherwise."""
+    try:
+        desc = inputs.read_json(d / "study.json") if (d / "study.json").is_file() else {}
+    except (inputs.Unreadable, OSError):
+        return []
+    out = []
+    if key == "emulate":
+        acc = str(desc.get("accelerator_type") or "")
+        for name, w in (desc.get("workloads") or {}).items():
+            if not isinstance(w, dict):
+                continue
+            spec, ref = w.get("spec") or {}, w.get("reference") or {}
+            mine, theirs = spec.get("record_bytes"), ref.get("record_bytes")
+            compute, ref_compute = (spec.get("compute_s") or {}).get(acc), (ref.get("compute_s") or {}).get(acc)
+            if not isinstance(mine, (int, float)):
+                continue
+            timed = isinstance(compute, (int, float))
+            text = f"{name} samples of {_mb(mine)} MB" + (f" and {compute:.2f} s of compute per batch" if timed else "")
+            ref_words = [f"{_mb(theirs)} MB" if isinstance(theirs, (int, float)) and theirs != mine else "",
+                         f"{ref_compute:.2f} s on a {acc.upper()}" if timed and isinstance(ref_compute, (int, float))
+                         and ref_compute != compute else ""]
+            if any(ref_words):
+                text += ", against MLPerf's " + " and ".join(x for x in ref_words if x)
+            out.append(text)
+    elif key == "vector_search" and isinstance(desc.get("num_vectors"), int):
+        dim = f" of {desc['dimension']} dimensions" if isinstance(desc.get("dimension"), int) else ""
+        out.append(f"vector search over {desc['num_vectors']:,} vectors{dim}")
+    return out
+
+
+def _mb(n: float) -> str:
+    return f"{n / 1e6:.2f}" if n < 10e6 else f"{n / 1e6:,.1f}"
 
 
 def page_one_rows(reports_dir: str | Path) -> list[dict]:
@@ -146,16 +195,20 @@ def answers(reports_dir: str | Path) -> None:
         return
     targets = [t["name"] for t in inputs.latest_inventory(reports_dir).get("targets", [])]
     chapters = {str(a["question"]): f"section-{a['study']}" for a in rows if a.get("study")}
-    show_html(fitted(rows, targets, chapters, _COVER[0] if _COVER else ""))
+    page = fitted(rows, targets, chapters, _COVER[0] if _COVER else "")
+    DEFINED[:] = [words for _, words in scorecard.GLOSSARY if html.escape(words) in page]
+    show_html(page)
 
 
 def fitted(rows: list[dict], targets: list[str], chapters: dict[str, str], cover: str = "") -> str:
     """Page 1's answers as many footnotes as fit under `cover` on one page (report/layout.page_one_pt): past that
-    the other caveats share one footnote pointing to their chapters, which print every note in full."""
-    for n in range(scorecard.MAX_NOTES, -1, -1):
-        text = '<h2 class="answers">The answers</h2>' + scorecard.table_html(rows, targets, chapters, n)
-        if layout.page_one_pt(cover + text) <= layout.PAGE_ONE_PT:
-            break
+    the other caveats share one footnote pointing to their chapters, which print every note in full; the terms'
+    line (scorecard.GLOSSARY) is left out only where the answers do not fit even without footnotes."""
+    for glossary in (True, False):         # the terms' line goes only where no footnote left makes room for it
+        for n in range(scorecard.MAX_NOTES, -1, -1):
+            text = '<h2 class="answers">The answers</h2>' + scorecard.table_html(rows, targets, chapters, n, glossary)
+            if layout.page_one_pt(cover + text) <= layout.PAGE_ONE_PT:
+                return text
     return text
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import html
+import os
 import re
 from pathlib import Path
 
@@ -70,6 +71,17 @@ def with_contents(body: str) -> str:
     return body[:at] + nav + body[at:] if at >= 0 else nav + body
 
 
+def relinked(body: str, reports_dir: Path, out_dir: Path) -> str:
+    """The body's relative links (an appendix's CSV files: `<study>/runs.csv`, beside the studies' folders) made
+    relative to a brief written elsewhere (`storagebrief brief --out`)."""
+    def fix(m: re.Match) -> str:
+        target = html.unescape(m.group(1))
+        if not target or target.startswith(("#", "/")) or re.match(r"[a-z][a-z0-9+.-]*:", target, re.I):
+            return m.group(0)
+        return f'href="{html.escape(os.path.relpath(reports_dir / target, out_dir))}"'
+    return re.sub(r'href="([^"]*)"', fix, body)
+
+
 def check_layout(pdf_path: Path, html_path: Path, params_file: Path, log=print) -> dict:
     """The PDF's layout checks (report/layout.py), said on the terminal: a problem is a warning here,
     a failure in tests/brief/test_brief_layout.py."""
@@ -88,11 +100,13 @@ def check_layout(pdf_path: Path, html_path: Path, params_file: Path, log=print) 
 
 
 def render(reports_dir: str | Path = "reports", params_file: str | Path = "params.yaml",
-           notebook: str | Path | None = None, pdf: bool = True, log=print) -> dict:
+           notebook: str | Path | None = None, pdf: bool = True, log=print, out_dir: str | Path | None = None) -> dict:
     """Execute the brief notebook, export HTML without code, print it to PDF.
 
     Relative paths are the caller's (current directory); the kernel gets absolute ones, so where it
-    starts does not matter. The notebook defaults to the one of the project params_file lies in."""
+    starts does not matter. The notebook defaults to the one of the project params_file lies in. The brief's files
+    (brief.ipynb, brief.html, brief.pdf, headlines.json) go to out_dir (checked by the caller), else beside the
+    results; the page-1 history is the results' project's either way."""
     import nbformat
     import papermill
     from nbconvert import HTMLExporter
@@ -104,7 +118,8 @@ def render(reports_dir: str | Path = "reports", params_file: str | Path = "param
     if not reports_dir.is_dir():
         raise FileNotFoundError(f"no reports folder at {reports_dir}: run the studies first (dvc repro)")
     notebook = Path(notebook) if notebook else brief_notebook(params_file.parent)
-    executed = reports_dir / "brief.ipynb"
+    out_dir = Path(out_dir).resolve() if out_dir else reports_dir
+    executed = out_dir / "brief.ipynb"
     source = jupytext.read(notebook) if notebook.suffix == ".py" else str(notebook)
     papermill.execute_notebook(source, str(executed), progress_bar=False,
                                parameters={"reports_dir": str(reports_dir), "params_file": str(params_file)})
@@ -113,6 +128,8 @@ def render(reports_dir: str | Path = "reports", params_file: str | Path = "param
                             exclude_output_prompt=True)
     body, _ = exporter.from_notebook_node(nb)
     body = with_contents(body)
+    if out_dir != reports_dir:
+        body = relinked(body, reports_dir, out_dir)
     from ..core import config as config_mod
     from ..report.words import reader_html
     names = frozenset(t.name for t in config_mod.load(params_file, check_targets=False).targets)
@@ -120,14 +137,14 @@ def render(reports_dir: str | Path = "reports", params_file: str | Path = "param
     page = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>Storage performance brief</title>"
             f"<style>{CSS.read_text()}</style></head><body><main>{body}</main><script>{SORT_SCRIPT}</script>"
             "</body></html>")
-    html_path = reports_dir / "brief.html"
+    html_path = out_dir / "brief.html"
     results.atomic_write_text(html_path, page)
     out = {"html": str(html_path), "pdf": None, "pdf_error": None}
     if pdf:
-        pdf_path = reports_dir / "brief.pdf"
+        pdf_path = out_dir / "brief.pdf"
         try:
             from weasyprint import HTML
-            HTML(string=page, base_url=str(reports_dir.resolve())).write_pdf(str(pdf_path))
+            HTML(string=page, base_url=str(out_dir)).write_pdf(str(pdf_path))
             out["pdf"] = str(pdf_path)
         except Exception as exc:  # missing system libraries: HTML still stands
             out["pdf_error"] = f"{type(exc).__name__}: {exc}"
@@ -142,7 +159,7 @@ def render(reports_dir: str | Path = "reports", params_file: str | Path = "param
         why = str(exc) if isinstance(exc, UnsafeHistory) else f"{type(exc).__name__}: {exc}"
         log(f"brief: page-1 values not recorded in {location(reports_dir)}: {why}")
     headlines, left_out = snapshot_headlines(reports_dir, survive=True)
-    results.write_json(reports_dir / "headlines.json", headlines)
+    results.write_json(out_dir / "headlines.json", headlines)
     # Said on the terminal too: a brief with a part that could not be read or rendered is still written.
     out["problems"] = [f"{title}: {why}" for title, why in left_out]
     out["problems"] += [html.unescape(f"{what} could not be rendered: {why}")

@@ -29,6 +29,26 @@ NOT_SETTLED = "not settled"
 MAX_NOTES = 12           # footnotes page 1 prints at most (fewer where the page is full: brief/pageone.fitted)
 NOTE_CHARS = 115         # one footnote line across page 1 at 7.5 pt (report/layout.py's character width)
 MORE = "other caveats: in each answer's chapter (its note)"
+# Page 1's terms (issue 62: "AU ≥ 90 %", "unet3d" undefined where a reader meets them): each one page 1 uses is
+# defined in one line under its footnotes, before the basis line (whose place on page 1 the PDF check proves); the
+# snapshot defines those its cards use first (p99, QD).
+GLOSSARY = (
+    (r"\bAU\b", "AU: accelerator utilisation, the share of time an emulated accelerator (GPU) computes rather than "
+                "waits for data"),
+    (r"\bAccelerators supported\b", "accelerators supported: the most the storage kept at that AU"),
+    (r"\bunet3d\b", "unet3d: MLPerf Storage's 3D U-Net training workload (large image samples)"),
+    (r"\bP = \d", "P: processes at once"),
+    (r"\bp99\b", "p99: the latency 99 % of requests beat"),
+    (r"\bQD\b", "QD: queue depth, requests in flight at once"),
+    (r"\brecall\b", "recall: the share of the true nearest neighbours a search finds"),
+    (r"\bKV cache\b", "KV cache: a prompt's attention state, reloaded from storage or recomputed"),
+    (r"\b(?:GET|PUT)\b", "GET, PUT: reading, writing one object"),
+)
+
+
+def glossary_terms(text: str) -> list[str]:
+    """The GLOSSARY lines of the terms `text` uses, in GLOSSARY's order."""
+    return [words for pattern, words in GLOSSARY if re.search(pattern, text)]
 
 
 def on_page_one(a: dict) -> bool:
@@ -111,13 +131,13 @@ def grid(rows: list[dict], targets: list[str], max_notes: int = MAX_NOTES
 
 
 def table_html(rows: list[dict], targets: list[str], chapter_of: dict[str, str] | None = None,
-               max_notes: int = MAX_NOTES) -> str:
+               max_notes: int = MAX_NOTES, glossary: bool = True) -> str:
     """The scorecard table and its footnotes; chapter_of: question -> the chapter's anchor (the question links
     to where its full answer and basis print; a footnote names the chapter that prints it too)."""
-    return _table(rows, targets, chapter_of or {}, max_notes)
+    return _table(rows, targets, chapter_of or {}, max_notes, glossary)
 
 
-def _table(rows: list[dict], targets: list[str], chapter_of: dict[str, str], max_notes: int) -> str:
+def _table(rows: list[dict], targets: list[str], chapter_of: dict[str, str], max_notes: int, glossary: bool) -> str:
     rows = [a for a in rows if on_page_one(a)]
     questions, columns, cells, notes = grid(rows, targets, max_notes)
     note_chapter = {n: chapter_of.get(str(a["question"]), "") for a in rows for n in cell_notes(a)}
@@ -136,6 +156,10 @@ def _table(rows: list[dict], targets: list[str], chapter_of: dict[str, str], max
         body.append(f'<tr><th class="question">{label}</th>{wrap_at_spaces_only("".join(tds))}</tr>')
     foot = "".join(f'<li data-chapter="{esc(note_chapter.get(n, ""))}"><sup>{mark(i)}</sup> {esc(one_line(n))}</li>'
                    for i, n in enumerate(notes, 1))
+    shown = " ".join([*questions, *(c for c, _ in cells.values()), *notes])
+    terms = glossary_terms(shown) if glossary else []
+    if terms:
+        foot += f'<li class="glossary"><b>Terms:</b> {esc("; ".join(terms))}.</li>'
     return (f'<table class="scorecard"><thead>{head}</thead><tbody>{"".join(body)}</tbody></table>'
             f'<ol class="footnotes">{foot}<li class="basis">Each answer\'s basis (how it was measured, what '
             'limited it) is in its study\'s chapter and appendix; "–": not measured on that target.'

@@ -27,12 +27,13 @@ import json
 import os
 import secrets
 import shutil
+import stat
 import time
 from pathlib import Path
 
 from . import results
 from .engine_outputs import ENGINE_OUTPUTS, STATUS, TRACES
-from .folders import UnsafeDelete, UnsafeFolder, folder_below, study_folder  # noqa: F401  (outdir's names stay)
+from .folders import UnsafeDelete, UnsafeFolder, folder_below, not_ours, study_folder  # noqa: F401  (outdir's names stay)
 from .lock import FolderLock, folder_lock_path, others_can_write
 from .procs import SCRATCH_PREFIX
 
@@ -155,6 +156,33 @@ def _refuse_others_folder(final: Path) -> None:
     if st.st_uid != os.geteuid():
         raise OutDirError(f"output folder '{final}' belongs to uid {st.st_uid}, not to this user, in '{final.parent}', "
                           "a folder others can write: choose an output folder of your own")
+
+
+def check_own_out(value: str | Path, option: str = "--out") -> Path:
+    """A folder a command writes its files straight into (`storagebrief brief --out`), refused in one line before
+    any work when it is a system directory (also through a symlink), a file, a symlink (lstat: a link planted in a
+    shared folder would send the files elsewhere) or a folder that is not ours (core.folders.not_ours: another
+    user's, or writable by group or others without the sticky bit). Returns the absolute path; call it again after
+    making the folder."""
+    from .targets import check_target_path      # inside: targets imports pydantic, heavy for the CLI's start
+    try:
+        path = check_target_path(str(value))
+    except ValueError as exc:
+        why = str(exc).split("; ")[0].split(" (targets")[0].replace("target path", option, 1)   # its advice: targets'
+        raise OutDirError(f"{why}; choose an ordinary folder of your own") from None
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return path
+    if stat.S_ISLNK(st.st_mode):
+        raise OutDirError(f"{option} '{value}' is a symlink (it resolves to {os.path.realpath(path)}): storagebrief "
+                          "writes only into real folders; give the folder itself")
+    if not stat.S_ISDIR(st.st_mode):
+        raise OutDirError(f"{option} '{value}' is a file, not a folder; choose a folder")
+    why = not_ours(st)
+    if why:
+        raise OutDirError(f"{option} '{value}' {why}: choose a folder of your own (or chmod go-w it if it is yours)")
+    return path
 
 
 def _free_sibling(work: Path) -> Path:

@@ -238,7 +238,7 @@ PAGE_ONE_PT = 0.92 * 263 * 72 / 25.4
 MAIN_PT = 182 * 72 / 25.4 - 18
 EM = {False: 0.56, True: 0.61}          # DejaVu Sans's width of a character of prose, regular and bold, in em
 # (font pt, space above, space below, width taken from main) of page 1's blocks, after templates/brief.css
-BLOCKS = {"h1": (22, 0, 3, 25.5), "h2": (15, 16.5, 16.2, 0), "summary": (10.5, 3, 3, 25.5),
+BLOCKS = {"h1": (22, 0, 3, 25.5), "h2": (15, 16.5, 16.2, 0), "summary": (10.5, 3, 3, 25.5), "setup": (10, 3, 3, 25.5),
           "meta": (9, 9, 9, 25.5), "p": (10, 9, 9, 0), "li": (7.5, 0, 0, 0)}
 LINE = 1.4                               # the body's line height
 _BLOCK = re.compile(r'<(h1|h2|p|li|table)\b([^>]*)>(.*?)</\1>', re.S)
