@@ -128,6 +128,14 @@ def test_validate_refuses_buffers_beyond_memavailable(tmp_path):
     assert res.returncode == 2 and "GiB this run may use" in res.stderr and "readers_per_rank" in res.stderr
 
 
+def _cmdline(pid: str) -> str:
+    """A process's command line, or "" if it ended after pgrep listed it (a short-lived child of the run)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
 # --------------------------------------------------------------------------- a killed rank
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["directory", "s3"])
@@ -150,7 +158,7 @@ def test_a_rank_killed_from_outside_is_a_clean_exit_2(tmp_path, kind):
     ranks = []
     for _ in range(1200):
         kids = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
-        ranks = [k for k in kids if "storagebrief.cli" in Path(f"/proc/{k}/cmdline").read_text(errors="replace")]
+        ranks = [k for k in kids if "storagebrief.cli" in _cmdline(k)]
         if len(ranks) >= 8:
             break
         time.sleep(0.1)
