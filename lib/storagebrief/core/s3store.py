@@ -172,10 +172,6 @@ class S3Calls(StoreBase):
             {"Range": f"bytes={offset}-" + ("" if length is None else f"{offset + length - 1}")}
         return self._call(self.client.get_object, Bucket=self.bucket, Key=key, **extra)["Body"]
 
-    def send_buffer(self, buf):
-        """As bytes, once: what botocore sends without a copy per request."""
-        return memoryview(bytes(buf))
-
     def transfer(self, op: str, key: str, body) -> int:
         """One whole-object PUT of `body`, or a GET whose body is read in 1 MiB reads and dropped (no copy kept)."""
         if op == "put":

@@ -38,7 +38,7 @@ def _setup(rank: int, n: int, cfg: dict) -> tuple:
     store = open_store(StoreHandle(**cfg["store"]), pool=cfg["readers"])
     store.connect(None, cfg["readers"])     # an S3 store's compiled client, which makes its uploads and GETs
     store.make_body(cfg["buf_bytes"], seed=int.from_bytes(os.urandom(7), "little"))   # its uploads' (every run's differs)
-    buf = store.send_buffer(incompressible(cfg["buf_bytes"]))     # generated before any clock, as the store sends it
+    buf = incompressible(cfg["buf_bytes"])        # generated before any clock: what a directory's saves write
     if cfg.get("direct"):
         aligned = mmap.mmap(-1, len(buf))              # page-aligned, as O_DIRECT needs
         aligned[:] = buf
