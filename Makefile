@@ -209,11 +209,12 @@ s3: $(TOOLS)/.versitygw-$(VERSITYGW_VERSION)
 # modules); make test does, for its test.
 s3ref: $(TOOLS)/bin/s3ref
 
-# The object sweep's client (every GET and PUT of its batches, on directories and S3 targets alike): Go with
-# minio-go, built from $(S3WORKER_SRC) (its go.sum pins every module) into $(TOOLS)/bin/s3worker.
+# The object sweep's client (every GET and PUT of its batches, on directories and S3 targets alike), and the data
+# path of emulate's accelerators on S3 (its "serve" mode, core/s3mover.py): Go with minio-go, built from
+# $(S3WORKER_SRC) (its go.sum pins every module) into $(TOOLS)/bin/s3worker.
 s3worker: $(TOOLS)/bin/s3worker
 
-$(TOOLS)/bin/s3worker: $(S3WORKER_SRC)/main.go $(S3WORKER_SRC)/go.mod $(S3WORKER_SRC)/go.sum
+$(TOOLS)/bin/s3worker: $(wildcard $(S3WORKER_SRC)/*.go) $(S3WORKER_SRC)/go.mod $(S3WORKER_SRC)/go.sum
 	@$(FIND_GO); \
 	echo "building the object sweep's client ($(S3WORKER_SRC)) with $$($$go env GOVERSION) into $(TOOLS)/bin"; \
 	cd $(S3WORKER_SRC) && GOFLAGS="-modcacherw -mod=readonly" GOTOOLCHAIN=local CGO_ENABLED=0 \

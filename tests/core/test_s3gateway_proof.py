@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from storagebrief.core import s3gateway, s3store
+from storagebrief.core import s3gateway, s3mover, s3store
 from storagebrief.kit import s3ops
 
 try:
@@ -131,13 +131,41 @@ def test_a_short_get_body_is_not_counted_as_a_whole_object():
     assert whole.row()["bytes_moved"] == 20
 
 
-def test_a_short_ranged_get_fails_the_emulated_sample():
-    """emulate's object loader: a sample whose body came back short is an error, not a sample read."""
+@pytest.mark.skipif(s3mover.missing() is not None, reason=str(s3mover.missing()))
+def test_a_short_get_fails_the_emulated_sample():
+    """emulate's object loader, through its compiled client (core.s3mover): a sample whose body came back short
+    (a server answering every request with 3 bytes) is an error, not a sample read."""
+    import http.server
+    import threading
     from storagebrief.studies.emulate.objects import ObjectLoader
-    loader = ObjectLoader.__new__(ObjectLoader)
-    loader.latencies, loader.block, loader.files = [[]], 4, ["k0"]
-    loader.s3 = {"sizes": [16], "backing": None}
-    loader.store = SimpleNamespace(open_read=lambda key, off, length: SimpleNamespace(
-        read=_Body(b"abc").read, close=lambda: None))
-    with pytest.raises(OSError, match="received 3 bytes"):
-        loader.read_sample(0, 0, 0, 16)
+
+    class Short(http.server.BaseHTTPRequestHandler):
+        def _head(self):
+            self.send_response(200)
+            for k, v in (("Content-Length", "3"), ("ETag", '"e"'), ("Last-Modified", self.date_time_string()),
+                         ("Content-Type", "application/octet-stream")):
+                self.send_header(k, v)
+            self.end_headers()
+
+        def do_HEAD(self):
+            self._head()
+
+        def do_GET(self):
+            self._head()
+            self.wfile.write(b"abc")
+
+        def log_message(self, *_):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Short)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    reach = {"endpoint": f"http://127.0.0.1:{srv.server_port}", "bucket": "bucket", "region": "us-east-1",
+             "profile": None, "verify_tls": True, "addressing": "path",
+             "credentials": {"aws_access_key_id": "k", "aws_secret_access_key": "s"}}
+    loader = ObjectLoader(["k0"], [[(0, 0, 16)]], 1, 1, 4, {"store": {"s3": reach}, "sizes": [16], "backing": None})
+    try:
+        with pytest.raises(OSError, match="GET s3 k0 bytes 0\\+16: received 3 of 16 bytes"):
+            loader.read_batch(0, [(0, 0, 16)])
+    finally:
+        loader.close()
+        srv.shutdown()

@@ -3,6 +3,8 @@
 whole and ranged, list, delete only what this run wrote, evict cold, describe; S3 deletes in batches of 1,000."""
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -133,6 +135,38 @@ def test_a_worker_opens_the_same_store_from_its_handle(store, tmp_path):
     for h in (handle, pickle.loads(pickle.dumps(store.handle()))):
         worker = open_store(h, pool=2)
         assert worker.get(k) == b"x" * 3000 and worker.transfer("get", k, 3000) == 3000
+    assert store.delete([k]) == 1
+
+
+def test_a_workers_reads_count_what_arrived_and_on_s3_never_go_through_boto3(store, tmp_path, monkeypatch):
+    """read_spans, a worker's data path: every span one read (S3: one GET by the compiled client, core.s3mover),
+    the bytes received counted, every block read timed, a span the object cannot fill refused with its key; the
+    worker's store makes no boto3 request (every request boto3 would send is recorded by the trace hook)."""
+    import math
+    from storagebrief.core.s3mover import MoverFailed
+    k = store.key("spans/a")
+    data = s3ops.payload(300_000, seed=5)
+    store.prepare_puts([k])
+    store.put(k, data)
+    trace = tmp_path / "boto3-requests"
+    monkeypatch.setenv(s3store.TRACE_ENV, str(trace))
+    worker = open_store(store.handle(), pool=2)
+    try:
+        worker.connect(k, 2)
+        got, lats = worker.read_spans([(k, 0, len(data), True), (k, 1000, 65536, False)], 16384, parallel=2)
+        assert got == len(data) + 65536 and len(lats) == math.ceil(len(data) / 16384) + 4
+        assert all(t >= 0 for t in lats)
+        with pytest.raises(OSError, match="spans/a"):
+            worker.read_spans([(k, 299_000, 2000, False)], 16384)      # 1,000 bytes there: short
+        if store.access != "files":
+            assert worker.data_path_cpu_seconds() >= 0
+            os.kill(worker.mover.pid, signal.SIGKILL)
+            with pytest.raises(MoverFailed, match="killed"):
+                worker.read_spans([(k, 0, 10, False)], 16384)
+    finally:
+        worker.disconnect()
+    assert not trace.exists(), trace.read_text()
+    monkeypatch.delenv(s3store.TRACE_ENV)
     assert store.delete([k]) == 1
 
 

@@ -25,3 +25,10 @@ def running(pid: int) -> bool:
     """True while pid exists and is not a zombie."""
     f = stat_fields(pid)
     return bool(f) and f[0] not in ("Z", "X")
+
+
+def cpu_seconds_of(pid: int) -> float | None:
+    """The process's user + system CPU seconds so far (every thread); None once it is gone."""
+    import os
+    f = stat_fields(pid)
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK") if f and len(f) > 12 else None

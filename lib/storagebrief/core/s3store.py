@@ -57,7 +57,18 @@ def client(endpoint: str, region: str, credentials: dict | None = None, profile:
                  read_timeout=120, retries={"max_attempts": 1, "mode": "standard"},
                  s3={"addressing_style": addressing}, request_checksum_calculation="when_required",
                  response_checksum_validation="when_required")
-    return session.client("s3", endpoint_url=endpoint, config=cfg, verify=verify_tls, **(credentials or {}))
+    made = session.client("s3", endpoint_url=endpoint, config=cfg, verify=verify_tls, **(credentials or {}))
+    if trace := os.environ.get(TRACE_ENV):
+        made.meta.events.register("before-send.s3", lambda event_name, **_: _traced(trace, event_name))
+    return made
+
+
+TRACE_ENV = "STORAGEBRIEF_TRACE_BOTO3"   # test hook: every boto3 request appended to that file, with its process
+
+
+def _traced(path: str, event_name: str) -> None:
+    with open(path, "a") as fh:         # one short line, one write: processes at once do not interleave
+        fh.write(f"{os.getpid()} {event_name.rsplit('.', 1)[-1]}\n")
 
 
 def explain(exc: Exception, endpoint: str, bucket: str, key: str = "s3.endpoint") -> str:
@@ -161,10 +172,6 @@ class S3Calls(StoreBase):
             {"Range": f"bytes={offset}-" + ("" if length is None else f"{offset + length - 1}")}
         return self._call(self.client.get_object, Bucket=self.bucket, Key=key, **extra)["Body"]
 
-    def send_buffer(self, buf):
-        """As bytes, once: what botocore sends without a copy per request."""
-        return memoryview(bytes(buf))
-
     def transfer(self, op: str, key: str, body) -> int:
         """One whole-object PUT of `body`, or a GET whose body is read in 1 MiB reads and dropped (no copy kept)."""
         if op == "put":
@@ -178,6 +185,52 @@ class S3Calls(StoreBase):
     def head(self, key: str) -> int:
         """The object's size (one HEAD: also opens a connection before a clock starts)."""
         return int(self._call(self.client.head_object, Bucket=self.bucket, Key=key)["ContentLength"])
+
+    # -- the data path: the compiled client (core.s3mover), never boto3 ---------------------------------
+    mover = None
+
+    def connect(self, key: str | None, concurrency: int) -> None:
+        """Before a clock: the compiled client started with `concurrency` connections, one opened by a HEAD of
+        `key` when one is named (a missing object or a refused credential fails here, before any work)."""
+        from .s3mover import Mover
+        if self.mover is None:
+            self.mover = Mover(self.handle(), concurrency)
+        if key is not None:
+            self.mover.head(key)
+
+    def read_spans(self, spans, block: int, parallel: int = 1) -> tuple[int, list[float]]:
+        """Every (key, offset, length, whole) span one GET (ranged unless whole) through the compiled client,
+        its body read in `block` reads and dropped, `parallel` at once: (bytes received, every block read's
+        seconds; a span's first includes its round trip). `connect` first."""
+        return self._moving().read(spans, block, parallel)
+
+    def make_body(self, nbytes: int, seed: int = 0) -> None:
+        """Before a clock: the body `upload` sends, `nbytes` incompressible bytes made by the compiled client."""
+        self._moving().make_body(nbytes, seed)
+
+    def upload(self, key: str, nbytes: int, part_bytes: int, kill_pid: int | None = None) -> dict:
+        """`nbytes` of the compiled client's body as one multipart upload of `part_bytes` parts (as put_parts,
+        which sends Python's bytes through boto3: the same dict back); an interrupted upload is aborted.
+        kill_pid: a test hook (checkpoint's gateway killed once the first part is stored)."""
+        if part_bytes < 5 << 20 and nbytes > part_bytes:
+            raise ValueError(f"multipart part size {part_bytes} bytes is below S3's 5 MiB minimum "
+                             "(write_block_mib >= 5)")
+        return self._moving().upload(self._own(key), nbytes, part_bytes, kill_pid)
+
+    def _moving(self):
+        if self.mover is None:
+            raise RuntimeError("the data path before connect(): the compiled client is started before the clock")
+        return self.mover
+
+    def data_path_cpu_seconds(self) -> float:
+        """The compiled client's CPU seconds so far (0 before connect)."""
+        return 0.0 if self.mover is None else self.mover.cpu_seconds()
+
+    def disconnect(self) -> None:
+        """The compiled client stopped (it also dies with this process)."""
+        mover, self.mover = self.mover, None
+        if mover is not None:
+            mover.close()
 
     def list(self, prefix: str) -> list[str]:
         """Every key below `prefix` (full keys)."""
@@ -234,9 +287,22 @@ class S3Client(S3Calls):
 
     def __init__(self, cfg: dict):
         self.bucket, self.endpoint, self.reach = cfg["bucket"], cfg["endpoint"], cfg
-        self.client = client(cfg["endpoint"], cfg["region"], cfg.get("credentials"), cfg.get("profile"),
-                             pool=cfg.get("pool", 10), verify_tls=cfg.get("verify_tls", True),
-                             addressing=cfg.get("addressing", "path"))
+        self._boto = None
+
+    @property
+    def client(self):
+        """boto3, made on first use: a worker whose bytes all go through the compiled client (connect,
+        read_spans) never makes one."""
+        if self._boto is None:
+            cfg = self.reach
+            self._boto = client(cfg["endpoint"], cfg["region"], cfg.get("credentials"), cfg.get("profile"),
+                                pool=cfg.get("pool", 10), verify_tls=cfg.get("verify_tls", True),
+                                addressing=cfg.get("addressing", "path"))
+        return self._boto
+
+    @client.setter
+    def client(self, made) -> None:
+        self._boto = made
 
     def _call(self, fn, **kw):
         return fn(**kw)
@@ -294,14 +360,9 @@ class ObjectStore(S3Calls):
 
     def server_cpu_seconds(self) -> float | None:
         """The local gateway's CPU seconds so far (user + system, /proc/<pid>/stat); None: no local gateway."""
+        from .pidstat import cpu_seconds_of
         proc = self.gateway.proc if self.gateway is not None else None
-        if proc is None:
-            return None
-        try:
-            f = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            return None
-        return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+        return None if proc is None else cpu_seconds_of(proc.pid)
 
     # -- open --------------------------------------------------------------------------------------
     def open(self) -> "ObjectStore":
@@ -402,6 +463,7 @@ class ObjectStore(S3Calls):
     def close(self) -> None:
         """Everything this run wrote goes (external: its run prefix only); the gateway stops."""
         try:
+            self.disconnect()
             if self.lease is not None:
                 self.lease.stop()           # first: no renewal writes the marker again once the prefix is gone
             if self.external and self.client is not None and self.prefix:

@@ -10,28 +10,12 @@ counts (and the thread readings taken from outside, by pid) into a kit.s3ops.Bat
 the cores it can use are its goroutines', capped by its CPUs (kit/client_bound.usable_cores)."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from ..core.s3mover import BINARY_ENV, binary, missing  # noqa: F401  (the one binary, core's data path too)
 from .child import Child
 from .client_bound import ProcessCPU, sched_between, usable_cores
 from .s3ops import Batch
-
-REPO = Path(__file__).resolve().parents[3]
-BINARY_ENV = "STORAGEBRIEF_S3WORKER"     # that file and no other (as STORAGEBRIEF_VERSITYGW for the gateway)
-
-
-def binary() -> Path:
-    """$STORAGEBRIEF_S3WORKER when set, else the project's .tools/bin/s3worker (`make s3worker`)."""
-    return Path(os.environ.get(BINARY_ENV) or REPO / ".tools" / "bin" / "s3worker")
-
-
-def missing() -> str | None:
-    """Why the client cannot run here, or None when it can."""
-    b = binary()
-    if not b.is_file() or not os.access(b, os.X_OK):
-        return f"the object sweep's S3 client {b} is not built: run `make s3worker` (Go, minio-go)"
-    return None
 
 
 def start(cfg: dict, env: dict, log_file: Path, label: str, join: list[str] | None) -> Child:

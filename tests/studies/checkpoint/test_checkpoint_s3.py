@@ -8,13 +8,14 @@ import json
 import os
 import subprocess
 import time
+import zlib
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from storagebrief import studies
-from storagebrief.core import config, s3gateway
+from storagebrief.core import config, s3gateway, s3store
 from storagebrief.core.store import open_store
 from storagebrief.core.checkpoint_workloads import layout, layout_bytes, workload
 from storagebrief.core.s3store import ObjectStore
@@ -56,8 +57,15 @@ def _nothing_left(tmp: Path, owner_pid: int) -> None:
 
 @pytest.mark.slow
 @needs_gateway
-def test_protocol_on_s3_beside_a_directory_then_nothing_left(tmp_path):
+def test_protocol_on_s3_beside_a_directory_then_nothing_left(tmp_path, monkeypatch):
+    """... and every S3 byte of the ranks is their compiled client's: boto3 (whose every request the trace hook
+    records with its process) is the study process's alone (the bucket, manifests, deletes)."""
+    trace = tmp_path / "boto3-requests"
+    monkeypatch.setenv(s3store.TRACE_ENV, str(trace))
     STUDY.run(_params(tmp_path), tmp_path / "out", log=lambda *_: None, progress="off")
+    requests = [line.split() for line in trace.read_text().splitlines()]
+    assert "CreateBucket" in {op for _, op in requests}                       # the hook sees the study's own
+    assert {int(pid) for pid, _ in requests} == {os.getpid()}, requests       # and no rank's
     out = tmp_path / "out"
     runs = pd.read_csv(out / "runs.csv")
     assert set(runs.status) == {"ok"}
@@ -99,19 +107,23 @@ def test_a_multipart_object_reads_back_as_written(tmp_path):
     t = next(x for x in resolve_all(params, create=True) if x.name == "obj")
     store = ObjectStore(t, tmp_path / "logs", tag="ckpt-test").open()
     try:
-        rs = open_store(store.handle(), pool=4)         # as a rank opens it: its own client from the store's handle
+        rs = open_store(store.handle(), pool=4)         # as a rank opens it: its own store from the store's handle
         block = 5 << 20
-        buf = memoryview(bytes(range(256)) * (block // 256))
         files = [("a.distcp", 12 << 20), ("b.distcp", 300_000)]
-        total, fsyncs, hist, (in_puts, in_rest) = rank_io.save_s3(rs, "ck/step1", files, buf, block)
-        assert total == sum(n for _, n in files) and fsyncs == 0 and in_puts > 0 and in_rest > 0
-        assert sum(hist["write"]) == 3 + 1 and sum(hist["fsync"]) == 2        # 3 + 1 parts, 2 uploads
-        whole = bytes(buf)
-        for name, n in files:
-            got = store.client.get_object(Bucket=store.bucket, Key=f"ck/step1/{name}")["Body"].read()
-            want = b"".join(whole[:min(block, n - off)] for off in range(0, n, block))
-            assert got == want
-        total, hist = rank_io.load_s3(rs, "ck/step1", files, 4 << 20, 3)
+        rs.connect(None, 3)                              # as a rank does before any clock (ranks._setup)
+        try:
+            rs.make_body(block, seed=7)
+            total, fsyncs, hist, (in_puts, in_rest) = rank_io.save_s3(rs, "ck/step1", files, block)
+            assert total == sum(n for _, n in files) and fsyncs == 0 and in_puts > 0 and in_rest > 0
+            assert sum(hist["write"]) == 3 + 1 and sum(hist["fsync"]) == 2        # 3 + 1 parts, 2 uploads
+            body = store.client.get_object(Bucket=store.bucket, Key="ck/step1/a.distcp")["Body"].read()
+            assert len(body) == 12 << 20 and len(zlib.compress(body[:block], 1)) > 0.99 * block   # incompressible
+            assert body[block:2 * block] == body[:block] and body[2 * block:] == body[:(12 << 20) - 2 * block]
+            small = store.client.get_object(Bucket=store.bucket, Key="ck/step1/b.distcp")["Body"].read()
+            assert small == body[:300_000]                  # every part the rank's one body, as its buffer was
+            total, hist = rank_io.load_s3(rs, "ck/step1", files, 4 << 20, 3)
+        finally:
+            rs.disconnect()
         assert total == sum(n for _, n in files) and sum(hist["read"]) == 3 + 1
         assert not store.client.list_multipart_uploads(Bucket=store.bucket).get("Uploads")
     finally:
@@ -148,6 +160,8 @@ def test_the_ranks_budget_counts_each_ranks_s3_client(monkeypatch):
     room = int((files_only + 8 * budget.S3_CLIENT_BYTES / 2) / budget.MEMORY_SHARE)   # fits files, not 8 clients
     monkeypatch.setattr(budget, "memory_left", lambda: (room, "MemAvailable"))
     budget.check_budget(p)
-    with pytest.raises(ValueError, match=r"llama3-8b's 8 ranks need .* \+ 96 MiB for its S3 client\)\), more than"):
+    client = (budget.S3_CLIENT_BYTES + write) / 2**20
+    with pytest.raises(ValueError, match=rf"llama3-8b's 8 ranks need .* \+ {client:,.0f} MiB for its S3 client and its "
+                                         r"body\)\), more than"):
         budget.check_budget(p, s3=True)
 

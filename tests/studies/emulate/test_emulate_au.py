@@ -205,6 +205,11 @@ def test_the_busiest_accelerator_process_is_recorded():
     cols = limits.client_cpu_columns(ranks, 5.0, 10, 10**9)
     assert cols["client_cpu_cores_busiest_accelerator"] == pytest.approx(0.9)
     assert cols["client_busiest_accelerator"] == 1 and cols["client_cpu_percent_of_cores"] == pytest.approx(75.0)
+    # on S3 an accelerator's CPU includes its compiled client's, which runs beside the interpreter, not in it
+    ranks[1]["helper_cpu_s"] = 3.5
+    cols = limits.client_cpu_columns(ranks, 5.0, 10, 10**9)
+    assert cols["client_busiest_accelerator"] == 2 and cols["client_cpu_cores_busiest_accelerator"] == pytest.approx(0.4)
+    assert cols["client_cpu_s"] == pytest.approx(7.5)
 
 
 def test_two_probes_with_two_causes_are_uncertain():

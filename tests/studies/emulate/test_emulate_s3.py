@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from storagebrief.core import cgroups, config, s3gateway
+from storagebrief.core import cgroups, config, s3gateway, s3store
 from storagebrief.studies.emulate import objects
 from storagebrief.studies.emulate.loader import batch_plan, steps_per_epoch
 from storagebrief.studies.emulate.params import EmulateParams
@@ -42,7 +42,7 @@ def _params(tmp: Path, **emulate) -> Path:
 def _cli(params: Path, out: Path, **kw):
     argv = [sys.executable, "-m", "storagebrief.cli", "emulate", "--params", str(params), "--out", str(out),
             "--progress", "off"]
-    env = {**os.environ, "PYTHONPATH": str(REPO / "lib")}
+    env = {**os.environ, "PYTHONPATH": str(REPO / "lib"), **kw.get("env", {})}
     if kw.get("popen"):
         return subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600, env=env)
@@ -70,9 +70,15 @@ def _nothing_left(tmp: Path, pid: int | None = None) -> None:
 @pytest.mark.slow
 @needs_gateway
 def test_emulate_on_local_s3_reads_the_dataset_as_objects_and_leaves_nothing(tmp_path):
-    proc = _cli(_params(tmp_path), tmp_path / "out", popen=True)
+    """... and every GET of the accelerators is the compiled client's: boto3 (whose every request the trace hook
+    records with its process) is the study process's alone, for buckets, the dataset's upload and cleanup."""
+    trace = tmp_path / "boto3-requests"
+    proc = _cli(_params(tmp_path), tmp_path / "out", popen=True, env={s3store.TRACE_ENV: str(trace)})
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err[-2000:]
+    requests = [line.split() for line in trace.read_text().splitlines()]
+    assert {"CreateBucket", "PutObject"} <= {op for _, op in requests}        # the hook sees the study's own
+    assert {int(pid) for pid, _ in requests} == {proc.pid}, requests          # and no accelerator's
     runs = pd.read_csv(tmp_path / "out" / "runs.csv")
     assert sorted(runs.groupby("target").size().items()) == [("dir", 2), ("obj", 2)]
     assert set(runs.status) == {"ok"}
@@ -130,6 +136,14 @@ def test_mpi_launcher_with_an_s3_target_is_refused_before_work(tmp_path):
     with pytest.raises(ValueError, match="emulate.launcher = mpi: S3 targets \\(obj\\) run with launcher: fork"):
         config.validate(data, root=REPO)           # validate refuses it (issue 44), as the run's prepare does
     assert not (tmp_path / "obj" / "storagebrief" / "s3gw").exists()
+
+
+def test_emulate_on_s3_without_the_compiled_client_is_refused_before_work(tmp_path, monkeypatch):
+    from storagebrief.core import s3mover
+    monkeypatch.setenv(s3mover.BINARY_ENV, str(tmp_path / "none"))
+    with pytest.raises(config.ParamsError, match=r"^emulate on S3 targets \(obj\): .* is not built: run `make s3worker`"):
+        EmulateParams.model_validate({}).check_s3_targets(["obj"])
+    EmulateParams.model_validate({}).check_s3_targets([])          # no S3 target: nothing to refuse
 
 
 def test_s3_targets_search_on_their_own_budget():

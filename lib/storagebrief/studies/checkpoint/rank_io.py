@@ -5,15 +5,17 @@ every write, fsync and read call into log2 histograms (kit.latency: a count per 
 On an S3 target (forked ranks only) each file is an object: saved as one multipart upload of
 `write_block` parts (core.store's put_parts; "write" counts the part PUTs, "fsync" the upload's
 create + complete requests: the save ends when the store acknowledged the completed upload) and loaded
-by ranged GETs of `read_block` bytes, `readers` in flight ("read" counts the GETs). Every rank has its
-own boto3 client (RankStore), made after the fork. Each result carries the rank's CPU seconds (all its
-threads): the client's cost, which on a small machine can be the limit."""
+by ranged GETs of `read_block` bytes, `readers` in flight ("read" counts the GETs). Every rank opens its own
+store after the fork and, before any clock, its compiled client (core.s3mover: Go with minio-go), which makes
+its uploads (from an incompressible body of its own) and its GETs and hands back counts and times, never the
+bytes: no rank sends or receives an S3 byte through boto3.
+Each result carries the rank's CPU seconds (all its threads, and its compiled client's): the client's cost,
+which on a small machine can be the limit."""
 from __future__ import annotations
 
 import fcntl
 import mmap
 import os
-import signal
 import tempfile
 import threading
 import time
@@ -179,29 +181,19 @@ def load(folder: Path, files: list[tuple[str, int]], block: int, readers: int) -
     return total, {"read": reads}
 
 
-def save_s3(store, prefix: str, files: list[tuple[str, int]], buf: memoryview, block: int,
+def save_s3(store, prefix: str, files: list[tuple[str, int]], block: int,
             kill_pid: int | None = None) -> tuple[int, int, dict, tuple[float, float]]:
-    """Every file as one multipart upload of `block` parts; returns (bytes, 0 fsyncs, histograms, (seconds in
-    part PUTs, seconds in the rest of the uploads)).
+    """Every file as one multipart upload of `block` parts by the rank's compiled client (store.upload: each part
+    its incompressible body, made before any clock; counts and times come back); returns (bytes, 0 fsyncs,
+    histograms, (seconds in part PUTs, seconds in the rest of the uploads)).
     kill_pid: the test hook's gateway, killed once the first part is stored (a store dying mid-save)."""
-    # botocore takes bytes: a full part is the buffer's own bytes object (ranks.py makes it so), no copy per part
-    whole = buf.obj if isinstance(buf.obj, bytes) and len(buf.obj) == len(buf) else bytes(buf)
     puts, ends = new_histogram(), new_histogram()
     total = 0
     in_puts = in_rest = 0.0
-
-    def parts(nbytes: int):
-        nonlocal kill_pid
-        for off in range(0, nbytes, block):
-            if kill_pid and off + total > 0:
-                os.kill(kill_pid, signal.SIGKILL)
-                kill_pid = None
-            n = min(block, nbytes - off)
-            yield whole if n == len(whole) else whole[:n]
-
     for name, nbytes in files:
         # a one-part object may be below S3's 5 MiB part minimum (the prepare check refuses the rest)
-        got = store.put_parts(f"{prefix}/{name}", parts(nbytes), max(block, 5 << 20))
+        got = store.upload(f"{prefix}/{name}", nbytes, block, kill_pid)
+        kill_pid = None
         for t in got["part_seconds"]:
             puts[log2_bin(int(t * 1e9))] += 1
         rest = got["seconds"] - sum(got["part_seconds"])
@@ -212,26 +204,15 @@ def save_s3(store, prefix: str, files: list[tuple[str, int]], buf: memoryview, b
 
 
 def load_s3(store, prefix: str, files: list[tuple[str, int]], block: int, readers: int) -> tuple[int, dict]:
-    """Every object read whole in `block` ranged GETs, `readers` in flight; returns (bytes, histograms)."""
-    chunks = [(name, off, min(block, size - off)) for name, size in files for off in range(0, size, block)]
-    local = threading.local()
-    hists: list[list[int]] = []
-
-    def one(chunk) -> int:
-        name, off, n = chunk
-        if getattr(local, "hist", None) is None:
-            local.hist = new_histogram()
-            hists.append(local.hist)
-        got = len(_timed(local.hist, store.get, f"{prefix}/{name}", off, n))
-        if got != n:
-            raise OSError(f"s3 {prefix}/{name}: {got} bytes at {off}, expected {n}")
-        return got
-
-    with ThreadPoolExecutor(max_workers=readers) as pool:
-        total = sum(pool.map(one, chunks))
+    """Every object read whole in `block` ranged GETs, `readers` in flight, by the rank's compiled client
+    (store.read_spans, core.s3mover: the bytes received and each GET's time come back, never the bytes; a short
+    body fails the restore); returns (bytes, histograms)."""
+    spans = [(f"{prefix}/{name}", off, min(block, size - off), False)
+             for name, size in files for off in range(0, size, block)]
+    total, seconds = store.read_spans(spans, block, parallel=readers)     # one read per GET: block >= its span
     reads = new_histogram()
-    for h in hists:
-        add_histograms(reads, h)
+    for t in seconds:
+        reads[log2_bin(int(t * 1e9))] += 1
     return total, {"read": reads}
 
 
@@ -241,7 +222,7 @@ def operate(rank: int, msg: tuple, buf: memoryview, fault: dict | None, host: st
     rank, [(file, bytes)], block, readers). `fault` is the run's test hook (run.FAULT): a late rank
     (slow_rank, delay_s) or a failing one (fail_rank). direct: saves with O_DIRECT (checkpoint.save_io)."""
     op, folder, source, files, block, readers = msg
-    start, cpu0 = time.monotonic(), cpu_seconds()
+    start, cpu0 = time.monotonic(), cpu_seconds() + store.data_path_cpu_seconds()   # its compiled client's too
     if fault and fault.get("fail_rank") == rank:
         raise RuntimeError(f"injected failure of rank {rank} (test hook checkpoint run.FAULT)")
     if fault and fault.get("slow_rank") == rank:
@@ -250,7 +231,7 @@ def operate(rank: int, msg: tuple, buf: memoryview, fault: dict | None, host: st
     objects = store.access != "files"     # the rank's one question: its files are the run's S3 objects
     if objects and op == "save":
         kill = fault.get("kill_gateway_pid") if fault and fault.get("kill_gateway_rank") == rank else None
-        nbytes, fsyncs, latency, phases = save_s3(store, folder, files, buf, block, kill)
+        nbytes, fsyncs, latency, phases = save_s3(store, folder, files, block, kill)
     elif objects:
         (nbytes, latency), fsyncs = load_s3(store, folder, files, block, readers), 0
     elif op == "save":
@@ -258,4 +239,4 @@ def operate(rank: int, msg: tuple, buf: memoryview, fault: dict | None, host: st
     else:
         (nbytes, latency), fsyncs = load(Path(folder), files, block, readers), 0
     return RankResult(rank, source, start, time.monotonic(), nbytes, len(files), fsyncs, host, latency,
-                      cpu_seconds() - cpu0, *phases)
+                      cpu_seconds() + store.data_path_cpu_seconds() - cpu0, *phases)

@@ -16,6 +16,7 @@ its own duration; `clock` says which applied.
 from __future__ import annotations
 
 import mmap
+import os
 import socket
 from dataclasses import replace
 from pathlib import Path
@@ -35,7 +36,9 @@ PER_RANK_CLOCK = "per rank: CLOCK_MONOTONIC from the MPI barrier's release (rank
 def _setup(rank: int, n: int, cfg: dict) -> tuple:
     # its own store, opened from the run's handle (core.store: an S3 client per rank), before any clock
     store = open_store(StoreHandle(**cfg["store"]), pool=cfg["readers"])
-    buf = store.send_buffer(incompressible(cfg["buf_bytes"]))     # generated before any clock, as the store sends it
+    store.connect(None, cfg["readers"])     # an S3 store's compiled client, which makes its uploads and GETs
+    store.make_body(cfg["buf_bytes"], seed=int.from_bytes(os.urandom(7), "little"))   # its uploads' (every run's differs)
+    buf = incompressible(cfg["buf_bytes"])        # generated before any clock: what a directory's saves write
     if cfg.get("direct"):
         aligned = mmap.mmap(-1, len(buf))              # page-aligned, as O_DIRECT needs
         aligned[:] = buf
@@ -118,7 +121,8 @@ MEMORY_SHARE = budget.MEMORY_SHARE
 RANK_OWN_BYTES = budget.PROCESS_OWN_BYTES
 PARENT_FILES_PER_RANK = budget.FILES_PER_WORKER
 TASKS_PER_RANK_BESIDE_READERS = budget.TASKS_PER_WORKER   # the rank's main thread and its queue's feeder thread
-S3_CLIENT_BYTES = 96 * MIB    # a rank's own boto3 client on S3 targets (measured 45.7 MiB private dirty, ×2)
+S3_CLIENT_BYTES = 32 * MIB    # a rank's compiled S3 client on S3 targets (core.s3mover) beside the copy of the write
+                              # buffer it uploads: 1.5 MiB private dirty idle (measured), 1 MiB a reader, Go's heap
 
 
 def rank_buffers(p, model: str) -> tuple[int, int]:
@@ -132,7 +136,7 @@ def rank_buffers(p, model: str) -> tuple[int, int]:
 
 def check_budget(p, s3: bool = False) -> None:
     """Refuse (ValueError, one line with the numbers) a fork-launched model this machine cannot hold; `s3`:
-    an S3 target is measured, so every rank also holds its own boto3 client."""
+    an S3 target is measured, so every rank also runs its own compiled client, holding a copy of the write buffer."""
     if p.launcher != "fork":
         return          # MPI ranks live on their hosts: mpirun and kit.mpi.preflight check them there
     room = budget.Room(pids_left(), nproc_left(), files_left(), memory_left())
@@ -146,11 +150,11 @@ def check_budget(p, s3: bool = False) -> None:
         budget.check(forks, files=n * PARENT_FILES_PER_RANK, room=room, how="in the parent",
                      lower="use mode: subset, launcher: mpi, or raise the limit")
         write, read = rank_buffers(p, model)
-        client = S3_CLIENT_BYTES if s3 else 0
+        client = S3_CLIENT_BYTES + write if s3 else 0
         per_rank = write + p.readers_per_rank * read + RANK_OWN_BYTES + client
         budget.check(f"checkpoint: {model}'s {n:,} ranks", memory=n * per_rank, room=room,
                      how=f"{n:,} × ({write / MIB:,.0f} MiB write buffer + readers_per_rank {p.readers_per_rank} × "
                          f"read_block {read / MIB:,.0f} MiB + {RANK_OWN_BYTES / MIB:.0f} MiB per process"
-                         + (f" + {client / MIB:.0f} MiB for its S3 client" if client else "") + ")",
+                         + (f" + {client / MIB:,.0f} MiB for its S3 client and its body" if client else "") + ")",
                      lower="lower readers_per_rank or read_block_mib / write_block_mib, raise scale, or use mode: "
                            "subset")

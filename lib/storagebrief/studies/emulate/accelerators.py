@@ -79,7 +79,8 @@ def train(cfg: dict, rank: int, loader: Loader, steps: int, sync) -> dict:
     ckpt_buf = os.urandom(min(ckpt_bytes, 4 << 20)) if (rank == 0 and ckpt_bytes) else b""
     clock = time.perf_counter
     t_start = clock()
-    cpu0 = cpu_seconds()
+    helper0 = loader.helper_cpu_s()                    # the compiled client's CPU, on S3 (objects.py)
+    cpu0 = cpu_seconds() + helper0
     loader.start()
     compute = cfg["compute_s"]
     times = np.zeros((steps, 5))
@@ -99,9 +100,11 @@ def train(cfg: dict, rank: int, loader: Loader, steps: int, sync) -> dict:
         t3 = clock()
         sync()                       # the all-reduce: the slowest sets the pace
         times[s] = (t0, t1, t2, t3, clock())
+    helper_s = loader.helper_cpu_s()  # read while it runs: close() stops it
     loader.close()
-    cpu_s = cpu_seconds() - cpu0      # this process and its loader threads, over the run
+    cpu_s = cpu_seconds() + helper_s - cpu0      # this process, its loader threads and their client, over the run
     return {"times": times, "release_t": t_start, "bytes": int(sum(loader.bytes)), "cpu_s": cpu_s,
+            "helper_cpu_s": helper_s - helper0,
             "cpus": sorted(os.sched_getaffinity(0)), "host": socket.gethostname(),
             "latencies": loader.read_latencies().astype(np.float32),
             "checkpoint_s": ckpt_s, "checkpoints": ckpts}

@@ -62,14 +62,15 @@ def client_cpu_columns(ranks: list[dict], total_time_s: float, steps: int, loade
         cores.update((r.get("host", ""), c) for c in (r.get("cpus") or ()))
     total = float(sum(cpu))
     n_cores = len(cores) or 1
+    own = [c - r.get("helper_cpu_s", 0.0) for c, r in zip(cpu, ranks)]    # the Python process alone (objects.py)
     return {"client_cpu_s": total,
             "client_cpu_s_per_step": total / steps if steps else float("nan"),   # one synchronous step, all accelerators
             "client_cpu_s_per_gb": total / (loader_bytes / 1e9) if loader_bytes else float("nan"),
             "client_cores": n_cores,
             "client_cpu_percent_of_cores": 100.0 * total / (total_time_s * n_cores) if total_time_s > 0 else float("nan"),
             # per process (kit/client_bound): one interpreter runs Python on one core at a time
-            "client_cpu_cores_busiest_accelerator": max(cpu) / total_time_s if total_time_s > 0 else float("nan"),
-            "client_busiest_accelerator": int(max(range(len(cpu)), key=cpu.__getitem__))}
+            "client_cpu_cores_busiest_accelerator": max(own) / total_time_s if total_time_s > 0 else float("nan"),
+            "client_busiest_accelerator": int(max(range(len(own)), key=own.__getitem__))}
 
 
 def _known(x) -> bool:

@@ -180,6 +180,10 @@ class Loader:
         self.next_index += 1
         return n
 
+    def helper_cpu_s(self) -> float:
+        """CPU seconds of another process reading for this loader (an S3 store's compiled client); none here."""
+        return 0.0
+
     def close(self) -> None:
         self.stop.set()
         for q in self.queues:   # unblock producers waiting on a full queue

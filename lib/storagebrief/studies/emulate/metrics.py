@@ -91,13 +91,15 @@ COLUMNS: tuple[Column, ...] = (
     Column("read_latency_us_*", "µs", "per read call latency as the loaders saw it: _mean, _p50, _p90, _p99, _max"),
     Column("checkpoints", "", "checkpoints written"),
     Column("checkpoint_s_total", "s", "time spent writing checkpoints, all accelerators"),
-    Column("client_cpu_s", "s", "user + system CPU seconds of the accelerator processes"),
+    Column("client_cpu_s", "s", "user + system CPU seconds of the accelerator processes and, on S3, "
+                                         "their compiled clients (objects.py)"),
     Column("client_cpu_s_per_step", "s", "client CPU seconds per synchronous step"),
     Column("client_cpu_s_per_gb", "s", "client CPU seconds per 10^9 bytes read"),
     Column("client_cores", "", "CPUs the accelerators may run on"),
     Column("client_cpu_percent_of_cores", "%", "client CPU time as a share of those CPUs over the run"),
-    Column("client_cpu_cores_busiest_accelerator", "", "the busiest accelerator process's CPU seconds over the run's "
-                                                        "time (cores; a Python process runs on one: kit/client_bound)"),
+    Column("client_cpu_cores_busiest_accelerator", "", "the busiest accelerator process's own CPU seconds (its "
+                                                        "compiled S3 client's not counted) over the run's time (cores; "
+                                                        "a Python process runs on one: kit/client_bound)"),
     Column("client_busiest_accelerator", "", "that accelerator's rank"),
     Column("access", "", "how the loaders read: files, S3 local gateway or S3 external (GETs: objects.py)", "text"),
     Column("gateway_cpu_s", "s", "S3 local gateway: its user + system CPU seconds over the run"),

@@ -192,6 +192,9 @@ class EmulateParams(LaunchParams):
         if s3 and self.launcher == "mpi":
             raise ParamsError(f"emulate.launcher = mpi: S3 targets ({', '.join(s3)}) run with launcher: fork only "
                               "(MPI ranks would carry the store's credentials in their config file); use fork")
+        from ...core.s3mover import missing
+        if s3 and missing():     # the accelerators' GETs are the compiled client's (objects.py)
+            raise ParamsError(f"emulate on S3 targets ({', '.join(s3)}): {missing()}")
 
 
 def on_s3(target) -> bool:

@@ -1,6 +1,7 @@
 // s3worker: the object sweep's client (studies/object_sweep/run.py): one batch of whole-object GETs or PUTs on
 // the target's store, a directory's files or an S3 bucket through minio-go, with `concurrency` requests in flight
-// (goroutines sharing one client, one connection each). Python only starts it and reads its counts.
+// (goroutines sharing one client, one connection each). Python only starts it and reads its counts. With op
+// "serve" (serve.go) it is instead the S3 data path of a study's worker process: emulate's loaders (core/s3mover.py).
 //
 // It speaks the JSON lines of kit/child.py: its configuration is the first line on stdin ({"op", "size",
 // "concurrency", "seed", "keys", "store": the target's core.store.StoreHandle}), S3 credentials in its environment
@@ -135,8 +136,9 @@ func s3Client(r *s3Reach, conc int) (*minio.Client, error) {
 	if r.Addressing == "virtual" {
 		lookup = minio.BucketLookupDNS
 	}
+	// MaxRetries 1: one attempt, no retries (as the project's boto3 clients): a failure is a finding, not noise
 	return minio.New(u.Host, &minio.Options{Creds: creds, Secure: secure, Region: r.Region, Transport: transport,
-		BucketLookup: lookup})
+		BucketLookup: lookup, MaxRetries: 1})
 }
 
 func s3Requests(client *minio.Client, bucket string, op string, body []byte) request {
@@ -162,40 +164,60 @@ func s3Requests(client *minio.Client, bucket string, op string, body []byte) req
 	}
 }
 
-func run(cfg *config, one request) map[string]any {
-	ctx := context.Background()
-	lat := make([]float64, len(cfg.Keys))
-	var next, moved int64
-	var firstErr atomic.Value
+// eachOf runs do(i) for every i in [0, n) on `workers` goroutines, each taking the next index; the first error
+// stops the others from starting another and is returned
+func eachOf(n, workers int, do func(i int) error) error {
+	var next int64
+	var mu sync.Mutex
+	var first error
+	var failed atomic.Bool
 	var wg sync.WaitGroup
-	cpu0, t0 := cpuSeconds(), time.Now()
-	for w := 0; w < cfg.Concurrency; w++ {
+	for w := 0; w < min(workers, n); w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for {
-				i := atomic.AddInt64(&next, 1) - 1
-				if i >= int64(len(cfg.Keys)) || firstErr.Load() != nil {
+			for !failed.Load() {
+				i := int(atomic.AddInt64(&next, 1) - 1)
+				if i >= n {
 					return
 				}
-				start := time.Now()
-				n, err := one(ctx, cfg.Keys[i])
-				if err == nil && n != cfg.Size {
-					err = fmt.Errorf("returned %d of %d bytes: a short body is not a whole object", n, cfg.Size)
-				}
-				if err != nil {
-					firstErr.CompareAndSwap(nil, fmt.Sprintf("%s %s: %v", cfg.Op, cfg.Keys[i], err))
+				if err := do(i); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+					failed.Store(true)
 					return
 				}
-				lat[i] = time.Since(start).Seconds()
-				atomic.AddInt64(&moved, n)
 			}
 		}()
 	}
 	wg.Wait()
+	return first
+}
+
+func run(cfg *config, one request) map[string]any {
+	ctx := context.Background()
+	lat := make([]float64, len(cfg.Keys))
+	var moved int64
+	cpu0, t0 := cpuSeconds(), time.Now()
+	err := eachOf(len(cfg.Keys), cfg.Concurrency, func(i int) error {
+		start := time.Now()
+		n, err := one(ctx, cfg.Keys[i])
+		if err == nil && n != cfg.Size {
+			err = fmt.Errorf("returned %d of %d bytes: a short body is not a whole object", n, cfg.Size)
+		}
+		if err != nil {
+			return fmt.Errorf("%s %s: %v", cfg.Op, cfg.Keys[i], err)
+		}
+		lat[i] = time.Since(start).Seconds()
+		atomic.AddInt64(&moved, n)
+		return nil
+	})
 	wall, cpu := time.Since(t0).Seconds(), cpuSeconds()-cpu0
-	if e := firstErr.Load(); e != nil {
-		return map[string]any{"event": "done", "error": e}
+	if err != nil {
+		return map[string]any{"event": "done", "error": err.Error()}
 	}
 	return map[string]any{"event": "done", "batch": map[string]any{
 		"op": cfg.Op, "objects": len(cfg.Keys), "object_bytes": cfg.Size, "bytes_moved": moved,
@@ -213,9 +235,24 @@ func main() {
 		say(map[string]any{"event": "error", "error": fmt.Sprintf("no configuration on stdin: %v", err)})
 		os.Exit(2)
 	}
+	if cfg.Op == "serve" { // a worker's data path (serve.go): S3 only
+		if cfg.Store.S3 == nil || cfg.Concurrency < 1 {
+			say(map[string]any{"event": "error", "error": fmt.Sprintf(
+				"serve needs an S3 store and concurrency >= 1 (got %d)", cfg.Concurrency)})
+			os.Exit(2)
+		}
+		client, err := s3Client(cfg.Store.S3, cfg.Concurrency)
+		if err != nil {
+			say(map[string]any{"event": "error", "error": fmt.Sprintf("S3 client: %v", err)})
+			os.Exit(2)
+		}
+		serve(func() ([]byte, error) { return in.ReadBytes('\n') }, client, cfg.Store.S3.Bucket)
+		return
+	}
 	if (cfg.Op != "get" && cfg.Op != "put") || cfg.Concurrency < 1 || cfg.Size < 1 {
 		say(map[string]any{"event": "error", "error": fmt.Sprintf(
-			"op %q (allowed: get, put), concurrency %d and size %d (both >= 1)", cfg.Op, cfg.Concurrency, cfg.Size)})
+			"op %q (allowed: get, put, serve), concurrency %d and size %d (both >= 1)", cfg.Op, cfg.Concurrency,
+			cfg.Size)})
 		os.Exit(2)
 	}
 	var body []byte
