@@ -214,3 +214,15 @@ def test_the_snapshot_defines_the_terms_its_cards_use_that_page_one_did_not(tmp_
     monkeypatch.setattr(pageone, "DEFINED", ["p99: the latency 99 % of requests beat"])    # page 1 defined it
     assemble.snapshot(reports)
     assert "Terms:" not in re.search(r"<p>(.*?)</p>", shown[-1]).group(1)
+
+
+def test_a_cold_cache_of_the_runs_own_files_is_a_short_caveat_naming_how_it_was_chosen():
+    from storagebrief.brief import assemble
+    from storagebrief.core import cache
+    assert assemble.cache_caveats([]) == []
+    assert assemble.cache_caveats([cache.BY_FILES_ENV]) == ["cold cache of its own files only "
+                                                            "(STORAGEBRIEF_COLD_CACHE=files)"]
+    assert assemble.cache_caveats([cache.BY_FILES_PARAM, "fadvise_dontneed"]) == [
+        "cold cache of its own files only (run.cold_cache: files)", "cold cache by fadvise_dontneed, not drop_caches"]
+    frame = pd.DataFrame({"cache_method": [cache.BY_FILES_PARAM, "drop_caches", "fadvise_dontneed (dataset files)"]})
+    assert assemble.fallback_cache_methods(frame) == [cache.BY_FILES_PARAM]

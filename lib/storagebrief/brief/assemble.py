@@ -55,10 +55,16 @@ def _caveats(s: inputs.StudyInput, h: dict) -> list[str]:
     if s.cut_short():
         out.append(f"sweep cut short: {s.status['runs_done']} of {s.status['runs_planned']} runs")
     out += [f"{t}: {why}" for t, why in unapplied_profiles(frame).items() if t in (h["ref"], h["other"])]
-    methods = fallback_cache_methods(frame)
-    if methods:
-        out.append(f"cold cache by {', '.join(methods)}, not drop_caches")
-    return out
+    return out + cache_caveats(fallback_cache_methods(frame))
+
+
+def cache_caveats(methods: list[str]) -> list[str]:
+    """A headline's words for the cold-cache methods that were not drop_caches: the run's own files by choice
+    (run.cold_cache: files, or the variable), or a fallback (no root, cold cache off)."""
+    chosen = [m for m in methods if m in (cache.BY_FILES_PARAM, cache.BY_FILES_ENV)]
+    rest = [m for m in methods if m not in chosen]
+    out = [f"cold cache of its own files only ({'STORAGEBRIEF_COLD_CACHE=files' if cache.BY_FILES_ENV in chosen else 'run.cold_cache: files'})"] if chosen else []
+    return out + ([f"cold cache by {', '.join(rest)}, not drop_caches"] if rest else [])
 
 
 def snapshot_headlines(reports_dir, survive: bool | None = None) -> tuple[list[dict], list[tuple[str, str]]]:
