@@ -29,6 +29,8 @@ FLOORS = {"budget": "search budget reached", "cap": "search cap reached", "memor
 UNSETTLED = {"budget": "the search ran out of time before a count of accelerators fell short",
              "cap": "the largest count the search may try still kept up",
              "memory": "more accelerators' data would not fit the memory this run allows for caching",
+             "scale": "the runs at more accelerators were too short for their utilization to be a measurement "
+                      "(data read ahead carried them); a larger data set answers it",
              "": "every count tried kept up; a larger one was not tried"}
 
 
@@ -103,6 +105,8 @@ def forecasts(study) -> dict[tuple[str, str], dict]:
 def answer_text(e: dict) -> str:
     """'8 (range 8–15; client-limited beyond)', '3 (storage-limited beyond)', '≥ 4 (search budget reached)'."""
     lo, hi, by = e["low"], e["high"], e["limited_by"]
+    if by == "scale":     # the next count's AU was no measurement: no floor, no range (emulate/window.py)
+        return f"not answered at this scale ({lo} passed; at {e['first_fail']} the run was too short to measure)"
     if floor(e):
         return f"≥ {lo} ({FLOORS.get(by, by + '-limited beyond')})"
     span = f"range {lo}–{hi}; " if hi > lo else ""
@@ -112,7 +116,7 @@ def answer_text(e: dict) -> str:
 def floor(e: dict) -> bool:
     """The count is a floor: the search stopped before a count failed (no failing count, or a budget, cap or
     page-cache stop)."""
-    return e["first_fail"] is None or e["limited_by"] in ("budget", "cap", "memory")
+    return e["first_fail"] is None or e["limited_by"] in ("budget", "cap", "memory", "scale")
 
 
 def short_text(e: dict) -> str:
@@ -120,6 +124,8 @@ def short_text(e: dict) -> str:
     its footnote, unsettled(); the chapter's answer keeps the search's own reason)."""
     lo, by = e["low"], e["limited_by"]
     count = f"{lo} accelerator{'' if lo == 1 else 's'}"
+    if by == "scale":
+        return "not answered at this scale"
     if floor(e):
         return f"≥ {count} · not settled"
     return f"{count} · {by}-bound beyond"
@@ -155,7 +161,10 @@ def _au(e: dict, n: int | None) -> str:
 
 def _measured(e: dict) -> str:
     text = f"emulated: {e['low']} passed{_au(e, e['low'])}" if e["low"] else "emulated: no count passed"
-    if e["first_fail"] is not None:
+    if e["limited_by"] == "scale":
+        text += (f", {e['first_fail']} not measured{_au(e, e['first_fail'])}: its runs too short for AU to be a "
+                 "measurement")
+    elif e["first_fail"] is not None:
         text += f", {e['first_fail']} failed{_au(e, e['first_fail'])}, limited by {e['limited_by'] or 'unknown'}"
     else:
         text += ", none failed"
@@ -176,6 +185,9 @@ def reconcile(e: dict, f: dict) -> str:
     """One sentence: the forecast agrees with the measured range, or why it is higher or lower."""
     n = int(f["accelerators_forecast"])
     lo, hi, by = e["low"], e["high"], e["limited_by"]
+    if by == "scale" and n > lo:
+        return (f"The forecast ({n}) is above the {lo} measured; the emulation's runs at more accelerators were too "
+                "short to measure, so it neither confirms nor contradicts it.")
     if n >= lo and (hi is None or n <= hi):
         return f"The forecast ({n}) agrees with the measured range."
     used = _num(f.get("throughput_used_mb_per_s")) or 0.0

@@ -106,7 +106,7 @@ def train(cfg: dict, rank: int, loader: Loader, steps: int, sync) -> dict:
     return {"times": times, "release_t": t_start, "bytes": int(sum(loader.bytes)), "cpu_s": cpu_s,
             "helper_cpu_s": helper_s - helper0,
             "cpus": sorted(os.sched_getaffinity(0)), "host": socket.gethostname(),
-            "latencies": loader.read_latencies().astype(np.float32),
+            "latencies": loader.read_latencies().astype(np.float32), "read_spans": loader.read_spans(),
             "checkpoint_s": ckpt_s, "checkpoints": ckpts}
 
 
@@ -146,6 +146,7 @@ def run_once(cfg: dict, accelerators: int, procs_files: list[str] | None, params
         r = {**d.result, "host": d.host, "in_cgroup": launch.joined_cgroup(d.rank)}
         if shift := launch.offset(d, release):
             r["times"] = r["times"] + shift
+            r["read_spans"] = r["read_spans"] + np.array([shift, shift, 0.0])
         ranks.append(r)
     return {"t_start": release, "ranks": ranks, "launch_host": launch.launch_host, "launcher": launch.launcher,
             "host_facts": launch.host_facts}

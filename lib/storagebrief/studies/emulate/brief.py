@@ -15,6 +15,7 @@ from . import brief_s3
 from .limits import MARGIN_POINTS, answer_note, client_checks, judge, point_cause
 from .mlperf import verdicts as mlperf_verdicts
 from .plan import measured
+from .window import MIN_WINDOW_LOOKAHEADS
 from .metrics import (LAT_BINS_PER_DECADE, days_saved_table, drive_columns, extrapolation_refused, figures,
                       supported)
 
@@ -106,11 +107,13 @@ def _search_table(frame) -> None:
             rows.append({"Workload": w, "Target": t, "Step": int(step), "Phase": str(x.search_phase.iloc[0]),
                          "N": int(x.accelerators.iloc[0]), "Runs": len(x), "AU % (mean)": x.au_percent.mean(),
                          "AU % (min–max)": f"{x.au_percent.min():.1f}–{x.au_percent.max():.1f}",
-                         "Verdict": "pass" if verdict == "pass" else f"fail ({verdict})",
+                         "Verdict": "pass" if verdict == "pass" else "no measurement (too few steps)"
+                         if verdict == "unmeasured" else f"fail ({verdict})",
                          "Search s so far": x.search_elapsed_s.max()})
     show_table(pd.DataFrame(rows), "The search's probes in the order they ran (targets took turns run by run). "
                                    "Verdict: pass = mean AU at or above the threshold; fail (storage | client) = what "
-                                   "limited its runs. 'Search s so far' is the budget's clock after the probe.",
+                                   "limited its runs; no measurement = its AU passed but prefetch carried its window "
+                                   "(runs.csv au_measured). 'Search s so far' is the budget's clock after the probe.",
                floatfmt="{:,.3g}")
 
 
@@ -146,7 +149,24 @@ def _au_window(frame) -> None:
             "dry: on a storage-bound run both are free steps that overstate AU in short runs. AU and samples/s "
             f"therefore leave out up to {w} steps at each end (at most a quarter of the run each; the first step "
             f"always), and the throttle bound uses the request size the run's cgroup saw in that window: "
-            f"{counts}. Total time covers every step.")
+            f"{counts}. Total time covers every step." + _measurement(frame, w))
+
+
+def _measurement(frame, w: int) -> str:
+    """The two checks that make a run's AU a measurement (window.py), and the runs that failed them."""
+    if "au_measured" not in frame:
+        return ""
+    least = int(frame.au_window_min_steps.max())
+    bad = frame[frame.au_measured.astype(str) == "False"]
+    where = ", ".join(f"{t} at N = {int(n)}" for (t, n), _ in bad.groupby(["target", "accelerators"], sort=False))
+    return (f" **An AU is a measurement** only over at least {least} steps ({MIN_WINDOW_LOOKAHEADS} × the {w} a loader "
+            "holds ahead, so batches read before the window can feed at most half of it; MLPerf Storage asks for 500 "
+            "steps per epoch, "
+            "which the paper profile sizes its data set for) and when the loaders read, inside the window, what AU "
+            "claims the accelerators consumed (AU × N × demand × the window's seconds) within 10 % "
+            "(`au_supported_by_reads`). " + (f"{len(bad)} of {len(frame)} runs failed a check ({where}): their AU "
+                                             "cannot pass (limited by `unmeasured`)." if len(bad) else
+                                             "Every run passed both."))
 
 
 def _workload_table(frame) -> None:
@@ -236,8 +256,10 @@ def _supported_table(sup) -> None:
                     "storage, or the client ('client-limited at N': this machine could not drive N accelerators, so the "
                     "storage earned no number there); 'none': every count tried passed, so the target may support more."
                + (" A search (accelerators: auto) says why it stopped: storage (the boundary found: N passes, N + 1 "
-                  "fails), client, budget ('≥ N (search budget reached after T s)': time ran out before the boundary "
-                  "was found, so N is a floor), cap ('≥ N': the search's largest count, emulate.search_max, passed) "
+                  "fails), client, scale ('not answered at this scale': the next count's AU passed but was no "
+                  "measurement — its window too short, prefetched data carried it — and more accelerators only "
+                  "shorten it; a larger data set answers it), budget ('≥ N (search budget reached after T s)': time "
+                  "ran out before the boundary was found, so N is a floor), cap ('≥ N': the search's largest count, emulate.search_max, passed) "
                   "or memory ('≥ N (page-cache cap)': the most accelerators whose reads fit emulate.memory_limit_mib "
                   "passed; more would measure the cap's thrash, not the storage)."
                   if searched else ""),
@@ -258,7 +280,8 @@ def _limits_table(frame) -> None:
     tab["Limited by"] = g.limited_by.agg(point_cause)
     show_table(tab.reset_index().rename(columns={"workload": "Workload", "target": "Target", "accelerators": "N"}),
                f"What limited each run (means over repeats). A run's bound is 100 % AU, or on a throttled target the "
-               f"throttle's bound. none: AU within {MARGIN_POINTS:g} points of 100 %. Further below its bound a run "
+               f"throttle's bound. unmeasured: AU passed but was no measurement (prefetch carried its window). "
+               f"none: AU within {MARGIN_POINTS:g} points of 100 %. Further below its bound a run "
                "always names a cause from what it recorded: client (machine ≥ 90 % busy, a core ≥ 95 %, the "
                "accelerators using ≥ 90 % of their CPUs, or the emulator's own delays — sleep overshoot, barrier "
                "release — most of the AU lost), storage (device ≥ 80 % utilised, its read latency ≥ 3 × the idle "

@@ -29,6 +29,10 @@ AU further below its bound always carries a cause from the evidence, never "none
   unexplained  the accelerators waited for data while neither the device nor the CPU shows load.
 A run under the page-cache cap whose device read >= memory.THRASH_RATIO × the loaders' bytes is `client`
 whatever else it shows: the cap (a client setting) thrashed, and the device's load was its re-reads.
+A run whose AU is no measurement (window.py: too few steps, or the loaders did not read what AU claims in its
+window) and would pass is `unmeasured`: prefetch carried it, so it cannot pass. A failing one keeps its cause
+(prefetch only raises AU). A run whose device read less than its loaders on a cache-cold target says the page
+cache served the rest; AU above a throttle bound is said to be above it, never "at" it.
 A client-limited run says nothing about the storage: "accelerators supported"
 reports `client-limited at N` when the first failing accelerator count was
 client-limited, instead of a number the storage did not earn.
@@ -42,6 +46,7 @@ import pandas as pd
 from ...kit import client_check
 from ...kit.client_bound import BOUND_FRACTION
 from .memory import thrashed
+from .window import cache_served, files_for_window, is_false, not_measured
 from ...kit.client_check import CHECK, checks, unchecked  # noqa: F401  (the rows every reader filters)
 
 CPU_SATURATED_PERCENT = 90.0    # busier than this = no CPU headroom
@@ -115,13 +120,26 @@ def _evidence(r: dict, bound: float) -> tuple[list[str], list[str], float]:
 
 
 def limited_by(row: dict) -> tuple[str, str]:
-    """(none | storage | client | unexplained, the evidence in words) for one run's row (module docstring)."""
+    """(none | storage | client | unexplained | unmeasured, the evidence in words) for one run's row (module
+    docstring); a cache-cold run whose device read less than its loaders says the page cache served the rest."""
+    by, why = _limited_by(row)
+    cache = cache_served(row)
+    return by, f"{why}; {cache}" if cache else why
+
+
+def _limited_by(row: dict) -> tuple[str, str]:
     au = float(row["au_percent"])
+    thr = row.get("au_threshold_percent")
+    if is_false(row.get("au_measured")) and (not _known(thr) or au >= float(thr)):
+        return "unmeasured", not_measured(row)
     if (thrash := thrashed(row)) is not None:      # the cap's own reads, whatever the device showed
         return "client", thrash + f" (AU {au:.1f} %)"
     tb = row.get("throttle_au_bound_percent")
     bound = float(tb) if _known(tb) else 100.0
     if au >= bound - MARGIN_POINTS:
+        if bound < 100.0 - MARGIN_POINTS and au > bound + MARGIN_POINTS:
+            return "storage", (f"AU {au:.1f} % above the throttle's bound of {bound:.1f} %: the target delivered more "
+                               "than its profile allows")
         if bound < 100.0 - MARGIN_POINTS:
             return "storage", f"AU {au:.1f} % at the throttle's bound of {bound:.1f} % (the target's profile)"
         return "none", f"AU {au:.1f} % within {MARGIN_POINTS:g} points of its bound of {bound:.0f} %"
@@ -148,11 +166,13 @@ def point_cause(limited_bys) -> str:
 
 
 def judge(au_percents, limited_bys, threshold_percent: float) -> str:
-    """One accelerator count's verdict over its repeats: `pass` when the mean AU >= the threshold,
-    else what limited its runs: `client` when at least half of them were client-limited, else `storage`."""
+    """One accelerator count's verdict over its repeats: `pass` when the mean AU >= the threshold (but
+    `unmeasured` when at least half its runs' AU was no measurement: window.py), else what limited its runs:
+    `client` when at least half of them were client-limited, else `storage`."""
     aus, bys = list(au_percents), [str(x) for x in limited_bys]
     if sum(aus) / len(aus) >= threshold_percent:
-        return "pass"
+        unmeasured = sum(1 for x in bys if x == "unmeasured")
+        return "unmeasured" if unmeasured and 2 * unmeasured >= len(bys) else "pass"
     client = sum(1 for x in bys if x == "client")
     return "client" if client and 2 * client >= len(bys) else "storage"
 
@@ -163,15 +183,17 @@ def _verdicts(g, thr: float) -> dict[int, str]:
 
 
 def _fixed_list(verdicts: dict[int, str]) -> tuple[str, int | None, int, str]:
-    """A fixed list: the largest passing N below the first client-limited failing N."""
+    """A fixed list: the largest passing N below the first client-limited (or unmeasured) failing N."""
     fails = [n for n in sorted(verdicts) if verdicts[n] != "pass"]
-    client_fail = next((n for n in fails if verdicts[n] == "client"), None)
-    ok = [n for n in verdicts if verdicts[n] == "pass" and (client_fail is None or n < client_fail)]
+    stop = next((n for n in fails if verdicts[n] in ("client", "unmeasured")), None)
+    ok = [n for n in verdicts if verdicts[n] == "pass" and (stop is None or n < stop)]
     best = max(ok, default=0)
     if not fails:
         return "none", best, best, f"{best}"
     if verdicts[fails[0]] == "client":
         return "client", None, best, f"client-limited at {fails[0]}"
+    if verdicts[fails[0]] == "unmeasured":
+        return "scale", None, best, outcome_text(None, "scale", fails[0], 0.0, passed=best)
     return "storage", best, best, f"{best}"
 
 
@@ -181,15 +203,15 @@ def _searched(g, verdicts: dict[int, str]) -> tuple[str, int | None, int, str]:
     fails = [n for n in sorted(verdicts) if verdicts[n] != "pass"]
     best = max((n for n in verdicts if verdicts[n] == "pass" and (not fails or n < fails[0])), default=0)
     elapsed = float(g.search_elapsed_s.max())
-    if fails and verdicts[fails[0]] == "client":
-        limit, n = "client", None
+    if fails and verdicts[fails[0]] in ("client", "unmeasured"):
+        limit, n = ("client" if verdicts[fails[0]] == "client" else "scale"), None
     elif fails:
         limit, n = ("storage" if fails[0] - best <= 1 else "budget"), best
     else:
         capped = best >= int(g.search_max.max())
         by_memory = "search_max_by" in g and (g.search_max_by.astype(str) == "memory").any()
         limit, n = ("memory" if capped and by_memory else "cap" if capped else "budget"), best
-    return limit, n, best, outcome_text(n, limit, fails[0] if fails else None, elapsed)
+    return limit, n, best, outcome_text(n, limit, fails[0] if fails else None, elapsed, passed=best)
 
 
 def supported(frame) -> pd.DataFrame:
@@ -210,13 +232,15 @@ def supported(frame) -> pd.DataFrame:
         search = "search_step" in g and bool(g.search_step.notna().any())
         limit, n, best, text = _searched(g, verdicts) if search else _fixed_list(verdicts)
         fails = [k for k in sorted(verdicts) if verdicts[k] != "pass"]
+        if limit == "scale" and (files := files_for_window(g[g.accelerators == fails[0]].iloc[0].to_dict())):
+            text = text[:-1] + f"; emulate.num_files ≥ {files:,} or the paper profile answers it)"
         rows.append({"workload": w, "target": t, "au_threshold_percent": thr,
                      "accelerators_supported": n, "accelerators_supported_text": text,
                      "supported_limited_by": limit, "accelerators_supported_at_least": best,
                      "first_failing_accelerators": fails[0] if fails else None,
                      "au_percent_at_supported": float(au[best]) if best else float("nan"),
                      "max_accelerators_tested": int(au.index.max()),
-                     "limited_by_sweep": bool(best == int(au.index.max()) and limit != "client"),
+                     "limited_by_sweep": bool(best == int(au.index.max()) and limit not in ("client", "scale")),
                      "searched": search,
                      "search_elapsed_s": float(g.search_elapsed_s.max()) if search else float("nan"),
                      "search_budget_s": float(g.search_budget_s.max()) if search else float("nan"),
@@ -238,10 +262,15 @@ def plain_records(sup: pd.DataFrame) -> list[dict]:
     return out
 
 
-def outcome_text(answer: int | None, limited_by: str, first_fail: int | None, elapsed_s: float) -> str:
-    """'3 (storage-limited)', 'client-limited at 8', '≥ 4 (search budget reached after 52 s)', '≥ 64 (search cap)'."""
+def outcome_text(answer: int | None, limited_by: str, first_fail: int | None, elapsed_s: float,
+                 passed: int = 0) -> str:
+    """'3 (storage-limited)', 'client-limited at 8', '≥ 4 (search budget reached after 52 s)', '≥ 64 (search cap)',
+    'not answered at this scale (…)' when the count after the last passing one (`passed`) was no measurement."""
     if limited_by == "client":
         return f"client-limited at {first_fail}"
+    if limited_by == "scale":
+        return (f"not answered at this scale ({passed} passed; at {first_fail} AU was no measurement: too few steps, "
+                "prefetch carried its window)")
     if limited_by == "storage":
         return f"{answer} (storage-limited)"
     if limited_by == "cap":

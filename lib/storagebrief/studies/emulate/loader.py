@@ -93,6 +93,7 @@ class Loader:
         self.buffers = [view for _, view in self._maps]
         self.latencies = [array.array("d") for _ in range(self.threads)]
         self.bytes = [0] * self.threads
+        self.spans = [array.array("d") for _ in range(self.threads)]   # per batch read: begin, end, bytes
         self.stop = threading.Event()
         self.workers: list[threading.Thread] = []
         self.next_index = 0
@@ -156,7 +157,9 @@ class Loader:
         q = self.queues[k]
         try:
             for i in range(k, len(self.batches), self.threads):
+                t0 = time.perf_counter()
                 n = self.read_batch(k, self.batches[i])
+                self.spans[k].extend((t0, time.perf_counter(), n))
                 self.bytes[k] += n
                 while not self.stop.is_set():
                     try:
@@ -194,6 +197,13 @@ class Loader:
                     break
         for t in self.workers:
             t.join(timeout=5)
+
+    def read_spans(self) -> np.ndarray:
+        """Every batch read, shape (batches, 3): its first and last instant (perf_counter s) and its bytes: what
+        the loaders read inside the AU window (window.py)."""
+        flat = np.concatenate([np.frombuffer(a, dtype=np.float64) for a in self.spans]) \
+            if any(len(a) for a in self.spans) else np.zeros(0)
+        return flat.reshape(-1, 3)
 
     def read_latencies(self) -> np.ndarray:
         return np.concatenate([np.frombuffer(a, dtype=np.float64) for a in self.latencies]) \

@@ -26,6 +26,7 @@ from ...report.headlines import versus_reference
 from .mlperf import verdicts as mlperf_verdicts
 from .limits import client_checks, client_cpu_columns, plain_records, supported
 from .plan import measured
+from .window import au_window, bytes_in_window
 
 LAT_BINS_PER_DECADE = 20
 LAT_EDGES_US = np.logspace(0, 8, 8 * LAT_BINS_PER_DECADE + 1)   # 1 us .. 100 s
@@ -71,6 +72,17 @@ COLUMNS: tuple[Column, ...] = (
     Column("au_percent", "%", "accelerator utilization: compute / wall time over the AU window"),
     Column("au_percent_overhead_removed", "%", "AU with the emulator's own delays removed (not the figure)"),
     Column("au_window_steps", "", "steps AU covers"),
+    Column("au_window_min_steps", "", "the fewest steps AU's window needs to be a measurement: 2 x read_threads x "
+                                      "(prefetch + 1) (window.py)"),
+    Column("loader_bytes_au_window", "bytes", "bytes the loaders read inside the AU window (each batch's read "
+                                              "prorated by its part inside it)"),
+    Column("au_claimed_bytes_au_window", "bytes", "bytes AU says the accelerators consumed in the window: AU x N x "
+                                                  "demand x the window's seconds"),
+    Column("au_read_support_ratio", "", "loader_bytes_au_window / au_claimed_bytes_au_window"),
+    Column("au_supported_by_reads", "", "the loaders read what AU claims in the window, within 10 % (window.py)",
+           "bool"),
+    Column("au_measured", "", "AU is a measurement: window >= au_window_min_steps and supported by reads; false: it "
+                              "cannot pass (limited_by unmeasured)", "bool"),
     Column("au_warmup_steps", "", "steps left out of AU at the start"),
     Column("au_drain_steps", "", "steps left out of AU at the end"),
     Column("au_own_percent_min", "%", "lowest per-accelerator AU from its own data waits"),
@@ -105,7 +117,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("gateway_cpu_s", "s", "S3 local gateway: its user + system CPU seconds over the run"),
     Column("gateway_cpu_s_per_gb", "s", "S3 local gateway: its CPU seconds per 10^9 bytes the loaders read"),
     Column("client_gateway_cpu_percent_of_machine", "%", "S3 local gateway: client + gateway CPU, share of all CPUs"),
-    Column("limited_by", "", "what limited the run: none, storage, client, unexplained (limits.py); "
+    Column("limited_by", "", "what limited the run: none, storage, client, unexplained (limits.py); unmeasured: "
+           "a passing AU that was no measurement (window.py); "
            "object store failed: a failed S3 run", "text"),
     Column("limited_by_reason", "", "the evidence for limited_by, in words", "text"),
     Column("cpu_busy_percent_max_core", "%", "busiest core's busy share over the run (all processes)"),
@@ -132,22 +145,6 @@ RUNS_COLUMNS = columns.kinds(REQUIRED, COLUMNS)
 
 
 # --------------------------------------------------------------------------- one run
-def au_window(steps: int, read_threads: int, prefetch: int) -> tuple[int, int]:
-    """Steps [first, stop) over which AU is measured: the loader's steady state.
-
-    A loader holds at most W = read_threads x (prefetch + 1) batches ahead of its
-    accelerator (prefetch ready batches per thread plus one being read). The first W
-    steps may consume batches read during start-up (free steps that overstate AU on
-    storage-bound runs) and the last W steps batches read before the loader ran dry;
-    both are left out. W is capped at a quarter of the run; the first step (empty
-    queues) is always left out, as in DLIO.
-    """
-    if steps <= 1:
-        return 0, steps
-    w = min(read_threads * (prefetch + 1), (steps - 1) // 4)
-    return max(1, w), steps - w
-
-
 def job_metrics(times: np.ndarray, compute_s: float, batch: int, t_start: float,
                 window: tuple[int, int] | None = None) -> dict:
     """AU and timing from per-step timestamps, shape (accelerators, steps, 5).
@@ -244,6 +241,9 @@ def summarize(raw: dict, cfg: dict, accelerators: int) -> tuple[dict, list[dict]
     jm = job_metrics(times, cfg["compute_s"], cfg["batch"], raw["t_start"], window)
     lat = np.concatenate([r["latencies"] for r in raw["ranks"]])
     loader_bytes = sum(r["bytes"] for r in raw["ranks"])
+    spans = [r.get("read_spans") for r in raw["ranks"]]
+    in_window = (sum(bytes_in_window(s, *jm["window_t"]) for s in spans)
+                 if all(s is not None for s in spans) else None)
     total = jm["total_time_s"]
     row = {k: v for k, v in jm.items() if not isinstance(v, np.ndarray)}
     row.update({
@@ -252,6 +252,7 @@ def summarize(raw: dict, cfg: dict, accelerators: int) -> tuple[dict, list[dict]
         "data_wait_s_total": float(jm["data_wait_s"].sum()),
         "demand_samples_per_s": accelerators * cfg["batch"] / cfg["compute_s"],
         "loader_bytes": int(loader_bytes),
+        "loader_bytes_au_window": in_window,
         "loader_read_mb_per_s": loader_bytes / total / 1e6,
         "loader_read_mib_per_s": loader_bytes / total / 2**20,
         "reads": int(lat.size),
@@ -391,6 +392,7 @@ def mlperf_results(frame) -> dict:
             "au_window": (f"steps {int(first.au_warmup_steps) + 1}..{int(first.steps) - int(first.au_drain_steps)} "
                            f"of {int(first.steps)}") if "au_warmup_steps" in has else None,
             "limited_by": [str(x) for x in g.limited_by] if "limited_by" in has else None,
+            "au_measured": [str(x) != "False" for x in g.au_measured] if "au_measured" in has else None,
             "train_throughput_mean_samples_per_second": float(g.samples_per_s.mean()),
             "demand_samples_per_second": float(first.demand_samples_per_s) if "demand_samples_per_s" in has else None,
             "train_io_mean_MiB_per_second": float(g.loader_read_mib_per_s.mean()),

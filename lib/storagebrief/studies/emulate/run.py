@@ -52,6 +52,7 @@ from .loader import steps_per_epoch
 from .metrics import (host_roles, latency_histogram, mlperf_results, per_host, summarize, throttle_au_bound,
                       throttle_cap_mb_per_s)
 from .params import EmulateParams, on_s3
+from .window import cache_served, checks as au_checks
 from .plan import ClientCheckPlan, EmulateConfig, SearchPlan, check_columns, confine_client, fixed_plan, measured
 
 # Test hook, None in use: keys merged into every run's accelerator config, e.g.
@@ -260,19 +261,21 @@ def _row(run, config: EmulateConfig, data: dict, cfg: dict, summary: dict, reads
     memory_limit = run.sweep.state.memory_limit
     sample_bytes = data["bytes"] / (len(data["files"]) * spec.samples_per_file)
     demand = cfg["batch"] * sample_bytes / cfg["compute_s"] / 1e6
-    return {"workload": name, "accelerator_type": p.accelerator_type, "accelerators": n, "launcher": p.launcher,
-            "dataset_sizing": _sizing(p, cgroup.capped, memory_limit),
-            "memory_limit_bytes": memory_limit if cgroup.capped else None,
-            "odirect": p.odirect, "num_files": len(data["files"]), "dataset_bytes": int(data["bytes"]),
-            "sample_bytes_mean": sample_bytes,
-            "batch_size": cfg["batch"], "compute_s": cfg["compute_s"], "epochs": p.epochs,
-            "steps_per_epoch": cfg["steps_per_epoch"], "read_threads": cfg["read_threads"],
-            "prefetch": p.prefetch, "read_block_bytes": cfg["block"], "readahead": cfg["readahead"],
-            "demand_mb_per_s_per_accelerator": demand,
-            **_throttle_columns(run, n, demand, reads, cgroup.throttled),
-            "au_threshold_percent": spec.au_threshold_percent, **summary,
-            "au_pass": summary["au_percent"] >= spec.au_threshold_percent,
-            **_cgroup_columns(reads.run, summary)}
+    row = {"workload": name, "accelerator_type": p.accelerator_type, "accelerators": n, "launcher": p.launcher,
+           "dataset_sizing": _sizing(p, cgroup.capped, memory_limit),
+           "memory_limit_bytes": memory_limit if cgroup.capped else None,
+           "odirect": p.odirect, "num_files": len(data["files"]), "dataset_bytes": int(data["bytes"]),
+           "sample_bytes_mean": sample_bytes,
+           "batch_size": cfg["batch"], "compute_s": cfg["compute_s"], "epochs": p.epochs,
+           "steps_per_epoch": cfg["steps_per_epoch"], "read_threads": cfg["read_threads"],
+           "prefetch": p.prefetch, "read_block_bytes": cfg["block"], "readahead": cfg["readahead"],
+           "demand_mb_per_s_per_accelerator": demand,
+           **_throttle_columns(run, n, demand, reads, cgroup.throttled),
+           "au_threshold_percent": spec.au_threshold_percent, **summary,
+           **_cgroup_columns(reads.run, summary)}
+    row.update(au_checks(row))          # is the AU a measurement (window.py)? One that is not cannot pass
+    row["au_pass"] = bool(summary["au_percent"] >= spec.au_threshold_percent and row.get("au_measured", True))
+    return row
 
 
 def _launch(run, cfg: dict, n: int, procs: list[str] | None) -> dict:
@@ -395,6 +398,7 @@ def finish(sweep, frame) -> None:
     results.write_json(sweep.out_dir / "mlperf_results.json", ml)
     mlperf.export(sweep.out_dir, frame)
     mlpstorage_verdict.record(sweep.out_dir)
+    _cache_notes(sweep, frame)
     if sweep.state.search is not None:         # the answer from the rows must be the one the search reached
         rows = {(r["workload"], r["target"]): r for r in ml["accelerators_supported"]}
         for (w, t), out in sweep.state.search.outcomes().items():
@@ -402,6 +406,22 @@ def finish(sweep, frame) -> None:
             if (got.get("accelerators_supported"), got.get("supported_limited_by")) != (out.answer, out.limited_by):
                 sweep.note(f"search of {w} on '{t}' ended at {out.text}, but its rows give "
                            f"{got.get('accelerators_supported_text')}: the rows' answer is reported")
+
+
+def _cache_notes(sweep, frame) -> None:
+    """notes.json: per workload and target, the runs whose page cache served part of the loaders' bytes on a target
+    whose cache is meant cold (window.cache_served): their AU is above what the device delivered."""
+    if frame.empty or "device_bytes_per_loader_byte" not in frame:
+        return
+    for (w, t), g in measured(frame).groupby(["workload", "target"], sort=False):
+        hit = g[[bool(cache_served(r)) for r in g.to_dict("records")]]
+        if len(hit):
+            ratio = hit.device_bytes_per_loader_byte
+            sweep.note(f"emulate: {w} on '{t}': the page cache served {100 * (1 - ratio.max()):.0f}–"
+                       f"{100 * (1 - ratio.min()):.0f} % of the loaders' bytes in {len(hit)} of {len(g)} runs (device "
+                       f"bytes per loader byte {ratio.min():.2f}–{ratio.max():.2f}, at N = "
+                       f"{', '.join(str(int(n)) for n in sorted(hit.accelerators.unique()))}): their AU is above what "
+                       "the device alone delivered, and a throttle's bound does not hold for them")
 
 
 # The engine's optional hooks this study does not have (core/contract.py RunRoom); the stores are the engine's.

@@ -8,6 +8,9 @@ Per workload and target, one Search:
 It stops early when
   client     a probe fails and the client limited it (limits.judge: the majority of its repeats
              client-limited, a tie counts as client): "client-limited at N", as with a fixed list;
+  scale      a probe passes but its AU was no measurement (window.py: too few steps in its window, or the
+             loaders did not read what AU claims; at least half its repeats): "not answered at this
+             scale" — more accelerators only shorten the window (the data set is split among them);
   budget     the next probe would not finish within `search_budget_s` (the seconds this search's
              own runs took, counted from the rows' `search_elapsed_s`; a new probe starts only when
              the time so far plus `repeats` x the longest run of the largest count probed below it
@@ -33,7 +36,7 @@ from dataclasses import dataclass, field
 from .limits import judge, outcome_text
 
 DOUBLING, BISECT = "doubling", "bisect"
-STOPS = ("storage", "client", "budget", "cap", "memory")     # why a search ends (its `limited_by`)
+STOPS = ("storage", "client", "scale", "budget", "cap", "memory")     # why a search ends (its `limited_by`)
 
 
 @dataclass(frozen=True)
@@ -47,17 +50,19 @@ class Probe:
 
 @dataclass(frozen=True)
 class Outcome:
-    """A finished search: the answer (a floor when stopped by budget or cap; None when client-limited)."""
+    """A finished search: the answer (a floor when stopped by budget or cap; None when client-limited or not
+    answered at this scale)."""
     answer: int | None
-    limited_by: str             # storage | client | budget | cap | memory
-    first_fail: int | None      # smallest failing N probed (None: none failed)
+    limited_by: str             # storage | client | scale | budget | cap | memory
+    first_fail: int | None      # smallest failing (or unmeasured) N probed (None: none failed)
     elapsed_s: float
     budget_s: float
     probes: tuple[int, ...]     # the accelerator counts probed, in order
+    passed: int = 0             # the largest passing N
 
     @property
     def text(self) -> str:
-        return outcome_text(self.answer, self.limited_by, self.first_fail, self.elapsed_s)
+        return outcome_text(self.answer, self.limited_by, self.first_fail, self.elapsed_s, passed=self.passed)
 
 
 @dataclass
@@ -119,8 +124,8 @@ class Search:
         verdict = judge(aus, limits, self.threshold)
         self._results = []
         n = self.n
-        if verdict == "client":
-            self.stop, self.client_at = "client", n
+        if verdict in ("client", "unmeasured"):     # no number here, and more accelerators will not give one
+            self.stop, self.client_at = ("client" if verdict == "client" else "scale"), n
             return
         if verdict == "pass":
             self.lo = n
@@ -154,9 +159,9 @@ class Search:
     def outcome(self) -> Outcome:
         if not self.done:
             raise RuntimeError("search not finished")
-        first_fail = self.client_at if self.stop == "client" else self.hi
-        return Outcome(None if self.stop == "client" else self.lo, self.stop, first_fail, self.elapsed_s,
-                       self.budget_s, tuple(self.probes))
+        first_fail = self.client_at if self.stop in ("client", "scale") else self.hi
+        return Outcome(None if self.stop in ("client", "scale") else self.lo, self.stop, first_fail, self.elapsed_s,
+                       self.budget_s, tuple(self.probes), passed=self.lo)
 
     def runs_left(self) -> int:
         """At most this many runs remain (probes left by the doubling and bisection still possible,

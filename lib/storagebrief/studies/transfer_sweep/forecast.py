@@ -166,7 +166,7 @@ def forecast(points: pd.DataFrame, fp, emulate: dict | None = None, profiles: di
             emu_n = emu.get("accelerators_supported") if emu else None
             # a floor ("≥ N": every count passed, or the search ran out of budget or hit a cap) is no answer
             # to subtract from; the text column still shows it
-            floor = emu is not None and emu.get("supported_limited_by") in ("none", "budget", "cap", "memory")
+            floor = emu is not None and emu.get("supported_limited_by") in ("none", "budget", "cap", "memory", "scale")
             rows.append({
                 "target": target, "load": load, "workload": name, "accelerator_type": acc,
                 "workload_spec_source": "emulate study.json" if from_emulate else "params (core.workloads)",
