@@ -316,10 +316,17 @@ def test_outputs_layout(fast_study):
     m = json.loads((out / "metrics.json").read_text())
     # 2 where both counts kept AU up (page cache, no profile); on a machine loaded by other work the 2-accelerator
     # run can miss AU with the client named as the limit (the suite saw it once): the answer then says so
+    # (or its AU window too short to be a measurement: not answered at this scale)
     fast = frame[frame.target == "fast"].set_index("accelerators")
-    expected = 2 if fast.au_pass.all() else next(f"client-limited at {n}" for n, r in fast.iterrows()
-                                                  if not r.au_pass and r.limited_by == "client")
-    assert m["unet3d"]["fast"]["accelerators_supported"] == expected, fast[["au_percent", "limited_by_reason"]]
+    got, fails = m["unet3d"]["fast"]["accelerators_supported"], fast[~fast.au_pass]
+    why = fast[["au_percent", "limited_by", "limited_by_reason"]]
+    if fails.empty:
+        assert got == 2, why
+    elif fails.loc[fails.index.min()].limited_by == "client":
+        assert got == f"client-limited at {fails.index.min()}", why
+    else:
+        assert fails.loc[fails.index.min()].limited_by == "unmeasured", why
+        assert str(got).startswith("not answered at this scale"), (got, why)
     assert results.read_runs(out / "runs.csv").shape[0] == len(frame)
 
 
