@@ -173,6 +173,8 @@ def test_kill_9_of_the_run_the_reader_removes_the_instance(tmp_path):
 
 
 @needs_tracefs
+@pytest.mark.serial("every storagebrief run starts with the machine's leftovers sweep: one beside it removed the "
+                    "killed run's instance before this test's own sweep could (seen once at 4f3aa5d)")
 def test_kill_9_of_run_and_reader_then_leftovers_sweep(tmp_path):
     p, inst, reader = _holder(tmp_path)
     os.kill(reader, signal.SIGKILL)
