@@ -434,6 +434,8 @@ def test_make_notebooks_refuses_a_notebook_open_with_no_kernel_until_its_tab_is_
     before = ipynb.read_bytes()
     path = ipynb.relative_to(server[0]).as_posix()
     wait(browser, lambda: path in tabs(server[1], server[2]), 60)    # JupyterLab saved its tab in the workspace
+    # and still no session: once, under the suite's load, the server listed one for it again by the refresh
+    wait(browser, lambda: not api(server[1], server[2], "sessions"), 60)
     with pytest.raises(notebooks.NotebookOpen, match=r"01_preprocess.ipynb \(at http\S+ with no kernel\) open in "
                                                        r"JupyterLab.*Close Tab"):
         notebooks.refresh(proj, log=lambda m: None)
