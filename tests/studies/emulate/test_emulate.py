@@ -317,7 +317,9 @@ def test_outputs_layout(fast_study):
     # 2 where both counts kept AU up (page cache, no profile); on a machine loaded by other work the 2-accelerator
     # run can miss AU with the client named as the limit (the suite saw it once): the answer then says so
     # (or its AU window too short to be a measurement: not answered at this scale)
-    fast = frame[frame.target == "fast"].set_index("accelerators")
+    # judged on the sweep's own rows: a confined re-run of the client check (CI saw one at 89 %) is not scored
+    scored = emulate_plan.measured(frame)
+    fast = scored[scored.target == "fast"].set_index("accelerators")
     got, fails = m["unet3d"]["fast"]["accelerators_supported"], fast[~fast.au_pass]
     why = fast[["au_percent", "limited_by", "limited_by_reason"]]
     if fails.empty:
