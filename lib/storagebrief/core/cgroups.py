@@ -96,6 +96,8 @@ class Cgroup(CgroupReadings):
     def __exit__(self, *exc) -> None:
         self.remove()
 
+    applied_memory_limit: int | None = None     # the memory limit last written (create, set_memory_limit)
+
     # A run's own cgroup (procs.Scope) kills what is left in it instead of moving it to the parent:
     # a process still there when the run ends is an orphan, and in the parent nothing would find it.
     kill_on_remove = False
@@ -206,6 +208,7 @@ class Cgroup(CgroupReadings):
             (d / fname).write_text(f"{dev} {int(inherited.get(fname) or 0)}")
 
     def _set_memory(self, limit: int) -> None:
+        self.applied_memory_limit = limit        # what the sampler of other work reads (core/interference.py)
         version, d = self.dirs["memory"]
         if version == 1:
             (d / "memory.limit_in_bytes").write_text(str(limit))

@@ -76,6 +76,25 @@ MONITOR_COLUMNS: tuple[Column, ...] = (
     Column("cpu_system_percent", "%", "whole-machine CPU in the kernel during the run"),
     Column("cpu_iowait_percent", "%", "whole-machine CPU idle while waiting for I/O"),
     Column("cpu_busy_percent", "%", "whole-machine CPU not idle (user + system + irq + ...)"),
+    # what else the machine did (core/interference.py; the thresholds of `disturbed` are there)
+    Column("run_cpu_cores_avg", "cores", "CPU of the run's own processes (this process, its descendants, its "
+           "cgroups, its marked processes), in cores on average over the run"),
+    Column("kernel_cpu_cores_avg", "cores", "CPU of kernel threads (writeback, reclaim: often the run's own work)"),
+    Column("other_cpu_cores_avg", "cores", "other work: the machine's user + system CPU (/proc/stat) not the run's "
+           "nor kernel threads', in cores on average over the run"),
+    Column("run_io_bytes", "bytes", "bytes the run's processes caused to be read or written on storage "
+           "(/proc/<pid>/io, every device)"),
+    Column("other_device_bytes", "bytes", "the target device's bytes (read + written) beyond the run's own: "
+           "others' I/O, or writeback of data dirtied before the run"),
+    Column("memory_stall_some_percent", "%", "share of the run some task waited on memory (PSI "
+           "/proc/pressure/memory, machine-wide); absent without PSI"),
+    Column("memory_stall_full_percent", "%", "share of the run every runnable task waited on memory (PSI)"),
+    Column("vm_pgscan_pages", "pages", "pages reclaim scanned during the run (/proc/vmstat, machine-wide)"),
+    Column("vm_pgsteal_pages", "pages", "pages reclaim freed during the run (/proc/vmstat)"),
+    Column("vm_pgmajfault", "", "major page faults during the run (/proc/vmstat, machine-wide)"),
+    Column("disturbed", "", "True when other work passed a stated threshold during the run (other CPU > 0.25 "
+           "cores, others' device bytes > 10 % of the run's, memory stalls > 10 % of the run)", "bool"),
+    Column("disturbed_reason", "", "which thresholds a disturbed run passed, in one line; empty otherwise", "text"),
 )
 
 

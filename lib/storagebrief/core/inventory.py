@@ -170,6 +170,8 @@ def doctor_lines() -> list[str]:
     lines.append(f"{'tracefs block events ':.<23} {p['tracefs_block_events']}")
     from .memory_state import free_page_reporting
     lines.append(f"{'free-page reporting ':.<23} {free_page_reporting().line()}")
+    from .monitor import standing_load
+    lines.append(f"{'standing load ':.<23} {standing_load()}")
     for tool, what in (("fio", "fio comparisons in benchmarks are skipped"),
                        ("stress-ng", "busy-system scenarios are skipped"),
                        ("pdftoppm", "none (only used to look at PDF pages)"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import blocktrace, cache, cgroups, cpu_confine, monitor, results, targets as targets_mod
+from . import blocktrace, cache, cgroups, cpu_confine, interference, monitor, results, targets as targets_mod
 from .engine_outputs import TRACES
 from .run_limits import RunLimits
 
@@ -27,6 +27,7 @@ class Run(RunLimits):
         self.emulated = sweep.throttled(target.name)     # a held cgroup (a gateway, brokers) has its profile on
         self.monitor = monitor.Monitor(target.device.name if target.device else None,
                                        sweep.params.run.monitor_interval_s)
+        self.memory_limited = False      # a cgroup of this run capped its memory: its memory stalls are its own
         self._samplers: list = []
         self._groups: list[cgroups.Cgroup] = []
         self._clock = False
@@ -45,6 +46,7 @@ class Run(RunLimits):
         name = f"{self.run_id}-{suffix}" if suffix else self.run_id
         group = cgroups.Cgroup(name, memory_limit_bytes=memory_limit_bytes, io=io).create()
         self._groups.append(group)
+        self.memory_limited = self.memory_limited or memory_limit_bytes is not None
         if limits_set(io):
             self.emulated = True
         if group.inherited_io:
@@ -169,6 +171,12 @@ class Run(RunLimits):
     @property
     def monitored(self) -> bool:
         return bool(self.monitor.snapshots)
+
+    def disturbance(self, summary: dict) -> dict:
+        """`disturbed` and `disturbed_reason` of the run from its monitor summary (core/interference.judge)."""
+        limited = self.memory_limited or any(s.machine.memory_limited for s in self.monitor.snapshots if s.machine)
+        disturbed, why = interference.judge(summary, self.monitor.span_s, limited)
+        return {"disturbed": disturbed, "disturbed_reason": why}
 
     def close(self) -> None:
         """Always runs: samplers, monitor and block trace stopped (tracing switched off, its

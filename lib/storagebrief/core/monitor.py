@@ -4,16 +4,23 @@ Reads /proc/diskstats and /proc/stat every `interval_s` on a daemon thread and
 turns each interval into MB/s, IOPS, average request KiB, average latency and
 utilization, plus CPU user/system/iowait %. Run averages come from the first
 and last snapshot (exact totals); maxima are the largest fixed interval.
-Counters are device-wide: anything else reading the same disk is counted too.
+Counters are device-wide: anything else reading the same disk is counted too. Each snapshot also takes
+core/interference.py's sample of the machine (the run's own processes' CPU and I/O, kernel threads, memory
+pressure), so a run's summary says what else the machine did meanwhile (other_cpu_cores_avg, other_device_bytes,
+memory_stall_*): the study's row gets them, and core/sweep.py judges them (`disturbed`).
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import interference
+
 SECTOR = 512
+MACHINE_S = 0.5         # the interference sample's period (core/interference.py), whatever the interval
 
 
 @dataclass(frozen=True)
@@ -27,6 +34,7 @@ class Snapshot:
     write_ms: int = 0
     io_ms: int = 0
     cpu: tuple[int, ...] = ()   # user nice system idle iowait irq softirq steal
+    machine: interference.Sample | None = None    # the run's processes, kernel threads, memory pressure
 
 
 def read_diskstats(device: str | None) -> dict[str, int]:
@@ -47,8 +55,17 @@ def read_cpu() -> tuple[int, ...]:
     return tuple(int(x) for x in first[1:9])
 
 
-def snapshot(device: str | None) -> Snapshot:
-    return Snapshot(t=time.monotonic(), cpu=read_cpu(), **read_diskstats(device))
+def snapshot(device: str | None, owner: interference.Owner | None = None) -> Snapshot:
+    machine = interference.sample(owner) if owner is not None else None
+    return Snapshot(t=time.monotonic(), cpu=read_cpu(), machine=machine, **read_diskstats(device))
+
+
+def interference_columns(a: Snapshot, b: Snapshot, between: list[Snapshot] | None = None) -> dict[str, float]:
+    """What else the machine did from `a` to `b` (core/interference.totals), {} without samples."""
+    samples = [s.machine for s in [a, *(between or []), b] if s.machine is not None]
+    dev = ((b.read_sectors - a.read_sectors) * SECTOR, (b.write_sectors - a.write_sectors) * SECTOR) \
+        if b.reads or b.writes or b.read_sectors or b.write_sectors else None
+    return interference.totals(samples, (a.cpu, b.cpu), b.t - a.t, dev)
 
 
 def interval_metrics(a: Snapshot, b: Snapshot) -> dict[str, float]:
@@ -87,8 +104,9 @@ class Monitor:
     mon.summary() -> dict of device_*/cpu_* columns; mon.timeseries() -> rows.
     """
 
-    def __init__(self, device: str | None, interval_s: float = 0.5):
+    def __init__(self, device: str | None, interval_s: float = 0.5, owner: interference.Owner | None = None):
         self.device = device
+        self.owner = owner or interference.Owner()     # whose processes are the run's (this one's, by default)
         self.interval_s = interval_s
         self.snapshots: list[Snapshot] = []
         self._stop = threading.Event()
@@ -102,15 +120,18 @@ class Monitor:
         self.stop()
 
     def start(self) -> None:
-        self.snapshots = [snapshot(self.device)]
+        self.snapshots = [snapshot(self.device, self.owner)]
         self._stop.clear()
         self._thread = threading.Thread(target=self._loop, name="storagebrief-monitor", daemon=True)
         self._thread.start()
 
     def _loop(self) -> None:
         next_t = self.snapshots[0].t + self.interval_s
+        # the machine's sample reads every process's /proc/<pid>/stat (~2-10 ms here): at most every MACHINE_S
+        stride, n = max(1, round(MACHINE_S / self.interval_s)), 0
         while not self._stop.wait(max(0.0, next_t - time.monotonic())):
-            self.snapshots.append(snapshot(self.device))
+            n += 1
+            self.snapshots.append(snapshot(self.device, self.owner if n % stride == 0 else None))
             next_t += self.interval_s
 
     def stop(self) -> None:
@@ -118,7 +139,7 @@ class Monitor:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-        self.snapshots.append(snapshot(self.device))
+        self.snapshots.append(snapshot(self.device, self.owner))
 
     def timeseries(self) -> list[dict]:
         t0 = self.snapshots[0].t if self.snapshots else 0.0
@@ -126,7 +147,9 @@ class Monitor:
         for a, b in zip(self.snapshots, self.snapshots[1:]):
             if b.t - a.t < self.interval_s * 0.2:  # the short tail interval at stop
                 continue
-            rows.append({"t_s": round(b.t - t0, 4), **interval_metrics(a, b)})
+            i = interference_columns(a, b)
+            rows.append({"t_s": round(b.t - t0, 4), **interval_metrics(a, b),
+                         **{k.removesuffix("_avg"): i[k] for k in ("run_cpu_cores_avg", "other_cpu_cores_avg") if k in i}})
         return rows
 
     def summary(self) -> dict[str, float]:
@@ -147,4 +170,28 @@ class Monitor:
         for k in ("cpu_user_percent", "cpu_system_percent", "cpu_iowait_percent", "cpu_busy_percent"):
             if k in total:
                 out[k] = total[k]
+        out.update(interference_columns(self.snapshots[0], self.snapshots[-1], self.snapshots[1:-1]))
         return out
+
+    @property
+    def span_s(self) -> float:
+        return self.snapshots[-1].t - self.snapshots[0].t if len(self.snapshots) > 1 else 0.0
+
+
+def standing_load(sample_s: float = 0.5) -> str:
+    """doctor's line: the load average and the machine's CPU busy over a short sample (what a study would share)."""
+    try:
+        one, five, _ = os.getloadavg()
+    except OSError:
+        return "unknown (no load average)"
+    a = read_cpu()
+    time.sleep(sample_s)
+    b = read_cpu()
+    d = [y - x for x, y in zip(a, b)]
+    total = sum(d) or 1
+    busy_cores = (total - d[3] - d[4]) / total * (os.cpu_count() or 1)
+    limit = interference.OTHER_CPU_CORES
+    said = (f"load average {one:.2f} (1 min), {five:.2f} (5 min); {busy_cores:.2f} of {os.cpu_count()} cores busy "
+            f"over {sample_s:g} s")
+    return said if busy_cores <= limit else (f"{said}  -> a run now would share the CPU: beside more than {limit:g} "
+                                             "cores of other work it is marked disturbed")

@@ -234,7 +234,8 @@ def _record(sweep: Sweep, run: Run, m: Measurement) -> dict:
         sweep.tables.setdefault(CHARACTERIZATION, []).append(ch)
         _write_characterization(sweep)
     if m.ok and run.monitored:
-        row.update(run.monitor.summary())
+        summary = run.monitor.summary()
+        row.update({**summary, **run.disturbance(summary)})
         results.write_csv(sweep.out_dir / "timeseries" / f"{run.run_id}.csv", pd.DataFrame(run.monitor.timeseries()))
     for suffix, rows in m.series.items():
         if len(rows):

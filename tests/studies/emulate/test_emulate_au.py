@@ -242,3 +242,11 @@ def test_idle_probe_reads_its_own_file_and_leaves_the_page_cache(tmp_path):
     after = subprocess.run(["fincore", "-bno", "RES", str(data)], capture_output=True, text=True).stdout.strip()
     assert after == before and int(after) > 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data.bin"]      # the probe file is gone
+
+
+def test_the_machine_busy_evidence_names_the_other_work_beside_the_run():
+    """Issue 61: a busy machine is the client's evidence; the share that was other work (core/interference.py) is
+    named, so a reader can tell a saturated client from a disturbed run."""
+    reason = limits.limited_by(_row(50, cpu_busy_percent=95.0, other_cpu_cores_avg=1.1))[1]
+    assert "machine CPU busy 95 % of the run, 1.10 cores of it other work" in reason
+    assert "other work" not in limits.limited_by(_row(50, cpu_busy_percent=95.0, other_cpu_cores_avg=0.1))[1]

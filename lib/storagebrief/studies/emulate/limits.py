@@ -43,6 +43,7 @@ import math
 
 import pandas as pd
 
+from ...core.interference import OTHER_CPU_CORES
 from ...kit import client_check
 from ...kit.client_bound import BOUND_FRACTION
 from .memory import thrashed
@@ -87,7 +88,9 @@ def _evidence(r: dict, bound: float) -> tuple[list[str], list[str], float]:
     g = r.get
     client, storage = [], []
     if _known(g("cpu_busy_percent")) and g("cpu_busy_percent") >= CPU_SATURATED_PERCENT:
-        client.append(f"machine CPU busy {g('cpu_busy_percent'):.0f} % of the run")
+        other = g("other_cpu_cores_avg")          # core/interference.py: CPU that was not the run's
+        client.append(f"machine CPU busy {g('cpu_busy_percent'):.0f} % of the run"
+                      + (f", {other:.2f} cores of it other work" if _known(other) and other > OTHER_CPU_CORES else ""))
     if _known(g("cpu_busy_percent_max_core")) and g("cpu_busy_percent_max_core") >= CORE_SATURATED_PERCENT:
         client.append(f"busiest core {g('cpu_busy_percent_max_core'):.0f} % busy")
     if _known(g("client_cpu_percent_of_cores")) and g("client_cpu_percent_of_cores") >= CPU_SATURATED_PERCENT:
