@@ -18,7 +18,7 @@ import pandas as pd
 from ..core import cache, config as config_mod
 from ..studies import get as get_study
 from ..report import formatting
-from . import choose, inputs, pageone, scorecard
+from . import choose, inputs, pageone, quiet, scorecard
 from .inputs import unapplied_profiles  # noqa: F401 - tests read it here
 from .parts import in_kernel as _in_kernel, not_rendered as _not_rendered, part as _part, survives as _survives
 from ..report.display import (Appendix, details_to, limits_box, raw_table_html, show_html, show_md, show_table,
@@ -236,6 +236,8 @@ def _study_body(study, s: inputs.StudyInput, appendix: Appendix | None = None) -
             appendix.items.append(("html", _csv_links(d)))
             _headline(study, s)
             pageone.chapter_answer(study.name, d.parent)
+            if quiet.sentence(frame):
+                show_html(f'<p class="quiet">{html.escape(quiet.sentence(frame))}</p>')
         study.brief_section(d, frame, s.names)
     notes = d / "notes.json"
     warnings = list(inputs.read_json(notes).get("warnings", [])) if notes.is_file() else []

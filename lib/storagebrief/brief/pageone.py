@@ -17,7 +17,7 @@ from ..report import layout
 from ..report.display import markdown_html, set_target_order, show_html, show_table
 from ..report.words import display
 from ..studies import get as get_study
-from . import accelerators, inputs, scorecard
+from . import accelerators, inputs, quiet, scorecard
 from .parts import in_kernel, not_rendered, part
 
 ACCELERATOR_STUDIES = ("emulate", "transfer_sweep")     # both answer "how many accelerators": one reconciled row
@@ -157,7 +157,8 @@ def page_one_rows(reports_dir: str | Path) -> list[dict]:
                  by_key.get("transfer_sweep"), found_by.get("emulate")) \
         if set(ACCELERATOR_STUDIES) & set(by_key) else []
     home = next((k for k in ACCELERATOR_STUDIES if k in by_key), None)
-    rows = [{**a, "study": home} for a in acc]          # the question a reader comes for, first
+    rows = [{**a, "study": home, "disturbed": quiet.cell_note(by_key[home].frame, str(a["target"]))}
+            for a in acc]                               # the question a reader comes for, first
     for s in studies:
         for a in found_by[s.key]:
             if acc and s.key in ACCELERATOR_STUDIES and str(a["question"]).startswith(accelerators.REPLACES_PREFIX):
@@ -166,7 +167,8 @@ def page_one_rows(reports_dir: str | Path) -> list[dict]:
             # parameters (kit/history)
             before = max((history.earlier(s.dir, m, str(a["target"])) for m in a.get("measures") or {}),
                          key=len, default=history.Earlier())
-            rows.append({**a, "study": s.key, "studies": 1 + len(before), "origins": before.origins()})
+            rows.append({**a, "study": s.key, "studies": 1 + len(before), "origins": before.origins(),
+                         "disturbed": quiet.cell_note(s.frame, str(a["target"]))})
     return rows
 
 

@@ -22,6 +22,7 @@ import re
 
 from ..kit import history
 from ..report.display import wrap_at_spaces_only
+from .quiet import DISTURBED
 
 NUMBER = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)?")
 _PAREN = re.compile(r"\s*\(([^()]*)\)")
@@ -72,8 +73,9 @@ def unsettled_note(a: dict) -> str:
 
 
 def cell_notes(a: dict) -> list[str]:
-    """Every footnote of a cell: why it is not settled first, then its caveat."""
-    return [n for n in (unsettled_note(a), note(a)) if n]
+    """Every footnote of a cell: why it is not settled first, then its caveat, then that runs behind it were
+    disturbed by other work (brief/quiet.py: never silently)."""
+    return [n for n in (unsettled_note(a), note(a), a.get("disturbed") or "") if n]
 
 
 def note(a: dict) -> str:
@@ -117,8 +119,8 @@ def grid(rows: list[dict], targets: list[str], max_notes: int = MAX_NOTES
     columns = [t for t in targets if t in answered] + sorted(answered - set(targets))
     every = list(dict.fromkeys(n for a in rows for n in cell_notes(a)))
     if len(every) > max_notes:
-        first = [n for n in every if n.startswith(NOT_SETTLED + ":")] + [n for n in every
-                                                                         if not n.startswith(NOT_SETTLED + ":")]
+        kept_first = (NOT_SETTLED + ":", DISTURBED + ":")        # never folded into the shared last footnote
+        first = [n for n in every if n.startswith(kept_first)] + [n for n in every if not n.startswith(kept_first)]
         kept = set(first[:max(0, max_notes - 1)])
         notes = [n for n in every if n in kept] + [MORE]
     else:
