@@ -18,16 +18,17 @@ def _flags(rows: pd.DataFrame) -> pd.Series:
     return rows["disturbed"].astype(str).str.strip().str.lower().isin(("true", "1", "1.0"))
 
 
+NOTE = f"{DISTURBED}: runs behind this answer ran beside other work (its chapter says how many, and how much)"
+
+
 def cell_note(frame: pd.DataFrame | None, target: str) -> str:
-    """The footnote of a page-1 cell whose study's runs on `target` include disturbed ones, else ''."""
+    """The footnote of a page-1 cell whose study's runs on `target` include disturbed ones (one text for every
+    such cell: one footnote on page 1, the counts in the chapter's sentence), else ''."""
     rows = _ok(frame)
     if rows.empty or "target" not in rows:
         return ""
     mine = rows[rows["target"].astype(str) == str(target)]
-    n = int(_flags(mine).sum()) if not mine.empty else 0
-    if not n:
-        return ""
-    return (f"{DISTURBED}: {n} of {len(mine)} runs on this target ran beside other work (its chapter says how much)")
+    return NOTE if not mine.empty and _flags(mine).any() else ""
 
 
 def sentence(frame: pd.DataFrame | None) -> str:
