@@ -120,3 +120,24 @@ def test_the_runs_own_process_tree_counts_as_its_own_cpu_and_io(tmp_path):
 def test_standing_load_names_the_load_average_and_the_busy_cores():
     line = monitor.standing_load(0.1)
     assert line.startswith("load average ") and f"of {os.cpu_count()} cores busy over 0.1 s" in line
+
+
+def test_a_process_in_a_cgroup_this_process_holds_is_the_runs_and_a_memory_cap_is_seen(monkeypatch):
+    """Processes of a held cgroup (a gateway's, brokers') count as the run's though no descendant (pid 1 stands in
+    for one here), and a memory limit below the RAM there exempts the run from the memory-stall threshold."""
+    from types import SimpleNamespace
+    from storagebrief.core import cgroups, measured_run
+    held = SimpleNamespace(owner_pid=os.getpid(), pids=lambda: [1], applied_memory_limit=64 << 20)
+    monkeypatch.setitem(cgroups._live, "storagebrief-test-held", held)
+    s = itf.sample(itf.Owner())
+    assert any(pid == 1 for pid, _ in s.own) and s.memory_limited
+    held.applied_memory_limit = None
+    assert not itf.sample(itf.Owner()).memory_limited
+    mon = monitor.Monitor(None)
+    mon.snapshots = [monitor.Snapshot(t=0.0, machine=_s()),
+                     monitor.Snapshot(t=2.0, machine=Sample({}, {}, None, {}, memory_limited=True))]
+    stalled = {"memory_stall_some_percent": 40.0}
+    run = SimpleNamespace(memory_limited=False, monitor=mon)
+    assert measured_run.Run.disturbance(run, stalled) == {"disturbed": False, "disturbed_reason": ""}
+    mon.snapshots[1] = monitor.Snapshot(t=2.0, machine=_s())
+    assert measured_run.Run.disturbance(run, stalled)["disturbed"]

@@ -20,7 +20,7 @@ from pathlib import Path
 from . import interference
 
 SECTOR = 512
-MACHINE_S = 0.5         # the interference sample's period (core/interference.py), whatever the interval
+MACHINE_S = 0.5         # the interference sample (core/interference.py): at most this often
 
 
 @dataclass(frozen=True)
