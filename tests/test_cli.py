@@ -16,7 +16,8 @@ from conftest import cli_run as _cli
 def test_doctor_reports_capabilities(capsys):
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out
-    for key in ("root", "drop_caches", "cgroup_memory", "cgroup_blkio", "tracefs", "fio", "weasyprint"):
+    for key in ("root", "drop_caches", "cgroup_memory", "cgroup_blkio", "tracefs", "fio", "weasyprint", "standing load",
+                "free-page reporting"):
         assert key in out
 
 
