@@ -41,6 +41,13 @@ def test_an_orphan_reaped_elsewhere_keeps_what_was_counted_and_a_new_process_cou
     assert itf.own_delta(a, b) == (4 + 7, 4096, 8192)
 
 
+def test_a_process_that_left_ours_still_running_keeps_what_was_counted():
+    a = _s({(10, 1): Proc(1, 100), (11, 2): Proc(10, 30), (12, 3): Proc(11, 40)})
+    # 11 (a shell) ended, reaped by 10; 12, started in the background by it, runs on under init, not ours
+    b = Sample({(10, 1): Proc(1, 100 + 35)}, {}, pids=frozenset({(10, 1), (12, 3)}))
+    assert itf.own_delta(a, b)[0] == 5
+
+
 def test_a_reused_pid_is_another_process():
     a = _s({(10, 1): Proc(1, 500)})
     b = _s({(10, 77): Proc(1, 3)})            # same pid, a later start: the first ended unreaped by ours

@@ -72,6 +72,7 @@ class Sample:
     stall_us: tuple | None = None                   # PSI memory (some, full) totals in µs; None without PSI
     vm: dict = field(default_factory=dict)           # VM_KEYS name -> count
     memory_limited: bool = False                     # a cgroup of ours had a memory limit below the RAM
+    pids: frozenset = frozenset()                    # (pid, start) of every process: one that left ours is not ended
 
 
 _MARKED: dict[tuple[str, int, int], bool] = {}    # (owner token, pid, start) -> marked: environ does not change
@@ -180,20 +181,21 @@ def _sample(owner: Owner) -> Sample:
         elif ours(pid):
             own_pids.add(pid)
             own[(pid, start)] = Proc(ppid, ticks + int(f[13]) + int(f[14]), *_io(pid))
-    return Sample(own, kernel, read_psi(), read_vm(), limited)
+    return Sample(own, kernel, read_psi(), read_vm(), limited, frozenset((p, v[1]) for p, v in tree.items()))
 
 
 def own_delta(a: Sample, b: Sample) -> tuple[int, int, int]:
     """(CPU ticks, read bytes, written bytes) of the run's processes between two samples. A process that ended was
     reaped into its parent's children's counters when that parent is one of ours and still there (its whole count
-    moves there: take out what was already counted); else what it did since `a` is lost (counted as other work)."""
+    moves there: take out what was already counted); else what it did since `a` is lost (counted as other work).
+    One still running that is no longer ours (orphaned to init, unmarked) keeps what was counted."""
     ticks = rd = wr = 0
     alive, ppid_of = {k[0] for k in b.own}, {k[0]: p.ppid for k, p in a.own.items()}
     for key, p in b.own.items():
         before = a.own.get(key, Proc(0, 0))
         ticks, rd, wr = ticks + p.ticks - before.ticks, rd + p.read - before.read, wr + p.write - before.write
     for key, p in a.own.items():
-        if key not in b.own and _reaped_by_ours(p.ppid, ppid_of, alive):
+        if key not in b.own and key not in b.pids and _reaped_by_ours(p.ppid, ppid_of, alive):
             ticks, rd, wr = ticks - p.ticks, rd - p.read, wr - p.write
     return ticks, rd, wr
 
