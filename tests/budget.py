@@ -51,8 +51,6 @@ OVER_BUDGET: dict[str, tuple[float, str]] = {
         (34, "the same emulated training under MPI and forked ranks"),
     "tests/studies/emulate/test_emulate_hosts.py::test_ranks_on_two_hosts_give_the_one_host_figures":
         (30, "two network-namespace hosts with sshd, and the one-host run beside"),
-    "tests/studies/train_resnet50/test_train_resnet50.py::test_unlimited_run_completes_without_memory_cgroups":
-        (67, "a whole training run (TensorFlow start-up, two epochs) without memory cgroups"),
     "tests/studies/test_every_study.py::test_runs_without_root_and_says_what_it_could_not_do":
         (45, "each study's whole tiny run as uid 65534 (TensorFlow and Kafka start-ups for two of them)"),
     "tests/studies/stream_inference/test_stream_inference.py::test_stop_reaps_every_node_and_frees_its_ports":

@@ -217,31 +217,6 @@ def test_memory_helpers_tolerate_a_job_without_cgroup(tmp_path, monkeypatch):
     assert not failed.ok and failed.row["oom_kills"] != failed.row["oom_kills"]
 
 
-@pytest.mark.slow
-@pytest.mark.e2e
-def test_unlimited_run_completes_without_memory_cgroups(shared, monkeypatch):
-    """The first unlimited run used to crash ('NoneType' object has no attribute 'memory_usage')."""
-    tmp, params, target, ds = shared
-    monkeypatch.setattr(sweep.Run, "cgroup", _no_cgroup)
-    monkeypatch.setattr(longjob, "_job_cgroup", _no_job_cgroup)
-    monkeypatch.setattr(trr, "memory_unavailable", lambda: "no writable 'memory' cgroup controller (test)")
-    params = config.load(write_params(tmp), ["train_resnet50.parallel_models=[]", "train_resnet50.epochs=1"])
-    out = tmp / "out-nocgroup"
-    frame = STUDY.run(params, out, log=lambda *a: None, progress="lines")
-    assert list(frame.memory_setting) == ["none"]           # the 2.5:1 run is skipped, with a note
-    r = frame.iloc[0]
-    assert r.status == "ok", r.failure_reason
-    assert r.images == (96 // 16) * 16 and r.memory_need_bytes > 0
-    assert pd.isna(r.memory_peak_bytes) and pd.isna(r.oom_kills) and pd.isna(r.memory_failcnt)
-    assert r.page_cache_mean_bytes > 0     # the dataset's cached pages are read without a cgroup (mincore)
-    notes = (out / "notes.json").read_text()
-    assert "memory-limited runs skipped (1 per target and repeat: 2.5:1)" in notes
-    assert (out / "jobs.csv").exists() and not (out / "jobs").exists()
-    # every runs.csv column is declared (engine, monitor, the study's COLUMNS)
-    runs = pd.read_csv(out / "runs.csv")
-    assert columns.undeclared(runs.columns, columns.ENGINE_COLUMNS, columns.MONITOR_COLUMNS, trmet.COLUMNS) == []
-
-
 # --------------------------------------------------------------------------- real training runs
 # The baseline's second epoch must come from the page cache: a study beside it dropping every cache (drop_caches,
 # as root) turned "stays cached" into re-reads (seen under two workers: the 4:1 run read +23 % instead of > +50 %),
