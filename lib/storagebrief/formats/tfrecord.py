@@ -80,7 +80,8 @@ def read_frames(path: Path):
 
 def image_example(encoded: bytes, fmt: str, height: int, width: int, label: int, filename: str) -> bytes:
     """A serialized tf.train.Example with the ImageNet-style image/* features every study reads."""
-    import tensorflow as tf
+    from ..kit.tf_import import tensorflow
+    tf = tensorflow()
 
     f = tf.train.Feature
     example = tf.train.Example(features=tf.train.Features(feature={

@@ -37,8 +37,8 @@ def check(workload: str, batch_size: int, steps: int, warmup: int, image_size: i
 
 def _tensorflow():
     try:
-        import tensorflow as tf
-        return tf
+        from .tf_import import tensorflow     # without Keras's optional integrations (kit/tf_import.py)
+        return tensorflow()
     except ImportError:
         return None
 
@@ -83,7 +83,8 @@ def _time_steps(step, steps: int, warmup: int) -> list[float]:
 
 
 def _tf(workload: str, batch: int, shape: tuple, steps: int, warmup: int) -> tuple[list[float], str, str]:
-    import tensorflow as tf
+    from .tf_import import tensorflow
+    tf = tensorflow()
     m = MODELS[workload]
     model = tf.keras.applications.ResNet50(weights=None, input_shape=shape, classes=m["classes"])
     opt = tf.keras.optimizers.SGD(0.01, momentum=0.9)

@@ -1,8 +1,9 @@
 """stream_inference against an external Kafka cluster (issue 23): three brokers started by the test on
 three client hosts (network namespaces, core.nethosts), the study pointed at them with
 `bootstrap_servers`: it starts and stops no broker, produces and consumes through the namespace
-network, says the device columns are this host's, removes its topics; a consumer group of 2 and 3
-splits the partitions, its frame counts add up and the run's latency percentiles are merged."""
+network, says the device columns are this host's, removes its topics; a consumer group of 3 splits the
+partitions, its frame counts add up and the run's latency percentiles are merged. (A group of 2 ran too until
+issue 56: the same static split, 3 partitions each instead of 2, for a whole run and two TensorFlow consumers more.)"""
 from __future__ import annotations
 
 import os
@@ -45,7 +46,7 @@ def _study(tmp_path, cl, consumers: int) -> pd.DataFrame:
     return STUDY.run(config.validate(data), tmp_path / "out", log=lambda *_: None, progress="off")
 
 
-@pytest.mark.parametrize("consumers", [2, 3])
+@pytest.mark.parametrize("consumers", [3])
 def test_the_study_runs_on_an_external_cluster_with_a_consumer_group(tmp_path, external, consumers):
     hs, cl = external
     brokers_before = sorted(cl.pids)

@@ -94,7 +94,8 @@ def generate_dataset(target, p: TrainParams, log=print, name: str = "dataset") -
     shards = min(p.shards, p.dataset_images)
     names = [f"train-{i:05d}-of-{shards:05d}.tfrecord" for i in range(shards)]
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import tensorflow as tf
+    from ...kit.tf_import import tensorflow
+    tf = tensorflow()        # without Keras's optional integrations (kit/tf_import.py)
 
     with results.staged_dir(directory) as tmp:
         writers = [tf.io.TFRecordWriter(str(tmp / n)) for n in names]
