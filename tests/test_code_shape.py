@@ -200,8 +200,9 @@ def test_the_launcher_rule_sees_the_pools_the_studies_had():
 # a kit.child.Child (JSON lines, dies with us, a dead child's reason, stop then kill): a study starts no
 # `python` children of its own. Exceptions, by file or by file:function, each with why it stays:
 FRESH_PYTHON_ALLOWED = {
-    "studies/train_resnet50/run.py:warm_libraries": "imports TensorFlow once to read its libraries into the page "
-                                                    "cache; it says nothing and serves nothing: no worker",
+    "studies/train_resnet50/run.py:warm_libraries": "reads TensorFlow's libraries into the page cache beside the "
+                                                    "datasets' generation; it says nothing and serves nothing: no "
+                                                    "worker",
 }
 
 

@@ -80,8 +80,7 @@ def read_frames(path: Path):
 
 def image_example(encoded: bytes, fmt: str, height: int, width: int, label: int, filename: str) -> bytes:
     """A serialized tf.train.Example with the ImageNet-style image/* features every study reads."""
-    from ..kit.tf_import import tensorflow
-    tf = tensorflow()
+    import tensorflow as tf     # its callers' processes imported it already (kit/tf_import.py: formats sits below kit)
 
     f = tf.train.Feature
     example = tf.train.Example(features=tf.train.Features(feature={
