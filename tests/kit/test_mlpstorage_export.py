@@ -45,3 +45,17 @@ def test_submitters_folder_holds_each_system_and_its_description(tmp_path, monke
     assert made["systems"] == {"fast": {"checkpointing": 1}} and "make mlpstorage" in made["verdicts"]["not_run"]
     with pytest.raises(ValueError, match="not an empty folder"):
         export.export(reports, tmp_path / "sub")
+
+
+def test_training_workload_gets_an_empty_datagen_folder(tmp_path, monkeypatch):
+    """MLPerf's checker lists training/<model>/datagen/ for every training workload and stops without it; the
+    emulate study records no datagen run, so the folder is there and empty."""
+    monkeypatch.setenv("STORAGEBRIEF_MLPSTORAGE", str(tmp_path / "none"))
+    reports = tmp_path / "reports"
+    d = tree.run_folder(tree.root(reports / "emulate", "fast"), "training", "unet3d", "2026-12-07T06:00:00Z")
+    tree.write_run(d, "training", model="unet3d", command="run", num_processes=1, accelerator="v100",
+                   parameters={}, overrides={}, inv=INV, tool_files={"summary.json": {}}, ours={}, as_dlio=True)
+    export.export(reports, tmp_path / "sub")
+    model = tmp_path / "sub" / "open" / "storagebrief" / "results" / "fast" / "training" / "unet3d"
+    assert (model / "run" / d.name / "dlio_config" / "config.yaml").is_file()
+    assert (model / "datagen").is_dir() and not any((model / "datagen").iterdir())

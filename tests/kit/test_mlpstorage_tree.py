@@ -51,3 +51,19 @@ def test_metadata_file_keys_and_our_figures_beside_the_tools_file(tmp_path):
 
 def test_dlio_host_keys_in_gib_per_host():
     assert tree.dlio_hosts(INV) == {"host_memory_GB": [8.0], "host_cpu_count": [4]}
+
+
+def test_training_run_written_as_dlio_output(tmp_path):
+    """mlpstorage 64165f7 drops a complete metadata file's system_info, so a training run is written for its DLIO
+    reader: dlio_config/ (DLIO's workload and the overrides as mlpstorage passes them), no `parameters` key."""
+    import yaml
+    d = tree.run_folder(tmp_path, "training", "unet3d", "2026-12-07T06:12:08Z")
+    params = {"model": {"name": "unet3d"}, "workflow": {"train": True}, "dataset": {"num_files_train": 7}}
+    meta_path = tree.write_run(d, "training", model="unet3d", command="run", num_processes=2, accelerator="v100",
+                               parameters=params, overrides={"dataset.num_files_train": 7}, inv=INV,
+                               tool_files={"summary.json": {}}, ours={}, as_dlio=True)
+    meta = json.loads(meta_path.read_text())
+    assert "parameters" not in meta and meta["combined_params"] == params        # the submission checker's key
+    assert yaml.safe_load((d / "dlio_config" / "config.yaml").read_text()) == {"workload": params}
+    assert yaml.safe_load((d / "dlio_config" / "overrides.yaml").read_text()) == \
+        ["workload=unet3d_v100", "++workload.dataset.num_files_train=7"]

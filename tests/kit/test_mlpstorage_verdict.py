@@ -56,3 +56,24 @@ def test_a_failure_of_mlperfs_own_code_is_said_to_be_its_own(tmp_path):
     assert run["category"] == "INVALID"
     assert any("check_num_files_train failed" in i["text"] for i in run["issues"])
     assert "drops the system information" in verdict.lines(out, "training")[0]
+
+
+def test_a_training_run_written_as_dlio_output_gets_mlperfs_size_verdict(tmp_path):
+    """Written as DLIO's output, the run's host memory reaches MLPerf's size check, which gives a verdict:
+    5 × 8 GiB over 4096-byte records is 10,485,760 files (more than 500 steps × 8 processes × batch 1)."""
+    if verdict.missing():
+        pytest.skip(verdict.missing())
+    out = tmp_path / "out"
+    params = {"model": {"name": "unet3d"}, "workflow": {"generate_data": False, "train": True, "checkpoint": False},
+              "dataset": {"num_files_train": 9, "num_samples_per_file": 1, "record_length_bytes": 4096},
+              "reader": {"batch_size": 1}}
+    d = tree.run_folder(tree.root(out, "t"), "training", "unet3d", "2026-12-07T06:12:08Z")
+    summary = {"start": "2026-12-07T06:12:08+00:00", "num_accelerators": 8, "metric": {}, **tree.dlio_hosts(INV)}
+    tree.write_run(d, "training", model="unet3d", command="run", num_processes=8, accelerator="v100",
+                   parameters=params, overrides={"dataset.num_files_train": 9}, inv=INV,
+                   tool_files={"summary.json": summary}, ours={"run_id": "u"}, as_dlio=True)
+    (run,) = verdict.record(out)["targets"]["t"]["runs"]
+    texts = [i["text"] for i in run["issues"]]
+    assert not [t for t in texts if "failed with error" in t], texts
+    assert any("Insufficient number of training files" in t and ">= 10485760" in t for t in texts), texts
+    assert run["category"] == "INVALID" and run["storagebrief_run_id"] == "u"

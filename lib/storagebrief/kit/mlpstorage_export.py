@@ -6,8 +6,11 @@ Storage's submission checker walks one (mlpstorage_py/submission_checker/loader.
 
 One system per target; each `results/<system>/` is also one mlpstorage results directory, as the studies wrote it
 (kit/mlpstorage_tree.py), so `mlpstorage reports reportgen --results-dir DIR/<division>/<submitter>/results/<system>`
-reads it. Where `make mlpstorage` has been run, MLPerf's report generator is run on each system here and its
-decisions are written to DIR/verdicts.json (kit/mlpstorage_verdict.py).
+reads it. Each `training/<model>/` gets an empty `datagen/`: the checker's layout has one for every training
+workload (loader.py lists it and stops without it), and the emulate study records no datagen run (it writes its data
+set itself, not with DLIO's datagen), so the checker finds none and says so. Where `make mlpstorage` has been run,
+MLPerf's report generator is run on each system here and its decisions are written to DIR/verdicts.json
+(kit/mlpstorage_verdict.py).
 """
 from __future__ import annotations
 
@@ -65,6 +68,9 @@ def export(reports: Path, dest: Path, division: str = "open", submitter: str = "
     made: dict = {"folder": str(top), "systems": {}}
     for study, kind, t in trees:
         shutil.copytree(t / kind, top / "results" / t.name / kind, dirs_exist_ok=True)
+        if kind == "training":
+            for model in (top / "results" / t.name / kind).iterdir():
+                (model / "datagen").mkdir(exist_ok=True)
         made["systems"].setdefault(t.name, {})[kind] = verdict.exported_runs(t / kind)
         sys_file = top / "systems" / f"{t.name}.yaml"
         if not sys_file.exists():

@@ -20,6 +20,8 @@ import shutil
 from datetime import datetime
 from pathlib import Path
 
+import yaml
+
 from ..core import results
 
 TREE = ("mlperf", "results")
@@ -87,13 +89,29 @@ def run_folder(results_dir: Path, kind: str, model: str, started_at) -> Path:
     return d
 
 
+def dlio_config(folder: Path, parameters: dict, overrides: dict, workload: str) -> None:
+    """DLIO's Hydra output for a run, in the folder mlpstorage names for it (config.py HYDRA_OUTPUT_SUBDIR,
+    `dlio_config/`): config.yaml (the resolved workload) and overrides.yaml (the overrides as mlpstorage passes them
+    to DLIO: `workload=<model>_<accelerator>`, then `++workload.<key>=<value>`)."""
+    d = Path(folder) / "dlio_config"
+    d.mkdir(parents=True, exist_ok=True)
+    results.atomic_write_text(d / "config.yaml", yaml.safe_dump({"workload": parameters}, sort_keys=False))
+    listed = [f"workload={workload}"] + [f"++workload.{k}={v}" for k, v in overrides.items()]
+    results.atomic_write_text(d / "overrides.yaml", yaml.safe_dump(listed, sort_keys=False))
+
+
 def write_run(folder: Path, kind: str, *, model: str, command: str | None, num_processes: int,
               accelerator: str | None, parameters: dict, overrides: dict, inv: dict, tool_files: dict,
-              ours: dict, extra: dict | None = None, args: dict | None = None) -> Path:
+              ours: dict, extra: dict | None = None, args: dict | None = None, as_dlio: bool = False) -> Path:
     """The run's metadata file (base.py's core keys, `extra` for a benchmark's own, as kvcache.py adds; `args`
     added to its CLI arguments), the tool's output files (name -> JSON) and storagebrief.json; returns the metadata
     file. `combined_params` and `params_dict` repeat `parameters` and `override_parameters` under the names of the
-    Benchmark attributes they come from, which MLPerf's submission checker reads."""
+    Benchmark attributes they come from, which MLPerf's submission checker reads.
+
+    `as_dlio` (training): DLIO's `dlio_config/` is written and the metadata has no `parameters` key, so that
+    mlpstorage reads the run as DLIO's output, with the host memory of summary.json's `host_memory_GB`. A complete
+    metadata file makes mlpstorage 64165f7 read the run from it and drop its `system_info` (rules/models.py
+    `_from_metadata`: `pass  # TODO: Reconstruct system_info`); its training checker then stops on `None`."""
     meta = {"benchmark_type": kind, "model": model, "command": command, "run_datetime": folder.name,
             "num_processes": int(num_processes), "accelerator": accelerator, "result_dir": str(folder),
             "parameters": parameters, "override_parameters": overrides, "system_info": system_info(inv),
@@ -103,6 +121,9 @@ def write_run(folder: Path, kind: str, *, model: str, command: str | None, num_p
                      "accelerator_type": accelerator, "results_dir": str(folder.parents[DEPTH[kind] - 1]),
                      **(args or {})},
             **(extra or {})}
+    if as_dlio:
+        del meta["parameters"]
+        dlio_config(folder, parameters, overrides, f"{model}_{accelerator}")
     path = folder / f"{kind}_{folder.name}_metadata.json"
     results.write_json(path, meta)
     for name, obj in tool_files.items():

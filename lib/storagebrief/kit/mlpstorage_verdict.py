@@ -26,9 +26,9 @@ VERDICTS = "verdicts.json"
 TIMEOUT_S = 120
 # MLPerf's reasons that come from its own code, not from the run: the reader is told so (docs/mlperf-tools.md)
 ITS_OWN = {"check_num_files_train failed with error": (
-    "MLPerf's generator drops the system information when it reads a run from disk (`_from_metadata` in its "
-    "`rules/models.py`), so its data-set size check fails on every training run it reads, MLPerf's own included; "
-    "whether the data set meets MLPerf's 5 × host-memory rule is this study's own check")}
+    "MLPerf's generator drops the system information when it reads a run from a complete metadata file "
+    "(`_from_metadata` in its `rules/models.py`), so its data-set size check fails on every such training run, "
+    "MLPerf's own included; whether the data set meets MLPerf's 5 × host-memory rule is this study's own check")}
 
 
 class ReportGenFailed(EnvironmentFailure):

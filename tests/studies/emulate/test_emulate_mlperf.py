@@ -6,6 +6,7 @@ import os
 
 import pandas as pd
 import pytest
+import yaml
 
 from storagebrief.core import cgroups, config, workloads
 from storagebrief.studies.emulate import STUDY, dataset, mlperf, plan as emulate_plan
@@ -104,5 +105,9 @@ def test_rules_run_six_times_and_export_by_key(tmp_path, monkeypatch):
         meta = json.loads((d / f"training_{d.name}_metadata.json").read_text())     # as mlpstorage names it
         assert (meta["benchmark_type"], meta["model"], meta["command"], meta["run_datetime"]) == \
             ("training", "unet3d", "run", d.name)
-        assert meta["parameters"]["dataset"]["num_files_train"] == int(r.num_files)
+        assert meta["combined_params"]["dataset"]["num_files_train"] == int(r.num_files)
+        assert "parameters" not in meta        # so mlpstorage reads the run as DLIO's output, host memory included
+        dlio = yaml.safe_load((d / "dlio_config" / "config.yaml").read_text())["workload"]
+        assert dlio == meta["combined_params"] and dlio["workflow"]["train"]
+        assert yaml.safe_load((d / "dlio_config" / "overrides.yaml").read_text())[0] == "workload=unet3d_v100"
         assert meta["override_parameters"]["train.computation_time"] == pytest.approx(0.001)   # not MLPerf's

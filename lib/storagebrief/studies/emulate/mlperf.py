@@ -162,6 +162,6 @@ def export(out_dir: Path, frame) -> list[Path]:
         d = tree.run_folder(tree.root(out_dir, r.target), "training", str(r.workload), r.get("started_at", ""))
         tree.write_run(d, "training", model=str(r.workload), command="run", num_processes=int(r.accelerators),
                        accelerator=str(r.accelerator_type), parameters=params, overrides=over, inv=inv,
-                       tool_files={"summary.json": summary(r, inv)}, ours=ours(r))
+                       tool_files={"summary.json": summary(r, inv)}, ours=ours(r), as_dlio=True)
         made.append(d)
     return made
