@@ -38,7 +38,7 @@ def test_a_result_whose_runs_all_failed_shows_each_failure_and_its_cause(copy):
     runs.to_csv(copy / "runs.csv", index=False)
     (copy / "breakeven.csv").write_text((copy / "breakeven.csv").read_text().splitlines()[0] + "\n")
     shown = _section(copy)
-    assert "What failed" in shown and "2 of 2 run(s) failed" in shown
+    assert "What failed" in shown and "2 of 2 runs failed" in shown
     assert "killed by signal 9" in shown and "No KV-cache run measured" in shown
     assert "no break-even" not in shown                 # nothing measured: no claim about reload rates
     assert STUDY.headlines(inputs.read_study("kv_cache", copy).frame, ["a", "b"]) == []

@@ -274,9 +274,9 @@ def outcome_text(answer: int | None, limited_by: str, first_fail: int | None, el
     if limited_by == "storage":
         return f"{answer} (storage-limited)"
     if limited_by == "cap":
-        return f"≥ {answer} (search cap: emulate.search_max)"
+        return f"≥ {answer} (the largest count the search may try)"
     if limited_by == "memory":
-        return f"≥ {answer} (page-cache cap: more accelerators' reads would not fit emulate.memory_limit_mib)"
+        return f"≥ {answer} (more accelerators' data would not fit the memory this run allows for caching)"
     fails = f"; fails at {first_fail}" if first_fail is not None else ""
     return f"≥ {answer} (search budget reached after {elapsed_s:.0f} s{fails})"
 
