@@ -55,8 +55,8 @@ def test_a_section_that_only_points_to_its_appendix_is_found():
 
 def test_counts_take_the_number_they_count():
     assert [words.plural(n, w) for n, w in ((1, "thread"), (2, "thread"), (1, "process"), (4, "process"),
-                                             (3.0, "time"), ("(not recorded)", "time"))] == \
-        ["1 thread", "2 threads", "1 process", "4 processes", "3 times", "(not recorded) times"]
+                                             (3.0, "time"), ("(not recorded)", "time"), (2, "epoch"))] == \
+        ["1 thread", "2 threads", "1 process", "4 processes", "3 times", "(not recorded) times", "2 epochs"]
     assert words.counted("at 1 process(es), 2 unconfined run(s), 0 frame(s); 1 repeat(s)") == \
         "at 1 process, 2 unconfined runs, 0 frames; 1 repeat"
     assert "process(es)" not in words.reader_text("1 process(es)")

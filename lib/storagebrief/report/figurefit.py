@@ -178,7 +178,8 @@ def _legend_aside(ax, renderer, fig) -> None:
     handles, labels = old.legend_handles, [t.get_text() for t in old.get_texts()]
     size = old.get_texts()[0].get_fontsize() if old.get_texts() else 8
     title = old.get_title().get_text() or None
-    ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=size, title=title, borderaxespad=0)
+    ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=size, title=title, borderaxespad=0,
+              markerscale=getattr(old, "markerscale", 1.0))
     _tight(fig)
     _layout(fig)
 
@@ -203,10 +204,24 @@ def _unlabelled(ax, name: str) -> list[str]:
 
 
 def fit(fig) -> None:
-    """Wrap titles wider than their subplot; move a legend off the data; keep every bar group's label; thin tick
-    labels that overlap."""
+    """Move a legend off the data; keep every bar group's label; wrap titles wider than their subplot (after the
+    moves, which narrow the plots; the groups' labels are checked again after the titles' layout); thin tick labels
+    that overlap."""
     _layout(fig)
     renderer = _renderer(fig)
+    shown = [ax for ax in fig.axes if ax.get_visible()]
+    for _ in range(2):              # each step's layout moves what the others placed: twice over
+        for ax in shown:
+            _legend_aside(ax, renderer, fig)
+        for ax in shown:
+            _keep_every_group(ax.xaxis, renderer, fig)
+        _fit_titles(fig, renderer)
+    for ax in shown:
+        _thin(ax.xaxis, renderer, fig)
+        _thin(ax.yaxis, renderer, fig)
+
+
+def _fit_titles(fig, renderer) -> None:
     for _ in range(FIT_ROUNDS):     # tight_layout moves and narrows subplots: a title that fit may not any more
         before = [(title.get_text(), title.get_fontsize()) for _, title in _titles(fig)]
         for ax, title in _titles(fig):
@@ -218,14 +233,6 @@ def fit(fig) -> None:
                 warnings.simplefilter("ignore", UserWarning)
                 fig.tight_layout()              # room for the titles' new lines
         _layout(fig)
-    for ax in fig.axes:
-        if ax.get_visible():
-            _legend_aside(ax, renderer, fig)
-            _keep_every_group(ax.xaxis, renderer, fig)
-    for ax in fig.axes:
-        if ax.get_visible():
-            _thin(ax.xaxis, renderer, fig)
-            _thin(ax.yaxis, renderer, fig)
 
 
 def problems(fig) -> list[str]:

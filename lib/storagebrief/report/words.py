@@ -44,7 +44,7 @@ def display(key: str) -> str:
 def plural(n, word: str, many: str | None = None) -> str:
     """'1 thread', '2 threads', '1 process', '4 processes' (many: the plural where adding s is wrong); a count that
     is no number ('(not recorded)') takes the plural."""
-    many = many or word + ("es" if word.endswith(("s", "sh", "ch", "x")) else "s")
+    many = many or word + ("es" if word.endswith(("s", "sh", "tch", "x")) else "s")     # batches, epochs
     try:
         x = float(n)
     except (TypeError, ValueError):
