@@ -387,7 +387,8 @@ def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
             outcome = ("not settled" if _unstable(r) else
                        re.sub(r"\s*\([^()]*\)", "", r.answer.replace("reloading beats recomputing ", "")))
             outcomes.setdefault(outcome, []).append(display(r.accelerator))      # "(one run: no range)": chapter's
-        fastest = shown.loc[shown.read_gib_per_s_needed.idxmax()]
+        need = shown.read_gib_per_s_needed       # empty: no rate would do (the latency alone exceeds the prefill)
+        fastest = shown.loc[need.isna().idxmax() if need.isna().any() else need.idxmax()]
         out.append({"question": f"KV cache ({m}): beyond how many tokens does reloading from storage beat "
                                 "recomputing?", "target": t, "answer": "; ".join(parts),
                     "short": "; ".join(f"{', '.join(a)}: {o}" for o, a in outcomes.items()),
