@@ -171,15 +171,24 @@ def _covered(ax, renderer) -> int:
 
 
 def _legend_aside(ax, renderer, fig) -> None:
-    """A legend lying on the data moves to the right of its plot, its entries and font kept."""
+    """A legend lying on the data moves to a corner of its plot where it lies on none, else to the right of the
+    plot, its entries, font and marker scale kept."""
     if not _covered(ax, renderer):
         return
     old = ax.get_legend()
     handles, labels = old.legend_handles, [t.get_text() for t in old.get_texts()]
-    size = old.get_texts()[0].get_fontsize() if old.get_texts() else 8
-    title = old.get_title().get_text() or None
-    ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=size, title=title, borderaxespad=0,
-              markerscale=getattr(old, "markerscale", 1.0))
+    own, named = ax.get_legend_handles_labels()
+    if named == labels:                 # the plotted artists themselves: the legend scales their markers afresh
+        handles = own
+    scale = getattr(old, "markerscale", 1.0) if handles is own else 1.0
+    keep = dict(fontsize=old.get_texts()[0].get_fontsize() if labels else 8, markerscale=scale,
+                title=old.get_title().get_text() or None)
+    for loc in ("upper right", "upper left", "lower right", "lower left", "center right", "center left"):
+        ax.legend(handles, labels, loc=loc, **keep)
+        _layout(fig)
+        if not _covered(ax, renderer):
+            return
+    ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0, **keep)
     _tight(fig)
     _layout(fig)
 
@@ -226,13 +235,12 @@ def _fit_titles(fig, renderer) -> None:
         before = [(title.get_text(), title.get_fontsize()) for _, title in _titles(fig)]
         for ax, title in _titles(fig):
             _wrap_title(ax, title, renderer)
-        if before == [(title.get_text(), title.get_fontsize()) for _, title in _titles(fig)]:
+        same = before == [(title.get_text(), title.get_fontsize()) for _, title in _titles(fig)]
+        if not same:
+            _tight(fig)                 # room for the titles' new lines
+        _layout(fig)                    # (a figure's layout engine lays it out again on every draw)
+        if same and not any(_wide(ax, title, renderer) for ax, title in _titles(fig)):
             break
-        if not fig.get_constrained_layout():
-            with warnings.catch_warnings():     # "cannot make Axes width small enough": the check below says so
-                warnings.simplefilter("ignore", UserWarning)
-                fig.tight_layout()              # room for the titles' new lines
-        _layout(fig)
 
 
 def problems(fig) -> list[str]:
