@@ -233,7 +233,7 @@ def supported(frame) -> pd.DataFrame:
         limit, n, best, text = _searched(g, verdicts) if search else _fixed_list(verdicts)
         fails = [k for k in sorted(verdicts) if verdicts[k] != "pass"]
         if limit == "scale" and (files := files_for_window(g[g.accelerators == fails[0]].iloc[0].to_dict())):
-            text = text[:-1] + f"; emulate.num_files ≥ {files:,} or the paper profile answers it)"
+            text = text[:-1] + f"; a data set of {files:,} files or more, or the paper profile, answers it)"
         rows.append({"workload": w, "target": t, "au_threshold_percent": thr,
                      "accelerators_supported": n, "accelerators_supported_text": text,
                      "supported_limited_by": limit, "accelerators_supported_at_least": best,
