@@ -122,3 +122,16 @@ def test_a_rendered_brief_shows_no_internal_identifier_outside_code_and_appendix
     page = page.replace(b.group(0), "") if b else page
     keep = frozenset(t.name for t in config.load(tiny_chain.work / "params.yaml", check_targets=False).targets)
     assert words.internal_words(page, keep) == []
+
+
+@pytest.mark.slow
+def test_a_rendered_briefs_body_has_no_word_a_customer_would_not_understand(tiny_chain):
+    """Issue 62: in the body (page 1 to the last chapter; the appendices may keep them), code spans included, no
+    internal identifier, parameter key path, file name, environment variable or commit hash, no 'honest' for
+    'measured', no 'thread(s)', no caveat said once per answer of a paragraph, and no heading whose section only
+    points to its appendix (report/words.customer_words states the list)."""
+    from storagebrief.core import config
+    from storagebrief.report import words
+    page = (tiny_chain.work / "reports" / "brief.html").read_text()
+    keep = frozenset(t.name for t in config.load(tiny_chain.work / "params.yaml", check_targets=False).targets)
+    assert words.customer_words(page, keep) == []

@@ -80,7 +80,7 @@ def _crowded_figure(titles):
     for ax, title in zip(axes, titles):
         ax.bar(range(40), range(40))
         ax.set_xticks(range(40), [f"{2 ** (i % 12):g}" for i in range(40)], fontsize=7)
-        ax.set_title(title)
+        ax.set(title=title, xlabel="KiB", ylabel="requests")
     return fig
 
 
@@ -146,6 +146,46 @@ def _fit_titles_and_check(grid, title: str) -> None:
     plt.close(fig)
 
 
+def test_every_bar_group_keeps_its_label_shrunk_or_turned_never_hidden():
+    """Issue 62: the KV-cache figure labelled every other bar group (the thinning meant for number axes)."""
+    import matplotlib.pyplot as plt
+
+    from storagebrief.report import figurefit
+    fig, ax = plt.subplots(figsize=(8, 3.2))
+    names = [f"{t}\nquick-{w}" for t in ("local", "hdd-emulated", "nvme-scratch-array", "local-s3") for w in (1, 2, 3)]
+    for i in range(4):
+        ax.bar([k + (i - 1.5) * 0.2 for k in range(len(names))], range(1, len(names) + 1), width=0.2, label=f"s{i}")
+    ax.set(xticks=range(len(names)), xticklabels=names, ylabel="GiB/s")
+    assert any("overlap" in p for p in figurefit.problems(fig))
+    figurefit.fit(fig)
+    assert figurefit.problems(fig) == []
+    assert all(t.label1.get_visible() for t in ax.xaxis.get_major_ticks() if t.label1.get_text())
+    for t in ax.xaxis.get_major_ticks():          # hidden by hand: the check names the group
+        t.label1.set_visible(t.label1.get_text() != names[1])
+    assert any("bar group labels hidden" in p and "quick-2" in p for p in figurefit.problems(fig))
+    plt.close(fig)
+
+
+def test_a_legend_on_the_data_is_found_and_moved_beside_the_plot():
+    """Issue 62: the vector-search legend covered the data (a legend inside the plot, on its lines)."""
+    import matplotlib.pyplot as plt
+
+    from storagebrief.report import figurefit
+    fig, ax = plt.subplots(figsize=(5, 3))
+    for k in range(6):
+        ax.plot(range(50), [k + (i % 7) / 3 for i in range(50)], marker="o", label=f"target {k} W{k} measured")
+    ax.legend(loc="center", fontsize=7)
+    ax.set(xlabel="recall", ylabel="queries/s")
+    assert any("legend lies on the data" in p for p in figurefit.problems(fig))
+    figurefit.fit(fig)
+    assert figurefit.problems(fig) == []
+    fig.draw_without_rendering()
+    renderer = fig.canvas.get_renderer()
+    assert ax.get_legend().get_window_extent(renderer).x0 >= ax.get_window_extent(renderer).x1 - 1
+    assert [t.get_text() for t in ax.get_legend().get_texts()][0] == "target 0 W0 measured"   # its entries kept
+    plt.close(fig)
+
+
 def test_a_log_axis_minor_labels_are_checked_and_hidden_when_they_overlap():
     """Issue 48: the KV-cache latency histogram's log axis (256–4096 µs) labelled its minor ticks "2×10³ 3×10³
     4×10³ 6×10³" on top of each other, and the check saw only the major labels."""
@@ -154,7 +194,7 @@ def test_a_log_axis_minor_labels_are_checked_and_hidden_when_they_overlap():
     from storagebrief.report import figurefit
     fig, ax = plt.subplots(figsize=(1.6, 1.6))
     ax.plot([256, 4096], [1, 2])
-    ax.set_xscale("log")
+    ax.set(xscale="log", xlabel="µs", ylabel="%")
     assert any("overlap" in p for p in figurefit.problems(fig))
     figurefit.fit(fig)
     assert figurefit.problems(fig) == []

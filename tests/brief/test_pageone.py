@@ -221,8 +221,27 @@ def test_a_cold_cache_of_the_runs_own_files_is_a_short_caveat_naming_how_it_was_
     from storagebrief.core import cache
     assert assemble.cache_caveats([]) == []
     assert assemble.cache_caveats([cache.BY_FILES_ENV]) == ["cold cache of its own files only "
-                                                            "(STORAGEBRIEF_COLD_CACHE=files)"]
+                                                            "(set in the environment)"]
     assert assemble.cache_caveats([cache.BY_FILES_PARAM, "fadvise_dontneed"]) == [
-        "cold cache of its own files only (run.cold_cache: files)", "cold cache by fadvise_dontneed, not drop_caches"]
+        "cold cache of its own files only (set in the parameters)", "cold cache by fadvise_dontneed, not drop_caches"]
     frame = pd.DataFrame({"cache_method": [cache.BY_FILES_PARAM, "drop_caches", "fadvise_dontneed (dataset files)"]})
     assert assemble.fallback_cache_methods(frame) == [cache.BY_FILES_PARAM]
+
+
+def test_a_chapters_answer_says_one_run_once_not_once_per_target(monkeypatch):
+    """Issue 62: "(one run: no range)" six times in one paragraph; now once, as its note."""
+    rows = [{"study": "train_resnet50", "question": "ResNet50 images/s", "target": t, "note": "",
+             "answer": f"{v} images/s with no memory limit (one run: no range); memory limited to 2.5:1"}
+            for t, v in (("local", "20.3"), ("hdd-emulated", "21.6"))]
+    rows.append({"study": "object_sweep", "question": "Objects", "target": "local-s3", "note": "",
+                 "answer": "GET 838 MB/s (1M × 8; one run: no range), PUT 263 MB/s (1M × 8; one run: no range)"})
+    shown = []
+    monkeypatch.setattr(pageone, "page_one_rows", lambda _: rows)
+    monkeypatch.setattr(pageone, "show_html", shown.append)
+    monkeypatch.setattr(pageone, "show_table", lambda *a, **k: None)
+    pageone.chapter_answer("train_resnet50", ".")
+    pageone.chapter_answer("object_sweep", ".")
+    text = html.unescape(re.sub(r"<[^>]+>", "", " ".join(shown)))
+    assert text.count("no range") == 2 and text.count("each figure is from one run, so it has no range") == 2
+    assert "local: 20.3 images/s with no memory limit; memory limited" in text
+    assert "GET 838 MB/s (1M × 8), PUT 263 MB/s (1M × 8)" in text

@@ -97,7 +97,7 @@ def test_rows_and_verdicts_shared_by_the_studies():
         ("a", "x", 2, 1, 1, 2)
     assert c["client_bound"] and c["verdict"] == "client-bound" and c["text"].startswith("a, x with the client on 1 of 2")
     assert client_check.short_note(c, " (x)") == \
-        "client check (x) on 1 of 2 CPUs: client-bound (v moved -1.1 vs a repeat spread of 0.2)"
+        "client check (x), rerun on 1 of 2 CPUs: client-bound (v fell by 1.1, more than its repeats' spread of 0.2)"
     assert "- a, x with the client" in client_check.markdown([c], "the clients", "GiB/s")
     assert client_check.verdicts(frame.drop(columns="client_check"), ["target"], None, None) == []
 

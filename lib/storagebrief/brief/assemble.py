@@ -19,6 +19,7 @@ from ..core import cache, config as config_mod
 from ..studies import get as get_study
 from ..report import formatting
 from . import choose, inputs, pageone, quiet, scorecard
+from ..report.words import limit_words
 from .inputs import unapplied_profiles  # noqa: F401 - tests read it here
 from .parts import in_kernel as _in_kernel, not_rendered as _not_rendered, part as _part, survives as _survives
 from ..report.display import (Appendix, details_to, limits_box, raw_table_html, show_html, show_md, show_table,
@@ -58,12 +59,18 @@ def _caveats(s: inputs.StudyInput, h: dict) -> list[str]:
     return out + cache_caveats(fallback_cache_methods(frame))
 
 
+# The cold-cache methods a reader meets in words (the cache_method column keeps how it was chosen).
+METHOD_WORDS = {cache.BY_FILES_ENV: "evicting the run's own files (set in the environment)",
+                cache.BY_FILES_PARAM: "evicting the run's own files (set in the parameters)"}
+
+
 def cache_caveats(methods: list[str]) -> list[str]:
     """A headline's words for the cold-cache methods that were not drop_caches: the run's own files by choice
     (run.cold_cache: files, or the variable), or a fallback (no root, cold cache off)."""
     chosen = [m for m in methods if m in (cache.BY_FILES_PARAM, cache.BY_FILES_ENV)]
     rest = [m for m in methods if m not in chosen]
-    out = [f"cold cache of its own files only ({'STORAGEBRIEF_COLD_CACHE=files' if cache.BY_FILES_ENV in chosen else 'run.cold_cache: files'})"] if chosen else []
+    where = "the environment" if cache.BY_FILES_ENV in chosen else "the parameters"
+    out = [f"cold cache of its own files only (set in {where})"] if chosen else []
     return out + ([f"cold cache by {', '.join(rest)}, not drop_caches"] if rest else [])
 
 
@@ -244,9 +251,10 @@ def _study_body(study, s: inputs.StudyInput, appendix: Appendix | None = None) -
     methods = fallback_cache_methods(frame)
     if methods:
         why = "chosen" if set(methods) & {cache.BY_FILES_PARAM, cache.BY_FILES_ENV} else "needs root"
-        warnings.append(f"cold cache by {', '.join(methods)} instead of drop_caches ({why}): files the "
+        how = ", ".join(METHOD_WORDS.get(m, m) for m in methods)
+        warnings.append(f"cold cache by {how} instead of drop_caches ({why}): files the "
                         "run reads were evicted, other cached data (metadata, libraries) was not")
-    limits_box(warnings)
+    limits_box(limit_words(warnings))
 
 
 def _csv_links(study_dir: Path) -> str:
@@ -282,13 +290,12 @@ def appendix_details(reports_dir: str | Path | None = None) -> None:
 @_part("The block-level I/O characterization")
 def block_characterization(reports_dir: str | Path, details: bool = False) -> None:
     """The block-level I/O characterization of every readable study (brief/characterization.py);
-    details=True: its tables and plots in an appendix of their own."""
+    details=True: the whole section is an appendix of its own (no result of it is a chapter's: issue 62)."""
     from . import characterization as chz
-    appendix = detail_appendix("Block-level I/O characterization: details", "appendix-characterization") \
+    appendix = detail_appendix("Block-level I/O characterization", "appendix-characterization") \
         if details else None
     chz.section(reports_dir, [(s.key, s.title, s.dir) for s in inputs.readable(reports_dir)], target_order,
                 appendix)
-    detail_link(appendix, "Tables and plots")     # after its heading, which chz.section shows
 
 
 @_part("Appendix A")

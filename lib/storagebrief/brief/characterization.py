@@ -18,6 +18,7 @@ import pandas as pd
 
 from ..core import characterize as ch, results
 from ..report.display import analysis, details_to, show_figure, show_html, show_md, show_table, style
+from ..report.words import plural
 
 DEFINITIONS = (
     "An **I/O** is one block request as issued to the device (tracefs `block:block_rq_issue`), matched to its "
@@ -70,9 +71,13 @@ def section(reports_dir: str | Path, available, target_order, appendix=None) -> 
 
     reports_dir = Path(reports_dir)
     loaded = _load(reports_dir, available)
-    show_html('<h2 class="section">Block-level I/O characterization</h2>')
+    if appendix is None:
+        show_html('<h2 class="section">Block-level I/O characterization</h2>')
+    else:         # the brief: the whole section is its appendix (the body held a heading and a pointer, issue 62)
+        appendix.take_all()
     if not loaded:
-        show_md("No study wrote `characterization.csv` yet: run a study (block tracing is `run.trace`).")
+        with details_to(appendix):
+            show_md("No study wrote `characterization.csv` yet: run a study (block tracing is `run.trace`).")
         return
     style()
     rows, picks = [], []
@@ -86,7 +91,7 @@ def section(reports_dir: str | Path, available, target_order, appendix=None) -> 
             picks.append((label, r, s["dir"]))
         src = set(s["chz"].source)
         if "diskstats" in src:
-            notes.append(f"{s['title']}: {int((s['chz'].source == 'diskstats').sum())} run(s) without a block trace "
+            notes.append(f"{s['title']}: {plural(int((s['chz'].source == 'diskstats').sum()), 'run')} without a block trace "
                           "(see the study's limits): read %, IOPS and mean sizes come from diskstats, the rest is –")
         lost = s["chz"].get("lost_events", pd.Series(dtype=float)).fillna(0).sum()
         if lost:
@@ -126,7 +131,7 @@ def _shown(frame: pd.DataFrame, picks, notes: list[str]) -> None:
     show_md(per_workload, detail=True)
     if notes:
         show_html('<div class="warn"><b>Limits of this characterization</b><ul>' +
-                  "".join(f"<li>{html.escape(n)}</li>" for n in dict.fromkeys(notes)) + "</ul></div>")
+                  "".join(f"<li>{html.escape(n)}</li>" for n in dict.fromkeys(notes)) + "</ul></div>", detail=True)
 
 
 def _cap(r: dict):

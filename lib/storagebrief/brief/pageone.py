@@ -214,6 +214,9 @@ def fitted(rows: list[dict], targets: list[str], chapters: dict[str, str], cover
     return text
 
 
+ONE_RUN = "one run: no range"           # report/words.spread for an answer of one run
+
+
 def chapter_answer(key: str, reports_dir: str | Path) -> None:
     """A chapter's page-1 answer in full, right under its headline (every number page 1 shows is here);
     its basis goes to the chapter's appendix (inside details_to)."""
@@ -221,7 +224,12 @@ def chapter_answer(key: str, reports_dir: str | Path) -> None:
     for q in dict.fromkeys(str(a["question"]) for a in rows):
         mine = [a for a in rows if str(a["question"]) == q]
         notes = list(dict.fromkeys(n for a in mine for n in scorecard.cell_notes(a)))
-        show_html(markdown_html(f"**{q}** " + "; ".join(f"{a['target']}: {a['answer']}" for a in mine) + "."
+        said = "; ".join(f"{a['target']}: {a['answer']}" for a in mine)
+        if said.count(ONE_RUN) > 1:          # the caveat once, not once per target (issue 62: six in a paragraph)
+            said = re.sub(r" \(" + ONE_RUN + r"\)", "", said)
+            said = re.sub(r"; " + ONE_RUN + r"(?=[;)])", "", re.sub(r"\(" + ONE_RUN + r"; ", "(", said))
+            notes.insert(0, "each figure is from one run, so it has no range")
+        show_html(markdown_html(f"**{q}** " + said + "."
                                 + "".join(f" Note: {n}." for n in notes)))     # the chapter's own, always shown
     if rows:
         show_table(pd.DataFrame([{"Question": a["question"], "Target": a["target"], "Answer": a["answer"],

@@ -25,6 +25,7 @@ import os
 
 from ..core import cgroups
 from ..core.columns import Column
+from ..report.words import plural
 # the engine's confinement, in the check's words (its rows' cpu_confinement, the tests)
 from ..core.cpu_confine import AFFINITY, CPUSET, Confinement, confine  # noqa: F401
 
@@ -234,23 +235,26 @@ def verdicts(frame, keys: list[str], values, label) -> list[dict]:
 
 
 def short_note(check: dict, at: str = "") -> str:
-    """What sits next to a headline: 'client check on 1 of 2 CPUs: client-bound (honest save GiB/s moved
-    -0.12 vs a repeat spread of 0.05)' (a verdicts() entry): the figure that moved most against its spread."""
+    """What sits next to a headline: 'client check, rerun on 1 of 2 CPUs: client-bound (measured save GiB/s fell
+    by 0.12, more than its repeats' spread of 0.05)' (a verdicts() entry): the figure that moved most against its
+    spread."""
     figs = check["figures"]
     # one figure, the one that moved most against its spread (beyond it when any did): page 1's rows stay short
     # enough that every target's answer is on page 1; the section's paragraph gives every figure
     ratio = lambda k: abs(figs[k]["moved"]) / (figs[k]["repeat_spread"] or 1e-12)   # noqa: E731
     beyond = [k for k, v in figs.items() if v["moved_beyond_spread"]]
     shown = [max(beyond or figs, key=ratio)] if figs else []
-    moved = [f"{k} moved {figs[k]['moved']:+.3g} vs a repeat spread of {figs[k]['repeat_spread']:.3g}" for k in shown]
+    moved = [f"{k} {'fell' if figs[k]['moved'] < 0 else 'rose'} by {abs(figs[k]['moved']):.3g}, "
+             f"{'more than' if figs[k]['moved_beyond_spread'] else 'within'} its repeats' spread of "
+             f"{figs[k]['repeat_spread']:.3g}" for k in shown]
     head = verdict_word(check, short=True)
-    return (f"client check{at} on {check['cpus_confined']} of {check['cpus_all']} CPUs: {head}"
+    return (f"client check{at}, rerun on {check['cpus_confined']} of {check['cpus_all']} CPUs: {head}"
             + (f" ({'; '.join(moved)})" if moved else ""))
 
 
 def markdown(checked: list[dict], who: str, figures: str) -> str:
     """The brief's paragraph: what the check did and one line per checked point."""
-    lines = [f"- {c['text']} ({c['repeats']} unconfined run(s), {c['confined_runs']} confined by "
+    lines = [f"- {c['text']} ({plural(c['repeats'], 'unconfined run')}, {c['confined_runs']} confined by "
              f"{c['confinement']})" for c in checked]
     return (f"**Client check** (what MLPerf Storage lacks): the point each answer rests on, re-run with {who} held "
             f"to half the CPUs. A point whose {figures} moves by more than the spread (max − min) of its own "

@@ -8,6 +8,7 @@ from typing import Callable
 import pandas as pd
 
 from ..report.headlines import as_metrics
+from ..report.words import plural
 
 
 def ok_runs(frame: pd.DataFrame) -> pd.DataFrame:
@@ -64,9 +65,9 @@ def what_failed(frame: pd.DataFrame, study_dir: Path, side_files: dict[str, str]
         reasons = bad.get("failure_reason", pd.Series("", index=bad.index)).fillna("").astype(str)
         where = bad.get(group, pd.Series("run", index=bad.index)).fillna("run").astype(str)
         for (kind, why), g in bad.groupby([where, reasons], sort=False):
-            lines.append(f"- {len(g)} {kind} run(s) on {', '.join(sorted(set(g.target.astype(str))))}: "
+            lines.append(f"- {plural(len(g), f'{kind} run')} on {', '.join(sorted(set(g.target.astype(str))))}: "
                          f"{why or 'no reason recorded'}")
-        out.append(f"**What failed.** {len(bad)} of {len(frame)} run(s) failed; their figures are left out of every "
+        out.append(f"**What failed.** {len(bad)} of {plural(len(frame), 'run')} failed; their figures are left out of every "
                    "table below:\n\n" + "\n".join(lines))
     missing = [f"- missing: {name} ({what} left out)" for name, what in side_files.items()
                if not (Path(study_dir) / name).is_file()]

@@ -17,8 +17,12 @@ import pandas as pd
 from . import words
 
 
-def show_html(text: str) -> None:
-    """HTML this package built, every value in it through html.escape; text from elsewhere goes through show_md."""
+def show_html(text: str, detail: bool = False) -> None:
+    """HTML this package built, every value in it through html.escape; text from elsewhere goes through show_md.
+    detail=True: to the open appendix inside details_to(), as show_md's."""
+    if detail and _DETAILS:
+        _DETAILS[-1].items.append(("html", text))
+        return
     from IPython.display import HTML, display
     display(HTML(text))
 
@@ -66,6 +70,11 @@ class Appendix:
 
     def heading(self) -> str:
         return f"Appendix {self.letter} — {self.title}"
+
+    def take_all(self) -> None:
+        """Everything shown inside details_to(self) goes here: a section with no result of its own in the body
+        moves to its appendix whole (issue 62: a heading whose section was only a pointer to its appendix)."""
+        self.kept = {**CHAPTER_KEEPS, "analysis": 1}
 
 
 _DETAILS: list[Appendix] = []       # the open appendix (at most one) while a body section renders

@@ -100,25 +100,147 @@ def _thin(axis, renderer, fig) -> None:
             break
 
 
+MIN_TICK_PT = 6.0       # a bar group's label shrinks no further before one is hidden
+
+
+def _named(text: str) -> bool:
+    """A tick label that names a thing (a bar group: 'local\nquick-1'), not a number with its unit ('4K', '1M',
+    matplotlib's '$\\mathdefault{10^{3}}$')."""
+    return not text.startswith("$") and sum(c.isalpha() for c in text) >= 3
+
+
+def _words(ticks) -> bool:
+    """An axis whose labels name things: each one must stay."""
+    return any(_named(t.label1.get_text()) for t, _ in ticks)
+
+
+def _keep_every_group(axis, renderer, fig) -> None:
+    """An x axis of named groups keeps every label (issue 62: the KV-cache figure labelled every other bar group):
+    its labels shrink to 7 pt, turn 30°, then 90°, then shrink to MIN_TICK_PT, while neighbours overlap; _thin is the
+    last resort."""
+    ticks = _tick_labels(axis, renderer)
+    if axis.axis_name != "x" or len(ticks) < 2 or not _words(ticks):
+        return
+
+    def clash() -> bool:
+        _layout(fig)
+        now = _tick_labels(axis, renderer)
+        return bool(_overlapping([e for _, e in now], True, _gap_px([t for t, _ in now], fig)))
+    size = max(t.label1.get_fontsize() for t, _ in ticks)
+    steps = [("size", x) for x in (8.0, 7.0) if x < size] + [("turn", 30), ("turn", 90), ("size", MIN_TICK_PT)]
+    for what, x in steps:
+        if not clash():
+            return
+        for t, _ in ticks:
+            if what == "size":
+                t.label1.set_fontsize(min(x, t.label1.get_fontsize()))
+            else:       # the label's end at its tick, read from bottom left to top right (or upwards)
+                t.label1.set(rotation=x, ha="right", va="top" if x < 90 else "center", rotation_mode="anchor")
+        _tight(fig)
+
+
+def _tight(fig) -> None:
+    if not fig.get_constrained_layout():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            fig.tight_layout()
+
+
+def _data_boxes(ax, renderer):
+    """Display-space boxes of what an axes plots: each bar, each line's points, each scatter's points."""
+    from matplotlib.transforms import Bbox
+    boxes = [p.get_window_extent(renderer) for p in ax.patches if p.get_visible()]
+    for line in ax.lines:
+        if line.get_visible() and len(line.get_xydata()):
+            boxes += [Bbox([[x, y], [x, y]]) for x, y in line.get_transform().transform(line.get_xydata())]
+    for c in ax.collections:
+        if c.get_visible() and len(c.get_offsets()):
+            boxes += [Bbox([[x, y], [x, y]]) for x, y in c.get_offset_transform().transform(c.get_offsets())]
+    return boxes
+
+
+def _covered(ax, renderer) -> int:
+    """How many of the axes' data marks its legend lies on (0: none, or no legend inside the plot)."""
+    legend = ax.get_legend()
+    if legend is None or not legend.get_visible():
+        return 0
+    box = legend.get_window_extent(renderer)
+    if not box.overlaps(ax.get_window_extent(renderer)):
+        return 0
+    return sum(box.overlaps(b) or box.contains(b.x0, b.y0) for b in _data_boxes(ax, renderer))
+
+
+def _legend_aside(ax, renderer, fig) -> None:
+    """A legend lying on the data moves to a corner of its plot where it lies on none, else to the right of the
+    plot, its entries, font and marker scale kept."""
+    if not _covered(ax, renderer):
+        return
+    old = ax.get_legend()
+    handles, labels = old.legend_handles, [t.get_text() for t in old.get_texts()]
+    own, named = ax.get_legend_handles_labels()
+    if named == labels:                 # the plotted artists themselves: the legend scales their markers afresh
+        handles = own
+    scale = getattr(old, "markerscale", 1.0) if handles is own else 1.0
+    keep = dict(fontsize=old.get_texts()[0].get_fontsize() if labels else 8, markerscale=scale,
+                title=old.get_title().get_text() or None)
+    for loc in ("upper right", "upper left", "lower right", "lower left", "center right", "center left"):
+        ax.legend(handles, labels, loc=loc, **keep)
+        _layout(fig)
+        if not _covered(ax, renderer):
+            return
+    ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0, **keep)
+    _tight(fig)
+    _layout(fig)
+
+
+def _unlabelled(ax, name: str) -> list[str]:
+    """An axis with numbers but no label (on it or on an axis it shares), and a label or legend entry that is a
+    column's name (snake_case) rather than words (issue 62)."""
+    from .words import SNAKE
+    out = []
+    for axis, label, shared in (("x", ax.get_xlabel(), ax.get_shared_x_axes()),
+                                ("y", ax.get_ylabel(), ax.get_shared_y_axes())):
+        ticks = getattr(ax, f"{axis}axis").get_major_ticks()
+        numbers = [t for t in ticks if t.label1.get_visible() and any(c.isdigit() for c in t.label1.get_text())
+                   and not _named(t.label1.get_text())]
+        if numbers and not label and not any(getattr(s, f"get_{axis}label")() for s in shared.get_siblings(ax)):
+            out.append(f"{name!r}: its {axis} axis has no label (what and in which unit)")
+    legend = ax.get_legend()
+    texts = [ax.get_xlabel(), ax.get_ylabel()] + ([t.get_text() for t in legend.get_texts()]
+                                                  + [legend.get_title().get_text()] if legend else [])
+    out += [f"{name!r}: {t!r} is a column's name, not words" for t in texts if t and SNAKE.search(t)]
+    return out
+
+
 def fit(fig) -> None:
-    """Wrap titles wider than their subplot; thin tick labels that overlap."""
+    """Move a legend off the data; keep every bar group's label; wrap titles wider than their subplot (after the
+    moves, which narrow the plots; the groups' labels are checked again after the titles' layout); thin tick labels
+    that overlap."""
     _layout(fig)
     renderer = _renderer(fig)
+    shown = [ax for ax in fig.axes if ax.get_visible()]
+    for _ in range(2):              # each step's layout moves what the others placed: twice over
+        for ax in shown:
+            _legend_aside(ax, renderer, fig)
+        for ax in shown:
+            _keep_every_group(ax.xaxis, renderer, fig)
+        _fit_titles(fig, renderer)
+    for ax in shown:
+        _thin(ax.xaxis, renderer, fig)
+        _thin(ax.yaxis, renderer, fig)
+
+
+def _fit_titles(fig, renderer) -> None:
     for _ in range(FIT_ROUNDS):     # tight_layout moves and narrows subplots: a title that fit may not any more
         before = [(title.get_text(), title.get_fontsize()) for _, title in _titles(fig)]
         for ax, title in _titles(fig):
             _wrap_title(ax, title, renderer)
-        if before == [(title.get_text(), title.get_fontsize()) for _, title in _titles(fig)]:
+        same = before == [(title.get_text(), title.get_fontsize()) for _, title in _titles(fig)]
+        if not same:
+            _tight(fig)                 # room for the titles' new lines
+        _layout(fig)                    # (a figure's layout engine lays it out again on every draw)
+        if same and not any(_wide(ax, title, renderer) for ax, title in _titles(fig)):
             break
-        if not fig.get_constrained_layout():
-            with warnings.catch_warnings():     # "cannot make Axes width small enough": the check below says so
-                warnings.simplefilter("ignore", UserWarning)
-                fig.tight_layout()              # room for the titles' new lines
-        _layout(fig)
-    for ax in fig.axes:
-        if ax.get_visible():
-            _thin(ax.xaxis, renderer, fig)
-            _thin(ax.yaxis, renderer, fig)
 
 
 def problems(fig) -> list[str]:
@@ -135,6 +257,13 @@ def problems(fig) -> list[str]:
             for i, j in _overlapping([e for _, e in ticks], axis.axis_name == "x", gap):
                 out.append(f"{name!r}: {axis.axis_name} tick labels {ticks[i][0].label1.get_text()!r} and "
                            f"{ticks[j][0].label1.get_text()!r} overlap or touch")
+        if _covered(ax, renderer):
+            out.append(f"{name!r}: its legend lies on the data ({_covered(ax, renderer)} marks under it)")
+        out += _unlabelled(ax, name)
+        hidden = [t.label1.get_text() for t in ax.xaxis.get_major_ticks()
+                  if t.label1.get_text() and not t.label1.get_visible()]
+        if any(_named(s) for s in hidden):
+            out.append(f"{name!r}: bar group labels hidden: {', '.join(repr(s) for s in hidden[:3])}")
     titles = _titles(fig)
     for ax, title in titles:
         if title.get_window_extent(renderer).width > ax.get_window_extent(renderer).width + PAD_PX:

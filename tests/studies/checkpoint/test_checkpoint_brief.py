@@ -69,7 +69,7 @@ def test_every_run_failed_says_so_not_sweep_off(result, shown, tmp_path):
     frame.to_csv(folder / "runs.csv", index=False)
     _render(folder, frame)
     text = " ".join(shown)
-    assert "3 of 3 run(s) failed" in text and "No space left on device" in text
+    assert "3 of 3 runs failed" in text and "No space left on device" in text
     assert "every cost run failed" in text and "every framework run failed" in text
     assert "did not run" not in text and "No protocol run measured" in text
 

@@ -44,9 +44,9 @@ def test_verdict_client_bound_only_beyond_the_checkpoints_spread():
     runs, ckpts = _frames([2.0, 2.2, 2.1], [1.0, 1.1, 1.2])      # saves halved: far beyond 0.2
     c, = metrics.client_checks(runs, ckpts)
     assert c["client_bound"] and c["target"] == "fast" and c["model"] == "m" and c["repeats"] == 1
-    fig = c["figures"]["honest save GiB/s"]
+    fig = c["figures"]["measured save GiB/s"]
     assert fig["moved_beyond_spread"] and fig["moved"] == pytest.approx(-1.0) and fig["repeat_spread"] == pytest.approx(0.2)
-    assert not c["figures"]["honest restore GiB/s"]["moved_beyond_spread"]
+    assert not c["figures"]["measured restore GiB/s"]["moved_beyond_spread"]
     assert "client-bound" in c["text"] and "1 of 2 CPUs" in c["text"]
     runs, ckpts = _frames([2.0, 2.2, 2.1], [2.05, 2.15, 2.1])
     c, = metrics.client_checks(runs, ckpts)
@@ -70,14 +70,14 @@ def test_verdict_sits_beside_the_headline_and_on_page_1(tmp_path):
     runs, ckpts = _frames([2.0, 2.2, 2.1], [1.0, 1.1, 1.2])
     study = {"client_checks": metrics.client_checks(runs, ckpts)}
     note = brief.check_note(study, "fast")
-    assert note.startswith("client check (m) on 1 of 2 CPUs: client-bound (honest save GiB/s moved -1")
-    assert "repeat spread of 0.2" in note and brief.check_note(study, "other") == ""
+    assert note.startswith("client check (m), rerun on 1 of 2 CPUs: client-bound (measured save GiB/s fell by 1")
+    assert "repeats' spread of 0.2" in note and brief.check_note(study, "other") == ""
     ckpts.to_csv(tmp_path / "checkpoints.csv", index=False)        # the brief's verdict: from the study's files
     (tmp_path / "study.json").write_text(json.dumps({"intervals": [
         {"target": "fast", "model": "llama3-8b", "ranks": 8, "checkpoint_bytes": 1 << 30, "checkpoint_gib": 1.0,
          "overhead_limit_percent": 5, "sync_interval_s": 20.0, "async_interval_s": 2.0, "restore_s": 1.0}]}))
     page1, = brief.answers(tmp_path, runs, ["fast"])
-    assert "client check (m) on 1 of 2 CPUs: client-bound" in page1["basis"]
+    assert "client check (m), rerun on 1 of 2 CPUs: client-bound" in page1["basis"]
 
 
 @pytest.mark.slow   # over 10 s in the fast tier (two workers): make test-fast <= 3 min
@@ -100,7 +100,7 @@ def test_a_small_run_with_the_check_on(tmp_path):
     study = json.loads((out / "study.json").read_text())
     c, = study["client_checks"]
     assert c["target"] == "fast" and c["model"] == "llama3-8b" and c["confined_runs"] == 1
-    assert set(c["figures"]) == {"honest save GiB/s", "honest restore GiB/s"}
+    assert set(c["figures"]) == {"measured save GiB/s", "measured restore GiB/s"}
     tree = out / "mlperf" / "results" / "fast" / "checkpointing" / "llama3-8b"
     in_tree = [json.loads((d / "storagebrief.json").read_text())["run_id"] for d in tree.iterdir()]
     assert in_tree == [r for r in runs.run_id if "halfcpus" not in r]       # the confined run is not in MLPerf's tree

@@ -63,13 +63,13 @@ def test_a_search_on_a_directory_stops_at_the_caps_count_and_says_so(tmp_path):
     out = s.outcome()
     assert [r["accelerators"] for r in rows] == [1, 2, 4, 8]
     assert (out.answer, out.limited_by) == (8, "memory")
-    assert out.text == "≥ 8 (page-cache cap: more accelerators' reads would not fit emulate.memory_limit_mib)"
+    assert out.text == "≥ 8 (more accelerators' data would not fit the memory this run allows for caching)"
     sup = limits.supported(pd.DataFrame(rows)).iloc[0]              # the rows alone say the same
     assert (sup.accelerators_supported, sup.supported_limited_by, sup.accelerators_supported_text) == (
         8, "memory", out.text)
     frame = pd.DataFrame(rows)
     assert brief.answers(None, frame, ["t"])[0]["answer"] == out.text
-    assert "or fewer where the page-cache cap holds fewer accelerators' reads (t: 8;" in brief._memory_caps(frame)
+    assert "or fewer where the page-cache cap holds fewer accelerators' reads (t: 8)" in brief._memory_caps(frame)
     plain = Search(90.0, repeats=1, budget_s=1e9, cap=16)          # search_max alone: 'cap', as before
     drive(plain, fake_au(100))
     assert plain.outcome().limited_by == "cap"

@@ -64,7 +64,7 @@ def test_probe_order_and_phases():
     # the cap is probed itself when the next doubling would pass it
     s = Search(90.0, repeats=1, budget_s=1e9, cap=10)
     assert [r["accelerators"] for r in drive(s, fake_au(100))] == [1, 2, 4, 8, 10]
-    assert s.outcome().text == "≥ 10 (search cap: emulate.search_max)"
+    assert s.outcome().text == "≥ 10 (the largest count the search may try)"
 
 
 def test_client_limited_failure_stops_the_search():
@@ -231,11 +231,11 @@ def test_real_search_on_a_fast_target_stops_at_its_cap(tmp_path):
     assert on_disk.search_step.tolist() == frame.search_step.tolist()
     m = json.loads((out / "metrics.json").read_text())["unet3d"]["fast"]
     assert (m["accelerators_supported"], m["supported_limited_by"]) == (2, "cap")
-    assert m["accelerators_supported_text"] == "≥ 2 (search cap: emulate.search_max)"
+    assert m["accelerators_supported_text"] == "≥ 2 (the largest count the search may try)"
     assert m["search_probes"] == "1,2" and m["search_elapsed_s"] == pytest.approx(frame.search_elapsed_s.max())
     notes = json.loads((out / "notes.json").read_text())["warnings"]
     assert not [n for n in notes if n.startswith("search of ")], notes    # the live search agreed with the rows
-    assert brief.answers(out, frame, ["fast"])[0]["answer"] == "≥ 2 (search cap: emulate.search_max)"
+    assert brief.answers(out, frame, ["fast"])[0]["answer"] == "≥ 2 (the largest count the search may try)"
     # the client check's verdict is in metrics.json and next to the page-1 answer
     assert m["client_check"]["accelerators"] == 2 and isinstance(m["client_check"]["client_bound"], bool)
     basis = brief.answers(out, full, ["fast"])[0]["basis"]

@@ -124,7 +124,7 @@ def test_a_fixed_list_with_an_unmeasured_count_gives_no_floor():
     assert sup.supported_limited_by == "scale" and pd.isna(sup.accelerators_supported)
     assert sup.accelerators_supported_text == (
         "not answered at this scale (2 passed; at 4 AU was no measurement: too few steps, prefetch carried its "
-        "window; emulate.num_files ≥ 352 or the paper profile answers it)")
+        "window; a data set of 352 files or more, or the paper profile, answers it)")
     assert not sup.limited_by_sweep
 
 

@@ -42,7 +42,7 @@ def _frame(base: list[float], confined: list[float]) -> pd.DataFrame:
 def test_verdict_client_bound_only_beyond_the_repeats_spread():
     c, = metrics.client_checks(_frame([2.0, 2.2], [1.0]))
     assert c["client_bound"] and c["repeats"] == 2 and c["confined_runs"] == 1 and set(c["figures"]) == set(FIGS.values())
-    f = c["figures"]["honest read GiB/s"]
+    f = c["figures"]["measured read GiB/s"]
     assert f["moved"] == pytest.approx(-1.1) and f["repeat_spread"] == pytest.approx(0.2)
     c, = metrics.client_checks(_frame([2.0, 2.2], [2.15]))
     assert not c["client_bound"] and "not client-sensitive" in c["text"]
@@ -71,8 +71,8 @@ def test_verdict_beside_the_headline_and_page_1(tmp_path):
                    "recomputing beyond 1,000 tokens", "read_gib_per_s_needed": 1.0, "need_at_tokens": 8192,
                    "reload_read_gib_per_s": 2.0, "reload_latency_s": 0.001}]).to_csv(tmp_path / "breakeven.csv")
     row, = brief.answers(tmp_path, frame, ["fast"])
-    assert "client check (w) on 1 of 2 CPUs: client-bound (honest read GiB/s moved -1.1 vs a repeat spread " \
-           "of 0.2" in row["basis"]
+    assert "client check (w), rerun on 1 of 2 CPUs: client-bound (measured read GiB/s fell by 1.1, more than its " \
+           "repeats' spread of 0.2" in row["basis"]
     assert brief.check_note(metrics.client_checks(frame), "slow", {"w"}) == ""
 
 

@@ -323,6 +323,6 @@ def test_points_and_the_gpu_section_name_a_point_memory_served(monkeypatch):
     info = {"available": True, "gpus": ["GPU 0: H200"]}
     gpu_brief.section({"gpu": info}, g)
     text = "\n".join(said)
-    assert ("**Not the storage's figure.** At 1 point(s) the page cache served part of the reads, so their MB/s is "
+    assert ("**Not the storage's figure.** At 1 point the page cache served part of the reads, so their MB/s is "
             "part memory: legacy 1M × 8 (idle): the device read 10% of the bytes delivered") in text
     assert "legacy ÷ legacy-fio: 0.80–0.80×" in text          # the cached point's 7.8× is left out

@@ -322,8 +322,8 @@ def _sweep(frame, name: str):
 
 def headlines(frame, target_names: list[str]) -> list[dict]:
     out = versus_reference(_sweep(frame, "protocol"), target_names, ["model", "mode", "scale"],
-                           [("honest_save_gib_per_s", "higher", "Checkpoint save (honest GiB/s)"),
-                            ("honest_load_gib_per_s", "higher", "Checkpoint restore (honest GiB/s)"),
+                           [("honest_save_gib_per_s", "higher", "Checkpoint save (measured GiB/s)"),
+                            ("honest_load_gib_per_s", "higher", "Checkpoint restore (measured GiB/s)"),
                             ("save_duration_s_mean", "lower", "Checkpoint save time")])
     cost = _sweep(frame, "cost")
     cost = cost[cost["save_mode"] != "none"] if len(cost) else cost
@@ -425,7 +425,7 @@ def client_checks(frame, ckpts) -> list[dict]:
 
     def values(rows) -> dict:
         c = ckpts[ckpts.run_id.isin(set(rows.run_id))]
-        return {f"honest {word} GiB/s": [float(x) for x in c[c.op == op].honest_gib_per_s]
+        return {f"measured {word} GiB/s": [float(x) for x in c[c.op == op].honest_gib_per_s]
                 for op, word in (("save", "save"), ("load", "restore"))}
 
     return client_check.verdicts(ok, ["model", "target"], values, lambda k: f"{k[1]}, {k[0]}")

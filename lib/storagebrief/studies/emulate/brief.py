@@ -11,6 +11,7 @@ from ...kit import client_check, mlpstorage_verdict
 from ...kit.figures import metric_vs
 from ...kit.files import read_csv_or_none, read_json_or
 from ...report.display import analysis, fmt_s, show_figure, show_md, show_table, style, target_colors
+from ...report.words import plural
 from . import brief_s3
 from .limits import MARGIN_POINTS, answer_note, client_checks, judge, point_cause
 from .mlperf import verdicts as mlperf_verdicts
@@ -48,9 +49,20 @@ def section(study_dir: Path, frame, names: list[str]) -> None:
     _latency_table(frame)
 
 
+# How the page cache was kept out of the measurement (the dataset_sizing column, run.py / objects.py), in words.
+SIZING = {"memory_cap": "a memory cap (a cgroup holds each run's page cache well below its data set)",
+          "memory_cap->fadvise_evict (no memory cgroup)": "evicting each file from the page cache after it is read "
+                                                          "(no memory cgroup here)",
+          "memory_cap->fadvise_evict of the gateway's files (S3)": "evicting the S3 gateway's files from the page "
+                                                                    "cache after they are read (S3)",
+          "odirect (page cache bypassed)": "direct I/O (page cache bypassed)",
+          "fixed (page cache not controlled)": "nothing (a fixed data set; page cache not controlled)",
+          "mlperf": "MLPerf's sizing (a data set larger than this machine's memory)"}
+
+
 def _what_ran(frame, desc: dict) -> None:
     repeats = int(frame.repeat.max())
-    sizing = ", ".join(sorted(set(frame.dataset_sizing.astype(str))))
+    sizing = "; ".join(dict.fromkeys(SIZING.get(s, s) for s in sorted(set(frame.dataset_sizing.astype(str)))))
     mpi = "launcher" in frame and (frame.launcher == "mpi").any()
     how = ("an MPI rank (mpirun, one rank per accelerator; the per-step barrier is an MPI barrier)" if mpi
            else "a process forked on this host")
@@ -59,8 +71,8 @@ def _what_ran(frame, desc: dict) -> None:
         f"({int(frame.read_threads.iloc[0])} read threads, {int(frame.prefetch.iloc[0])} batches prefetched per thread, "
         f"{int(frame.read_block_bytes.iloc[0]) // 1024} KiB reads) that reads every sample's bytes from the target, then "
         "sleeps for the accelerator's compute time per batch; all accelerators meet at a barrier every step "
-        f"(the all-reduce). Files are reshuffled every epoch with a fixed seed. {int(frame.epochs.iloc[0])} epochs, "
-        f"{repeats} repeat(s) per point, cold cache before every run, targets interleaved. AU % = compute ÷ wall time "
+        f"(the all-reduce). Files are reshuffled every epoch with a fixed seed. {plural(int(frame.epochs.iloc[0]), 'epoch')}, "
+        f"{plural(repeats, 'repeat')} per point, cold cache before every run, targets interleaved. AU % = compute ÷ wall time "
         "over the measured steps, nothing subtracted (as MLPerf Storage and DLIO define it): an accelerator that is "
         "late, for whatever reason, lowers AU. Page cache kept out of the measurement by: "
         f"**{sizing}**. MB = 10⁶ bytes, MiB = 2²⁰ bytes.")
@@ -89,7 +101,7 @@ def _search_what_ran(frame) -> None:
             "starts only when its repeats are expected to fit) or at its largest count: N = "
             f"{int(frame.search_max.max())} (`emulate.search_max`){_memory_caps(frame)}: the answer is then a floor, "
             "\"≥ N\". Each count "
-            f"probed runs {int(frame.repeat.max())} repeat(s) and is judged on their mean AU, as a fixed list is, so "
+            f"probed runs {plural(int(frame.repeat.max()), 'repeat')} and is judged on their mean AU, as a fixed list is, so "
             "one run's spread near the threshold does not steer the search; every probe is a row of runs.csv "
             "(`search_step`, `search_phase`, `search_elapsed_s`).")
 
@@ -140,7 +152,7 @@ def _au_window(frame) -> None:
         return
     first = frame.loc[frame.steps.idxmin()]
     w = int(first.read_threads) * (int(first.prefetch) + 1)
-    counts = ", ".join(f"{int(r.steps)} steps at {int(r.accelerators)} accelerator(s): {int(r.au_warmup_steps) + 1}.."
+    counts = ", ".join(f"{int(r.steps)} steps at {plural(int(r.accelerators), 'accelerator')}: {int(r.au_warmup_steps) + 1}.."
                        f"{int(r.steps) - int(r.au_drain_steps)}"
                        for _, r in frame.drop_duplicates(["workload", "accelerators"]).iterrows())
     show_md(f"**Which steps AU measures (steady state).** Each loader can hold up to read threads × (prefetch + 1) = "
@@ -255,13 +267,13 @@ def _supported_table(sup) -> None:
                     "stays at or above the threshold. 'Limited by' is what stopped it at the first failing count: "
                     "storage, or the client ('client-limited at N': this machine could not drive N accelerators, so the "
                     "storage earned no number there); 'none': every count tried passed, so the target may support more."
-               + (" A search (accelerators: auto) says why it stopped: storage (the boundary found: N passes, N + 1 "
+               + (" A search of the count says why it stopped: storage (the boundary found: N passes, N + 1 "
                   "fails), client, scale ('not answered at this scale': the next count's AU passed but was no "
                   "measurement — its window too short, prefetched data carried it — and more accelerators only "
                   "shorten it; a larger data set answers it), budget ('≥ N (search budget reached after T s)': time "
-                  "ran out before the boundary was found, so N is a floor), cap ('≥ N': the search's largest count, emulate.search_max, passed) "
-                  "or memory ('≥ N (page-cache cap)': the most accelerators whose reads fit emulate.memory_limit_mib "
-                  "passed; more would measure the cap's thrash, not the storage)."
+                  "ran out before the boundary was found, so N is a floor), cap ('≥ N': the largest count the search may try "
+                  "passed) or memory ('≥ N': the most accelerators whose data fits the memory this run allows for "
+                  "caching passed; more would measure the cache's thrashing, not the storage)."
                   if searched else ""),
                body=True)     # the study's answer: a key table
 
@@ -302,7 +314,7 @@ def _limits_table(frame) -> None:
     if len(client):
         ns = ", ".join(str(n) for n in sorted(client.accelerators.unique()))
         failed = int((client.au_percent < client.au_threshold_percent).sum())
-        show_md(f"**The client took AU from {len(client)} of {len(frame)} runs** (at {ns} accelerator(s); {failed} of "
+        show_md(f"**The client took AU from {len(client)} of {len(frame)} runs** (at {plural(ns, 'accelerator')}; {failed} of "
                 "them below the threshold): this machine did not keep those emulated accelerators on time, so the AU "
                 "they lost is the client's, not the storage's, and a count that failed that way earned the storage no "
                 "number. To measure the storage further, drive it from more client hosts, as MLPerf Storage does: "
@@ -356,7 +368,7 @@ def _analysis(frame, sup) -> None:
                 f"{nmax * d:,.1f} MB/s; " + (
                     f"accelerators supported at ≥ {s.au_threshold_percent:.0f} % AU, searched: "
                     f"{s.accelerators_supported_text} (N probed: {s.search_probes})" if s.get("searched", False) else
-                    f"supports {s.accelerators_supported_text} accelerator(s) at ≥ "
+                    f"supports {plural(s.accelerators_supported_text, 'accelerator')} at ≥ "
                     f"{s.au_threshold_percent:.0f} % AU (limited by: {s.supported_limited_by})"))
         if not math.isnan(m.bound.iloc[-1]):
             text += (f". The throttle allows at most {m.bound.iloc[-1]:.0f} % AU at {nmax} (min(bandwidth cap, "
@@ -434,7 +446,7 @@ def _memory_caps(frame) -> str:
         return ""
     caps = mem.groupby("target", sort=False).search_max.max()
     return (", or fewer where the page-cache cap holds fewer accelerators' reads ("
-            + ", ".join(f"{t}: {int(n)}" for t, n in caps.items()) + "; emulate.memory_limit_mib)")
+            + ", ".join(f"{t}: {int(n)}" for t, n in caps.items()) + ")")
 
 
 def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:

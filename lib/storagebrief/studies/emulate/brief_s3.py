@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ...report.display import show_md, show_table
+from ...report.words import plural
 from .limits import point_cause
 
 
@@ -60,7 +61,7 @@ def _failed(full) -> None:
         return
     bad = full[full.status.astype(str) == "failed"]
     for t, g in bad.groupby("target", sort=False):
-        show_md(f"**{t}: {len(g)} run(s) failed.** {g.failure_reason.iloc[0]}")
+        show_md(f"**{t}: {plural(len(g), 'run')} failed.** {g.failure_reason.iloc[0]}")
 
 
 def answer_basis(desc: dict, target: str) -> str:

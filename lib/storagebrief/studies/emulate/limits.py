@@ -236,7 +236,7 @@ def supported(frame) -> pd.DataFrame:
         limit, n, best, text = _searched(g, verdicts) if search else _fixed_list(verdicts)
         fails = [k for k in sorted(verdicts) if verdicts[k] != "pass"]
         if limit == "scale" and (files := files_for_window(g[g.accelerators == fails[0]].iloc[0].to_dict())):
-            text = text[:-1] + f"; emulate.num_files ≥ {files:,} or the paper profile answers it)"
+            text = text[:-1] + f"; a data set of {files:,} files or more, or the paper profile, answers it)"
         rows.append({"workload": w, "target": t, "au_threshold_percent": thr,
                      "accelerators_supported": n, "accelerators_supported_text": text,
                      "supported_limited_by": limit, "accelerators_supported_at_least": best,
@@ -277,9 +277,9 @@ def outcome_text(answer: int | None, limited_by: str, first_fail: int | None, el
     if limited_by == "storage":
         return f"{answer} (storage-limited)"
     if limited_by == "cap":
-        return f"≥ {answer} (search cap: emulate.search_max)"
+        return f"≥ {answer} (the largest count the search may try)"
     if limited_by == "memory":
-        return f"≥ {answer} (page-cache cap: more accelerators' reads would not fit emulate.memory_limit_mib)"
+        return f"≥ {answer} (more accelerators' data would not fit the memory this run allows for caching)"
     fails = f"; fails at {first_fail}" if first_fail is not None else ""
     return f"≥ {answer} (search budget reached after {elapsed_s:.0f} s{fails})"
 

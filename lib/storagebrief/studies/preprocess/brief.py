@@ -12,7 +12,7 @@ from ...kit.files import read_csv_or_none, read_json_or
 from ...kit.history import earlier
 from ...kit.runs import ok_runs
 from ...report.display import analysis, fmt_s, show_figure, show_md, show_table, style
-from ...report.words import spread, spread_cell
+from ...report.words import plural, spread, spread_cell
 
 
 def section(study_dir: Path, frame, names: list[str]) -> None:
@@ -85,7 +85,7 @@ def _process_analysis(ps, names: list[str]) -> None:
         one = float(m.iloc[0])
         read = float(ps[(ps.target == n) & (ps.processes == best_p)].read_share_percent.mean())
         bound = "storage-bound (most time in reads)" if read >= 50 else "CPU-bound (most time decoding and resizing)"
-        lines.append(f"- **{n}**: {one:.0f} MB/s at {int(m.index[0])} process(es), best {best_v:.0f} MB/s at "
+        lines.append(f"- **{n}**: {one:.0f} MB/s at {plural(int(m.index[0]), 'process')}, best {best_v:.0f} MB/s at "
                      f"{best_p} processes (×{best_v / one:.1f} speedup from parallelism); at its best it was "
                      f"{bound}, read share {read:.0f} %.")
     cpus = os.cpu_count() or 1

@@ -11,7 +11,7 @@ from ...kit.files import read_json_or
 from ...kit.history import earlier
 from ...kit.runs import ok_runs
 from ...report.display import analysis, show_figure, show_md, show_table, style, target_colors
-from ...report.words import spread, spread_cell
+from ...report.words import plural, spread, spread_cell
 
 
 def disk_table(frame, target: str):
@@ -80,18 +80,24 @@ def _what_ran(ok, info: dict) -> None:
                if k.get("mode") == "started" else
                f"the external Kafka cluster {k.get('bootstrap', '')} (the device columns are this host's target "
                "devices, not the brokers' disks)")
-    flush = (f"brokers fsync every {int(r.flush_messages)} message(s) so a run's frames reach the device within it"
+    flush = (f"brokers fsync every {plural(int(r.flush_messages), 'message')} so a run's frames reach the device within it"
              if r.get("flush_messages") == r.get("flush_messages") and r.get("flush_messages") is not None
              else "brokers leave writeback to the OS (Kafka's default)")
     startups = info.get("cluster_startup_s") or []
     show_md(
         f"**What ran.** Each of S concurrent streams decodes a generated video with OpenCV at its frame rate, "
         f"JPEG-encodes every frame (quality {int(r.jpeg_quality)}) and publishes it with confluent-kafka "
-        f"(acks={r.acks}) to {cluster}; {flush}. A consumer group of {int(r.consumers)} process(es) classifies "
+        f"(acks={r.acks}) to {cluster}; {flush}. A consumer group of {plural(int(r.consumers), 'process')} classifies "
         f"the frames with ResNet50 (weights=None) at {int(r.input_size)}×{int(r.input_size)} input, batch "
         f"{int(r.batch_size)}, on {r.tf_device}. Each stream plays {r.duration_s:g} s of video; latency runs from "
         "the producer's timestamp just before publishing to the moment the frame's class is known. "
         + (f"Cluster start-up took {', '.join(f'{s:.1f}' for s in startups)} s per target. " if startups else ""))
+
+
+def _span(values, fmt: str) -> str:
+    """'1.22–1.51', or '1.22' where every run gave the same (not '1.22–1.22')."""
+    lo, hi = fmt.format(min(values)), fmt.format(max(values))
+    return lo if lo == hi else f"{lo}–{hi}"
 
 
 def _figure(ok, names: list[str]) -> None:
@@ -102,13 +108,13 @@ def _figure(ok, names: list[str]) -> None:
     if sweep.streams.nunique() < 2:
         return
     fig, axes = plt.subplots(1, 3, figsize=(10, 3.1))
-    for ax, (col, label) in zip(axes, [("device_iops_avg", "brokers' device IOPS"),
-                                        ("device_mib_per_s_avg", "brokers' device MiB/s"),
-                                        ("latency_ms_p99", "frame latency p99 (ms)")]):
+    for ax, (col, label, unit) in zip(axes, [("device_iops_avg", "brokers' device IOPS", "IOPS"),
+                                              ("device_mib_per_s_avg", "brokers' device MiB/s", "MiB/s"),
+                                              ("latency_ms_p99", "frame latency p99 (ms)", "ms")]):
         if col in sweep:
             sns.lineplot(sweep, x="streams", y=col, hue="target", hue_order=names, marker="o", ax=ax,
                          errorbar=None, legend=ax is axes[0], palette=target_colors(names))
-        ax.set(xlabel="concurrent streams", ylabel="", title=label)
+        ax.set(xlabel="concurrent streams", ylabel=unit, title=label)
     show_figure(fig, "Streams sweep (first video, first topic count): the brokers' disk load and the "
                      "end-to-end latency as streams are added.")
 
@@ -124,18 +130,19 @@ def _analysis(ok, names: list[str], info: dict) -> None:
         top = g.loc[g.device_iops_avg.idxmax()] if "device_iops_avg" in g and g.device_iops_avg.notna().any() else None
         if top is not None:
             lines.append(f"- **{n}**: up to {top.device_iops_avg:,.0f} IOPS and {top.device_mib_per_s_avg:,.1f} MiB/s "
-                         f"on the brokers' device at {int(top.streams)} streams of {top.video}, {int(top.topics)} "
-                         f"topic(s); write requests average {top.device_avg_write_kib:,.1f} KiB, "
+                         f"on the brokers' device at {plural(int(top.streams), 'stream')} of {top.video}, "
+                         f"{plural(int(top.topics), 'topic')}; write requests average {top.device_avg_write_kib:,.1f} KiB, "
                          f"{100 - top.device_read_percent:.1f} % of device bytes are writes (the Samsung SDC 2023 study: nearly 100 %).")
         wa = g.write_amplification.dropna() if "write_amplification" in g else []
         if len(wa):
-            lines.append(f"- **{n}**: the device wrote {wa.min():.2f}–{wa.max():.2f} × the replicated bytes "
+            lines.append(f"- **{n}**: the device wrote {_span(wa, '{:.2f}')} × the replicated bytes "
                          "(bytes produced × RF); above 1 is log-index, metadata and filesystem-journal overhead, "
                          "below 1 means data had not reached the device when the run ended.")
         slow = int(g.streams_below_fps.sum())
-        lines.append(f"- **{n}**: {'every stream kept its frame rate' if slow == 0 else f'{slow} stream run(s) fell below their frame rate'}; "
-                     f"{int(g.frames_dropped.sum())} frame(s) decoded but not classified; latency p99 "
-                     f"{g.latency_ms_p99.min():,.0f}–{g.latency_ms_p99.max():,.0f} ms.")
+        kept = "every stream kept its frame rate" if slow == 0 else plural(slow, "stream run") + " fell below their frame rate"
+        lines.append(f"- **{n}**: {kept}; "
+                     f"{plural(int(g.frames_dropped.sum()), 'frame')} decoded but not classified; latency p99 "
+                     f"{_span(g.latency_ms_p99, '{:,.0f}')} ms.")
     lines.append("- Device counters are device-wide: anything else on the same disk during a run is in them, and "
                  "two targets on one disk differ only by the emulated profile (cgroup v1 throttles the brokers' "
                  "fsync'ed writes, not the kernel's background writeback).")

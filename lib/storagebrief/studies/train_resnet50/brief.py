@@ -12,7 +12,7 @@ from ...kit.files import read_csv_or_none
 from ...kit.history import earlier
 from ...kit.runs import ok_runs
 from ...report.display import analysis, show_figure, show_md, show_table, style
-from ...report.words import spread, spread_cell
+from ...report.words import plural, spread, spread_cell
 from .metrics import memory_effect
 from .params import MIB, parse_memory
 
@@ -116,7 +116,7 @@ def _what_ran(ok) -> None:
         f"**What ran.** `tf.keras.applications.ResNet50(weights=None)` trained from TFRecords "
         f"({int(r0.dataset_records)} records, {r0.dataset_bytes / 1e6:.1f} MB, source: {r0.dataset_source}) at "
         f"{int(r0.input_size)}×{int(r0.input_size)} input, batch {int(r0.batch_size)}{_batches(r0)}, "
-        f"{int(r0.epochs)} epochs on {r0.tf_device}, through a `tf.data` pipeline (parallel interleaved reads, parse, "
+        f"{plural(int(r0.epochs), 'epoch')} on {r0.tf_device}, through a `tf.data` pipeline (parallel interleaved reads, parse, "
         "decode, random crop + flip, batch, prefetch, AUTOTUNE). Every job ran in its own memory cgroup. A dataset:memory "
         "ratio caps the dataset's page cache at dataset × memory/dataset: every 50 ms the dataset pages "
         "over it are evicted, least recently read first. TensorFlow's own memory "
@@ -146,7 +146,7 @@ def _memory_analysis(frame, names: list[str]) -> None:
             continue
         ratio = "from zero" if math.isinf(eff["read_ratio"]) else f"×{eff['read_ratio']:.1f}"
         verb = "raised" if math.isinf(eff["read_ratio"]) or eff["read_ratio"] >= 1 else "changed"
-        caveat = (f" Caution: another process dropped the page cache {eff['foreign_cache_drops']:.0f} time(s) during "
+        caveat = (f" Caution: another process dropped the page cache {plural(eff['foreign_cache_drops'], 'time')} during "
                   "these runs, which forces re-reads in any run." if eff["foreign_cache_drops"] else "")
         lines.append(f"- **{n}**: limiting memory ({eff['setting']}) {verb} the job's device reads {ratio} while "
                      f"training time changed by {eff['time_change_percent']:+.1f} %; after the first epoch "

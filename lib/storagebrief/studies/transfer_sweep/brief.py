@@ -9,6 +9,7 @@ import pandas as pd
 
 from ...kit.files import read_csv_or_none, read_json_or
 from ...report.display import analysis, log_axis_ticks, show_figure, show_md, show_table, style, target_colors
+from ...report.words import plural
 from .params import size_label
 
 
@@ -40,15 +41,16 @@ def _what_ran(frame, study: dict, cpu) -> None:
     sizes = ", ".join(size_label(int(b)) for b in sorted(cpu.block_size_bytes.unique()))
     qds = ", ".join(str(int(q)) for q in sorted(cpu.queue_depth.unique()))
     show_md(
-        f"**What ran.** One fio job per point ({study.get('fio_version', 'fio')}, `ioengine={study.get('engine')}`, "
-        f"`direct=1`, {', '.join(sorted(cpu.rw.unique()))}), transfer sizes {sizes} (K = 1,024 B) at queue depths "
+        f"**What ran.** One fio job per point ({study.get('fio_version', 'fio')}, the {study.get('engine')} engine, "
+        f"direct I/O, {', '.join(sorted(cpu.rw.unique()))}), transfer sizes {sizes} (K = 1,024 B) at queue depths "
         f"{qds} ({study.get('queue_depth_split', '')}), {study.get('ramp_time_s')} s ramp + "
-        f"{study.get('runtime_s')} s measured per point, {int(frame.repeat.max())} repeats (the outer loop), on a "
+        f"{study.get('runtime_s')} s measured per point, {plural(int(frame.repeat.max()), 'repeat')} (the outer loop), on a "
         f"fully written {study.get('file_bytes', 0) / 2**20:,.0f} MiB file per target; emulated targets run fio "
-        "inside their blkio throttle. Throughput is fio's `bw_bytes` in MB/s (10⁶ B/s); mean latency is fio's "
+        "inside their blkio throttle. Throughput is fio's bandwidth in MB/s (10⁶ B/s); mean latency is fio's "
         "total latency (submission + completion) in µs; p99 is fio's completion-latency percentile, recomputed "
         "from the histogram bins of all repeats merged (fio's own rule), so it is exact over every I/O of the "
-        "point, not an average of percentiles. Raw fio JSON+ per run: `fio/<run_id>.json`.")
+        "point, not an average of percentiles.")
+    show_md("fio's raw JSON+ output of every run: `fio/<run_id>.json` in the study's folder.", detail=True)
 
 
 def _busy_load(frame, study: dict) -> None:

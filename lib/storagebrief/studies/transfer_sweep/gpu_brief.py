@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ...report.display import show_md, show_table
+from ...report.words import plural
 from . import gpu
 from .params import size_label
 
@@ -98,7 +99,7 @@ def _memory_served(g: pd.DataFrame) -> str:
     where = "; ".join(f"{r.path} {size_label(int(r.block_size_bytes))} × {int(r.queue_depth)} ({r.load}): "
                       f"the device read {r.device_bytes_per_delivered_byte_mean:.0%} of the bytes delivered"
                       for r in bad.itertuples())
-    return (f"**Not the storage's figure.** At {len(bad)} point(s) the page cache served part of the reads, so "
+    return (f"**Not the storage's figure.** At {plural(len(bad), 'point')} the page cache served part of the reads, so "
             f"their MB/s is part memory: {where}. Their ratios to fio are left out below.")
 
 

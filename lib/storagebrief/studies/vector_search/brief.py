@@ -13,7 +13,7 @@ from ...kit.files import read_csv_or_none, read_json_or
 from ...kit.history import earlier
 from ...kit.runs import at_point, open_section
 from ...report.display import analysis, show_figure, show_md, show_table, target_colors
-from ...report.words import spread, spread_cell
+from ...report.words import plural, spread, spread_cell
 from .metrics import KEYS, best_at_floor
 
 SIDE_FILES = {"study.json": "what ran and the data sets", "points.csv": "every point's figures",
@@ -109,7 +109,7 @@ def _analysis(pts, floor: float, study: dict) -> None:
     best = best_at_floor(pts, floor)
     for r in best.itertuples():
         lines.append(f"- '{r.target}': best {_rate(r.qps)} queries/s at recall {r.recall_at_k:.3f} (L {int(r.search_list)}"
-                     f", W {int(r.beam_width)}, {int(r.threads)} thread(s)); {r.reads_per_query_engine:.1f} reads per "
+                     f", W {int(r.beam_width)}, {plural(int(r.threads), 'thread')}); {r.reads_per_query_engine:.1f} reads per "
                      f"query; the device's IOPS predict {_rate(r.qps_predicted)} ({r.prediction_error:+.0%}, "
                      f"{r.regime}).")
     c = pts[pts.data == "clustered"]
@@ -129,11 +129,11 @@ def _analysis(pts, floor: float, study: dict) -> None:
                      "device behind the target, as on tmpfs): the engine's and the process's counts stand alone there.")
     cpu = c[c.regime == "CPU-bound"]
     if len(cpu):
-        lines.append(f"- {len(cpu)} point(s) were CPU-bound (I/O under half of query latency): there the measured "
+        lines.append(f"- {plural(len(cpu), 'point')} {'was' if len(cpu) == 1 else 'were'} CPU-bound (I/O under half of query latency): there the measured "
                      "QPS is below the device's prediction and is the client's figure, not the storage's.")
     cached = c[c.resident_index_pages > 0]
     lines.append("- The index stayed out of the page cache at every point (0 pages after each run)." if cached.empty
-                 else f"- {len(cached)} point(s) left index pages in the page cache: their reads were not all "
+                 else f"- {plural(len(cached), 'point')} left index pages in the page cache: their reads were not all "
                       "from the device.")
     analysis(lines)
 
@@ -164,7 +164,7 @@ def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
                       f"({spread(qps_runs, _rate, before)}); each query costs "
                       f"{r.reads_per_query_engine:.0f} reads; the device's IOPS predict {_rate(r.qps_predicted)}")
             basis = (f"recall {r.recall_at_k:.3f}, L {int(r.search_list)}, beam width {int(r.beam_width)}, "
-                     f"{int(r.threads)} thread(s), {r.regime} ({r.prediction_error:+.0%}); vector search")
+                     f"{plural(int(r.threads), 'thread')}, {r.regime} ({r.prediction_error:+.0%}); vector search")
         else:
             answer, basis = f"no point reached recall {floor}", "vector search: raise search_list"
         cell = ({"short": f"{_rate(r.qps)} queries/s ({spread_cell(qps_runs, _rate, before)})",
