@@ -47,7 +47,7 @@ vector_search = {
     'graph_degree': 32,  # Vamana R
     'build_complexity': 64,  # Vamana build L
     'pq_chunks': 32,  # PQ bytes per vector kept in memory (<= dimension)
-    'build_threads': 0,  # 0: every CPU
+    'build_threads': 1,  # 1: the same index from the same seed, bit for bit; 0: every CPU (not)
     'probe_s': 0.4,  # fio 4 KiB random-read probe after each point, at its queue depth (+0.2 s ramp)
     'recall_floor': 0.95,  # QPS is an answer only at recall >= this
     'uniform_control': True,  # v3.0's uniform random data at each L, first beam width, first target

@@ -203,9 +203,12 @@ def test_the_vector_search_answer_shows_its_repeats_range_at_the_chosen_point(tm
             enumerate(qs, 1)]
     pd.DataFrame([{"target": "local", "data": "clustered", "search_list": L, "beam_width": 1, "threads": 1,
                    "recall_at_k": rec, "qps": q, "reads_per_query_engine": 60.0, "qps_predicted": 261.0,
-                   "regime": "io", "prediction_error": 0.0}
-                  for L, rec, q in ((50.0, 0.951, 255.0), (100.0, 0.999, 160.0))]).to_csv(tmp_path / "points.csv")
+                   "regime": "io", "prediction_error": 0.0, "queries": n}
+                  for L, rec, q, n in ((50.0, 0.951, 255.0, 200.0), (100.0, 0.999, 160.0, 160.0))]).to_csv(
+        tmp_path / "points.csv")
     (tmp_path / "study.json").write_text(json.dumps({"recall_floor": 0.95}))
     (a,) = vs.answers(tmp_path, pd.DataFrame(runs), ["local"])
-    assert a["short"] == "255 queries/s (240–262)", a
-    assert "(3 runs 240–262)" in a["answer"], a
+    assert a["short"] == "255 queries/s at L 50 (240–262)", a
+    assert "queries/s per client at L 50, 200 queries (3 runs 240–262)" in a["answer"], a
+    assert a["note"].startswith("L 50, 200 queries; 60 reads per query"), a     # issue 61: its L and query count
+    assert [n for n in scorecard.numbers(f"{a['short']} {a['note']}") if n not in a["answer"]] == [], a

@@ -143,6 +143,12 @@ def _rate(qps: float) -> str:
     return f"{qps:,.0f}" if qps >= 100 else f"{qps:.1f}"
 
 
+def _at(r) -> str:
+    """The point behind the answer: its L and how many queries it ran (a points.csv of before them: L only)."""
+    q = r.get("queries")
+    return f"L {int(r.search_list)}" + (f", {int(q)} queries" if q is not None and q == q else "")
+
+
 MEASURE = "queries/s at the recall floor"     # kit/history: earlier studies' runs of this answer
 
 
@@ -160,16 +166,18 @@ def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
             r = best.loc[name]
             qps_runs = at_point(frame, name, r, KEYS, "qps")
             before = earlier(study_dir, MEASURE, name)
-            answer = (f"at recall ≥ {floor} this storage serves {_rate(r.qps)} queries/s per client "
+            at = _at(r)
+            answer = (f"at recall ≥ {floor} this storage serves {_rate(r.qps)} queries/s per client at {at} "
                       f"({spread(qps_runs, _rate, before)}); each query costs "
                       f"{r.reads_per_query_engine:.0f} reads; the device's IOPS predict {_rate(r.qps_predicted)}")
             basis = (f"recall {r.recall_at_k:.3f}, L {int(r.search_list)}, beam width {int(r.beam_width)}, "
                      f"{plural(int(r.threads), 'thread')}, {r.regime} ({r.prediction_error:+.0%}); vector search")
         else:
             answer, basis = f"no point reached recall {floor}", "vector search: raise search_list"
-        cell = ({"short": f"{_rate(r.qps)} queries/s ({spread_cell(qps_runs, _rate, before)})",
+        cell = ({"short": f"{_rate(r.qps)} queries/s at L {int(r.search_list)} "
+                          f"({spread_cell(qps_runs, _rate, before)})",
                  "measures": {MEASURE: qps_runs},
-                 "note": f"{r.reads_per_query_engine:.0f} reads per query; "
+                 "note": f"{at}; {r.reads_per_query_engine:.0f} reads per query; "
                  f"the device's IOPS predict {_rate(r.qps_predicted)} queries/s"} if name in best.index
                 else {"short": "recall not reached", "note": f"no point reached recall {floor}"})
         out.append({"question": f"Vector search: queries/s at recall ≥ {floor}", "target": name, "answer": answer,

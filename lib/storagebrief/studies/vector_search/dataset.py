@@ -26,7 +26,7 @@ from ...core.causes import EnvironmentFailure
 from ...core.folders import folder_below
 from ...kit.launch import open_launch
 from ...kit.ranks import Worker
-from . import STUDY, fit
+from . import STUDY, fit, pq
 from .params import VectorSearchParams
 
 SETS = ("clustered", "uniform")
@@ -35,10 +35,27 @@ MANIFEST = "dataset.json"
 
 
 def shape(p: VectorSearchParams, kind: str) -> dict:
-    """What makes a data set: a folder holding another shape is rebuilt."""
-    keys = ("num_vectors", "dimension", "queries", "k", "graph_degree", "build_complexity", "pq_chunks", "seed")
+    """What makes a data set: a folder holding another shape is rebuilt. The engine's version and the build's
+    threads are part of it (one build thread: the same graph from the same vectors; more: another graph each time),
+    and `pq` the seeded product quantizer (pq.py): a set kept from a build with the engine's own is made again."""
+    keys = ("num_vectors", "dimension", "queries", "k", "graph_degree", "build_complexity", "pq_chunks",
+            "build_threads", "seed")
     extra = ("clusters", "cluster_spread", "query_noise") if kind == "clustered" else ()
-    return {"set": kind, **{k: getattr(p, k) for k in keys + extra}}
+    return {"set": kind, **{k: getattr(p, k) for k in keys + extra}, "engine": engine_version(), "pq": "seeded"}
+
+
+def engine_version() -> str:
+    """The search engine's package and version, read without loading it (none: not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return f"diskannpy-rust {version('diskannpy-rust')}"
+    except PackageNotFoundError:
+        return "diskannpy-rust (not installed)"
+
+
+def pq_seed(p: VectorSearchParams, kind: str) -> int:
+    """The product quantizer's seed: the data set's, one per set."""
+    return int(np.random.SeedSequence([p.seed, SETS.index(kind)]).generate_state(1)[0])
 
 
 def folder(target, kind: str) -> Path:
@@ -110,20 +127,22 @@ def _build_work(cfg: dict, rank: int, msg, line) -> dict:
                                complexity=cfg["build_complexity"], graph_degree=cfg["graph_degree"],
                                build_memory_maximum=cfg["build_memory_gib"], num_threads=cfg["build_threads"],
                                num_of_pq_chunks=cfg["pq_chunks"])
-    return {"build_seconds": time.perf_counter() - t0}
+    info = pq.reseed(cfg["index_dir"], vectors, cfg["pq_seed"])
+    return {"build_seconds": time.perf_counter() - t0, **info}
 
 
 BUILDER = Worker("index build", _build_setup, _build_work, setup_in_cgroup=False)
 
 
-def _build(p: VectorSearchParams, tmp: Path) -> float:
+def _build(p: VectorSearchParams, kind: str, tmp: Path) -> dict:
+    """The build worker's report: build_seconds and the product quantizer's (pq.reseed)."""
     (tmp / INDEX).mkdir()
     cfg = {"vectors": str(tmp / "vectors.npy"), "index_dir": str(tmp / INDEX), "graph_degree": p.graph_degree,
            "build_complexity": p.build_complexity, "pq_chunks": p.pq_chunks, "build_threads": p.build_threads,
-           "build_memory_gib": fit.build_memory_gib(p)}
+           "build_memory_gib": fit.build_memory_gib(p), "pq_seed": pq_seed(p, kind)}
     with open_launch(BUILDER, [0], cfg, start_timeout_s=120) as launch:
         _, done = launch.operate(timeout_s=24 * 3600)
-    return float(done[0].result["build_seconds"])
+    return dict(done[0].result)
 
 
 HASH_UP_TO = 256 * 2**20         # files up to this size get a checksum in the manifest (cheap); larger: size only
@@ -159,11 +178,14 @@ def damage(directory: Path, have: dict) -> str | None:
     for name, want in files.items():
         f = directory / name
         try:
-            size = f.lstat().st_size if f.is_file() and not f.is_symlink() else None
+            st = f.lstat() if f.is_file() and not f.is_symlink() else None
         except OSError:
-            size = None
-        if size is None:
+            st = None
+        if st is None:
             return f"{name} is missing"
+        if st.st_uid != os.geteuid():
+            return f"{name} belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()})"
+        size = st.st_size
         if "bytes" in want and size != want["bytes"]:
             return f"{name} is {size:,} bytes, its manifest says {want['bytes']:,}"
         if "sha256" in want and _sha256(f) != want["sha256"]:
@@ -256,10 +278,11 @@ def ready(target, p: VectorSearchParams, kind: str, status=print, source_target=
         np.save(tmp / "queries.npy", queries)
         np.save(tmp / "truth.npy", ground_truth(vectors, queries, p.k))
         del vectors
-        seconds = _build(p, tmp)
+        built = _build(p, kind, tmp)
+        vectors_sha256 = _sha256(tmp / "vectors.npy")
         (tmp / "vectors.npy").unlink()          # the index holds the full vectors: no second copy kept
         files = {f.name: f.stat().st_size for f in index_files(tmp)}
-        manifest = {"shape": want, "build_seconds": seconds, "index_files": files,
-                    "index_bytes": sum(files.values()), "files": kept_files(tmp)}
+        manifest = {"shape": want, **built, "vectors_sha256": vectors_sha256, "repeatable": p.build_threads == 1,
+                    "index_files": files, "index_bytes": sum(files.values()), "files": kept_files(tmp)}
         (tmp / MANIFEST).write_text(results.json_text(manifest, indent=1))
     return {**manifest, "reused": False}

@@ -26,7 +26,7 @@ class VectorSearchParams(OnSomeTargets):   # targets: a subset of the target nam
     graph_degree: int = Field(32, ge=4, le=512)                  # Vamana R
     build_complexity: int = Field(64, ge=8, le=4096)             # Vamana build L
     pq_chunks: int = Field(32, ge=1, le=4096)                    # PQ bytes per vector held in memory (<= dimension)
-    build_threads: int = Field(0, ge=0, le=1024)                 # 0: every CPU
+    build_threads: int = Field(1, ge=0, le=1024)                 # 1: repeatable bit for bit; 0: every CPU
     probe_s: float = Field(0.4, gt=0, le=600)                    # the fio 4 KiB random-read probe after each point
     recall_floor: float = Field(0.95, gt=0, le=1)                # QPS is reported among points at or above it
     uniform_control: bool = True      # the same index shape on uniform random data and queries (v3.0's data)
