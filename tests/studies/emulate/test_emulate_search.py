@@ -244,7 +244,7 @@ def test_real_search_on_a_fast_target_stops_at_its_cap(tmp_path):
     # the client check's verdict is in metrics.json and next to the page-1 answer
     assert m["client_check"]["accelerators"] == 2 and isinstance(m["client_check"]["client_bound"], bool)
     basis = brief.answers(out, full, ["fast"])[0]["basis"]
-    assert "client check at N = 2 on " in basis
+    assert "client check at N = 2, rerun on " in basis
     assert any(w in basis for w in ("client-bound", "client-sensitive", "inconclusive"))
 
 

@@ -127,7 +127,7 @@ def _build_work(cfg: dict, rank: int, msg, line) -> dict:
                                complexity=cfg["build_complexity"], graph_degree=cfg["graph_degree"],
                                build_memory_maximum=cfg["build_memory_gib"], num_threads=cfg["build_threads"],
                                num_of_pq_chunks=cfg["pq_chunks"])
-    info = pq.reseed(cfg["index_dir"], vectors, cfg["pq_seed"])
+    info = pq.reseed(cfg["index_dir"], vectors, cfg["pq_seed"], diskannpy)
     return {"build_seconds": time.perf_counter() - t0, **info}
 
 

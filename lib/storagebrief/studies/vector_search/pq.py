@@ -58,10 +58,9 @@ def encode(x: np.ndarray, pivots: np.ndarray, chunks: np.ndarray) -> np.ndarray:
     return out
 
 
-def reseed(index_dir: str | Path, vectors: np.ndarray, seed: int) -> dict:
-    """Replace the index's PQ pivots and codes with the engine's ProductQuantizer trained from `seed`."""
-    from .dataset import engine
-
+def reseed(index_dir: str | Path, vectors: np.ndarray, seed: int, diskannpy) -> dict:
+    """Replace the index's PQ pivots and codes with the engine's ProductQuantizer trained from `seed` (`diskannpy`:
+    the engine module as dataset.engine() loads it)."""
     index_dir = Path(index_dir)
     offsets, built, _, chunks = read_pivots(index_dir / PIVOTS)
     n, d = vectors.shape
@@ -71,7 +70,7 @@ def reseed(index_dir: str | Path, vectors: np.ndarray, seed: int) -> dict:
     rng = np.random.default_rng([seed, 2])
     train = vectors if n <= TRAIN_MAX else vectors[np.sort(rng.choice(n, TRAIN_MAX, replace=False))]
     train = np.ascontiguousarray(train, dtype=np.float32)
-    quantizer = engine()._diskannpy.ProductQuantizer(train, m, CENTERS, lloyds_iters=LLOYDS, seed=int(seed))
+    quantizer = diskannpy._diskannpy.ProductQuantizer(train, m, CENTERS, lloyds_iters=LLOYDS, seed=int(seed))
     pivots = np.array([quantizer.decompress([c] * m) for c in range(CENTERS)], dtype=np.float32)
     sample = np.ascontiguousarray(vectors[:min(n, 512)], dtype=np.float32)
     if not np.array_equal(encode(sample, pivots, chunks), quantizer.compress_batch(sample)):
