@@ -97,6 +97,10 @@ def test_tensorflow_checkpoints_every_k_vs_default_with_limit_and_ingest(swept):
     assert not _tf_jobs() and not cgroups.leftover_dirs(os.getpid())
 
 
+def _truthy(x) -> bool:
+    return str(x).strip().lower() in ("true", "1", "1.0")
+
+
 @pytest.mark.slow
 @pytest.mark.e2e
 def test_block_characterization_of_every_framework_run(swept):
@@ -118,7 +122,11 @@ def test_block_characterization_of_every_framework_run(swept):
     if cgroup_tree.capabilities()["blkio"].startswith("v"):
         assert len(own) == len(fw)
     for _, r in own.iterrows():     # the job's own requests (its cgroup): its saves, written by its fsyncs
-        assert r.job_write_bytes >= 0.9 * r.tf_checkpoint_bytes_total and r.job_write_kib_mean > 0, r.run_id
+        assert r.job_write_bytes > 0 and r.job_write_kib_mean > 0, r.run_id
+        if not _truthy(r.disturbed):
+            # other work's writes can push the kernel's flusher to write some of the saves before the fsync does
+            # (cgroup v1 charges those to the root group): CI saw 76 % with 3 workers beside the run, marked disturbed
+            assert r.job_write_bytes >= 0.9 * r.tf_checkpoint_bytes_total, (r.run_id, r.disturbed_reason)
 
 
 @pytest.mark.slow

@@ -228,6 +228,12 @@ def test_real_search_on_a_fast_target_stops_at_its_cap(tmp_path):
         pytest.skip(f"N = 1 missed AU with the client named ({m['accelerators_supported_text']}): the cap cannot "
                     f"be judged on this loaded machine; AU {rows.au_percent.round(1).tolist()}")
     assert list(zip(rows.accelerators, rows.search_step, rows.repeat)) == [(1, 1, 1), (1, 1, 2), (2, 2, 1), (2, 2, 2)]
+    at_two = rows[rows.accelerators == 2]
+    if m["supported_limited_by"] != "cap" and at_two.disturbed.astype(bool).any():
+        # other work took the CPUs while N = 2 ran (core/interference marks the row; CI saw it once with 3 workers):
+        # AU below the threshold then says nothing about the page cache, and the study says so beside the row
+        pytest.skip(f"N = 2 missed AU while disturbed ({at_two.disturbed_reason.tolist()}): the cap cannot be judged "
+                    f"on this loaded machine; AU {rows.au_percent.round(1).tolist()}")
     check = emulate_plan.checks(full)      # the answer's point (N = 2) re-run on half the CPUs, after the search
     assert list(check.accelerators) == [2] and check.search_step.isna().all() and (check.cpus_confined >= 1).all()
     assert set(rows.search_phase) == {"doubling"} and rows.search_elapsed_s.is_monotonic_increasing
