@@ -38,7 +38,10 @@ def _files(folder):
 def test_a_run_writes_reads_and_leaves_no_kv_file(tmp_path):
     section = {**SMALL, "run": ["w", "tier"],
                "workloads": {**SMALL["workloads"], "tier": {"model": "llama3.1-70b", "users_per_client": 2,
-                                                            "concurrency": 1, "cpu_tier_gib": 0.02}}}
+                                                            "concurrency": 1, "cpu_tier_gib": 0.006}}}
+    # a CPU tier per client that holds one of its two users' 16-token caches (5.2 MB): the other reaches storage at
+    # once, however few turns a loaded machine lets the 0.4 s run finish (0.02 GiB held both; at load 13 nothing was
+    # written)
     out, runs = _run(tmp_path, [{"name": "t", "path": str(tmp_path / "t")}], section)
     assert (runs.status == "ok").all() and list(runs.workload) == ["w", "tier"]
     w = runs.set_index("workload")
