@@ -222,6 +222,7 @@ def _killed_builds(*directories: Path) -> list[Path]:
     return left
 
 
+@pytest.mark.slow
 def test_doctor_clean_removes_a_killed_builds_staging_folder_and_only_ours(tmp_path):
     """A vector index build (and a transfer-sweep file, an emulate set one level down) killed with SIGKILL leave
     mkdtemp's `.<set>.tmp-*`: `doctor --clean` names and removes each, on every target of the params file, and never

@@ -202,6 +202,7 @@ def test_a_log_axis_minor_labels_are_checked_and_hidden_when_they_overlap():
     plt.close(fig)
 
 
+@pytest.mark.slow
 def test_figure_html_marks_what_does_not_fit_for_the_layout_check():
     from storagebrief.report import display
     fig = _crowded_figure(LONG)

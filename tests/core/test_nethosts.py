@@ -26,6 +26,7 @@ def _ours(owner: int) -> dict:
 
 
 @needs_hosts
+@pytest.mark.slow
 def test_two_hosts_have_their_own_names_and_addresses_and_leave_nothing(tmp_path):
     with nethosts.HostSet.up(2, tmp_path) as hs:
         names = [hs.ssh(h, "hostname").stdout.strip() for h in hs.hosts]

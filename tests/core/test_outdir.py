@@ -96,6 +96,7 @@ def test_a_killed_runs_partial_folder_is_replaced_by_the_next_run(params, tmp_pa
 
 
 @pytest.mark.parametrize("study", list(studies.REGISTRY.values()), ids=lambda s: s.name)
+@pytest.mark.slow
 def test_cli_refuses_an_out_folder_holding_user_files_in_every_subfolder(study, tmp_path):
     """A user file in each subfolder any study writes (and at the top) survives; exit 2, one line."""
     out = tmp_path / "out"

@@ -87,6 +87,7 @@ def test_mpi_missing_or_unparsable_hostfile_is_one_line(tmp_path, hostfile, word
 
 
 @needs_mpi
+@pytest.mark.slow
 def test_mpi_more_ranks_than_cores_without_oversubscribe_is_one_line(tmp_path):
     ranks = (os.cpu_count() or 1) + 1
     res = _cli("emulate", _emulate(tmp_path, accelerators=[1, ranks], num_files=48 * ranks,
@@ -97,6 +98,7 @@ def test_mpi_more_ranks_than_cores_without_oversubscribe_is_one_line(tmp_path):
 
 
 @needs_mpi
+@pytest.mark.slow
 def test_mpi_bad_extra_args_is_one_line(tmp_path):
     res = _cli("emulate", _emulate(tmp_path, mpi={"extra_args": ["--no-such-option"]}), tmp_path)
     line = _one_line_exit_2(res)

@@ -396,6 +396,7 @@ def test_an_expired_lease_and_a_dead_run_of_this_namespace_are_removed(tmp_path,
 
 
 @needs_gateway
+@pytest.mark.slow
 def test_the_lease_is_renewed_while_the_run_lives_and_never_after_it_closed(tmp_path, external, monkeypatch):
     gw, c = external
     monkeypatch.setattr(runlease, "RENEW_S", 0.3)

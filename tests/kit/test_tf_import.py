@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from storagebrief.kit import tf_import
 
 LIB = Path(tf_import.__file__).resolve().parents[2]
@@ -26,6 +28,7 @@ def _in_a_fresh_process(code: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_tensorflow_comes_without_the_integrations_and_they_import_after():
     got = _in_a_fresh_process(
         "import sys, json\n"
@@ -40,6 +43,7 @@ def test_tensorflow_comes_without_the_integrations_and_they_import_after():
                    "same": True}
 
 
+@pytest.mark.slow
 def test_an_integration_imported_before_is_kept():
     got = _in_a_fresh_process(
         "import sys, json, pandas\n"

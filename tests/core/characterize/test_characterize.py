@@ -298,6 +298,7 @@ def _same(a, b) -> bool:
 
 
 @pytest.mark.parametrize("fmt", ["tracefs", "blkparse"])
+@pytest.mark.slow
 def test_fast_path_equals_the_reference_on_a_random_trace(tmp_path, monkeypatch, fmt):
     monkeypatch.setattr(ch.chunks, "CHUNK_BYTES", 1 << 16)     # many chunks: state carried across them
     monkeypatch.setattr(ch.chunks, "BLKPARSE_BATCH", 700)

@@ -47,6 +47,7 @@ def _render(folder: Path, frame: pd.DataFrame) -> None:
     STUDY.headlines(frame, ["t"])
 
 
+@pytest.mark.slow
 def test_framework_and_cost_sweeps_off_render(result, shown):
     frame = pd.read_csv(result / "runs.csv")
     assert "framework_scenario" not in frame

@@ -21,6 +21,7 @@ def copy(result, tmp_path):
     return dest
 
 
+@pytest.mark.slow
 def test_prefill_off_shows_the_section_and_says_prefill_was_not_measured(copy):
     assert (copy / "prefill.csv").read_text().strip() == ""           # the study's own empty table
     shown = _section(copy)

@@ -105,6 +105,7 @@ _LAUNCH = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_a_client_killed_by_the_oom_killer_names_the_client_the_signal_and_the_cgroups_limit(tmp_path):
     code = _LAUNCH.format(SECTION=repr({**HEAVY, "duration_s": 10}), TMP=tmp_path)
     with child_cgroup("memory", {"memory.limit_in_bytes": 800 << 20}) as d:

@@ -34,6 +34,7 @@ def test_flop_model_against_the_measured_keras_decoder(tmp_path):
 
 
 # --------------------------------------------------------------------------- the prefill timeout (issue 44, defect 6)
+@pytest.mark.slow
 def test_a_prefill_past_its_timeout_is_a_note_and_the_sweep_is_promoted(tmp_path):
     f = _params(tmp_path, {**SMALL, "prefill": {"measure": True, "contexts": [64, 128], "repeats": 1,
                                                  "timeout_s": 0.2}})

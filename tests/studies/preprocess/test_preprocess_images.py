@@ -71,6 +71,7 @@ def test_source_subsets_are_class_balanced(tmp_path):
     assert labels[:3] == [0, 1, 2] and sorted(labels[:6]) == [0, 0, 1, 1, 2, 2] and len(order) == 10
 
 
+@pytest.mark.slow
 def test_skipped_bytes_are_not_ingested_bytes_and_kept_output_waits_for_completion(tmp_path, monkeypatch):
     src = tmp_path / "src" / "only"
     src.mkdir(parents=True)

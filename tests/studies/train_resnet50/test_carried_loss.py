@@ -37,6 +37,7 @@ def _labels_per_shard(files):
             for f in files]
 
 
+@pytest.mark.slow
 def test_generated_shards_each_hold_every_class(tmp_path):
     q = _quick()
     p = SimpleNamespace(dataset_images=q["dataset_images"], record_kib=8, shards=q["shards"],
