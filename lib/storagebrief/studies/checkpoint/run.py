@@ -318,7 +318,8 @@ def _measurement(run, model: str, ops, deletes, pool, extra: dict) -> Measuremen
         keys["client_check"] = extra["client_check"]
     busy = run.monitor.summary().get("cpu_busy_percent") if run.monitored else None
     row = {**metrics.run_row(p, model, ops, deletes, run.sweep.state.generator_gb_per_s, pool),
-           **metrics.cpu_columns(ops, extra.pop("gateway_cpu", {}), busy), **extra}
+           **metrics.cpu_columns(ops, extra.pop("gateway_cpu", {}), busy,
+                                 p.readers_per_rank if extra.get("access", "files") != "files" else None), **extra}
     hists = metrics.latency_histograms(ops)
     return Measurement(row, tables={"checkpoints.csv": [{**keys, **r} for r in metrics.op_rows(ops)],
                                     "ranks.csv": [{**keys, **r} for r in metrics.rank_rows(ops)],
