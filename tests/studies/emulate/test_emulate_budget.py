@@ -34,3 +34,27 @@ def test_validate_under_a_pids_limit_refuses_the_accelerators_read_threads(tmp_p
     res, d = validate_in("pids", {"pids.max": 40}, tmp_path, "emulate: {accelerators: [1, 8], dataset_sizing: fixed}")
     assert "emulate: 8 accelerators of unet3d with 4 read threads each, 48 tasks (8 × (2 + 4 read threads))" \
         in res.stderr and f"pids.max 40 in {d}" in res.stderr
+
+
+def test_on_s3_each_accelerators_compiled_client_is_counted(monkeypatch):
+    """Issue 58: on an S3 target each accelerator's GETs are its compiled client's (core.s3mover), a process of its
+    own (~7 MiB idle + ~1 MiB per read thread, measured): 8 accelerators × 4 read threads hold 8 × (4 MiB buffers +
+    8 MiB) = 96 MiB as Python processes, and 8 × 12 MiB more with their clients. The run's S3 targets reach the
+    check through machine_fit (a section hook that takes `s3`)."""
+    from storagebrief.core import config, machine_fit
+    monkeypatch.setattr(budget, "pids_left", lambda: None)
+    room = int((96 + 8 * 12 - 1) * budget.MIB / budget.MEMORY_SHARE)          # holds the processes, not their clients
+    monkeypatch.setattr(budget, "memory_left", lambda: (room, "MemAvailable"))
+    p = EmulateParams(accelerators=[1, 8], dataset_sizing="fixed", read_threads=4)
+    p.check_machine()
+    with pytest.raises(ValueError, match=r"8 × \(4 × 1,024 KiB read buffers \+ 8 MiB per process \+ 12 MiB for its "
+                                         r"compiled S3 client\)\)"):
+        p.check_machine(s3=True)
+    params = config.validate({"targets": [{"name": "dir", "path": "/nonexistent/d"},
+                                          {"name": "obj", "path": "/nonexistent/o", "kind": "s3", "s3": {}}],
+                              "emulate": {"accelerators": [1, 8], "dataset_sizing": "fixed", "read_threads": 4}},
+                             check_targets=False)
+    with pytest.raises(config.ParamsError, match="compiled S3 client"):
+        machine_fit.check_machine(params, ["emulate"])
+    monkeypatch.setattr(budget, "memory_left", lambda: (room * 2, "MemAvailable"))
+    machine_fit.check_machine(params, ["emulate"])

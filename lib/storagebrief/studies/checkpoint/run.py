@@ -90,7 +90,7 @@ def prepare(sweep) -> None:
     sweep.state = state = CheckpointState(directories={t.name for t in sweep.targets if t.s3 is None})
     dirs = [t for t in sweep.targets if t.name in state.directories]
     cost.check_memory(p)
-    check_budget(p, s3=len(dirs) < len(sweep.targets))   # the machine's limits now (validate too)
+    check_budget(p, s3=len(dirs) < len(sweep.targets), directories=bool(dirs))   # the machine's limits (validate too)
     # mpirun and mpi4py there, and mpirun starts the most ranks a model needs: before any checkpoint
     check_launch(p, max(len(p.writers(m)) for m in p.models), sweep.out_dir, STUDY.name,
                        "the models' rank counts", sweep.status)
