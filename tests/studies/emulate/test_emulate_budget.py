@@ -38,16 +38,16 @@ def test_validate_under_a_pids_limit_refuses_the_accelerators_read_threads(tmp_p
 
 def test_on_s3_each_accelerators_compiled_client_is_counted(monkeypatch):
     """Issue 58: on an S3 target each accelerator's GETs are its compiled client's (core.s3mover), a process of its
-    own (~7 MiB idle + ~1 MiB per read thread, measured): 8 accelerators × 4 read threads hold 8 × (4 MiB buffers +
-    8 MiB) = 96 MiB as Python processes, and 8 × 12 MiB more with their clients. The run's S3 targets reach the
+    own (kit.budget: 12 MiB + 1 MiB per read thread, measured): 8 accelerators × 4 read threads hold 8 × (4 MiB
+    buffers + 8 MiB) = 96 MiB as Python processes, and 8 × 16 MiB more with their clients. The run's S3 targets reach the
     check through machine_fit (a section hook that takes `s3`)."""
     from storagebrief.core import config, machine_fit
     monkeypatch.setattr(budget, "pids_left", lambda: None)
-    room = int((96 + 8 * 12 - 1) * budget.MIB / budget.MEMORY_SHARE)          # holds the processes, not their clients
+    room = int((96 + 8 * 16 - 1) * budget.MIB / budget.MEMORY_SHARE)          # holds the processes, not their clients
     monkeypatch.setattr(budget, "memory_left", lambda: (room, "MemAvailable"))
     p = EmulateParams(accelerators=[1, 8], dataset_sizing="fixed", read_threads=4)
     p.check_machine()
-    with pytest.raises(ValueError, match=r"8 × \(4 × 1,024 KiB read buffers \+ 8 MiB per process \+ 12 MiB for its "
+    with pytest.raises(ValueError, match=r"8 × \(4 × 1,024 KiB read buffers \+ 8 MiB per process \+ 16 MiB for its "
                                          r"compiled S3 client\)\)"):
         p.check_machine(s3=True)
     params = config.validate({"targets": [{"name": "dir", "path": "/nonexistent/d"},

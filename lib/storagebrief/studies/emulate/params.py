@@ -70,7 +70,7 @@ class EmulateParams(LaunchParams):
         (kit.budget; machine_fit.check_machine: `validate` and this study's run, before any work): each forked
         accelerator is a process with its queue's feeder thread and `read_threads` loader threads, each thread one
         read buffer of read_block_kib; `s3` (an S3 target measured): beside each, its compiled S3 client, a
-        process of its own with one connection per read thread (kit.budget.s3_client_bytes). With launcher: mpi
+        process of its own with one connection per read thread (kit.budget.s3_client_bytes, measured). With launcher: mpi
         the ranks live on their hosts (mpirun's preflight)."""
         if self.launcher == "mpi":
             return
