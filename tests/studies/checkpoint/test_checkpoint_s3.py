@@ -121,6 +121,8 @@ def test_a_multipart_object_reads_back_as_written(tmp_path):
             assert body[block:2 * block] == body[:block] and body[2 * block:] == body[:(12 << 20) - 2 * block]
             small = store.client.get_object(Bucket=store.bucket, Key="ck/step1/b.distcp")["Body"].read()
             assert small == body[:300_000]                  # every part the rank's one body, as its buffer was
+            head = store.client.head_object(Bucket=store.bucket, Key="ck/step1/a.distcp", ChecksumMode="ENABLED")
+            assert head["ChecksumCRC32C"].endswith("-3"), head      # each part's CRC32C checked and kept (issue 58)
             total, hist = rank_io.load_s3(rs, "ck/step1", files, 4 << 20, 3)
         finally:
             rs.disconnect()

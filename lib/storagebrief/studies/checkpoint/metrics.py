@@ -117,10 +117,12 @@ COLUMNS: tuple[Column, ...] = (
                                                     f"threads) per GB (10^9 B) moved in the {op}s"),
         Column(f"{op}_gateway_cpu_s_per_gb", "s/GB", f"protocol, local S3 gateway: its CPU seconds per GB in the "
                                                      f"{op}s (/proc, 10 ms ticks)"),
-        Column(f"{op}_limited_by", "", f"protocol: what limited the {op}s when not the storage: 'client CPU' (the "
-                                       "ranks used ≥ 80 % of all CPUs over the honest durations), 'client + gateway "
-                                       "CPU', 'machine CPU (N % busy)' (every CPU ≥ 90 % busy over the run), or empty",
-               "text"))),
+        Column(f"{op}_limited_by", "", f"protocol: what limited the {op}s when not the storage: 'client CPU' (a rank "
+                                       "at ≥ 85 % of the cores it can use, one for a Python rank, on S3 a restore's "
+                                       "readers for its compiled client, or the ranks together at ≥ 85 % of theirs "
+                                       "or ≥ 80 % of all CPUs, over the honest durations, however busy the machine), "
+                                       "'client + gateway CPU', 'machine CPU (N % busy)' (every CPU ≥ 90 % busy over "
+                                       "the run, the ranks below their ceiling), or empty", "text"))),
     *FRAMEWORK_COLUMNS,
     *client_check.COLUMNS,
 )

@@ -151,11 +151,15 @@ func s3Client(r *s3Reach, conc int) (*minio.Client, error) {
 // 1.05-1.33 at PUT 32 MiB x8 (docs/studies/object_sweep.md). Single-part: one request per object.
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-func putOptions(body []byte) minio.PutObjectOptions {
+// the body's CRC32C as S3's checksum headers carry it (base64 of its 4 bytes, big-endian)
+func crc32c(body []byte) string {
 	sum := crc32.Checksum(body, castagnoli)
-	crc := base64.StdEncoding.EncodeToString([]byte{byte(sum >> 24), byte(sum >> 16), byte(sum >> 8), byte(sum)})
+	return base64.StdEncoding.EncodeToString([]byte{byte(sum >> 24), byte(sum >> 16), byte(sum >> 8), byte(sum)})
+}
+
+func putOptions(body []byte) minio.PutObjectOptions {
 	return minio.PutObjectOptions{ContentType: "application/octet-stream", DisableMultipart: true,
-		DisableContentSha256: true, UserMetadata: map[string]string{"x-amz-checksum-crc32c": crc}}
+		DisableContentSha256: true, UserMetadata: map[string]string{"x-amz-checksum-crc32c": crc32c(body)}}
 }
 
 func s3Requests(client *minio.Client, bucket string, op string, body []byte) request {
