@@ -17,8 +17,10 @@ them, at least one per request in flight, at most 400 and 256 MiB, which can low
 flight to its objects: the printed point is what ran), written once with boto3 (in the page cache for both sides); a PUT writes as many fresh keys,
 removed after each batch outside the clock. Rounds alternate the order (odd rounds the study first, even rounds
 s3dlio first). Every batch is printed: MB/s, the client's CPU seconds per GB (user + system, every thread, its own
-getrusage) and the gateway's (/proc), the study side's limited_by as the sweep judges it (kit/s3study: its cores
-against the cores it can use); then per round the ratio study ÷ s3dlio. Not a test: figures depend on the machine.
+getrusage) and the gateway's (/proc), the study side's limited_by and its evidence as the sweep judges them
+(kit/s3study: its cores against the cores it can use, its readiness sampled from outside, every CPU's busy share
+over the batch from /proc/stat); then per round the ratio study ÷ s3dlio. Not a test: figures depend on the
+machine. STORAGEBRIEF_S3WORKER names another build of the study's client (core.s3mover.binary).
 """
 from __future__ import annotations
 
@@ -78,7 +80,8 @@ def _gateway_cpu(pid: int) -> float:
 
 def study_side(gw, op, size, conc, keys, log_dir):
     from storagebrief.kit import s3worker
-    from storagebrief.kit.client_bound import thread_sched
+    from storagebrief.kit.client_bound import ReadySampler, add_ready, thread_sched
+    from storagebrief.kit.client_check import CoreBusy
     from storagebrief.kit.s3study import judge_row
     cfg = {"op": op, "size": size, "concurrency": conc, "seed": 1, "keys": keys,
            "store": {"folder": None, "s3": {"endpoint": gw.endpoint, "bucket": "bench", "region": "us-east-1",
@@ -87,18 +90,23 @@ def study_side(gw, op, size, conc, keys, log_dir):
     w = s3worker.start(cfg, env, log_dir / "s3worker.log", "study s3worker", None)
     try:
         w.expect("ready", 60)
-        s0, g0 = thread_sched(w.pid), _gateway_cpu(gw.proc.pid)
-        w.send({"cmd": "go"})
-        done = w.expect("done", 900)
+        s0, g0, cores = thread_sched(w.pid), _gateway_cpu(gw.proc.pid), CoreBusy()
+        with ReadySampler([w.pid]) as ready:          # as the sweep samples its workers, from outside
+            cores.start()
+            w.send({"cmd": "go"})
+            done = w.expect("done", 900)
+            cores.stop()
         g1 = _gateway_cpu(gw.proc.pid)
         if "error" in done:
             raise RuntimeError(f"s3worker: {done['error']}")
-        row = s3worker.batch(done, w.pid, s0, thread_sched(w.pid)).row()
+        part = s3worker.batch(done, w.pid, s0, thread_sched(w.pid)).part()
     finally:
         w.stop()
-    row["gateway_cpu_seconds"] = g1 - g0
-    row["limited_by"] = judge_row(row)[0] or "-"
-    return row["bytes_moved"], row["wall_seconds"], row["client_cpu_seconds"], g1 - g0, row["limited_by"]
+    part["client_processes"] = add_ready(part["client_processes"], ready.fractions())
+    row = {**part, "gateway_cpu_seconds": g1 - g0, "access": "S3 local gateway"}
+    busy = cores.percents()
+    label, why = judge_row(row, sum(busy) / len(busy) if busy else None)   # the sweep's rule, the monitor's figure
+    return row["bytes_moved"], row["wall_seconds"], row["client_cpu_seconds"], g1 - g0, label or "-", why
 
 
 def other_side(python, gw, op, size, conc, keys):
@@ -120,7 +128,7 @@ def other_side(python, gw, op, size, conc, keys):
         proc.wait()
     if op == "get" and out["bytes"] != len(keys) * size:
         raise RuntimeError(f"s3dlio get_many_stats counted {out['bytes']} of {len(keys) * size} bytes: {out['stats']}")
-    return out["bytes"], out["wall_seconds"], out["client_cpu_seconds"], g1 - g0, "-"
+    return out["bytes"], out["wall_seconds"], out["client_cpu_seconds"], g1 - g0, "-", ""
 
 
 def main() -> int:  # long: a benchmark's driver, read top to bottom
@@ -139,7 +147,7 @@ def main() -> int:  # long: a benchmark's driver, read top to bottom
     points = draw(random.Random(seed), a.points)
     print(f"seed {seed}; points: " + ", ".join(f"{op.upper()} {s / 1024:.0f} KiB x{c}" for op, s, c in points))
     Path(a.dir).mkdir(parents=True, exist_ok=True)
-    print("point | round | side (order) | MB/s | client CPU s/GB | gateway CPU s/GB | study limited_by")
+    print("point | round | side (order) | MB/s | client CPU s/GB | gateway CPU s/GB | study limited_by | evidence")
     for op, size, conc in points:
         n = min(max(conc, min(400, math.ceil(a.mib * 2**20 / size))), max(1, MAX_BATCH // size))
         conc = min(conc, n)             # a 64 MiB point: at most MAX_BATCH in flight, so its drawn x64 may shrink
@@ -164,11 +172,12 @@ def main() -> int:  # long: a benchmark's driver, read top to bottom
                         if op == "put":
                             for j in range(0, n, 1000):
                                 c.delete_objects(Bucket="bench", Delete={"Objects": [{"Key": k} for k in ks[j:j + 1000]]})
-                        moved, wall, cpu, gcpu, lim = res
+                        moved, wall, cpu, gcpu, lim, why = res
                         gb = moved / 1e9
                         got[side] = (moved / wall / 1e6, cpu / gb)
                         print(f"{op.upper()} {size / 1024:.0f} KiB x{conc} ({n} objects) | {r} | {side} ({i + 1}) | "
-                              f"{moved / wall / 1e6:.1f} | {cpu / gb:.2f} | {gcpu / gb:.2f} | {lim}", flush=True)
+                              f"{moved / wall / 1e6:.1f} | {cpu / gb:.2f} | {gcpu / gb:.2f} | {lim}"
+                              + (f" | {why}" if why else ""), flush=True)
                     print(f"{op.upper()} {size / 1024:.0f} KiB x{conc} | {r} | study ÷ s3dlio: MB/s "
                           f"{got['study'][0] / got['s3dlio'][0]:.2f}, client CPU s/GB {got['study'][1] / got['s3dlio'][1]:.2f}",
                           flush=True)

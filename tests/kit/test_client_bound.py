@@ -130,3 +130,28 @@ def test_client_and_gateway_count_the_cpu_the_client_wanted_not_only_what_it_got
     assert label == "client + gateway CPU" and "together 86 % of all 2 CPUs" in why, why
     unsampled = client_bound.ProcessCPU(0.46, 0.67, 1.0, label="put worker")       # what it got: 79 %
     assert s3study.judge_row(_row(unsampled, access="S3 local gateway", gateway_cpu_seconds=0.60))[0] == ""
+
+
+def test_a_client_at_its_own_ceiling_is_client_cpu_on_a_busy_machine_and_machine_cpu_only_below_it(monkeypatch):
+    """Issue 58: the client's own budget first. A Go worker with 3 requests in flight on 16 CPUs (usable 3 cores)
+    at 2.7 of them is `client CPU` though every CPU was 97 % busy; at 1.2 of them the busy machine is named."""
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    at_ceiling = client_bound.ProcessCPU(5.4, 2.0, 3.0, label="put worker (Go)")
+    assert s3study.judge_row(_row(at_ceiling), machine_busy_percent=97.0)[0] == "client CPU"
+    below = client_bound.ProcessCPU(2.4, 2.0, 3.0, label="put worker (Go)")
+    assert s3study.judge_row(_row(below), machine_busy_percent=97.0)[0] == "machine CPU (97 % busy)"
+    assert s3study.judge_row(_row(below), machine_busy_percent=50.0)[0] == ""
+
+
+def test_a_pool_at_the_cores_it_can_use_together_is_client_bound_though_no_process_is(monkeypatch):
+    """Two Go workers, each free to use both CPUs the pool may run on, each at 0.9 of a core: neither at 85 % of
+    its own 2 cores, the pool at 1.8 of the 2 it can use together."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    pool = [client_bound.ProcessCPU(1.8, 2.0, 2.0, label=f"worker {i}") for i in range(2)]
+    assert client_bound.pool_cores(pool) == 2.0
+    bound, why = client_bound.judge(pool)
+    assert bound and "together 1.80 of the 2 cores the 2 processes can use" in why, why
+    assert not client_bound.judge(pool[:1])[0]                     # one of them alone: 0.9 of its 2 cores
+    calm = [client_bound.ProcessCPU(1.2, 2.0, 2.0, label=f"worker {i}") for i in range(2)]
+    assert not client_bound.judge(calm)[0]                         # 1.2 of 2
+    assert client_bound.judge(calm, cpus=1.2)[0]                   # a pool held to 1.2 CPUs used them all

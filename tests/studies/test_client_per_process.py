@@ -3,6 +3,7 @@ each process against its one core (kit/client_bound), not the whole machine agai
 checkpoint rank or KV-cache client at >= 85 % of its core limited the run though the host's other cores idled."""
 from __future__ import annotations
 
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -31,3 +32,16 @@ def test_one_kv_client_at_its_core_is_client_cpu():
     assert kv.limited_by(30.0, 95.0, (2, 0.40)).startswith("storage")
     assert kv.limited_by(30.0, 20.0, None).startswith("workload")
     assert kv._busiest({"ranks": [{"rank": 0, "cpu_s": 1.0}, {"rank": 1, "cpu_s": 4.6}]}, 5.0) == (1, pytest.approx(0.92))
+
+
+def test_an_s3_rank_is_judged_against_its_compiled_clients_cores(monkeypatch):
+    """On S3 a rank's bytes move in its compiled client (core.s3mover), its CPU in the rank's cpu_s: a restore with
+    4 GETs in flight may use 4 cores (within the CPUs), a save's parts one after another one core."""
+    from storagebrief.kit import client_bound
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(client_bound, "cgroup_cpu_quota", lambda pid="self": None)
+    load = [("load", 0, None, 0.0, _ops({0: 9.2})[0][4])]
+    assert ckpt.cpu_columns(load, {}, 60.0)["load_limited_by"] == "client CPU"            # a directory's rank: 0.92 of 1
+    assert ckpt.cpu_columns(load, {}, 60.0, s3_readers=4)["load_limited_by"] == ""        # 0.92 of 4
+    assert ckpt.cpu_columns(_ops({0: 9.2}), {}, 60.0, s3_readers=4)["save_limited_by"] == "client CPU"

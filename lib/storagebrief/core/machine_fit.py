@@ -9,17 +9,25 @@ from .config import Params, ParamsError, s3_targets_of_sections
 
 def check_machine(params: Params, names: list[str] | None = None) -> None:
     """Each section's `check_machine()`: its processes, files and memory against this machine's limits
-    (kit.budget); a refusal is its one line (ParamsError, exit 2)."""
-    _section_hooks(params, params.sections if names is None else names, "check_machine")
+    (kit.budget); a refusal is its one line (ParamsError, exit 2).
+    A section whose hook takes `s3` is told whether it would measure an S3 target (its processes then run the
+    compiled S3 client beside them: kit.budget.s3_client_bytes)."""
+    s3 = s3_targets_of_sections(params)
+    _section_hooks(params, params.sections if names is None else names, "check_machine",
+                   lambda name: {"s3": bool(s3.get(name))})
 
 
-def _section_hooks(params: Params, names, hook_name: str) -> None:
-    """Each named section's `hook_name()` where its model has one; a ValueError is its one line (ParamsError)."""
+def _section_hooks(params: Params, names, hook_name: str, kwargs=None) -> None:
+    """Each named section's `hook_name()` where its model has one (with `kwargs(name)` where its signature takes
+    them); a ValueError is its one line (ParamsError)."""
+    import inspect
     for name in names:
         hook = getattr(params.sections.get(name), hook_name, None)
         if hook is not None:
+            known = inspect.signature(hook).parameters
+            extra = {k: v for k, v in (kwargs(name) if kwargs else {}).items() if k in known}
             try:
-                hook()
+                hook(**extra)
             except ValueError as exc:
                 raise ParamsError(str(exc)) from None
 

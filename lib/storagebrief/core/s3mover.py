@@ -1,6 +1,7 @@
 """The compiled S3 data path of a worker process: the s3worker binary (studies/object_sweep/s3worker: Go with
 minio-go v7.4.1, `make s3worker`) started with op "serve" (its serve.go), which makes every GET of a worker's S3
-store (core.s3store.S3Client.read_spans) and hands back counts and timings, never the bytes: data a study only
+store (`MovedBytes`, the data-path half of core.s3store.S3Calls: read_spans, and the uploads of
+make_body / upload) and hands back counts and timings, never the bytes: data a study only
 counts never becomes a Python object, no request goes through boto3, and the bytes counted are the bytes the
 client received. Chosen by measurement (issue 58): beside a Go minio-go client on the same gateway, the object
 sweep's boto3 worker moved 0.24-0.86 x as much at 1.9-7.7 x its CPU per GB.
@@ -181,3 +182,52 @@ class Mover:
                     pass
         finally:
             self.scope.kill()
+
+
+class MovedBytes:
+    """An S3 store's data path (core.s3store.S3Calls takes it in): every byte through its compiled client, a Mover
+    started by `connect` before a clock; the store gives `handle()` (its reach) and `_own(key)` (its run's key)."""
+    mover = None
+
+    def connect(self, key: str | None, concurrency: int) -> None:
+        """Before a clock: the compiled client started with `concurrency` connections, one opened by a HEAD of
+        `key` when one is named (a missing object or a refused credential fails here, before any work)."""
+        if self.mover is None:
+            self.mover = Mover(self.handle(), concurrency)
+        if key is not None:
+            self.mover.head(key)
+
+    def read_spans(self, spans, block: int, parallel: int = 1) -> tuple[int, list[float]]:
+        """Every (key, offset, length, whole) span one GET (ranged unless whole) through the compiled client,
+        its body read in `block` reads and dropped, `parallel` at once: (bytes received, every block read's
+        seconds; a span's first includes its round trip). `connect` first."""
+        return self._moving().read(spans, block, parallel)
+
+    def make_body(self, nbytes: int, seed: int = 0, make=None) -> None:
+        """Before a clock: the body `upload` sends, `nbytes` incompressible bytes made and held by the compiled
+        client; nothing in the caller's process (`make` is a directory's: unused, None returned)."""
+        self._moving().make_body(nbytes, seed)
+
+    def upload(self, key: str, nbytes: int, part_bytes: int, kill_pid: int | None = None) -> dict:
+        """`nbytes` of the compiled client's body as one multipart upload of `part_bytes` parts (as put_parts,
+        which sends Python's bytes through boto3: the same dict back); an interrupted upload is aborted.
+        kill_pid: a test hook (checkpoint's gateway killed once the first part is stored)."""
+        if part_bytes < 5 << 20 and nbytes > part_bytes:
+            raise ValueError(f"multipart part size {part_bytes} bytes is below S3's 5 MiB minimum "
+                             "(write_block_mib >= 5)")
+        return self._moving().upload(self._own(key), nbytes, part_bytes, kill_pid)
+
+    def _moving(self):
+        if self.mover is None:
+            raise RuntimeError("the data path before connect(): the compiled client is started before the clock")
+        return self.mover
+
+    def data_path_cpu_seconds(self) -> float:
+        """The compiled client's CPU seconds so far (0 before connect)."""
+        return 0.0 if self.mover is None else self.mover.cpu_seconds()
+
+    def disconnect(self) -> None:
+        """The compiled client stopped (it also dies with this process)."""
+        mover, self.mover = self.mover, None
+        if mover is not None:
+            mover.close()

@@ -10,8 +10,9 @@
     in this machine, boot and PID namespace and is gone, is a killed run's, and its objects are
     removed. At the end only the run's own keys are deleted, by listing its run prefix.
 `S3Calls` holds the object calls (core.store's public face: put, multipart put, whole and ranged get,
-list, delete in batches); `ObjectStore` is the run's store (open, ownership, close), `S3Client` a child
-process's own client opened from `ObjectStore.handle()` (core.store.StoreHandle).
+list, delete in batches; the data path, never boto3, is core.s3mover's MovedBytes); `ObjectStore` is the
+run's store (open, ownership, close), `S3Client` a child process's own client opened from
+`ObjectStore.handle()` (core.store.StoreHandle).
 Every failure to reach the store is one line naming the key and the cause (S3Error, exit 2):
 wrong endpoint, refused credentials, missing bucket, clock skew, a gateway that died.
 """
@@ -27,6 +28,7 @@ from pathlib import Path
 from . import procs, runlease
 from .causes import EnvironmentFailure, one_line
 from .s3gateway import Gateway, GatewayDied
+from .s3mover import MovedBytes
 from .storebase import StoreBase, StoreHandle, batches
 
 RUN_FOLDER = "storagebrief-run-"
@@ -96,7 +98,7 @@ def explain(exc: Exception, endpoint: str, bucket: str, key: str = "s3.endpoint"
     return f"{endpoint}: {type(exc).__name__}: {one_line(str(exc), 200)}"
 
 
-class S3Calls(StoreBase):
+class S3Calls(MovedBytes, StoreBase):
     """The object calls on one bucket below one key prefix (core.store.Store). Keys are full keys
     (`key(name)`); a write or delete outside `prefix` is refused."""
     client = None
@@ -185,52 +187,6 @@ class S3Calls(StoreBase):
     def head(self, key: str) -> int:
         """The object's size (one HEAD: also opens a connection before a clock starts)."""
         return int(self._call(self.client.head_object, Bucket=self.bucket, Key=key)["ContentLength"])
-
-    # -- the data path: the compiled client (core.s3mover), never boto3 ---------------------------------
-    mover = None
-
-    def connect(self, key: str | None, concurrency: int) -> None:
-        """Before a clock: the compiled client started with `concurrency` connections, one opened by a HEAD of
-        `key` when one is named (a missing object or a refused credential fails here, before any work)."""
-        from .s3mover import Mover
-        if self.mover is None:
-            self.mover = Mover(self.handle(), concurrency)
-        if key is not None:
-            self.mover.head(key)
-
-    def read_spans(self, spans, block: int, parallel: int = 1) -> tuple[int, list[float]]:
-        """Every (key, offset, length, whole) span one GET (ranged unless whole) through the compiled client,
-        its body read in `block` reads and dropped, `parallel` at once: (bytes received, every block read's
-        seconds; a span's first includes its round trip). `connect` first."""
-        return self._moving().read(spans, block, parallel)
-
-    def make_body(self, nbytes: int, seed: int = 0) -> None:
-        """Before a clock: the body `upload` sends, `nbytes` incompressible bytes made by the compiled client."""
-        self._moving().make_body(nbytes, seed)
-
-    def upload(self, key: str, nbytes: int, part_bytes: int, kill_pid: int | None = None) -> dict:
-        """`nbytes` of the compiled client's body as one multipart upload of `part_bytes` parts (as put_parts,
-        which sends Python's bytes through boto3: the same dict back); an interrupted upload is aborted.
-        kill_pid: a test hook (checkpoint's gateway killed once the first part is stored)."""
-        if part_bytes < 5 << 20 and nbytes > part_bytes:
-            raise ValueError(f"multipart part size {part_bytes} bytes is below S3's 5 MiB minimum "
-                             "(write_block_mib >= 5)")
-        return self._moving().upload(self._own(key), nbytes, part_bytes, kill_pid)
-
-    def _moving(self):
-        if self.mover is None:
-            raise RuntimeError("the data path before connect(): the compiled client is started before the clock")
-        return self.mover
-
-    def data_path_cpu_seconds(self) -> float:
-        """The compiled client's CPU seconds so far (0 before connect)."""
-        return 0.0 if self.mover is None else self.mover.cpu_seconds()
-
-    def disconnect(self) -> None:
-        """The compiled client stopped (it also dies with this process)."""
-        mover, self.mover = self.mover, None
-        if mover is not None:
-            mover.close()
 
     def list(self, prefix: str) -> list[str]:
         """Every key below `prefix` (full keys)."""

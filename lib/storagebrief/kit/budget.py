@@ -23,6 +23,10 @@ MEMORY_SHARE = 0.8            # of what the run may use: the rest for the page c
 PROCESS_OWN_BYTES = 8 * MIB   # a forked worker's own memory beside its buffers (measured 4.0 MiB, ×2)
 FILES_PER_WORKER = 5          # pipes the parent holds per forked worker (measured 3.0-4.5)
 TASKS_PER_WORKER = 2          # a forked worker's main thread and its queue's feeder thread
+# the compiled S3 client (core.s3mover): its resident peak (VmHWM) measured 8.5 MiB started, 13.0 / 15.1 / 28.4 MiB
+# after 8 MiB GETs at 1 / 4 / 16 connections: 12 MiB + 1 MiB a connection (its 1 MiB read buffer) holds them all
+S3_CLIENT_IDLE_BYTES = 12 * MIB
+S3_CLIENT_CONNECTION_BYTES = 1 * MIB
 
 Left = tuple[int, str]        # (how many are left, where the limit is: the numbers behind it)
 
@@ -142,6 +146,13 @@ def check(what: str, *, tasks: int = 0, files: int = 0, memory: int = 0, how: st
     if memory and room.memory is not None and memory > MEMORY_SHARE * room.memory[0]:
         raise ValueError(f"{what} need {memory / GIB:,.2f} GiB{how}, more than {MEMORY_SHARE:.0%} of the "
                          f"{max(room.memory[0], 0) / GIB:,.2f} GiB this run may use ({room.memory[1]}): {lower}")
+
+
+def s3_client_bytes(connections: int, body: int = 0) -> int:
+    """The memory of one worker's compiled S3 client (core.s3mover: a process of its own beside the worker, whose
+    buffers the worker's own figures do not count) with `connections` requests in flight and a `body` of upload
+    bytes it holds."""
+    return S3_CLIENT_IDLE_BYTES + max(connections, 1) * S3_CLIENT_CONNECTION_BYTES + body
 
 
 def process_limits() -> str:

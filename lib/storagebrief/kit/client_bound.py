@@ -194,18 +194,35 @@ def evidence(p: ProcessCPU) -> str:
     return text
 
 
-def judge(processes: list[ProcessCPU]) -> tuple[bool, str]:
+def pool_cores(processes: list[ProcessCPU], cpus: float | None = None) -> float:
+    """The cores a pool of client processes can use together: their usable cores summed, never more than the CPUs
+    the pool may run on (`cpus`; default: this process's affinity, the pool's parent)."""
+    if cpus is None:
+        try:
+            cpus = len(os.sched_getaffinity(0))
+        except OSError:
+            cpus = os.cpu_count() or 1
+    return min(sum(p.usable_cores for p in processes), float(cpus))
+
+
+def judge(processes: list[ProcessCPU], cpus: float | None = None) -> tuple[bool, str]:
     """(client-bound, the evidence per process): bound when any process used, or wanted, BOUND_FRACTION of its
-    usable cores - the slowest process sets a batch split among them."""
+    usable cores - the slowest process sets a batch split among them - or a pool of them did of the cores it can
+    use together (pool_cores: `cpus` the pool may run on); however busy the rest of the machine was."""
     if not processes:
         return False, ""
     bound = [p for p in processes if p.cores_wanted >= BOUND_FRACTION * p.usable_cores]
     starved = [p for p in bound if p.cores_used < BOUND_FRACTION * p.usable_cores]
     words = "; ".join(evidence(p) for p in processes)
-    if not bound:
-        return False, words
-    why = "starved: ready to run, the CPUs held by other work" if len(starved) == len(bound) else "busy"
-    return True, f"{words}: ≥ {BOUND_FRACTION:.0%} of its usable cores ({why})"
+    if bound:
+        why = "starved: ready to run, the CPUs held by other work" if len(starved) == len(bound) else "busy"
+        return True, f"{words}: ≥ {BOUND_FRACTION:.0%} of its usable cores ({why})"
+    ceiling = pool_cores(processes, cpus)
+    wanted = sum(p.cores_wanted for p in processes)
+    if len(processes) > 1 and ceiling > 0 and wanted >= BOUND_FRACTION * ceiling:
+        return True, (f"{words}: together {wanted:.2f} of the {ceiling:g} cores the {len(processes)} processes can "
+                      f"use (≥ {BOUND_FRACTION:.0%})")
+    return False, words
 
 
 def from_row(row: dict) -> list[ProcessCPU]:

@@ -29,12 +29,13 @@ def gateway_words(row: dict) -> str:
 
 
 def judge_row(row: dict, machine_busy_percent: float | None = None) -> tuple[str, str]:
-    """(limited_by, its evidence). 'client CPU' when a client process used, or was ready to use, ≥ 85 % of the
-    cores it can use (kit/client_bound: `client_processes` in the row), or the client alone used
-    CLIENT_LIMIT_PERCENT of all CPUs; 'client + gateway CPU' when the two together did (the client counted as it
-    wanted the CPU: used or ready for); 'machine CPU' when every
-    CPU was busy (MACHINE_BUSY_PERCENT: the busy load, or other work on the machine): then the figure is the
-    CPU's, not the storage's. '' otherwise; the evidence names each process's share and the gateway's either way."""
+    """(limited_by, its evidence), judged on the client's own budget first. 'client CPU' when a client process, or
+    the pool of them, used or was ready to use ≥ 85 % of the cores it can use (kit/client_bound: `client_processes`
+    in the row), however busy the machine was, or the client alone used CLIENT_LIMIT_PERCENT of all CPUs;
+    'client + gateway CPU' when the two together did (the client counted as it wanted the CPU: used or ready
+    for); 'machine CPU' only for a client below its own ceiling while every CPU was busy (MACHINE_BUSY_PERCENT:
+    the busy load, or other work on the machine): then the figure is the CPU's, not the storage's. '' otherwise;
+    the evidence names each process's share and the gateway's either way."""
     ncpu, wall = os.cpu_count() or 1, row.get("wall_seconds") or 0
     if not wall:
         return "", ""

@@ -121,6 +121,8 @@ def test_a_multipart_object_reads_back_as_written(tmp_path):
             assert body[block:2 * block] == body[:block] and body[2 * block:] == body[:(12 << 20) - 2 * block]
             small = store.client.get_object(Bucket=store.bucket, Key="ck/step1/b.distcp")["Body"].read()
             assert small == body[:300_000]                  # every part the rank's one body, as its buffer was
+            head = store.client.head_object(Bucket=store.bucket, Key="ck/step1/a.distcp", ChecksumMode="ENABLED")
+            assert head["ChecksumCRC32C"].endswith("-3"), head      # each part's CRC32C checked and kept (issue 58)
             total, hist = rank_io.load_s3(rs, "ck/step1", files, 4 << 20, 3)
         finally:
             rs.disconnect()
@@ -151,17 +153,48 @@ def test_parts_below_s3s_minimum_are_refused_before_any_work(tmp_path):
     assert not (tmp_path / "out" / "runs.csv").exists()
 
 
-def test_the_ranks_budget_counts_each_ranks_s3_client(monkeypatch):
+def test_the_ranks_budget_counts_each_ranks_s3_client_and_no_python_buffers_on_s3(monkeypatch):
+    """On S3 a rank's bytes are its compiled client's (kit.budget.s3_client_bytes: the body it uploads, a buffer per
+    connection); the rank holds no Python write or read buffer (issue 58), so a room too small for the directory's
+    buffers holds the S3 ranks, and one too small for their clients refuses them naming the client."""
+    from storagebrief.kit.budget import s3_client_bytes
     from storagebrief.studies.checkpoint import ranks as budget
-    p = config.validate({"targets": [{"name": "t", "path": "/nonexistent/t"}], "checkpoint": {**CK, "scale": 65536}},
+    p = config.validate({"targets": [{"name": "t", "path": "/nonexistent/t"}],
+                         "checkpoint": {**CK, "scale": 1024, "readers_per_rank": 4, "read_block_mib": 8}},
                         check_targets=False).section("checkpoint")
     write, read = budget.rank_buffers(p, "llama3-8b")
-    files_only = 8 * (write + p.readers_per_rank * read + budget.RANK_OWN_BYTES)
-    room = int((files_only + 8 * budget.S3_CLIENT_BYTES / 2) / budget.MEMORY_SHARE)   # fits files, not 8 clients
+    client = s3_client_bytes(p.readers_per_rank, body=write)
+    files = write + p.readers_per_rank * read
+    assert files > client
+    room = int(8 * (client + budget.RANK_OWN_BYTES) / budget.MEMORY_SHARE) + 1          # 8 S3 ranks, no more
     monkeypatch.setattr(budget, "memory_left", lambda: (room, "MemAvailable"))
-    budget.check_budget(p)
-    client = (budget.S3_CLIENT_BYTES + write) / 2**20
-    with pytest.raises(ValueError, match=rf"llama3-8b's 8 ranks need .* \+ {client:,.0f} MiB for its S3 client and its "
-                                         r"body\)\), more than"):
-        budget.check_budget(p, s3=True)
+    budget.check_budget(p, s3=True, directories=False)
+    with pytest.raises(ValueError, match=r"llama3-8b's 8 ranks need .* MiB write buffer \+ readers_per_rank"):
+        budget.check_budget(p, s3=True)                                 # a directory target beside: its buffers
+    monkeypatch.setattr(budget, "memory_left", lambda: (room - 2 * 2**20, "MemAvailable"))
+    with pytest.raises(ValueError, match=rf"\({client / 2**20:,.0f} MiB for its compiled S3 client with the "
+                                         rf"{write / 2**20:,.0f} MiB body it uploads \+ 8 MiB per process\)\), more"):
+        budget.check_budget(p, s3=True, directories=False)
 
+
+
+def test_an_s3_rank_holds_no_python_write_buffer(tmp_path, monkeypatch):
+    """Issue 58: an S3 rank's uploads send the body its compiled client made (core.s3mover), so the rank makes no
+    Python write buffer (ranks._setup: buf None, the generator never called); a directory rank makes its own. The
+    client starts without reaching the endpoint (nothing listens there: no request is made)."""
+    from storagebrief.core.s3mover import missing
+    from storagebrief.studies.checkpoint import ranks
+    if missing():
+        pytest.skip(missing())
+    made, real = [], ranks.incompressible
+    monkeypatch.setattr(ranks, "incompressible", lambda n: made.append(n) or real(n))
+    s3 = {"endpoint": "http://127.0.0.1:9", "bucket": "b", "region": "us-east-1", "profile": None, "verify_tls": True,
+          "addressing": "path", "credentials": {"aws_access_key_id": "k", "aws_secret_access_key": "s"}}
+    cfg = {"store": {"folder": None, "s3": s3}, "readers": 2, "buf_bytes": 64 << 20, "fault": None}
+    buf, store, *_ = ranks._setup(0, 1, cfg)
+    try:
+        assert buf is None and made == [] and store.mover is not None
+    finally:
+        store.disconnect()
+    buf, *_ = ranks._setup(0, 1, {**cfg, "store": {"folder": str(tmp_path), "s3": None}})
+    assert len(buf) == 64 << 20 and made == [64 << 20]

@@ -182,8 +182,10 @@ def _directory_vs_s3(ok, study: dict) -> None:
                    floatfmt="{:,.3f}")
     analysis([
         "- On an S3 target each rank's file is one object: a multipart upload of parts of the write size, read back "
-        "by ranged GETs of the read size, as many in flight as a rank has readers; MLPerf's and the measured figures are "
-        "computed as for files. A save ends when the store acknowledged the completed upload: the local gateway "
+        "by ranged GETs of the read size, as many in flight as a rank has readers, every byte sent and received by "
+        "the rank's compiled client (Go with minio-go), which hands the rank counts and times, never the bytes, so a "
+        "low ratio is the object path's and the gateway's cost, not a Python HTTP client's; MLPerf's and the measured "
+        "figures are computed as for files. A save ends when the store acknowledged the completed upload: the local gateway "
         "(versitygw) does not fsync, while the directory rows wait for every fsync, so the S3 save figure is, if "
         "anything, favourable to S3.",
         "- 'Limited by' says when the ranks' (client) CPU, the gateway's, or a machine busy with other work limited "
@@ -427,7 +429,8 @@ def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
                     "measures": {MEASURE: runs},
                     "basis": f"restore {_duration(r.restore_s)}; one host's measured save rate extrapolated to the "
                              "whole job on this one target"
-                             + ("; S3: multipart uploads, acknowledged not fsync'ed by a local gateway"
+                             + ("; S3: multipart uploads by a compiled client (Go), acknowledged not fsync'ed by a local "
+                                "gateway"
                                 if r.target in s3 else "")
                              + "".join(f"; {n}" for n in [check_note(study, r.target)] if n) + "; checkpoint study"})
     return out

@@ -117,10 +117,12 @@ COLUMNS: tuple[Column, ...] = (
                                                     f"threads) per GB (10^9 B) moved in the {op}s"),
         Column(f"{op}_gateway_cpu_s_per_gb", "s/GB", f"protocol, local S3 gateway: its CPU seconds per GB in the "
                                                      f"{op}s (/proc, 10 ms ticks)"),
-        Column(f"{op}_limited_by", "", f"protocol: what limited the {op}s when not the storage: 'client CPU' (the "
-                                       "ranks used ≥ 80 % of all CPUs over the honest durations), 'client + gateway "
-                                       "CPU', 'machine CPU (N % busy)' (every CPU ≥ 90 % busy over the run), or empty",
-               "text"))),
+        Column(f"{op}_limited_by", "", f"protocol: what limited the {op}s when not the storage: 'client CPU' (a rank "
+                                       "at ≥ 85 % of the cores it can use, one for a Python rank, on S3 a restore's "
+                                       "readers for its compiled client, or the ranks together at ≥ 85 % of theirs "
+                                       "or ≥ 80 % of all CPUs, over the honest durations, however busy the machine), "
+                                       "'client + gateway CPU', 'machine CPU (N % busy)' (every CPU ≥ 90 % busy over "
+                                       "the run, the ranks below their ceiling), or empty", "text"))),
     *FRAMEWORK_COLUMNS,
     *client_check.COLUMNS,
 )
@@ -230,9 +232,10 @@ def run_row(p, model: str, ops, deletes: list[float], generator_gb_per_s: float,
     return {**row, **latency_columns(latency_histograms(ops))}
 
 
-def cpu_columns(ops, gateway_s: dict, machine_busy_percent: float | None) -> dict:
+def cpu_columns(ops, gateway_s: dict, machine_busy_percent: float | None, s3_readers: int | None = None) -> dict:
     """Per op kind: the ranks' CPU per GB, the local gateway's (gateway_s: (op, index) -> seconds), and what
-    limited it (kit/s3study's rule on the summed honest durations)."""
+    limited it (kit/s3study's rule on the summed honest durations). s3_readers: on an S3 target, the GETs each
+    rank's compiled client has in flight (rank_processes: the cores a rank can use)."""
     from ...kit.s3study import limited_by
 
     out: dict = {}
@@ -247,20 +250,32 @@ def cpu_columns(ops, gateway_s: dict, machine_busy_percent: float | None) -> dic
         out[f"{op}_gateway_cpu_s_per_gb"] = gw_s / gb if gw_s is not None and gb > 0 else math.nan
         out[f"{op}_limited_by"] = limited_by({"wall_seconds": wall, "client_cpu_seconds": client,
                                               "gateway_cpu_seconds": gw_s,
-                                              "client_processes": rank_processes(these, wall)},
+                                              "client_processes": rank_processes(these, wall,
+                                                                                 _rank_cores(op, s3_readers))},
                                              machine_busy_percent) if these else ""
     return out
 
 
-def rank_processes(these, wall: float) -> list[dict]:
-    """Each rank as one client process over the op's summed wall time (kit/client_bound): a Python rank keeps at
-    most one core busy, so one rank near it limits the op though the machine's other cores idle."""
+def _rank_cores(op: str, s3_readers: int | None) -> float:
+    """The cores one rank can keep busy: a directory's rank is one Python process (one core, its interpreter);
+    an S3 rank's bytes move in its compiled client (core.s3mover), whose CPU its cpu_s counts: a save's parts go
+    one after another (one core), a restore has s3_readers GETs in flight, within the CPUs it may use."""
+    if s3_readers is None or op == "save":
+        return 1.0
+    from ...kit.client_bound import usable_cores
+    return usable_cores(s3_readers, False)
+
+
+def rank_processes(these, wall: float, cores: float = 1.0) -> list[dict]:
+    """Each rank as one client process over the op's summed wall time (kit/client_bound), against the `cores` it can
+    use (_rank_cores): a Python rank keeps at most one core busy, so one rank near it limits the op though the
+    machine's other cores idle."""
     from ...kit.client_bound import ProcessCPU
     cpu: dict[int, float] = {}
     for *_, got in these:
         for r in got:
             cpu[r.rank] = cpu.get(r.rank, 0.0) + r.cpu_s
-    return [ProcessCPU(c, wall, 1.0, label=f"rank {k}").as_dict() for k, c in sorted(cpu.items()) if wall > 0]
+    return [ProcessCPU(c, wall, cores, label=f"rank {k}").as_dict() for k, c in sorted(cpu.items()) if wall > 0]
 
 
 # --------------------------------------------------------------------------- MLPerf's summary.json

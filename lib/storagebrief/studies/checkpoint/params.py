@@ -208,11 +208,12 @@ class CheckpointParams(LaunchParams):
                 raise ValueError(f"cost.files={self.cost.files} is more than the checkpoint's bytes")
         return self
 
-    def check_machine(self) -> None:
+    def check_machine(self, s3: bool = False) -> None:
         """Forked ranks within the pids/nproc/open-file limits and their buffers within the memory the run may
-        use (machine_fit.check_machine: `validate` and this study's run, not a load of another study's params)."""
+        use (machine_fit.check_machine: `validate` and this study's run, not a load of another study's params);
+        `s3`: an S3 target is measured (each rank's compiled client counted)."""
         from .ranks import check_budget
-        check_budget(self)
+        check_budget(self, s3=s3)
 
     @model_validator(mode="after")
     def _hostfile_exists(self, info: ValidationInfo):

@@ -216,11 +216,12 @@ def load_s3(store, prefix: str, files: list[tuple[str, int]], block: int, reader
     return total, {"read": reads}
 
 
-def operate(rank: int, msg: tuple, buf: memoryview, fault: dict | None, host: str = "",
+def operate(rank: int, msg: tuple, buf: memoryview | None, fault: dict | None, host: str = "",
             store=None, direct: bool = False) -> RankResult:
     """One save or load by this rank, timed from now (its barrier's release). msg = (op, folder, source
     rank, [(file, bytes)], block, readers). `fault` is the run's test hook (run.FAULT): a late rank
-    (slow_rank, delay_s) or a failing one (fail_rank). direct: saves with O_DIRECT (checkpoint.save_io)."""
+    (slow_rank, delay_s) or a failing one (fail_rank). direct: saves with O_DIRECT (checkpoint.save_io). `buf`: what
+    a directory's saves write (None on S3: the rank's compiled client holds its uploads' body)."""
     op, folder, source, files, block, readers = msg
     start, cpu0 = time.monotonic(), cpu_seconds() + store.data_path_cpu_seconds()   # its compiled client's too
     if fault and fault.get("fail_rank") == rank:

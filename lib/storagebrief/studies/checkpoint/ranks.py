@@ -3,7 +3,8 @@ on mpirun's hosts (`checkpoint.launcher`), as MLPerf Storage runs them, so run.p
 cold cache, rank shift) is the same under both.
 
 Before any clock each rank fills its write buffer once with incompressible bytes (kit.checkpoint), reused for
-every write as DLIO does, and makes its own S3 client on an S3 target. Per operation the pool sends every rank
+every write as DLIO does; on an S3 target its own compiled client (core.s3mover) makes that body instead and holds
+it, and the rank holds no Python copy. Per operation the pool sends every rank
 (op, folder, source rank, files, block, readers); from the start line's release each saves or loads (rank_io.py:
 writes, fsync of every file and the folder, preads by reader threads, per-call latency histograms) and reports
 its start and end (CLOCK_MONOTONIC), bytes, files and fsync calls. The launcher does the rest: the run's cgroup,
@@ -37,9 +38,10 @@ def _setup(rank: int, n: int, cfg: dict) -> tuple:
     # its own store, opened from the run's handle (core.store: an S3 client per rank), before any clock
     store = open_store(StoreHandle(**cfg["store"]), pool=cfg["readers"])
     store.connect(None, cfg["readers"])     # an S3 store's compiled client, which makes its uploads and GETs
-    store.make_body(cfg["buf_bytes"], seed=int.from_bytes(os.urandom(7), "little"))   # its uploads' (every run's differs)
-    buf = incompressible(cfg["buf_bytes"])        # generated before any clock: what a directory's saves write
-    if cfg.get("direct"):
+    # what its saves write, generated before any clock (every run's differs): a directory's in this process; an S3
+    # store's in its compiled client, which uploads it (no Python copy: buf is None)
+    buf = store.make_body(cfg["buf_bytes"], seed=int.from_bytes(os.urandom(7), "little"), make=incompressible)
+    if cfg.get("direct"):                           # directory targets only (checkpoint.save_io: direct)
         aligned = mmap.mmap(-1, len(buf))              # page-aligned, as O_DIRECT needs
         aligned[:] = buf
         buf = memoryview(aligned)
@@ -121,8 +123,8 @@ MEMORY_SHARE = budget.MEMORY_SHARE
 RANK_OWN_BYTES = budget.PROCESS_OWN_BYTES
 PARENT_FILES_PER_RANK = budget.FILES_PER_WORKER
 TASKS_PER_RANK_BESIDE_READERS = budget.TASKS_PER_WORKER   # the rank's main thread and its queue's feeder thread
-S3_CLIENT_BYTES = 32 * MIB    # a rank's compiled S3 client on S3 targets (core.s3mover) beside the copy of the write
-                              # buffer it uploads: 1.5 MiB private dirty idle (measured), 1 MiB a reader, Go's heap
+# On an S3 target a rank holds no Python buffers: its compiled client (core.s3mover) makes and holds the body it
+# uploads and drops what its GETs receive (kit.budget.s3_client_bytes: that process, `readers_per_rank` connections).
 
 
 def rank_buffers(p, model: str) -> tuple[int, int]:
@@ -134,9 +136,10 @@ def rank_buffers(p, model: str) -> tuple[int, int]:
     return min(p.write_block, largest), min(p.read_block, largest)
 
 
-def check_budget(p, s3: bool = False) -> None:
-    """Refuse (ValueError, one line with the numbers) a fork-launched model this machine cannot hold; `s3`:
-    an S3 target is measured, so every rank also runs its own compiled client, holding a copy of the write buffer."""
+def check_budget(p, s3: bool = False, directories: bool = True) -> None:
+    """Refuse (ValueError, one line with the numbers) a fork-launched model this machine cannot hold, its ranks on
+    the targets that need most: `directories` (a directory target is measured): each rank's write buffer and read
+    buffers; `s3` (an S3 target is measured): each rank's compiled client, which holds the body it uploads."""
     if p.launcher != "fork":
         return          # MPI ranks live on their hosts: mpirun and kit.mpi.preflight check them there
     room = budget.Room(pids_left(), nproc_left(), files_left(), memory_left())
@@ -150,11 +153,13 @@ def check_budget(p, s3: bool = False) -> None:
         budget.check(forks, files=n * PARENT_FILES_PER_RANK, room=room, how="in the parent",
                      lower="use mode: subset, launcher: mpi, or raise the limit")
         write, read = rank_buffers(p, model)
-        client = S3_CLIENT_BYTES + write if s3 else 0
-        per_rank = write + p.readers_per_rank * read + RANK_OWN_BYTES + client
-        budget.check(f"checkpoint: {model}'s {n:,} ranks", memory=n * per_rank, room=room,
-                     how=f"{n:,} × ({write / MIB:,.0f} MiB write buffer + readers_per_rank {p.readers_per_rank} × "
-                         f"read_block {read / MIB:,.0f} MiB + {RANK_OWN_BYTES / MIB:.0f} MiB per process"
-                         + (f" + {client / MIB:,.0f} MiB for its S3 client and its body" if client else "") + ")",
+        files = write + p.readers_per_rank * read if directories else 0
+        client = budget.s3_client_bytes(p.readers_per_rank, body=write) if s3 else 0
+        on_s3 = client > files
+        how = (f"{client / MIB:,.0f} MiB for its compiled S3 client with the {write / MIB:,.0f} MiB body it uploads"
+               if on_s3 else f"{write / MIB:,.0f} MiB write buffer + readers_per_rank {p.readers_per_rank} × "
+                             f"read_block {read / MIB:,.0f} MiB")
+        budget.check(f"checkpoint: {model}'s {n:,} ranks", memory=n * (max(files, client) + RANK_OWN_BYTES),
+                     room=room, how=f"{n:,} × ({how} + {RANK_OWN_BYTES / MIB:.0f} MiB per process)",
                      lower="lower readers_per_rank or read_block_mib / write_block_mib, raise scale, or use mode: "
                            "subset")

@@ -90,7 +90,7 @@ def prepare(sweep) -> None:
     sweep.state = state = CheckpointState(directories={t.name for t in sweep.targets if t.s3 is None})
     dirs = [t for t in sweep.targets if t.name in state.directories]
     cost.check_memory(p)
-    check_budget(p, s3=len(dirs) < len(sweep.targets))   # the machine's limits now (validate too)
+    check_budget(p, s3=len(dirs) < len(sweep.targets), directories=bool(dirs))   # the machine's limits (validate too)
     # mpirun and mpi4py there, and mpirun starts the most ranks a model needs: before any checkpoint
     check_launch(p, max(len(p.writers(m)) for m in p.models), sweep.out_dir, STUDY.name,
                        "the models' rank counts", sweep.status)
@@ -318,7 +318,8 @@ def _measurement(run, model: str, ops, deletes, pool, extra: dict) -> Measuremen
         keys["client_check"] = extra["client_check"]
     busy = run.monitor.summary().get("cpu_busy_percent") if run.monitored else None
     row = {**metrics.run_row(p, model, ops, deletes, run.sweep.state.generator_gb_per_s, pool),
-           **metrics.cpu_columns(ops, extra.pop("gateway_cpu", {}), busy), **extra}
+           **metrics.cpu_columns(ops, extra.pop("gateway_cpu", {}), busy,
+                                 p.readers_per_rank if extra.get("access", "files") != "files" else None), **extra}
     hists = metrics.latency_histograms(ops)
     return Measurement(row, tables={"checkpoints.csv": [{**keys, **r} for r in metrics.op_rows(ops)],
                                     "ranks.csv": [{**keys, **r} for r in metrics.rank_rows(ops)],

@@ -89,7 +89,7 @@ class Loader:
         self.threads = max(1, min(threads, len(batches) or 1))
         self.block, self.odirect, self.evict = block, odirect, evict
         self.queues = [queue.Queue(maxsize=prefetch) for _ in range(self.threads)]
-        self._maps = [read_buffer(block) for _ in range(self.threads)]
+        self._maps = self.read_buffers(block)
         self.buffers = [view for _, view in self._maps]
         self.latencies = [array.array("d") for _ in range(self.threads)]
         self.bytes = [0] * self.threads
@@ -97,6 +97,10 @@ class Loader:
         self.stop = threading.Event()
         self.workers: list[threading.Thread] = []
         self.next_index = 0
+
+    def read_buffers(self, block: int) -> list[tuple[mmap.mmap, memoryview]]:
+        """One read buffer per thread, made before the clock (read_buffer)."""
+        return [read_buffer(block) for _ in range(self.threads)]
 
     def start(self) -> None:
         for k in range(self.threads):

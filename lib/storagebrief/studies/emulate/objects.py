@@ -39,7 +39,7 @@ class ObjectLoader(Loader):
     store, opened from the target's store handle (core.store.StoreHandle), and its compiled client (one
     connection per read thread) are made here, before the clock; one HEAD opens a connection. Each read thread
     hands its batch to that client and gets back the bytes received and every block read's time: no byte of a
-    sample becomes a Python object. `evict`: each sample's backing file (the gateway's) leaves the page cache
+    sample becomes a Python object, and the accelerator holds no read buffer (read_buffers). `evict`: each sample's backing file (the gateway's) leaves the page cache
     after its batch's GETs."""
 
     @classmethod
@@ -53,6 +53,10 @@ class ObjectLoader(Loader):
         from ...core.store import StoreHandle, open_store
         self.store = open_store(StoreHandle(**s3["store"]), pool=self.threads)
         self.store.connect(keys[0], self.threads)
+
+    def read_buffers(self, block: int) -> list:
+        """None: the compiled client reads every body into its own buffer and drops it."""
+        return []
 
     def read_batch(self, k: int, batch) -> int:
         sizes = self.s3["sizes"]

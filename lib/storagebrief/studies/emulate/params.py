@@ -65,11 +65,14 @@ class EmulateParams(LaunchParams):
         """The largest N a run may have: search_max under auto, else the list's largest."""
         return self.search_max if self.search else max(self.accelerators)
 
-    def check_machine(self) -> None:
+    def check_machine(self, s3: bool = False) -> None:
         """The largest accelerator count's processes and their read threads and buffers within this machine's limits
         (kit.budget; machine_fit.check_machine: `validate` and this study's run, before any work): each forked
         accelerator is a process with its queue's feeder thread and `read_threads` loader threads, each thread one
-        read buffer of read_block_kib. With launcher: mpi the ranks live on their hosts (mpirun's preflight)."""
+        read buffer of read_block_kib on a directory; `s3` (an S3 target measured): there the accelerator holds no
+        read buffer but runs its compiled S3 client, a process of its own with one connection per read thread
+        (kit.budget.s3_client_bytes, measured), and the larger of the two is counted. With launcher: mpi the ranks
+        live on their hosts (mpirun's preflight)."""
         if self.launcher == "mpi":
             return
         from ...kit import budget
@@ -80,9 +83,11 @@ class EmulateParams(LaunchParams):
         lower = "lower emulate.accelerators (search_max under auto) or read_threads, use launcher: mpi, or raise the limit"
         budget.check(f"{what},", tasks=n * (budget.TASKS_PER_WORKER + threads), lower=lower,
                      how=f"{n:,} × ({budget.TASKS_PER_WORKER} + {threads} read threads)")
-        budget.check(what, memory=n * (threads * block + budget.PROCESS_OWN_BYTES), lower=lower,
-                     how=f"{n:,} × ({threads} × {self.read_block_kib:,} KiB read buffers + "
-                         f"{budget.PROCESS_OWN_BYTES // budget.MIB} MiB per process)")
+        client = budget.s3_client_bytes(threads) if s3 else 0
+        how = (f"{client / budget.MIB:,.0f} MiB for its compiled S3 client" if client > threads * block else
+               f"{threads} × {self.read_block_kib:,} KiB read buffers")
+        budget.check(what, memory=n * (max(threads * block, client) + budget.PROCESS_OWN_BYTES), lower=lower,
+                     how=f"{n:,} × ({how} + {budget.PROCESS_OWN_BYTES // budget.MIB} MiB per process)")
 
     @property
     def page_cache_capped(self) -> bool:

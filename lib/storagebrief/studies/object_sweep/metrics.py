@@ -41,10 +41,10 @@ COLUMNS: tuple[Column, ...] = (
            "(Python) process, else its threads, capped by affinity and cgroup quota (kit/client_bound)"),
     Column("limited_by", "", "client CPU (a client process used, or was ready to use, ≥ 85 % of its usable cores: "
            "its busiest thread's run-queue time, or a thread of it on a CPU or ready in that share of 20-ms samples; or "
-           "the client ≥ 80 % of all CPUs) | client + gateway CPU (together ≥ 80 % of all CPUs, the client at the CPU it "
-           "wanted) | machine CPU (every CPU "
-           "≥ 90 % busy: the busy load or other work): the CPU, not the storage, set the figure; empty otherwise",
-           "text"),
+           "the pool of client processes ≥ 85 % of the cores they can use together; or the client ≥ 80 % of all "
+           "CPUs; however busy the machine was) | client + gateway CPU (together ≥ 80 % of all CPUs, the client at "
+           "the CPU it wanted) | machine CPU (every CPU ≥ 90 % busy, the busy load or other work, the client below "
+           "its own ceiling): the CPU, not the storage, set the figure; empty otherwise", "text"),
     Column("limited_by_reason", "", "the evidence: each client process's CPU over the wall time against its usable "
            "cores and its sampled readiness; the local gateway's CPU, or 'not measured (external)'", "text"),
     Column("reference_mb_per_s", "MB/s", "the compiled reference client (benchmarks/s3ref, Go with minio-go) on the "

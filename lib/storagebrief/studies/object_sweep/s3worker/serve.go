@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -206,7 +207,9 @@ func upload(client *minio.Client, bucket string, c *command) map[string]any {
 	}
 	ctx, core := context.Background(), minio.Core{Client: client}
 	t0 := time.Now()
-	id, err := core.NewMultipartUpload(ctx, bucket, c.Key, minio.PutObjectOptions{ContentType: "application/octet-stream"})
+	// each part checked as a single PUT is (main.go putOptions): its CRC32C in a header, the payload unsigned
+	id, err := core.NewMultipartUpload(ctx, bucket, c.Key, minio.PutObjectOptions{ContentType: "application/octet-stream",
+		UserMetadata: map[string]string{"x-amz-checksum-algorithm": "CRC32C"}})
 	if err != nil {
 		return fail(err)
 	}
@@ -216,14 +219,16 @@ func upload(client *minio.Client, bucket string, c *command) map[string]any {
 	for n := 1; sent < c.Bytes; n++ {
 		size := min(c.Part, c.Bytes-sent)
 		p0 := time.Now()
+		crc := crc32c(body[:size])
 		part, err := core.PutObjectPart(ctx, bucket, c.Key, id, n, bytes.NewReader(body[:size]), size,
-			minio.PutObjectPartOptions{})
+			minio.PutObjectPartOptions{DisableContentSha256: true,
+				CustomHeader: http.Header{"X-Amz-Checksum-Crc32c": []string{crc}}})
 		if err != nil {
 			core.AbortMultipartUpload(ctx, bucket, c.Key, id)
 			return fail(err)
 		}
 		times = append(times, time.Since(p0).Seconds())
-		parts = append(parts, minio.CompletePart{PartNumber: n, ETag: part.ETag})
+		parts = append(parts, minio.CompletePart{PartNumber: n, ETag: part.ETag, ChecksumCRC32C: crc})
 		sent += size
 		if c.KillPID > 0 && n == 1 {
 			syscall.Kill(c.KillPID, syscall.SIGKILL)
