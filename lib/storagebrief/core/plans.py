@@ -9,13 +9,17 @@ A study's `plan(sweep)` hook returns either
                        next() -> (Point, target name) | None   the next run; None: finished
                        done(point, target name, row)  the row the engine recorded for that run
                        runs_left() -> int             at most this many runs remain (progress, ETA)
+A disturbed run (core/reruns.py) is run again: a fixed plan queues its point once more (Point.rerun + 1) right
+after it, up to `run.rerun_disturbed` times; an adaptive plan re-runs within its own budget.
 Either way every run is a normal run of the engine (cold cache, cgroups, monitor, one row). The study's
 `skip` hook is asked for fixed plans only: an adaptive plan leaves out what it does not want by itself.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
+
+from . import reruns
 
 
 @dataclass(frozen=True)
@@ -33,9 +37,10 @@ class FixedPlan:
     """Points known up front, each on its targets (all by default), in order."""
     kind = "plan"
 
-    def __init__(self, points, target_names: list[str]):
+    def __init__(self, points, target_names: list[str], rerun_disturbed: int = 0):
         self.todo = [(pt, n) for pt in points for n in (pt.targets or target_names) if n in target_names]
         self.i = 0
+        self.rerun_disturbed = rerun_disturbed     # re-runs of a point whose run was disturbed
 
     def next(self):
         if self.i >= len(self.todo):
@@ -44,14 +49,17 @@ class FixedPlan:
         return self.todo[self.i - 1]
 
     def done(self, point, target: str, row: dict) -> None:
-        """Nothing to learn: the plan does not change."""
+        """A disturbed run's point runs again next (at most rerun_disturbed times); otherwise the plan stays."""
+        if reruns.is_disturbed(row) and point.rerun < self.rerun_disturbed:
+            self.todo.insert(self.i, (replace(point, rerun=point.rerun + 1), target))
 
     def runs_left(self) -> int:
         return len(self.todo) - self.i
 
 
-def as_plan(planned: Any, target_names: list[str]):
-    """The plan hook's answer as an object the engine walks: adaptive plans as they are, lists wrapped."""
+def as_plan(planned: Any, target_names: list[str], rerun_disturbed: int = 0):
+    """The plan hook's answer as an object the engine walks: adaptive plans as they are, lists wrapped (a
+    disturbed run re-run up to rerun_disturbed times)."""
     if hasattr(planned, "next") and hasattr(planned, "done"):
         return planned
-    return FixedPlan(list(planned), target_names)
+    return FixedPlan(list(planned), target_names, rerun_disturbed)

@@ -149,7 +149,7 @@ def plan(sweep) -> list[Point] | SearchPlan:
     accelerators: auto: a search per workload and target (plan.py, search.py), kept in sweep.state."""
     p: EmulateParams = sweep.p
     if p.search:
-        sweep.state.search = SearchPlan(p, sweep.targets)
+        sweep.state.search = SearchPlan(p, sweep.targets, sweep.params.run.rerun_disturbed)
         inner = sweep.state.search
     else:
         inner = fixed_plan(p)
