@@ -21,8 +21,10 @@ def test_a_fixed_plan_runs_a_disturbed_point_again_next_at_most_rerun_disturbed_
     points = [Point(c, 1, c) for c in ("a", "b")]
     always_a_on_x = _walk(plans.FixedPlan(points, ["x", "y"], 1), lambda pt, t: pt.config == "a" and t == "x")
     assert always_a_on_x == [("a", "x", 0), ("a", "x", 1), ("a", "y", 0), ("b", "x", 0), ("b", "y", 0)]
-    twice = _walk(plans.FixedPlan(points, ["x"], 2), lambda pt, t: pt.config == "b")
-    assert twice == [("a", "x", 0), ("b", "x", 0), ("b", "x", 1), ("b", "x", 2)]
+    twice = _walk(plans.FixedPlan(points, ["x"], 2), lambda pt, t: pt.rerun == 0)      # each re-run quiet
+    assert twice == [("a", "x", 0), ("a", "x", 1), ("b", "x", 0), ("b", "x", 1)]
+    standing = _walk(plans.FixedPlan(points, ["x"], 2), lambda pt, t: True)           # a re-run disturbed too:
+    assert standing == [("a", "x", 0), ("a", "x", 1), ("b", "x", 0)]                   # the load stands, no more
     assert _walk(plans.as_plan(points, ["x"]), lambda pt, t: True) == [("a", "x", 0), ("b", "x", 0)]   # off
 
 

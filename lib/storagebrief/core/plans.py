@@ -10,7 +10,8 @@ A study's `plan(sweep)` hook returns either
                        done(point, target name, row)  the row the engine recorded for that run
                        runs_left() -> int             at most this many runs remain (progress, ETA)
 A disturbed run (core/reruns.py) is run again: a fixed plan queues its point once more (Point.rerun + 1) right
-after it, up to `run.rerun_disturbed` times; an adaptive plan re-runs within its own budget.
+after it, up to `run.rerun_disturbed` times, until a re-run is disturbed too (a standing load: re-runs stop); an
+adaptive plan re-runs within its own budget.
 Either way every run is a normal run of the engine (cold cache, cgroups, monitor, one row). The study's
 `skip` hook is asked for fixed plans only: an adaptive plan leaves out what it does not want by itself.
 """
@@ -49,7 +50,10 @@ class FixedPlan:
         return self.todo[self.i - 1]
 
     def done(self, point, target: str, row: dict) -> None:
-        """A disturbed run's point runs again next (at most rerun_disturbed times); otherwise the plan stays."""
+        """A disturbed run's point runs again next (at most rerun_disturbed times); otherwise the plan stays. A re-run
+        disturbed too means a standing load (core/reruns.py): no more re-runs in this plan."""
+        if reruns.is_disturbed(row) and point.rerun:
+            self.rerun_disturbed = 0
         if reruns.is_disturbed(row) and point.rerun < self.rerun_disturbed:
             self.todo.insert(self.i, (replace(point, rerun=point.rerun + 1), target))
 

@@ -4,7 +4,9 @@ The engine (core/sweep.py) re-runs a point whose run came back `disturbed` at mo
 (default 1): a fixed plan (core/plans.FixedPlan) queues the same point again right after it; an adaptive plan
 decides for itself (the emulate search re-runs a probe's disturbed run only while its budget allows, and judges
 the re-run instead: studies/emulate/search.py). The re-run's id is the first's with `-rerunK` and its row names
-the run it replaces in `rerun_of`; both rows stay in runs.csv. Readers take `kept(frame)`: every row but the
+the run it replaces in `rerun_of`; both rows stay in runs.csv. A re-run disturbed too means the load stands (on
+a 2-core VM beside a test suite every run was disturbed, and re-running each doubled a stage for nothing): that
+plan re-runs nothing more, and its disturbed rows say so on page 1. Readers take `kept(frame)`: every row but the
 ones a later row re-ran (`superseded`). A re-run that is disturbed too, or a disturbed run whose budget was spent,
 is kept and stays `disturbed`: the brief says that the answer rests on it (brief/quiet.py), never silently.
 """

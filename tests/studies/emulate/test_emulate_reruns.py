@@ -36,6 +36,9 @@ def test_a_disturbed_run_is_judged_once_its_re_run_or_the_budget_is_spent():
     always = Search(90.0, repeats=1, budget_s=100, cap=8, reruns=1)
     runs = _drive(always, 8, lambda p: p.n == 2)                     # its re-run is disturbed too: judged
     assert [r for r in runs if r[0] == 2] == [(2, 1, 0, 40.0), (2, 1, 1, 40.0)] and always.outcome().answer == 1
+    standing = Search(90.0, repeats=2, budget_s=100, cap=8, reruns=1)
+    runs = _drive(standing, 8, lambda p: p.n == 1)                   # a re-run disturbed too: the load stands,
+    assert runs == [(1, 1, 0, 40.0), (1, 1, 1, 40.0), (1, 2, 0, 40.0)] and standing.reruns == 0   # no more re-runs
     tight = Search(90.0, repeats=1, budget_s=2.5, cap=8, reruns=1)   # 1 s runs: a re-run at 2 s would end at 4 s
     runs = _drive(tight, 8, lambda p: p.n == 2)
     assert runs == [(1, 1, 0, 99.0), (2, 1, 0, 40.0)] and tight.reran == 0

@@ -26,7 +26,8 @@ runs all its repeats: the budget can be overrun by a wrong guess of the probe's 
 half a probe.
 Disturbed runs (core/reruns.py): a run that other work disturbed is not judged while a re-run is possible
 (`reruns` per run, `run.rerun_disturbed`, and the budget holds one more run as long as it): the same repeat
-runs again and the re-run is judged instead. Past that the disturbed run is judged and its row stays
+runs again and the re-run is judged instead; a re-run disturbed too stops re-runs in this search (the load
+stands). Past that the disturbed run is judged and its row stays
 `disturbed`, so the answer says it rests on it (brief/quiet.py).
 
 Pure logic (no I/O): run.py drives it through the sweep engine's adaptive plan (plan.py) and
@@ -128,6 +129,8 @@ class Search:
         self._pending = None
         self.elapsed_s += seconds
         self.run_s[probe.n] = max(self.run_s.get(probe.n, 0.0), seconds)
+        if disturbed and probe.rerun:
+            self.reruns = 0                  # a re-run disturbed too: the load stands, re-runs stop (core/reruns.py)
         if disturbed and probe.rerun < self.reruns and self.elapsed_s + seconds <= self.budget_s:
             self._rerun, self.reran = replace(probe, rerun=probe.rerun + 1), self.reran + 1
             return
