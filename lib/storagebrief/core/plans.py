@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from . import reruns
+from .contract import Point
 
 
 @dataclass(frozen=True)
@@ -67,3 +68,26 @@ def as_plan(planned: Any, target_names: list[str], rerun_disturbed: int = 0):
     if hasattr(planned, "next") and hasattr(planned, "done"):
         return planned
     return FixedPlan(list(planned), target_names, rerun_disturbed)
+
+
+class AnswerRepeats(FixedPlan):
+    """A fixed plan run once, then the points a study's page-1 answers rest on run again (issue 61: answer points
+    repeated, exploratory points once): when the plan's last run is done, `answer_points()` (the study's: from
+    sweep.frame()) names (config, target) pairs and each gets repeats `first` .. `runs` (targets interleaved)."""
+
+    def __init__(self, points, target_names: list[str], rerun_disturbed: int, answer_points, first: int, runs: int):
+        super().__init__(points, target_names, rerun_disturbed)
+        self.answer_points, self.first, self.runs, self.added = answer_points, first, runs, None
+        self.expected = len(target_names)          # answer points guessed before they are known (progress only)
+
+    def next(self):
+        if self.i >= len(self.todo) and self.added is None:
+            pairs = list(self.answer_points()) if self.runs >= self.first else []
+            self.added = [(Point(config, r, f"{label} (answer point, run {r} of {self.runs})", targets=(target,)),
+                           target) for r in range(self.first, self.runs + 1) for config, label, target in pairs]
+            self.todo.extend(self.added)
+        return super().next()
+
+    def runs_left(self) -> int:
+        ahead = 0 if self.added is not None else self.expected * max(0, self.runs - self.first + 1)
+        return super().runs_left() + ahead
