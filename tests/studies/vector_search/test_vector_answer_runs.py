@@ -29,7 +29,8 @@ def test_each_targets_answer_point_is_its_best_qps_at_the_recall_floor():
 
 @pytest.mark.slow
 def test_a_real_sweep_runs_the_answer_point_three_times_and_page_one_shows_its_range(tmp_path):
-    out = _cli(tmp_path, {**TINY, "search_list": [10], "uniform_control": False, "answer_runs": 3, "recall_floor": 0.05})
+    out = _cli(tmp_path, {**TINY, "search_list": [10], "uniform_control": False, "answer_runs": 3, "recall_floor": 0.05,
+                          "max_point_s": 0.3, "probe_s": 0.1})
     assert out.returncode == 0, out.stderr[-2000:]
     runs = results.read_runs(tmp_path / "out" / "runs.csv")
     assert sorted(runs.repeat) == [1, 2, 3] and set(runs.search_list) == {10}
