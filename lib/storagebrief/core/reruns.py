@@ -1,7 +1,7 @@
 """Disturbed runs re-run (issue 61): a run that other work disturbed (core/interference.py) is run again.
 
 The engine (core/sweep.py) re-runs a point whose run came back `disturbed` at most `run.rerun_disturbed` times
-(default 1): a fixed plan (core/plans.FixedPlan) queues the same point again right after it; an adaptive plan
+(params.yaml: 1; a params file without it: 0): a fixed plan (core/plans.FixedPlan) queues the same point again right after it; an adaptive plan
 decides for itself (the emulate search re-runs a probe's disturbed run only while its budget allows, and judges
 the re-run instead: studies/emulate/search.py). The re-run's id is the first's with `-rerunK` and its row names
 the run it replaces in `rerun_of`; both rows stay in runs.csv. A re-run disturbed too means the load stands (on
