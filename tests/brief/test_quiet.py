@@ -18,8 +18,8 @@ def _frame(disturbed: dict[str, list[bool]], other=0.05) -> pd.DataFrame:
 
 def test_a_cell_resting_on_disturbed_runs_says_so():
     f = _frame({"fast": [False, True, True], "slow": [False, False]})
-    assert quiet.cell_note(f, "fast") == ("disturbed: runs behind this answer ran beside other work (its chapter "
-                                          "says how many, and how much)")
+    assert quiet.cell_note(f, "fast") == ("disturbed: this answer rests on runs that ran beside other work and were "
+                                          "not re-run quietly (its chapter says how many, and how much)")
     assert quiet.cell_note(f, "slow") == ""                                 # its failed run does not answer
     assert quiet.cell_note(f.drop(columns="disturbed"), "fast") == ""      # results from before the columns
     assert quiet.cell_note(f.astype({"disturbed": str}), "fast") == quiet.NOTE     # as read from runs.csv
@@ -34,6 +34,17 @@ def test_the_chapter_says_how_quiet_the_machine_was():
         and \
         "2 of 3 runs disturbed (fast: 1, slow: 1), e.g. other work used 1.10 cores" in words
     assert quiet.sentence(pd.DataFrame({"target": ["fast"], "status": ["ok"]})) == ""
+
+
+def test_a_disturbed_run_re_run_quietly_answers_nothing_and_the_chapter_counts_it():
+    f = _frame({"fast": [True, False, True]}).assign(run_id=["f1", "f1-rerun1", "f2", "s1"],
+                                                      rerun_of=["", "f1", "", ""])
+    assert quiet.cell_note(f, "fast") == quiet.NOTE              # f2 was disturbed and not re-run: it answers
+    quiet_again = f[f.run_id != "f2"]
+    assert quiet.cell_note(quiet_again, "fast") == ""            # f1's quiet re-run answers instead
+    assert "1 disturbed run re-run, the re-run counted instead; no run counted was disturbed." in \
+        quiet.sentence(quiet_again)
+    assert "; 1 disturbed run re-run, the re-run counted instead; 1 of 2 runs disturbed (fast: 1)" in quiet.sentence(f)
 
 
 def test_a_disturbed_footnote_is_kept_when_the_other_caveats_fold_into_one():

@@ -330,3 +330,45 @@ def test_a_busy_loop_beside_a_run_marks_its_row_disturbed(params, tmp_path):
     assert row.run_cpu_cores_avg < 0.2 * used / span + 0.05            # the loop is not the run's
     assert row.other_cpu_cores_avg * span >= 0.8 * used - 0.03
     assert str(row.disturbed) == "True" and "other work used" in row.disturbed_reason
+
+
+# --------------------------------------------------------------------------- disturbed runs re-run (issue 61)
+def _disturbed_when(monkeypatch, disturbed):
+    """Run.disturbance judged by the test: `disturbed(run_id)` says whether other work disturbed that run."""
+    monkeypatch.setattr(sweep.Run, "disturbance",
+                        lambda self, summary: {"disturbed": disturbed(self.run_id), "disturbed_reason":
+                                               "test: other work" if disturbed(self.run_id) else ""})
+
+
+def _clocked(run, c):
+    run.start_clock()
+    run.stop_clock()
+    return sweep.Measurement({"config": c})
+
+
+def _two_points(**hooks):
+    return _study(plan=lambda sw: [sweep.Point(c, 1, f"config {c}") for c in ("a", "b")], run_one=_clocked, **hooks)
+
+
+def test_a_disturbed_run_is_re_run_once_and_readers_take_the_re_run(params, tmp_path, monkeypatch):
+    """Fake rows marked disturbed: a-one-r1 the first time only; b-two-r1 always, so its re-run is disturbed too and
+    stays (once only). runs.csv keeps both rows of each, the re-run names the run it replaces."""
+    _disturbed_when(monkeypatch, lambda rid: rid == "fake-a-one-r1" or rid.startswith("fake-b-two-r1"))
+    once = params.model_copy(update={"run": params.run.model_copy(update={"rerun_disturbed": 1})})
+    frame = sweep.run(_two_points(), once, tmp_path / "out", **_quiet())
+    rows = pd.read_csv(tmp_path / "out" / "runs.csv", keep_default_na=False)
+    assert list(rows.run_id) == ["fake-a-one-r1", "fake-a-one-r1-rerun1", "fake-a-two-r1", "fake-b-one-r1",
+                                 "fake-b-two-r1", "fake-b-two-r1-rerun1"]
+    assert list(rows.rerun_of) == ["", "fake-a-one-r1", "", "", "", "fake-b-two-r1"]
+    # what every reader gets: the superseded runs left out, the disturbed re-run kept (the brief names it)
+    for read in (frame, results.read_runs(tmp_path / "out" / "runs.csv")):
+        assert len(read) == 4 and {"fake-a-one-r1", "fake-b-two-r1"}.isdisjoint(read.run_id)
+        assert list(read.run_id[read.disturbed.astype(str) == "True"]) == ["fake-b-two-r1-rerun1"]
+    assert json.loads((tmp_path / "out" / "metrics.json").read_text()) == {"runs": 4}
+
+
+def test_no_re_run_when_rerun_disturbed_is_0_the_default(params, tmp_path, monkeypatch):
+    _disturbed_when(monkeypatch, lambda rid: True)
+    assert params.run.rerun_disturbed == 0             # a params file without it (a test's): row counts stay fixed
+    frame = sweep.run(_two_points(skip=lambda sw, pt, t: t.name != "one"), params, tmp_path / "out", **_quiet())
+    assert list(frame.run_id) == ["fake-a-one-r1", "fake-b-one-r1"] and frame.disturbed.all()

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..core import columns, results
+from ..core import columns, reruns, results
 from ..core.engine_outputs import STATUS
 from ..studies import REGISTRY
 
@@ -210,6 +210,7 @@ def read_study(key: str, study_dir: str | Path) -> StudyInput:
             blank = frame[col].isna().to_numpy().nonzero()[0]
             if len(blank):
                 raise Unreadable(f"{RUNS} line {int(blank[0]) + 2} has no {col}")
+        frame = reruns.kept(frame)      # disturbed runs a later row re-ran are not read (core/reruns.py)
         s.frame, s.names = frame, target_order(frame, side.get("inventory.json", {}))
     except Unreadable as exc:
         s.problem = str(exc)

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ..core import reruns
+
 DISTURBED = "disturbed"
 
 
 def _ok(frame: pd.DataFrame | None) -> pd.DataFrame:
+    frame = reruns.kept(frame)       # a disturbed run re-run is not what the answer rests on
     if frame is None or "disturbed" not in frame:
         return pd.DataFrame()
     return frame[frame["status"].astype(str) == "ok"] if "status" in frame else frame
@@ -18,7 +21,8 @@ def _flags(rows: pd.DataFrame) -> pd.Series:
     return rows["disturbed"].astype(str).str.strip().str.lower().isin(("true", "1", "1.0"))
 
 
-NOTE = f"{DISTURBED}: runs behind this answer ran beside other work (its chapter says how many, and how much)"
+NOTE = (f"{DISTURBED}: this answer rests on runs that ran beside other work and were not re-run quietly (its chapter "
+        "says how many, and how much)")
 
 
 def cell_note(frame: pd.DataFrame | None, target: str) -> str:
@@ -41,13 +45,16 @@ def sentence(frame: pd.DataFrame | None) -> str:
         if "other_cpu_cores_avg" in rows else pd.Series(dtype=float)
     cpu = (f"other work used {_cores(other.mean())} on average (at most {_cores(other.max())} in one run)"
            if len(other) else "other work's CPU was not measured")
-    flags = _flags(rows)
+    flags, again = _flags(rows), reruns.reran(rows)
+    redone = (f"; {again} disturbed run{'s' if again > 1 else ''} re-run, the re-run{'s' if again > 1 else ''} "
+              "counted instead") if again else ""
     if not flags.any():
-        return f"How quiet the machine was: {cpu}; no run disturbed."
+        return f"How quiet the machine was: {cpu}{redone}; no run counted was disturbed." if again else \
+            f"How quiet the machine was: {cpu}; no run disturbed."
     by_target = rows[flags].groupby(rows["target"].astype(str)).size()
     where = ", ".join(f"{t}: {n}" for t, n in by_target.items())
     first = str(rows[flags]["disturbed_reason"].iloc[0]) if "disturbed_reason" in rows else ""
-    return (f"How quiet the machine was: {cpu}; {int(flags.sum())} of {len(rows)} runs disturbed ({where})"
+    return (f"How quiet the machine was: {cpu}{redone}; {int(flags.sum())} of {len(rows)} runs disturbed ({where})"
             + (f", e.g. {first}" if first and first != "nan" else "") + ".")
 
 

@@ -41,6 +41,8 @@ ENGINE_COLUMNS: tuple[Column, ...] = (
     Column("started_at", "", "UTC ISO-8601 time the run started", "text"),
     Column("cache_method", "", "how the page cache was made cold before the run (drop_caches, evict, none...)", "text"),
     Column("emulated", "", "True when a device profile throttled this run (cgroup blkio / io.max)", "bool"),
+    Column("rerun_of", "", "the run id of the disturbed run this run re-ran (core/reruns.py; readers leave that one "
+           "out); empty for a first run", "text"),
     Column("status", "", "ok: the run measured; failed: it did not (failure_reason says why)", "text"),
     Column("failure_reason", "", "why a run failed or was not run; empty for ok runs", "text"),
 )

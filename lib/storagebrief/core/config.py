@@ -188,6 +188,8 @@ class RunParams(Strict):
     on_busy_target: Literal["wait", "refuse"] = "wait"   # another run holds a target: queue or stop
     trace: bool = True                    # block events of each measured run (tracefs, root); else diskstats only
     trace_buffer_kib: int = Field(8192, ge=64, le=1 << 20)   # tracefs buffer per CPU (events not drained in time are lost)
+    rerun_disturbed: int = Field(0, ge=0, le=5)   # re-runs of a point whose run other work disturbed (core/reruns.py;
+                                                  # params.yaml: 1; 0 keeps a test's row count fixed on a busy machine)
 
     @field_validator("cold_cache", mode="before")
     @classmethod

@@ -35,6 +35,7 @@ class Point:
     repeat: int
     label: str
     targets: tuple[str, ...] | None = None
+    rerun: int = 0          # 0: the point's run; k: its k-th re-run after a disturbed run (core/reruns.py)
 
 
 @dataclass

@@ -28,6 +28,7 @@ class Run(RunLimits):
         self.monitor = monitor.Monitor(target.device.name if target.device else None,
                                        sweep.params.run.monitor_interval_s)
         self.memory_limited = False      # a cgroup of this run capped its memory: its memory stalls are its own
+        self.rerun_of = ""               # the disturbed run this one re-runs (core/reruns.py), '' for a first run
         self._samplers: list = []
         self._groups: list[cgroups.Cgroup] = []
         self._clock = False

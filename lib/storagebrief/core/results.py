@@ -149,6 +149,7 @@ def check_schema_version(runs_path: Path) -> int:
 
 
 def read_runs(path: Path, required: tuple[str, ...] = ()) -> pd.DataFrame:
+    from .reruns import kept
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no results at {path}: run the study first")
@@ -157,7 +158,7 @@ def read_runs(path: Path, required: tuple[str, ...] = ()) -> pd.DataFrame:
     missing = [c for c in (*COMMON_COLUMNS, *required) if c not in frame.columns]
     if missing:
         raise SchemaError(f"{path} lacks columns {missing}")
-    return frame
+    return kept(frame)     # disturbed runs a later row re-ran left out (core/reruns.py)
 
 
 @contextmanager

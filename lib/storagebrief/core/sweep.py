@@ -22,7 +22,8 @@ an optional hook the study has not is declared None):
 The engine owns what every study shares: the run table, common columns, the
 monitor and its time series, block traces (run.trace) and characterization.csv, cgroups
 created through the Run (run.cgroup, run.throttle, run.confine_cpus) or the sweep (sweep.cgroup: a
-server's, for several runs), `emulated` (set whenever it applied a profile), a section's `targets`
+server's, for several runs), `emulated` (set whenever it applied a profile), disturbed runs re-run
+(core/reruns.py: `run.rerun_disturbed` times at most; `rerun_of`), a section's `targets`
 (config.OnSomeTargets), the run order (sweep.runs_after), long-lived jobs (sweep.jobs, their limits per
 run: core/longjob.py, core/run_limits.py), progress, notes.
 """
@@ -33,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from . import (cgroups, characterize, columns, config, contract, folders, inventory, leftovers, longjob, machine_fit,
-               outdir, plans, results, stores, targets as targets_mod)
+               outdir, plans, results, reruns, stores, targets as targets_mod)
 from .config import check_name
 from .contract import Measurement, Point
 from .engine_outputs import CHARACTERIZATION, TRACES
@@ -121,7 +122,7 @@ class Sweep:
     # -- the plan, as far as it is known -------------------------------------------------------
     def set_plan(self, planned):
         """The plan hook's answer as the plan the engine walks (core/plans.py); a test sets one as the engine does."""
-        self._plan = plans.as_plan(planned, self.target_names)
+        self._plan = plans.as_plan(planned, self.target_names, self.params.run.rerun_disturbed)
         return self._plan
 
     def planned(self) -> list[plans.PlannedRun]:
@@ -130,7 +131,8 @@ class Sweep:
         if not isinstance(self._plan, plans.FixedPlan):
             return []
         by_name, run_id = {t.name: t for t in self.targets}, self.study.room("run").run_id
-        return [plans.PlannedRun(pt.config, by_name[n], pt.repeat, run_id(pt.config, by_name[n], pt.repeat))
+        return [plans.PlannedRun(pt.config, by_name[n], pt.repeat,
+                                 reruns.run_id(run_id(pt.config, by_name[n], pt.repeat), pt.rerun))
                 for pt, n in self._plan.todo]
 
     def runs_after(self, run_id: str) -> list[plans.PlannedRun]:
@@ -170,7 +172,8 @@ class Sweep:
             self.notes.append(text)
 
     def frame(self):
-        return self.table.frame()
+        """The rows so far, less the disturbed runs a later row re-ran (core/reruns.kept)."""
+        return reruns.kept(self.table.frame())
 
     def all_notes(self) -> list[str]:
         return list(dict.fromkeys([w for t in self.targets for w in t.warnings] + self.notes))
@@ -180,7 +183,7 @@ def _common(run: Run) -> dict:
     t = run.target
     return {"study": run.sweep.study.name, "run_id": run.run_id, "target": t.name,
             "profile": t.profile_name or "", "repeat": run.repeat, "started_at": run.started_at,
-            "cache_method": run.cache_method, "emulated": run.emulated}
+            "cache_method": run.cache_method, "emulated": run.emulated, reruns.RERUN_OF: run.rerun_of}
 
 
 def outcome_columns(m: Measurement) -> dict:
@@ -370,11 +373,14 @@ def _sweep(sweep: Sweep, hooks: contract.RunRoom, bar: Progress, folder: outdir.
             bar.skip()
             continue
         cfg = hooks.configure(sweep, pt.config, target) if hooks.configure is not None else pt.config
-        run_id = check_name(hooks.run_id(cfg, target, pt.repeat), "run id", 200)   # timeseries/<run_id>.csv
-        bar.begin(target.name, pt.label, pt.repeat)
+        base = hooks.run_id(cfg, target, pt.repeat)
+        run_id = check_name(reruns.run_id(base, pt.rerun), "run id", 200)   # timeseries/<run_id>.csv
+        label = pt.label + (f" (re-run {pt.rerun}: the run before it was disturbed)" if pt.rerun else "")
+        bar.begin(target.name, label, pt.repeat)
         if bar.mode != "bar":
-            log(f"[{run_id}] {pt.label}")
+            log(f"[{run_id}] {label}")
         one = Run(sweep, target, pt.repeat, run_id)
+        one.rerun_of = reruns.rerun_of(base, pt.rerun)
         try:
             m = hooks.run_one(one, cfg)
         except BaseException:

@@ -134,3 +134,13 @@ def test_the_plan_runs_the_baseline_first_and_an_empty_list_turns_the_sweep_off(
                                                                     ("cost", "async", 3)]
     assert [pt.config.sweep for pt in _plan(tmp_path, modes=[])] == ["protocol"]
     assert [pt.config.sweep for pt in _plan(tmp_path, intervals_steps=[])] == ["protocol"]
+
+
+def test_page_ones_protocol_runs_protocol_runs_times_and_the_sweeps_repeats_times(tmp_path):
+    """Issue 61: answer points repeated, exploratory points once: the headline model's protocol (page 1) runs
+    protocol_runs times in all, the cost sweep `repeats` times."""
+    data = _data(tmp_path, modes=["async"], intervals_steps=[3])
+    data["checkpoint"].update({"protocol_runs": 3, "client_check": False})
+    cfgs = [(pt.config.sweep, pt.repeat) for pt in
+            ck_run.plan(SimpleNamespace(p=config.validate(data, root=REPO).section("checkpoint")))]
+    assert cfgs == [("protocol", 1), ("protocol", 2), ("protocol", 3), ("cost", 1), ("cost", 1)]

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pandas as pd
@@ -132,6 +133,17 @@ def test_cpu_split_and_plan(tmp_path):
     assert [(r.sweep, r.models, r.memory) for r in runs[:4]] == [
         ("memory", 1, "none"), ("memory", 1, "2.5:1"), ("parallel", 2, "2.5:1"), ("parallel", 4, "2.5:1")]
     assert runs[4].ingest_mb_per_s == 5 and runs[5].checkpoint_every_steps == 3
+
+
+
+def test_page_ones_memory_sweep_runs_memory_runs_times_and_the_other_sweeps_repeats_times(tmp_path):
+    """Issue 61: answer points repeated, exploratory points once."""
+    p = config.load(write_params(tmp_path, memory_limits=["none", "2.5:1"], parallel_models=[2], memory_runs=3,
+                                 ingest_mb_per_s=0, checkpoint_every_steps=0)).section("train_resnet50")
+    sweep = types.SimpleNamespace(p=p, state=types.SimpleNamespace(memory_unavailable=None), note=print)
+    got = [(pt.config.sweep, pt.config.memory, pt.repeat) for pt in trr.plan(sweep)]
+    assert got == [("memory", "none", 1), ("memory", "2.5:1", 1), ("parallel", "2.5:1", 1),
+                   ("memory", "none", 2), ("memory", "2.5:1", 2), ("memory", "none", 3), ("memory", "2.5:1", 3)]
 
 
 @pytest.mark.slow

@@ -157,6 +157,7 @@ class CheckpointParams(LaunchParams):
     # the VM's memory state left out, so the figure is the disk's). S3 targets upload parts either way.
     save_io: Literal["buffered", "direct"] = "buffered"
     repeats: int = Field(1, ge=1, le=100)
+    protocol_runs: int = Field(1, ge=1, le=100)   # runs of the headline model's protocol (page 1), repeats included
     ranks: int | None = Field(None, ge=1, le=1 << 16)    # None: the model's own (8 in subset mode)
     cost: CostParams = Field(default_factory=CostParams)  # the "cost" sweep (sync vs async training)
     # user-defined transformer shapes, usable in `models` and `cost.model` beside the llama3 catalogue:

@@ -124,8 +124,9 @@ def check_direct(targets: list[tuple[str, object]]) -> None:
 
 def plan(sweep) -> list[Point]:
     p: CheckpointParams = sweep.p
+    runs = {m: max(p.repeats, p.protocol_runs) if m == p.headline_model else p.repeats for m in p.models}
     protocol = [Point(Config("protocol", m), r, f"{m}: {p.saves} saves, {p.restores} restores")
-                for r in range(1, p.repeats + 1) for m in p.models]
+                for r in range(1, max(runs.values()) + 1) for m in p.models if r <= runs[m]]   # page 1's: protocol_runs
     frameworks = framework.points(p, p.repeats, Config, sweep.note) if p.framework.on else []
     return protocol + _check_points(sweep, p) + cost.points(p, p.repeats, Config) + frameworks
 

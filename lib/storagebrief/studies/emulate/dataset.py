@@ -97,9 +97,30 @@ def planned_files(p: EmulateParams, spec: WorkloadSpec) -> int:
     return max(p.num_files or 0, math.ceil(MLPERF_DATASET_FACTOR * mem / per_file))
 
 
+def files_for(p: EmulateParams, spec: WorkloadSpec, name: str, n: int, base: int) -> int:
+    """Files a run of `n` accelerators reads: `base` (planned_files), grown with N as MLPerf Storage sizes its data
+    set (Rules.md 3.1.2: steps per epoch x batch x accelerators) so that each accelerator gets
+    emulate.min_steps_per_epoch full steps per epoch; a run reads the first files of its target's dataset."""
+    steps = p.steps_floor(name)
+    if not steps:
+        return base
+    batch = spec.batch_for(p.accelerator_type)
+    return max(base, n * -(-steps * batch // spec.samples_per_file))
+
+
+def first_files(data: dict, count: int) -> dict:
+    """The dataset description (core.store's fill) cut to its first `count` files: what a run at N reads."""
+    if count >= len(data["files"]):
+        return data
+    sizes = data["sizes"][:count]
+    return {**data, "files": data["files"][:count], "spans": data["spans"][:count], "sizes": sizes,
+            "bytes": int(sum(sizes))}
+
+
 def study_description(p: EmulateParams, datasets: dict, tlist) -> dict:
     """What ran, for the brief (study.json): resolved workloads vs their reference values."""
     out = {"scale_note": "", "workloads": {}, "accelerator_type": p.accelerator_type, "epochs": p.epochs,
+           "min_steps_per_epoch": {name: p.steps_floor(name) for name in p.workloads},
            "dataset_sizing": p.dataset_sizing, "memory_limit_mib": p.memory_limit_mib, "odirect": p.odirect}
     scaled = []
     for name in p.workloads:

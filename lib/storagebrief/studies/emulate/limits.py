@@ -43,6 +43,7 @@ import math
 
 import pandas as pd
 
+from ...core import reruns
 from ...core.interference import OTHER_CPU_CORES
 from ...kit import client_check
 from ...kit.client_bound import BOUND_FRACTION
@@ -292,8 +293,10 @@ def outcome_text(answer: int | None, limited_by: str, first_fail: int | None, el
 
 # --------------------------------------------------------------------------- client check (kit/client_check.py)
 def _valid(frame):
-    """Rows that measured what they say: failed runs (an S3 store that failed: objects.py) and, under
-    emulate.mlperf_rules, each point's warm-up run (mlperf.py) left out."""
+    """Rows that measured what they say: failed runs (an S3 store that failed: objects.py), disturbed runs a
+    later row re-ran (core/reruns.py) and, under emulate.mlperf_rules, each point's warm-up run (mlperf.py) left
+    out."""
+    frame = reruns.kept(frame)
     if "status" in frame:
         frame = frame[frame.status.astype(str) != "failed"]
     if "mlperf_run" in frame:

@@ -27,6 +27,9 @@ class EmulateParams(LaunchParams):
     repeats: int = Field(3, ge=1, le=100)
     epochs: int = Field(3, ge=1, le=10_000)
     num_files: int | None = Field(336, ge=1, le=100_000_000)
+    # the data set grows with N so each accelerator has this many steps per epoch (au_window: the fewest whose AU
+    # window is a measurement, window.py); None: num_files (or the sizing's count) at every N
+    min_steps_per_epoch: int | Literal["au_window"] | None = None
     dataset_sizing: Literal["mlperf", "memory_cap", "fixed"] = "memory_cap"
     memory_limit_mib: int = Field(32, ge=16, le=1 << 24)
     odirect: bool = False
@@ -108,6 +111,14 @@ class EmulateParams(LaunchParams):
         mem = None if on_s3(target) else self.memory_max_accelerators(name)
         return (mem, "memory") if mem is not None and mem < self.search_max else (self.search_max, "cap")
 
+    @field_validator("min_steps_per_epoch", mode="before")
+    @classmethod
+    def _min_steps(cls, v):
+        if v is None or v == "au_window" or (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 1_000_000):
+            return v
+        raise ValueError("must be null (num_files at every accelerator count), au_window (the fewest steps per "
+                         "epoch whose AU window is a measurement) or a step count from 1 to 1,000,000")
+
     @field_validator("read_block_kib")
     @classmethod
     def _block(cls, v: int) -> int:
@@ -134,7 +145,7 @@ class EmulateParams(LaunchParams):
                 raise ValueError(f"workload '{name}' has no compute time for accelerator_type "
                                  f"'{self.accelerator_type}'; it has {sorted(spec.compute_s)}"
                                  + (f" ({why}; give one under emulate.workload_overrides)" if why else ""))
-            if self.num_files is not None:
+            if self.num_files is not None and self.min_steps_per_epoch is None:   # else the set grows with N
                 per_acc = self.num_files // self.max_accelerators * spec.samples_per_file
                 batch = spec.batch_for(self.accelerator_type)
                 if per_acc < batch:
@@ -191,6 +202,19 @@ class EmulateParams(LaunchParams):
 
     def spec(self, name: str) -> WorkloadSpec:
         return merged_spec(name, self.workload_overrides)
+
+    def steps_floor(self, name: str) -> int | None:
+        """Steps per epoch every accelerator of workload `name` gets, whatever N (min_steps_per_epoch); None: no
+        floor. au_window: the fewest steps per epoch whose AU window spans window.min_window_steps."""
+        if self.min_steps_per_epoch != "au_window":
+            return self.min_steps_per_epoch
+        from .window import min_run_steps
+        threads = self.read_threads or self.spec(name).read_threads
+        return -(-min_run_steps(threads, self.prefetch) // self.epochs)
+
+    def largest_n(self, name: str, target) -> int:
+        """The most accelerators a run of `name` on `target` may have: its search's cap, or the list's largest."""
+        return self.search_cap(name, target)[0] if self.search else max(self.accelerators)
 
     def check_s3_targets(self, s3: list[str]) -> None:
         """What S3 targets (names `s3`) cannot do with these settings: by validate (core.config) and prepare."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from ...core import plans
+from ...core import plans, reruns
 from ...core.sweep import Point
 from ...kit import client_check
 from .limits import CHECK, checks, judge, measured  # noqa: F401  (re-exported: the rows every reader filters)
@@ -40,18 +40,19 @@ class SearchPlan:
     """The searches of every workload and target as one adaptive plan for the engine."""
     kind = "search"
 
-    def __init__(self, p: EmulateParams, targets: list):
+    def __init__(self, p: EmulateParams, targets: list, rerun_disturbed: int = 0):
         self.workloads, self.targets = list(p.workloads), [getattr(t, "name", t) for t in targets]
         warmup = 1 if p.mlperf_rules else 0       # the rules' warm-up run is not judged
-        self.searches = {(w, getattr(t, "name", t)): self._search(p, w, t, warmup)
+        self.searches = {(w, getattr(t, "name", t)): self._search(p, w, t, warmup, rerun_disturbed)
                          for w in self.workloads for t in targets}
         self._w, self._last = 0, -1
         self._out: dict[tuple[str, str], Probe] = {}
 
     @staticmethod
-    def _search(p: EmulateParams, w: str, t, warmup: int) -> Search:
+    def _search(p: EmulateParams, w: str, t, warmup: int, reruns: int) -> Search:
         cap, cap_by = p.search_cap(w, t)
-        return Search(p.spec(w).au_threshold_percent, p.repeats, p.budget_s(t), cap, warmup=warmup, cap_by=cap_by)
+        return Search(p.spec(w).au_threshold_percent, p.repeats, p.budget_s(t), cap, warmup=warmup, cap_by=cap_by,
+                      reruns=reruns)
 
     def _target(self, w: str) -> str | None:
         """The next target whose search of `w` goes on, after the last one that ran (round robin)."""
@@ -75,16 +76,17 @@ class SearchPlan:
             self._out[(w, t)] = probe
             cfg = EmulateConfig(w, probe.n, probe.step, probe.phase, s.elapsed_s)
             return Point(cfg, probe.repeat, f"{probe.n} accelerator(s), search step {probe.step} ({probe.phase})",
-                         targets=(t,)), t
+                         targets=(t,), rerun=probe.rerun), t
         return None
 
     def done(self, point: Point, target: str, row: dict) -> None:
-        """The run's row decides: its AU, what limited it, and its seconds (row's search_elapsed_s)."""
+        """The run's row decides: its AU, what limited it, its seconds (row's search_elapsed_s) and whether it was
+        disturbed (re-run, not judged, while the search allows: search.py)."""
         cfg: EmulateConfig = point.config
         key = (cfg.workload, target)
         seconds = float(row["search_elapsed_s"]) - cfg.search_elapsed_before_s
         self.searches[key].record(self._out.pop(key), float(row["au_percent"]), str(row.get("limited_by", "")),
-                                  seconds)
+                                  seconds, disturbed=reruns.is_disturbed(row))
 
     def runs_left(self) -> int:
         return sum(s.runs_left() for (w, _), s in self.searches.items() if w in self.workloads[self._w:])
@@ -109,7 +111,7 @@ class ClientCheckPlan:
     (emulate.client_check, kit/client_check.py): the answer's point on the first target."""
 
     def __init__(self, inner, sweep):
-        self.inner = plans.as_plan(inner, sweep.target_names)
+        self.inner = plans.as_plan(inner, sweep.target_names, sweep.params.run.rerun_disturbed)
         self.kind, self.sweep, self.p = self.inner.kind, sweep, sweep.p
         self.todo: list | None = None
 

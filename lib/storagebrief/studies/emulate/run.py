@@ -45,7 +45,7 @@ from ...kit import mlpstorage_verdict
 from ...kit.space import check_space, existing_bytes
 from . import STUDY, mlperf, objects
 from .accelerators import run_once
-from .dataset import generate_dataset, planned_files, study_description
+from .dataset import files_for, first_files, generate_dataset, planned_files, study_description
 from .idle import idle_read_latency_us
 from .limits import limited_by
 from .loader import steps_per_epoch
@@ -74,28 +74,31 @@ class EmulateState:
 
 
 # --------------------------------------------------------------------------- prepare
-def _dataset_sizes(p: EmulateParams) -> dict[str, int]:
-    """Files per workload; refuses a workload that has no full step at the largest accelerator count."""
-    sizes: dict[str, int] = {}
+def _dataset_sizes(p: EmulateParams, targets) -> dict[tuple[str, str], int]:
+    """Files per (target, workload): enough for the most accelerators a run there may have (dataset.files_for);
+    refuses a workload that has no full step at the largest accelerator count."""
+    sizes: dict[tuple[str, str], int] = {}
     for name in p.workloads:
         spec = p.spec(name)
-        files = planned_files(p, spec)
-        steps = steps_per_epoch(files, spec.samples_per_file, p.max_accelerators, spec.batch_for(p.accelerator_type))
+        base = planned_files(p, spec)
+        steps = steps_per_epoch(files_for(p, spec, name, p.max_accelerators, base), spec.samples_per_file,
+                                p.max_accelerators, spec.batch_for(p.accelerator_type))
         if steps < 1:
-            raise ParamsError(f"emulate: workload '{name}' with {files} files has no full step for "
+            raise ParamsError(f"emulate: workload '{name}' with {base} files has no full step for "
                               f"{p.max_accelerators} accelerators")
-        sizes[name] = files
+        for t in targets:
+            sizes[(t.name, name)] = files_for(p, spec, name, p.largest_n(name, t), base)
     return sizes
 
 
-def _bytes_needed(p: EmulateParams, sizes: dict[str, int], t) -> int:
+def _bytes_needed(p: EmulateParams, sizes: dict[tuple[str, str], int], t) -> int:
     """New bytes one target needs: every workload's dataset (less what is already there) and a checkpoint; a local
     S3 target holds the dataset twice while it is PUT (staging files and the gateway's objects)."""
     need = 0
     for name in p.workloads:
         spec = p.spec(name)
         existing = existing_bytes(folder_below(t.study_dir(STUDY.name), name, "data", create=False))
-        need += max(0, int(sizes[name] * spec.samples_per_file * (spec.record_bytes + 64)) - existing)
+        need += max(0, int(sizes[(t.name, name)] * spec.samples_per_file * (spec.record_bytes + 64)) - existing)
     local_s3 = on_s3(t) and t.on_this_machine
     return need * (2 if local_s3 else 1) + int(p.checkpoint_mib * 2**20)
 
@@ -106,14 +109,14 @@ def prepare(sweep) -> None:
     # hosts, hostfile, options: before any dataset
     check_launch(p, p.max_accelerators, sweep.out_dir, STUDY.name,
                        "the largest of emulate.accelerators (emulate.search_max with auto)", sweep.status)
-    sizes = _dataset_sizes(p)
+    sizes = _dataset_sizes(p, sweep.targets)
     check_space(sweep.targets, lambda t: _bytes_needed(p, sizes, t), f"the emulate datasets ({', '.join(p.workloads)})")
     memory_limit = p.memory_limit_mib * 2**20 if p.dataset_sizing == "memory_cap" and not p.odirect else None
     sweep.state = state = EmulateState(datasets={}, memory_limit=memory_limit)
     for t in sweep.targets:
         for name in p.workloads:
             sweep.status(f"dataset of {name} on '{t.name}'")
-            state.datasets[(t.name, name)] = _dataset(sweep, t, name, sizes[name])
+            state.datasets[(t.name, name)] = _dataset(sweep, t, name, sizes[(t.name, name)])
         first = state.datasets[(t.name, p.workloads[0])]       # its files here (a gateway's too), or none
         files = [Path(first["backing"]) / Path(k).name for k in first["files"][:16]] if first["backing"] else []
         targets_mod.check_profile_speed(t, files) if files else None
@@ -149,7 +152,7 @@ def plan(sweep) -> list[Point] | SearchPlan:
     accelerators: auto: a search per workload and target (plan.py, search.py), kept in sweep.state."""
     p: EmulateParams = sweep.p
     if p.search:
-        sweep.state.search = SearchPlan(p, sweep.targets)
+        sweep.state.search = SearchPlan(p, sweep.targets, sweep.params.run.rerun_disturbed)
         inner = sweep.state.search
     else:
         inner = fixed_plan(p)
@@ -337,6 +340,7 @@ def _run_one(run, config: EmulateConfig, store) -> Measurement:
     t, p = run.target, run.p
     state: EmulateState = run.sweep.state
     data, memory_limit = state.datasets[(t.name, name)], state.memory_limit
+    data = first_files(data, files_for(p, p.spec(name), name, n, planned_files(p, p.spec(name))))   # grown with N
     store.evict_cold(run, [store.key(f"{name}/data")], drop=True)   # its files here (a gateway's too), or none
     store.warm(data["files"][0])
     group = store.client_group(run, memory_limit)     # a directory's throttle and page-cache cap; S3: none

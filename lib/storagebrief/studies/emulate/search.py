@@ -24,6 +24,11 @@ the mean AU of its repeats, the rule a fixed list's "accelerators supported" use
 so a probe near the threshold is not steered by one run's spread. A probe, once started, always
 runs all its repeats: the budget can be overrun by a wrong guess of the probe's time, never by
 half a probe.
+Disturbed runs (core/reruns.py): a run that other work disturbed is not judged while a re-run is possible
+(`reruns` per run, `run.rerun_disturbed`, and the budget holds one more run as long as it): the same repeat
+runs again and the re-run is judged instead; a re-run disturbed too stops re-runs in this search (the load
+stands). Past that the disturbed run is judged and its row stays
+`disturbed`, so the answer says it rests on it (brief/quiet.py).
 
 Pure logic (no I/O): run.py drives it through the sweep engine's adaptive plan (plan.py) and
 limits.supported() derives the same answer from runs.csv alone.
@@ -31,7 +36,7 @@ limits.supported() derives the same answer from runs.csv alone.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .limits import judge, outcome_text
 
@@ -46,6 +51,7 @@ class Probe:
     step: int
     phase: str
     repeat: int
+    rerun: int = 0      # k: the k-th re-run of this repeat (its earlier run was disturbed)
 
 
 @dataclass(frozen=True)
@@ -74,6 +80,7 @@ class Search:
     cap: int
     warmup: int = 0                      # the first runs of each probe that are not judged (MLPerf's warm-up)
     cap_by: str = "cap"                  # what sets `cap`: search_max (cap) or the page-cache cap (memory)
+    reruns: int = 0                      # re-runs of a disturbed run (within the budget), per run
     lo: int = 0                          # largest passing N
     hi: int | None = None                # smallest failing N (storage)
     elapsed_s: float = 0.0
@@ -84,6 +91,8 @@ class Search:
     _phase: str = DOUBLING
     _results: list[tuple[float, str]] = field(default_factory=list)   # the current probe's (AU, limited_by)
     _pending: Probe | None = None
+    _rerun: Probe | None = None          # a disturbed run's re-run, next
+    reran: int = 0                       # disturbed runs re-run (not judged)
 
     def __post_init__(self):
         if self.repeats <= self.warmup or self.cap < 1 or self.budget_s <= 0:
@@ -105,16 +114,26 @@ class Search:
             raise RuntimeError(f"search at N = {self._pending.n}: record the last run before asking for the next")
         if self.done:
             return None
+        if self._rerun is not None:
+            self._pending, self._rerun = self._rerun, None
+            return self._pending
         self._pending = Probe(self.n, len(self.probes), self._phase, len(self._results) + 1)
         return self._pending
 
-    def record(self, probe: Probe, au_percent: float, limited_by: str, seconds: float) -> None:
-        """One run's result: its AU, what limited it (limits.limited_by) and its wall seconds."""
+    def record(self, probe: Probe, au_percent: float, limited_by: str, seconds: float,
+               disturbed: bool = False) -> None:
+        """One run's result: its AU, what limited it (limits.limited_by), its wall seconds and whether other work
+        disturbed it (then it is re-run instead of judged while `reruns` and the budget allow)."""
         if probe != self._pending:
             raise RuntimeError(f"search: recorded {probe}, expected {self._pending}")
         self._pending = None
         self.elapsed_s += seconds
         self.run_s[probe.n] = max(self.run_s.get(probe.n, 0.0), seconds)
+        if disturbed and probe.rerun:
+            self.reruns = 0                  # a re-run disturbed too: the load stands, re-runs stop (core/reruns.py)
+        if disturbed and probe.rerun < self.reruns and self.elapsed_s + seconds <= self.budget_s:
+            self._rerun, self.reran = replace(probe, rerun=probe.rerun + 1), self.reran + 1
+            return
         self._results.append((au_percent, limited_by))
         if len(self._results) == self.repeats:
             self._judge()
@@ -168,7 +187,7 @@ class Search:
         and what the budget leaves at the longest run so far)."""
         if self.done:
             return 0
-        now = self.repeats - len(self._results)           # the current probe's runs not yet recorded
+        now = self.repeats - len(self._results) + (self._rerun is not None)   # the current probe's runs to come
         if self.hi is None:                                # doublings after this one, then a bisection
             probes = math.ceil(math.log2(self.cap / self.n)) + max(0, math.ceil(math.log2(self.cap)) - 1)
         else:

@@ -132,7 +132,8 @@ def not_measured(row: dict) -> str:
                      f"{float(g('au_claimed_bytes_au_window')) / 1e6:,.1f} MB that AU × {int(g('accelerators'))} × "
                      f"{float(g('demand_mb_per_s_per_accelerator')):.1f} MB/s needs")
     files = files_for_window(row)
-    more = f"; emulate.num_files ≥ {files:,} (or the paper profile) answers it" if files else ""
+    more = (f"; emulate.num_files ≥ {files:,}, emulate.min_steps_per_epoch: au_window (the data set grows with N) or "
+            "the paper profile answers it") if files else ""
     return (f"AU {float(g('au_percent')):.1f} % is not a measurement: prefetch carried the window (too few steps): "
             + "; ".join(words) + more)
 

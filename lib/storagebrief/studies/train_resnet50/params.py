@@ -82,6 +82,7 @@ class TrainParams(OnSomeTargets):     # targets (a subset of the target names) a
     checkpoint_default_interval_s: float = Field(600.0, gt=0)     # tf.estimator's default
     checkpoint_memory: str = "none"
     repeats: int = Field(1, ge=1, le=100)
+    memory_runs: int = Field(1, ge=1, le=100)   # runs of the memory sweep (page 1's images/s and reads), repeats included
     stall_timeout_s: float = Field(240.0, ge=10, le=86_400)
     seed: int = 0
 

@@ -142,8 +142,10 @@ def plan(sweep) -> list[Point]:
         runs = [r for r in runs if not parse_memory(r.memory).limited]
         sweep.note(f"memory-limited runs skipped ({len(skipped)} per target and repeat: "
                    f"{', '.join(sorted({r.memory for r in skipped}))}): memory cgroups unavailable: {reason}")
+    def times(spec: RunSpec) -> int:      # page 1's memory sweep: memory_runs; the other sweeps, exploratory: repeats
+        return max(p.repeats, p.memory_runs) if spec.sweep == "memory" else p.repeats
     points = [Point(spec, repeat, f"{spec.sweep}: {spec.models} model(s), memory {spec.memory}")
-              for repeat in range(1, p.repeats + 1) for spec in runs]
+              for repeat in range(1, max(map(times, runs), default=0) + 1) for spec in runs if repeat <= times(spec)]
     return points
 
 

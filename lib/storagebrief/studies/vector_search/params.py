@@ -31,6 +31,8 @@ class VectorSearchParams(OnSomeTargets):   # targets: a subset of the target nam
     recall_floor: float = Field(0.95, gt=0, le=1)                # QPS is reported among points at or above it
     uniform_control: bool = True      # the same index shape on uniform random data and queries (v3.0's data)
     repeats: int = Field(1, ge=1, le=100)
+    answer_runs: int = Field(1, ge=1, le=100)   # runs of each target's page-1 point (repeats included): the rest
+                                                # run after the sweep, once that point is known (core/plans.py)
     seed: int = Field(0, ge=0, le=2**32 - 1)    # numpy refuses a negative seed (a run would end in "a bug")
 
     @field_validator("search_list")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...core import cache, cgroups, results, targets as targets_mod
+from ...core import cache, cgroups, plans, results, targets as targets_mod
 from ...core.causes import EnvironmentFailure
 from ...core.sweep import Measurement, Point
 from ...kit import mlpstorage_verdict, space
@@ -100,12 +100,26 @@ def _study_json(sweep) -> dict:
 
 
 # --------------------------------------------------------------------------- plan
-def plan(sweep) -> list[Point]:
+def plan(sweep) -> plans.FixedPlan:
+    """Every point `repeats` times, then each target's page-1 point (the best QPS at recall >= the floor) again up to
+    `answer_runs` runs in all: its range on page 1 comes from those runs, the other points stay exploratory."""
     p: VectorSearchParams = sweep.p
     configs = [Config("clustered", L, w, n) for L in p.search_list for w in p.beam_width for n in p.threads]
     if p.uniform_control:
         configs += [Config("uniform", L, p.beam_width[0], p.threads[0]) for L in p.search_list]
-    return [Point(c, r, c.label) for r in range(1, p.repeats + 1) for c in configs]
+    points = [Point(c, r, c.label) for r in range(1, p.repeats + 1) for c in configs]
+    return plans.AnswerRepeats(points, sweep.target_names, sweep.params.run.rerun_disturbed,
+                               lambda: answer_points(sweep.frame(), p.recall_floor), p.repeats + 1, p.answer_runs)
+
+
+def answer_points(frame, floor: float) -> list[tuple[Config, str, str]]:
+    """(config, label, target) of each target's page-1 point in the rows so far (metrics.best_at_floor)."""
+    best = metrics.best_at_floor(metrics.points(frame, floor), floor) if len(frame) else []
+    out = []
+    for r in getattr(best, "itertuples", lambda: [])():
+        c = Config(str(r.data), int(r.search_list), int(r.beam_width), int(r.threads))
+        out.append((c, c.label, str(r.target)))
+    return out
 
 
 def skip(sweep, point: Point, target) -> bool:
