@@ -14,7 +14,7 @@ from ...kit import client_check, mlpstorage_verdict
 from ...kit.client_check import unchecked
 from ...kit.files import read_csv_or_none, read_json_or
 from ...kit.runs import ok_runs, what_failed
-from ...report.words import display, plural
+from ...report.words import WORKLOAD, display, plural
 from ...report.display import analysis, show_figure, show_md, show_table, style, target_colors
 from . import breakeven
 from .metrics import client_checks
@@ -156,12 +156,16 @@ def _versus(ok, checked: list[dict] | None = None) -> None:
         ax.bar(x + (i - 1.5) * 0.2, t[col], width=0.2, label=label)
     # each group's workload under it, each target's name once under its groups: the names in one label each
     # ("hdd-emulated / quick workload 1") were turned on end to fit, in a small font (issue 62)
-    ax.set_xticks(x, [display(w).replace(" workload ", "\nworkload ") for w in t.workload])
+    numbered = [WORKLOAD.fullmatch(str(w)) for w in t.workload]
+    ax.set_xticks(x, [m.group(2) if m else display(w) for m, w in zip(numbered, t.workload)])
+    kinds = {m.group(1) if m else "" for m in numbered}           # "quick workload 1": the number under its bars
+    ax.set_xlabel((f"{kinds.pop()} " if len(kinds) == 1 and "" not in kinds else "") + "workload, per target",
+                  labelpad=26)
     targets = t.target.tolist()
     spans = {n: [i for i, v in enumerate(targets) if v == n] for n in dict.fromkeys(targets)}
     under = ax.secondary_xaxis("bottom")
     under.set_xticks([sum(i) / len(i) for i in spans.values()], list(spans))
-    under.tick_params(length=0, pad=30, labelsize=10)
+    under.tick_params(length=0, pad=20)
     for label in under.get_xticklabels():
         label.set_fontweight("bold")
     ax.set(ylabel="GiB/s", title="KV-cache bandwidth: MLPerf's accounting vs measured")
