@@ -95,7 +95,7 @@ def test_runs_table_headers_carry_units_and_numbers_fit():
     assert notebook.column_title("images_per_s") == "images /s"
     assert notebook.column_title("read_share_percent") == "read share (%)"
     assert notebook.column_title("stall_s_per_checkpoint") == "stall per checkpoint (s)"
-    assert notebook.column_title("honest_save_gib_per_s") == "honest save (GiB/s)"
+    assert notebook.column_title("honest_save_gib_per_s") == "measured save (GiB/s)"      # issue 62: not "honest"
     assert [notebook._fmt(v) for v in (1234.5678, 12.345, 1.23456, 0.012345, 3, float("nan"), "x")] == \
         ["1,235", "12.3", "1.23", "0.0123", "3", "–", "x"]
 
@@ -274,8 +274,8 @@ def test_runs_table_shows_each_sweeps_measurements_and_says_a_repeated_explanati
     tables = [s for s in shown if s[0] == "table"]
     assert [t[2] for t in tables] == ["2 measured runs (runs.csv), protocol sweep",
                                       "1 measured runs (runs.csv), cost sweep"]
-    assert list(tables[0][1].columns) == ["target", "honest save (GiB/s)"]           # no column of dashes
-    assert tables[0][1]["honest save (GiB/s)"].tolist() == ["1.23", "0.50"]
+    assert list(tables[0][1].columns) == ["target", "measured save (GiB/s)"]         # no column of dashes
+    assert tables[0][1]["measured save (GiB/s)"].tolist() == ["1.23", "0.50"]
     assert list(tables[1][1].columns) == ["target", "overhead (%)", "cache method"]  # one row: said in it
     assert [s[1] for s in shown if s[0] == "md"] == [f"*cache method* (every run above): {cache}"]
 
