@@ -18,7 +18,7 @@
 #
 # **How it goes past MLPerf.** MLPerf's throughput is all ranks' bytes ÷ *rank 0's own* duration, with no barrier
 # before the clock stops: a rank that finishes later is not waited for. Beside that figure this study reports the
-# honest one — bytes ÷ the time from a barrier at the start until the *last* rank's fsync returned — their ratio
+# measured one — bytes ÷ the time from a barrier at the start until the *last* rank's fsync returned — their ratio
 # (the overstatement), and the skew between ranks, per checkpoint (`checkpoints.csv`) and per rank (`ranks.csv`).
 # Quick settings divide every file by `scale` (2048: ≈ 52 MiB for llama3-8b) so the notebook runs in seconds;
 # `scale: 1` is the paper's size.

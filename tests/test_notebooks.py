@@ -95,7 +95,7 @@ def test_runs_table_headers_carry_units_and_numbers_fit():
     assert notebook.column_title("images_per_s") == "images /s"
     assert notebook.column_title("read_share_percent") == "read share (%)"
     assert notebook.column_title("stall_s_per_checkpoint") == "stall per checkpoint (s)"
-    assert notebook.column_title("honest_save_gib_per_s") == "honest save (GiB/s)"
+    assert notebook.column_title("honest_save_gib_per_s") == "measured save (GiB/s)"      # issue 62: not "honest"
     assert [notebook._fmt(v) for v in (1234.5678, 12.345, 1.23456, 0.012345, 3, float("nan"), "x")] == \
         ["1,235", "12.3", "1.23", "0.0123", "3", "–", "x"]
 
@@ -274,8 +274,8 @@ def test_runs_table_shows_each_sweeps_measurements_and_says_a_repeated_explanati
     tables = [s for s in shown if s[0] == "table"]
     assert [t[2] for t in tables] == ["2 measured runs (runs.csv), protocol sweep",
                                       "1 measured runs (runs.csv), cost sweep"]
-    assert list(tables[0][1].columns) == ["target", "honest save (GiB/s)"]           # no column of dashes
-    assert tables[0][1]["honest save (GiB/s)"].tolist() == ["1.23", "0.50"]
+    assert list(tables[0][1].columns) == ["target", "measured save (GiB/s)"]         # no column of dashes
+    assert tables[0][1]["measured save (GiB/s)"].tolist() == ["1.23", "0.50"]
     assert list(tables[1][1].columns) == ["target", "overhead (%)", "cache method"]  # one row: said in it
     assert [s[1] for s in shown if s[0] == "md"] == [f"*cache method* (every run above): {cache}"]
 
@@ -456,3 +456,44 @@ def test_a_notebook_that_is_not_json_is_one_line_naming_it(tmp_path):
         notebooks.read_ipynb(nb)
     said = str(err.value)
     assert str(nb) in said and "make notebooks" in said and "\n" not in said and "\x1b" not in said
+
+
+def _results(d: Path, study: str, complete: bool, finished: str) -> None:
+    d.mkdir(parents=True)
+    (d / "runs.csv").write_text("study,target\n")
+    (d / "status.json").write_text(json.dumps({"study": study, "complete": complete, "finished_at": finished}))
+
+
+def test_start_here_lists_every_study_and_the_brief_command_of_those_with_results(tmp_path, monkeypatch):
+    """notebooks/00_start_here (issue 62): each study with its notebook and command, its newest complete results
+    (the pipeline's or a run's), and `storagebrief brief --studies` of exactly the studies that have them."""
+    from storagebrief.report import display
+    said = []
+    monkeypatch.setattr(display, "show_md", said.append)
+    monkeypatch.setattr(display, "show_table", lambda *a, **k: None)
+    reports = tmp_path / "reports"
+    _results(reports / "kv_cache", "kv_cache", True, "2026-12-01T10:00:00+00:00")
+    _results(reports / "runs" / "20261207-100000" / "vector_search", "vector_search", True, "2026-12-07T10:00:00+00:00")
+    _results(reports / "runs" / "20261207-110000" / "emulate", "emulate", False, "2026-12-07T11:00:00+00:00")
+    table = notebook.start_here(reports)
+    assert len(table) == len(STUDIES) and list(table["notebook"])[:2] == ["01_preprocess.ipynb",
+                                                                          "02_emulated_training.ipynb"]
+    newest = dict(zip(table["command"], table["newest complete results"]))
+    assert newest["storagebrief emulate"] == "none yet"                      # cut short: not complete results
+    assert "20261207-100000/vector_search (run 20261207-100000, 2026-12-07 10:00 UTC)" in \
+        newest["storagebrief vector-search"]
+    assert newest["storagebrief kv-cache"].endswith("(the pipeline, 2026-12-01 10:00 UTC)")
+    assert "`storagebrief brief --studies kv_cache,vector_search`" in said[-1], said
+    said.clear()
+    notebook.start_here(tmp_path / "empty")
+    assert said[-1].startswith("No study has complete results yet"), said
+
+
+@pytest.mark.e2e
+def test_the_start_here_notebook_runs_as_opened_from_notebooks_folder(tmp_path):
+    """As JupyterLab runs it (kernel in notebooks/): it reads the project's reports/ and says what to run."""
+    out = tmp_path / "executed.ipynb"
+    papermill.execute_notebook(jupytext.read(REPO / "notebooks" / "00_start_here.py"), str(out),
+                               cwd=str(REPO / "notebooks"), kernel_name="python3", progress_bar=False)
+    errors, text = notebook_outputs(json.loads(out.read_text()))
+    assert not errors and "newest complete results" in text and "storagebrief emulate" in text, text[-2000:]

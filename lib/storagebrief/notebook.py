@@ -311,6 +311,7 @@ _STATISTIC = re.compile(r"_(avg|max|min|mean|median|stdev|p\d+(?:_\d+)?)$")
 def column_title(column: str) -> str:
     """`completion_time_s` -> 'completion time (s)', `device_read_mb_per_s_avg` -> 'device read (MB/s, avg)',
     `read_latency_us_p99` -> 'read latency (µs, p99)': unit (and statistic) from the name's suffixes."""
+    column = re.sub(r"^honest_", "measured_", column)        # a reader's word for our own rate (issue 62)
     per = re.match(r"^(.+)_(s|ms|us|mib|bytes)_per_([a-z]+)$", column)     # stall_s_per_checkpoint
     if per:
         return f"{column_title(per.group(1) + '_' + per.group(2)).replace(' (', f' per {per.group(3)} (', 1)}"
@@ -369,3 +370,35 @@ def show_runs(frame: pd.DataFrame, columns: list[str], caption: str = "") -> Non
         show_table(table, caption=f"{caption}: {what}" if caption else what)
         if prose:
             show_md("\n\n".join(f"*{column_title(c)}* (every run above): {rows[c].iloc[0]}" for c in prose))
+
+
+def start_here(reports_dir: str | Path = "reports") -> pd.DataFrame:
+    """notebooks/00_start_here: every study with its notebook, its command and its newest complete results (the
+    pipeline's or a notebook or CLI run's, as `storagebrief brief --studies` finds them), then the brief command of
+    those that have results. Reads only: nothing runs, nothing is written."""
+    from .brief import choose
+    from .report.display import show_md, show_table
+
+    reports = project_path(reports_dir)
+    rows, ready = [], []
+    for key, s in studies.REGISTRY.items():
+        found = choose.complete_results(reports, key)
+        newest = found[-1] if found else None
+        if newest is not None:
+            ready.append(key)
+        rows.append({"study": s.title, "notebook": Path(s.notebook).with_suffix(".ipynb").name,
+                     "command": f"storagebrief {s.command}",
+                     "newest complete results": (f"{choose.shown(newest.dir)} ({newest.origin}, "
+                                                 f"{newest.finished.strftime('%Y-%m-%d %H:%M UTC')})")
+                     if newest else "none yet"})
+    table = pd.DataFrame(rows)
+    show_table(table, f"The studies and their newest complete results in {choose.shown(reports)}/")
+    if ready:
+        command = f"storagebrief brief --studies {','.join(ready)}"
+        show_md(f"A brief of the studies that have results (each from its newest complete run; name fewer to "
+                f"leave some out): `{command}` in a terminal, `!{command}` in a console or a cell, or set "
+                f"`studies = \"{','.join(ready)}\"` in brief.ipynb and Run All.")
+    else:
+        show_md("No study has complete results yet: open a study's notebook above and Run All, then run this "
+                "notebook again.")
+    return table

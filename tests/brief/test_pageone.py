@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pandas as pd
 
-from storagebrief.brief import accelerators, pageone, scorecard
+from storagebrief.brief import accelerators, pageone, quotes, scorecard
 from storagebrief.report import layout
 
 
@@ -105,6 +105,9 @@ def _long_rows(targets: list[str], questions: int) -> list[dict]:
 def test_page_one_never_spills_whatever_the_footnotes():
     targets = [f"target-{i}" for i in range(6)]
     rows = _long_rows(targets, 9)
+    rows[0] = {**rows[0], "unsettled": "the search stopped before a count fell short " * 3}      # kept whatever
+    found = [f"<b>Finding {i}</b> — " + "a finding long enough to wrap onto more lines of page 1 " * 4
+             for i in range(6)]
     cover = ('<div class="cover"><h1>Storage performance brief</h1><p class="summary">'
              + "Nine studies ran the quick profile against six targets on one machine. " * 7 + "</p>"
              + '<p class="setup"><b>Set-up:</b> ' + "the quick profile, scaled-down data, one machine."
@@ -112,17 +115,20 @@ def test_page_one_never_spills_whatever_the_footnotes():
     chapters = {r["question"]: "section-x" for r in rows}
     for n in (10_000, scorecard.MAX_NOTES):           # 54 long footnotes, or as many as page 1 prints at most: spill
         whole = '<h2 class="answers">The answers</h2>' + scorecard.table_html(rows, targets, chapters, n)
-        assert layout.page_one_pt(cover + whole) > layout.PAGE_ONE_PT, n
-    page = pageone.fitted(rows, targets, chapters, cover)
+        assert layout.page_one_pt(cover + quotes.block(found) + whole) > layout.PAGE_ONE_PT, n
+    page = pageone.fitted(rows, targets, chapters, cover, found)
     assert layout.page_one_pt(cover + page) <= layout.PAGE_ONE_PT
     text = html.unescape(page)
     assert scorecard.MORE in text                                                # the rest: in their chapters
-    notes = [layout._plain(n.split(">", 1)[1]) for n in text.split("<li ")[1:] if not n.startswith('class="glossary"')]
+    assert "not settled: the search stopped" in text                             # its own footnote, first
+    assert 1 <= text.count('<li class="quote">') < len(found)                   # the findings that fit, in order
+    assert page.index("Finding 0") < page.index("The answers")
+    notes = [layout._plain(n.split(">", 1)[1]) for n in text.split("<li ")[1:] if not n.startswith(('class="glossary"', 'class="quote"'))]
     assert '<li class="glossary"><b>Terms:</b> P: processes at once.</li><li class="basis">' in text
-    assert 1 < len(notes) - 2 < scorecard.MAX_NOTES
+    assert 1 <= len(notes) - 2 < scorecard.MAX_NOTES                          # the not-settled one at least
     assert all(len(n) <= scorecard.NOTE_CHARS + 2 and n.endswith("(in full in its chapter)") for n in notes[:-2])
     cells = re.sub(r"</?span[^>]*>", "", page)
-    assert all(f"<td>{r['short']}" in cells for r in rows)                       # every answer still on page 1
+    assert all(f"<td>{scorecard.short(r)}" in cells for r in rows)                     # every answer still on page 1
 
 
 def test_a_real_page_ones_footnotes_are_kept_when_they_fit():
@@ -178,8 +184,8 @@ def test_page_one_states_the_set_up_and_defines_the_terms_it_uses(tmp_path):
     assert pageone.setup_words("quick", studies, inv) == (
         "the quick profile, short runs on data scaled down to finish in minutes (unet3d samples of 0.50 MB and 0.04 s "
         "of compute per batch, against MLPerf's 146.6 MB and 1.36 s on a V100; vector search over 2,000 vectors of 16 "
-        "dimensions), on one machine (Intel(R) Xeon(R) Processor @ 2.80GHz, 2 CPU threads, 23.5 GiB memory); the "
-        "numbers describe this machine, not a cluster (the paper profile runs the papers' sizes).")
+        "dimensions), on one machine (Intel(R) Xeon(R) Processor @ 2.80GHz, 2 CPU threads, 23.5 GiB memory): "
+        "numbers for this machine, not a cluster (the paper profile runs the papers' sizes).")
     (emulate / "study.json").write_text(json.dumps({"accelerator_type": "v100", "workloads": {"unet3d": {
         "spec": {"record_bytes": 146_600_628, "compute_s": {"v100": 1.3604}},
         "reference": {"record_bytes": 146_600_628, "compute_s": {"v100": 1.3604}}}}}))
@@ -208,12 +214,17 @@ def test_the_snapshot_defines_the_terms_its_cards_use_that_page_one_did_not(tmp_
     shown = []
     monkeypatch.setattr(assemble, "show_html", shown.append)
     monkeypatch.setattr(pageone, "DEFINED", [])
+    monkeypatch.setattr(pageone, "USED", [])
     assemble.snapshot(reports)
     intro = html.unescape(re.search(r"<p>(.*?)</p>", shown[-1]).group(1))
     assert intro.endswith("all of them are in Appendix C. Terms: p99: the latency 99 % of requests beat."), intro
     monkeypatch.setattr(pageone, "DEFINED", ["p99: the latency 99 % of requests beat"])    # page 1 defined it
     assemble.snapshot(reports)
     assert "Terms:" not in re.search(r"<p>(.*?)</p>", shown[-1]).group(1)
+    au = scorecard.GLOSSARY[0][1]           # page 1 used AU but had no room for its terms' line (issue 62)
+    monkeypatch.setattr(pageone, "USED", [au])
+    assemble.snapshot(reports)
+    assert html.unescape(re.search(r"<p>(.*?)</p>", shown[-1]).group(1)).endswith(f"Terms: {au}.")
 
 
 def test_a_cold_cache_of_the_runs_own_files_is_a_short_caveat_naming_how_it_was_chosen():
@@ -245,3 +256,43 @@ def test_a_chapters_answer_says_one_run_once_not_once_per_target(monkeypatch):
     assert text.count("no range") == 2 and text.count("each figure is from one run, so it has no range") == 2
     assert "local: 20.3 images/s with no memory limit; memory limited" in text
     assert "GET 838 MB/s (1M × 8), PUT 263 MB/s (1M × 8)" in text
+
+
+def test_page_one_quotes_each_studys_finding_with_its_context(tmp_path):
+    """Issue 62: findings a reader can quote above the answers: "feeds N emulated accelerators", "reload beats
+    recompute on an H100 beyond T tokens", "Q queries/s at recall ≥ 0.95 (L, threads, set size)", "up to N× …"."""
+    from storagebrief.studies.kv_cache import brief as kv
+    row, = kv.answers(tmp_path, _kv_breakeven(tmp_path), ["local"])
+    assert row["quote"] == {"lead": "KV cache (llama3.1-8b), reload from storage or recompute on an H100 SXM",
+                            "says": "reloading wins beyond 2,048 tokens"}
+    shaky, = kv.answers(tmp_path, _kv_breakeven(tmp_path, stable_h200=False), ["local"])
+    assert "quote" not in shaky                                      # not settled: nothing to quote
+    d = tmp_path / "emulate"
+    d.mkdir()
+    (d / "study.json").write_text(json.dumps({"accelerator_type": "v100"}))
+    recs = [{"workload": "unet3d", "target": t, "au_threshold_percent": 90.0, "accelerators_supported_at_least": 8,
+             "first_failing_accelerators": ff, "supported_limited_by": by}
+            for t, ff, by in (("a", 16, "storage"), ("b", 9, "storage"), ("c", None, "budget"))]
+    (d / "mlperf_results.json").write_text(json.dumps({"accelerators_supported": recs}))
+    acc = {r["target"]: {**r, "study": "emulate"}
+           for r in accelerators.answers(SimpleNamespace(dir=d, frame=None), None)}
+    assert acc["a"]["quote"]["says"] == "feeds 8–15 emulated accelerators, storage-bound beyond"
+    assert acc["a"]["quote"]["lead"] == "Emulated training (unet3d on V100s, AU ≥ 90 %)" and "quote" not in acc["c"]
+    vector = [{"question": "Vector search: queries/s at recall ≥ 0.95", "target": t, "study": "vector_search",
+               "answer": "…", "quote": {"lead": "Vector search at recall ≥ 0.95 (20,000 vectors of 64 dimensions)",
+                                        "says": f"{q} queries/s (L 100, 1 thread)"}} for t, q in (("a", 189), ("b", 1.2))]
+    headlines = [{"study": s, "study_title": f"{s} study: its long title", "label": "queries/s", "ref": "a",
+                  "other": "b", "better": "higher", "delta_percent": d, "text": f"up to {1 + d / 100:g}× as high (x)"}
+                 for s, d in (("vector_search", 15800.0), ("vector_search", 100.0), ("preprocess", 50.0))]
+    found = quotes.lines([*acc.values(), {**row, "study": "kv_cache"}, {**row, "target": "b", "study": "kv_cache"},
+                          *vector], headlines)
+    text = [html.unescape(re.sub(r"<[^>]+>", "", f)) for f in found]
+    assert text == [
+        "Emulated training (unet3d on V100s, AU ≥ 90 %) — a: feeds 8–15 emulated accelerators, storage-bound beyond; "
+        "b: feeds 8 emulated accelerators, storage-bound beyond; c: not settled.",
+        "KV cache (llama3.1-8b), reload from storage or recompute on an H100 SXM — local, b: reloading wins beyond "
+        "2,048 tokens.",
+        "Vector search at recall ≥ 0.95 (20,000 vectors of 64 dimensions) — a: 189 queries/s (L 100, 1 thread); b: "
+        "1.2 queries/s (L 100, 1 thread).",
+        "vector_search study — queries/s, a vs b: up to 159× as high."]
+    assert quotes.block([]) == "" and quotes.block(found).count('<li class="quote">') == 4

@@ -236,5 +236,18 @@ def answers(emulate_study, sweep_study, emulate_rows: list[dict] | None = None) 
             basis += f"{'' if basis.endswith('.') else '.'} Emulate study: {extra}."
         rows.append({"question": question, "target": t, "answer": answer_text(e), "basis": basis,
                      "short": short_text(e), "note": short_note(e, f, extra),
-                     **({"unsettled": unsettled(e)} if floor(e) else {})})
+                     **({"unsettled": unsettled(e)} if floor(e) else
+                        {"quote": quote(e, w, thr, _json(emulate_study.dir / "study.json"))})})
     return rows
+
+
+def quote(e: dict, workload: str, threshold: float | None, study: dict) -> dict:
+    """Page 1's quotable finding of a settled count (brief/quotes.py): 'feeds 1 emulated accelerator,
+    storage-bound beyond' under 'Emulated training (unet3d on V100s, AU ≥ 90 %)'."""
+    lo, hi = e["low"], e["high"]
+    acc = str(study.get("accelerator_type") or "").upper()
+    count = f"{lo}–{hi}" if hi is not None and hi > lo else f"{lo}"
+    lead = (f"Emulated training ({workload}{f' on {acc}s' if acc else ''}"
+            + (f", AU ≥ {threshold:g} %" if threshold is not None else "") + ")")
+    return {"lead": lead, "says": f"feeds {count} emulated accelerator{'' if count == '1' else 's'}, "
+                                  f"{e['limited_by'] or 'unknown'}-bound beyond"}

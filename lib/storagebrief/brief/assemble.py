@@ -160,7 +160,8 @@ def snapshot(reports_dir: str | Path) -> None:
             + '</div>')
     body = '<div class="cards">' + wrap_at_spaces_only("".join(cards)) + "</div>"   # "hdd-" / "emulated" seen
     used = scorecard.glossary_terms(" ".join(f"{h['label']} {h['text']} {h['ref']} {h['other']}" for h in hs))
-    terms = [w for w in used if w not in pageone.DEFINED]           # where a reader meets them first (issue 62)
+    # where a reader meets them first (issue 62): page 1's terms it had no room to define, and these cards'
+    terms = [w for _, w in scorecard.GLOSSARY if (w in used or w in pageone.USED) and w not in pageone.DEFINED]
     show_html('<h2 class="snapshot">Test results snapshot</h2><p>Reference target compared with each other target (for '
               'training, also each memory limit with no limit on the same target); "up to" is the largest '
               f'difference over the configurations both ran (means over repeats). The {len(hs)} largest effects '

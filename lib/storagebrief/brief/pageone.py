@@ -17,12 +17,13 @@ from ..report import layout
 from ..report.display import markdown_html, set_target_order, show_html, show_table
 from ..report.words import display
 from ..studies import get as get_study
-from . import accelerators, inputs, quiet, scorecard
+from . import accelerators, inputs, quiet, quotes, scorecard
 from .parts import in_kernel, not_rendered, part
 
 ACCELERATOR_STUDIES = ("emulate", "transfer_sweep")     # both answer "how many accelerators": one reconciled row
 _COVER: list[str] = []          # the cover's HTML as last shown (title_block opens a brief with it)
 DEFINED: list[str] = []         # the glossary lines page 1 printed (the snapshot defines only the others)
+USED: list[str] = []            # the glossary lines of the terms page 1 uses (the snapshot defines those it did not)
 # A disk model naming a hypervisor's emulated device (QEMU HARDDISK, VBOX HARDDISK, VMware Virtual disk, Msft
 # Virtual Disk, Xen): the data sits on a virtual disk, whatever it reports as rotational.
 VIRTUAL_MODEL = re.compile(r"\b(?:QEMU|VBOX|VMware|Virtual|Xen)\b", re.I)
@@ -55,10 +56,11 @@ def device_words(t: dict) -> str:
     return kind + (f", {named}" if named else "")
 
 
-def _target_words(t: dict, unapplied: dict) -> str:
-    """'hdd-emulated (an emulated hdd_7200 disk: read ≤ 150 MB/s, on a virtual disk, virtio)' in words, no path."""
+def _target_words(t: dict, unapplied: dict, on_device: bool = True) -> str:
+    """'hdd-emulated (an emulated hdd_7200 disk: read ≤ 150 MB/s, on a virtual disk, virtio)' in words, no path;
+    on_device False: without the device (the cover says it once when every target shares it)."""
     name, prof, s3 = t["name"], t.get("profile") or {}, t.get("s3") or {}
-    dev = device_words(t)
+    dev = device_words(t) if on_device else ""
     if s3:
         external = "external" in str(s3.get("kind", ""))
         return (f"{name} (S3 objects through {'an endpoint' if external else 'a local gateway'}"
@@ -70,6 +72,8 @@ def _target_words(t: dict, unapplied: dict) -> str:
         caps = ", ".join(x for x in (f"read ≤ {prof['read_mb_per_s']:g} MB/s" if prof.get("read_mb_per_s") else "",
                                      f"≤ {prof['read_iops']:,} IOPS" if prof.get("read_iops") else "") if x)
         return f"{name} (an emulated {display(t['profile_name'])}{': ' + caps if caps else ''}{on})"
+    if not on_device:
+        return f"{name} (a directory)"
     return f"{name} (a directory {'in' if dev.startswith('memory') else 'on'} {dev or 'this machine'})"
 
 
@@ -80,11 +84,15 @@ def cover(reports_dir: str | Path, params_file: str | Path) -> None:
     studies = inputs.studies(reports_dir)
     inv = inputs.latest_inventory(reports_dir)
     unapplied = inputs.all_unapplied(reports_dir)
-    targets = [_target_words(t, unapplied) for t in inv.get("targets", [])]
+    devices = {device_words(t) for t in inv.get("targets", []) if not (t.get("s3") or {}).get("kind", "").startswith(
+        "external")}
+    shared = next(iter(devices)) if len(devices) == 1 and "" not in devices and len(inv.get("targets", [])) > 1 else ""
+    targets = [_target_words(t, unapplied, on_device=not shared) for t in inv.get("targets", [])]
     n = len(studies)
+    # one device under every target: named once (page 1's room goes to the findings, issue 62)
     summary = (f"{n} stud{'y' if n == 1 else 'ies'} of how storage shapes AI pipelines, against {len(targets)} "
-               f"storage target{'' if len(targets) == 1 else 's'}: {'; '.join(targets) or 'none'}. Each study's "
-               "chapter shows how its answer was measured and what limited it.")
+               f"storage target{'' if len(targets) == 1 else 's'}{f' on one device, {shared}' if shared else ''}: "
+               f"{'; '.join(targets) or 'none'}.")
     odd = [s.title + (" could not be read" if not s.ok else " was cut short") for s in studies
            if not s.ok or s.cut_short()]
     text = ('<div class="cover"><h1>Storage performance brief</h1>'
@@ -108,8 +116,8 @@ def setup_words(scale: str, studies: list, inv: dict) -> str:
     if scale == "paper":
         return f"the paper profile{' (' + '; '.join(sizes) + ')' if sizes else ''}, on {machine}."
     return (f"the {scale} profile, short runs on data scaled down to finish in minutes"
-            f"{' (' + '; '.join(sizes) + ')' if sizes else ''}, on {machine}; the numbers describe this machine, not "
-            "a cluster (the paper profile runs the papers' sizes).")
+            f"{' (' + '; '.join(sizes) + ')' if sizes else ''}, on {machine}: numbers for this machine, not a cluster "
+            "(the paper profile runs the papers' sizes).")
 
 
 def _sizes(key: str, d: Path) -> list[str]:
@@ -197,20 +205,33 @@ def answers(reports_dir: str | Path) -> None:
         return
     targets = [t["name"] for t in inputs.latest_inventory(reports_dir).get("targets", [])]
     chapters = {str(a["question"]): f"section-{a['study']}" for a in rows if a.get("study")}
-    page = fitted(rows, targets, chapters, _COVER[0] if _COVER else "")
+    from .assemble import snapshot_headlines        # assemble imports this module
+    found = quotes.lines(rows, snapshot_headlines(reports_dir)[0])
+    page = fitted(rows, targets, chapters, _COVER[0] if _COVER else "", found)
     DEFINED[:] = [words for _, words in scorecard.GLOSSARY if html.escape(words) in page]
+    USED[:] = scorecard.glossary_terms(html.unescape(re.sub(r"<[^>]+>", " ", page)))
     show_html(page)
 
 
-def fitted(rows: list[dict], targets: list[str], chapters: dict[str, str], cover: str = "") -> str:
-    """Page 1's answers as many footnotes as fit under `cover` on one page (report/layout.page_one_pt): past that
-    the other caveats share one footnote pointing to their chapters, which print every note in full; the terms'
-    line (scorecard.GLOSSARY) is left out only where the answers do not fit even without footnotes."""
-    for glossary in (True, False):         # the terms' line goes only where no footnote left makes room for it
-        for n in range(scorecard.MAX_NOTES, -1, -1):
-            text = '<h2 class="answers">The answers</h2>' + scorecard.table_html(rows, targets, chapters, n, glossary)
-            if layout.page_one_pt(cover + text) <= layout.PAGE_ONE_PT:
-                return text
+def fitted(rows: list[dict], targets: list[str], chapters: dict[str, str], cover: str = "",
+           found: list[str] | None = None) -> str:
+    """Page 1 under `cover`: the findings to quote (brief/quotes.py), then the answers, as many footnotes as fit on
+    one page (report/layout.page_one_pt): past that the other caveats share one footnote pointing to their
+    chapters, which print every note in full. What gives way first: footnotes down to the not-settled ones (and one
+    for the rest), then the terms' line (scorecard.GLOSSARY: the snapshot on page 2 defines them then), then the
+    findings from the last, then the rest."""
+    found = list(found or [])
+    kept = [n for a in rows if scorecard.on_page_one(a) for n in scorecard.cell_notes(a)
+            if n.startswith(scorecard.KEPT_FIRST)]
+    least = min(scorecard.MAX_NOTES, len(set(kept)) + 1)       # why each answer is not settled, and one for the rest
+    tries = [(g, q, n) for q in range(len(found), min(1, len(found)) - 1, -1) for g in (True, False)
+             for n in range(scorecard.MAX_NOTES, least - 1, -1)]
+    tries += [(False, 0, n) for n in range(least - 1, -1, -1)]
+    for glossary, q, n in tries:
+        text = (quotes.block(found[:q]) + '<h2 class="answers">The answers</h2>'
+                + scorecard.table_html(rows, targets, chapters, n, glossary))
+        if layout.page_one_pt(cover + text) <= layout.PAGE_ONE_PT:
+            return text
     return text
 
 

@@ -30,6 +30,7 @@ NOT_SETTLED = "not settled"
 MAX_NOTES = 12           # footnotes page 1 prints at most (fewer where the page is full: brief/pageone.fitted)
 NOTE_CHARS = 115         # one footnote line across page 1 at 7.5 pt (report/layout.py's character width)
 MORE = "other caveats: in each answer's chapter (its note)"
+KEPT_FIRST = (NOT_SETTLED + ":", DISTURBED + ":")        # footnotes never folded into the shared last one
 # Page 1's terms (issue 62: "AU ≥ 90 %", "unet3d" undefined where a reader meets them): each one page 1 uses is
 # defined in one line under its footnotes, before the basis line (whose place on page 1 the PDF check proves); the
 # snapshot defines those its cards use first (p99, QD).
@@ -119,8 +120,7 @@ def grid(rows: list[dict], targets: list[str], max_notes: int = MAX_NOTES
     columns = [t for t in targets if t in answered] + sorted(answered - set(targets))
     every = list(dict.fromkeys(n for a in rows for n in cell_notes(a)))
     if len(every) > max_notes:
-        kept_first = (NOT_SETTLED + ":", DISTURBED + ":")        # never folded into the shared last footnote
-        first = [n for n in every if n.startswith(kept_first)] + [n for n in every if not n.startswith(kept_first)]
+        first = [n for n in every if n.startswith(KEPT_FIRST)] + [n for n in every if not n.startswith(KEPT_FIRST)]
         kept = set(first[:max(0, max_notes - 1)])
         notes = [n for n in every if n in kept] + [MORE]
     else:
@@ -163,8 +163,8 @@ def _table(rows: list[dict], targets: list[str], chapter_of: dict[str, str], max
     if terms:
         foot += f'<li class="glossary"><b>Terms:</b> {esc("; ".join(terms))}.</li>'
     return (f'<table class="scorecard"><thead>{head}</thead><tbody>{"".join(body)}</tbody></table>'
-            f'<ol class="footnotes">{foot}<li class="basis">Each answer\'s basis (how it was measured, what '
-            'limited it) is in its study\'s chapter and appendix; "–": not measured on that target.'
+            f'<ol class="footnotes">{foot}<li class="basis">How each answer was measured and what limited it: '
+            'its study\'s chapter; "–": not measured on that target.'
             f'{esc(_ranges_line(rows))}</li></ol>')
 
 

@@ -121,7 +121,11 @@ class Progress:
                 self.bar.refresh()
 
     def skip(self) -> None:
-        self._advance()
+        """A planned run the study leaves out: the total shrinks (the bar ends at the runs made, not past them)."""
+        self.total = max(self.done, self.total - 1)
+        if self.bar is not None:
+            self.bar.total = self.total
+            self.bar.refresh()
 
     def _advance(self) -> None:
         self.done += 1

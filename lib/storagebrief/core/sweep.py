@@ -60,6 +60,7 @@ class Sweep:
         self.jobs = longjob.Jobs()            # processes that outlive a run: ended by the engine (core/longjob.py)
         self._throttles: dict[str, list[cgroups.Cgroup]] = {}   # target -> held cgroups holding its profile
         self._plan = None                     # what the engine runs (set_plan)
+        self.left_out = 0                     # runs of the plan its skip hook left out (said with the count run)
         self._stores = stores.Stores(self)    # one store per target for the whole run (core/stores.py)
         self._only_the_section_targets()
         self._leave_out_object_targets()
@@ -314,7 +315,10 @@ def run(study, params, out_dir: str | Path | None, log=print, progress: str = "a
             say(
                 f"the earlier results are kept in {folder.kept}: they held '{folder.kept_because}', which no run "
                 "listed, so storagebrief did not delete them")
-        say(f"{len(frame)} runs complete: {final}")
+        left = getattr(sweep, "left_out", 0)
+        # the bar's first total counted them (issue 62: "18 runs" planned, then "15 runs complete")
+        say(f"{len(frame)} runs complete" + (f" ({left} of the {len(frame) + left} planned left out by the study's "
+                                             "plan, as its docs say)" if left else "") + f": {final}")
         return frame
     except BaseException as exc:
         if folder is None or not folder.status.get("runs_done"):
@@ -371,6 +375,7 @@ def _sweep(sweep: Sweep, hooks: contract.RunRoom, bar: Progress, folder: outdir.
         pt, target = item[0], by_name[item[1]]
         if hooks.skip is not None and plan.kind == "plan" and hooks.skip(sweep, pt, target):
             bar.skip()
+            sweep.left_out += 1
             continue
         cfg = hooks.configure(sweep, pt.config, target) if hooks.configure is not None else pt.config
         base = hooks.run_id(cfg, target, pt.repeat)

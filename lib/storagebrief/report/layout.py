@@ -233,13 +233,15 @@ def answers_past_page_one(pages: list[str], questions: list[str]) -> list[str]:
 
 
 # Page 1's text area (A4 less the 16 mm and 18 mm margins: 263 mm) and main's width (182 mm less 12 px a side),
-# in points; the estimate's room for error is the 8 % left over.
-PAGE_ONE_PT = 0.92 * 263 * 72 / 25.4
+# in points; the estimate's room for error is the 3 % left over (the quick study's page 1, 2026-12-07: estimated
+# 701 pt, printed about 675; its table 330 and 330).
+PAGE_ONE_PT = 0.97 * 263 * 72 / 25.4
 MAIN_PT = 182 * 72 / 25.4 - 18
 EM = {False: 0.56, True: 0.61}          # DejaVu Sans's width of a character of prose, regular and bold, in em
 # (font pt, space above, space below, width taken from main) of page 1's blocks, after templates/brief.css
 BLOCKS = {"h1": (22, 0, 3, 25.5), "h2": (15, 16.5, 16.2, 0), "summary": (10.5, 3, 3, 25.5), "setup": (10, 3, 3, 25.5),
-          "meta": (9, 9, 9, 25.5), "p": (10, 9, 9, 0), "li": (7.5, 0, 0, 0)}
+          "meta": (9, 9, 9, 25.5), "p": (10, 9, 9, 0), "li": (7.5, 0, 0, 0),
+          "quotes-head": (9.5, 4, 1, 0), "quote": (8.5, 0, 1.5, 16), "answers": (12, 8, 7.5, 0)}       # page 1's findings (brief/quotes.py)
 LINE = 1.4                               # the body's line height
 _BLOCK = re.compile(r'<(h1|h2|p|li|table)\b([^>]*)>(.*?)</\1>', re.S)
 
@@ -291,7 +293,8 @@ def page_one_pt(page: str) -> float:
         cls = re.search(r'class="([^"]*)"', attrs)
         size, above, below, inset = BLOCKS.get(cls.group(1) if cls and cls.group(1) in BLOCKS else tag, BLOCKS["p"])
         total += above + below + text_lines(_plain(body), size, MAIN_PT - inset) * size * LINE
-    return total + (6.0 if "<ol" in first else 0.0) + (3.75 if "<h2" in first else 0.0)   # the list; h2's rule
+    lists = 6.0 * (("<ol" in first) + ("<ul" in first))
+    return total + lists + (3.75 if "<h2" in first else 0.0)   # the lists' margins; h2's rule
 
 
 def scorecard_end_past_page_one(pages: list[str], html_text: str) -> list[str]:

@@ -64,3 +64,21 @@ def test_the_shape_of_a_kept_set_names_the_engine_the_build_threads_and_the_seed
     assert s["engine"].startswith("diskannpy-rust ") and s["pq"] == "seeded" and s["build_threads"] == 1
     assert dataset.shape(VectorSearchParams(**{**TINY, "build_threads": 0}), "clustered") != s
     assert dataset.pq_seed(p, "clustered") != dataset.pq_seed(p, "uniform")
+
+
+@pytest.mark.slow
+def test_diskanns_build_messages_go_to_the_runs_log_not_the_cell(tmp_path, capfd):
+    """Issue 62: DiskANN's Rust build prints its progress on stdout ("Starting index build …"), which landed in
+    notebook 09's cell; the run's logs/ folder keeps it."""
+    p = VectorSearchParams(**TINY)
+    folder = tmp_path / "set"
+    folder.mkdir()
+    vectors, queries = dataset.generate(p, "clustered")
+    np.save(folder / "vectors.npy", vectors)
+    log = tmp_path / "logs" / dataset.BUILD_LOG.format(target="local", kind="clustered")
+    print("before the build")
+    dataset._build(p, "clustered", folder, log)
+    print("after the build")
+    out, err = capfd.readouterr()
+    assert "before the build" in out and "after the build" in out            # stdout is back after it
+    assert "Index build" not in out + err and "Starting index build" in log.read_text()

@@ -75,8 +75,8 @@ COLUMNS: tuple[Column, ...] = (
                                                   + (" (its fsync returned)" if op == "save" else "")),
         Column(f"{op}_overstatement_ratio", "", f"mlperf_{op}_gib_per_s ÷ honest_{op}_gib_per_s (> 1: MLPerf "
                                                 "overstates)"),
-        Column(f"{op}_duration_s_mean", "s", "mean over checkpoints of the honest duration (last rank's end)"),
-        Column(f"{op}_duration_s_sd", "s", "population sd of the honest duration over checkpoints"),
+        Column(f"{op}_duration_s_mean", "s", "mean over checkpoints of the measured duration (until the last rank's end)"),
+        Column(f"{op}_duration_s_sd", "s", "population sd of the measured duration (until the last rank's end) over checkpoints"),
         Column(f"{op}_rank0_s_mean", "s", "mean over checkpoints of rank 0's own duration (MLPerf's clock)"),
         Column(f"{op}_rank_skew_s_mean", "s", "mean over checkpoints of last rank's end − first rank's end"),
     )),
@@ -120,7 +120,7 @@ COLUMNS: tuple[Column, ...] = (
         Column(f"{op}_limited_by", "", f"protocol: what limited the {op}s when not the storage: 'client CPU' (a rank "
                                        "at ≥ 85 % of the cores it can use, one for a Python rank, on S3 a restore's "
                                        "readers for its compiled client, or the ranks together at ≥ 85 % of theirs "
-                                       "or ≥ 80 % of all CPUs, over the honest durations, however busy the machine), "
+                                       "or ≥ 80 % of all CPUs, over the measured durations, however busy the machine), "
                                        "'client + gateway CPU', 'machine CPU (N % busy)' (every CPU ≥ 90 % busy over "
                                        "the run, the ranks below their ceiling), or empty", "text"))),
     *FRAMEWORK_COLUMNS,

@@ -14,7 +14,7 @@ from ...kit import client_check, mlpstorage_verdict
 from ...kit.client_check import unchecked
 from ...kit.files import read_csv_or_none, read_json_or
 from ...kit.runs import ok_runs, what_failed
-from ...report.words import display, plural
+from ...report.words import WORKLOAD, display, plural
 from ...report.display import analysis, show_figure, show_md, show_table, style, target_colors
 from . import breakeven
 from .metrics import client_checks
@@ -154,7 +154,20 @@ def _versus(ok, checked: list[dict] | None = None) -> None:
                                       ("write MLPerf GiB/s", "write, MLPerf-style"),
                                       ("write measured GiB/s", "write, measured"))):
         ax.bar(x + (i - 1.5) * 0.2, t[col], width=0.2, label=label)
-    ax.set_xticks(x, [f"{a}\n{display(b)}" for a, b in zip(t.target, t.workload)])
+    # each group's workload under it, each target's name once under its groups: the names in one label each
+    # ("hdd-emulated / quick workload 1") were turned on end to fit, in a small font (issue 62)
+    numbered = [WORKLOAD.fullmatch(str(w)) for w in t.workload]
+    ax.set_xticks(x, [m.group(2) if m else display(w) for m, w in zip(numbered, t.workload)])
+    kinds = {m.group(1) if m else "" for m in numbered}           # "quick workload 1": the number under its bars
+    ax.set_xlabel((f"{kinds.pop()} " if len(kinds) == 1 and "" not in kinds else "") + "workload, per target",
+                  labelpad=26)
+    targets = t.target.tolist()
+    spans = {n: [i for i, v in enumerate(targets) if v == n] for n in dict.fromkeys(targets)}
+    under = ax.secondary_xaxis("bottom")
+    under.set_xticks([sum(i) / len(i) for i in spans.values()], list(spans))
+    under.tick_params(length=0, pad=20)
+    for label in under.get_xticklabels():
+        label.set_fontweight("bold")
     ax.set(ylabel="GiB/s", title="KV-cache bandwidth: MLPerf's accounting vs measured")
     ax.legend(loc="upper left", bbox_to_anchor=(1, 1), fontsize=8)
     show_figure(fig, "Read and write GiB/s per target and workload, MLPerf's way and ours (means over repeats).")
@@ -400,6 +413,24 @@ def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
                              "cold); recompute from the prefill FLOP model"
                              + "".join(f"; {n}" for n in [check_note(checked, t, same_model)] if n)
                              + "; kv_cache study",
-                    **({"unsettled": UNSETTLED} if any(_unstable(r) for r in shown.itertuples()) else {}),
+                    **({"unsettled": UNSETTLED} if any(_unstable(r) for r in shown.itertuples()) else
+                       {"quote": _quote(shown, m)} if on_page else {}),
                     **({} if on_page else {"page_one": False})})
     return out
+
+
+QUOTED = "h100-sxm"     # page 1's quotable finding names this accelerator where the catalogue has it (issue 62)
+
+
+def _quote(shown, model: str) -> dict:
+    """Page 1's quotable finding (brief/quotes.py), for one catalogue accelerator:
+    'reloading wins beyond 3,072 tokens' or 'recomputing wins within 128K tokens' (the chapter says at which rates)."""
+    r = next((r for r in shown.itertuples() if r.accelerator == QUOTED), next(shown.itertuples()))
+    outcome = re.sub(r"\s*\([^()]*\)", "", r.answer.replace("reloading beats recomputing ", ""))
+    if outcome.startswith("not "):
+        says = f"recomputing wins {outcome[4:]}"
+    else:
+        says = f"reloading wins {outcome}"
+    name = display(r.accelerator)
+    return {"lead": f"KV cache ({model}), reload from storage or recompute on {'an' if name[:1] in 'AEFHILMNORSX' else 'a'}"
+                    f" {name}", "says": says}

@@ -149,6 +149,16 @@ def _at(r) -> str:
     return f"L {int(r.search_list)}" + (f", {int(q)} queries" if q is not None and q == q else "")
 
 
+def _quote(study: dict, r, floor: float) -> dict:
+    """Page 1's quotable finding (brief/quotes.py): '189 queries/s (L 100, 1 thread)' under 'Vector search at
+    recall ≥ 0.95 (20,000 vectors of 64 dimensions)'."""
+    n, dim = study.get("num_vectors"), study.get("dimension")
+    size = (f" ({n:,} vectors" + (f" of {dim} dimensions" if isinstance(dim, int) else "") + ")"
+            if isinstance(n, int) else "")
+    return {"lead": f"Vector search at recall ≥ {floor}{size}",
+            "says": f"{_rate(r.qps)} queries/s (L {int(r.search_list)}, {plural(int(r.threads), 'thread')})"}
+
+
 MEASURE = "queries/s at the recall floor"     # kit/history: earlier studies' runs of this answer
 
 
@@ -176,7 +186,7 @@ def answers(study_dir: Path, frame, names: list[str]) -> list[dict]:
             answer, basis = f"no point reached recall {floor}", "vector search: raise search_list"
         cell = ({"short": f"{_rate(r.qps)} queries/s at L {int(r.search_list)} "
                           f"({spread_cell(qps_runs, _rate, before)})",
-                 "measures": {MEASURE: qps_runs},
+                 "measures": {MEASURE: qps_runs}, "quote": _quote(study, r, floor),
                  "note": f"{at}; {r.reads_per_query_engine:.0f} reads per query; "
                  f"the device's IOPS predict {_rate(r.qps_predicted)} queries/s"} if name in best.index
                 else {"short": "recall not reached", "note": f"no point reached recall {floor}"})

@@ -116,6 +116,28 @@ def engine():
     return diskannpy
 
 
+@contextmanager
+def _stdout_to(log: str | None):
+    """The process's stdout (fd 1, where DiskANN's Rust build prints "Starting index build …", "Indexing time: …")
+    appended to `log` while the build runs: the run's log keeps it, the notebook's cell and the DVC log do not
+    (issue 62). None: stdout as it is."""
+    if not log:
+        yield
+        return
+    import sys
+    sys.stdout.flush()
+    Path(log).parent.mkdir(parents=True, exist_ok=True)
+    saved = os.dup(1)
+    try:
+        with open(log, "ab") as f:
+            os.dup2(f.fileno(), 1)
+            yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def _build_work(cfg: dict, rank: int, msg, line) -> dict:
     import time
 
@@ -123,23 +145,28 @@ def _build_work(cfg: dict, rank: int, msg, line) -> dict:
 
     vectors = np.load(cfg["vectors"], mmap_mode="r")
     t0 = time.perf_counter()
-    diskannpy.build_disk_index(np.ascontiguousarray(vectors), "l2", cfg["index_dir"],
-                               complexity=cfg["build_complexity"], graph_degree=cfg["graph_degree"],
-                               build_memory_maximum=cfg["build_memory_gib"], num_threads=cfg["build_threads"],
-                               num_of_pq_chunks=cfg["pq_chunks"])
-    info = pq.reseed(cfg["index_dir"], vectors, cfg["pq_seed"], diskannpy)
+    with _stdout_to(cfg.get("log")):
+        diskannpy.build_disk_index(np.ascontiguousarray(vectors), "l2", cfg["index_dir"],
+                                   complexity=cfg["build_complexity"], graph_degree=cfg["graph_degree"],
+                                   build_memory_maximum=cfg["build_memory_gib"], num_threads=cfg["build_threads"],
+                                   num_of_pq_chunks=cfg["pq_chunks"])
+        info = pq.reseed(cfg["index_dir"], vectors, cfg["pq_seed"], diskannpy)
     return {"build_seconds": time.perf_counter() - t0, **info}
 
+
+BUILD_LOG = "index-build-{target}-{kind}.log"      # in the run's logs/ folder
 
 BUILDER = Worker("index build", _build_setup, _build_work, setup_in_cgroup=False)
 
 
-def _build(p: VectorSearchParams, kind: str, tmp: Path) -> dict:
-    """The build worker's report: build_seconds and the product quantizer's (pq.reseed)."""
+def _build(p: VectorSearchParams, kind: str, tmp: Path, log: Path | None = None) -> dict:
+    """The build worker's report: build_seconds and the product quantizer's (pq.reseed); what DiskANN prints goes
+    to `log` when given."""
     (tmp / INDEX).mkdir()
     cfg = {"vectors": str(tmp / "vectors.npy"), "index_dir": str(tmp / INDEX), "graph_degree": p.graph_degree,
            "build_complexity": p.build_complexity, "pq_chunks": p.pq_chunks, "build_threads": p.build_threads,
-           "build_memory_gib": fit.build_memory_gib(p), "pq_seed": pq_seed(p, kind)}
+           "build_memory_gib": fit.build_memory_gib(p), "pq_seed": pq_seed(p, kind),
+           "log": str(log) if log is not None else None}
     with open_launch(BUILDER, [0], cfg, start_timeout_s=120) as launch:
         _, done = launch.operate(timeout_s=24 * 3600)
     return dict(done[0].result)
@@ -255,9 +282,10 @@ def _full_is_one_line(target, kind: str, tmp: Path, p: VectorSearchParams):
             "free space on the target or lower vector_search.num_vectors") from None
 
 
-def ready(target, p: VectorSearchParams, kind: str, status=print, source_target=None) -> dict:
+def ready(target, p: VectorSearchParams, kind: str, status=print, source_target=None,
+          log_dir: Path | None = None) -> dict:
     """The data set's folder on `target`, made when missing or of another shape (copied from `source_target`'s
-    when that holds it); its manifest."""
+    when that holds it); its manifest. What the index build prints goes to `log_dir`/BUILD_LOG when given."""
     directory = folder(target, kind)
     want = shape(p, kind)
     have = _have(directory, want, status)
@@ -270,15 +298,16 @@ def ready(target, p: VectorSearchParams, kind: str, status=print, source_target=
             manifest = _copy(source, tmp)
             (tmp / MANIFEST).write_text(results.json_text(manifest, indent=1))
         return {**manifest, "reused": False}
+    log = Path(log_dir) / BUILD_LOG.format(target=target.name, kind=kind) if log_dir is not None else None
     status(f"vector_search: generating the {kind} set ({p.num_vectors:,} x {p.dimension}) and building its index "
-           f"on '{target.name}'")
+           f"on '{target.name}'" + (f" (DiskANN's messages: logs/{log.name})" if log is not None else ""))
     with results.staged_dir(directory) as tmp, _full_is_one_line(target, kind, tmp, p):
         vectors, queries = generate(p, kind)
         np.save(tmp / "vectors.npy", vectors)
         np.save(tmp / "queries.npy", queries)
         np.save(tmp / "truth.npy", ground_truth(vectors, queries, p.k))
         del vectors
-        built = _build(p, kind, tmp)
+        built = _build(p, kind, tmp, log)
         vectors_sha256 = _sha256(tmp / "vectors.npy")
         (tmp / "vectors.npy").unlink()          # the index holds the full vectors: no second copy kept
         files = {f.name: f.stat().st_size for f in index_files(tmp)}

@@ -84,8 +84,8 @@ def prepare(sweep) -> None:
                       "the vector sets and their DiskANN indexes (a build's peak: the vectors, the index and "
                       "DiskANN's temporaries)")
     for t in sweep.targets:     # built once, on the first target; the others get a copy (the same bytes)
-        sweep.state.sets[t.name] = {k: dataset.ready(t, p, k, sweep.status, None if t is first else first)
-                                    for k in kinds}
+        sweep.state.sets[t.name] = {k: dataset.ready(t, p, k, sweep.status, None if t is first else first,
+                                                     log_dir=sweep.out_dir / "logs") for k in kinds}
     results.write_json(sweep.out_dir / "study.json", _study_json(sweep))
 
 
