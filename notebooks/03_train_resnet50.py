@@ -48,6 +48,8 @@ train_resnet50 = {
     'checkpoint_default_interval_s': 600,  # tf.estimator's default, used by every other run
     'checkpoint_memory': 'none',
     'repeats': 1,
+    'memory_runs': 1,  # runs of the memory sweep, repeats included (3: page 1 gives a range of 3);
+    # quick: 1, 3 cost ~52 s more of a make study already at its 15 minutes
     'stall_timeout_s': 240,  # a job without a step for this long is killed (thrashing)
     'seed': 0,
 }

@@ -47,6 +47,8 @@ checkpoint = {
     'save_io': 'buffered',  # buffered (MLPerf's: page cache, then fsync; memory pre-faulted before each save)
     # or direct (O_DIRECT: the disk's figure, the page cache and VM memory left out)
     'repeats': 1,
+    'protocol_runs': 1,  # runs of the largest model's protocol, repeats included (3: page 1 gives
+    # a range of 3); quick: 1, 3 cost ~45 s more of a make study already at its 15 minutes
     'ranks': None,  # None: the model's own rank count (8 in subset mode); nothing else is allowed
     'shapes': {},  # user-defined transformers by name, usable in models and cost.model
     # e.g. {tiny: {layers: 4, hidden: 512, ffn: 1024, heads: 8, kv_heads: 2, vocab: 32000,
