@@ -115,12 +115,14 @@ def shot(driver, name: str) -> None:
     driver.save_screenshot(str(ARTIFACTS / name))
 
 
-def open_notebook(driver, notebook_url: str | None):
+def open_notebook(driver, notebook_url: str | None, cells: int = 5):
+    """Open (or wait on) a notebook until `cells` of its cells are drawn (fewer for a short one: 00_start_here has
+    3) and its kernel is idle."""
     from selenium.webdriver.common.by import By
 
     if notebook_url:
         driver.get(notebook_url)
-    wait(driver, lambda: len(driver.find_elements(By.CSS_SELECTOR, ".jp-Notebook .jp-Cell")) > 4, 90)
+    wait(driver, lambda: len(driver.find_elements(By.CSS_SELECTOR, ".jp-Notebook .jp-Cell")) >= cells, 90)
 
     def kernel_idle():
         # the toolbar's kernel status says Idle once the kernel (started in notebooks/) is up

@@ -366,7 +366,8 @@ def _walk_one(driver, url: str, token: str, root: Path, proj: Path, script: Path
 
     path = script.with_suffix(".ipynb").relative_to(root).as_posix()
     started = time.time()
-    open_notebook(driver, f"{url}/lab/workspaces/walk-{script.stem}/tree/{path}?token={token}")
+    cells = len(json.loads(script.with_suffix(".ipynb").read_text())["cells"])
+    open_notebook(driver, f"{url}/lab/workspaces/walk-{script.stem}/tree/{path}?token={token}", min(cells, 5))
     assert not driver.execute_script("return !!document.querySelector('.lm-TabBar-tab.jp-mod-dirty');"), \
         "opened with unsaved changes (the dot on its tab)"
     run_all(driver)
