@@ -22,7 +22,8 @@ The reference is fio doing the ranks' work: the study's figure is only as good a
 Drawn at random every round (an invocation's draws come from a fresh random source unless --draw-seed repeats
 one, printed at the start), from these ranges:
   ranks            1-6 (both sides: N)
-  save             128-768 MiB in all (S = save ÷ N, whole MiB)
+  save             128-768 MiB in all (S = save ÷ N, rounded down to whole write and read blocks: fio writes
+                   and reads whole blocks only, so a 59 MiB file in 32 MiB blocks was 32 MiB to fio)
   write block      1, 2, 4, 8, 16, 32 or 64 MiB, at most S (B)
   read block       the same choices, at most S (R)
   target           one of the --dir folders (default: one temporary folder)
@@ -43,7 +44,9 @@ kernel's next reporting pass where it counts them (at most 2.5 s). A pass betwee
 save's end may have handed the prepared pages back: that save is run again (at most 3 tries; every try is
 printed). Every save line gives what the device wrote during the save and after it until `sync` (/proc/diskstats,
 device-wide: other processes' writes count too), the slowest rank's / job's write() and fsync seconds (fio: its
-write latencies summed, the rest of its runtime being its end_fsync), the preparation's seconds and the passes.
+write latencies summed, the rest of its runtime being its end_fsync), the preparation's seconds, the passes, and the save's CPU seconds per GB (all ranks' / all
+jobs' user + system): on this VM a write() into pages the host took back costs a host fault per page, which the
+guest counts as the writer's system time, so a save with 2-4× a warm save's CPU per GB wrote into cold pages.
 
 Usage: python benchmarks/checkpoint.py [--dir DIR ...] [--rounds 5] [--saves 4] [--draw-seed N] [--dry-run]
        [--ranks N] [--save-mib M] [--write-block-mib B] [--read-block-mib R] [--memory-prep scratch|none]
@@ -52,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import shutil
@@ -75,12 +79,12 @@ TRIES = 3           # a save is run at most this often when a reporting pass spo
 def draw_round(rng, dirs: list[Path], pin: dict) -> dict:
     """One round's settings, drawn from the ranges the module's doc states (a pinned one as given)."""
     n = pin.get("ranks") or rng.randint(*RANKS)
-    total = pin.get("save_mib") or rng.randint(*SAVE_MIB)
-    size = max(1, total // n)
-    blocks = [b for b in BLOCKS_MIB if b <= size] or [size]
-    return {"ranks": n, "size_mib": size, "write_mib": pin.get("write_mib") or rng.choice(blocks),
-            "read_mib": pin.get("read_mib") or rng.choice(blocks), "dir": rng.choice(dirs),
-            "seeds": dict(zip(SIDES, rng.sample(range(1, 2 ** 31), 2)))}
+    per = max(1, (pin.get("save_mib") or rng.randint(*SAVE_MIB)) // n)
+    blocks = [b for b in BLOCKS_MIB if b <= per] or [per]
+    write, read = pin.get("write_mib") or rng.choice(blocks), pin.get("read_mib") or rng.choice(blocks)
+    whole = math.lcm(write, read)       # fio writes and reads whole blocks only: a 59 MiB file in 32 MiB blocks
+    return {"ranks": n, "size_mib": max(whole, per // whole * whole), "write_mib": write, "read_mib": read,
+            "dir": rng.choice(dirs), "seeds": dict(zip(SIDES, rng.sample(range(1, 2 ** 31), 2)))}
 
 
 def draw_rounds(rng, dirs: list[Path], rounds: int, pin: dict | None = None) -> list[dict]:
@@ -167,7 +171,7 @@ class Side:
             got = self.save()
             now = reporting_passes()
         cold_cache([self.folder], "files")
-        return {**got, "restore": self.restore(), "device_mb_during": dev.during_mb, "device_mb_after": dev.after_mb,
+        return {**got, "bytes": self.n * self.size, "restore": self.restore(), "device_mb_during": dev.during_mb, "device_mb_after": dev.after_mb,
                 "prep_s": memory.seconds, "passes": None if None in (passes, now) else now - passes}
 
 
@@ -182,7 +186,7 @@ class Ranks(Side):
         total = self.n * self.size
         return {"save": total / (slowest.end - slowest.start) / 1e9,
                 "study_clock": total / (max(x.end for x in got) - start) / 1e9,
-                "write_s": slowest.write_s, "fsync_s": slowest.fsync_s}
+                "write_s": slowest.write_s, "fsync_s": slowest.fsync_s, "cpu_s": sum(x.cpu_s for x in got)}
 
     def restore(self) -> float:
         start, got = self.pool.operate("load", self.folder, self.files, self.rb, 1)
@@ -205,7 +209,9 @@ class Fio(Side):
         # fio's own timer per write() call (lat: submission to completion; psync: the call itself)
         in_calls = slowest[side]["lat_ns"]["mean"] * slowest[side]["lat_ns"]["N"] / 1e9
         rate = sum(j[side]["io_bytes"] for j in out["jobs"]) / seconds / 1e9
-        return {"save": rate, "study_clock": rate, "write_s": in_calls, "fsync_s": max(0.0, seconds - in_calls)}
+        cpu = sum((j["usr_cpu"] + j["sys_cpu"]) / 100 * j["job_runtime"] / 1e3 for j in out["jobs"])
+        return {"save": rate, "study_clock": rate, "write_s": in_calls, "fsync_s": max(0.0, seconds - in_calls),
+                "cpu_s": cpu}
 
     def save(self) -> dict:
         return self._fio("write", self.wb)
@@ -244,7 +250,7 @@ def _mb(v) -> str:
 
 
 HEADER = (f"{'round':<6}{'save':>5} {'side':<6}{'GB/s':>8}{'study clock':>12}{'write() s':>10}{'fsync s':>9}"
-          f"{'restore GB/s':>13}{'device MB in save':>18}{'after (sync)':>13}{'prep s':>8}{'passes':>7}")
+          f"{'restore GB/s':>13}{'device MB in save':>18}{'after (sync)':>13}{'prep s':>8}{'passes':>7}{'CPU s/GB':>9}")
 
 
 def print_save(s: dict) -> None:
@@ -256,7 +262,7 @@ def print_save(s: dict) -> None:
         note = "  (kept: passes in every try)"
     print(f"{s['round']:<6}{label:>5} {s['side']:<6}{s['save']:>8.3f}{s['study_clock']:>12.3f}{s['write_s']:>10.3f}"
           f"{s['fsync_s']:>9.3f}{s['restore']:>13.3f}{_mb(s['device_mb_during']):>18}{_mb(s['device_mb_after']):>13}"
-          f"{s['prep_s']:>8.2f}{passes:>7}{note}", flush=True)
+          f"{s['prep_s']:>8.2f}{passes:>7}{s['cpu_s'] / s['bytes'] * 1e9:>9.2f}{note}", flush=True)
 
 
 def round_figures(saves: list[dict]) -> dict:

@@ -78,13 +78,17 @@ def test_checkpoint_bench_draws_every_round_within_its_ranges_alternating_with_a
     assert all(r["seeds"]["ranks"] != r["seeds"]["fio"] for r in plan) and len({r["seeds"]["fio"] for r in plan}) == 60
     for r in plan:
         assert ck.RANKS[0] <= r["ranks"] <= ck.RANKS[1]
-        assert ck.SAVE_MIB[0] // r["ranks"] <= r["size_mib"] <= ck.SAVE_MIB[1] // r["ranks"]
-        assert {r["write_mib"], r["read_mib"]} <= set(ck.BLOCKS_MIB) and max(r["write_mib"], r["read_mib"]) <= r["size_mib"]
+        assert max(r["write_mib"], r["read_mib"]) <= r["size_mib"] <= ck.SAVE_MIB[1] // r["ranks"]
+        assert {r["write_mib"], r["read_mib"]} <= set(ck.BLOCKS_MIB)
+        assert r["size_mib"] % r["write_mib"] == r["size_mib"] % r["read_mib"] == 0    # fio does whole blocks only
     for key in ("ranks", "size_mib", "write_mib", "read_mib", "dir"):
         assert len({r[key] for r in plan}) > 1, key
     assert ck.save_order(["fio", "ranks"], 4) == ["fio", "ranks", "ranks", "fio", "fio", "ranks", "ranks", "fio"]
-    pinned = ck.draw_rounds(random.Random(5), [tmp_path], 5, {"ranks": 3, "save_mib": 300, "write_mib": 2})
+    pinned = ck.draw_rounds(random.Random(5), [tmp_path], 5, {"ranks": 3, "save_mib": 300, "write_mib": 2,
+                                                              "read_mib": 4})
     assert all((r["ranks"], r["size_mib"], r["write_mib"]) == (3, 100, 2) for r in pinned)
+    assert ck.draw_round(random.Random(1), [tmp_path], {"ranks": 6, "save_mib": 354, "write_mib": 32,
+                                                        "read_mib": 4})["size_mib"] == 32
 
 
 def test_checkpoint_bench_dry_run_draws_afresh_each_invocation_and_refuses_bad_input_in_one_line(tmp_path):
