@@ -40,7 +40,9 @@ Like machine state for like work (issues 45, 59): this VM hands free pages back 
 are freed (free-page reporting, docs/pitfalls.md), and a buffered write into such pages costs a host fault per
 page. Before every save of either side a scratch file of the save's bytes plus the writers' buffers is written
 and deleted in the side's own folder (core.memory_state.prefault; `--memory-prep none`: nothing), held until the
-kernel's next reporting pass where it counts them (at most 2.5 s). A pass between the preparation's end and the
+kernel's next reporting pass where it counts them (at most 2.5 s), with both sides' writers already started and
+waiting (the ranks at their start line, fio's jobs at a gate before their clocks: exec_prerun), so that both begin
+writing right after it. A pass between the preparation's end and the
 save's end may have handed the prepared pages back: that save is run again (at most 3 tries; every try is
 printed). Every save line gives what the device wrote during the save and after it until `sync` (/proc/diskstats,
 device-wide: other processes' writes count too), the slowest rank's / job's write() and fsync seconds (fio: its
@@ -156,9 +158,12 @@ class Side:
         self.r, self.folder, self.device, self.prep = r, folder, device, prep
         self.n, self.size = r["ranks"], r["size_mib"] * MIB
         self.wb, self.rb = min(r["write_mib"] * MIB, self.size), min(r["read_mib"] * MIB, self.size)
-        # both sides' saves start from the same memory state: the save's bytes and the writers' buffers (fio
-        # allocates its n buffers after the preparation; the ranks made theirs before) backed by the host
+        # both sides' saves start from the same memory state: the save's bytes backed by the host, and as much again
+        # as the writers' buffers (both sides' writers hold theirs before the preparation: a margin)
         self.prep_bytes = self.n * self.size + self.n * self.wb
+
+    def start(self) -> None:
+        """The side's writers started and waiting, before the preparation (the ranks wait at their start line)."""
 
     def run(self) -> dict:
         from storagebrief.core.cache import cold_cache
@@ -166,13 +171,14 @@ class Side:
 
         _fresh(self.folder)
         with DeviceWrites(self.device) as dev:
+            self.start()
             memory = prefault(self.folder, self.prep_bytes) if self.prep == "scratch" else NONE
             passes = reporting_passes()
             got = self.save()
             now = reporting_passes()
         cold_cache([self.folder], "files")
-        return {**got, "bytes": self.n * self.size, "restore": self.restore(), "device_mb_during": dev.during_mb, "device_mb_after": dev.after_mb,
-                "prep_s": memory.seconds, "passes": None if None in (passes, now) else now - passes}
+        return {**got, "bytes": self.n * self.size, "restore": self.restore(), "device_mb_during": dev.during_mb,
+                "device_mb_after": dev.after_mb, "prep_s": memory.seconds, "passes": None if None in (passes, now) else now - passes}
 
 
 class Ranks(Side):
@@ -197,13 +203,18 @@ FIO_SAVE = ["--end_fsync=1", "--fallocate=none", "--create_on_open=1"]   # the r
 
 
 class Fio(Side):
-    def _fio(self, rw: str, block: int) -> dict:
-        cmd = ["fio", "--name=ckpt", f"--directory={self.folder}", "--filename_format=fio$jobnum.bin", f"--rw={rw}",
-               f"--bs={block}", f"--size={self.size}", f"--numjobs={self.n}", "--ioengine=psync", "--direct=0",
-               f"--randseed={self.r['seeds']['fio']}", "--output-format=json"] + (
-                   FIO_SAVE if rw == "write" else ["--invalidate=1"])
-        out = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
-        side = "write" if rw == "write" else "read"
+    """fio's jobs, held at a gate before their clocks while the preparation runs (exec_prerun, which fio's runtime
+    leaves out): without it fio's 0.3-1 s of start-up fell between the preparation and its writes, where a reporting
+    pass found the prepared pages in 8 of 10 fio tries of one round and 1 of 5 of the ranks' (issue 59)."""
+
+    def _cmd(self, rw: str, block: int) -> list[str]:
+        return ["fio", "--name=ckpt", f"--directory={self.folder}", "--filename_format=fio$jobnum.bin", f"--rw={rw}",
+                f"--bs={block}", f"--size={self.size}", f"--numjobs={self.n}", "--ioengine=psync", "--direct=0",
+                f"--randseed={self.r['seeds']['fio']}", "--output-format=json"] + (
+                    FIO_SAVE if rw == "write" else ["--invalidate=1"])
+
+    @staticmethod
+    def _figures(out: dict, side: str) -> dict:
         slowest = max(out["jobs"], key=lambda j: j["job_runtime"])
         seconds = slowest["job_runtime"] / 1e3
         # fio's own timer per write() call (lat: submission to completion; psync: the call itself)
@@ -213,11 +224,36 @@ class Fio(Side):
         return {"save": rate, "study_clock": rate, "write_s": in_calls, "fsync_s": max(0.0, seconds - in_calls),
                 "cpu_s": cpu}
 
+    def start(self) -> None:
+        self.gate = Path(tempfile.mkdtemp(prefix="fio-gate-", dir=self.folder.parent))
+        os.mkfifo(self.gate / "go")
+        self.go = os.open(self.gate / "go", os.O_RDWR)    # held open: each job's read waits for its own line
+        prerun = f"touch {self.gate}/ready.$$; read line < {self.gate}/go"
+        self.proc = subprocess.Popen(self._cmd("write", self.wb) + [f"--exec_prerun={prerun}",
+                                                                   f"--output={self.gate}/out.json"],
+                                     cwd=self.gate, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while len(list(self.gate.glob("ready.*"))) < self.n:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.proc.kill()
+                raise RuntimeError(f"fio's {self.n} jobs did not reach their gate: {self.proc.communicate()[1][-500:]}")
+            time.sleep(0.005)
+
     def save(self) -> dict:
-        return self._fio("write", self.wb)
+        try:
+            os.write(self.go, b"\n" * self.n)           # a line for every job: all of them start now
+            err = self.proc.communicate()[1]
+        finally:
+            os.close(self.go)
+        if self.proc.returncode:
+            raise RuntimeError(f"fio failed ({self.proc.returncode}): {err[-500:]}")
+        out = json.loads((self.gate / "out.json").read_text())
+        shutil.rmtree(self.gate, ignore_errors=True)
+        return self._figures(out, "write")
 
     def restore(self) -> float:
-        return self._fio("read", self.rb)["save"]
+        out = json.loads(subprocess.run(self._cmd("read", self.rb), capture_output=True, text=True, check=True).stdout)
+        return self._figures(out, "read")["save"]
 
 
 # --------------------------------------------------------------------------- a round, the printout
