@@ -370,7 +370,7 @@ def main(argv=None) -> None:
         return
     from storagebrief.studies.checkpoint.run import _generator_gb_per_s
 
-    made = {d: Path(tempfile.mkdtemp(prefix="ckpt-bench-", dir=d)) for d in dict.fromkeys(dirs)}
+    made = {d: Path(tempfile.mkdtemp(prefix="ckpt-bench-", dir=d)).resolve() for d in dict.fromkeys(dirs)}
     figures = []
     try:
         print(HEADER)
