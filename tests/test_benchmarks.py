@@ -36,17 +36,75 @@ def test_transfer_sweep_benchmark_parses_what_fio_prints(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("fio") is None, reason="fio is not installed")
-def test_checkpoint_benchmark_prints_every_round_of_both_sides(tmp_path):
-    out = _run(REPO / "benchmarks" / "checkpoint.py", "--dir", tmp_path, "--ranks", "2", "--size-mib", "8",
-               "--write-block-mib", "4", "--read-block-mib", "4", "--repeats", "2", timeout=300)
+def test_checkpoint_benchmark_prints_every_save_of_both_sides_alternating(tmp_path):
+    out = _run(REPO / "benchmarks" / "checkpoint.py", "--dir", tmp_path, "--ranks", "2", "--save-mib", "16",
+               "--write-block-mib", "4", "--read-block-mib", "4", "--rounds", "2", "--saves", "1",
+               "--memory-prep", "none", timeout=120)
     assert out.returncode == 0, out.stderr[-1500:]
-    rounds = [line.split() for line in out.stdout.splitlines() if line[:1].isdigit()]
-    # in run order: the side that goes first alternates (the disk's rate swings from one run to the next)
-    assert [(r[0], r[1]) for r in rounds] == [("1", "ranks"), ("1", "fio"), ("2", "fio"), ("2", "ranks")], out.stdout
+    assert "--draw-seed" in out.stdout and "pinned: ranks 2, save_mib 16" in out.stdout
+    rows = [line.split() for line in out.stdout.splitlines() if line[:1].isdigit() and line.split()[2] in ("ranks", "fio")]
+    kept = [r for r in rows if "." not in r[1]]         # a save run again (a reporting pass inside it) is printed too
+    # in run order: the side that goes first alternates from round to round (the saves within a round too: below)
+    assert [r[0] for r in kept] == ["1", "1", "2", "2"] and kept[0][2] == kept[3][2] != kept[1][2] == kept[2][2]
     # the device's own counters, where the folder is on a block device: a save's bytes reached it
-    for r in rounds:
-        assert r[7] == "n/a" or float(r[7].replace(",", "")) >= 2 * 8 * 2**20 / 1e6 * 0.99, out.stdout   # device MB in run
-    assert all(any(line.startswith(p) for line in out.stdout.splitlines()) for p in ("save", "restore", "generator"))
+    for r in rows:
+        assert r[8] == "n/a" or float(r[8].replace(",", "")) >= 16 * 2**20 / 1e6 * 0.99, out.stdout   # MB in save
+    described = [line for line in out.stdout.splitlines() if line.startswith("round ") and "seeds ranks" in line]
+    assert len(described) == 2 and all("2 ranks × 8 MiB" in line for line in described)
+    means = [line for line in out.stdout.splitlines() if line.startswith("round ") and " means: " in line]
+    assert len(means) == 2 and all("save ranks" in line and "restore" in line for line in means)
+    assert all(any(line.startswith(p) for line in out.stdout.splitlines())
+               for p in ("save ranks÷fio", "restore r÷f", "generator÷save"))
+    assert not list(tmp_path.iterdir())                                          # its folders removed
+
+
+def _checkpoint_bench():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("checkpoint_bench", REPO / "benchmarks" / "checkpoint.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_checkpoint_bench_draws_every_round_within_its_ranges_alternating_with_a_seed_per_side(tmp_path):
+    import random
+
+    ck = _checkpoint_bench()
+    plan = ck.draw_rounds(random.Random(5), [tmp_path / "a", tmp_path / "b"], 60)
+    firsts = [r["order"][0] for r in plan]
+    assert all(a != b for a, b in zip(firsts, firsts[1:])) and all(sorted(r["order"]) == ["fio", "ranks"]
+                                                                   for r in plan)
+    assert all(r["seeds"]["ranks"] != r["seeds"]["fio"] for r in plan) and len({r["seeds"]["fio"] for r in plan}) == 60
+    for r in plan:
+        assert ck.RANKS[0] <= r["ranks"] <= ck.RANKS[1]
+        assert max(r["write_mib"], r["read_mib"]) <= r["size_mib"] <= ck.SAVE_MIB[1] // r["ranks"]
+        assert {r["write_mib"], r["read_mib"]} <= set(ck.BLOCKS_MIB)
+        assert r["size_mib"] % r["write_mib"] == r["size_mib"] % r["read_mib"] == 0    # fio does whole blocks only
+    for key in ("ranks", "size_mib", "write_mib", "read_mib", "dir"):
+        assert len({r[key] for r in plan}) > 1, key
+    assert ck.save_order(["fio", "ranks"], 4) == ["fio", "ranks", "ranks", "fio", "fio", "ranks", "ranks", "fio"]
+    pinned = ck.draw_rounds(random.Random(5), [tmp_path], 5, {"ranks": 3, "save_mib": 300, "write_mib": 2,
+                                                              "read_mib": 4})
+    assert all((r["ranks"], r["size_mib"], r["write_mib"]) == (3, 100, 2) for r in pinned)
+    assert ck.draw_round(random.Random(1), [tmp_path], {"ranks": 6, "save_mib": 354, "write_mib": 32,
+                                                        "read_mib": 4})["size_mib"] == 32
+
+
+def test_checkpoint_bench_dry_run_draws_afresh_each_invocation_and_refuses_bad_input_in_one_line(tmp_path):
+    bench = REPO / "benchmarks" / "checkpoint.py"
+    outs = [_run(bench, "--dry-run", "--rounds", "3", "--dir", tmp_path) for _ in range(2)]
+    for o in outs:
+        rounds = [ln for ln in o.stdout.splitlines() if ln.startswith("round ")]
+        assert o.returncode == 0 and len(rounds) == 3, o.stderr
+        assert all("seeds ranks" in ln and "first:" in ln for ln in rounds)
+    assert outs[0].stdout.split("load average")[0] != outs[1].stdout.split("load average")[0]
+    seed = outs[0].stdout.split("--draw-seed ")[1].split(";")[0]
+    again = _run(bench, "--dry-run", "--rounds", "3", "--dir", tmp_path, "--draw-seed", seed)
+    strip = lambda o: [ln for ln in o.splitlines() if ln.startswith("round ")]          # noqa: E731
+    assert strip(again.stdout) == strip(outs[0].stdout)                           # the printed seed repeats it
+    bad = _run(bench, "--dry-run", "--saves", "0")
+    assert bad.returncode != 0 and bad.stderr.strip() == "--saves 0: not allowed: at least 1"
 
 
 # --------------------------------------------------------------------------- kv_cache_vs_mlperf: drawn, alternating

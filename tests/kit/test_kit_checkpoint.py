@@ -39,3 +39,12 @@ def test_save_fsyncs_what_a_foreign_writer_wrote_and_tally_adds_up(tmp_path, mon
     assert (tally.count, tally.bytes) == (2, 150) and tally.seconds >= w.seconds
     ck.fsync_dir(tmp_path)
     assert len(synced) == 4
+
+
+def test_incompressible_with_a_seed_repeats_and_a_refill_writes_every_byte():
+    assert bytes(ck.incompressible(3 << 20 | 5, seed=7)) == bytes(ck.incompressible(3 << 20 | 5, seed=7))
+    assert bytes(ck.incompressible(4096, seed=7)) != bytes(ck.incompressible(4096, seed=8))
+    assert len(ck.incompressible(0)) == 0
+    buf = bytearray(2 << 20 | 3)                       # a tail below the generator's chunk is filled too
+    ck.incompressible_into(buf)
+    assert buf.count(0) < len(buf) / 128 and len(zlib.compress(bytes(buf[-1000:]), 6)) > 990

@@ -191,3 +191,20 @@ def test_other_hosts_are_offset_onto_the_launchers_clock():
     assert launch.offset(ranks.Done(1, "elsewhere", 5000.0, None), 100.0) == 100.0 - 5000.0
     assert launch.offset(ranks.Done(0, launch.launch_host, 99.0, None), 100.0) == 0.0
     assert not launch.joined_cgroup(0) and Forked(W, [0], procs_files=["/x/cgroup.procs"]).joined_cgroup(0)
+
+
+def _session(state, rank, msg, line):
+    return os.getsid(0), os.getpid()
+
+
+def test_workers_with_their_own_session_each_lead_one_and_still_end_with_the_launch():
+    """own_session (the checkpoint ranks, issue 59): with autogroup scheduling the CPU is shared between sessions
+    first, and fio's jobs each lead a session of their own; the workers still die with the launch."""
+    mine = os.getsid(0)
+    with Forked(Worker("test worker", _setup, _session, own_session=True), [0, 1], {}) as launch:
+        _, done = launch.operate(None)
+        got = [d.result for d in done]
+    assert all(sid == pid != mine for sid, pid in got) and len({sid for sid, _ in got}) == 2
+    assert not any(os.path.exists(f"/proc/{pid}") for _, pid in got)
+    with Forked(Worker("test worker", _setup, _session), [0], {}) as launch:       # the default: the launcher's
+        assert launch.operate(None)[1][0].result[0] == mine

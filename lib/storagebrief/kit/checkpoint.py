@@ -14,13 +14,35 @@ from typing import Callable, Iterable
 import numpy as np
 
 
-def incompressible(nbytes: int) -> memoryview:
-    """`nbytes` pseudo-random bytes (SFC64 seeded from os.urandom, so every call differs): no compressor
-    or deduplication below the file system can shrink them, and they come ~10× faster than
-    os.urandom (3.0 vs 0.29 GB/s on one core here), so generating them never holds a writer back."""
-    seed = int.from_bytes(os.urandom(16), "little")
-    words = np.random.SFC64(seed).random_raw(max(1, (nbytes + 7) // 8))
-    return memoryview(words).cast("B")[:nbytes]
+GENERATOR_CHUNK = 1 << 20      # keystream made a MiB at a time from one zero block: it stays in the CPU's cache
+
+
+def incompressible_into(out, seed: int | None = None) -> memoryview:
+    """Fill the writable buffer `out` in place with pseudo-random bytes: the AES-128-CTR keystream (OpenSSL
+    through `cryptography`, AES-NI where the CPU has it) of a key drawn from `seed` (None: from os.urandom, so
+    every call differs). No compressor or deduplication below the file system can shrink them, and a buffer
+    already touched is refilled at 5.1-5.3 GB/s on one core here under load (SFC64, before: 1.8-2.2 GB/s beside it;
+    issue 59), so refilling never holds a writer back. The same seed gives the same bytes."""
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+    view = memoryview(out).cast("B")
+    key = (os.urandom(32) if seed is None
+           else np.random.SFC64(int(seed)).random_raw(4).astype("<u8").tobytes())
+    enc = Cipher(algorithms.AES(key[:16]), modes.CTR(key[16:])).encryptor()
+    n = len(view)
+    zero = bytes(min(GENERATOR_CHUNK, n))
+    whole = n - n % len(zero) if zero else 0
+    for off in range(0, whole, len(zero) or 1):
+        enc.update_into(zero, view[off:off + len(zero)])
+    if whole < n:
+        view[whole:] = enc.update(bytes(n - whole))
+    return view
+
+
+def incompressible(nbytes: int, seed: int | None = None) -> memoryview:
+    """`nbytes` pseudo-random bytes in new memory (incompressible_into: every call differs unless `seed` is
+    given; the same seed, the same bytes)."""
+    return incompressible_into(bytearray(nbytes), seed)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ place remote clocks are rebased.
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import queue
 import signal
 import socket
@@ -59,6 +60,10 @@ class Worker:
     warm_up: Callable[[Any], None] | None = None   # (config): before joining the cgroup (code pages not throttled)
     on_failure: Callable[[Any], None] | None = None   # (state): tidy up when work raises (a rank's files)
     exit_on_term: bool = False                # SIGTERM raises SystemExit, so the work's own cleanup runs
+    own_session: bool = False                 # forked: each worker a session of its own (setsid), as fio's jobs
+    # are: with autogroup scheduling (kernel.sched_autogroup_enabled) the CPU is shared between sessions first,
+    # so N workers in the launcher's session had one session's share between them where fio's N jobs had N
+    # (issue 59: the checkpoint ranks' write() phase took 1.4-2.2x fio's on a loaded machine)
 
 
 class Line:
@@ -175,6 +180,8 @@ def _forked_main(launch: "Forked", rank: int, inbox, out_q) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # the study handles Ctrl-C and stops us
     signal.signal(signal.SIGTERM, _exit if w.exit_on_term else signal.SIG_DFL)
     die_with_parent()
+    if w.own_session:
+        os.setsid()                                  # its own autogroup; it still dies with its parent
     state, host = None, socket.gethostname()
     try:
         if w.warm_up:

@@ -38,9 +38,12 @@ def _setup(rank: int, n: int, cfg: dict) -> tuple:
     # its own store, opened from the run's handle (core.store: an S3 client per rank), before any clock
     store = open_store(StoreHandle(**cfg["store"]), pool=cfg["readers"])
     store.connect(None, cfg["readers"])     # an S3 store's compiled client, which makes its uploads and GETs
-    # what its saves write, generated before any clock (every run's differs): a directory's in this process; an S3
-    # store's in its compiled client, which uploads it (no Python copy: buf is None)
-    buf = store.make_body(cfg["buf_bytes"], seed=int.from_bytes(os.urandom(7), "little"), make=incompressible)
+    # what its saves write, generated before any clock (every run's differs, or a caller's seed: benchmarks/
+    # checkpoint.py, each rank its own bytes): a directory's in this process; an S3 store's in its compiled client,
+    # which uploads it (no Python copy: buf is None)
+    seed = cfg.get("seed")
+    own = int.from_bytes(os.urandom(7), "little") if seed is None else seed + rank
+    buf = store.make_body(cfg["buf_bytes"], seed=own, make=lambda n: incompressible(n, None if seed is None else own))
     if cfg.get("direct"):                           # directory targets only (checkpoint.save_io: direct)
         aligned = mmap.mmap(-1, len(buf))              # page-aligned, as O_DIRECT needs
         aligned[:] = buf
@@ -53,23 +56,25 @@ def _operate(state: tuple, rank: int, msg: tuple, line) -> RankResult:
     return operate(rank, msg, buf, fault, host, store=store, direct=direct)
 
 
-WORKER = Worker("checkpoint rank", _setup, _operate, ref=f"{__name__}:WORKER")
+# own_session: each rank its own session, as each of fio's jobs (kit.ranks.Worker): like CPU shares beside other work
+WORKER = Worker("checkpoint rank", _setup, _operate, ref=f"{__name__}:WORKER", own_session=True)
 
 
 class RankPool:
     """The run's ranks; use as a context manager (they are always reaped). params: the study's launcher knobs
     (None: forked); work_dir: where Open MPI's files go under launcher: mpi; direct: saves with O_DIRECT
     (checkpoint.save_io: direct); store: the target's store handle (core.store.StoreHandle, as a dict) each rank
-    opens its own store from, with `readers` connections (an S3 client's)."""
+    opens its own store from, with `readers` connections (an S3 client's); seed: the write buffers' bytes (rank r:
+    seed + r; None: fresh from os.urandom, as the study's)."""
 
     def __init__(self, ranks: list[int], buf_bytes: int, procs_files: list[str] | None = None,
                  fault: dict | None = None, start_timeout_s: float = 120.0, *, store: dict, readers: int = 1,
                  affinity: list[int] | None = None, params=None, work_dir: Path | None = None,
-                 direct: bool = False):
+                 direct: bool = False, seed: int | None = None):
         self.ranks = list(ranks)
         self.launch = open_launch(WORKER, self.ranks, {"buf_bytes": buf_bytes, "fault": fault, "store": store,
                                                        "readers": readers,
-                                                       "direct": direct},
+                                                       "direct": direct, "seed": seed},
                                   params=params, work_dir=work_dir, section="checkpoint", procs_files=procs_files,
                                   affinity=affinity, start_timeout_s=start_timeout_s)
         self.launcher, self.clock = self.launch.launcher, ONE_CLOCK
