@@ -10,7 +10,8 @@ promotion back), else to storage; the previous turn's entry is deleted; (3) belo
 (MLPerf: 10K) the new cache is read back `decode_reads` times (MLPerf's PREFILL_DECODE: one write, N reads). A storage write is one file per
 request (MLPerf's layout, so its figures and ours count the same I/O): write() calls of `write_block`
 bytes from a buffer of incompressible bytes filled before the clock, then fsync, then DONTNEED (the next
-read comes from the device). Every call is recorded: op, tier, start, end (CLOCK_MONOTONIC, one clock for
+read comes from the device). The mlperf family moves them through MLPerf's tool's buffers instead
+(`Client.tool_buffers`: fresh memory per block, a stamped copy to write, a second copy of what is read). Every call is recorded: op, tier, start, end (CLOCK_MONOTONIC, one clock for
 every process on the host), bytes, tokens and its device span (read: the read() calls; write: the fsync)
 beside its host span (read: open + advice + reads + the copy into the host buffer; write: open to close).
 
@@ -19,6 +20,7 @@ duration ends; those in flight finish (their overrun is what MLPerf's bandwidth 
 """
 from __future__ import annotations
 
+import mmap
 import os
 import random
 import threading
@@ -44,14 +46,38 @@ class Call(NamedTuple):
     user: int            # the user whose request it served; -1: an eviction from the CPU tier to storage
 
 
-class _Tier:
-    """The CPU tier: entries (numpy arrays holding the bytes) under a byte budget, least recently used first."""
+def _fresh(n: int) -> mmap.mmap:
+    """n bytes of memory never touched: each page faults in (and is zeroed) at its first use, as a large numpy
+    array's do (numpy asks for huge pages on those; so does this)."""
+    m = mmap.mmap(-1, max(1, n))
+    if hasattr(m, "madvise") and hasattr(mmap, "MADV_HUGEPAGE"):
+        m.madvise(mmap.MADV_HUGEPAGE)
+    return m
 
-    def __init__(self, budget: int):
-        self.budget, self.used, self.entries = budget, 0, OrderedDict()
+
+class _Tier:
+    """The CPU tier: entries (numpy arrays holding the bytes) under a byte budget, least recently used first.
+    With `tool` (the mlperf family) it keeps MLPerf's tool's rules for a tier with one below it
+    (`_ensure_space_in_tier`, cache.py:431-600): an entry above 95 % of the budget goes straight to storage; one
+    fits while the tier stays within 80 % of its budget, or while the tier holds under 5 % of it; where the tier
+    holds under 20 % and the entry is over 40 % of the budget, it goes to storage rather than demoting anything;
+    else the least recently used entries are demoted until it fits."""
+
+    def __init__(self, budget: int, tool: bool = False):
+        self.budget, self.used, self.entries, self.tool = budget, 0, OrderedDict(), tool
 
     def fits(self, nbytes: int) -> bool:
-        return 0 < nbytes <= self.budget
+        return 0 < nbytes <= (0.95 * self.budget if self.tool else self.budget)
+
+    def room(self, nbytes: int) -> bool:
+        """Whether nbytes go in now, nothing demoted (under the client's lock)."""
+        if not self.tool:
+            return self.used + nbytes <= self.budget
+        return self.used + nbytes <= 0.8 * self.budget or self.used < 0.05 * self.budget
+
+    def declines(self, nbytes: int) -> bool:
+        """The tool's bail-out: too little in the tier to be worth demoting for so large an entry."""
+        return self.tool and self.used < 0.2 * self.budget and nbytes > 0.4 * self.budget
 
 
 class Client:
@@ -61,13 +87,19 @@ class Client:
         self.folder.mkdir(parents=True, exist_ok=True)
         self.rng = random.Random(spec["seed"] * 1009 + rank)
         self.lock = threading.Lock()
-        self.tier = _Tier(spec["cpu_tier_bytes"])
+        self.tier = _Tier(spec["cpu_tier_bytes"], tool=spec.get("family") == "mlperf")
         self.records: list[Call] = []
         self.users = [self._new_conversation(u) for u in range(spec["users"])]
         self.idle = list(range(spec["users"]))
         self.written = 0
         self.seq = 0
-        self.host = np.empty(spec["largest_entry_bytes"], dtype=np.uint8)   # the host buffer reads land in
+        # MLPerf's tool's buffers (the mlperf family): every storage read lands in fresh memory and is copied once
+        # more into fresh memory (np.load, then np.array: backends.py:307-310), every write's bytes are first copied
+        # out of the generator's buffer into fresh memory and XOR-stamped (KVCacheGenerator.generate, cache.py:
+        # 110-160): the client work per byte the tool does; else one host buffer, reused
+        self.tool_buffers = spec.get("family") == "mlperf"
+        self.host = np.empty(0 if self.tool_buffers else spec["largest_entry_bytes"], dtype=np.uint8)
+        self._stamp = np.frombuffer(os.urandom(4096), dtype=np.uint8)   # the XOR stamp's 4 KiB pattern
         self.error: BaseException | None = None
 
     def _pick(self, table: list) -> int:
@@ -85,7 +117,7 @@ class Client:
             done = 0
             while done < nbytes:
                 n = min(block, nbytes - done)
-                done += os.write(fd, self.buf[:n])
+                done += os.write(fd, self._generated(n) if self.tool_buffers else self.buf[:n])
                 self.written += n
             f0 = time.monotonic()
             os.fsync(fd)
@@ -102,19 +134,38 @@ class Client:
         fd = os.open(path, os.O_RDONLY)
         try:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)     # cold: from the device
-            chunk = bytearray(min(nbytes, self.spec["write_block"]))
-            view, got, device = memoryview(chunk), 0, 0.0
+            size = min(nbytes, self.spec["write_block"])
+            chunk = None if self.tool_buffers else bytearray(size)
+            got, device = 0, 0.0
             while got < nbytes:
+                want = min(size, nbytes - got)
+                land = _fresh(want) if self.tool_buffers else chunk    # np.load's array: fresh pages
                 r0 = time.monotonic()
-                n = os.readv(fd, [view[:min(len(chunk), nbytes - got)]])
+                n = os.readv(fd, [memoryview(land)[:want]])
                 device += time.monotonic() - r0
                 if n <= 0:
                     raise OSError(f"{path}: short read ({got} of {nbytes} bytes)")
-                self.host[got:got + n] = np.frombuffer(chunk, dtype=np.uint8, count=n)   # the host copy
+                if self.tool_buffers:                                   # np.array(data): a copy into fresh pages
+                    copy = _fresh(n)
+                    memoryview(copy)[:n] = memoryview(land)[:n]
+                    copy.close()
+                    land.close()
+                else:
+                    self.host[got:got + n] = np.frombuffer(chunk, dtype=np.uint8, count=n)   # the host copy
                 got += n
         finally:
             os.close(fd)
         return t0, time.monotonic(), device
+
+    def _generated(self, n: int) -> memoryview:
+        """n bytes as the tool's generator makes them: copied out of its buffer into fresh memory, XOR-stamped by a
+        4 KiB pattern (still incompressible). Freed when the caller's write is done (its last reference goes)."""
+        out = _fresh(n)
+        arr = np.frombuffer(out, dtype=np.uint8, count=n)
+        arr[:] = np.frombuffer(self.buf, dtype=np.uint8, count=n)
+        whole = n - n % 4096
+        arr[:whole].reshape(-1, 4096)[:] ^= self._stamp
+        return memoryview(out)[:n]
 
     def _record(self, op, tier, t0, t1, nbytes, tokens, device_s, user) -> None:
         with self.lock:
@@ -153,7 +204,10 @@ class Client:
                 if arr is not None:
                     self.tier.entries.move_to_end(entry["key"])
             if arr is not None:
-                self.host[:arr.nbytes] = arr
+                if self.tool_buffers:
+                    np.copy(arr)                                   # the tool's CPU backend read: a fresh copy
+                else:
+                    self.host[:arr.nbytes] = arr
                 t1 = time.monotonic()
                 self._record("read", "cpu", t0, t1, entry["bytes"], entry["tokens"], t1 - t0, user)
                 return
@@ -205,7 +259,11 @@ class Client:
             return self._to_storage(key, nbytes, tokens, user)
         victims = []
         with self.lock:
-            while self.tier.used + nbytes > self.tier.budget and self.tier.entries:
+            declined = not self.tier.room(nbytes) and self.tier.declines(nbytes)
+        if declined:
+            return self._to_storage(key, nbytes, tokens, user)
+        with self.lock:
+            while not self.tier.room(nbytes) and self.tier.entries:
                 vkey, varr = self.tier.entries.popitem(last=False)
                 self.tier.used -= varr.nbytes
                 victims.append((vkey, varr))
