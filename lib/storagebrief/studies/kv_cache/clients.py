@@ -12,7 +12,7 @@ from ...kit import budget
 from ...kit.checkpoint import incompressible
 from ...kit.ranks import Done, Launch, Worker
 from . import mlperf_users
-from .client import Client
+from .client import TOOL_BLOCK, Client
 from .workload import MLPERF
 
 
@@ -71,8 +71,8 @@ def check_budget(p, room: budget.Room | None = None) -> None:
         in_flight = threads * largest if tier else 0
         # the mlperf family reads and writes through MLPerf's tool's buffers (client.Client.tool_buffers): per
         # thread a fresh block a read lands in, its copy and a generated block to write, no host buffer
-        host, chunks = (0, 3) if w.family == MLPERF else (largest, 1)
-        per = block + host + chunks * threads * block + tier + in_flight + budget.PROCESS_OWN_BYTES
+        host, chunks, chunk = ((0, 3, min(TOOL_BLOCK, largest)) if w.family == MLPERF else (largest, 1, block))
+        per = block + host + chunks * threads * chunk + tier + in_flight + budget.PROCESS_OWN_BYTES
         what = f"kv_cache.clients = {n:,} (workload {name})"
         knobs = _knobs(p, name)
         budget.check(f"{what},", tasks=n * (budget.TASKS_PER_WORKER + threads + users), room=room,
@@ -84,7 +84,7 @@ def check_budget(p, room: budget.Room | None = None) -> None:
         budget.check(what, memory=n * per, room=room,
                      how=f"{n:,} × ({block / MIB:,.0f} MiB write buffer + "
                          + (f"{largest / MIB:,.0f} MiB host buffer (the largest cache) + " if host else "")
-                         + f"{threads} threads × {chunks} × {block / MIB:,.0f} MiB "
+                         + f"{threads} threads × {chunks} × {chunk / MIB:,.0f} MiB "
                          + ("(a read's block, its copy, a write's block)" if chunks > 1 else "read chunks")
                          + (f" + cpu_tier_gib {tier / GIB:g} GiB + {threads} × {largest / MIB:,.0f} MiB "
                             "caches in flight" if tier else "")
