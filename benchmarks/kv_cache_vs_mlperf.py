@@ -32,7 +32,9 @@ side (root). Printed per round and side: read / write GiB/s as each computes the
 summary.cache_stats; the study's MLPerf arithmetic, which like the tool counts no CPU-tier demotion), the bytes each
 counted (to its stats snapshot) beside its cgroup's (all it moved), requests, the device P95s, MiB per storage read
 and write, the earlier-turn reload miss rate (the tool's multi_turn_stats; the study's turn_reload_*), and the
-study / the tool. --dry-run prints the drawn rounds and runs nothing.
+study / the tool. --dry-run prints the drawn rounds and runs nothing. --tool-vs-tool is the control: the study's side
+runs the tool again with the study's seed, so a round prints the tool with a second seed ÷ the tool with the first
+(the spread one seed to the next gives at the same drawn settings).
 """
 from __future__ import annotations
 
@@ -276,6 +278,9 @@ def arguments(argv=None):
     ap.add_argument("--max-context", type=int, default=8192, help="the most tokens a template's HIGH may reach")
     ap.add_argument("--draw-seed", type=int, help="repeat an invocation's draws (printed at its start)")
     ap.add_argument("--dry-run", action="store_true", help="print the drawn rounds; run nothing")
+    ap.add_argument("--tool-vs-tool", action="store_true",
+                    help="a control: the study's side runs MLPerf's tool again with the study's seed, so each round "
+                         "shows how far the tool moves from itself with another seed at the same settings")
     ap.add_argument("--model", default="llama3.1-8b", choices=["llama3.1-8b", "llama3.1-70b"])
     a = ap.parse_args(argv)
     if a.ours_once:
@@ -338,12 +343,23 @@ def main(argv=None) -> None:
                 if name == "mlperf":
                     got[name] = run_tool(py, a, r, tool_config(a.mlperf_dir, work, r), caches[name],
                                          work / f"mlperf-r{r['round']}.json", (dev.major, dev.minor))
+                elif a.tool_vs_tool:                     # the control: the tool again, with the study's seed
+                    got[name] = run_tool(py, a, {**r, "seeds": {"mlperf": r["seeds"]["study"]}},
+                                         tool_config(a.mlperf_dir, work, r), caches[name],
+                                         work / f"mlperf-control-r{r['round']}.json", (dev.major, dev.minor))
                 else:
                     got[name] = run_ours(a, r, templates, caches[name], work, (dev.major, dev.minor))
                 _clear(caches[name])
-                print(line(r["round"], name, got[name]), flush=True)
+                print(line(r["round"], "tool-2" if a.tool_vs_tool and name == "study" else name, got[name]),
+                      flush=True)
             m, o = got["mlperf"], got["study"]
             q = ratios(m, o)
+            if a.tool_vs_tool:
+                print(f"{r['round']:>5} ratio   {q['read']:>8.2f} {q['write']:>8.2f}   (the tool with the second seed ÷ "
+                      f"with the first; MiB per read {q['mib_per_read']:.2f}, per write {q['mib_per_write']:.2f}; "
+                      f"reload misses {q['miss_points']:+.1f} points)", flush=True)
+                rows.append({**r, "mlperf": m, "tool-2": o, "ratios": q})
+                continue
             print(f"{r['round']:>5} ratio   {q['read']:>8.2f} {q['write']:>8.2f}   (study ÷ MLPerf's tool; MiB per read "
                   f"{q['mib_per_read']:.2f}, per write {q['mib_per_write']:.2f}; reload misses "
                   f"{q['miss_points']:+.1f} points; the study's honest read {o['honest_read_gib_per_s'] or 0:.3f} "

@@ -156,6 +156,8 @@ def test_kv_bench_dry_run_prints_each_round_drawn_afresh_per_invocation(tmp_path
     assert again.stdout == outs[0].stdout                                        # printed seed repeats it
     bad = _run(bench, "--dry-run", "--max-context", "20000")
     assert bad.returncode != 0 and "--max-context 20000: not allowed" in bad.stderr
+    control = _run(bench, "--dry-run", "--rounds", "1", "--tool-vs-tool")        # the tool beside itself
+    assert control.returncode == 0 and "--tool-vs-tool" in _run(bench, "--help").stdout
 
 
 def test_kv_bench_reads_the_tools_file_as_the_tool_writes_it():

@@ -205,3 +205,33 @@ def test_users_draw_the_tools_qos_levels_and_the_queue_serves_the_highest_priori
     order = [users.queue.get_nowait()[-1].key for _ in range(5)]
     assert order == ["k1", "k3", "k2", "k0", "k4"]
     c.clear()
+
+
+def test_readers_of_one_cache_take_turns_as_under_the_tools_entry_lock(tmp_path):
+    """cache.py:777-826: the tool reads an entry under its lock, so workers reloading one conversation's file wait
+    for one another (and cannot share its pages in the page cache); reads of other files go on beside them."""
+    import time
+
+    c = Client(_spec(tmp_path), 0, incompressible(1 << 20))
+    c.evicted = {}
+    users = mu.Users(c)
+    for key in ("a", "b"):
+        users.entries[key] = c._put(key, 4 * BPT, 4, 0)
+    spans, guard = [], threading.Lock()
+
+    def slow(entry, user):                                     # a read that takes 0.2 s
+        t0 = time.monotonic()
+        time.sleep(0.2)
+        with guard:
+            spans.append((entry["key"], t0, time.monotonic()))
+
+    c._reload = slow
+    threads = [threading.Thread(target=users._read, args=(k, 0)) for k in ("a", "a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    (a1, a2), b = sorted(s[1:] for s in spans if s[0] == "a"), next(s[1:] for s in spans if s[0] == "b")
+    assert a2[0] >= a1[1] - 1e-3                               # the second read of "a" began after the first ended
+    assert b[0] < a1[1]                                        # "b" did not wait for "a"
+    c.clear()

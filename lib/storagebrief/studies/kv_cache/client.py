@@ -10,7 +10,8 @@ promotion back), else to storage; the previous turn's entry is deleted; (3) belo
 (MLPerf: 10K) the new cache is read back `decode_reads` times (MLPerf's PREFILL_DECODE: one write, N reads). A storage write is one file per
 request (MLPerf's layout, so its figures and ours count the same I/O): write() calls of `write_block`
 bytes from a buffer of incompressible bytes filled before the clock, then fsync, then DONTNEED (the next
-read comes from the device). Every call is recorded: op, tier, start, end (CLOCK_MONOTONIC, one clock for
+read comes from the device). The mlperf family moves them through MLPerf's tool's buffers instead
+(`Client.tool_buffers`: fresh memory per block, a stamped copy to write, a second copy of what is read). Every call is recorded: op, tier, start, end (CLOCK_MONOTONIC, one clock for
 every process on the host), bytes, tokens and its device span (read: the read() calls; write: the fsync)
 beside its host span (read: open + advice + reads + the copy into the host buffer; write: open to close).
 
@@ -44,14 +45,36 @@ class Call(NamedTuple):
     user: int            # the user whose request it served; -1: an eviction from the CPU tier to storage
 
 
-class _Tier:
-    """The CPU tier: entries (numpy arrays holding the bytes) under a byte budget, least recently used first."""
+# The mlperf family's block through the tool's buffers: the tool's arrays are whole caches, numpy arrays in memory
+# that glibc maps afresh for each (above its largest mmap threshold, 32 MiB) and numpy asks huge pages for; numpy
+# arrays of 64 MiB are too, so a block costs per byte what the tool's array does (measured: 0.4-0.7 CPU s per GiB
+# read either way; fresh anonymous maps of 16 MiB through Python's mmap cost 1.8-2.3) while a thread holds 3 blocks
+TOOL_BLOCK = 64 << 20
 
-    def __init__(self, budget: int):
-        self.budget, self.used, self.entries = budget, 0, OrderedDict()
+
+class _Tier:
+    """The CPU tier: entries (numpy arrays holding the bytes) under a byte budget, least recently used first.
+    With `tool` (the mlperf family) it keeps MLPerf's tool's rules for a tier with one below it
+    (`_ensure_space_in_tier`, cache.py:431-600): an entry above 95 % of the budget goes straight to storage; one
+    fits while the tier stays within 80 % of its budget, or while the tier holds under 5 % of it; where the tier
+    holds under 20 % and the entry is over 40 % of the budget, it goes to storage rather than demoting anything;
+    else the least recently used entries are demoted until it fits."""
+
+    def __init__(self, budget: int, tool: bool = False):
+        self.budget, self.used, self.entries, self.tool = budget, 0, OrderedDict(), tool
 
     def fits(self, nbytes: int) -> bool:
-        return 0 < nbytes <= self.budget
+        return 0 < nbytes <= (0.95 * self.budget if self.tool else self.budget)
+
+    def room(self, nbytes: int) -> bool:
+        """Whether nbytes go in now, nothing demoted (under the client's lock)."""
+        if not self.tool:
+            return self.used + nbytes <= self.budget
+        return self.used + nbytes <= 0.8 * self.budget or self.used < 0.05 * self.budget
+
+    def declines(self, nbytes: int) -> bool:
+        """The tool's bail-out: too little in the tier to be worth demoting for so large an entry."""
+        return self.tool and self.used < 0.2 * self.budget and nbytes > 0.4 * self.budget
 
 
 class Client:
@@ -61,13 +84,19 @@ class Client:
         self.folder.mkdir(parents=True, exist_ok=True)
         self.rng = random.Random(spec["seed"] * 1009 + rank)
         self.lock = threading.Lock()
-        self.tier = _Tier(spec["cpu_tier_bytes"])
+        self.tier = _Tier(spec["cpu_tier_bytes"], tool=spec.get("family") == "mlperf")
         self.records: list[Call] = []
         self.users = [self._new_conversation(u) for u in range(spec["users"])]
         self.idle = list(range(spec["users"]))
         self.written = 0
         self.seq = 0
-        self.host = np.empty(spec["largest_entry_bytes"], dtype=np.uint8)   # the host buffer reads land in
+        # MLPerf's tool's buffers (the mlperf family): every storage read lands in fresh memory and is copied once
+        # more into fresh memory (np.load, then np.array: backends.py:307-310), every write's bytes are first copied
+        # out of the generator's buffer into fresh memory and XOR-stamped (KVCacheGenerator.generate, cache.py:
+        # 110-160): the client work per byte the tool does; else one host buffer, reused
+        self.tool_buffers = spec.get("family") == "mlperf"
+        self.host = np.empty(0 if self.tool_buffers else spec["largest_entry_bytes"], dtype=np.uint8)
+        self._stamp = np.frombuffer(os.urandom(4096), dtype=np.uint8)   # the XOR stamp's 4 KiB pattern
         self.error: BaseException | None = None
 
     def _pick(self, table: list) -> int:
@@ -79,13 +108,13 @@ class Client:
 
     # -- storage ---------------------------------------------------------------------------------------
     def _write_file(self, path: Path, nbytes: int) -> tuple[float, float, float]:
-        block, t0 = self.spec["write_block"], time.monotonic()
+        block, t0 = TOOL_BLOCK if self.tool_buffers else self.spec["write_block"], time.monotonic()
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             done = 0
             while done < nbytes:
                 n = min(block, nbytes - done)
-                done += os.write(fd, self.buf[:n])
+                done += os.write(fd, self._generated(n) if self.tool_buffers else self.buf[:n])
                 self.written += n
             f0 = time.monotonic()
             os.fsync(fd)
@@ -102,19 +131,33 @@ class Client:
         fd = os.open(path, os.O_RDONLY)
         try:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)     # cold: from the device
-            chunk = bytearray(min(nbytes, self.spec["write_block"]))
-            view, got, device = memoryview(chunk), 0, 0.0
+            size = min(nbytes, TOOL_BLOCK if self.tool_buffers else self.spec["write_block"])
+            chunk = None if self.tool_buffers else bytearray(size)
+            got, device = 0, 0.0
             while got < nbytes:
+                want = min(size, nbytes - got)
+                land = np.empty(want, np.uint8) if self.tool_buffers else chunk   # np.load's array: fresh pages
                 r0 = time.monotonic()
-                n = os.readv(fd, [view[:min(len(chunk), nbytes - got)]])
+                n = os.readv(fd, [memoryview(land)[:want]])
                 device += time.monotonic() - r0
                 if n <= 0:
                     raise OSError(f"{path}: short read ({got} of {nbytes} bytes)")
-                self.host[got:got + n] = np.frombuffer(chunk, dtype=np.uint8, count=n)   # the host copy
+                if self.tool_buffers:                                   # np.array(data): a copy into fresh pages
+                    np.array(land[:n])
+                else:
+                    self.host[got:got + n] = np.frombuffer(chunk, dtype=np.uint8, count=n)   # the host copy
                 got += n
         finally:
             os.close(fd)
         return t0, time.monotonic(), device
+
+    def _generated(self, n: int) -> np.ndarray:
+        """n bytes as the tool's generator makes them: copied out of its buffer into fresh memory, XOR-stamped by a
+        4 KiB pattern (still incompressible). Freed when the caller's write is done (its last reference goes)."""
+        arr = self._cache_bytes(n)
+        whole = n - n % 4096
+        arr[:whole].reshape(-1, 4096)[:] ^= self._stamp
+        return arr
 
     def _record(self, op, tier, t0, t1, nbytes, tokens, device_s, user) -> None:
         with self.lock:
@@ -153,7 +196,10 @@ class Client:
                 if arr is not None:
                     self.tier.entries.move_to_end(entry["key"])
             if arr is not None:
-                self.host[:arr.nbytes] = arr
+                if self.tool_buffers:
+                    np.copy(arr)                                   # the tool's CPU backend read: a fresh copy
+                else:
+                    self.host[:arr.nbytes] = arr
                 t1 = time.monotonic()
                 self._record("read", "cpu", t0, t1, entry["bytes"], entry["tokens"], t1 - t0, user)
                 return
@@ -205,13 +251,20 @@ class Client:
             return self._to_storage(key, nbytes, tokens, user)
         victims = []
         with self.lock:
-            while self.tier.used + nbytes > self.tier.budget and self.tier.entries:
+            declined = not self.tier.room(nbytes) and self.tier.declines(nbytes)
+        if declined:
+            return self._to_storage(key, nbytes, tokens, user)
+        t0 = time.monotonic()           # the tool builds the array (generate), then its CPU backend copies it (np.copy)
+        arr = np.copy(self._generated(nbytes)) if self.tool_buffers else None
+        with self.lock:
+            while not self.tier.room(nbytes) and self.tier.entries:
                 vkey, varr = self.tier.entries.popitem(last=False)
                 self.tier.used -= varr.nbytes
                 victims.append((vkey, varr))
                 self.evicted[vkey] = None                           # being written: readers wait
-            t0 = time.monotonic()
-            arr = self._cache_bytes(nbytes)
+            if arr is None:
+                t0 = time.monotonic()
+                arr = self._cache_bytes(nbytes)
             self.tier.entries[key] = arr
             self.tier.used += nbytes
         self._record("write", "cpu", t0, time.monotonic(), nbytes, tokens, 0.0, user)

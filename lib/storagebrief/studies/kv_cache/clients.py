@@ -12,7 +12,7 @@ from ...kit import budget
 from ...kit.checkpoint import incompressible
 from ...kit.ranks import Done, Launch, Worker
 from . import mlperf_users
-from .client import Client
+from .client import TOOL_BLOCK, Client
 from .workload import MLPERF
 
 
@@ -69,7 +69,10 @@ def check_budget(p, room: budget.Room | None = None) -> None:
         threads = w.threads                                         # doing I/O: closed-loop's or one per user
         users = w.users_per_client if w.family == MLPERF else 0     # the mlperf family's user threads beside them
         in_flight = threads * largest if tier else 0
-        per = block + largest + threads * block + tier + in_flight + budget.PROCESS_OWN_BYTES
+        # the mlperf family reads and writes through MLPerf's tool's buffers (client.Client.tool_buffers): per
+        # thread a fresh block a read lands in, its copy and a generated block to write, no host buffer
+        host, chunks, chunk = ((0, 3, min(TOOL_BLOCK, largest)) if w.family == MLPERF else (largest, 1, block))
+        per = block + host + chunks * threads * chunk + tier + in_flight + budget.PROCESS_OWN_BYTES
         what = f"kv_cache.clients = {n:,} (workload {name})"
         knobs = _knobs(p, name)
         budget.check(f"{what},", tasks=n * (budget.TASKS_PER_WORKER + threads + users), room=room,
@@ -79,8 +82,10 @@ def check_budget(p, room: budget.Room | None = None) -> None:
         budget.check(f"{what},", files=n * budget.FILES_PER_WORKER, room=room, how="pipes in the parent",
                      lower="lower kv_cache.clients, use launcher: mpi, or raise the limit")
         budget.check(what, memory=n * per, room=room,
-                     how=f"{n:,} × ({block / MIB:,.0f} MiB write buffer + {largest / MIB:,.0f} MiB host buffer (the "
-                         f"largest cache) + {threads} threads × {block / MIB:,.0f} MiB read chunks"
+                     how=f"{n:,} × ({block / MIB:,.0f} MiB write buffer + "
+                         + (f"{largest / MIB:,.0f} MiB host buffer (the largest cache) + " if host else "")
+                         + f"{threads} threads × {chunks} × {chunk / MIB:,.0f} MiB "
+                         + ("(a read's block, its copy, a write's block)" if chunks > 1 else "read chunks")
                          + (f" + cpu_tier_gib {tier / GIB:g} GiB + {threads} × {largest / MIB:,.0f} MiB "
                             "caches in flight" if tier else "")
                          + f" + {budget.PROCESS_OWN_BYTES / MIB:.0f} MiB per process)",

@@ -11,7 +11,9 @@ commit 284ce72 (kv_cache_benchmark/kv_cache/, public fork idevasena/storage_mlco
   below 0.50, else batch (1) (workload.py:280-296, config.yaml:75-107); the queue hands out the highest priority
   first, then the earliest enqueued (benchmark.py:168, 425-427).
 - Workers: min(users, 500) threads take requests from the queue (benchmark.py:1231-1235); none starts after the
-  duration (benchmark.py:529-532). Per request: read back every other turn's file of the conversation still
+  duration (benchmark.py:529-532). Reads of one cache take turns, as the tool's `access_cache` reads under the entry's
+  lock (cache.py:777-826): workers reloading the same conversation wait for one another rather than share the
+  page cache. Per request: read back every other turn's file of the conversation still
   cached (benchmark.py:552-565): the turns enqueued by then, later ones included (conversation.py:98-104);
   write the new one (benchmark.py:567-573) under `max_concurrent_allocs` (a semaphore around the writes only, cache.py:277-280, 640-653; 0: none), then below 10,000 tokens read it
   1 + ⌈G / 32⌉ times (benchmark.py:584-613); where the first of those reads finds it evicted, write it again and
@@ -101,6 +103,7 @@ class Users:
         self.misses = self.issued = 0
         self.turn_lookups = self.turn_misses = 0         # earlier turns' reloads only (MLPerf's multi_turn_stats)
         self.turns: dict = {}                            # (user, conversation) -> every turn's key enqueued so far
+        self.key_locks: dict = {}                        # key -> its lock: one read of a cache at a time (the tool's)
 
     def threads(self, deadline: float) -> list[threading.Thread]:
         users = [threading.Thread(target=self._user, args=(u, deadline), daemon=True, name=f"kv-user-{u}")
@@ -152,8 +155,11 @@ class Users:
         if entry is None:
             self._missed(turn)
             return False
+        with self.c.lock:
+            lock = self.key_locks.setdefault(key, threading.Lock())
         try:
-            self.c._reload(entry, user)
+            with lock:                                    # the tool reads a cache under its entry lock
+                self.c._reload(entry, user)               # (cache.py:777-826): readers of one file take turns
         except FileNotFoundError:                         # evicted while this read opened it
             self._missed(turn)
             return False
