@@ -187,7 +187,7 @@ def test_an_s3_rank_holds_no_python_write_buffer(tmp_path, monkeypatch):
     if missing():
         pytest.skip(missing())
     made, real = [], ranks.incompressible
-    monkeypatch.setattr(ranks, "incompressible", lambda n: made.append(n) or real(n))
+    monkeypatch.setattr(ranks, "incompressible", lambda n, seed=None: made.append(n) or real(n, seed))
     s3 = {"endpoint": "http://127.0.0.1:9", "bucket": "b", "region": "us-east-1", "profile": None, "verify_tls": True,
           "addressing": "path", "credentials": {"aws_access_key_id": "k", "aws_secret_access_key": "s"}}
     cfg = {"store": {"folder": None, "s3": s3}, "readers": 2, "buf_bytes": 64 << 20, "fault": None}
