@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from storagebrief.core import reruns
 from storagebrief.kit.client_check import unchecked
 from storagebrief.report import formatting
 
@@ -76,7 +77,7 @@ def test_dvc_chain_renders_brief_with_recomputable_headlines(tiny_chain):
     assert "at least one per study" in html
     better_of = {(h["study"], h["id"]): h["better"] for h in headlines}
     for study, hid, value in cards:
-        runs = pd.read_csv(work / "reports" / study / "runs.csv")
+        runs = reruns.kept(pd.read_csv(work / "reports" / study / "runs.csv"))   # as the brief reads them
         if study == "emulate":     # the sweep's scored rows: the client check's confined re-runs answer another question
             runs = emulate_rows(runs)
         runs = unchecked(runs)     # checkpoint, kv_cache: their client checks' re-runs too (params.yaml turns them on)

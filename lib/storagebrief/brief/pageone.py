@@ -17,7 +17,7 @@ from ..report import layout
 from ..report.display import markdown_html, set_target_order, show_html, show_table
 from ..report.words import display
 from ..studies import get as get_study
-from . import accelerators, inputs, quiet, quotes, scorecard
+from . import accelerators, headline_inputs, inputs, quiet, quotes, scorecard
 from .parts import in_kernel, not_rendered, part
 
 ACCELERATOR_STUDIES = ("emulate", "transfer_sweep")     # both answer "how many accelerators": one reconciled row
@@ -205,8 +205,7 @@ def answers(reports_dir: str | Path) -> None:
         return
     targets = [t["name"] for t in inputs.latest_inventory(reports_dir).get("targets", [])]
     chapters = {str(a["question"]): f"section-{a['study']}" for a in rows if a.get("study")}
-    from .assemble import snapshot_headlines        # assemble imports this module
-    found = quotes.lines(rows, snapshot_headlines(reports_dir)[0])
+    found = quotes.lines(rows, headline_inputs.snapshot_headlines(reports_dir)[0])
     page = fitted(rows, targets, chapters, _COVER[0] if _COVER else "", found)
     DEFINED[:] = [words for _, words in scorecard.GLOSSARY if html.escape(words) in page]
     USED[:] = scorecard.glossary_terms(html.unescape(re.sub(r"<[^>]+>", " ", page)))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import html
 import re
 
+from ..report.formatting import effect_size
 from .scorecard import NOT_SETTLED, on_page_one
 
 DIFFERENCES = 1           # "up to N× …" lines between targets page 1 shows at most
@@ -42,7 +43,6 @@ def lines(rows: list[dict], headlines: list[dict] | None = None, differences: in
 
 def largest(headlines: list[dict], n: int) -> list[dict]:
     """The n largest target-vs-target differences, one per study (report/headlines.py's headlines)."""
-    from .assemble import effect_size          # assemble imports this module's caller
     ranked = sorted((h for h in headlines if h.get("delta_percent") is not None and h.get("ref") and h.get("other")),
                     key=effect_size, reverse=True)
     chosen, studies = [], set()

@@ -19,6 +19,15 @@ def factor(delta_percent: float, better: str) -> float:
     return math.inf if rest <= 0 else 1 / rest
 
 
+def effect_size(h: dict) -> float:
+    """How large a headline's difference is, either way: |log| of its better-direction factor (-1 without one)."""
+    d = h.get("delta_percent")
+    if d is None:
+        return -1.0
+    f = factor(d, h["better"])
+    return math.inf if f == math.inf else abs(math.log(f)) if f > 0 else math.inf
+
+
 def significant(x: float, digits: int = 3) -> str:
     """3 significant digits, thousands separators: 372, 2.5, 1,250, 0.0123."""
     if x == 0 or not math.isfinite(x):

@@ -229,7 +229,7 @@ def test_real_search_on_a_fast_target_stops_at_its_cap(tmp_path):
                     f"be judged on this loaded machine; AU {rows.au_percent.round(1).tolist()}")
     assert list(zip(rows.accelerators, rows.search_step, rows.repeat)) == [(1, 1, 1), (1, 1, 2), (2, 2, 1), (2, 2, 2)]
     at_two = rows[rows.accelerators == 2]
-    if m["supported_limited_by"] != "cap" and at_two.disturbed.astype(bool).any():
+    if m["supported_limited_by"] != "cap" and at_two.disturbed.astype(str).str.lower().eq("true").any():
         # other work took the CPUs while N = 2 ran (core/interference marks the row; CI saw it once with 3 workers):
         # AU below the threshold then says nothing about the page cache, and the study says so beside the row
         pytest.skip(f"N = 2 missed AU while disturbed ({at_two.disturbed_reason.tolist()}): the cap cannot be judged "
@@ -238,7 +238,11 @@ def test_real_search_on_a_fast_target_stops_at_its_cap(tmp_path):
     assert list(check.accelerators) == [2] and check.search_step.isna().all() and (check.cpus_confined >= 1).all()
     assert set(rows.search_phase) == {"doubling"} and rows.search_elapsed_s.is_monotonic_increasing
     assert (rows.search_budget_s == 60.0).all() and (rows.search_max == 2).all()
-    assert frame.au_percent.min() >= 90, frame[["accelerators", "au_percent"]]
+    # each N passed on its mean (the search's rule); a single run held to 90 % only where nothing ran beside it
+    # (CI-like load once took one repeat to 87.8 % with 1.77 cores of other work: marked disturbed)
+    assert (frame.groupby("accelerators").au_percent.mean() >= 90).all(), frame[["accelerators", "au_percent"]]
+    quiet = frame[~frame.disturbed.astype(str).str.lower().eq("true")]
+    assert quiet.empty or quiet.au_percent.min() >= 90, quiet[["accelerators", "au_percent"]]
     on_disk = emulate_plan.measured(pd.read_csv(out / "runs.csv"))
     assert on_disk.search_step.tolist() == frame.search_step.tolist()
     assert (m["accelerators_supported"], m["supported_limited_by"]) == (2, "cap")
