@@ -143,11 +143,15 @@ def run_all(driver):
     item[0].click()
 
 
+def prompts(driver) -> list[str]:
+    """Every cell's input prompt as shown: '[ ]:', '[*]:', '[3]:'."""
+    return driver.execute_script(
+        "return Array.from(document.querySelectorAll('.jp-Notebook .jp-InputPrompt')).map(p => p.textContent);")
+
+
 def started(driver) -> bool:
     """A cell is queued or running ([*]) or has run ([1]): what Run All shows at once when the kernel took it."""
-    prompts = driver.execute_script(
-        "return Array.from(document.querySelectorAll('.jp-Notebook .jp-InputPrompt')).map(p => p.textContent);")
-    return any(re.search(r"\[(\*|\d+)\]", p) for p in prompts)
+    return any(re.search(r"\[(\*|\d+)\]", p) for p in prompts(driver))
 
 
 def run_all_started(driver, seconds: float = 30) -> bool:
@@ -165,9 +169,7 @@ def run_all_started(driver, seconds: float = 30) -> bool:
 
 
 def busy(driver) -> bool:
-    prompts = driver.execute_script(
-        "return Array.from(document.querySelectorAll('.jp-Notebook .jp-InputPrompt')).map(p => p.textContent);")
-    return any("*" in p for p in prompts)
+    return any("*" in p for p in prompts(driver))
 
 
 def save(driver):

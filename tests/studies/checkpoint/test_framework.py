@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from storagebrief import studies
-from storagebrief.core import cgroup_tree, cgroups, columns, config
+from storagebrief.core import cgroup_tree, cgroups, columns, config, reruns
 from storagebrief.studies.checkpoint import framework, metrics
 from storagebrief.studies.checkpoint.params import FrameworkParams
 from conftest import REPO, process_alive
@@ -97,10 +97,6 @@ def test_tensorflow_checkpoints_every_k_vs_default_with_limit_and_ingest(swept):
     assert not _tf_jobs() and not cgroups.leftover_dirs(os.getpid())
 
 
-def _truthy(x) -> bool:
-    return str(x).strip().lower() in ("true", "1", "1.0")
-
-
 @pytest.mark.slow
 @pytest.mark.e2e
 def test_block_characterization_of_every_framework_run(swept):
@@ -123,7 +119,7 @@ def test_block_characterization_of_every_framework_run(swept):
         assert len(own) == len(fw)
     for _, r in own.iterrows():     # the job's own requests (its cgroup): its saves, written by its fsyncs
         assert r.job_write_bytes > 0 and r.job_write_kib_mean > 0, r.run_id
-        if not _truthy(r.disturbed):
+        if not reruns.is_disturbed(r):
             # other work's writes can push the kernel's flusher to write some of the saves before the fsync does
             # (cgroup v1 charges those to the root group): CI saw 76 % with 3 workers beside the run, marked disturbed
             assert r.job_write_bytes >= 0.9 * r.tf_checkpoint_bytes_total, (r.run_id, r.disturbed_reason)
