@@ -379,10 +379,16 @@ def _walk_one(driver, url: str, token: str, root: Path, proj: Path, script: Path
             said.write(f"{script.stem}: Run All clicked twice (no cell started after the first)\n")
     study = script.stem not in ("brief", GUIDE)
     if study:   # Run All moves to the last cell: the study's progress bar, above it, must stay on screen
-        seen = wait(driver, lambda: _progress_in_view(driver, path), 300)   # a kernel start on a loaded machine
+        first = wait(driver, lambda: _progress_in_view(driver, path), 300)   # a kernel start on a loaded machine
+        # where it settles: the bar's widget lays out after its output is added, and the notebook follows it (CI at
+        # 9367d0d saw it first above the view, under load); a user sees it in place within moments
+        try:
+            seen = wait(driver, lambda: (s := _progress_in_view(driver, path)) and s["visible"] and s, 10)
+        except AssertionError:
+            seen = _progress_in_view(driver, path) or first
         shot(driver, f"walk-{script.stem}-running.png")
         with open(ARTIFACTS / "walk-progress.txt", "a") as said:
-            said.write(f"{script.stem} {json.dumps(seen)}\n")
+            said.write(f"{script.stem} first {json.dumps(first)} then {json.dumps(seen)}\n")
         assert seen["visible"], f"the progress bar is off screen after Run All: {seen}"
         assert "arbitrary Javascript" not in driver.find_element(By.CSS_SELECTOR, ".jp-Notebook").text  # trusted
     nb = wait(driver, lambda: _ran_through(driver, path), NOTEBOOK_S, poll=2)

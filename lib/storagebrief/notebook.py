@@ -100,12 +100,15 @@ def run_study(name: str, knobs: dict | None = None, *, targets: list | None = No
 # stops when the run ends (this output is replaced). `element` is this output's node in JupyterLab's JavaScript
 # renderer, which runs the script before the node is on the page: it waits for that. One scroll when the bar appeared
 # was not enough (seen): the browser's scroll anchoring and cells above it laid out again moved the view afterwards,
-# so every scroll the user did not make is followed by another look at the newest output.
+# so every scroll the user did not make is followed by another look at the newest output. A new output's own
+# content (the progress widget) lays out after it is added, and once the bar sat above the view under load (CI,
+# 9367d0d): its size changes are followed too (ResizeObserver), and the wait for the node lasts 60 s, not 5.
 _FOLLOW_OUTPUT = """(function () {
-  let area = null, scroller = null, observer = null, user = false;
+  let area = null, scroller = null, observer = null, sizes = null, user = false;
   const follow = () => {
     if (user || !element.isConnected) {
       if (observer) observer.disconnect();
+      if (sizes) sizes.disconnect();
       if (scroller) scroller.removeEventListener('scroll', follow);
       return;
     }
@@ -122,8 +125,9 @@ _FOLLOW_OUTPUT = """(function () {
     scroller.addEventListener('scroll', follow);
     observer = new MutationObserver(follow);
     observer.observe(area, {childList: true});
+    if (window.ResizeObserver) { sizes = new ResizeObserver(follow); sizes.observe(area); }
     follow();
-  })(100);
+  })(1200);
 })();"""
 
 

@@ -88,6 +88,7 @@ def _tf(workload: str, batch: int, shape: tuple, steps: int, warmup: int) -> tup
     m = MODELS[workload]
     model = tf.keras.applications.ResNet50(weights=None, input_shape=shape, classes=m["classes"])
     opt = tf.keras.optimizers.SGD(0.01, momentum=0.9)
+    opt.build(model.trainable_variables)    # slots made before the trace: one trace, not two (train_resnet50/worker.py)
     loss_fn = tf.keras.losses.SparseCategoricalCrossentropy()
     x = tf.random.uniform((batch, *shape))
     y = tf.random.uniform((batch,), maxval=m["classes"], dtype=tf.int32)

@@ -411,3 +411,13 @@ def test_a_broker_dying_under_an_admin_request_fails_the_run_at_once(monkeypatch
     with pytest.raises(kafka.BrokerDied, match="node 1"):
         si_run._delete(Admin(), ["a"], check)
     assert time.monotonic() - t0 < 30
+
+
+@needs_kafka
+def test_a_broker_keeps_its_small_heap_for_requests_not_the_cleaners_dedupe_map(tmp_path):
+    """Kafka allocates the log cleaner's dedupe map on the heap at start-up (128 MiB by default): half of the tiny
+    profile's 256 MiB heap, and a node ran out of heap mid-run in CI. Each node's server.properties caps it."""
+    c = kafka.Cluster(tmp_path / "data", tmp_path / "logs", brokers=3, heap_mib=256)
+    c.ports, c.cports = [9101, 9102, 9103], [9201, 9202, 9203]
+    props = dict(line.split("=", 1) for line in c._properties(1).splitlines())
+    assert int(props["log.cleaner.dedupe.buffer.size"]) <= 16 << 20

@@ -44,3 +44,18 @@ def test_class_balanced_batches_hold_each_class_equally_and_every_full_batch_of_
                for _, y, _ in batches)
     ids = [int(i) for x, _, _ in batches for i in x.ravel()]
     assert len(ids) == len(set(ids)) and all(labels[i] == y for x, ys, _ in batches for i, y in zip(x.ravel(), ys))
+
+
+@pytest.mark.slow     # builds ResNet50 and traces its step: ~10 s of CPU
+def test_the_train_step_is_traced_once_with_the_optimizers_slots_made_before_it():
+    """A variable made while tf.function traces makes it trace again: the momentum slots, made by the first step's
+    apply_gradients, once doubled every training job's start-up (14-16 s of CPU for the first step, 7-8 s after)."""
+    from storagebrief.kit.tf_import import tensorflow
+    tf = tensorflow()
+    model, opt, train_step = worker._model({"input_size": 32, "num_classes": 4, "learning_rate": 0.001}, tf)
+    slots = len(opt.variables)
+    assert slots > len(model.trainable_variables)           # momentum per weight, made before any step
+    x = tf.zeros((2, 32, 32, 3))
+    train_step(x, tf.constant([0, 1], tf.int64))
+    assert len(opt.variables) == slots
+    assert train_step.experimental_get_tracing_count() == 1

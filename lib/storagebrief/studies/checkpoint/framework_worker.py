@@ -158,8 +158,10 @@ def worker_main(spec_path: str) -> None:
     model = build_bert(spec, tf)
     opt = tf.keras.optimizers.AdamW(spec["learning_rate"], weight_decay=0.01)
     batches = _batches(spec, tf)
+    model(*batches[0][:3])                  # the weights, then the optimizer's slots, made before the trace: a
+    opt.build(model.trainable_variables)    # variable made while tracing makes tf.function trace the step twice
     step_fn = _train_step(model, opt, tf)
-    step_fn(*batches[0])                    # trace, build the weights and the optimizer's slots
+    step_fn(*batches[0])                    # the one trace
     parameters = int(sum(np.prod(v.shape) for v in model.trainable_variables))
     _emit(fd, event="ready", startup_s=time.perf_counter() - t0, parameters=parameters)
     for line in sys.stdin:

@@ -284,6 +284,10 @@ class Cluster:
             "share.coordinator.state.topic.min.isr": 1,
             "group.initial.rebalance.delay.ms": 0, "auto.create.topics.enable": "false",
             "delete.topic.enable": "true", "log.segment.delete.delay.ms": 0,
+            # the log cleaner allocates its dedupe map on the heap when it starts: 128 MiB by default, half of a
+            # 256 MiB heap, and a node ran out of heap mid-run under load (CI, 9367d0d). Only __consumer_offsets is
+            # compacted here (a few keys per group), so 8 MiB is ample (Kafka's own test clusters use 2 MiB)
+            "log.cleaner.dedupe.buffer.size": 8 << 20,
             **self.extra,
         }
         return "".join(f"{k}={v}\n" for k, v in props.items())

@@ -121,6 +121,9 @@ def _model(spec: dict, tf):
     size, classes = spec["input_size"], spec["num_classes"]
     model = tf.keras.applications.ResNet50(weights=None, input_shape=(size, size, 3), classes=classes)
     opt = tf.keras.optimizers.SGD(spec["learning_rate"], momentum=0.9)
+    # its momentum slots made now, not inside the first trace: a variable made while tracing makes tf.function trace
+    # the step a second time (measured here: the first step 14-16 s of CPU at 32 px, 7-8 s with the slots made first)
+    opt.build(model.trainable_variables)
     loss_fn = tf.keras.losses.SparseCategoricalCrossentropy()
 
     @tf.function(jit_compile=False)   # XLA is slower on this class of CPU (DESIGN.md)
