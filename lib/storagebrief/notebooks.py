@@ -417,4 +417,15 @@ def lab_command(extra=(), bin_dir: str | Path | None = None) -> tuple[list[str],
     command = [str(Path(bin_dir) / "jupyter"), "lab", f"--ServerApp.terminado_settings=shell_command={shell}"]
     if os.geteuid() == 0 and "--allow-root" not in extra:
         command.append("--allow-root")       # Jupyter refuses root without it; a user needs nothing extra
-    return command + list(extra), env
+    return command + list(extra) + _first_notebook(extra), env
+
+
+START_HERE = Path("notebooks") / "00_start_here.ipynb"
+
+
+def _first_notebook(extra) -> list[str]:
+    """JupyterLab opens on notebooks/00_start_here.ipynb (which study answers which question), not its Launcher
+    (issue 62: a new user met a Launcher and a file list), when run from the project's root and told no other file
+    or root folder."""
+    chosen = any(a.endswith(".ipynb") or "root_dir" in a or "notebook_dir" in a for a in extra)
+    return [] if chosen or not (Path.cwd() / START_HERE).is_file() else [START_HERE.as_posix()]

@@ -57,3 +57,20 @@ def _key(text: str):
         return (0, float(text.replace(",", "").replace("%", "").replace(" ", "").replace("\u2212", "-")), "")
     except ValueError:
         return (1, 0.0, text)
+
+
+def test_the_printed_snapshot_sets_its_cards_three_to_a_row(page):
+    """On an A4 page (182 mm between @page's margins: 688 CSS px) the snapshot's cards fill the width, three to a
+    row (30 % + padding and border once made it two, leaving a third of page 2 empty)."""
+    from selenium.webdriver.common.by import By
+    size = page.get_window_size()
+    page.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": "print"})
+    page.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                         {"width": 688, "height": 1000, "deviceScaleFactor": 1, "mobile": False})
+    try:
+        tops = [round(c.rect["y"]) for c in page.find_elements(By.CSS_SELECTOR, ".cards .card")]
+        assert len(tops) >= 3 and tops[0] == tops[1] == tops[2], tops
+    finally:
+        page.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+        page.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": ""})
+        page.set_window_size(size["width"], size["height"])

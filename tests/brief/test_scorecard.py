@@ -96,7 +96,7 @@ def test_the_checkpoint_answer_says_what_was_measured_and_the_projections_assump
                          "honest_save_gib_per_s": [0.301, 0.346, 0.391]})
     row, = brief.answers(tmp_path, runs, ["local"])
     # 15,427 GiB ÷ 0.346 GiB/s = 44,587 s a save; within 5 % of an hour (180 s): 248 hosts at this rate
-    assert row["short"] == "0.346 GiB/s per host (0.301–0.391) · hourly needs 248 hosts"
+    assert row["short"] == "0.346 GiB/s per host (0.301–0.391 over 3 runs) · hourly needs 248 hosts"
     assert "if it adds up across hosts" in row["note"]
     assert row["answer"] == ("this host saves at 0.346 GiB/s (3 runs 0.301–0.391); from this one host alone: sync every 10.3 d, async "
                              "every 12.4 h; saving every hour within 5 % needs 248 such hosts writing at once (if "
@@ -161,7 +161,7 @@ def test_the_resnet50_study_answers_on_page_one():
              "job_read_bytes": rb, "training_time_s": tt, "reread_ratio": 1.0}
             for s, ips, rb, tt in (("none", 30.0, 100.0, 10.0), ("none", 34.0, 100.0, 10.0), ("2.5:1", 20.0, 260.0, 17.0))]
     row, = brief.answers(None, pd.DataFrame(rows), ["t", "absent"])
-    assert row["short"] == "32.0 images/s (30.0–34.0) · limited memory: reads ×2.6"
+    assert row["short"] == "32.0 images/s (30.0–34.0 over 2 runs) · limited memory: reads ×2.6"
     assert row["answer"] == ("32.0 images/s with no memory limit (2 runs 30.0–34.0); memory limited to 2.5:1 made the job read ×2.6 as "
                              "much and changed its time by +70.0 %")
 
@@ -185,14 +185,14 @@ def test_a_page_one_answer_shows_the_range_of_its_runs_and_which_other_choices_i
     from storagebrief.report.words import spread, spread_cell
     from storagebrief.studies.preprocess import brief as pre
     assert spread([449.5, 612.0, 520.0]) == "3 runs 449.5–612.0" and spread([3.0]) == "one run: no range"
-    assert spread_cell([449.5, 612.0]) == "449.5–612.0" and spread_cell([float("nan"), 2.0]) == "one run"
+    assert spread_cell([449.5, 612.0]) == "449.5–612.0 over 2 runs" and spread_cell([float("nan"), 2.0]) == "one run"
     rates = {1: [203.0, 420.0, 380.0], 2: [300.0, 500.0, 460.0], 4: [544.0, 430.0, 450.0], 8: [100.0, 120.0, 110.0]}
     frame = pd.DataFrame([{"target": "local", "sweep": "processes", "processes": p, "repeat": i + 1,
                            "input_mb_per_s": v, "status": "ok"} for p, vs in rates.items() for i, v in enumerate(vs)])
     (a,) = pre.answers(".", frame, ["local"])
-    assert a["short"] == "474.7 MB/s at P = 4 (430.0–544.0)", a
+    assert a["short"] == "474.7 MB/s at P = 4 (430.0–544.0 over 3 runs)", a
     assert "(3 runs 430.0–544.0)" in a["answer"] and a["note"] == "P = 2 within that range", a   # P = 1 tops at 420
-    assert scorecard.numbers(a["short"]) == ["474.7", "4", "430.0", "544.0"]
+    assert scorecard.numbers(a["short"]) == ["474.7", "4", "430.0", "544.0", "3"]
 
 
 def test_the_vector_search_answer_shows_its_repeats_range_at_the_chosen_point(tmp_path):
@@ -208,7 +208,7 @@ def test_the_vector_search_answer_shows_its_repeats_range_at_the_chosen_point(tm
         tmp_path / "points.csv")
     (tmp_path / "study.json").write_text(json.dumps({"recall_floor": 0.95}))
     (a,) = vs.answers(tmp_path, pd.DataFrame(runs), ["local"])
-    assert a["short"] == "255 queries/s at L 50 (240–262)", a
+    assert a["short"] == "255 queries/s at L 50 (240–262 over 3 runs)", a
     assert "queries/s per client at L 50, 200 queries (3 runs 240–262)" in a["answer"], a
     assert a["note"].startswith("L 50, 200 queries; 60 reads per query"), a     # issue 61: its L and query count
     assert [n for n in scorecard.numbers(f"{a['short']} {a['note']}") if n not in a["answer"]] == [], a

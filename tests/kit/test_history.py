@@ -36,9 +36,9 @@ def _render(reports, d, frame) -> dict:
 def test_a_second_study_of_the_same_parameters_shows_the_range_over_both(tmp_path):
     reports = tmp_path / "reports"
     first = _render(reports, *_study(reports, [500.4, 524.8]))
-    assert first["short"] == "512.6 MB/s at P = 1 (500.4–524.8)", first        # nothing earlier yet
+    assert first["short"] == "512.6 MB/s at P = 1 (500.4–524.8 over 2 runs)", first        # nothing earlier yet
     second = _render(reports, *_study(reports, [489.0, 499.6]))
-    assert second["short"] == "494.3 MB/s at P = 1 (489.0–524.8)", second
+    assert second["short"] == "494.3 MB/s at P = 1 (489.0–524.8 over 4 runs)", second
     assert ("(2 runs 489.0–499.6; 2 studies (2 other) of these parameters on this machine, 4 runs: 489.0–524.8)"
             in second["answer"]), second["answer"]
     rows = pd.read_csv(history.location(reports))
@@ -52,7 +52,7 @@ def test_a_rerender_adds_nothing_and_its_own_runs_are_not_earlier(tmp_path):
     assert history.record(reports, [{**pre.answers(d, frame, ["local"])[0], "study": "preprocess"}],
                           {"preprocess": d}) == 0
     assert history.earlier(d, pre.MEASURE, "local") == []
-    assert pre.answers(d, frame, ["local"])[0]["short"].endswith("(500.4–524.8)")
+    assert pre.answers(d, frame, ["local"])[0]["short"].endswith("(500.4–524.8 over 2 runs)")
 
 
 def test_other_parameters_other_code_another_machine_or_another_target_are_not_earlier_studies(tmp_path):
@@ -84,8 +84,8 @@ def test_the_words_of_a_range_over_several_studies():
     before = history.Earlier([[2.0, 4.0], [5.0]], ["notebook", "pipeline"], "notebook")
     assert spread([3.0, 3.5], earlier=before) == ("2 runs 3.0–3.5; 3 studies (1 pipeline, 2 notebook) of these "
                                                   "parameters on this machine, 5 runs: 2.0–5.0")
-    assert spread_cell([3.0], earlier=[[2.0], [5.0]]) == "2.0–5.0"
-    assert spread_cell([3.0, 3.5], earlier=[]) == "3.0–3.5" and spread_cell([], earlier=[[1.0, 2.0]]) == "one run"
+    assert spread_cell([3.0], earlier=[[2.0], [5.0]]) == "2.0–5.0 over 3 runs"
+    assert spread_cell([3.0, 3.5], earlier=[]) == "3.0–3.5 over 2 runs" and spread_cell([], earlier=[[1.0, 2.0]]) == "one run"
 
 
 def test_page_one_says_once_how_many_studies_its_ranges_hold(tmp_path):

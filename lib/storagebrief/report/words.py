@@ -137,14 +137,15 @@ def spread(values, fmt="{:,.1f}", earlier=None) -> str:
 
 
 def spread_cell(values, fmt="{:,.1f}", earlier=None) -> str:
-    """spread() for a page-1 cell: '449.5–612.0', or 'one run'; with earlier studies, the range over all of
-    them (how many studies: the scorecard's closing line and the chapter, so the cell stays short)."""
+    """spread() for a page-1 cell: '449.5–612.0 over 3 runs' (a quote names how many runs its range holds), or
+    'one run'; with earlier studies, the range over all of their runs (how many studies: the scorecard's closing
+    line and the chapter, so the cell stays short)."""
     studies, every = _with_earlier(values, earlier)
     if studies > 1 and _numbers(values):
-        _, lo, hi = _bounds(every, fmt)
-        return f"{lo}–{hi}"
+        n, lo, hi = _bounds(every, fmt)
+        return f"{lo}–{hi} over {n} runs"
     b = _bounds(values, fmt)
-    return f"{b[1]}–{b[2]}" if b else "one run"
+    return f"{b[1]}–{b[2]} over {b[0]} runs" if b else "one run"
 
 
 # What a customer reading the brief's body (page 1 to the last chapter; the appendices may keep them) would not
