@@ -40,7 +40,7 @@ def test_a_notebook_run_and_the_pipeline_land_in_one_history_and_the_notebooks_b
     assert list(rows.columns) == history.COLUMNS and rows.run_id.nunique() == 2 and len(rows) == 4
     assert set(rows.entry) == {"pipeline", "notebook"} and set(rows.code) == {"6813f25a0b1c"}
     assert not list((root / "reports" / "runs").rglob("answers*.csv"))        # nothing kept beside the run
-    assert a["short"] == "494.3 MB/s at P = 1 (489.0–524.8)", a
+    assert a["short"] == "494.3 MB/s at P = 1 (489.0–524.8 over 4 runs)", a
     assert ("2 studies (1 pipeline, 1 notebook) of these parameters on this machine, 4 runs: 489.0–524.8"
             in a["answer"]), a["answer"]
     # a CLI run with --out elsewhere inside the project reads the same history
@@ -140,7 +140,7 @@ def test_an_old_per_folder_history_is_still_read_and_never_written(tmp_path):
     (reports / history.LEGACY).write_text(old)
     d, frame = _study(reports / "preprocess", [489.0, 499.6], entry="notebook")
     a = _record(d, frame)
-    assert a["short"] == "494.3 MB/s at P = 1 (489.0–530.0)", a
+    assert a["short"] == "494.3 MB/s at P = 1 (489.0–530.0 over 4 runs)", a
     assert "2 studies (1 notebook, 1 other)" in a["answer"], a["answer"]
     assert (reports / history.LEGACY).read_text() == old                  # read, never written
     assert len(pd.read_csv(history.location(reports))) == 2              # this study's rows went to the project's

@@ -41,7 +41,7 @@ def test_a_history_row_that_is_not_a_finite_positive_number_is_ignored(tmp_path)
     d, frame = _study(reports, [489.0, 499.6])
     assert history.earlier(d, pre.MEASURE, "local") == [[500.4, 524.8]]
     a = pre.answers(d, frame, ["local"])[0]
-    assert a["short"] == "494.3 MB/s at P = 1 (489.0–524.8)", a
+    assert a["short"] == "494.3 MB/s at P = 1 (489.0–524.8 over 4 runs)", a
     assert "inf" not in a["answer"] and "-5,000,000,000" not in a["answer"]
 
 
