@@ -105,6 +105,27 @@ def test_fit_thins_tick_labels_and_wraps_titles_keeping_every_word():
     assert 1 < len(shown) < 40
 
 
+def test_fit_lays_a_figure_out_again_only_after_a_change(monkeypatch):
+    """A layout is a whole draw: a figure that already fits is drawn once by fit and problems together; one whose
+    tick labels fit() thins (a change matplotlib does not mark) is drawn again before problems() judges it."""
+    import matplotlib.pyplot as plt
+    from storagebrief.report import figurefit
+    draws = []
+    from matplotlib.figure import Figure
+    monkeypatch.setattr(Figure, "draw_without_rendering",
+                        lambda self, _real=Figure.draw_without_rendering: (draws.append(1), _real(self)))
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.plot([1, 2, 3], [1, 4, 9])
+    ax.set(title="short", xlabel="x (s)", ylabel="y (MB)")
+    figurefit.fit(fig)
+    assert figurefit.problems(fig) == [] and len(draws) == 1, draws
+    crowded = _crowded_figure(LONG)
+    draws.clear()
+    figurefit.fit(crowded)
+    before = len(draws)
+    assert figurefit.problems(crowded) == [] and len(draws) == before + 1
+
+
 @pytest.mark.parametrize("width, target", [(5.5, "local"), (9.5, "nvme-scratch-array-of-the-lab-2")])
 def test_a_kv_cache_trace_title_always_fits_its_subplot_and_the_figure(width, target):
     """Issue 57: "KV cache tiny (llama3.1-8b) (local)" was seen wider than its subplot in the characterization
