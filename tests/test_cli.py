@@ -267,6 +267,7 @@ def test_storagebrief_lab_opens_on_the_start_here_notebook_from_the_project_root
     assert not any(a.endswith(".ipynb") for a in notebooks.lab_command([])[0])        # not built: the Launcher
     (tmp_path / "notebooks").mkdir()
     (tmp_path / "notebooks" / "00_start_here.ipynb").write_text("{}")
-    assert notebooks.lab_command(["--no-browser"])[0][-1] == "notebooks/00_start_here.ipynb"
+    command = notebooks.lab_command(["--no-browser"])[0]
+    assert command[-2:] == [f"--ServerApp.root_dir={tmp_path}", "notebooks/00_start_here.ipynb"]  # root: the project
     assert notebooks.lab_command(["notebooks/09_vector_search.ipynb"])[0][-1] == "notebooks/09_vector_search.ipynb"
     assert not any(a.endswith("00_start_here.ipynb") for a in notebooks.lab_command(["--ServerApp.root_dir=/x"])[0])

@@ -428,4 +428,8 @@ def _first_notebook(extra) -> list[str]:
     (issue 62: a new user met a Launcher and a file list), when run from the project's root and told no other file
     or root folder."""
     chosen = any(a.endswith(".ipynb") or "root_dir" in a or "notebook_dir" in a for a in extra)
-    return [] if chosen or not (Path.cwd() / START_HERE).is_file() else [START_HERE.as_posix()]
+    if chosen or not (Path.cwd() / START_HERE).is_file():
+        return []
+    # Jupyter serves a named file's own folder unless told the root: the project's root stays the root (its
+    # terminals, file browser and the notebooks' printed commands)
+    return [f"--ServerApp.root_dir={Path.cwd()}", START_HERE.as_posix()]
