@@ -72,7 +72,9 @@ def test_the_training_warm_up_reads_the_libraries_without_importing_tensorflow(t
         f"{tf_import.WARM_UP}\n"
         "print(json.dumps({'imported': sorted(n for n in ('tensorflow', 'keras') if n in sys.modules)}))")
     assert got == {"imported": []}
-    # what it read is in the page cache now, whole (the byte count moves while other processes write .pyc files)
+    # what it read is in the page cache now, whole (the byte count moves while other processes write .pyc files);
+    # the kernel may reclaim a few pages meanwhile under the tests beside it (16 of 192,404 seen in make test-fast)
     pages = {f: -(-os.path.getsize(f) // mmap.PAGESIZE) for f in big}
-    assert {f: cache.cached_pages(f) for f in big} == pages
+    cached = {f: cache.cached_pages(f) for f in big}
+    assert all(pages[f] >= cached[f] >= 0.999 * pages[f] for f in big), (cached, pages)
     assert tf_import.read_libraries() >= 0.99 * sum(os.path.getsize(f) for f in files)
